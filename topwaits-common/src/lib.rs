@@ -1,0 +1,203 @@
+//! Types, names and limits shared by the eBPF programs and user space: map keys and
+//! values (all `#[repr(C)]`, padding-free), map and program names, and counter indices.
+#![no_std]
+
+/// Length of `task_struct.comm`, including the terminating NUL.
+pub const TASK_COMM_LEN: usize = 16;
+
+/// A stack id slot that holds no stack because none was asked for (`-U`/`-K`) or
+/// none exists (a kernel thread has no user stack). Other negative values are the
+/// negated errno that `bpf_get_stackid` returned, and count as lost stacks.
+pub const STACK_NONE: i32 = -1;
+
+/// `task_struct.__state` bit of a task that is exiting for the last time.
+pub const TASK_DEAD: u32 = 0x80;
+
+/// `task_struct.flags` bit of kernel threads.
+pub const PF_KTHREAD: u32 = 0x0020_0000;
+
+/// Bit in [`Settings::stacks`]: capture kernel stacks.
+pub const CAPTURE_KERNEL: u32 = 1;
+/// Bit in [`Settings::stacks`]: capture user stacks.
+pub const CAPTURE_USER: u32 = 2;
+
+/// Values of [`Settings::thread_filter`].
+pub mod thread_filter {
+    /// Every thread.
+    pub const ALL: u32 = 0;
+    /// Threads whose tgid is in the `PIDS` map.
+    pub const TGID: u32 = 1;
+    /// Threads whose tid is in the `PIDS` map.
+    pub const TID: u32 = 2;
+}
+
+/// Values of [`Settings::thread_kind`].
+pub mod thread_kind {
+    /// User and kernel threads.
+    pub const ALL: u32 = 0;
+    /// User threads only.
+    pub const USER: u32 = 1;
+    /// Kernel threads only.
+    pub const KERNEL: u32 = 2;
+}
+
+/// Everything user space tells the programs, as one read-only global named
+/// [`names::SETTINGS`]. Checked against the other options before loading.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Minimum wait to record, in microseconds (inclusive).
+    pub min_us: u64,
+    /// Maximum wait to record, in microseconds (inclusive).
+    pub max_us: u64,
+    /// One of [`thread_filter`].
+    pub thread_filter: u32,
+    /// One of [`thread_kind`].
+    pub thread_kind: u32,
+    /// Bits [`CAPTURE_KERNEL`] and [`CAPTURE_USER`].
+    pub stacks: u32,
+    /// Non-zero: only record waits whose switch-out state matches `state_mask`.
+    pub state_filter: u32,
+    /// State mask; 0 means "preempted while runnable".
+    pub state_mask: u32,
+    /// Byte offset of `task_struct.flags` (from BTF), or `u32::MAX` when unknown.
+    pub off_flags: u32,
+    /// Byte offset of `task_struct.pid`, used only by the kprobe path.
+    pub off_pid: u32,
+    /// Byte offset of `task_struct.tgid`, used only by the kprobe path.
+    pub off_tgid: u32,
+    /// Byte offset of `task_struct.__state`, used only by the kprobe path.
+    pub off_state: u32,
+    /// Byte offset of `task_struct.comm`, used only by the kprobe path.
+    pub off_comm: u32,
+}
+
+impl Settings {
+    /// Settings that record everything with both stacks.
+    pub const fn defaults() -> Self {
+        Settings {
+            min_us: 1,
+            max_us: u64::MAX,
+            thread_filter: thread_filter::ALL,
+            thread_kind: thread_kind::ALL,
+            stacks: CAPTURE_KERNEL | CAPTURE_USER,
+            state_filter: 0,
+            state_mask: 0,
+            off_flags: u32::MAX,
+            off_pid: u32::MAX,
+            off_tgid: u32::MAX,
+            off_state: u32::MAX,
+            off_comm: u32::MAX,
+        }
+    }
+}
+
+/// What a task left behind when it switched out, keyed by its `task_struct` address
+/// in the [`names::STARTS`] map until it switches in again.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwitchOut {
+    /// `bpf_ktime_get_ns()` at switch-out; 0 once the wait has been accounted.
+    pub ts: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub kstack: i32,
+    pub ustack: i32,
+    pub comm: [u8; TASK_COMM_LEN],
+}
+
+/// Aggregate key: one row per thread and pair of stacks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WaitKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub kstack: i32,
+    pub ustack: i32,
+    pub comm: [u8; TASK_COMM_LEN],
+}
+
+/// Aggregate value. Each key names one thread, and a thread switches in on one CPU
+/// at a time, so the in-place updates of one value never race with each other.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitVal {
+    pub total_ns: u64,
+    pub count: u64,
+    pub max_ns: u64,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the longest wait ended.
+    pub max_end_ns: u64,
+}
+
+/// Indices into the per-CPU [`names::COUNTERS`] array.
+pub mod counter {
+    /// sched_switch (or finish_task_switch) program runs.
+    pub const SWITCHES: u32 = 0;
+    /// Waits added to the aggregate.
+    pub const RECORDED: u32 = 1;
+    /// Waits dropped because they were shorter than `-m` or longer than `-M`.
+    pub const OUTSIDE_BLOCK_TIME: u32 = 2;
+    /// Kernel stack ids that `bpf_get_stackid` could not store (ENOMEM/EEXIST/...).
+    pub const LOST_KERNEL_STACK: u32 = 3;
+    /// User stack ids that `bpf_get_stackid` could not store.
+    pub const LOST_USER_STACK: u32 = 4;
+    /// Waits that did not fit into the full aggregate map.
+    pub const LOST_AGG_FULL: u32 = 5;
+    /// Nanoseconds of those waits.
+    pub const LOST_AGG_FULL_NS: u32 = 6;
+    /// Switch-outs that did not fit into the full start map.
+    pub const LOST_START_FULL: u32 = 7;
+    /// Waits whose end came before their start.
+    pub const NEGATIVE_DELTA: u32 = 8;
+    /// Number of counters.
+    pub const COUNT: u32 = 9;
+}
+
+/// Map, program and global names, shared so the two sides cannot drift apart.
+pub mod names {
+    pub const SETTINGS: &str = "SETTINGS";
+    pub const STACKS: &str = "STACKS";
+    pub const STARTS: &str = "STARTS";
+    pub const WAITS: &str = "WAITS";
+    pub const PIDS: &str = "PIDS";
+    pub const COUNTERS: &str = "COUNTERS";
+    pub const PROG_SWITCH_BTF: &str = "sched_switch_btf";
+    pub const PROG_SWITCH_RAW: &str = "sched_switch_raw";
+    pub const PROG_FINISH_KPROBE: &str = "finish_task_switch_kprobe";
+}
+
+/// Default and hard limits.
+pub mod limits {
+    /// Default `--stack-storage-size`.
+    pub const DEFAULT_STACK_STORAGE: u32 = 16384;
+    /// Default `--max-entries` of the aggregate map.
+    pub const DEFAULT_MAX_ENTRIES: u32 = 32768;
+    /// Capacity of the per-task start map.
+    pub const START_ENTRIES: u32 = 65536;
+    /// Capacity of the pid/tid filter map.
+    pub const MAX_FILTER_IDS: u32 = 4096;
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are #[repr(C)], made of integers and byte arrays only, and
+    // laid out without implicit padding (checked by the size tests below).
+    unsafe impl aya::Pod for super::Settings {}
+    unsafe impl aya::Pod for super::SwitchOut {}
+    unsafe impl aya::Pod for super::WaitKey {}
+    unsafe impl aya::Pod for super::WaitVal {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn shared_types_have_no_padding() {
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 10);
+        assert_eq!(size_of::<SwitchOut>(), 8 + 4 * 4 + TASK_COMM_LEN);
+        assert_eq!(size_of::<WaitKey>(), 4 * 4 + TASK_COMM_LEN);
+        assert_eq!(size_of::<WaitVal>(), 8 * 4);
+    }
+}

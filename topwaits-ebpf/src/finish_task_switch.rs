@@ -1,0 +1,43 @@
+//! Hook: a kprobe on `finish_task_switch(prev)`, for kernels without tracepoint BTF.
+//! It runs as the incoming task, so the waiting task's stacks are taken at switch-in
+//! (as bcc offcputime does) and the outgoing task's fields come from BTF offsets.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel_buf},
+    macros::kprobe,
+    programs::ProbeContext,
+};
+use topwaits_common::{counter, TASK_COMM_LEN};
+
+use crate::{
+    maps::{count, task_u32, SETTINGS},
+    switch::{switch_in, switch_out, Outgoing},
+};
+
+#[kprobe]
+pub fn finish_task_switch_kprobe(ctx: ProbeContext) -> u32 {
+    count(counter::SWITCHES, 1);
+    // SAFETY: helper calls without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let current = unsafe { bpf_get_current_task() };
+    if let Some(prev) = ctx.arg::<u64>(0) {
+        let s = SETTINGS.load();
+        let mut comm = [0u8; TASK_COMM_LEN];
+        if s.off_comm != u32::MAX {
+            // SAFETY: bpf_probe_read_kernel_buf checks the address.
+            let _ = unsafe {
+                bpf_probe_read_kernel_buf((prev + s.off_comm as u64) as *const u8, &mut comm)
+            };
+        }
+        let out = Outgoing {
+            task: prev,
+            tgid: task_u32(prev, s.off_tgid).unwrap_or(0),
+            tid: task_u32(prev, s.off_pid).unwrap_or(0),
+            state: task_u32(prev, s.off_state).unwrap_or(0),
+            comm,
+        };
+        switch_out(&ctx, &out, now, false);
+    }
+    switch_in(&ctx, current, now, true);
+    0
+}

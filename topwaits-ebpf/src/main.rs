@@ -1,0 +1,21 @@
+//! topwaits' eBPF object: one module per hook, plus the maps and the shared
+//! switch-out/switch-in accounting they all use.
+#![no_std]
+#![no_main]
+
+mod finish_task_switch;
+mod maps;
+mod sched_switch;
+mod switch;
+
+/// GPL, so that the GPL-only helpers (stack ids, probe reads, ...) are allowed.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects any program that could reach here, so it never runs.
+    loop {}
+}

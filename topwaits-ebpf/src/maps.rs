@@ -1,0 +1,53 @@
+//! The maps and the read-only settings global, and small helpers around them.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{HashMap, PerCpuArray, StackTrace},
+    Global,
+};
+use topwaits_common::{limits, Settings, SwitchOut, WaitKey, WaitVal};
+
+/// Options from user space; overridden at load time.
+#[unsafe(no_mangle)]
+pub static SETTINGS: Global<Settings> = Global::new(Settings::defaults());
+
+/// Stack traces, sized by `--stack-storage-size` at load time.
+#[map(name = "STACKS")]
+pub static STACKS: StackTrace = StackTrace::with_max_entries(limits::DEFAULT_STACK_STORAGE, 0);
+
+/// Per-task switch-out state, keyed by `task_struct` address.
+#[map(name = "STARTS")]
+pub static STARTS: HashMap<u64, SwitchOut> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
+
+/// The in-kernel aggregate, sized by `--max-entries` at load time.
+#[map(name = "WAITS")]
+pub static WAITS: HashMap<WaitKey, WaitVal> =
+    HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, 0);
+
+/// The pids or tids of `-p`/`-t`.
+#[map(name = "PIDS")]
+pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(limits::MAX_FILTER_IDS, 0);
+
+/// Per-CPU event and loss counters, indexed by `topwaits_common::counter`.
+#[map(name = "COUNTERS")]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(16, 0);
+
+/// Adds `n` to one per-CPU counter.
+#[inline(always)]
+pub fn count(index: u32, n: u64) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: the pointer comes from a per-CPU array lookup, which is valid and
+        // used by this CPU alone while the program runs.
+        unsafe { *slot += n };
+    }
+}
+
+/// Reads a `u32` field of a `task_struct` at a byte offset found in BTF.
+#[inline(always)]
+pub fn task_u32(task: u64, off: u32) -> Option<u32> {
+    if off == u32::MAX {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel((task + off as u64) as *const u32).ok() }
+}

@@ -1,0 +1,46 @@
+//! Hook: the `sched_switch` tracepoint, as tp_btf (primary) and raw_tp (fallback).
+//! It runs as the outgoing task, so that task's stacks are taken here.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, raw_tracepoint},
+    programs::{tracing::StackIdContext, BtfTracePointContext, RawTracePointContext},
+};
+
+use crate::{
+    maps::count,
+    switch::{switch_in, switch_out, Outgoing},
+};
+use topwaits_common::counter;
+
+/// Both attach kinds pass the tracepoint's arguments
+/// `(bool preempt, task_struct *prev, task_struct *next, unsigned int prev_state)`.
+#[inline(always)]
+fn on_switch<C: StackIdContext>(ctx: &C, preempt: u64, prev: u64, next: u64, prev_state: u64) {
+    count(counter::SWITCHES, 1);
+    // SAFETY: a helper call without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let out = Outgoing {
+        task: prev,
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        // A preempted task stays runnable whatever its __state said.
+        state: if preempt & 0xff != 0 { 0 } else { prev_state as u32 },
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    };
+    switch_out(ctx, &out, now, true);
+    switch_in(ctx, next, now, false);
+}
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
+    on_switch(&ctx, ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch_raw(ctx: RawTracePointContext) -> i32 {
+    on_switch(&ctx, ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3));
+    0
+}

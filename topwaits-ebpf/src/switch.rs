@@ -1,0 +1,219 @@
+//! The accounting shared by every attach path: filters and capture at switch-out,
+//! and the delta added to the in-kernel aggregate at switch-in.
+
+use aya_ebpf::{
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    programs::tracing::StackIdContext,
+};
+use topwaits_common::{
+    counter, thread_filter, thread_kind, SwitchOut, WaitKey, WaitVal, CAPTURE_KERNEL,
+    CAPTURE_USER, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD,
+};
+
+use crate::maps::{count, task_u32, PIDS, SETTINGS, STACKS, STARTS, WAITS};
+
+const EFAULT: i32 = 14;
+const EEXIST: i32 = 17;
+
+/// The task leaving the CPU, as the hook saw it.
+pub struct Outgoing {
+    /// `task_struct` address.
+    pub task: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    /// State at switch-out, with preemption folded to 0 (runnable).
+    pub state: u32,
+    pub comm: [u8; TASK_COMM_LEN],
+}
+
+/// Whether the filters of `-p/-t/-u/-k/--state` let this task's wait be recorded.
+#[inline(always)]
+fn wanted(out: &Outgoing) -> bool {
+    let s = SETTINGS.load();
+    let id = match s.thread_filter {
+        thread_filter::TGID => Some(out.tgid),
+        thread_filter::TID => Some(out.tid),
+        _ => None,
+    };
+    if let Some(id) = id {
+        // SAFETY: the value is a plain u8 that is only tested for presence.
+        if unsafe { PIDS.get(&id) }.is_none() {
+            return false;
+        }
+    }
+    if s.thread_kind != thread_kind::ALL {
+        let Some(flags) = task_u32(out.task, s.off_flags) else {
+            return false;
+        };
+        let kthread = flags & PF_KTHREAD != 0;
+        if kthread != (s.thread_kind == thread_kind::KERNEL) {
+            return false;
+        }
+    }
+    if s.state_filter != 0 {
+        let matches = if s.state_mask == 0 {
+            out.state == 0
+        } else {
+            out.state & s.state_mask != 0
+        };
+        if !matches {
+            return false;
+        }
+    }
+    true
+}
+
+/// Takes the current task's stacks as the settings ask, counting failures.
+#[inline(always)]
+pub fn capture_stacks<C: StackIdContext>(ctx: &C) -> (i32, i32) {
+    let s = SETTINGS.load();
+    let mut kstack = STACK_NONE;
+    let mut ustack = STACK_NONE;
+    if s.stacks & CAPTURE_KERNEL != 0 {
+        kstack = match ctx.get_stackid(&STACKS, 0) {
+            Ok(id) => id as i32,
+            Err(e) => {
+                count(counter::LOST_KERNEL_STACK, 1);
+                e
+            }
+        };
+    }
+    if s.stacks & CAPTURE_USER != 0 {
+        ustack = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
+            Ok(id) => id as i32,
+            // No user context (a kernel thread): there is no user stack to lose.
+            Err(e) if e == -EFAULT => STACK_NONE,
+            Err(e) => {
+                count(counter::LOST_USER_STACK, 1);
+                e
+            }
+        };
+    }
+    (kstack, ustack)
+}
+
+/// Records the start of a wait. `stacks` is `Some` when the hook runs in the
+/// outgoing task's own context and has captured its stacks.
+#[inline(always)]
+pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_context: bool) {
+    if out.tid == 0 {
+        // The idle task does not wait.
+        return;
+    }
+    if out.state & TASK_DEAD != 0 {
+        // Its last switch: free the slot instead of starting a wait that never ends.
+        let _ = STARTS.remove(&out.task);
+        return;
+    }
+    if !wanted(out) {
+        return;
+    }
+    let (kstack, ustack) = if in_own_context {
+        capture_stacks(ctx)
+    } else {
+        (STACK_NONE, STACK_NONE)
+    };
+    let rec = SwitchOut {
+        ts: now,
+        tgid: out.tgid,
+        tid: out.tid,
+        kstack,
+        ustack,
+        comm: out.comm,
+    };
+    if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
+        // SAFETY: a pointer from a map lookup; only this task's switches touch it.
+        unsafe { *slot = rec };
+    } else if STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err() {
+        count(counter::LOST_START_FULL, 1);
+    }
+}
+
+/// Ends the wait of `task`, which is switching in, and adds it to the aggregate.
+/// With `stacks_now`, the stacks are taken here (the hook runs as that task).
+#[inline(always)]
+pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, now: u64, stacks_now: bool) {
+    let Some(slot) = STARTS.get_ptr_mut(&task) else {
+        return;
+    };
+    // SAFETY: a pointer from a map lookup; only this task's switches touch it.
+    let start = unsafe { &mut *slot };
+    if start.ts == 0 {
+        return;
+    }
+    let began = start.ts;
+    // Mark as consumed rather than delete: no map delete on the hot path.
+    start.ts = 0;
+    if now < began {
+        count(counter::NEGATIVE_DELTA, 1);
+        return;
+    }
+    let delta = now - began;
+    let s = SETTINGS.load();
+    let us = delta / 1000;
+    if us < s.min_us || us > s.max_us {
+        count(counter::OUTSIDE_BLOCK_TIME, 1);
+        return;
+    }
+    let (kstack, ustack) = if stacks_now {
+        capture_stacks(ctx)
+    } else {
+        (start.kstack, start.ustack)
+    };
+    let key = WaitKey {
+        tgid: start.tgid,
+        tid: start.tid,
+        kstack,
+        ustack,
+        comm: start.comm,
+    };
+    add(&key, delta, now);
+}
+
+/// Folds one wait into an existing aggregate value.
+#[inline(always)]
+fn fold(v: *mut WaitVal, delta: u64, now: u64) {
+    // SAFETY: a pointer from a map lookup; the key names one thread, which switches
+    // in on one CPU at a time, so nothing else writes this value meanwhile.
+    let v = unsafe { &mut *v };
+    v.total_ns += delta;
+    v.count += 1;
+    if delta > v.max_ns {
+        v.max_ns = delta;
+        v.max_end_ns = now;
+    }
+}
+
+/// Adds one wait of `delta` ns ending at `now` to the aggregate.
+#[inline(always)]
+fn add(key: &WaitKey, delta: u64, now: u64) {
+    if let Some(v) = WAITS.get_ptr_mut(key) {
+        fold(v, delta, now);
+        count(counter::RECORDED, 1);
+        return;
+    }
+    let fresh = WaitVal {
+        total_ns: delta,
+        count: 1,
+        max_ns: delta,
+        max_end_ns: now,
+    };
+    match WAITS.insert(key, &fresh, BPF_NOEXIST as u64) {
+        Ok(()) => count(counter::RECORDED, 1),
+        // Another CPU created it in between: fold into that one.
+        Err(e) if e == -EEXIST => match WAITS.get_ptr_mut(key) {
+            Some(v) => {
+                fold(v, delta, now);
+                count(counter::RECORDED, 1);
+            }
+            None => {
+                count(counter::LOST_AGG_FULL, 1);
+                count(counter::LOST_AGG_FULL_NS, delta);
+            }
+        },
+        Err(_) => {
+            count(counter::LOST_AGG_FULL, 1);
+            count(counter::LOST_AGG_FULL_NS, delta);
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! Command-line options (clap derive, doc comments are the help text) and their
+//! validation into a [`Config`], with every cross-option check done here.
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use thiserror::Error;
+
+use topwaits_common::limits;
+
+const EXAMPLES: &str = "\
+Examples:
+  topwaits 10                     all threads for 10 s, longest waits first
+  topwaits -p 1234 10             the threads of process 1234
+  topwaits -t 1240,1241 -m 1000   two threads, waits of 1 ms or more, until Ctrl-C
+  topwaits -f 10 | flamegraph.pl --color=io --countname=us > offcpu.svg
+  topwaits --json -n 50 10        the 50 longest-waiting stacks as JSON
+  topwaits --state 2 10           uninterruptible (D state) waits only";
+
+/// Where did threads wait, for how long, at most when? An off-CPU profiler that keeps,
+/// per unique stack, the total wait, the count, the longest single wait and when it ended.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "topwaits", version, after_help = EXAMPLES, max_term_width = 100)]
+pub struct Args {
+    /// Trace only these processes (comma-separated PIDs).
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',', num_args = 1,
+          conflicts_with_all = ["tid", "user_threads_only", "kernel_threads_only"])]
+    pub pid: Vec<u32>,
+
+    /// Trace only these threads (comma-separated TIDs).
+    #[arg(short = 't', long = "tid", value_name = "TID", value_delimiter = ',', num_args = 1,
+          conflicts_with_all = ["user_threads_only", "kernel_threads_only"])]
+    pub tid: Vec<u32>,
+
+    /// Trace user threads only (no kernel threads).
+    #[arg(short = 'u', long, conflicts_with = "kernel_threads_only")]
+    pub user_threads_only: bool,
+
+    /// Trace kernel threads only (no user threads).
+    #[arg(short = 'k', long)]
+    pub kernel_threads_only: bool,
+
+    /// Show user-space stacks only (no kernel stacks).
+    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+
+    /// Show kernel stacks only (no user-space stacks).
+    #[arg(short = 'K', long)]
+    pub kernel_stacks_only: bool,
+
+    /// Record only waits of at least this many microseconds.
+    #[arg(short = 'm', long, value_name = "USECS", default_value_t = 1)]
+    pub min_block_time: u64,
+
+    /// Record only waits of at most this many microseconds.
+    #[arg(short = 'M', long, value_name = "USECS", default_value_t = u64::MAX, hide_default_value = true)]
+    pub max_block_time: u64,
+
+    /// Record only waits whose thread state at switch-out matches this bit mask
+    /// (1 = interruptible sleep, 2 = uninterruptible/D); 0 means preempted while runnable.
+    /// Accepts decimal or 0x-prefixed hex.
+    #[arg(long, value_name = "MASK", value_parser = parse_mask)]
+    pub state: Option<u32>,
+
+    /// Number of unique stack traces the kernel can store.
+    #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_STACK_STORAGE,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub stack_storage_size: u32,
+
+    /// Number of unique (thread, stack) records the kernel aggregate can hold.
+    #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_MAX_ENTRIES,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_entries: u32,
+
+    /// Print folded stacks, one line per record, for flamegraph.pl or inferno.
+    #[arg(short = 'f', long, conflicts_with = "json")]
+    pub folded: bool,
+
+    /// Put a "-" frame between user and kernel frames.
+    #[arg(short = 'd', long)]
+    pub delimited: bool,
+
+    /// Print one JSON document (schema in the README).
+    #[arg(long)]
+    pub json: bool,
+
+    /// The value of each folded line: total wait (µs), longest wait (µs) or count.
+    #[arg(long, value_enum, default_value_t = ValueKind::Total, requires = "folded")]
+    pub value: ValueKind,
+
+    /// Show the N records with the longest waits (0 = all). Default: 20 in the top view,
+    /// all in JSON.
+    #[arg(short = 'n', long, value_name = "N")]
+    pub top: Option<usize>,
+
+    /// How to attach: tp_btf (sched_switch with BTF), raw_tp, kprobe (finish_task_switch),
+    /// or auto (tp_btf, else raw_tp).
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach: AttachMode,
+
+    /// Seconds to trace (decimals allowed). Without it, trace until Ctrl-C.
+    #[arg(value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+}
+
+/// Which number a folded line carries.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ValueKind {
+    Total,
+    Max,
+    Count,
+}
+
+/// Which attach path to use.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AttachMode {
+    Auto,
+    #[value(name = "tp_btf")]
+    TpBtf,
+    #[value(name = "raw_tp")]
+    RawTp,
+    Kprobe,
+}
+
+fn parse_mask(s: &str) -> Result<u32, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|_| format!("'{s}' is not a state mask (use decimal or 0x hex, e.g. 2 or 0x2)"))
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
+        return Err(format!("duration must be a positive number of seconds, got '{s}'"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Which threads to trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Threads {
+    All,
+    Pids(Vec<u32>),
+    Tids(Vec<u32>),
+    UserOnly,
+    KernelOnly,
+}
+
+/// Which stacks to capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stacks {
+    Both,
+    UserOnly,
+    KernelOnly,
+}
+
+/// What to print.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    Top { limit: usize, delimited: bool },
+    Folded { delimited: bool, value: ValueKind },
+    Json { limit: usize },
+}
+
+/// Validated options; nothing loads before this exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub threads: Threads,
+    pub stacks: Stacks,
+    pub min_us: u64,
+    pub max_us: u64,
+    pub state: Option<u32>,
+    pub stack_storage_size: u32,
+    pub max_entries: u32,
+    pub output: Output,
+    pub attach: AttachMode,
+    pub duration: Option<Duration>,
+}
+
+/// Option errors that clap cannot see.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("--min-block-time {min} is above --max-block-time {max}")]
+    MinAboveMax { min: u64, max: u64 },
+    #[error("too many ids in -p/-t: {0} (at most {max})", max = limits::MAX_FILTER_IDS)]
+    TooManyIds(usize),
+    #[error("-p/-t ids must be positive, got 0")]
+    ZeroId,
+}
+
+/// Default number of records in the top view.
+pub const DEFAULT_TOP: usize = 20;
+
+impl Config {
+    /// Checks options against each other.
+    pub fn from_args(a: Args) -> Result<Self, ConfigError> {
+        if a.min_block_time > a.max_block_time {
+            return Err(ConfigError::MinAboveMax {
+                min: a.min_block_time,
+                max: a.max_block_time,
+            });
+        }
+        let ids = |mut v: Vec<u32>| {
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let threads = if !a.pid.is_empty() {
+            Threads::Pids(ids(a.pid))
+        } else if !a.tid.is_empty() {
+            Threads::Tids(ids(a.tid))
+        } else if a.user_threads_only {
+            Threads::UserOnly
+        } else if a.kernel_threads_only {
+            Threads::KernelOnly
+        } else {
+            Threads::All
+        };
+        if let Threads::Pids(v) | Threads::Tids(v) = &threads {
+            if v.len() > limits::MAX_FILTER_IDS as usize {
+                return Err(ConfigError::TooManyIds(v.len()));
+            }
+            if v.contains(&0) {
+                return Err(ConfigError::ZeroId);
+            }
+        }
+        let stacks = match (a.user_stacks_only, a.kernel_stacks_only) {
+            (true, _) => Stacks::UserOnly,
+            (_, true) => Stacks::KernelOnly,
+            _ => Stacks::Both,
+        };
+        let output = if a.folded {
+            Output::Folded {
+                delimited: a.delimited,
+                value: a.value,
+            }
+        } else if a.json {
+            Output::Json {
+                limit: a.top.unwrap_or(0),
+            }
+        } else {
+            Output::Top {
+                limit: a.top.unwrap_or(DEFAULT_TOP),
+                delimited: a.delimited,
+            }
+        };
+        Ok(Config {
+            threads,
+            stacks,
+            min_us: a.min_block_time,
+            max_us: a.max_block_time,
+            state: a.state,
+            stack_storage_size: a.stack_storage_size,
+            max_entries: a.max_entries,
+            output,
+            attach: a.attach,
+            duration: a.duration,
+        })
+    }
+
+    /// Human description of what is traced, for headers and titles.
+    pub fn target(&self) -> String {
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let mut s = match &self.threads {
+            Threads::All => "all threads".to_string(),
+            Threads::Pids(v) => format!("PID {}", list(v)),
+            Threads::Tids(v) => format!("TID {}", list(v)),
+            Threads::UserOnly => "user threads".to_string(),
+            Threads::KernelOnly => "kernel threads".to_string(),
+        };
+        if self.min_us > 1 || self.max_us != u64::MAX {
+            s.push_str(&format!(", waits {}..", self.min_us));
+            if self.max_us != u64::MAX {
+                s.push_str(&self.max_us.to_string());
+            }
+            s.push_str(" us");
+        }
+        if let Some(m) = self.state {
+            s.push_str(&format!(", state {m:#x}"));
+        }
+        match self.stacks {
+            Stacks::UserOnly => s.push_str(", user stacks"),
+            Stacks::KernelOnly => s.push_str(", kernel stacks"),
+            Stacks::Both => {}
+        }
+        s
+    }
+
+    /// Whether the kernel-side filters need `task_struct.flags`.
+    pub fn needs_task_flags(&self) -> bool {
+        matches!(self.threads, Threads::UserOnly | Threads::KernelOnly)
+    }
+
+    /// The settings global for the programs, without the BTF offsets.
+    pub fn settings(&self) -> topwaits_common::Settings {
+        use topwaits_common::{thread_filter, thread_kind, CAPTURE_KERNEL, CAPTURE_USER};
+        let mut s = topwaits_common::Settings::defaults();
+        s.min_us = self.min_us;
+        s.max_us = self.max_us;
+        s.thread_filter = match self.threads {
+            Threads::Pids(_) => thread_filter::TGID,
+            Threads::Tids(_) => thread_filter::TID,
+            _ => thread_filter::ALL,
+        };
+        s.thread_kind = match self.threads {
+            Threads::UserOnly => thread_kind::USER,
+            Threads::KernelOnly => thread_kind::KERNEL,
+            _ => thread_kind::ALL,
+        };
+        s.stacks = match self.stacks {
+            Stacks::Both => CAPTURE_KERNEL | CAPTURE_USER,
+            Stacks::UserOnly => CAPTURE_USER,
+            Stacks::KernelOnly => CAPTURE_KERNEL,
+        };
+        if let Some(mask) = self.state {
+            s.state_filter = 1;
+            s.state_mask = mask;
+        }
+        s
+    }
+
+    /// The pids or tids for the kernel filter map.
+    pub fn filter_ids(&self) -> &[u32] {
+        match &self.threads {
+            Threads::Pids(v) | Threads::Tids(v) => v,
+            _ => &[],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let a = Args::try_parse_from(std::iter::once("topwaits").chain(args.iter().copied()))
+            .map_err(|e| e.kind().to_string())?;
+        Config::from_args(a).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_trace_everything_with_both_stacks_until_ctrl_c() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.threads, Threads::All);
+        assert_eq!(c.stacks, Stacks::Both);
+        assert_eq!((c.min_us, c.max_us), (1, u64::MAX));
+        assert_eq!(c.stack_storage_size, 16384);
+        assert_eq!(c.output, Output::Top { limit: DEFAULT_TOP, delimited: false });
+        assert_eq!(c.duration, None);
+        assert_eq!(c.target(), "all threads");
+    }
+
+    #[test]
+    fn pid_lists_and_durations() {
+        let c = parse(&["-p", "30,10,30", "2.5"]).unwrap();
+        assert_eq!(c.threads, Threads::Pids(vec![10, 30]));
+        assert_eq!(c.duration, Some(Duration::from_millis(2500)));
+        assert_eq!(c.settings().thread_filter, topwaits_common::thread_filter::TGID);
+        let c = parse(&["-t", "5", "-t", "6"]).unwrap();
+        assert_eq!(c.threads, Threads::Tids(vec![5, 6]));
+        assert_eq!(c.target(), "TID 5,6");
+    }
+
+    #[test]
+    fn mutually_exclusive_options_are_rejected() {
+        for bad in [&["-u", "-k"][..], &["-U", "-K"], &["-p", "1", "-t", "2"], &["-p", "1", "-u"], &["-f", "--json"]] {
+            assert_eq!(parse(bad).unwrap_err(), "an argument cannot be used with one or more of the other specified arguments", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        assert!(parse(&["-m", "-5"]).is_err());
+        assert!(parse(&["--stack-storage-size", "0"]).is_err());
+        assert!(parse(&["--max-entries", "0"]).is_err());
+        assert!(parse(&["-p", "abc"]).is_err());
+        assert!(parse(&["0"]).is_err());
+        assert!(parse(&["-3"]).is_err());
+        assert!(parse(&["nan"]).is_err());
+        assert!(parse(&["--attach", "fentry"]).is_err());
+        assert!(parse(&["--value", "max"]).is_err(), "--value needs -f");
+        assert_eq!(parse(&["-p", "0"]).unwrap_err(), "-p/-t ids must be positive, got 0");
+    }
+
+    #[test]
+    fn min_above_max_is_an_error() {
+        assert_eq!(
+            parse(&["-m", "100", "-M", "10"]).unwrap_err(),
+            "--min-block-time 100 is above --max-block-time 10"
+        );
+        assert!(parse(&["-m", "10", "-M", "10"]).is_ok());
+    }
+
+    #[test]
+    fn state_masks_in_decimal_and_hex() {
+        assert_eq!(parse(&["--state", "0"]).unwrap().settings().state_filter, 1);
+        assert_eq!(parse(&["--state", "0x2"]).unwrap().state, Some(2));
+        assert_eq!(parse(&["--state", "3"]).unwrap().settings().state_mask, 3);
+        assert!(parse(&["--state", "two"]).is_err());
+        assert_eq!(parse(&[]).unwrap().settings().state_filter, 0);
+    }
+
+    #[test]
+    fn outputs_and_stack_modes_map_to_settings() {
+        use topwaits_common::{CAPTURE_KERNEL, CAPTURE_USER};
+        let c = parse(&["-f", "-d", "--value", "count", "-K"]).unwrap();
+        assert_eq!(c.output, Output::Folded { delimited: true, value: ValueKind::Count });
+        assert_eq!(c.settings().stacks, CAPTURE_KERNEL);
+        assert_eq!(parse(&["-U"]).unwrap().settings().stacks, CAPTURE_USER);
+        assert_eq!(parse(&["--json"]).unwrap().output, Output::Json { limit: 0 });
+        assert_eq!(parse(&["--json", "-n", "5"]).unwrap().output, Output::Json { limit: 5 });
+        assert!(parse(&["-u"]).unwrap().needs_task_flags());
+        assert_eq!(parse(&["--attach", "raw_tp"]).unwrap().attach, AttachMode::RawTp);
+    }
+
+    #[test]
+    fn help_renders_with_examples() {
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert!(help.contains("--min-block-time") && help.contains("Examples:"), "{help}");
+    }
+}

@@ -1,0 +1,38 @@
+//! topwaits: a Linux off-CPU and wakeup profiler. The binary is glue; the work lives
+//! in these modules, and data flows one way: kernel maps → `bpf` → `model` →
+//! `symbolize` → `report`.
+
+pub mod bpf;
+pub mod cli;
+pub mod clock;
+pub mod error;
+pub mod model;
+pub mod report;
+pub mod symbolize;
+pub mod sys;
+pub mod trace;
+
+use clap::Parser;
+
+/// Parses the command line, runs, and returns the process exit code. Errors are
+/// printed as one line, with their causes joined by `: `.
+pub fn main_entry() -> i32 {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_timestamp(None)
+        .init();
+    let args = cli::Args::parse();
+    let config = match cli::Config::from_args(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("topwaits: error: {e}");
+            return 2;
+        }
+    };
+    match trace::run(&config) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("topwaits: error: {e:#}");
+            1
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Plain data that flows from the kernel maps to the reports: raw records as drained,
+//! loss counters, and symbolized records. No aya, no I/O.
+
+use std::collections::HashMap;
+
+use crate::clock::ClockPair;
+
+/// What a record's stack-id slot held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StackId {
+    /// A stack stored in the stack map.
+    Id(u32),
+    /// No stack was asked for, or none exists (a kernel thread's user stack).
+    None,
+    /// The kernel could not store the stack; the value is the negated errno.
+    Lost(i32),
+}
+
+impl StackId {
+    /// Decodes the `i32` the eBPF side stores.
+    pub fn from_raw(raw: i32) -> Self {
+        match raw {
+            r if r >= 0 => StackId::Id(r as u32),
+            topwaits_common::STACK_NONE => StackId::None,
+            r => StackId::Lost(r),
+        }
+    }
+}
+
+/// One aggregate row as drained from the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawRecord {
+    pub tgid: u32,
+    pub tid: u32,
+    /// `comm` bytes up to the first NUL (may be empty or non-UTF-8).
+    pub comm: Vec<u8>,
+    pub kstack: StackId,
+    pub ustack: StackId,
+    pub total_ns: u64,
+    pub count: u64,
+    pub max_ns: u64,
+    /// CLOCK_MONOTONIC ns at which the longest wait ended.
+    pub max_end_mono: u64,
+}
+
+/// Event and loss counters, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub switches: u64,
+    pub recorded: u64,
+    pub outside_block_time: u64,
+    pub lost_kernel_stacks: u64,
+    pub lost_user_stacks: u64,
+    pub aggregate_full: u64,
+    pub aggregate_full_ns: u64,
+    pub start_full: u64,
+    pub negative_deltas: u64,
+}
+
+impl Counters {
+    /// Builds from the per-index sums of the COUNTERS map.
+    pub fn from_slots(s: &[u64]) -> Self {
+        use topwaits_common::counter as c;
+        let at = |i: u32| s.get(i as usize).copied().unwrap_or(0);
+        Counters {
+            switches: at(c::SWITCHES),
+            recorded: at(c::RECORDED),
+            outside_block_time: at(c::OUTSIDE_BLOCK_TIME),
+            lost_kernel_stacks: at(c::LOST_KERNEL_STACK),
+            lost_user_stacks: at(c::LOST_USER_STACK),
+            aggregate_full: at(c::LOST_AGG_FULL),
+            aggregate_full_ns: at(c::LOST_AGG_FULL_NS),
+            start_full: at(c::LOST_START_FULL),
+            negative_deltas: at(c::NEGATIVE_DELTA),
+        }
+    }
+
+    /// Whether anything was lost.
+    pub fn any_loss(&self) -> bool {
+        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas > 0
+    }
+
+    /// One warning line per kind of loss, each with the fix to apply.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let stacks = self.lost_kernel_stacks + self.lost_user_stacks;
+        if stacks > 0 {
+            w.push(format!(
+                "{stacks} stack traces could not be stored ({} kernel, {} user); their time is kept under \
+                 [missing ... stack] frames; increase --stack-storage-size",
+                self.lost_kernel_stacks, self.lost_user_stacks
+            ));
+        }
+        if self.aggregate_full > 0 {
+            w.push(format!(
+                "{} waits ({:.3} ms) did not fit into the full aggregate map; increase --max-entries",
+                self.aggregate_full,
+                self.aggregate_full_ns as f64 / 1e6
+            ));
+        }
+        if self.start_full > 0 {
+            w.push(format!(
+                "{} switch-outs did not fit into the full per-task start map; narrow the trace with -p/-t/-u",
+                self.start_full
+            ));
+        }
+        if self.negative_deltas > 0 {
+            w.push(format!("{} waits ended before they began and were dropped (clock skew)", self.negative_deltas));
+        }
+        w
+    }
+}
+
+/// How the programs were attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachKind {
+    TpBtf,
+    RawTp,
+    Kprobe,
+}
+
+impl AttachKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttachKind::TpBtf => "tp_btf",
+            AttachKind::RawTp => "raw_tp",
+            AttachKind::Kprobe => "kprobe",
+        }
+    }
+}
+
+/// Everything drained from the kernel at the end of a trace (or an interval).
+#[derive(Clone, Debug, Default)]
+pub struct Capture {
+    pub records: Vec<RawRecord>,
+    /// Stack id to addresses, leaf first.
+    pub stacks: HashMap<u32, Vec<u64>>,
+    pub counters: Counters,
+}
+
+/// One symbolized frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub addr: u64,
+    /// Function name, when one resolved.
+    pub symbol: Option<String>,
+    /// Module (file name) the address lies in, when known.
+    pub module: Option<String>,
+    /// Offset into the symbol when it resolved, else into the module file.
+    pub offset: Option<u64>,
+}
+
+impl Frame {
+    /// A frame with only an address.
+    pub fn unknown(addr: u64) -> Self {
+        Frame {
+            addr,
+            symbol: None,
+            module: None,
+            offset: None,
+        }
+    }
+
+    /// The bare function name, or `[unknown]`.
+    pub fn name(&self) -> &str {
+        self.symbol.as_deref().unwrap_or("[unknown]")
+    }
+
+    /// The function name, or `module+0xoffset`, or `[unknown]`.
+    pub fn describe(&self) -> String {
+        match (&self.symbol, &self.module, self.offset) {
+            (Some(s), _, _) => s.clone(),
+            (None, Some(m), Some(off)) => format!("{m}+{off:#x}"),
+            (None, Some(m), None) => format!("[{m}]"),
+            (None, None, _) => "[unknown]".to_string(),
+        }
+    }
+}
+
+/// A symbolized stack, leaf first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stack {
+    Frames(Vec<Frame>),
+    /// Not captured, or does not exist.
+    None,
+    /// The kernel could not store it; the record keeps its time.
+    Missing,
+}
+
+impl Stack {
+    pub fn frames(&self) -> &[Frame] {
+        match self {
+            Stack::Frames(f) => f,
+            _ => &[],
+        }
+    }
+}
+
+/// One symbolized record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: Vec<u8>,
+    pub kernel: Stack,
+    pub user: Stack,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub max_end_mono: u64,
+}
+
+/// Facts about the trace itself, for headers, titles and JSON.
+#[derive(Clone, Debug)]
+pub struct TraceInfo {
+    pub clock: ClockPair,
+    /// Monotonic time at which tracing was attached and at which it ended.
+    pub start_mono: u64,
+    pub end_mono: u64,
+    pub attach: AttachKind,
+    /// Human description of the filters, e.g. "all threads" or "PID 1234".
+    pub target: String,
+    /// Local UTC offset in seconds, for printing times.
+    pub utc_offset_s: i32,
+}
+
+impl TraceInfo {
+    pub fn duration_s(&self) -> f64 {
+        self.end_mono.saturating_sub(self.start_mono) as f64 / 1e9
+    }
+}
+
+/// What the report writers format.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub info: TraceInfo,
+    pub counters: Counters,
+    pub records: Vec<Record>,
+}
+
+/// A comm for display: lossy UTF-8 with control characters escaped; `[empty]` when empty.
+pub fn comm_text(comm: &[u8]) -> String {
+    if comm.is_empty() {
+        return "[empty]".to_string();
+    }
+    let mut s = String::new();
+    for c in String::from_utf8_lossy(comm).chars() {
+        if c.is_control() {
+            s.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            s.push(c);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_ids_decode() {
+        assert_eq!(StackId::from_raw(7), StackId::Id(7));
+        assert_eq!(StackId::from_raw(-1), StackId::None);
+        assert_eq!(StackId::from_raw(-12), StackId::Lost(-12));
+        assert_eq!(StackId::from_raw(-17), StackId::Lost(-17));
+    }
+
+    #[test]
+    fn comm_text_keeps_hostile_names_printable() {
+        assert_eq!(comm_text(b""), "[empty]");
+        assert_eq!(comm_text(b"a;b c"), "a;b c");
+        assert_eq!(comm_text(b"x\ny\t"), "x\\x0ay\\x09");
+        assert_eq!(comm_text(b"bad\xffname"), "bad\u{fffd}name");
+    }
+
+    #[test]
+    fn warnings_name_the_fix() {
+        let c = Counters {
+            lost_kernel_stacks: 3,
+            aggregate_full: 2,
+            aggregate_full_ns: 5_000_000,
+            ..Default::default()
+        };
+        let w = c.warnings();
+        assert_eq!(w.len(), 2);
+        assert!(w[0].contains("--stack-storage-size"), "{}", w[0]);
+        assert!(w[1].contains("--max-entries") && w[1].contains("5.000 ms"), "{}", w[1]);
+        assert!(c.any_loss());
+        assert!(Counters::default().warnings().is_empty());
+    }
+
+    #[test]
+    fn frame_descriptions() {
+        let mut f = Frame::unknown(0x10);
+        assert_eq!(f.describe(), "[unknown]");
+        f.module = Some("libc.so.6".into());
+        f.offset = Some(0x28004);
+        assert_eq!(f.describe(), "libc.so.6+0x28004");
+        assert_eq!(f.name(), "[unknown]");
+        f.symbol = Some("read".into());
+        assert_eq!(f.describe(), "read");
+    }
+}

@@ -1,0 +1,136 @@
+//! Folded stacks, one `frames value` line per record, byte-compatible with bcc
+//! `offcputime -f`: `comm;user frames root→leaf;kernel frames root→leaf value`.
+
+use std::io::{self, Write};
+
+use super::Format;
+use crate::cli::ValueKind;
+use crate::model::{Record, Report, Stack};
+
+/// Placeholder frames for stacks the kernel could not store.
+pub const MISSING_USER: &str = "[missing user stack]";
+pub const MISSING_KERNEL: &str = "[missing kernel stack]";
+
+pub struct Folded {
+    pub delimited: bool,
+    pub value: ValueKind,
+}
+
+/// Makes one frame safe for the folded format: `;` becomes `:`, whitespace and control
+/// characters become `_`, and an empty name becomes `[empty]`, so every line splits
+/// into exactly `stack value` and every frame into `;`-separated parts.
+pub fn clean(name: &str) -> String {
+    if name.is_empty() {
+        return "[empty]".to_string();
+    }
+    name.chars()
+        .map(|c| match c {
+            ';' => ':',
+            c if c.is_whitespace() || c.is_control() => '_',
+            c => c,
+        })
+        .collect()
+}
+
+/// The frames of one record, root first, starting with the comm.
+pub fn line_frames(r: &Record, delimited: bool) -> Vec<String> {
+    let mut line = vec![clean(&String::from_utf8_lossy(&r.comm))];
+    match &r.user {
+        Stack::Missing => line.push(MISSING_USER.to_string()),
+        Stack::Frames(f) => line.extend(f.iter().rev().map(|f| clean(f.name()))),
+        Stack::None => {}
+    }
+    if delimited && matches!(r.user, Stack::Frames(_)) && matches!(r.kernel, Stack::Frames(_)) {
+        line.push("-".to_string());
+    }
+    match &r.kernel {
+        Stack::Missing => line.push(MISSING_KERNEL.to_string()),
+        Stack::Frames(f) => line.extend(f.iter().rev().map(|f| clean(f.name()))),
+        Stack::None => {}
+    }
+    line
+}
+
+/// The number a line carries.
+pub fn value(r: &Record, kind: ValueKind) -> u64 {
+    match kind {
+        ValueKind::Total => r.total_ns / 1000,
+        ValueKind::Max => r.max_ns / 1000,
+        ValueKind::Count => r.count,
+    }
+}
+
+impl Format for Folded {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        let mut lines: Vec<(u64, String)> = report
+            .records
+            .iter()
+            .map(|r| (value(r, self.value), line_frames(r, self.delimited).join(";")))
+            .collect();
+        // Ascending by value, as bcc prints them; ties by text for stable output.
+        lines.sort();
+        for (v, l) in lines {
+            writeln!(out, "{l} {v}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::{frames, report};
+
+    fn render(f: Folded, r: &Report) -> String {
+        let mut out = Vec::new();
+        f.write(r, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn matches_bcc_offcputime_layout() {
+        let got = render(Folded { delimited: false, value: ValueKind::Total }, &report());
+        assert_eq!(
+            got,
+            "kworker/0:1;[missing kernel stack] 3\n\
+             sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1000500\n"
+        );
+    }
+
+    #[test]
+    fn delimiter_sits_between_user_and_kernel_frames_only_when_both_exist() {
+        let got = render(Folded { delimited: true, value: ValueKind::Count }, &report());
+        assert_eq!(
+            got,
+            "kworker/0:1;[missing kernel stack] 2\n\
+             sleeper;main;wait_here;clock_nanosleep;-;do_nanosleep;schedule;__schedule 10\n"
+        );
+    }
+
+    #[test]
+    fn max_value_is_the_longest_wait_in_microseconds() {
+        let got = render(Folded { delimited: false, value: ValueKind::Max }, &report());
+        assert!(got.ends_with("__schedule 250000\n"), "{got}");
+    }
+
+    #[test]
+    fn hostile_comm_names_keep_lines_parseable() {
+        let mut r = report();
+        r.records.truncate(1);
+        for comm in [&b"a;b c"[..], b"", b"\xff\xfe;x", b"tab\there\n"] {
+            r.records[0].comm = comm.to_vec();
+            r.records[0].user = frames(&["f g", "h;i"]);
+            let out = render(Folded { delimited: false, value: ValueKind::Total }, &r);
+            let line = out.trim_end_matches('\n');
+            assert_eq!(out.matches('\n').count(), 1, "{out:?}");
+            let parts: Vec<&str> = line.split(' ').collect();
+            assert_eq!(parts.len(), 2, "{line:?}");
+            assert_eq!(parts[1], "1000500");
+            let f: Vec<&str> = parts[0].split(';').collect();
+            assert_eq!(f.len(), 1 + 2 + 3, "{line:?}");
+            assert_eq!(&f[1..3], ["h:i", "f_g"]);
+        }
+        assert_eq!(clean(""), "[empty]");
+        assert_eq!(clean("a;b c"), "a:b_c");
+    }
+}

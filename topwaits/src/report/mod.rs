@@ -1,0 +1,125 @@
+//! Output formats. Each format is one file implementing [`Format`], writing a
+//! [`Report`] into any `Write`.
+
+pub mod folded;
+pub mod json;
+pub mod top;
+
+use std::io::{self, Write};
+
+use crate::cli::Output;
+use crate::model::{Record, Report};
+
+/// One output format.
+pub trait Format {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()>;
+}
+
+/// The format an [`Output`] choice names.
+pub fn for_output(output: &Output) -> Box<dyn Format> {
+    match output {
+        Output::Top { limit, delimited } => Box::new(top::Top {
+            limit: *limit,
+            delimited: *delimited,
+        }),
+        Output::Folded { delimited, value } => Box::new(folded::Folded {
+            delimited: *delimited,
+            value: *value,
+        }),
+        Output::Json { limit } => Box::new(json::Json { limit: *limit }),
+    }
+}
+
+/// Records ordered by longest wait, then total, then tid: the "top waits" order.
+pub fn by_longest(records: &[Record]) -> Vec<&Record> {
+    let mut v: Vec<&Record> = records.iter().collect();
+    v.sort_by(|a, b| {
+        b.max_ns
+            .cmp(&a.max_ns)
+            .then(b.total_ns.cmp(&a.total_ns))
+            .then(a.tid.cmp(&b.tid))
+            .then(a.comm.cmp(&b.comm))
+    });
+    v
+}
+
+/// Keeps the first `limit` items; 0 keeps all.
+pub fn take<T>(v: Vec<T>, limit: usize) -> Vec<T> {
+    if limit == 0 {
+        v
+    } else {
+        v.into_iter().take(limit).collect()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Fabricated reports shared by the format tests.
+    use crate::clock::ClockPair;
+    use crate::model::*;
+
+    pub fn frame(name: &str, addr: u64) -> Frame {
+        Frame {
+            addr,
+            symbol: Some(name.to_string()),
+            module: None,
+            offset: Some(0),
+        }
+    }
+
+    pub fn frames(names: &[&str]) -> Stack {
+        Stack::Frames(names.iter().enumerate().map(|(i, n)| frame(n, 0x1000 + i as u64)).collect())
+    }
+
+    pub fn info() -> TraceInfo {
+        TraceInfo {
+            // mono 1 s == 2023-11-14T22:13:20Z
+            clock: ClockPair {
+                mono_ns: 1_000_000_000,
+                wall_ns: 1_700_000_000_000_000_000,
+            },
+            start_mono: 1_000_000_000,
+            end_mono: 6_000_000_000,
+            attach: AttachKind::TpBtf,
+            target: "all threads".into(),
+            utc_offset_s: 0,
+        }
+    }
+
+    /// Two records: a sleeper with both stacks, and a kernel worker whose kernel stack was lost.
+    pub fn report() -> Report {
+        Report {
+            info: info(),
+            counters: Counters {
+                switches: 1000,
+                recorded: 12,
+                lost_kernel_stacks: 1,
+                ..Default::default()
+            },
+            records: vec![
+                Record {
+                    tgid: 100,
+                    tid: 101,
+                    comm: b"sleeper".to_vec(),
+                    kernel: frames(&["__schedule", "schedule", "do_nanosleep"]),
+                    user: frames(&["clock_nanosleep", "wait_here", "main"]),
+                    count: 10,
+                    total_ns: 1_000_500_000,
+                    max_ns: 250_000_000,
+                    max_end_mono: 3_500_000_000,
+                },
+                Record {
+                    tgid: 7,
+                    tid: 7,
+                    comm: b"kworker/0:1".to_vec(),
+                    kernel: Stack::Missing,
+                    user: Stack::None,
+                    count: 2,
+                    total_ns: 3_000,
+                    max_ns: 2_000,
+                    max_end_mono: 2_000_000_000,
+                },
+            ],
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The default "top waits" view: records sorted by their longest wait, each with the
+//! wall-clock window of that wait, count, total and average, and its stacks.
+
+use std::io::{self, Write};
+
+use super::{by_longest, take, Format};
+use crate::clock::{date, hms_millis};
+use crate::model::{comm_text, Record, Report, Stack};
+
+pub struct Top {
+    pub limit: usize,
+    /// Put a `-` line between kernel and user frames.
+    pub delimited: bool,
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+fn write_stack(out: &mut dyn Write, stack: &Stack, what: &str) -> io::Result<()> {
+    match stack {
+        Stack::Frames(f) => {
+            for fr in f {
+                writeln!(out, "      {}", fr.describe())?;
+            }
+        }
+        Stack::Missing => writeln!(out, "      [missing {what} stack]")?,
+        Stack::None => {}
+    }
+    Ok(())
+}
+
+fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, delimited: bool) -> io::Result<()> {
+    let info = &report.info;
+    let end = info.clock.wall(r.max_end_mono);
+    let start = end - r.max_ns as i128;
+    let avg = r.total_ns / r.count.max(1);
+    writeln!(
+        out,
+        "#{rank:<3} longest {}  {} -> {}   count {}  total {}  avg {}",
+        ms(r.max_ns),
+        hms_millis(start, info.utc_offset_s),
+        hms_millis(end, info.utc_offset_s),
+        r.count,
+        ms(r.total_ns),
+        ms(avg)
+    )?;
+    writeln!(out, "    {}  pid {}  tid {}", comm_text(&r.comm), r.tgid, r.tid)?;
+    write_stack(out, &r.kernel, "kernel")?;
+    if delimited && !matches!(r.kernel, Stack::None) && !matches!(r.user, Stack::None) {
+        writeln!(out, "      -")?;
+    }
+    write_stack(out, &r.user, "user")?;
+    if matches!((&r.kernel, &r.user), (Stack::None, Stack::None)) {
+        writeln!(out, "      [no stack]")?;
+    }
+    writeln!(out)
+}
+
+impl Format for Top {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        let info = &report.info;
+        let total = report.records.len();
+        let shown = take(by_longest(&report.records), self.limit);
+        writeln!(
+            out,
+            "Off-CPU waits of {} for {:.2} s from {} {} ({}): {} records, {} shown, longest first.",
+            info.target,
+            info.duration_s(),
+            date(info.clock.wall(info.start_mono), info.utc_offset_s),
+            hms_millis(info.clock.wall(info.start_mono), info.utc_offset_s),
+            info.attach.name(),
+            total,
+            shown.len()
+        )?;
+        writeln!(out)?;
+        for (i, r) in shown.iter().enumerate() {
+            write_record(out, i + 1, r, report, self.delimited)?;
+        }
+        if shown.len() < total {
+            writeln!(out, "{} more records not shown; use -n 0 to show all.", total - shown.len())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::report;
+
+    fn render(limit: usize, delimited: bool) -> String {
+        let mut out = Vec::new();
+        Top { limit, delimited }.write(&report(), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn snapshot_longest_first_with_wall_clock_window() {
+        assert_eq!(
+            render(0, true),
+            "Off-CPU waits of all threads for 5.00 s from 2023-11-14 22:13:20.000 (tp_btf): 2 records, 2 shown, longest first.\n\
+             \n\
+             #1   longest 250.000 ms  22:13:22.250 -> 22:13:22.500   count 10  total 1000.500 ms  avg 100.050 ms\n\
+             \x20   sleeper  pid 100  tid 101\n\
+             \x20     __schedule\n\
+             \x20     schedule\n\
+             \x20     do_nanosleep\n\
+             \x20     -\n\
+             \x20     clock_nanosleep\n\
+             \x20     wait_here\n\
+             \x20     main\n\
+             \n\
+             #2   longest 0.002 ms  22:13:20.999 -> 22:13:21.000   count 2  total 0.003 ms  avg 0.002 ms\n\
+             \x20   kworker/0:1  pid 7  tid 7\n\
+             \x20     [missing kernel stack]\n\
+             \n"
+        );
+    }
+
+    #[test]
+    fn limit_is_announced_not_silent() {
+        let out = render(1, false);
+        assert!(out.contains("2 records, 1 shown"), "{out}");
+        assert!(out.ends_with("1 more records not shown; use -n 0 to show all.\n"), "{out}");
+        assert!(!out.contains("kworker"));
+    }
+}

@@ -1,0 +1,318 @@
+//! Symbolization: a small trait with a blazesym implementation, the batching that
+//! resolves each unique address once, and the trimming of tracing-machinery frames.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use blazesym::symbolize::{
+    source::{Kernel, Process, Source},
+    Input, Symbolized, Symbolizer as Blaze,
+};
+use blazesym::MaybeDefault;
+
+use crate::model::{Capture, Frame, Record, Stack, StackId};
+use crate::sys::procfs;
+
+/// Resolves addresses to frames, one batch at a time, in the order given.
+pub trait Symbolizer {
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame>;
+    fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame>;
+}
+
+/// blazesym: kernel frames from kallsyms, user frames from `/proc/PID`, and the
+/// module and file offset from `/proc/PID/maps` when no symbol resolves.
+pub struct BlazeSymbolizer {
+    inner: Blaze,
+}
+
+impl Default for BlazeSymbolizer {
+    fn default() -> Self {
+        BlazeSymbolizer {
+            inner: Blaze::builder().enable_code_info(false).enable_inlined_fns(false).build(),
+        }
+    }
+}
+
+fn module_name(path: &std::ffi::OsStr) -> String {
+    Path::new(path)
+        .file_name()
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn to_frames(addrs: &[u64], syms: Option<Vec<Symbolized<'_>>>) -> Vec<Frame> {
+    let Some(syms) = syms else {
+        return addrs.iter().map(|&a| Frame::unknown(a)).collect();
+    };
+    addrs
+        .iter()
+        .zip(syms)
+        .map(|(&addr, s)| match s {
+            Symbolized::Sym(sym) => Frame {
+                addr,
+                symbol: Some(sym.name.into_owned()),
+                module: sym.module.as_deref().map(module_name),
+                offset: Some(sym.offset as u64),
+            },
+            Symbolized::Unknown(_) => Frame::unknown(addr),
+        })
+        .collect()
+}
+
+impl Symbolizer for BlazeSymbolizer {
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame> {
+        let src = Source::Kernel(Kernel {
+            kallsyms: MaybeDefault::Default,
+            vmlinux: MaybeDefault::None,
+            kaslr_offset: Some(0),
+            debug_syms: false,
+            ..Default::default()
+        });
+        let syms = self.inner.symbolize(&src, Input::AbsAddr(addrs)).ok();
+        to_frames(addrs, syms)
+    }
+
+    fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+        let mut proc_src = Process::new(tgid.into());
+        proc_src.perf_map = true;
+        let src = Source::Process(proc_src);
+        let syms = self.inner.symbolize(&src, Input::AbsAddr(addrs)).ok();
+        let mut frames = to_frames(addrs, syms);
+        if frames.iter().any(|f| f.symbol.is_none()) {
+            let maps = procfs::maps_of(tgid);
+            for f in frames.iter_mut().filter(|f| f.symbol.is_none()) {
+                if let Some((module, off)) = procfs::locate(&maps, f.addr) {
+                    f.module = Some(module);
+                    f.offset = Some(off);
+                }
+            }
+        }
+        frames
+    }
+}
+
+/// Whether a kernel frame belongs to the tracing machinery rather than the traced task.
+fn is_machinery(name: &str) -> bool {
+    name.starts_with("bpf_prog_")
+        || name.starts_with("bpf_trace_run")
+        || name.starts_with("__traceiter_")
+        || name.starts_with("__bpf_trace_")
+        || name.starts_with("bpf_get_stack")
+        || name == "perf_trace_run_bpf_submit"
+}
+
+/// Drops the leaf-side frames that the BPF program, `bpf_trace_run*` and
+/// `__traceiter_*` add, together with any unresolved frame (the JIT-ed program)
+/// before them. Frames past the first real one are never touched.
+pub fn trim_machinery(frames: &mut Vec<Frame>) {
+    let last = frames
+        .iter()
+        .take(8)
+        .rposition(|f| f.symbol.as_deref().is_some_and(is_machinery));
+    if let Some(i) = last {
+        frames.drain(..=i);
+    }
+}
+
+/// Symbolizes every record of a capture, each unique address once.
+pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
+    let stack_of = |id: &StackId| match id {
+        StackId::Id(i) => capture.stacks.get(i).map(|v| v.as_slice()),
+        _ => None,
+    };
+    // Kernel: one batch for all unique addresses.
+    let mut kaddrs: Vec<u64> = capture.records.iter().filter_map(|r| stack_of(&r.kstack)).flatten().copied().collect();
+    kaddrs.sort_unstable();
+    kaddrs.dedup();
+    let kframes: HashMap<u64, Frame> = if kaddrs.is_empty() {
+        HashMap::new()
+    } else {
+        sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect()
+    };
+    // User: one batch per process.
+    let mut per_proc: HashMap<u32, Vec<u64>> = HashMap::new();
+    for r in &capture.records {
+        if let Some(s) = stack_of(&r.ustack) {
+            per_proc.entry(r.tgid).or_default().extend_from_slice(s);
+        }
+    }
+    let mut uframes: HashMap<(u32, u64), Frame> = HashMap::new();
+    let mut tgids: Vec<_> = per_proc.keys().copied().collect();
+    tgids.sort_unstable();
+    for tgid in tgids {
+        let mut addrs = per_proc.remove(&tgid).unwrap_or_default();
+        addrs.sort_unstable();
+        addrs.dedup();
+        for f in sym.user(tgid, &addrs) {
+            uframes.insert((tgid, f.addr), f);
+        }
+    }
+    let build = |id: &StackId, lookup: &dyn Fn(u64) -> Frame, kernel: bool| match id {
+        StackId::None => Stack::None,
+        StackId::Lost(_) => Stack::Missing,
+        StackId::Id(_) => match stack_of(id) {
+            // An id whose trace is gone from the map is as good as lost.
+            None => Stack::Missing,
+            Some(addrs) => {
+                let mut frames: Vec<Frame> = addrs.iter().map(|&a| lookup(a)).collect();
+                if kernel {
+                    trim_machinery(&mut frames);
+                }
+                Stack::Frames(frames)
+            }
+        },
+    };
+    capture
+        .records
+        .iter()
+        .map(|r| {
+            let k = |a: u64| kframes.get(&a).cloned().unwrap_or_else(|| Frame::unknown(a));
+            let u = |a: u64| uframes.get(&(r.tgid, a)).cloned().unwrap_or_else(|| Frame::unknown(a));
+            Record {
+                tgid: r.tgid,
+                tid: r.tid,
+                comm: r.comm.clone(),
+                kernel: build(&r.kstack, &k, true),
+                user: build(&r.ustack, &u, false),
+                count: r.count,
+                total_ns: r.total_ns,
+                max_ns: r.max_ns,
+                max_end_mono: r.max_end_mono,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::model::RawRecord;
+
+    /// Names every address `k_<hex>` or `u<tgid>_<hex>`, and counts calls.
+    #[derive(Default)]
+    pub(crate) struct FakeSymbolizer {
+        pub names: HashMap<u64, String>,
+        pub kernel_calls: usize,
+        pub user_calls: usize,
+    }
+
+    impl Symbolizer for FakeSymbolizer {
+        fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame> {
+            self.kernel_calls += 1;
+            addrs
+                .iter()
+                .map(|&a| Frame {
+                    addr: a,
+                    symbol: Some(self.names.get(&a).cloned().unwrap_or(format!("k_{a:x}"))),
+                    module: None,
+                    offset: Some(0),
+                })
+                .collect()
+        }
+        fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+            self.user_calls += 1;
+            addrs
+                .iter()
+                .map(|&a| match self.names.get(&a) {
+                    Some(n) if n == "?" => Frame::unknown(a),
+                    Some(n) => Frame {
+                        addr: a,
+                        symbol: Some(n.clone()),
+                        module: Some("app".into()),
+                        offset: Some(4),
+                    },
+                    None => Frame {
+                        addr: a,
+                        symbol: Some(format!("u{tgid}_{a:x}")),
+                        module: Some("app".into()),
+                        offset: Some(4),
+                    },
+                })
+                .collect()
+        }
+    }
+
+    fn names(list: &[(u64, &str)]) -> HashMap<u64, String> {
+        list.iter().map(|(a, n)| (*a, n.to_string())).collect()
+    }
+
+    fn frame(name: Option<&str>) -> Frame {
+        Frame {
+            addr: 1,
+            symbol: name.map(String::from),
+            module: None,
+            offset: None,
+        }
+    }
+
+    #[test]
+    fn trims_program_trace_run_and_traceiter_frames() {
+        let mut f = vec![
+            frame(None),
+            frame(Some("bpf_trace_run4")),
+            frame(Some("__traceiter_sched_switch")),
+            frame(Some("__schedule")),
+            frame(Some("schedule")),
+        ];
+        trim_machinery(&mut f);
+        let names: Vec<_> = f.iter().map(|f| f.name().to_string()).collect();
+        assert_eq!(names, ["__schedule", "schedule"]);
+    }
+
+    #[test]
+    fn leaves_stacks_without_machinery_alone() {
+        let mut f = vec![frame(None), frame(Some("__schedule")), frame(Some("schedule"))];
+        trim_machinery(&mut f);
+        assert_eq!(f.len(), 3);
+        let mut deep = vec![frame(Some("a")); 9];
+        deep.push(frame(Some("bpf_trace_run4")));
+        trim_machinery(&mut deep);
+        assert_eq!(deep.len(), 10, "only the leaf end is trimmed");
+    }
+
+    #[test]
+    fn resolves_each_address_once_and_keeps_missing_stacks() {
+        let capture = Capture {
+            records: vec![
+                RawRecord {
+                    tgid: 10,
+                    tid: 11,
+                    comm: b"a".to_vec(),
+                    kstack: StackId::Id(1),
+                    ustack: StackId::Id(2),
+                    total_ns: 5,
+                    count: 1,
+                    max_ns: 5,
+                    max_end_mono: 9,
+                },
+                RawRecord {
+                    tgid: 10,
+                    tid: 12,
+                    comm: b"b".to_vec(),
+                    kstack: StackId::Lost(-12),
+                    ustack: StackId::Id(99),
+                    total_ns: 7,
+                    count: 2,
+                    max_ns: 4,
+                    max_end_mono: 9,
+                },
+            ],
+            stacks: [(1, vec![0x100, 0x200, 0x300]), (2, vec![0x10, 0x20])].into_iter().collect(),
+            counters: Default::default(),
+        };
+        let mut sym = FakeSymbolizer {
+            names: names(&[(0x100, "bpf_trace_run4"), (0x200, "__schedule"), (0x20, "?")]),
+            ..Default::default()
+        };
+        let recs = resolve(&capture, &mut sym);
+        assert_eq!((sym.kernel_calls, sym.user_calls), (1, 1));
+        let k: Vec<_> = recs[0].kernel.frames().iter().map(|f| f.name().to_string()).collect();
+        assert_eq!(k, ["__schedule", "k_300"]);
+        let u: Vec<_> = recs[0].user.frames().iter().map(|f| f.name().to_string()).collect();
+        assert_eq!(u, ["u10_10", "[unknown]"]);
+        assert_eq!(recs[1].kernel, Stack::Missing);
+        assert_eq!(recs[1].user, Stack::Missing, "an id absent from the stack map is missing");
+        assert_eq!(recs[1].total_ns, 7);
+    }
+}

@@ -1,0 +1,344 @@
+//! A small, panic-free reader of kernel BTF that finds struct member offsets, so the
+//! eBPF programs can read `task_struct` fields without CO-RE relocations.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use thiserror::Error;
+
+/// Where the running kernel publishes its own BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+const MAGIC: u16 = 0xeb9f;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+/// Nesting limit when flattening anonymous struct/union members.
+const MAX_DEPTH: usize = 8;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum BtfError {
+    #[error("BTF data is truncated or malformed ({0})")]
+    Malformed(&'static str),
+    #[error("BTF has no struct named {0}")]
+    NoStruct(String),
+    #[error("BTF struct {strukt} has no member {member}")]
+    NoMember { strukt: String, member: String },
+}
+
+/// One type record: enough to walk struct members.
+#[derive(Clone, Copy, Debug)]
+struct TypeRec {
+    kind: u32,
+    name_off: u32,
+    vlen: u32,
+    kind_flag: bool,
+    size: u32,
+    /// Byte position of the kind-specific data that follows the common header.
+    extra: usize,
+}
+
+/// Parsed BTF: type records and the string section.
+pub struct Btf<'a> {
+    data: &'a [u8],
+    strings: &'a [u8],
+    /// Index 0 is the void type; type ids index this vector directly.
+    types: Vec<TypeRec>,
+}
+
+fn u16_at(d: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(d.get(at..at.checked_add(2)?)?.try_into().ok()?))
+}
+
+fn u32_at(d: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(d.get(at..at.checked_add(4)?)?.try_into().ok()?))
+}
+
+/// Size in bytes of the data after the 12-byte header, by kind.
+fn extra_len(kind: u32, vlen: u32) -> Option<usize> {
+    let vlen = vlen as usize;
+    Some(match kind {
+        1 | 14 | 17 => 4,             // INT, VAR, DECL_TAG
+        3 => 12,                      // ARRAY
+        4 | 5 | 15 | 19 => 12 * vlen, // STRUCT, UNION, DATASEC, ENUM64
+        6 | 13 => 8 * vlen,           // ENUM, FUNC_PROTO
+        2 | 7..=12 | 16 | 18 => 0,    // PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT, TYPE_TAG
+        _ => return None,
+    })
+}
+
+impl<'a> Btf<'a> {
+    /// Parses little-endian BTF as found in `/sys/kernel/btf/vmlinux`.
+    pub fn parse(data: &'a [u8]) -> Result<Self, BtfError> {
+        let bad = BtfError::Malformed;
+        if u16_at(data, 0).ok_or(bad("header"))? != MAGIC {
+            return Err(bad("bad magic or big-endian data"));
+        }
+        let hdr_len = u32_at(data, 4).ok_or(bad("header"))? as usize;
+        let field = |at| u32_at(data, at).map(|v| v as usize).ok_or(bad("header"));
+        let (type_off, type_len, str_off, str_len) = (field(8)?, field(12)?, field(16)?, field(20)?);
+        let range = |off: usize, len: usize| {
+            let start = hdr_len.checked_add(off)?;
+            data.get(start..start.checked_add(len)?)
+        };
+        let type_sec = range(type_off, type_len).ok_or(bad("type section out of bounds"))?;
+        let strings = range(str_off, str_len).ok_or(bad("string section out of bounds"))?;
+        let base = hdr_len + type_off;
+        let mut types = vec![TypeRec {
+            kind: 0,
+            name_off: 0,
+            vlen: 0,
+            kind_flag: false,
+            size: 0,
+            extra: 0,
+        }];
+        let mut at = 0usize;
+        while at < type_sec.len() {
+            let name_off = u32_at(type_sec, at).ok_or(bad("type header"))?;
+            let info = u32_at(type_sec, at + 4).ok_or(bad("type header"))?;
+            let size = u32_at(type_sec, at + 8).ok_or(bad("type header"))?;
+            let kind = (info >> 24) & 0x1f;
+            let vlen = info & 0xffff;
+            let extra = extra_len(kind, vlen).ok_or(bad("unknown type kind"))?;
+            types.push(TypeRec {
+                kind,
+                name_off,
+                vlen,
+                kind_flag: info >> 31 != 0,
+                size,
+                extra: base + at + 12,
+            });
+            at = at + 12 + extra;
+        }
+        if at != type_sec.len() {
+            return Err(bad("type section ends inside a type"));
+        }
+        Ok(Btf {
+            data,
+            strings,
+            types,
+        })
+    }
+
+    fn name(&self, off: u32) -> &'a [u8] {
+        let rest = self.strings.get(off as usize..).unwrap_or(&[]);
+        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        &rest[..end]
+    }
+
+    /// Byte offsets of every member of `struct name`, with the members of anonymous
+    /// structs and unions flattened in. Bitfields are left out.
+    pub fn member_offsets(&self, name: &str) -> Result<HashMap<String, u32>, BtfError> {
+        let id = self
+            .types
+            .iter()
+            .position(|t| t.kind == KIND_STRUCT && t.size > 0 && self.name(t.name_off) == name.as_bytes())
+            .ok_or_else(|| BtfError::NoStruct(name.to_string()))?;
+        let mut out = HashMap::new();
+        self.walk(id, 0, 0, &mut out)?;
+        Ok(out)
+    }
+
+    fn walk(&self, id: usize, base_bits: u64, depth: usize, out: &mut HashMap<String, u32>) -> Result<(), BtfError> {
+        let t = self.types[id];
+        for i in 0..t.vlen as usize {
+            let at = t.extra + i * 12;
+            let m = |k| u32_at(self.data, at + k).ok_or(BtfError::Malformed("member"));
+            let (name_off, type_id, raw_off) = (m(0)?, m(4)?, m(8)?);
+            let (bits, bitfield) = if t.kind_flag {
+                (raw_off & 0x00ff_ffff, raw_off >> 24 != 0)
+            } else {
+                (raw_off, false)
+            };
+            let bits = base_bits + bits as u64;
+            let mname = self.name(name_off);
+            if mname.is_empty() {
+                if let Some(inner) = self.types.get(type_id as usize) {
+                    if (inner.kind == KIND_STRUCT || inner.kind == KIND_UNION) && depth < MAX_DEPTH {
+                        self.walk(type_id as usize, bits, depth + 1, out)?;
+                    }
+                }
+                continue;
+            }
+            if bitfield || bits % 8 != 0 {
+                continue;
+            }
+            let bytes = u32::try_from(bits / 8).map_err(|_| BtfError::Malformed("member offset"))?;
+            out.entry(String::from_utf8_lossy(mname).into_owned()).or_insert(bytes);
+        }
+        Ok(())
+    }
+}
+
+/// The `task_struct` fields that the programs read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskOffsets {
+    pub pid: u32,
+    pub tgid: u32,
+    pub flags: u32,
+    /// `__state` since 5.14, `state` before.
+    pub state: u32,
+    pub comm: u32,
+}
+
+impl TaskOffsets {
+    /// Finds the offsets in raw BTF bytes.
+    pub fn from_bytes(data: &[u8]) -> Result<Self, BtfError> {
+        let btf = Btf::parse(data)?;
+        let m = btf.member_offsets("task_struct")?;
+        let get = |name: &str| {
+            m.get(name).copied().ok_or_else(|| BtfError::NoMember {
+                strukt: "task_struct".into(),
+                member: name.into(),
+            })
+        };
+        Ok(TaskOffsets {
+            pid: get("pid")?,
+            tgid: get("tgid")?,
+            flags: get("flags")?,
+            state: get("__state").or_else(|_| get("state"))?,
+            comm: get("comm")?,
+        })
+    }
+
+    /// Reads the running kernel's BTF.
+    pub fn from_sys(path: &Path) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let data = std::fs::read(path).with_context(|| format!("failed to read {}", path.display()))?;
+        Self::from_bytes(&data).with_context(|| format!("failed to parse {}", path.display()))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Builds BTF bytes: strings, then types as (name, kind, vlen, kind_flag, size, extra words).
+    pub(crate) struct Builder {
+        strings: Vec<u8>,
+        types: Vec<u8>,
+    }
+
+    impl Builder {
+        pub(crate) fn new() -> Self {
+            Builder {
+                strings: vec![0],
+                types: Vec::new(),
+            }
+        }
+        pub(crate) fn str(&mut self, s: &str) -> u32 {
+            if s.is_empty() {
+                return 0;
+            }
+            let off = self.strings.len() as u32;
+            self.strings.extend_from_slice(s.as_bytes());
+            self.strings.push(0);
+            off
+        }
+        pub(crate) fn ty(&mut self, name: &str, kind: u32, vlen: u32, kflag: bool, size: u32, extra: &[u32]) {
+            let n = self.str(name);
+            let info = (kind << 24) | vlen | ((kflag as u32) << 31);
+            for w in [n, info, size].iter().chain(extra) {
+                self.types.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        pub(crate) fn build(&self) -> Vec<u8> {
+            let mut out = Vec::new();
+            out.extend_from_slice(&MAGIC.to_le_bytes());
+            out.extend_from_slice(&[1, 0]);
+            for w in [24u32, 0, self.types.len() as u32, self.types.len() as u32, self.strings.len() as u32] {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+            out.extend_from_slice(&self.types);
+            out.extend_from_slice(&self.strings);
+            out
+        }
+    }
+
+    /// A fabricated task_struct: `__state` at 24, an anonymous union holding `pid`
+    /// (at 1000) and a bitfield, `tgid` at 1004, `flags` at 44, `comm` at 2000.
+    pub(crate) fn fake_task_btf() -> Vec<u8> {
+        let mut b = Builder::new();
+        b.ty("int", 1, 0, false, 4, &[32]); // id 1
+        let (pid, bf) = (b.str("pid"), b.str("bits"));
+        b.ty("", KIND_UNION, 2, true, 4, &[pid, 1, 0, bf, 1, (3 << 24) | 0]); // id 2
+        let names: Vec<u32> = ["__state", "flags", "tgid", "comm"].iter().map(|n| b.str(n)).collect();
+        b.ty(
+            "task_struct",
+            KIND_STRUCT,
+            5,
+            false,
+            4096,
+            &[names[0], 1, 24 * 8, names[1], 1, 44 * 8, 0, 2, 1000 * 8, names[2], 1, 1004 * 8, names[3], 1, 2000 * 8],
+        );
+        b.build()
+    }
+
+    #[test]
+    fn finds_task_struct_offsets_including_anonymous_members() {
+        let off = TaskOffsets::from_bytes(&fake_task_btf()).unwrap();
+        assert_eq!(
+            off,
+            TaskOffsets {
+                pid: 1000,
+                tgid: 1004,
+                flags: 44,
+                state: 24,
+                comm: 2000
+            }
+        );
+    }
+
+    #[test]
+    fn bitfields_are_not_offered_as_byte_offsets() {
+        let data = fake_task_btf();
+        let m = Btf::parse(&data).unwrap().member_offsets("task_struct").unwrap();
+        assert!(!m.contains_key("bits"));
+    }
+
+    #[test]
+    fn missing_struct_and_member_are_named() {
+        let mut b = Builder::new();
+        b.ty("int", 1, 0, false, 4, &[32]);
+        let x = b.str("x");
+        b.ty("task_struct", KIND_STRUCT, 1, false, 8, &[x, 1, 0]);
+        let data = b.build();
+        assert_eq!(
+            TaskOffsets::from_bytes(&data).unwrap_err().to_string(),
+            "BTF struct task_struct has no member pid"
+        );
+        let mut b = Builder::new();
+        b.ty("int", 1, 0, false, 4, &[32]);
+        assert_eq!(
+            TaskOffsets::from_bytes(&b.build()).unwrap_err(),
+            BtfError::NoStruct("task_struct".into())
+        );
+    }
+
+    #[test]
+    fn truncated_or_garbage_input_is_an_error_not_a_panic() {
+        let data = fake_task_btf();
+        for cut in 0..data.len() {
+            let _ = TaskOffsets::from_bytes(&data[..cut]);
+        }
+        let mut flipped = data.clone();
+        for i in 0..flipped.len() {
+            flipped[i] ^= 0xa5;
+            let _ = TaskOffsets::from_bytes(&flipped);
+            flipped[i] ^= 0xa5;
+        }
+        assert!(TaskOffsets::from_bytes(b"").is_err());
+        assert!(matches!(Btf::parse(&data[..30]), Err(BtfError::Malformed(_))));
+    }
+
+    #[test]
+    fn reads_the_running_kernels_btf_when_present() {
+        let path = Path::new(VMLINUX_BTF);
+        if !path.exists() {
+            eprintln!("skipped: {VMLINUX_BTF} is absent");
+            return;
+        }
+        let off = TaskOffsets::from_sys(path).unwrap();
+        assert_ne!(off.pid, off.tgid);
+        assert!(off.comm > off.pid);
+    }
+}

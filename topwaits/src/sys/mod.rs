@@ -1,0 +1,7 @@
+//! Readers of kernel-provided files (`/sys`, `/proc`). Each parser takes a reader or
+//! bytes so tests can feed it text; a separate function reads the real file.
+
+pub mod btf;
+pub mod caps;
+pub mod kallsyms;
+pub mod procfs;

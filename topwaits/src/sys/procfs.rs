@@ -1,0 +1,115 @@
+//! Process facts from `/proc`: whether an id is a live process or thread, and the
+//! executable mappings that turn an unresolved user address into `module+offset`.
+
+use std::io::BufRead;
+use std::path::Path;
+
+/// `Tgid:` from `/proc/ID/status` text.
+pub fn status_tgid<R: BufRead>(reader: R) -> Option<u32> {
+    reader
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse().ok()))
+}
+
+/// The thread-group id of a live task, or `None` when no such task exists.
+pub fn tgid_of(id: u32) -> Option<u32> {
+    let f = std::fs::File::open(Path::new("/proc").join(id.to_string()).join("status")).ok()?;
+    status_tgid(std::io::BufReader::new(f))
+}
+
+/// One file-backed mapping of a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    pub path: String,
+}
+
+/// The file-backed mappings in `/proc/PID/maps` text. Anonymous mappings and
+/// pseudo-files (`[stack]`, `[vdso]`, ...) are left out; junk lines are skipped.
+pub fn parse_maps<R: BufRead>(reader: R) -> Vec<Mapping> {
+    let mut out = Vec::new();
+    for line in reader.split(b'\n').map_while(Result::ok) {
+        let line = String::from_utf8_lossy(&line);
+        let mut cols = line.splitn(6, ' ');
+        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(_inode)) =
+            (cols.next(), cols.next(), cols.next(), cols.next(), cols.next())
+        else {
+            continue;
+        };
+        let path = cols.next().unwrap_or("").trim_start();
+        if !path.starts_with('/') {
+            continue;
+        }
+        let Some((s, e)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(offset)) = (
+            u64::from_str_radix(s, 16),
+            u64::from_str_radix(e, 16),
+            u64::from_str_radix(offset, 16),
+        ) else {
+            continue;
+        };
+        out.push(Mapping {
+            start,
+            end,
+            offset,
+            path: path.to_string(),
+        });
+    }
+    out
+}
+
+/// Reads `/proc/PID/maps`; empty when the process is gone.
+pub fn maps_of(pid: u32) -> Vec<Mapping> {
+    match std::fs::File::open(format!("/proc/{pid}/maps")) {
+        Ok(f) => parse_maps(std::io::BufReader::new(f)),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The module (file name) and file offset of `addr`.
+pub fn locate(maps: &[Mapping], addr: u64) -> Option<(String, u64)> {
+    let m = maps.iter().find(|m| m.start <= addr && addr < m.end)?;
+    let name = m.path.rsplit('/').next().unwrap_or(&m.path).to_string();
+    Some((name, addr - m.start + m.offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+5581a000-5581b000 r--p 00000000 fe:01 123 /usr/bin/app
+5581b000-5581c000 r-xp 00001000 fe:01 123 /usr/bin/app
+7f00000-7f01000 rw-p 00000000 00:00 0
+7ffd000-7ffe000 rw-p 00000000 00:00 0 [stack]
+7f10000-7f20000 r-xp 00028000 fe:01 9 /usr/lib/x86_64-linux-gnu/libc.so.6
+garbage line
+7f30000-7f40000 r-xp 00000000 fe:01 9 /tmp/my lib (deleted)
+";
+
+    #[test]
+    fn file_backed_mappings_only() {
+        let maps = parse_maps(MAPS.as_bytes());
+        assert_eq!(maps.len(), 4);
+        assert_eq!(maps[3].path, "/tmp/my lib (deleted)");
+    }
+
+    #[test]
+    fn locates_module_and_file_offset() {
+        let maps = parse_maps(MAPS.as_bytes());
+        assert_eq!(locate(&maps, 0x5581b010), Some(("app".into(), 0x1010)));
+        assert_eq!(locate(&maps, 0x7f10004), Some(("libc.so.6".into(), 0x28004)));
+        assert_eq!(locate(&maps, 0x7f00010), None);
+    }
+
+    #[test]
+    fn status_tgid_is_parsed() {
+        assert_eq!(status_tgid("Name:\tx\nTgid:\t42\nPid:\t43\n".as_bytes()), Some(42));
+        assert_eq!(status_tgid("Name:\tx\n".as_bytes()), None);
+        assert_eq!(tgid_of(std::process::id()), Some(std::process::id()));
+    }
+}

@@ -103,6 +103,13 @@ pub struct Args {
     pub duration: Option<Duration>,
 }
 
+/// The first line of a clap error (`error: ...`), without the usage block that
+/// follows it, plus the pointer to `--help`.
+pub fn one_line(rendered: &str) -> String {
+    let first = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: invalid arguments");
+    format!("{} (see --help)", first.trim_end())
+}
+
 /// Which number a folded line carries.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ValueKind {
@@ -413,6 +420,15 @@ mod tests {
         assert_eq!(parse(&["--json", "-n", "5"]).unwrap().output, Output::Json { limit: 5 });
         assert!(parse(&["-u"]).unwrap().needs_task_flags());
         assert_eq!(parse(&["--attach", "raw_tp"]).unwrap().attach, AttachMode::RawTp);
+    }
+
+    #[test]
+    fn clap_errors_become_one_line() {
+        let e = Args::try_parse_from(["topwaits", "-u", "-k"]).unwrap_err();
+        let line = one_line(&e.to_string());
+        assert!(!line.contains('\n'));
+        assert!(line.starts_with("error: the argument"), "{line}");
+        assert!(line.ends_with("(see --help)"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod symbolize;
 pub mod sys;
 pub mod trace;
 
-use clap::Parser;
+use clap::Parser as _;
 
 /// Parses the command line, runs, and returns the process exit code. Errors are
 /// printed as one line, with their causes joined by `: `.
@@ -20,7 +20,18 @@ pub fn main_entry() -> i32 {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
-    let args = cli::Args::parse();
+    let args = match cli::Args::try_parse() {
+        Ok(a) => a,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version go to stdout as clap renders them.
+            let _ = e.print();
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("topwaits: {}", cli::one_line(&e.to_string()));
+            return 2;
+        }
+    };
     let config = match cli::Config::from_args(args) {
         Ok(c) => c,
         Err(e) => {

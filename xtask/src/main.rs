@@ -1,1 +1,97 @@
-fn main(){}
+//! Developer tasks: `setup` installs what a fresh machine lacks, `run` builds and
+//! traces, `test` runs every test, `bench` measures overhead against the peers.
+
+mod bench;
+mod setup;
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "topwaits developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install the toolchain pieces and Debian packages a fresh machine lacks (idempotent).
+    Setup,
+    /// Set up, build the release binary, and run it with the given arguments (as root).
+    Run {
+        /// Arguments for topwaits, after `--`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, then run every test: unit tests and the kernel tests.
+    Test {
+        /// Extra arguments for `cargo test`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, then measure overhead, start-up and report time against peer tools.
+    Bench(bench::Options),
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().map(PathBuf::from).unwrap_or_default()
+}
+
+/// Runs a command, failing with its name when it fails.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("failed to start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+/// `cargo` with PATH extended by ~/.cargo/bin, where bpf-linker lives.
+pub fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root()).env("PATH", setup::path_with_cargo_bin());
+    c
+}
+
+/// Wraps a command in sudo when not root.
+pub fn as_root(program: &str) -> Command {
+    if setup::is_root() {
+        Command::new(program)
+    } else {
+        let mut c = Command::new("sudo");
+        c.arg("--preserve-env=RUST_LOG,TOPWAITS_REQUIRE_BPF").arg(program);
+        c
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Setup => setup::setup(),
+        Cmd::Run { args } => setup::setup().and_then(|()| {
+            run(cargo().args(["build", "--release", "-p", "topwaits"]))?;
+            let bin = root().join("target/release/topwaits");
+            let status = as_root(&bin.to_string_lossy()).args(&args).status()?;
+            std::process::exit(status.code().unwrap_or(1));
+        }),
+        Cmd::Test { args } => setup::setup().and_then(|()| {
+            // Unit tests first; then the kernel tests one at a time, so that their
+            // workloads' timings and the programs-left-loaded check don't interfere.
+            run(cargo().args(["test", "--lib", "--bins"]).args(&args))?;
+            run(cargo().args(["test", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))
+        }),
+        Cmd::Bench(opts) => setup::setup().and_then(|()| bench::bench(&opts)),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

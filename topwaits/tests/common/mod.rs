@@ -1,0 +1,254 @@
+//! Helpers for the kernel tests: the BPF gate, running the binary until it has
+//! attached, workloads with known wait patterns, and JSON/time helpers.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_topwaits");
+
+/// Whether BPF tests can run here. With TOPWAITS_REQUIRE_BPF=1 a missing capability
+/// fails the test instead of skipping it.
+pub fn bpf_available(test: &str) -> bool {
+    let reason = if unsafe { libc::geteuid() } != 0 {
+        Some("not running as root".to_string())
+    } else if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        Some("no /sys/kernel/btf/vmlinux".to_string())
+    } else {
+        None
+    };
+    match reason {
+        None => true,
+        Some(r) if std::env::var("TOPWAITS_REQUIRE_BPF").as_deref() == Ok("1") => {
+            panic!("{test}: BPF is required (TOPWAITS_REQUIRE_BPF=1) but unavailable: {r}")
+        }
+        Some(r) => {
+            eprintln!("skipped {test}: {r}");
+            false
+        }
+    }
+}
+
+macro_rules! require_bpf {
+    () => {
+        if !common::bpf_available(module_path!()) {
+            return;
+        }
+    };
+}
+pub(crate) use require_bpf;
+
+/// A running topwaits that has printed its "Tracing" line, i.e. has attached.
+pub struct Tracer {
+    pub child: Child,
+    stderr_rx: mpsc::Receiver<String>,
+    pub stderr_head: String,
+}
+
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Tracer {
+    /// Starts topwaits and waits until it is attached (at most 20 s).
+    pub fn start(args: &[&str]) -> Tracer {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("failed to start topwaits");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut head = String::new();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(20)) {
+                Ok(line) => {
+                    head.push_str(&line);
+                    head.push('\n');
+                    if line.starts_with("Tracing") {
+                        break;
+                    }
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    let mut out = String::new();
+                    let _ = child.stdout.take().unwrap().read_to_string(&mut out);
+                    panic!("topwaits {args:?} did not attach; stderr:\n{head}\nstdout:\n{out}");
+                }
+            }
+        }
+        Tracer {
+            child,
+            stderr_rx: rx,
+            stderr_head: head,
+        }
+    }
+
+    /// Waits for exit and collects the output.
+    pub fn finish(mut self) -> Finished {
+        let mut stdout = String::new();
+        self.child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+        let status = self.child.wait().unwrap();
+        let mut stderr = self.stderr_head;
+        while let Ok(l) = self.stderr_rx.recv_timeout(Duration::from_millis(200)) {
+            stderr.push_str(&l);
+            stderr.push('\n');
+        }
+        Finished { status, stdout, stderr }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+}
+
+/// Runs topwaits to completion without waiting for attach.
+pub fn run(args: &[&str]) -> Finished {
+    let out = Command::new(BIN).args(args).output().expect("failed to run topwaits");
+    Finished {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+pub fn json(f: &Finished) -> Value {
+    assert!(f.status.success(), "topwaits failed: {}\n{}", f.status, f.stderr);
+    serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", f.stdout))
+}
+
+pub fn tid() -> u32 {
+    unsafe { libc::gettid() as u32 }
+}
+
+pub fn now_wall_ns() -> i128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i128
+}
+
+/// Sleeps with nanosleep(2) from a frame-pointer-built function.
+#[inline(never)]
+pub fn nanosleep(d: Duration) {
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+    std::hint::black_box(());
+}
+
+/// The function the long-sleep workload waits in.
+#[inline(never)]
+pub fn tw_known_long_sleep(d: Duration) {
+    nanosleep(d);
+    std::hint::black_box(());
+}
+
+/// The function the short-sleeps workload waits in.
+#[inline(never)]
+pub fn tw_known_short_sleeps(n: usize, d: Duration) {
+    for _ in 0..n {
+        nanosleep(d);
+    }
+    std::hint::black_box(());
+}
+
+/// A thread that reports its tid, waits for `go`, runs `work`, then exits.
+pub struct Workload {
+    pub tid: u32,
+    go: mpsc::Sender<()>,
+    handle: thread::JoinHandle<()>,
+}
+
+impl Workload {
+    pub fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> Workload {
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let handle = thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                tid_tx.send(tid()).unwrap();
+                if go_rx.recv().is_ok() {
+                    work();
+                }
+            })
+            .unwrap();
+        let tid = tid_rx.recv().unwrap();
+        Workload { tid, go: go_tx, handle }
+    }
+
+    pub fn go(&self) {
+        self.go.send(()).unwrap();
+    }
+
+    pub fn join(self) {
+        self.handle.join().unwrap();
+    }
+}
+
+/// Records whose user stack names `func`.
+pub fn records_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
+    doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| stack_names(&r["user_stack"]).iter().any(|s| s.contains(func)))
+        .collect()
+}
+
+pub fn stack_names(stack: &Value) -> Vec<String> {
+    stack
+        .as_array()
+        .map(|a| a.iter().map(|f| f["symbol"].as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SS.ffffff+HH:MM` into Unix nanoseconds.
+pub fn parse_rfc3339(s: &str) -> i128 {
+    let num = |a: usize, b: usize| -> i64 { s[a..b].parse().unwrap_or_else(|_| panic!("bad time {s}")) };
+    let (y, mo, d) = (num(0, 4), num(5, 7), num(8, 10));
+    let (h, mi, sec) = (num(11, 13), num(14, 16), num(17, 19));
+    let frac_end = s[20..].find(['+', '-', 'Z']).map(|i| i + 20).unwrap();
+    let frac = &s[20..frac_end];
+    let frac_ns: i64 = format!("{frac:0<9}")[..9].parse().unwrap();
+    let off_s = if &s[frac_end..] == "Z" {
+        0
+    } else {
+        let sign = if &s[frac_end..frac_end + 1] == "-" { -1 } else { 1 };
+        sign * (num(frac_end + 1, frac_end + 3) * 3600 + num(frac_end + 4, frac_end + 6) * 60)
+    };
+    // days from civil (Howard Hinnant's algorithm)
+    let y2 = if mo <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - off_s;
+    secs as i128 * 1_000_000_000 + frac_ns as i128
+}
+
+/// Names of our programs currently loaded in the kernel.
+pub fn our_loaded_programs() -> Vec<String> {
+    let out = Command::new("bpftool").args(["prog", "show"]).output().expect("bpftool is needed (cargo xtask setup)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "name").nth(1).map(String::from))
+        .filter(|n| n.starts_with("sched_switch_") || n.starts_with("finish_task_sw"))
+        .collect()
+}

@@ -1,0 +1,349 @@
+//! Kernel tests of the core off-CPU trace: each starts its own workload with a known
+//! wait pattern, traces it with the real binary, and asserts on the output.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const LONG: Duration = Duration::from_millis(600);
+
+/// Traces one thread that sleeps once for LONG inside `tw_known_long_sleep`.
+fn trace_long_sleep(extra: &[&str]) -> (serde_json::Value, i128, i128, u32) {
+    let w = Workload::spawn("tw-longsleep", || tw_known_long_sleep(LONG));
+    let tid_num = w.tid;
+    let tid = tid_num.to_string();
+    let mut args = vec!["--json", "-t", &tid];
+    args.extend_from_slice(extra);
+    args.push("2");
+    let tracer = Tracer::start(&args);
+    let before = now_wall_ns();
+    w.go();
+    w.join();
+    let after = now_wall_ns();
+    let doc = json(&tracer.finish());
+    (doc, before, after, tid_num)
+}
+
+fn check_long_sleep(doc: &serde_json::Value, before: i128, after: i128, tid: u32) {
+    let recs = records_in(doc, "tw_known_long_sleep");
+    assert_eq!(recs.len(), 1, "one record for the sleep: {doc:#}");
+    let r = recs[0];
+    assert_eq!(r["tid"].as_u64(), Some(tid as u64));
+    assert_eq!(r["comm"], "tw-longsleep");
+    assert_eq!(r["count"], 1);
+    let max_us = r["max_us"].as_u64().unwrap();
+    assert!((600_000..700_000).contains(&max_us), "max {max_us} us for a 600 ms sleep");
+    assert_eq!(r["total_us"], r["max_us"]);
+    let kernel = stack_names(&r["kernel_stack"]);
+    assert!(kernel.iter().any(|f| f.contains("nanosleep")), "kernel frames: {kernel:?}");
+    assert!(
+        !kernel.iter().any(|f| f.starts_with("bpf_") || f.starts_with("__traceiter")),
+        "tracing machinery must be trimmed: {kernel:?}"
+    );
+    let end = parse_rfc3339(r["max_end"].as_str().unwrap());
+    assert!(before <= end && end <= after, "max_end {end} outside [{before}, {after}]");
+    let start = parse_rfc3339(r["max_start"].as_str().unwrap());
+    assert!(start >= before - 1_000_000, "max_start {start} before the workload began {before}");
+}
+
+#[test]
+fn long_sleep_shows_its_maximum_stacks_and_end_time() {
+    require_bpf!();
+    let (doc, before, after, tid) = trace_long_sleep(&[]);
+    assert_eq!(doc["attach"], "tp_btf");
+    check_long_sleep(&doc, before, after, tid);
+}
+
+#[test]
+fn raw_tp_gives_the_same_answer_as_tp_btf() {
+    require_bpf!();
+    let (doc, before, after, tid) = trace_long_sleep(&["--attach", "raw_tp"]);
+    assert_eq!(doc["attach"], "raw_tp");
+    check_long_sleep(&doc, before, after, tid);
+}
+
+#[test]
+fn many_short_sleeps_are_counted_exactly() {
+    require_bpf!();
+    let w = Workload::spawn("tw-short", || tw_known_short_sleeps(40, Duration::from_millis(3)));
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "-t", &tid, "2"]);
+    w.go();
+    w.join();
+    let doc = json(&tracer.finish());
+    let recs = records_in(&doc, "tw_known_short_sleeps");
+    let count: u64 = recs
+        .iter()
+        .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("nanosleep")))
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(count, 40, "{doc:#}");
+    for r in recs {
+        assert!(r["max_us"].as_u64().unwrap() >= 3000);
+    }
+}
+
+/// One thread sleeping 300 ms once and 20 × 2 ms, for the block-time filters.
+fn mixed_sleeps(args: &[&str]) -> serde_json::Value {
+    let w = Workload::spawn("tw-mixed", || {
+        tw_known_long_sleep(Duration::from_millis(300));
+        tw_known_short_sleeps(20, Duration::from_millis(2));
+    });
+    let tid = w.tid.to_string();
+    let mut all = vec!["--json", "-t", tid.as_str()];
+    all.extend_from_slice(args);
+    all.push("2");
+    let tracer = Tracer::start(&all);
+    w.go();
+    w.join();
+    json(&tracer.finish())
+}
+
+#[test]
+fn min_block_time_drops_short_waits() {
+    require_bpf!();
+    let doc = mixed_sleeps(&["-m", "100000"]);
+    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert!(records_in(&doc, "tw_known_short_sleeps").is_empty(), "{doc:#}");
+    for r in doc["records"].as_array().unwrap() {
+        assert!(r["max_us"].as_u64().unwrap() >= 100_000);
+    }
+    assert!(doc["counters"]["outside_block_time"].as_u64().unwrap() >= 20);
+}
+
+#[test]
+fn max_block_time_drops_long_waits() {
+    require_bpf!();
+    let doc = mixed_sleeps(&["-M", "50000"]);
+    assert!(records_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
+    let short: u64 = records_in(&doc, "tw_known_short_sleeps").iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert!(short >= 20, "{doc:#}");
+}
+
+#[test]
+fn state_filter_matches_the_switch_out_state() {
+    require_bpf!();
+    // nanosleep sleeps TASK_INTERRUPTIBLE (1).
+    let doc = mixed_sleeps(&["--state", "1"]);
+    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    let doc = mixed_sleeps(&["--state", "2"]);
+    assert!(records_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
+    assert!(records_in(&doc, "tw_known_short_sleeps").is_empty(), "{doc:#}");
+    let doc = mixed_sleeps(&["--state", "0"]);
+    assert!(records_in(&doc, "tw_known_long_sleep").is_empty(), "preempted-only must exclude sleeps: {doc:#}");
+}
+
+#[test]
+fn user_and_kernel_stack_only_modes() {
+    require_bpf!();
+    let doc = mixed_sleeps(&["-U"]);
+    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    for r in doc["records"].as_array().unwrap() {
+        assert_eq!(r["kernel_stack_status"], "none");
+    }
+    let doc = mixed_sleeps(&["-K"]);
+    let recs = doc["records"].as_array().unwrap();
+    assert!(!recs.is_empty());
+    for r in recs {
+        assert_eq!(r["user_stack_status"], "none");
+    }
+    assert!(recs.iter().any(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("nanosleep"))));
+}
+
+#[test]
+fn pid_filter_keeps_only_that_process() {
+    require_bpf!();
+    let me = std::process::id().to_string();
+    let w = Workload::spawn("tw-pidf", || tw_known_long_sleep(Duration::from_millis(200)));
+    let tracer = Tracer::start(&["--json", "-p", &me, "1.5"]);
+    // Another process that waits too: it must not show up.
+    let mut other = std::process::Command::new("sleep").arg("0.3").spawn().unwrap();
+    w.go();
+    w.join();
+    other.wait().unwrap();
+    let doc = json(&tracer.finish());
+    let recs = doc["records"].as_array().unwrap();
+    assert!(recs.iter().all(|r| r["tgid"].as_u64() == Some(std::process::id() as u64)), "{doc:#}");
+    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1);
+    assert!(recs.iter().all(|r| r["comm"] != "sleep"));
+}
+
+#[test]
+fn tid_filter_keeps_only_that_thread() {
+    require_bpf!();
+    let a = Workload::spawn("tw-tida", || tw_known_long_sleep(Duration::from_millis(200)));
+    let b = Workload::spawn("tw-tidb", || tw_known_long_sleep(Duration::from_millis(200)));
+    let tid = a.tid.to_string();
+    let tracer = Tracer::start(&["--json", "-t", &tid, "1.5"]);
+    a.go();
+    b.go();
+    a.join();
+    b.join();
+    let doc = json(&tracer.finish());
+    let recs = doc["records"].as_array().unwrap();
+    assert!(!recs.is_empty());
+    assert!(recs.iter().all(|r| r["tid"].as_u64() == Some(tid.parse::<u64>().unwrap())), "{doc:#}");
+}
+
+#[test]
+fn folded_output_is_flamegraph_ready() {
+    require_bpf!();
+    let w = Workload::spawn("tw-folded", || tw_known_long_sleep(Duration::from_millis(300)));
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["-f", "-t", &tid, "1.5"]);
+    w.go();
+    w.join();
+    let out = tracer.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("tw_known_long_sleep"))
+        .unwrap_or_else(|| panic!("no folded line for the sleep:\n{}", out.stdout));
+    let (stack, value) = line.rsplit_once(' ').unwrap();
+    assert!(!stack.contains(' '));
+    let value: u64 = value.parse().unwrap();
+    assert!((300_000..400_000).contains(&value), "{line}");
+    let frames: Vec<&str> = stack.split(';').collect();
+    assert_eq!(frames[0], "tw-folded");
+    // user frames root→leaf come before the kernel frames root→leaf
+    let user = frames.iter().position(|f| f.contains("tw_known_long_sleep")).unwrap();
+    let kernel = frames.iter().position(|f| f.contains("nanosleep") && f.contains("do_")).unwrap();
+    assert!(user < kernel, "{line}");
+    assert!(frames.last().unwrap().contains("schedule"), "kernel leaf last: {line}");
+}
+
+#[test]
+fn sigint_ends_early_and_still_reports() {
+    require_bpf!();
+    let w = Workload::spawn("tw-sigint", || tw_known_long_sleep(Duration::from_millis(200)));
+    let tid = w.tid.to_string();
+    let started = std::time::Instant::now();
+    let tracer = Tracer::start(&["--json", "-t", &tid]);
+    w.go();
+    w.join();
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let doc = json(&out);
+    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+}
+
+#[test]
+fn sigterm_ends_early_and_still_reports() {
+    require_bpf!();
+    let w = Workload::spawn("tw-sigterm", || tw_known_long_sleep(Duration::from_millis(200)));
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "-t", &tid, "60"]);
+    w.go();
+    w.join();
+    tracer.signal(libc::SIGTERM);
+    let doc = json(&tracer.finish());
+    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert!(doc["duration_s"].as_f64().unwrap() < 30.0);
+}
+
+#[test]
+fn top_view_shows_the_wait_window_and_frames() {
+    require_bpf!();
+    let w = Workload::spawn("tw-top", || tw_known_long_sleep(Duration::from_millis(300)));
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["-t", &tid, "1.5"]);
+    w.go();
+    w.join();
+    let out = tracer.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let block = out
+        .stdout
+        .split("\n\n")
+        .find(|b| b.contains("tw_known_long_sleep"))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(block.contains(&format!("tw-top  pid {}  tid {tid}", std::process::id())), "{block}");
+    assert!(block.contains("longest 3"), "{block}");
+    assert!(block.contains(" -> "), "{block}");
+}
+
+#[test]
+fn no_program_stays_loaded_after_runs() {
+    require_bpf!();
+    assert!(our_loaded_programs().is_empty(), "left over before the test: {:?}", our_loaded_programs());
+    for args in [&["--json", "0.3"][..], &["--attach", "raw_tp", "-f", "0.3"], &["--attach", "kprobe", "0.3"], &["-p", "999999999", "1"]] {
+        let _ = run(args);
+        assert!(our_loaded_programs().is_empty(), "{args:?} left programs: {:?}", our_loaded_programs());
+    }
+    let tracer = Tracer::start(&["--json"]);
+    assert!(!our_loaded_programs().is_empty(), "the tracer should be loaded while it runs");
+    tracer.signal(libc::SIGINT);
+    assert!(tracer.finish().status.success());
+    assert!(our_loaded_programs().is_empty());
+}
+
+#[test]
+fn kprobe_path_loads_then_fails_with_one_line_naming_kprobes() {
+    require_bpf!();
+    let out = run(&["--attach", "kprobe", "1"]);
+    if std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists() {
+        eprintln!("kprobes exist on this kernel; the attach may succeed");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1));
+    let err = out.stderr.trim();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("kprobes are not available"), "{err}");
+    assert!(!err.contains("failed to load"), "the kprobe program must pass the verifier: {err}");
+}
+
+#[test]
+fn errors_are_one_line_with_nonzero_exit() {
+    require_bpf!();
+    for (args, needle) in [
+        (&["-p", "999999999", "1"][..], "no process with PID 999999999"),
+        (&["-t", "999999999", "1"], "no thread with TID 999999999"),
+        (&["-u", "-k"], "cannot be used with"),
+        (&["-U", "-K"], "cannot be used with"),
+        (&["-p", "1", "-t", "1"], "cannot be used with"),
+        (&["-m", "10", "-M", "5"], "above --max-block-time"),
+        (&["--stack-storage-size", "x"], "invalid value"),
+    ] {
+        let out = run(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = out.stderr.trim();
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"));
+    }
+    // A thread id given to -p names its process.
+    let w = Workload::spawn("tw-notproc", || ());
+    let out = run(&["-p", &w.tid.to_string(), "1"]);
+    assert!(out.stderr.contains(&format!("use -t {}", w.tid)), "{}", out.stderr);
+    w.go();
+    w.join();
+}
+
+#[test]
+fn unprivileged_run_names_the_capabilities() {
+    require_bpf!();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", BIN, "1"])
+        .output()
+        .expect("setpriv (util-linux) is needed");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON") && err.contains("root"), "{err}");
+}
+
+#[test]
+fn broken_pipe_ends_quietly() {
+    require_bpf!();
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("{BIN} -f 0.5 | head -c 10 >/dev/null; exit ${{PIPESTATUS[0]}}"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    assert!(!err.contains("panicked") && !err.contains("error"), "{err}");
+}

@@ -1,0 +1,98 @@
+//! `cargo xtask setup`: checks each piece first and installs only what is missing,
+//! so a second run takes a second or two.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context as _, Result};
+
+use crate::run;
+
+/// Debian packages: LLVM for bpf-linker, and the tools the tests and benchmark use.
+const PACKAGES: &[&str] = &[
+    "llvm-22-dev",      // bpf-linker links against LLVM 22, nightly rustc's major
+    "bpftool",          // tests: nothing of ours stays loaded; bench: bpf_stats
+    "linux-perf",       // bench: perf bench sched messaging/pipe
+    "libbpf-tools",     // bench peer: offcputime
+    "bpftrace",         // bench peer: off-CPU one-liner
+    "util-linux",       // tests: setpriv for the unprivileged check
+];
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc_geteuid() == 0 }
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+fn cargo_bin() -> PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cargo"));
+    home.join("bin")
+}
+
+/// PATH with the cargo bin directory in it, for bpf-linker.
+pub fn path_with_cargo_bin() -> std::ffi::OsString {
+    let mut paths: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let bin = cargo_bin();
+    if !paths.contains(&bin) {
+        paths.insert(0, bin);
+    }
+    std::env::join_paths(paths).unwrap_or_default()
+}
+
+fn output_ok(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn missing_packages() -> Vec<&'static str> {
+    PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            output_ok(Command::new("dpkg-query").args(["-W", "-f=${Status}", p])).is_none_or(|s| !s.contains("install ok installed"))
+        })
+        .collect()
+}
+
+fn root_cmd(program: &str) -> Command {
+    crate::as_root(program)
+}
+
+pub fn setup() -> Result<()> {
+    // 1. rust-src for nightly: the eBPF crate builds core from source.
+    let installed = output_ok(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
+        .context("rustup with a nightly toolchain is required")?;
+    if !installed.lines().any(|l| l.starts_with("rust-src")) {
+        eprintln!("setup: adding rust-src to nightly");
+        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+    }
+    // 2. Debian packages.
+    let missing = missing_packages();
+    if !missing.is_empty() {
+        eprintln!("setup: installing {}", missing.join(" "));
+        run(root_cmd("apt-get").args(["update", "-qq"]))?;
+        run(root_cmd("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    // 3. bpf-linker, built against Debian's LLVM 22.
+    let linker = cargo_bin().join("bpf-linker");
+    let have = output_ok(Command::new(&linker).arg("--version")).unwrap_or_default();
+    if !have.contains(BPF_LINKER_VERSION) {
+        eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22");
+        run(Command::new("cargo")
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--no-default-features", "--features", "llvm-22"])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22"))?;
+    }
+    Ok(())
+}

@@ -70,6 +70,10 @@ pub struct Settings {
     pub off_state: u32,
     /// Byte offset of `task_struct.comm`, used only by the kprobe path.
     pub off_comm: u32,
+    /// Non-zero: capture wakers at sched_waking and aggregate into `WAKE_WAITS`.
+    pub waker: u32,
+    /// Number of waker hops to keep, 1..=[`MAX_CHAIN`].
+    pub chain: u32,
 }
 
 impl Settings {
@@ -88,6 +92,8 @@ impl Settings {
             off_tgid: u32::MAX,
             off_state: u32::MAX,
             off_comm: u32::MAX,
+            waker: 0,
+            chain: 1,
         }
     }
 }
@@ -104,6 +110,9 @@ pub struct SwitchOut {
     pub kstack: i32,
     pub ustack: i32,
     pub comm: [u8; TASK_COMM_LEN],
+    /// State at switch-out (0 = preempted while runnable).
+    pub state: u32,
+    pub _pad: u32,
 }
 
 /// Aggregate key: one row per thread and pair of stacks.
@@ -129,6 +138,70 @@ pub struct WaitVal {
     pub max_end_ns: u64,
 }
 
+/// Most waker hops a record can carry (`--chain`).
+pub const MAX_CHAIN: usize = 4;
+
+/// One waker: who ran `try_to_wake_up`, and its stacks at that moment.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Hop {
+    pub tgid: u32,
+    pub tid: u32,
+    pub kstack: i32,
+    pub ustack: i32,
+    pub comm: [u8; TASK_COMM_LEN],
+}
+
+/// The chain of the last wakeup of a task, keyed by its `task_struct` address in
+/// [`names::LAST_WAKE`]: hop 0 woke it, hop 1 had last woken hop 0, and so on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// `bpf_ktime_get_ns()` of the wakeup.
+    pub ts: u64,
+    /// Valid hops.
+    pub len: u32,
+    pub _pad: u32,
+    pub hops: [Hop; MAX_CHAIN],
+}
+
+/// Values of [`WakeKey::kind`].
+pub mod wake_kind {
+    /// Woken by the hops in the key.
+    pub const WOKEN: u32 = 0;
+    /// Went to sleep during the trace but no wakeup was seen (e.g. a lost map slot).
+    pub const NO_WAKER: u32 = 1;
+    /// Switched out runnable (preempted): nobody had to wake it.
+    pub const PREEMPTED: u32 = 2;
+}
+
+/// Aggregate key with `--waker`: the target's key plus its waker chain.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WakeKey {
+    pub target: WaitKey,
+    /// One of [`wake_kind`].
+    pub kind: u32,
+    /// Valid hops; the rest are zero.
+    pub len: u32,
+    pub hops: [Hop; MAX_CHAIN],
+}
+
+/// Aggregate value with `--waker`: the wait split at the wakeup into the time
+/// blocked (switch-out to wakeup) and on the run queue (wakeup to switch-in).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakeVal {
+    pub total_ns: u64,
+    pub count: u64,
+    pub max_ns: u64,
+    pub max_end_ns: u64,
+    pub blocked_ns: u64,
+    pub runq_ns: u64,
+    pub max_blocked_ns: u64,
+    pub max_runq_ns: u64,
+}
+
 /// Indices into the per-CPU [`names::COUNTERS`] array.
 pub mod counter {
     /// sched_switch (or finish_task_switch) program runs.
@@ -149,8 +222,12 @@ pub mod counter {
     pub const LOST_START_FULL: u32 = 7;
     /// Waits whose end came before their start.
     pub const NEGATIVE_DELTA: u32 = 8;
+    /// sched_waking program runs.
+    pub const WAKINGS: u32 = 9;
+    /// Wakeup chains that did not fit into the full LAST_WAKE map.
+    pub const LOST_WAKE_FULL: u32 = 10;
     /// Number of counters.
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 11;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -160,6 +237,10 @@ pub mod names {
     pub const STARTS: &str = "STARTS";
     pub const WAITS: &str = "WAITS";
     pub const PIDS: &str = "PIDS";
+    pub const LAST_WAKE: &str = "LAST_WAKE";
+    pub const WAKE_WAITS: &str = "WAKE_WAITS";
+    pub const PROG_WAKING_BTF: &str = "sched_waking_btf";
+    pub const PROG_WAKING_RAW: &str = "sched_waking_raw";
     pub const COUNTERS: &str = "COUNTERS";
     pub const PROG_SWITCH_BTF: &str = "sched_switch_btf";
     pub const PROG_SWITCH_RAW: &str = "sched_switch_raw";
@@ -186,6 +267,10 @@ mod pod {
     unsafe impl aya::Pod for super::SwitchOut {}
     unsafe impl aya::Pod for super::WaitKey {}
     unsafe impl aya::Pod for super::WaitVal {}
+    unsafe impl aya::Pod for super::Hop {}
+    unsafe impl aya::Pod for super::Chain {}
+    unsafe impl aya::Pod for super::WakeKey {}
+    unsafe impl aya::Pod for super::WakeVal {}
 }
 
 #[cfg(test)]
@@ -195,8 +280,12 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 10);
-        assert_eq!(size_of::<SwitchOut>(), 8 + 4 * 4 + TASK_COMM_LEN);
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 12);
+        assert_eq!(size_of::<SwitchOut>(), 8 + 4 * 4 + TASK_COMM_LEN + 8);
+        assert_eq!(size_of::<Hop>(), 16 + TASK_COMM_LEN);
+        assert_eq!(size_of::<Chain>(), 16 + MAX_CHAIN * size_of::<Hop>());
+        assert_eq!(size_of::<WakeKey>(), size_of::<WaitKey>() + 8 + MAX_CHAIN * size_of::<Hop>());
+        assert_eq!(size_of::<WakeVal>(), 8 * 8);
         assert_eq!(size_of::<WaitKey>(), 4 * 4 + TASK_COMM_LEN);
         assert_eq!(size_of::<WaitVal>(), 8 * 4);
     }

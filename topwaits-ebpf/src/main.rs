@@ -6,7 +6,9 @@
 mod finish_task_switch;
 mod maps;
 mod sched_switch;
+mod sched_waking;
 mod switch;
+mod wake;
 
 /// GPL, so that the GPL-only helpers (stack ids, probe reads, ...) are allowed.
 #[unsafe(link_section = "license")]

@@ -5,7 +5,7 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, StackTrace},
     Global,
 };
-use topwaits_common::{limits, Settings, SwitchOut, WaitKey, WaitVal};
+use topwaits_common::{limits, Chain, Settings, SwitchOut, WaitKey, WaitVal, WakeKey, WakeVal};
 
 /// Options from user space; overridden at load time.
 #[unsafe(no_mangle)]
@@ -27,6 +27,21 @@ pub static WAITS: HashMap<WaitKey, WaitVal> =
 /// The pids or tids of `-p`/`-t`.
 #[map(name = "PIDS")]
 pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(limits::MAX_FILTER_IDS, 0);
+
+/// The chain of each task's last wakeup, keyed by `task_struct` address
+/// (sized to 1 unless `--waker`).
+#[map(name = "LAST_WAKE")]
+pub static LAST_WAKE: HashMap<u64, Chain> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
+
+/// The aggregate with `--waker` (sized to 1 otherwise).
+#[map(name = "WAKE_WAITS")]
+pub static WAKE_WAITS: HashMap<WakeKey, WakeVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, 0);
+
+/// Per-CPU scratch space for values too large for the 512-byte BPF stack.
+#[map(name = "SCRATCH_CHAIN")]
+pub static SCRATCH_CHAIN: PerCpuArray<Chain> = PerCpuArray::with_max_entries(1, 0);
+#[map(name = "SCRATCH_KEY")]
+pub static SCRATCH_KEY: PerCpuArray<WakeKey> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU event and loss counters, indexed by `topwaits_common::counter`.
 #[map(name = "COUNTERS")]

@@ -3,6 +3,7 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::bpf_get_current_pid_tgid,
     programs::tracing::StackIdContext,
 };
 use topwaits_common::{
@@ -10,9 +11,11 @@ use topwaits_common::{
     CAPTURE_USER, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD,
 };
 
-use crate::maps::{count, task_u32, PIDS, SETTINGS, STACKS, STARTS, WAITS};
+use crate::maps::{count, task_u32, LAST_WAKE, PIDS, SETTINGS, STACKS, STARTS, WAITS};
+use crate::wake;
 
 const EFAULT: i32 = 14;
+const EPERM: i32 = 1;
 const EEXIST: i32 = 17;
 
 /// The task leaving the CPU, as the hook saw it.
@@ -81,8 +84,9 @@ pub fn capture_stacks<C: StackIdContext>(ctx: &C) -> (i32, i32) {
     if s.stacks & CAPTURE_USER != 0 {
         ustack = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
             Ok(id) => id as i32,
-            // No user context (a kernel thread): there is no user stack to lose.
-            Err(e) if e == -EFAULT => STACK_NONE,
+            // No user context (a kernel thread, or the idle task under an
+            // interrupt, which gets EPERM): there is no user stack to lose.
+            Err(e) if e == -EFAULT || (e == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) => STACK_NONE,
             Err(e) => {
                 count(counter::LOST_USER_STACK, 1);
                 e
@@ -101,8 +105,9 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
         return;
     }
     if out.state & TASK_DEAD != 0 {
-        // Its last switch: free the slot instead of starting a wait that never ends.
+        // Its last switch: free the slots instead of starting a wait that never ends.
         let _ = STARTS.remove(&out.task);
+        let _ = LAST_WAKE.remove(&out.task);
         return;
     }
     if !wanted(out) {
@@ -120,6 +125,8 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
         kstack,
         ustack,
         comm: out.comm,
+        state: out.state,
+        _pad: 0,
     };
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
         // SAFETY: a pointer from a map lookup; only this task's switches touch it.
@@ -167,7 +174,11 @@ pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, now: u64, stacks_now: bo
         ustack,
         comm: start.comm,
     };
-    add(&key, delta, now);
+    if s.waker != 0 {
+        wake::account(task, &key, began, start.state, delta, now);
+    } else {
+        add(&key, delta, now);
+    }
 }
 
 /// Folds one wait into an existing aggregate value.

@@ -10,11 +10,11 @@ use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap};
 use aya::programs::{BtfTracePoint, KProbe, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
-use topwaits_common::{counter, names, Settings, WaitKey, WaitVal};
+use topwaits_common::{counter, limits, names, Hop, Settings, WaitKey, WaitVal, WakeKey, WakeVal};
 
 use crate::cli::{AttachMode, Config};
 use crate::error::UserError;
-use crate::model::{AttachKind, Capture, Counters, RawRecord, StackId};
+use crate::model::{AttachKind, Capture, Counters, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
 use crate::sys::{btf, kallsyms};
 
 /// Where the kernel exposes the kprobe PMU; absent when CONFIG_KPROBES is unset.
@@ -27,6 +27,50 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/to
 pub struct Tracer {
     ebpf: Ebpf,
     attach: AttachKind,
+    waker: bool,
+}
+
+/// Detaches and unloads every loaded program of an object.
+fn self_unload(ebpf: &mut Ebpf) {
+    for (_, prog) in ebpf.programs_mut() {
+        // Unloading a program that never loaded fails harmlessly.
+        let _ = match prog {
+            aya::programs::Program::BtfTracePoint(p) => p.unload(),
+            aya::programs::Program::RawTracePoint(p) => p.unload(),
+            aya::programs::Program::KProbe(p) => p.unload(),
+            _ => Ok(()),
+        };
+    }
+}
+
+fn comm_bytes(comm: &[u8]) -> Vec<u8> {
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    comm[..len].to_vec()
+}
+
+fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, max_end_ns: u64) -> RawRecord {
+    RawRecord {
+        tgid: k.tgid,
+        tid: k.tid,
+        comm: comm_bytes(&k.comm),
+        kstack: StackId::from_raw(k.kstack),
+        ustack: StackId::from_raw(k.ustack),
+        total_ns,
+        count,
+        max_ns,
+        max_end_mono: max_end_ns,
+        wake: None,
+    }
+}
+
+fn raw_hop(h: &Hop) -> RawHop {
+    RawHop {
+        tgid: h.tgid,
+        tid: h.tid,
+        comm: comm_bytes(&h.comm),
+        kstack: StackId::from_raw(h.kstack),
+        ustack: StackId::from_raw(h.ustack),
+    }
 }
 
 fn offsets_into(settings: &mut Settings, off: &btf::TaskOffsets) {
@@ -39,10 +83,18 @@ fn offsets_into(settings: &mut Settings, off: &btf::TaskOffsets) {
 
 fn load(config: &Config, settings: &Settings) -> Result<Ebpf> {
     let pids_size = (config.filter_ids().len() as u32).max(1);
+    // Only the maps a mode uses get their full size; the others hold one entry.
+    let (waits, wake_waits, last_wake) = if config.waker {
+        (1, config.max_entries, limits::START_ENTRIES)
+    } else {
+        (config.max_entries, 1, 1)
+    };
     let mut ebpf = EbpfLoader::new()
         .override_global(names::SETTINGS, settings, true)
         .map_max_entries(names::STACKS, config.stack_storage_size)
-        .map_max_entries(names::WAITS, config.max_entries)
+        .map_max_entries(names::WAITS, waits)
+        .map_max_entries(names::WAKE_WAITS, wake_waits)
+        .map_max_entries(names::LAST_WAKE, last_wake)
         .map_max_entries(names::PIDS, pids_size)
         .load(OBJECT)
         .context("failed to load the eBPF object")?;
@@ -56,21 +108,35 @@ fn load(config: &Config, settings: &Settings) -> Result<Ebpf> {
     Ok(ebpf)
 }
 
-fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf) -> Result<()> {
-    let prog: &mut BtfTracePoint = program(ebpf, names::PROG_SWITCH_BTF)?.try_into()?;
-    prog.load("sched_switch", btf).context("failed to load the tp_btf sched_switch program")?;
-    prog.attach().context("failed to attach tp_btf/sched_switch")?;
+fn attach_one_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<()> {
+    let p: &mut BtfTracePoint = program(ebpf, prog)?.try_into()?;
+    p.load(tp, btf).with_context(|| format!("failed to load the tp_btf {tp} program"))?;
+    p.attach().with_context(|| format!("failed to attach tp_btf/{tp}"))?;
     Ok(())
 }
 
-fn attach_raw_tp(ebpf: &mut Ebpf) -> Result<()> {
-    let prog: &mut RawTracePoint = program(ebpf, names::PROG_SWITCH_RAW)?.try_into()?;
-    prog.load().context("failed to load the raw_tp sched_switch program")?;
-    prog.attach("sched_switch").context("failed to attach raw_tp/sched_switch")?;
+fn attach_one_raw_tp(ebpf: &mut Ebpf, prog: &str, tp: &str) -> Result<()> {
+    let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
+    p.load().with_context(|| format!("failed to load the raw_tp {tp} program"))?;
+    p.attach(tp).with_context(|| format!("failed to attach raw_tp/{tp}"))?;
     Ok(())
 }
 
-fn attach_kprobe(ebpf: &mut Ebpf) -> Result<()> {
+fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, waker: bool) -> Result<()> {
+    if waker {
+        attach_one_tp_btf(ebpf, btf, names::PROG_WAKING_BTF, "sched_waking")?;
+    }
+    attach_one_tp_btf(ebpf, btf, names::PROG_SWITCH_BTF, "sched_switch")
+}
+
+fn attach_raw_tp(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
+    if waker {
+        attach_one_raw_tp(ebpf, names::PROG_WAKING_RAW, "sched_waking")?;
+    }
+    attach_one_raw_tp(ebpf, names::PROG_SWITCH_RAW, "sched_switch")
+}
+
+fn attach_kprobe(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
     let prog: &mut KProbe = program(ebpf, names::PROG_FINISH_KPROBE)?.try_into()?;
     // Load first: the program must pass the verifier even where kprobes cannot attach.
     prog.load().context("failed to load the finish_task_switch kprobe program")?;
@@ -82,6 +148,10 @@ fn attach_kprobe(ebpf: &mut Ebpf) -> Result<()> {
         return Err(UserError::NoKprobes(KPROBE_PMU.to_string()).into());
     }
     prog.attach(&symbol, 0).with_context(|| format!("failed to attach a kprobe to {symbol}"))?;
+    if waker {
+        // Wakers come from the sched_waking tracepoint on every path.
+        attach_one_raw_tp(ebpf, names::PROG_WAKING_RAW, "sched_waking")?;
+    }
     Ok(())
 }
 
@@ -117,23 +187,23 @@ impl Tracer {
         let attach = match config.attach {
             AttachMode::TpBtf => {
                 need_btf("--attach tp_btf")?;
-                attach_tp_btf(&mut ebpf, &Btf::from_sys_fs()?)?;
+                attach_tp_btf(&mut ebpf, &Btf::from_sys_fs()?, config.waker)?;
                 AttachKind::TpBtf
             }
             AttachMode::RawTp => {
-                attach_raw_tp(&mut ebpf)?;
+                attach_raw_tp(&mut ebpf, config.waker)?;
                 AttachKind::RawTp
             }
             AttachMode::Kprobe => {
                 need_btf("--attach kprobe (task_struct offsets)")?;
-                attach_kprobe(&mut ebpf)?;
+                attach_kprobe(&mut ebpf, config.waker)?;
                 AttachKind::Kprobe
             }
             AttachMode::Auto => {
                 let tried = if have_btf {
                     Btf::from_sys_fs()
                         .map_err(anyhow::Error::from)
-                        .and_then(|btf| attach_tp_btf(&mut ebpf, &btf))
+                        .and_then(|btf| attach_tp_btf(&mut ebpf, &btf, config.waker))
                 } else {
                     Err(anyhow!("no kernel BTF"))
                 };
@@ -141,14 +211,20 @@ impl Tracer {
                     Ok(()) => AttachKind::TpBtf,
                     Err(e) => {
                         warn!("tp_btf unavailable ({e:#}); falling back to raw_tp");
-                        attach_raw_tp(&mut ebpf)?;
+                        // A half-attached tp_btf set must not stay attached.
+                        self_unload(&mut ebpf);
+                        attach_raw_tp(&mut ebpf, config.waker)?;
                         AttachKind::RawTp
                     }
                 }
             }
         };
         info!("attached with {}", attach.name());
-        Ok(Tracer { ebpf, attach })
+        Ok(Tracer {
+            ebpf,
+            attach,
+            waker: config.waker,
+        })
     }
 
     pub fn attach_kind(&self) -> AttachKind {
@@ -161,16 +237,7 @@ impl Tracer {
 
     /// Detaches and unloads the programs, so that what is drained next is final.
     pub fn stop(&mut self) {
-        for (_, prog) in self.ebpf.programs_mut() {
-            let res = match prog {
-                aya::programs::Program::BtfTracePoint(p) => p.unload(),
-                aya::programs::Program::RawTracePoint(p) => p.unload(),
-                aya::programs::Program::KProbe(p) => p.unload(),
-                _ => Ok(()),
-            };
-            // Unloading a program that never loaded fails harmlessly.
-            let _ = res;
-        }
+        self_unload(&mut self.ebpf);
     }
 
     /// Sums the per-CPU counters.
@@ -185,27 +252,40 @@ impl Tracer {
 
     /// Reads the aggregate, the stacks it names, and the counters.
     pub fn drain(&self) -> Result<Capture> {
-        let waits: BpfHashMap<&MapData, WaitKey, WaitVal> = BpfHashMap::try_from(self.map(names::WAITS)?)?;
         let mut records = Vec::new();
-        for item in waits.iter() {
-            let (k, v) = item.context("failed to read the aggregate map")?;
-            let comm_len = k.comm.iter().position(|&b| b == 0).unwrap_or(k.comm.len());
-            records.push(RawRecord {
-                tgid: k.tgid,
-                tid: k.tid,
-                comm: k.comm[..comm_len].to_vec(),
-                kstack: StackId::from_raw(k.kstack),
-                ustack: StackId::from_raw(k.ustack),
-                total_ns: v.total_ns,
-                count: v.count,
-                max_ns: v.max_ns,
-                max_end_mono: v.max_end_ns,
-            });
+        if self.waker {
+            let waits: BpfHashMap<&MapData, WakeKey, WakeVal> = BpfHashMap::try_from(self.map(names::WAKE_WAITS)?)?;
+            for item in waits.iter() {
+                let (k, v) = item.context("failed to read the aggregate map")?;
+                let mut r = raw_record(&k.target, v.total_ns, v.count, v.max_ns, v.max_end_ns);
+                let kind = match k.kind {
+                    topwaits_common::wake_kind::WOKEN => WakeKind::Woken,
+                    topwaits_common::wake_kind::PREEMPTED => WakeKind::Preempted,
+                    _ => WakeKind::NoWaker,
+                };
+                let len = (k.len as usize).min(k.hops.len());
+                r.wake = Some(WakeInfo {
+                    kind,
+                    hops: k.hops[..len].iter().map(raw_hop).collect(),
+                    blocked_ns: v.blocked_ns,
+                    runq_ns: v.runq_ns,
+                    max_blocked_ns: v.max_blocked_ns,
+                    max_runq_ns: v.max_runq_ns,
+                });
+                records.push(r);
+            }
+        } else {
+            let waits: BpfHashMap<&MapData, WaitKey, WaitVal> = BpfHashMap::try_from(self.map(names::WAITS)?)?;
+            for item in waits.iter() {
+                let (k, v) = item.context("failed to read the aggregate map")?;
+                records.push(raw_record(&k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
+            }
         }
         let traces: StackTraceMap<&MapData> = StackTraceMap::try_from(self.map(names::STACKS)?)?;
         let mut stacks = HashMap::new();
         for r in &records {
-            for id in [r.kstack, r.ustack] {
+            let hops = r.wake.iter().flat_map(|w| &w.hops);
+            for id in [r.kstack, r.ustack].into_iter().chain(hops.flat_map(|h| [h.kstack, h.ustack])) {
                 if let StackId::Id(id) = id {
                     if stacks.contains_key(&id) {
                         continue;

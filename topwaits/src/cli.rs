@@ -15,13 +15,30 @@ Examples:
   topwaits -t 1240,1241 -m 1000   two threads, waits of 1 ms or more, until Ctrl-C
   topwaits -f 10 | flamegraph.pl --color=io --countname=us > offcpu.svg
   topwaits --json -n 50 10        the 50 longest-waiting stacks as JSON
-  topwaits --state 2 10           uninterruptible (D state) waits only";
+  topwaits --state 2 10           uninterruptible (D state) waits only
+  topwaits -w -p 1234 10          who woke process 1234's threads, blocked vs run-queue time
+  topwaits --chain 3 -f 10        off-wake stacks with the waker's wakers, 3 hops deep
+  topwaits --wakeups -f 10        wakeup view: blocked time by waker stack (like wakeuptime)";
 
 /// Where did threads wait, for how long, at most when? An off-CPU profiler that keeps,
 /// per unique stack, the total wait, the count, the longest single wait and when it ended.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "topwaits", version, after_help = EXAMPLES, max_term_width = 100)]
 pub struct Args {
+    /// Also capture who woke each wait (off-wake stacks), and split each wait into
+    /// blocked time (until the wakeup) and run-queue time (after it).
+    #[arg(short = 'w', long)]
+    pub waker: bool,
+
+    /// Follow wakers back N hops: the waker's own waker, and so on (1-4; implies -w).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=topwaits_common::MAX_CHAIN as i64))]
+    pub chain: u32,
+
+    /// Show the wakeup view instead (like wakeuptime): time from block to wakeup,
+    /// by waker stack and target; implies -w.
+    #[arg(long)]
+    pub wakeups: bool,
+
     /// Trace only these processes (comma-separated PIDs).
     #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',', num_args = 1,
           conflicts_with_all = ["tid", "user_threads_only", "kernel_threads_only"])]
@@ -171,9 +188,23 @@ pub enum Output {
     Json { limit: usize },
 }
 
+/// Which aggregation the report shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// Per target stack (and waker chain with `-w`).
+    OffCpu,
+    /// Per waker stack and target comm (`--wakeups`).
+    Wakeups,
+}
+
 /// Validated options; nothing loads before this exists.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
+    pub view: View,
+    /// Capture wakers.
+    pub waker: bool,
+    /// Waker hops to keep.
+    pub chain: u32,
     pub threads: Threads,
     pub stacks: Stacks,
     pub min_us: u64,
@@ -254,6 +285,9 @@ impl Config {
             }
         };
         Ok(Config {
+            view: if a.wakeups { View::Wakeups } else { View::OffCpu },
+            waker: a.waker || a.wakeups || a.chain > 1,
+            chain: a.chain,
             threads,
             stacks,
             min_us: a.min_block_time,
@@ -325,6 +359,8 @@ impl Config {
             s.state_filter = 1;
             s.state_mask = mask;
         }
+        s.waker = u32::from(self.waker);
+        s.chain = self.chain;
         s
     }
 
@@ -420,6 +456,22 @@ mod tests {
         assert_eq!(parse(&["--json", "-n", "5"]).unwrap().output, Output::Json { limit: 5 });
         assert!(parse(&["-u"]).unwrap().needs_task_flags());
         assert_eq!(parse(&["--attach", "raw_tp"]).unwrap().attach, AttachMode::RawTp);
+    }
+
+    #[test]
+    fn waker_options() {
+        let c = parse(&[]).unwrap();
+        assert!(!c.waker);
+        assert_eq!((c.settings().waker, c.settings().chain), (0, 1));
+        let c = parse(&["-w"]).unwrap();
+        assert!(c.waker && c.view == View::OffCpu);
+        let c = parse(&["--chain", "3"]).unwrap();
+        assert!(c.waker, "--chain implies -w");
+        assert_eq!((c.settings().waker, c.settings().chain), (1, 3));
+        assert!(parse(&["--chain", "0"]).is_err());
+        assert!(parse(&["--chain", "5"]).is_err());
+        let c = parse(&["--wakeups", "-f"]).unwrap();
+        assert!(c.waker && c.view == View::Wakeups);
     }
 
     #[test]

@@ -41,6 +41,69 @@ pub struct RawRecord {
     pub max_ns: u64,
     /// CLOCK_MONOTONIC ns at which the longest wait ended.
     pub max_end_mono: u64,
+    /// With `--waker`: who woke it, and the blocked/run-queue split.
+    pub wake: Option<WakeInfo<RawHop>>,
+}
+
+/// How a wait ended, with `--waker`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WakeKind {
+    /// Woken by the recorded hops.
+    Woken,
+    /// Slept, but no wakeup was seen.
+    NoWaker,
+    /// Switched out runnable; nobody had to wake it.
+    Preempted,
+}
+
+/// A waker as drained: ids and stack ids.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RawHop {
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: Vec<u8>,
+    pub kstack: StackId,
+    pub ustack: StackId,
+}
+
+/// A symbolized waker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hop {
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: Vec<u8>,
+    pub kernel: Stack,
+    pub user: Stack,
+    /// The wakeup ran in interrupt context; the ids and comm are those of the
+    /// task the interrupt happened to hit, not of a waker.
+    pub interrupt: bool,
+}
+
+/// The waker side of a record: the chain (hop 0 woke the target) and the split.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WakeInfo<H> {
+    pub kind: WakeKind,
+    pub hops: Vec<H>,
+    /// Switch-out to wakeup.
+    pub blocked_ns: u64,
+    /// Wakeup to switch-in.
+    pub runq_ns: u64,
+    pub max_blocked_ns: u64,
+    pub max_runq_ns: u64,
+}
+
+impl<H> WakeInfo<H> {
+    /// The same split with other hops.
+    pub fn with_hops<J>(&self, hops: Vec<J>) -> WakeInfo<J> {
+        WakeInfo {
+            kind: self.kind,
+            hops,
+            blocked_ns: self.blocked_ns,
+            runq_ns: self.runq_ns,
+            max_blocked_ns: self.max_blocked_ns,
+            max_runq_ns: self.max_runq_ns,
+        }
+    }
 }
 
 /// Event and loss counters, summed over CPUs.
@@ -55,6 +118,8 @@ pub struct Counters {
     pub aggregate_full_ns: u64,
     pub start_full: u64,
     pub negative_deltas: u64,
+    pub wakings: u64,
+    pub wake_full: u64,
 }
 
 impl Counters {
@@ -72,12 +137,14 @@ impl Counters {
             aggregate_full_ns: at(c::LOST_AGG_FULL_NS),
             start_full: at(c::LOST_START_FULL),
             negative_deltas: at(c::NEGATIVE_DELTA),
+            wakings: at(c::WAKINGS),
+            wake_full: at(c::LOST_WAKE_FULL),
         }
     }
 
     /// Whether anything was lost.
     pub fn any_loss(&self) -> bool {
-        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas > 0
+        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full > 0
     }
 
     /// One warning line per kind of loss, each with the fix to apply.
@@ -102,6 +169,13 @@ impl Counters {
             w.push(format!(
                 "{} switch-outs did not fit into the full per-task start map; narrow the trace with -p/-t/-u",
                 self.start_full
+            ));
+        }
+        if self.wake_full > 0 {
+            w.push(format!(
+                "{} wakeups did not fit into the full per-task wakeup map; their waits show [no waker seen]; \
+                 narrow the trace with -p/-t/-u",
+                self.wake_full
             ));
         }
         if self.negative_deltas > 0 {
@@ -208,6 +282,7 @@ pub struct Record {
     pub total_ns: u64,
     pub max_ns: u64,
     pub max_end_mono: u64,
+    pub wake: Option<WakeInfo<Hop>>,
 }
 
 /// Facts about the trace itself, for headers, titles and JSON.
@@ -222,6 +297,8 @@ pub struct TraceInfo {
     pub target: String,
     /// Local UTC offset in seconds, for printing times.
     pub utc_offset_s: i32,
+    /// Wakers were captured (`--waker`, `--chain`, `--wakeups`).
+    pub waker: bool,
 }
 
 impl TraceInfo {

@@ -10,7 +10,7 @@ use blazesym::symbolize::{
 };
 use blazesym::MaybeDefault;
 
-use crate::model::{Capture, Frame, Record, Stack, StackId};
+use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
 use crate::sys::procfs;
 
 /// Resolves addresses to frames, one batch at a time, in the order given.
@@ -115,14 +115,72 @@ pub fn trim_machinery(frames: &mut Vec<Frame>) {
     }
 }
 
+/// Frames that mark a kernel stack as taken in interrupt (hard or soft) context.
+fn is_interrupt_entry(name: &str) -> bool {
+    name.starts_with("asm_sysvec_")
+        || name.starts_with("asm_common_interrupt")
+        || name.starts_with("sysvec_")
+        || name.starts_with("__sysvec_")
+        || name == "common_interrupt"
+        || name == "handle_softirqs"
+        || name == "__do_softirq"
+        || name == "irq_exit_rcu"
+        || name == "__irq_exit_rcu"
+        || name == "hrtimer_interrupt"
+}
+
+/// Marks a waker hop whose kernel stack ran in interrupt context, and cuts its
+/// stack after the outermost interrupt-entry frame: the rest belongs to whatever
+/// task the interrupt hit, as does its user stack, which is dropped.
+pub fn classify_interrupt(hop: &mut Hop) {
+    let Stack::Frames(frames) = &mut hop.kernel else {
+        return;
+    };
+    let last = frames.iter().rposition(|f| f.symbol.as_deref().is_some_and(is_interrupt_entry));
+    if let Some(i) = last {
+        // Keep the asm_ entry frame itself if it directly follows.
+        let keep = match frames.get(i + 1) {
+            Some(f) if f.symbol.as_deref().is_some_and(|n| n.starts_with("asm_")) => i + 2,
+            _ => i + 1,
+        };
+        frames.truncate(keep);
+        hop.interrupt = true;
+        hop.user = Stack::None;
+    }
+}
+
+/// Where one stack id lives, for batching.
+enum Space {
+    Kernel,
+    User(u32),
+}
+
 /// Symbolizes every record of a capture, each unique address once.
 pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
     let stack_of = |id: &StackId| match id {
         StackId::Id(i) => capture.stacks.get(i).map(|v| v.as_slice()),
         _ => None,
     };
-    // Kernel: one batch for all unique addresses.
-    let mut kaddrs: Vec<u64> = capture.records.iter().filter_map(|r| stack_of(&r.kstack)).flatten().copied().collect();
+    // Every (space, stack id) the records use, targets and hops alike.
+    let mut wanted: Vec<(Space, StackId)> = Vec::new();
+    for r in &capture.records {
+        wanted.push((Space::Kernel, r.kstack));
+        wanted.push((Space::User(r.tgid), r.ustack));
+        for h in r.wake.iter().flat_map(|w| &w.hops) {
+            wanted.push((Space::Kernel, h.kstack));
+            wanted.push((Space::User(h.tgid), h.ustack));
+        }
+    }
+    // Kernel: one batch for all unique addresses; user: one batch per process.
+    let mut kaddrs: Vec<u64> = Vec::new();
+    let mut per_proc: HashMap<u32, Vec<u64>> = HashMap::new();
+    for (space, id) in &wanted {
+        let Some(addrs) = stack_of(id) else { continue };
+        match space {
+            Space::Kernel => kaddrs.extend_from_slice(addrs),
+            Space::User(t) => per_proc.entry(*t).or_default().extend_from_slice(addrs),
+        }
+    }
     kaddrs.sort_unstable();
     kaddrs.dedup();
     let kframes: HashMap<u64, Frame> = if kaddrs.is_empty() {
@@ -130,13 +188,6 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
     } else {
         sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect()
     };
-    // User: one batch per process.
-    let mut per_proc: HashMap<u32, Vec<u64>> = HashMap::new();
-    for r in &capture.records {
-        if let Some(s) = stack_of(&r.ustack) {
-            per_proc.entry(r.tgid).or_default().extend_from_slice(s);
-        }
-    }
     let mut uframes: HashMap<(u32, u64), Frame> = HashMap::new();
     let mut tgids: Vec<_> = per_proc.keys().copied().collect();
     tgids.sort_unstable();
@@ -148,38 +199,68 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
             uframes.insert((tgid, f.addr), f);
         }
     }
-    let build = |id: &StackId, lookup: &dyn Fn(u64) -> Frame, kernel: bool| match id {
+    let build = |space: Space, id: &StackId| match id {
         StackId::None => Stack::None,
         StackId::Lost(_) => Stack::Missing,
         StackId::Id(_) => match stack_of(id) {
             // An id whose trace is gone from the map is as good as lost.
             None => Stack::Missing,
             Some(addrs) => {
-                let mut frames: Vec<Frame> = addrs.iter().map(|&a| lookup(a)).collect();
-                if kernel {
+                let mut frames: Vec<Frame> = addrs
+                    .iter()
+                    .map(|&a| {
+                        let f = match space {
+                            Space::Kernel => kframes.get(&a),
+                            Space::User(t) => uframes.get(&(t, a)),
+                        };
+                        f.cloned().unwrap_or_else(|| Frame::unknown(a))
+                    })
+                    .collect();
+                if matches!(space, Space::Kernel) {
                     trim_machinery(&mut frames);
                 }
                 Stack::Frames(frames)
             }
         },
     };
+    let hop = |h: &RawHop| {
+        let mut hop = Hop {
+            tgid: h.tgid,
+            tid: h.tid,
+            comm: h.comm.clone(),
+            kernel: build(Space::Kernel, &h.kstack),
+            user: build(Space::User(h.tgid), &h.ustack),
+            interrupt: false,
+        };
+        classify_interrupt(&mut hop);
+        hop
+    };
     capture
         .records
         .iter()
-        .map(|r| {
-            let k = |a: u64| kframes.get(&a).cloned().unwrap_or_else(|| Frame::unknown(a));
-            let u = |a: u64| uframes.get(&(r.tgid, a)).cloned().unwrap_or_else(|| Frame::unknown(a));
-            Record {
-                tgid: r.tgid,
-                tid: r.tid,
-                comm: r.comm.clone(),
-                kernel: build(&r.kstack, &k, true),
-                user: build(&r.ustack, &u, false),
-                count: r.count,
-                total_ns: r.total_ns,
-                max_ns: r.max_ns,
-                max_end_mono: r.max_end_mono,
-            }
+        .map(|r| Record {
+            tgid: r.tgid,
+            tid: r.tid,
+            comm: r.comm.clone(),
+            kernel: build(Space::Kernel, &r.kstack),
+            user: build(Space::User(r.tgid), &r.ustack),
+            count: r.count,
+            total_ns: r.total_ns,
+            max_ns: r.max_ns,
+            max_end_mono: r.max_end_mono,
+            wake: r.wake.as_ref().map(|w| {
+                let mut hops = Vec::new();
+                for h in &w.hops {
+                    let h = hop(h);
+                    let stop = h.interrupt;
+                    hops.push(h);
+                    // An interrupt's "waker" chain would be the interrupted task's.
+                    if stop {
+                        break;
+                    }
+                }
+                w.with_hops(hops)
+            }),
         })
         .collect()
 }
@@ -271,6 +352,46 @@ pub(crate) mod tests {
         assert_eq!(deep.len(), 10, "only the leaf end is trimmed");
     }
 
+    fn hop_with(kernel: &[&str]) -> Hop {
+        Hop {
+            tgid: 5,
+            tid: 6,
+            comm: b"busy".to_vec(),
+            kernel: Stack::Frames(kernel.iter().map(|n| frame(Some(n))).collect()),
+            user: Stack::Frames(vec![frame(Some("main"))]),
+            interrupt: false,
+        }
+    }
+
+    #[test]
+    fn timer_interrupt_wakeups_are_labelled_and_cut_at_the_entry() {
+        let mut h = hop_with(&[
+            "try_to_wake_up",
+            "hrtimer_wakeup",
+            "__hrtimer_run_queues",
+            "hrtimer_interrupt",
+            "__sysvec_apic_timer_interrupt",
+            "sysvec_apic_timer_interrupt",
+            "asm_sysvec_apic_timer_interrupt",
+            "pv_native_safe_halt",
+            "default_idle",
+        ]);
+        classify_interrupt(&mut h);
+        assert!(h.interrupt);
+        assert_eq!(h.user, Stack::None);
+        let names: Vec<_> = h.kernel.frames().iter().map(|f| f.name().to_string()).collect();
+        assert_eq!(names.last().map(String::as_str), Some("asm_sysvec_apic_timer_interrupt"));
+        assert!(!names.contains(&"default_idle".to_string()));
+    }
+
+    #[test]
+    fn task_context_wakeups_stay_as_they_are() {
+        let mut h = hop_with(&["try_to_wake_up", "pipe_write", "vfs_write", "ksys_write"]);
+        let before = h.clone();
+        classify_interrupt(&mut h);
+        assert_eq!(h, before);
+    }
+
     #[test]
     fn resolves_each_address_once_and_keeps_missing_stacks() {
         let capture = Capture {
@@ -285,6 +406,7 @@ pub(crate) mod tests {
                     count: 1,
                     max_ns: 5,
                     max_end_mono: 9,
+                    wake: None,
                 },
                 RawRecord {
                     tgid: 10,
@@ -296,6 +418,7 @@ pub(crate) mod tests {
                     count: 2,
                     max_ns: 4,
                     max_end_mono: 9,
+                    wake: None,
                 },
             ],
             stacks: [(1, vec![0x100, 0x200, 0x300]), (2, vec![0x10, 0x20])].into_iter().collect(),

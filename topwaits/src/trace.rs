@@ -119,6 +119,7 @@ pub fn run(config: &Config) -> Result<()> {
             attach,
             target,
             utc_offset_s: local_offset_s(clock.wall(start_mono)),
+            waker: config.waker,
         },
         counters: capture.counters,
         records,
@@ -126,6 +127,6 @@ pub fn run(config: &Config) -> Result<()> {
     for w in report.counters.warnings() {
         eprintln!("topwaits: warning: {w}");
     }
-    let format = report::for_output(&config.output);
+    let format = report::for_output(config.view, &config.output);
     write_quietly(|out| format.write(&report, out))
 }

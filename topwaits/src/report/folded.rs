@@ -3,9 +3,9 @@
 
 use std::io::{self, Write};
 
-use super::Format;
+use super::{hop_name, no_waker_label, Format};
 use crate::cli::ValueKind;
-use crate::model::{Record, Report, Stack};
+use crate::model::{Frame, Record, Report, Stack};
 
 /// Placeholder frames for stacks the kernel could not store.
 pub const MISSING_USER: &str = "[missing user stack]";
@@ -32,21 +32,49 @@ pub fn clean(name: &str) -> String {
         .collect()
 }
 
-/// The frames of one record, root first, starting with the comm.
-pub fn line_frames(r: &Record, delimited: bool) -> Vec<String> {
-    let mut line = vec![clean(&String::from_utf8_lossy(&r.comm))];
-    match &r.user {
-        Stack::Missing => line.push(MISSING_USER.to_string()),
-        Stack::Frames(f) => line.extend(f.iter().rev().map(|f| clean(f.name()))),
+/// Appends a stack's frames, root→leaf (`leaf_first == false`) or leaf→root.
+fn push_stack(line: &mut Vec<String>, stack: &Stack, missing: &str, leaf_first: bool) {
+    match stack {
+        Stack::Missing => line.push(missing.to_string()),
+        Stack::Frames(f) => {
+            let names = |f: &Frame| clean(f.name());
+            if leaf_first {
+                line.extend(f.iter().map(names));
+            } else {
+                line.extend(f.iter().rev().map(names));
+            }
+        }
         Stack::None => {}
     }
-    if delimited && matches!(r.user, Stack::Frames(_)) && matches!(r.kernel, Stack::Frames(_)) {
+}
+
+/// The `-d` delimiter goes between two stacks only when both exist, as in bcc.
+fn push_delimiter(line: &mut Vec<String>, delimited: bool, a: &Stack, b: &Stack) {
+    if delimited && matches!(a, Stack::Frames(_)) && matches!(b, Stack::Frames(_)) {
         line.push("-".to_string());
     }
-    match &r.kernel {
-        Stack::Missing => line.push(MISSING_KERNEL.to_string()),
-        Stack::Frames(f) => line.extend(f.iter().rev().map(|f| clean(f.name()))),
-        Stack::None => {}
+}
+
+/// The frames of one record, root first, starting with the comm: the target's user
+/// then kernel frames root→leaf, and with `--waker` each hop after a `--` frame, its
+/// kernel then user frames leaf→root, then its name (bcc offwaketime's layout).
+pub fn line_frames(r: &Record, delimited: bool) -> Vec<String> {
+    let mut line = vec![clean(&String::from_utf8_lossy(&r.comm))];
+    push_stack(&mut line, &r.user, MISSING_USER, false);
+    push_delimiter(&mut line, delimited, &r.user, &r.kernel);
+    push_stack(&mut line, &r.kernel, MISSING_KERNEL, false);
+    if let Some(w) = &r.wake {
+        if w.hops.is_empty() {
+            line.push("--".to_string());
+            line.push(no_waker_label(w.kind).to_string());
+        }
+        for h in &w.hops {
+            line.push("--".to_string());
+            push_stack(&mut line, &h.kernel, MISSING_KERNEL, true);
+            push_delimiter(&mut line, delimited, &h.kernel, &h.user);
+            push_stack(&mut line, &h.user, MISSING_USER, true);
+            line.push(clean(&hop_name(h)));
+        }
     }
     line
 }
@@ -111,6 +139,25 @@ mod tests {
     fn max_value_is_the_longest_wait_in_microseconds() {
         let got = render(Folded { delimited: false, value: ValueKind::Max }, &report());
         assert!(got.ends_with("__schedule 250000\n"), "{got}");
+    }
+
+    #[test]
+    fn offwake_layout_matches_bcc_offwaketime_with_chain_hops_after_more_dividers() {
+        use crate::report::fixtures::offwake_report;
+        let got = render(Folded { delimited: false, value: ValueKind::Total }, &offwake_report());
+        assert_eq!(
+            got,
+            "kworker/0:1;[missing kernel stack];--;[preempted] 3\n\
+             sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule;--;\
+             try_to_wake_up;pipe_write;vfs_write;write;produce;main;writer;--;\
+             try_to_wake_up;hrtimer_wakeup;asm_sysvec_apic_timer_interrupt;[interrupt] 1000500\n"
+        );
+        let got = render(Folded { delimited: true, value: ValueKind::Total }, &offwake_report());
+        assert!(
+            got.contains("clock_nanosleep;-;do_nanosleep") && got.contains("vfs_write;-;write;produce"),
+            "{got}"
+        );
+        assert!(!got.contains("asm_sysvec_apic_timer_interrupt;-"), "no delimiter without a user stack: {got}");
     }
 
     #[test]

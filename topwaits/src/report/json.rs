@@ -4,9 +4,9 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
-use super::{by_longest, take, Format};
+use super::{by_longest, no_waker_label, take, Format};
 use crate::clock::rfc3339;
-use crate::model::{comm_text, Counters, Frame, Report, Stack};
+use crate::model::{comm_text, Counters, Frame, Hop, Record, Report, Stack, WakeKind};
 
 /// Schema version of the document.
 pub const VERSION: u32 = 1;
@@ -26,12 +26,65 @@ fn frame(f: &Frame) -> Value {
     v
 }
 
-fn stack(s: &Stack) -> (Value, &'static str) {
+pub fn stack(s: &Stack) -> (Value, &'static str) {
     match s {
         Stack::Frames(f) => (Value::Array(f.iter().map(frame).collect()), "ok"),
         Stack::Missing => (json!([]), "missing"),
         Stack::None => (json!([]), "none"),
     }
+}
+
+/// One hop as a `waker` object, with the next hop nested as its own `waker`.
+fn hop(hops: &[Hop]) -> Value {
+    let Some((h, rest)) = hops.split_first() else {
+        return Value::Null;
+    };
+    let (ks, kstatus) = stack(&h.kernel);
+    let (us, ustatus) = stack(&h.user);
+    let mut v = json!({
+        "tgid": h.tgid,
+        "tid": h.tid,
+        "comm": comm_text(&h.comm),
+        "context": if h.interrupt { "interrupt" } else { "task" },
+        "kernel_stack": ks,
+        "kernel_stack_status": kstatus,
+        "user_stack": us,
+        "user_stack_status": ustatus,
+        "waker": hop(rest),
+    });
+    if h.interrupt {
+        // The ids and comm are of the task the interrupt hit, not of a waker.
+        v["interrupted"] = json!({ "tgid": h.tgid, "tid": h.tid, "comm": comm_text(&h.comm) });
+        v["comm"] = json!("[interrupt]");
+    }
+    v
+}
+
+/// The waker fields of a record: `waker` plus the blocked/run-queue split, where
+/// `blocked_us + runq_us == total_us` exactly.
+fn waker_fields(r: &Record, v: &mut Value) {
+    let Some(w) = &r.wake else {
+        v["waker"] = Value::Null;
+        return;
+    };
+    let total_us = r.total_ns / 1000;
+    let blocked_us = (w.blocked_ns / 1000).min(total_us);
+    v["blocked_us"] = json!(blocked_us);
+    v["runq_us"] = json!(total_us - blocked_us);
+    v["max_blocked_us"] = json!(w.max_blocked_ns / 1000);
+    v["max_runq_us"] = json!(w.max_runq_ns / 1000);
+    v["waker"] = if w.hops.is_empty() {
+        json!({
+            "tgid": 0, "tid": 0,
+            "comm": no_waker_label(w.kind),
+            "context": if w.kind == WakeKind::Preempted { "preempted" } else { "none" },
+            "kernel_stack": [], "kernel_stack_status": "none",
+            "user_stack": [], "user_stack_status": "none",
+            "waker": Value::Null,
+        })
+    } else {
+        hop(&w.hops)
+    };
 }
 
 /// The `lost` object.
@@ -43,6 +96,7 @@ pub fn lost(c: &Counters) -> Value {
         "aggregate_full_us": c.aggregate_full_ns / 1000,
         "start_full": c.start_full,
         "negative_deltas": c.negative_deltas,
+        "wakeup_map_full": c.wake_full,
     })
 }
 
@@ -55,7 +109,7 @@ pub fn document(report: &Report, limit: usize) -> Value {
         .map(|r| {
             let (ks, kstatus) = stack(&r.kernel);
             let (us, ustatus) = stack(&r.user);
-            json!({
+            let mut v = json!({
                 "tgid": r.tgid,
                 "tid": r.tid,
                 "comm": comm_text(&r.comm),
@@ -71,8 +125,9 @@ pub fn document(report: &Report, limit: usize) -> Value {
                 "max_ns": r.max_ns,
                 "max_start": rfc3339(info.clock.wall(r.max_end_mono) - r.max_ns as i128, off),
                 "max_end": rfc3339(info.clock.wall(r.max_end_mono), off),
-                "waker": Value::Null,
-            })
+            });
+            waker_fields(r, &mut v);
+            v
         })
         .collect();
     json!({
@@ -83,7 +138,9 @@ pub fn document(report: &Report, limit: usize) -> Value {
         "attach": info.attach.name(),
         "target": info.target,
         "lost": lost(&report.counters),
+        "waker_mode": info.waker,
         "counters": {
+            "wakeups": report.counters.wakings,
             "switches": report.counters.switches,
             "recorded": report.counters.recorded,
             "outside_block_time": report.counters.outside_block_time,
@@ -129,6 +186,28 @@ mod tests {
         assert_eq!(k["kernel_stack_status"], "missing");
         assert_eq!(k["user_stack_status"], "none");
         assert_eq!(k["kernel_stack"], json!([]));
+    }
+
+    #[test]
+    fn waker_objects_nest_and_split_adds_up() {
+        use crate::report::fixtures::offwake_report;
+        let v = document(&offwake_report(), 0);
+        assert_eq!(v["waker_mode"], true);
+        let r = &v["records"][0];
+        assert_eq!(r["blocked_us"].as_u64().unwrap() + r["runq_us"].as_u64().unwrap(), r["total_us"].as_u64().unwrap());
+        assert_eq!((r["max_blocked_us"].as_u64(), r["max_runq_us"].as_u64()), (Some(249_900), Some(100)));
+        let w = &r["waker"];
+        assert_eq!((w["comm"].as_str(), w["tid"].as_u64(), w["context"].as_str()), (Some("writer"), Some(102), Some("task")));
+        assert_eq!(w["kernel_stack"][1]["symbol"], "pipe_write");
+        assert_eq!(w["user_stack"][1]["symbol"], "produce");
+        let w2 = &w["waker"];
+        assert_eq!((w2["comm"].as_str(), w2["context"].as_str()), (Some("[interrupt]"), Some("interrupt")));
+        assert_eq!(w2["interrupted"]["comm"], "swapper/0");
+        assert!(w2["waker"].is_null());
+        let p = &v["records"][1];
+        assert_eq!(p["waker"]["context"], "preempted");
+        assert_eq!(p["blocked_us"], 0);
+        assert_eq!(p["runq_us"], p["total_us"]);
     }
 
     #[test]

@@ -4,19 +4,23 @@
 pub mod folded;
 pub mod json;
 pub mod top;
+pub mod wakeups;
 
 use std::io::{self, Write};
 
-use crate::cli::Output;
-use crate::model::{Record, Report};
+use crate::cli::{Output, View};
+use crate::model::{comm_text, Hop, Record, Report, WakeKind};
 
 /// One output format.
 pub trait Format {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()>;
 }
 
-/// The format an [`Output`] choice names.
-pub fn for_output(output: &Output) -> Box<dyn Format> {
+/// The format an [`Output`] choice names, for a view.
+pub fn for_output(view: View, output: &Output) -> Box<dyn Format> {
+    if view == View::Wakeups {
+        return Box::new(wakeups::Wakeups { output: output.clone() });
+    }
     match output {
         Output::Top { limit, delimited } => Box::new(top::Top {
             limit: *limit,
@@ -27,6 +31,23 @@ pub fn for_output(output: &Output) -> Box<dyn Format> {
             value: *value,
         }),
         Output::Json { limit } => Box::new(json::Json { limit: *limit }),
+    }
+}
+
+/// How a waker hop is named in every format: its comm, or `[interrupt]`.
+pub fn hop_name(h: &Hop) -> String {
+    if h.interrupt {
+        "[interrupt]".to_string()
+    } else {
+        comm_text(&h.comm)
+    }
+}
+
+/// The label of a wait with no waker hop.
+pub fn no_waker_label(kind: WakeKind) -> &'static str {
+    match kind {
+        WakeKind::Preempted => "[preempted]",
+        WakeKind::NoWaker | WakeKind::Woken => "[no waker seen]",
     }
 }
 
@@ -83,7 +104,47 @@ pub(crate) mod fixtures {
             attach: AttachKind::TpBtf,
             target: "all threads".into(),
             utc_offset_s: 0,
+            waker: false,
         }
+    }
+
+    pub fn hop(comm: &str, tid: u32, kernel: &[&str], user: &[&str]) -> Hop {
+        Hop {
+            tgid: 100,
+            tid,
+            comm: comm.as_bytes().to_vec(),
+            kernel: frames(kernel),
+            user: frames(user),
+            interrupt: false,
+        }
+    }
+
+    /// The fixture report with `--waker --chain 2`: the sleeper was woken by a
+    /// writer, which a timer interrupt had woken; the worker was preempted.
+    pub fn offwake_report() -> Report {
+        let mut r = report();
+        r.info.waker = true;
+        let mut irq = hop("swapper/0", 0, &["try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt"], &[]);
+        irq.tgid = 0;
+        irq.interrupt = true;
+        irq.user = Stack::None;
+        r.records[0].wake = Some(WakeInfo {
+            kind: WakeKind::Woken,
+            hops: vec![hop("writer", 102, &["try_to_wake_up", "pipe_write", "vfs_write"], &["write", "produce", "main"]), irq],
+            blocked_ns: 1_000_000_000,
+            runq_ns: 500_000,
+            max_blocked_ns: 249_900_000,
+            max_runq_ns: 100_000,
+        });
+        r.records[1].wake = Some(WakeInfo {
+            kind: WakeKind::Preempted,
+            hops: vec![],
+            blocked_ns: 0,
+            runq_ns: 3_000,
+            max_blocked_ns: 0,
+            max_runq_ns: 2_000,
+        });
+        r
     }
 
     /// Two records: a sleeper with both stacks, and a kernel worker whose kernel stack was lost.
@@ -107,6 +168,7 @@ pub(crate) mod fixtures {
                     total_ns: 1_000_500_000,
                     max_ns: 250_000_000,
                     max_end_mono: 3_500_000_000,
+                    wake: None,
                 },
                 Record {
                     tgid: 7,
@@ -118,6 +180,7 @@ pub(crate) mod fixtures {
                     total_ns: 3_000,
                     max_ns: 2_000,
                     max_end_mono: 2_000_000_000,
+                    wake: None,
                 },
             ],
         }

@@ -3,9 +3,9 @@
 
 use std::io::{self, Write};
 
-use super::{by_longest, take, Format};
+use super::{by_longest, hop_name, no_waker_label, take, Format};
 use crate::clock::{date, hms_millis};
-use crate::model::{comm_text, Record, Report, Stack};
+use crate::model::{comm_text, Hop, Record, Report, Stack, WakeInfo};
 
 pub struct Top {
     pub limit: usize,
@@ -54,7 +54,42 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
     if matches!((&r.kernel, &r.user), (Stack::None, Stack::None)) {
         writeln!(out, "      [no stack]")?;
     }
+    if let Some(w) = &r.wake {
+        write_wake(out, w, delimited)?;
+    }
     writeln!(out)
+}
+
+fn write_hop(out: &mut dyn Write, depth: usize, h: &Hop, delimited: bool) -> io::Result<()> {
+    let lead = if depth == 0 { "woken by".to_string() } else { format!("{}which was woken by", "  ".repeat(depth)) };
+    if h.interrupt {
+        writeln!(out, "    {lead} [interrupt] (on the CPU of {} tid {})", comm_text(&h.comm), h.tid)?;
+    } else {
+        writeln!(out, "    {lead} {}  pid {}  tid {}", hop_name(h), h.tgid, h.tid)?;
+    }
+    write_stack(out, &h.kernel, "kernel")?;
+    if delimited && !matches!(h.kernel, Stack::None) && !matches!(h.user, Stack::None) {
+        writeln!(out, "      -")?;
+    }
+    write_stack(out, &h.user, "user")
+}
+
+fn write_wake(out: &mut dyn Write, w: &WakeInfo<Hop>, delimited: bool) -> io::Result<()> {
+    writeln!(
+        out,
+        "    blocked {} (max {})  run queue {} (max {})",
+        ms(w.blocked_ns),
+        ms(w.max_blocked_ns),
+        ms(w.runq_ns),
+        ms(w.max_runq_ns)
+    )?;
+    if w.hops.is_empty() {
+        return writeln!(out, "    woken by {}", no_waker_label(w.kind));
+    }
+    for (depth, h) in w.hops.iter().enumerate() {
+        write_hop(out, depth, h, delimited)?;
+    }
+    Ok(())
 }
 
 impl Format for Top {
@@ -116,6 +151,20 @@ mod tests {
              \x20     [missing kernel stack]\n\
              \n"
         );
+    }
+
+    #[test]
+    fn waker_chain_is_shown_under_each_record() {
+        use crate::report::fixtures::offwake_report;
+        let mut out = Vec::new();
+        Top { limit: 0, delimited: false }.write(&offwake_report(), &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let first = out.split("\n\n").nth(1).unwrap();
+        assert!(first.contains("    blocked 1000.000 ms (max 249.900 ms)  run queue 0.500 ms (max 0.100 ms)\n"), "{first}");
+        assert!(first.contains("    woken by writer  pid 100  tid 102\n      try_to_wake_up\n      pipe_write\n"), "{first}");
+        assert!(first.contains("      produce\n"), "{first}");
+        assert!(first.contains("      which was woken by [interrupt] (on the CPU of swapper/0 tid 0)\n"), "{first}");
+        assert!(out.contains("    woken by [preempted]\n"), "{out}");
     }
 
     #[test]

@@ -1,0 +1,256 @@
+//! Kernel tests of `--waker`, `--chain` and `--wakeups`, with pipe workloads whose
+//! wakers are known.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+fn pipe() -> (i32, i32) {
+    let mut fds = [0i32; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    (fds[0], fds[1])
+}
+
+// libc's read and write keep no frame pointer, so a frame-pointer walk from inside
+// them skips their direct caller: the named functions call through these helpers.
+#[inline(never)]
+fn write_byte(fd: i32) {
+    let b = [1u8];
+    assert_eq!(unsafe { libc::write(fd, b.as_ptr().cast(), 1) }, 1);
+    std::hint::black_box(());
+}
+
+#[inline(never)]
+fn read_byte(fd: i32) -> bool {
+    let mut b = [0u8];
+    let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+    std::hint::black_box(n == 1)
+}
+
+/// Writes one byte: the write that wakes the reader.
+#[inline(never)]
+fn tw_producer_write(fd: i32) {
+    write_byte(fd);
+    std::hint::black_box(());
+}
+
+/// Blocks reading one byte; returns false at end of file.
+#[inline(never)]
+fn tw_consumer_read(fd: i32) -> bool {
+    std::hint::black_box(read_byte(fd))
+}
+
+#[inline(never)]
+fn tw_relay_read(fd: i32) -> bool {
+    tw_consumer_read(fd)
+}
+
+const ROUNDS: usize = 8;
+
+/// A producer writing ROUNDS bytes 40 ms apart, and a consumer reading them.
+fn producer_consumer(args: &[&str]) -> (Value, u32, u32) {
+    let (r, w) = pipe();
+    let consumer = Workload::spawn("tw-consumer", move || while tw_consumer_read(r) {});
+    let producer = Workload::spawn("tw-producer", move || {
+        for _ in 0..ROUNDS {
+            nanosleep(Duration::from_millis(40));
+            tw_producer_write(w);
+        }
+        unsafe { libc::close(w) };
+    });
+    let ctid = consumer.tid.to_string();
+    let mut all = vec!["--json", "-t", ctid.as_str()];
+    all.extend_from_slice(args);
+    all.push("1.5");
+    let tracer = Tracer::start(&all);
+    let (pt, ct) = (producer.tid, consumer.tid);
+    consumer.go();
+    producer.go();
+    producer.join();
+    consumer.join();
+    let doc = json(&tracer.finish());
+    unsafe { libc::close(r) };
+    (doc, pt, ct)
+}
+
+fn check_producer_woke_consumer(doc: &Value, producer: u32) {
+    assert_eq!(doc["waker_mode"], true);
+    let reads: Vec<&Value> = records_in(doc, "tw_consumer_read")
+        .into_iter()
+        .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("pipe_read")))
+        .collect();
+    assert!(!reads.is_empty(), "no pipe_read records: {doc:#}");
+    let woken: Vec<&&Value> = reads.iter().filter(|r| r["waker"]["tid"].as_u64() == Some(producer as u64)).collect();
+    let count: u64 = woken.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert!(count >= ROUNDS as u64 - 1, "producer woke the consumer {count} times: {doc:#}");
+    for r in &woken {
+        let w = &r["waker"];
+        assert_eq!(w["comm"], "tw-producer");
+        assert_eq!(w["context"], "task");
+        let wk = stack_names(&w["kernel_stack"]);
+        assert!(wk.iter().any(|f| f.contains("pipe_write")), "waker kernel stack: {wk:?}");
+        assert!(wk.first().is_some_and(|f| f.contains("wake_up")), "waker leaf is the wakeup: {wk:?}");
+        let wu = stack_names(&w["user_stack"]);
+        assert!(wu.iter().any(|f| f.contains("tw_producer_write")), "waker user stack: {wu:?}");
+    }
+    for r in doc["records"].as_array().unwrap() {
+        let (b, q, t) = (r["blocked_us"].as_u64().unwrap(), r["runq_us"].as_u64().unwrap(), r["total_us"].as_u64().unwrap());
+        assert_eq!(b + q, t, "{r:#}");
+        assert!(r["max_blocked_us"].as_u64().unwrap() <= r["max_us"].as_u64().unwrap());
+    }
+    // The consumer blocked about 40 ms per byte; the run-queue part is small.
+    let blocked: u64 = woken.iter().map(|r| r["blocked_us"].as_u64().unwrap()).sum();
+    let runq: u64 = woken.iter().map(|r| r["runq_us"].as_u64().unwrap()).sum();
+    assert!(blocked > 30_000 * (ROUNDS as u64 - 1), "blocked {blocked} us");
+    assert!(runq < blocked, "runq {runq} us vs blocked {blocked} us");
+}
+
+#[test]
+fn pipe_consumer_is_woken_by_the_producer_write_path() {
+    require_bpf!();
+    let (doc, producer, _) = producer_consumer(&["-w"]);
+    assert_eq!(doc["attach"], "tp_btf");
+    check_producer_woke_consumer(&doc, producer);
+}
+
+#[test]
+fn pipe_consumer_waker_on_raw_tp() {
+    require_bpf!();
+    let (doc, producer, _) = producer_consumer(&["-w", "--attach", "raw_tp"]);
+    assert_eq!(doc["attach"], "raw_tp");
+    check_producer_woke_consumer(&doc, producer);
+}
+
+#[test]
+fn waits_without_a_waker_stay_in_the_report() {
+    require_bpf!();
+    let w = Workload::spawn("tw-timer", || tw_known_long_sleep(Duration::from_millis(200)));
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "-w", "-t", &tid, "1"]);
+    w.go();
+    w.join();
+    let doc = json(&tracer.finish());
+    let recs = records_in(&doc, "tw_known_long_sleep");
+    assert_eq!(recs.len(), 1, "{doc:#}");
+    // A nanosleep ends by a timer: an interrupt, not the task it happened to hit.
+    let waker = &recs[0]["waker"];
+    assert_eq!(waker["context"], "interrupt", "{waker:#}");
+    assert_eq!(waker["comm"], "[interrupt]");
+    assert!(stack_names(&waker["kernel_stack"]).iter().any(|f| f.contains("hrtimer")), "{waker:#}");
+}
+
+#[test]
+fn relay_chain_shows_the_wakers_waker() {
+    require_bpf!();
+    let (r1, w1) = pipe();
+    let (r2, w2) = pipe();
+    let c = Workload::spawn("tw-relay-c", move || while tw_relay_read(r2) {});
+    let b = Workload::spawn("tw-relay-b", move || {
+        while tw_relay_read(r1) {
+            tw_producer_write(w2);
+        }
+        unsafe { libc::close(w2) };
+    });
+    let a = Workload::spawn("tw-relay-a", move || {
+        for _ in 0..ROUNDS {
+            nanosleep(Duration::from_millis(40));
+            tw_producer_write(w1);
+        }
+        unsafe { libc::close(w1) };
+    });
+    let (at, bt, ct) = (a.tid as u64, b.tid as u64, c.tid.to_string());
+    let tracer = Tracer::start(&["--json", "--chain", "2", "-t", &ct, "1.5"]);
+    c.go();
+    b.go();
+    a.go();
+    a.join();
+    b.join();
+    c.join();
+    let doc = json(&tracer.finish());
+    unsafe {
+        libc::close(r1);
+        libc::close(r2);
+    }
+    let chained: u64 = records_in(&doc, "tw_relay_read")
+        .iter()
+        .filter(|r| r["waker"]["tid"].as_u64() == Some(bt) && r["waker"]["waker"]["tid"].as_u64() == Some(at))
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert!(chained >= ROUNDS as u64 - 1, "C woken by B woken by A only {chained} times: {doc:#}");
+    let r = records_in(&doc, "tw_relay_read")
+        .into_iter()
+        .find(|r| r["waker"]["waker"]["tid"].as_u64() == Some(at))
+        .unwrap();
+    assert_eq!(r["waker"]["comm"], "tw-relay-b");
+    assert_eq!(r["waker"]["waker"]["comm"], "tw-relay-a");
+    assert!(r["waker"]["waker"]["waker"].is_null(), "--chain 2 stops at two hops");
+    assert!(stack_names(&r["waker"]["waker"]["kernel_stack"]).iter().any(|f| f.contains("pipe_write")));
+}
+
+#[test]
+fn relay_chain_folded_appends_each_hop_after_a_divider() {
+    require_bpf!();
+    let (r1, w1) = pipe();
+    let (r2, w2) = pipe();
+    let c = Workload::spawn("tw-fold-c", move || while tw_relay_read(r2) {});
+    let b = Workload::spawn("tw-fold-b", move || {
+        while tw_relay_read(r1) {
+            tw_producer_write(w2);
+        }
+        unsafe { libc::close(w2) };
+    });
+    let a = Workload::spawn("tw-fold-a", move || {
+        for _ in 0..4 {
+            nanosleep(Duration::from_millis(40));
+            tw_producer_write(w1);
+        }
+        unsafe { libc::close(w1) };
+    });
+    let ct = c.tid.to_string();
+    let tracer = Tracer::start(&["-f", "--chain", "2", "-t", &ct, "1"]);
+    c.go();
+    b.go();
+    a.go();
+    a.join();
+    b.join();
+    c.join();
+    let out = tracer.finish();
+    unsafe {
+        libc::close(r1);
+        libc::close(r2);
+    }
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.ends_with(|c: char| c.is_ascii_digit()) && l.contains(";tw-fold-b;--;") && l.contains("tw-fold-a "))
+        .unwrap_or_else(|| panic!("no chained folded line:\n{}", out.stdout));
+    let (stack, _) = line.rsplit_once(' ').unwrap();
+    let frames: Vec<&str> = stack.split(';').collect();
+    assert_eq!(frames[0], "tw-fold-c");
+    assert_eq!(frames.iter().filter(|f| **f == "--").count(), 2, "{line}");
+    assert_eq!(*frames.last().unwrap(), "tw-fold-a");
+    let first_div = frames.iter().position(|f| *f == "--").unwrap();
+    assert!(frames[first_div + 1].contains("wake_up"), "waker kernel frames leaf first: {line}");
+}
+
+#[test]
+fn wakeup_view_attributes_the_consumer_wait_to_the_producer() {
+    require_bpf!();
+    let (doc, _, _) = producer_consumer(&["--wakeups"]);
+    assert_eq!(doc["view"], "wakeups");
+    let rows: Vec<&Value> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["waker"]["comm"] == "tw-producer" && r["target_comm"] == "tw-consumer")
+        .collect();
+    assert!(!rows.is_empty(), "{doc:#}");
+    let blocked: u64 = rows.iter().map(|r| r["blocked_us"].as_u64().unwrap()).sum();
+    assert!(blocked > 30_000 * (ROUNDS as u64 - 1), "blocked {blocked} us: {doc:#}");
+    assert!(rows
+        .iter()
+        .any(|r| stack_names(&r["waker"]["kernel_stack"]).iter().any(|f| f.contains("pipe_write"))));
+}

@@ -74,6 +74,15 @@ pub struct Settings {
     pub waker: u32,
     /// Number of waker hops to keep, 1..=[`MAX_CHAIN`].
     pub chain: u32,
+    /// Non-zero: per-thread scheduling profile (`topwaits threads`) instead of stacks.
+    pub threads: u32,
+    /// Byte offsets of `task_struct.prio`, `static_prio`, `policy`, `rt_priority`.
+    pub off_prio: u32,
+    pub off_static_prio: u32,
+    pub off_policy: u32,
+    pub off_rt_priority: u32,
+    /// Byte offset of `op` in the `sys_enter_futex` tracepoint record.
+    pub off_futex_op: u32,
 }
 
 impl Settings {
@@ -94,6 +103,12 @@ impl Settings {
             off_comm: u32::MAX,
             waker: 0,
             chain: 1,
+            threads: 0,
+            off_prio: u32::MAX,
+            off_static_prio: u32::MAX,
+            off_policy: u32::MAX,
+            off_rt_priority: u32::MAX,
+            off_futex_op: 24,
         }
     }
 }
@@ -202,6 +217,57 @@ pub struct WakeVal {
     pub max_runq_ns: u64,
 }
 
+/// Values of [`ThreadStats::state`].
+pub mod thread_state {
+    pub const UNKNOWN: u32 = 0;
+    pub const RUNNING: u32 = 1;
+    /// Runnable, waiting for a CPU (preempted, or woken and not yet running).
+    pub const RUNQ: u32 = 2;
+    /// Interruptible sleep.
+    pub const SLEEP: u32 = 3;
+    /// Uninterruptible sleep (D state), usually I/O.
+    pub const IO: u32 = 4;
+}
+
+/// Bits of [`ThreadStats::flags`].
+pub const THREAD_STARTED: u32 = 1;
+pub const THREAD_EXITED: u32 = 2;
+
+/// Per-thread scheduling profile, keyed by tid in [`names::THREADS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadStats {
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: [u8; TASK_COMM_LEN],
+    /// Nanoseconds spent in each [`thread_state`], indexed by the state (an array
+    /// indexed by a masked state keeps the verifier sure of the bounds).
+    pub state_ns: [u64; 8],
+    pub run_events: u64,
+    pub sleep_events: u64,
+    /// When `state` was entered.
+    pub last_ts: u64,
+    /// One of [`thread_state`].
+    pub state: u32,
+    /// [`THREAD_STARTED`], [`THREAD_EXITED`].
+    pub flags: u32,
+    pub prio: i32,
+    pub static_prio: i32,
+    pub policy: u32,
+    pub rt_priority: u32,
+}
+
+/// A wake dependency between two traced threads, counted in [`names::DEPS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DepKey {
+    pub waker: u32,
+    pub sleeper: u32,
+    /// Non-zero when the waker was inside a futex wake operation.
+    pub futex: u32,
+    pub _pad: u32,
+}
+
 /// Indices into the per-CPU [`names::COUNTERS`] array.
 pub mod counter {
     /// sched_switch (or finish_task_switch) program runs.
@@ -226,8 +292,12 @@ pub mod counter {
     pub const WAKINGS: u32 = 9;
     /// Wakeup chains that did not fit into the full LAST_WAKE map.
     pub const LOST_WAKE_FULL: u32 = 10;
+    /// Threads that did not fit into the full THREADS map.
+    pub const LOST_THREADS_FULL: u32 = 11;
+    /// Wake dependencies that did not fit into the full DEPS map.
+    pub const LOST_DEPS_FULL: u32 = 12;
     /// Number of counters.
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 13;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -241,6 +311,14 @@ pub mod names {
     pub const WAKE_WAITS: &str = "WAKE_WAITS";
     pub const PROG_WAKING_BTF: &str = "sched_waking_btf";
     pub const PROG_WAKING_RAW: &str = "sched_waking_raw";
+    pub const THREADS: &str = "THREADS";
+    pub const DEPS: &str = "DEPS";
+    pub const FUTEX_WAKING: &str = "FUTEX_WAKING";
+    pub const PROG_NEW_BTF: &str = "sched_wakeup_new_btf";
+    pub const PROG_NEW_RAW: &str = "sched_wakeup_new_raw";
+    pub const PROG_FUTEX_ENTER: &str = "sys_enter_futex";
+    pub const PROG_FUTEX_WAKE_ENTER: &str = "sys_enter_futex_wake";
+    pub const PROG_FUTEX_EXIT: &str = "sys_exit_futex";
     pub const COUNTERS: &str = "COUNTERS";
     pub const PROG_SWITCH_BTF: &str = "sched_switch_btf";
     pub const PROG_SWITCH_RAW: &str = "sched_switch_raw";
@@ -257,6 +335,8 @@ pub mod limits {
     pub const START_ENTRIES: u32 = 65536;
     /// Capacity of the pid/tid filter map.
     pub const MAX_FILTER_IDS: u32 = 4096;
+    /// Capacity of the wake-dependency map of `topwaits threads`.
+    pub const DEPS_ENTRIES: u32 = 16384;
 }
 
 #[cfg(feature = "user")]
@@ -271,6 +351,8 @@ mod pod {
     unsafe impl aya::Pod for super::Chain {}
     unsafe impl aya::Pod for super::WakeKey {}
     unsafe impl aya::Pod for super::WakeVal {}
+    unsafe impl aya::Pod for super::ThreadStats {}
+    unsafe impl aya::Pod for super::DepKey {}
 }
 
 #[cfg(test)]
@@ -280,7 +362,9 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 12);
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 18);
+        assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 3 + 4 * 6);
+        assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<SwitchOut>(), 8 + 4 * 4 + TASK_COMM_LEN + 8);
         assert_eq!(size_of::<Hop>(), 16 + TASK_COMM_LEN);
         assert_eq!(size_of::<Chain>(), 16 + MAX_CHAIN * size_of::<Hop>());

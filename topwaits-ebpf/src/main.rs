@@ -4,10 +4,13 @@
 #![no_main]
 
 mod finish_task_switch;
+mod futex;
 mod maps;
 mod sched_switch;
 mod sched_waking;
+mod sched_wakeup_new;
 mod switch;
+mod threads;
 mod wake;
 
 /// GPL, so that the GPL-only helpers (stack ids, probe reads, ...) are allowed.

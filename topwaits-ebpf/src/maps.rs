@@ -5,7 +5,7 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, StackTrace},
     Global,
 };
-use topwaits_common::{limits, Chain, Settings, SwitchOut, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{limits, Chain, DepKey, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 /// Options from user space; overridden at load time.
 #[unsafe(no_mangle)]
@@ -37,6 +37,18 @@ pub static LAST_WAKE: HashMap<u64, Chain> = HashMap::with_max_entries(limits::ST
 #[map(name = "WAKE_WAITS")]
 pub static WAKE_WAITS: HashMap<WakeKey, WakeVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, 0);
 
+/// Per-thread profiles of `topwaits threads`, keyed by tid (sized to 1 otherwise).
+#[map(name = "THREADS")]
+pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
+
+/// Wake dependencies between traced threads (sized to 1 unless `threads`).
+#[map(name = "DEPS")]
+pub static DEPS: HashMap<DepKey, u64> = HashMap::with_max_entries(limits::DEPS_ENTRIES, 0);
+
+/// Threads currently inside a futex wake operation, keyed by tid.
+#[map(name = "FUTEX_WAKING")]
+pub static FUTEX_WAKING: HashMap<u32, u32> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
+
 /// Per-CPU scratch space for values too large for the 512-byte BPF stack.
 #[map(name = "SCRATCH_CHAIN")]
 pub static SCRATCH_CHAIN: PerCpuArray<Chain> = PerCpuArray::with_max_entries(1, 0);
@@ -55,6 +67,18 @@ pub fn count(index: u32, n: u64) {
         // used by this CPU alone while the program runs.
         unsafe { *slot += n };
     }
+}
+
+/// Whether `-p`/`-t` (the PIDS map) lets a thread through.
+#[inline(always)]
+pub fn thread_wanted(tgid: u32, tid: u32) -> bool {
+    let id = match SETTINGS.load().thread_filter {
+        topwaits_common::thread_filter::TGID => tgid,
+        topwaits_common::thread_filter::TID => tid,
+        _ => return true,
+    };
+    // SAFETY: the value is a plain u8 that is only tested for presence.
+    unsafe { PIDS.get(&id) }.is_some()
 }
 
 /// Reads a `u32` field of a `task_struct` at a byte offset found in BTF.

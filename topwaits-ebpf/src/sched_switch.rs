@@ -29,6 +29,10 @@ fn on_switch<C: StackIdContext>(ctx: &C, preempt: u64, prev: u64, next: u64, pre
         state: if preempt & 0xff != 0 { 0 } else { prev_state as u32 },
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
+    if crate::maps::SETTINGS.load().threads != 0 {
+        crate::threads::on_switch(&out, next, now);
+        return;
+    }
     switch_out(ctx, &out, now, true);
     switch_in(ctx, next, now, false);
 }

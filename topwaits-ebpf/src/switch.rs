@@ -7,11 +7,11 @@ use aya_ebpf::{
     programs::tracing::StackIdContext,
 };
 use topwaits_common::{
-    counter, thread_filter, thread_kind, SwitchOut, WaitKey, WaitVal, CAPTURE_KERNEL,
+    counter, thread_kind, SwitchOut, WaitKey, WaitVal, CAPTURE_KERNEL,
     CAPTURE_USER, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD,
 };
 
-use crate::maps::{count, task_u32, LAST_WAKE, PIDS, SETTINGS, STACKS, STARTS, WAITS};
+use crate::maps::{count, task_u32, thread_wanted, LAST_WAKE, SETTINGS, STACKS, STARTS, WAITS};
 use crate::wake;
 
 const EFAULT: i32 = 14;
@@ -33,16 +33,8 @@ pub struct Outgoing {
 #[inline(always)]
 fn wanted(out: &Outgoing) -> bool {
     let s = SETTINGS.load();
-    let id = match s.thread_filter {
-        thread_filter::TGID => Some(out.tgid),
-        thread_filter::TID => Some(out.tid),
-        _ => None,
-    };
-    if let Some(id) = id {
-        // SAFETY: the value is a plain u8 that is only tested for presence.
-        if unsafe { PIDS.get(&id) }.is_none() {
-            return false;
-        }
+    if !thread_wanted(out.tgid, out.tid) {
+        return false;
     }
     if s.thread_kind != thread_kind::ALL {
         let Some(flags) = task_u32(out.task, s.off_flags) else {

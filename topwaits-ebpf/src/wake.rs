@@ -19,6 +19,10 @@ const EEXIST: i32 = 17;
 pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
     let s = SETTINGS.load();
     count(counter::WAKINGS, 1);
+    if s.threads != 0 {
+        crate::threads::on_wake(woken);
+        return;
+    }
     if s.chain <= 1 {
         // Only a wait being traced needs its waker; deeper chains need every
         // task's last wakeup, since any task may wake a traced one later.

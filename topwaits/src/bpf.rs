@@ -7,15 +7,17 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap};
-use aya::programs::{BtfTracePoint, KProbe, RawTracePoint};
+use aya::programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
-use topwaits_common::{counter, limits, names, Hop, Settings, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{counter, limits, names, DepKey, Hop, Settings, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
-use crate::cli::{AttachMode, Config};
+use crate::cli::{AttachMode, Config, ThreadsConfig};
 use crate::error::UserError;
-use crate::model::{AttachKind, Capture, Counters, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
-use crate::sys::{btf, kallsyms};
+use crate::model::{
+    AttachKind, Capture, Counters, Edge, RawHop, RawRecord, StackId, ThreadProfile, ThreadsCapture, WakeInfo, WakeKind,
+};
+use crate::sys::{btf, kallsyms, tracefs::Tracefs};
 
 /// Where the kernel exposes the kprobe PMU; absent when CONFIG_KPROBES is unset.
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
@@ -28,6 +30,9 @@ pub struct Tracer {
     ebpf: Ebpf,
     attach: AttachKind,
     waker: bool,
+    /// CLOCK_MONOTONIC just before the first program was attached: events may be
+    /// recorded from then on.
+    attached_mono: u64,
 }
 
 /// Detaches and unloads every loaded program of an object.
@@ -38,6 +43,7 @@ fn self_unload(ebpf: &mut Ebpf) {
             aya::programs::Program::BtfTracePoint(p) => p.unload(),
             aya::programs::Program::RawTracePoint(p) => p.unload(),
             aya::programs::Program::KProbe(p) => p.unload(),
+            aya::programs::Program::TracePoint(p) => p.unload(),
             _ => Ok(()),
         };
     }
@@ -79,33 +85,71 @@ fn offsets_into(settings: &mut Settings, off: &btf::TaskOffsets) {
     settings.off_tgid = off.tgid;
     settings.off_state = off.state;
     settings.off_comm = off.comm;
+    settings.off_prio = off.prio;
+    settings.off_static_prio = off.static_prio;
+    settings.off_policy = off.policy;
+    settings.off_rt_priority = off.rt_priority;
 }
 
-fn load(config: &Config, settings: &Settings) -> Result<Ebpf> {
-    let pids_size = (config.filter_ids().len() as u32).max(1);
-    // Only the maps a mode uses get their full size; the others hold one entry.
-    let (waits, wake_waits, last_wake) = if config.waker {
-        (1, config.max_entries, limits::START_ENTRIES)
-    } else {
-        (config.max_entries, 1, 1)
-    };
+/// Map capacities for one mode. Maps a mode does not use hold one entry.
+struct Sizes {
+    stacks: u32,
+    waits: u32,
+    wake_waits: u32,
+    last_wake: u32,
+    threads: u32,
+    deps: u32,
+    futex: u32,
+}
+
+impl Sizes {
+    fn unused() -> Self {
+        Sizes {
+            stacks: 1,
+            waits: 1,
+            wake_waits: 1,
+            last_wake: 1,
+            threads: 1,
+            deps: 1,
+            futex: 1,
+        }
+    }
+}
+
+fn load(settings: &Settings, sizes: &Sizes, ids: &[u32]) -> Result<Ebpf> {
     let mut ebpf = EbpfLoader::new()
         .override_global(names::SETTINGS, settings, true)
-        .map_max_entries(names::STACKS, config.stack_storage_size)
-        .map_max_entries(names::WAITS, waits)
-        .map_max_entries(names::WAKE_WAITS, wake_waits)
-        .map_max_entries(names::LAST_WAKE, last_wake)
-        .map_max_entries(names::PIDS, pids_size)
+        .map_max_entries(names::STACKS, sizes.stacks)
+        .map_max_entries(names::WAITS, sizes.waits)
+        .map_max_entries(names::WAKE_WAITS, sizes.wake_waits)
+        .map_max_entries(names::LAST_WAKE, sizes.last_wake)
+        .map_max_entries(names::THREADS, sizes.threads)
+        .map_max_entries(names::DEPS, sizes.deps)
+        .map_max_entries(names::FUTEX_WAKING, sizes.futex)
+        .map_max_entries(names::PIDS, (ids.len() as u32).max(1))
         .load(OBJECT)
         .context("failed to load the eBPF object")?;
-    if !config.filter_ids().is_empty() {
+    if !ids.is_empty() {
         let mut pids: BpfHashMap<_, u32, u8> =
             BpfHashMap::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
-        for &id in config.filter_ids() {
+        for &id in ids {
             pids.insert(id, 1, 0).context("failed to fill the pid filter")?;
         }
     }
     Ok(ebpf)
+}
+
+/// Reads the task_struct offsets, or explains why BTF is needed.
+fn task_offsets(what: &'static str) -> Result<btf::TaskOffsets> {
+    let path = Path::new(btf::VMLINUX_BTF);
+    if !path.exists() {
+        return Err(UserError::NoBtf {
+            path: btf::VMLINUX_BTF.into(),
+            what,
+        }
+        .into());
+    }
+    btf::TaskOffsets::from_sys(path)
 }
 
 fn attach_one_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<()> {
@@ -155,6 +199,27 @@ fn attach_kprobe(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
     Ok(())
 }
 
+/// Attaches the futex syscall hooks to whichever futex tracepoints exist.
+fn attach_futex(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<()> {
+    let hooks: [(&str, &[&str]); 3] = [
+        (names::PROG_FUTEX_ENTER, &["sys_enter_futex"]),
+        (names::PROG_FUTEX_WAKE_ENTER, &["sys_enter_futex_wake", "sys_enter_futex_requeue"]),
+        (names::PROG_FUTEX_EXIT, &["sys_exit_futex", "sys_exit_futex_wake", "sys_exit_futex_requeue"]),
+    ];
+    for (prog_name, events) in hooks {
+        let present: Vec<&str> = events.iter().copied().filter(|e| tracefs.has_event("syscalls", e)).collect();
+        if present.is_empty() {
+            continue;
+        }
+        let p: &mut TracePoint = program(ebpf, prog_name)?.try_into()?;
+        p.load().with_context(|| format!("failed to load {prog_name}"))?;
+        for e in present {
+            p.attach("syscalls", e).with_context(|| format!("failed to attach syscalls/{e}"))?;
+        }
+    }
+    Ok(())
+}
+
 fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
     ebpf.program_mut(name).ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))
 }
@@ -183,7 +248,17 @@ impl Tracer {
         if config.needs_task_flags() {
             need_btf("-u/-k (task flags)")?;
         }
-        let mut ebpf = load(config, &settings)?;
+        // Only the maps a mode uses get their full size.
+        let mut sizes = Sizes::unused();
+        sizes.stacks = config.stack_storage_size;
+        if config.waker {
+            sizes.wake_waits = config.max_entries;
+            sizes.last_wake = limits::START_ENTRIES;
+        } else {
+            sizes.waits = config.max_entries;
+        }
+        let mut ebpf = load(&settings, &sizes, config.filter_ids())?;
+        let attached_mono = crate::clock::monotonic_now();
         let attach = match config.attach {
             AttachMode::TpBtf => {
                 need_btf("--attach tp_btf")?;
@@ -224,7 +299,99 @@ impl Tracer {
             ebpf,
             attach,
             waker: config.waker,
+            attached_mono,
         })
+    }
+
+    /// Loads and attaches the `topwaits threads` programs.
+    pub fn start_threads(config: &ThreadsConfig) -> Result<Tracer> {
+        let off = task_offsets("topwaits threads (task_struct offsets)")?;
+        let mut settings = config.settings();
+        offsets_into(&mut settings, &off);
+        // Futex syscall tracepoints live in tracefs; without them every
+        // dependency is reported with futex: false.
+        let tracefs = match Tracefs::open() {
+            Ok(t) => Some(t),
+            Err(e) => {
+                warn!("{e:#}; futex dependencies are unavailable");
+                None
+            }
+        };
+        if let Some(op) = tracefs.as_ref().and_then(|t| t.field_offset("syscalls", "sys_enter_futex", "op")) {
+            settings.off_futex_op = op;
+        }
+        let mut sizes = Sizes::unused();
+        sizes.threads = limits::START_ENTRIES;
+        sizes.deps = limits::DEPS_ENTRIES;
+        sizes.futex = limits::START_ENTRIES;
+        let mut ebpf = load(&settings, &sizes, config.threads.ids())?;
+        let attached_mono = crate::clock::monotonic_now();
+        let tried = match config.attach {
+            AttachMode::RawTp => None,
+            mode => {
+                let res = Btf::from_sys_fs().map_err(anyhow::Error::from).and_then(|btf| {
+                    attach_one_tp_btf(&mut ebpf, &btf, names::PROG_NEW_BTF, "sched_wakeup_new")?;
+                    attach_tp_btf(&mut ebpf, &btf, true)
+                });
+                match res {
+                    Ok(()) => Some(AttachKind::TpBtf),
+                    Err(e) if mode == AttachMode::TpBtf => return Err(e),
+                    Err(e) => {
+                        warn!("tp_btf unavailable ({e:#}); falling back to raw_tp");
+                        None
+                    }
+                }
+            }
+        };
+        let attach = match tried {
+            Some(kind) => kind,
+            None => {
+                self_unload(&mut ebpf);
+                attach_one_raw_tp(&mut ebpf, names::PROG_NEW_RAW, "sched_wakeup_new")?;
+                attach_raw_tp(&mut ebpf, true)?;
+                AttachKind::RawTp
+            }
+        };
+        if let Some(t) = &tracefs {
+            attach_futex(&mut ebpf, t)?;
+        }
+        info!("attached with {}", attach.name());
+        Ok(Tracer {
+            ebpf,
+            attach,
+            waker: false,
+            attached_mono,
+        })
+    }
+
+    /// Reads the thread profiles, closing open states at `end_mono`, and the edges.
+    pub fn drain_threads(&self, end_mono: u64) -> Result<ThreadsCapture> {
+        let threads: BpfHashMap<&MapData, u32, ThreadStats> = BpfHashMap::try_from(self.map(names::THREADS)?)?;
+        let mut out = ThreadsCapture::default();
+        for item in threads.iter() {
+            let (_, t) = item.context("failed to read the thread map")?;
+            out.threads.push(ThreadProfile::from_stats(&t, end_mono));
+        }
+        let deps: BpfHashMap<&MapData, DepKey, u64> = BpfHashMap::try_from(self.map(names::DEPS)?)?;
+        for item in deps.iter() {
+            let (k, count) = item.context("failed to read the dependency map")?;
+            out.edges.push(Edge {
+                waker: k.waker,
+                sleeper: k.sleeper,
+                count,
+                futex: k.futex != 0,
+            });
+        }
+        out.counters = self.counters()?;
+        let arr: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.map(names::COUNTERS)?)?;
+        out.lost_threads = arr.get(&counter::LOST_THREADS_FULL, 0)?.iter().sum();
+        out.lost_deps = arr.get(&counter::LOST_DEPS_FULL, 0)?.iter().sum();
+        Ok(out)
+    }
+
+    /// When events may first have been recorded.
+    pub fn attached_mono(&self) -> u64 {
+        self.attached_mono
     }
 
     pub fn attach_kind(&self) -> AttachKind {

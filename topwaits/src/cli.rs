@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
 use thiserror::Error;
 
 use topwaits_common::limits;
@@ -23,8 +25,11 @@ Examples:
 /// Where did threads wait, for how long, at most when? An off-CPU profiler that keeps,
 /// per unique stack, the total wait, the count, the longest single wait and when it ended.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "topwaits", version, after_help = EXAMPLES, max_term_width = 100)]
+#[command(name = "topwaits", version, after_help = EXAMPLES, max_term_width = 100, args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Also capture who woke each wait (off-wake stacks), and split each wait into
     /// blocked time (until the wakeup) and run-queue time (after it).
     #[arg(short = 'w', long)]
@@ -127,6 +132,119 @@ pub fn one_line(rendered: &str) -> String {
     format!("{} (see --help)", first.trim_end())
 }
 
+/// Subcommands.
+#[derive(Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Per-thread scheduling profile (run, run-queue, sleep and I/O time) with futex
+    /// wake dependencies, optionally written as an rt-app file that reproduces it.
+    #[command(after_help = THREADS_EXAMPLES)]
+    Threads(ThreadsArgs),
+}
+
+const THREADS_EXAMPLES: &str = "\
+Examples:
+  topwaits threads -p 1234 10                       table of process 1234's threads
+  topwaits threads -p 1234 --json 10                the profile and dependencies as JSON
+  topwaits threads -p 1234 --rt-app app.json 10     also write an rt-app reproducer
+  rt-app app.json                                   replay it without the application";
+
+/// Options of `topwaits threads`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ThreadsArgs {
+    /// Profile only these processes (comma-separated PIDs).
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',', num_args = 1, conflicts_with = "tid")]
+    pub pid: Vec<u32>,
+
+    /// Profile only these threads (comma-separated TIDs).
+    #[arg(short = 't', long = "tid", value_name = "TID", value_delimiter = ',', num_args = 1)]
+    pub tid: Vec<u32>,
+
+    /// Print JSON: {"threads": [...], "dependencies": [...]}.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write an rt-app JSON file that reproduces the threads' scheduling behaviour.
+    #[arg(long, value_name = "FILE")]
+    pub rt_app: Option<PathBuf>,
+
+    /// The rt-app file's global duration in seconds (default: the traced duration).
+    #[arg(long, value_name = "SECS", requires = "rt_app", value_parser = clap::value_parser!(u32).range(1..))]
+    pub rt_app_duration: Option<u32>,
+
+    /// How to attach: tp_btf, raw_tp, or auto (tp_btf, else raw_tp).
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach: AttachMode,
+
+    /// Seconds to trace (decimals allowed). Without it, trace until Ctrl-C.
+    #[arg(value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+}
+
+/// Validated options of `topwaits threads`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadsConfig {
+    pub threads: Threads,
+    pub json: bool,
+    pub rt_app: Option<PathBuf>,
+    pub rt_app_duration: Option<u32>,
+    pub attach: AttachMode,
+    pub duration: Option<Duration>,
+}
+
+impl ThreadsConfig {
+    pub fn from_args(a: ThreadsArgs) -> Result<Self, ConfigError> {
+        if a.attach == AttachMode::Kprobe {
+            return Err(ConfigError::ThreadsKprobe);
+        }
+        let threads = if !a.pid.is_empty() {
+            Threads::Pids(ids(a.pid)?)
+        } else if !a.tid.is_empty() {
+            Threads::Tids(ids(a.tid)?)
+        } else {
+            Threads::All
+        };
+        Ok(ThreadsConfig {
+            threads,
+            json: a.json,
+            rt_app: a.rt_app,
+            rt_app_duration: a.rt_app_duration,
+            attach: a.attach,
+            duration: a.duration,
+        })
+    }
+
+    /// The settings global for the programs, without the BTF offsets.
+    pub fn settings(&self) -> topwaits_common::Settings {
+        let mut s = topwaits_common::Settings::defaults();
+        s.thread_filter = filter_kind(&self.threads);
+        s.threads = 1;
+        s.stacks = 0;
+        s
+    }
+}
+
+/// Sorted, deduplicated, checked ids of -p/-t.
+fn ids(mut v: Vec<u32>) -> Result<Vec<u32>, ConfigError> {
+    v.sort_unstable();
+    v.dedup();
+    if v.len() > limits::MAX_FILTER_IDS as usize {
+        return Err(ConfigError::TooManyIds(v.len()));
+    }
+    if v.contains(&0) {
+        return Err(ConfigError::ZeroId);
+    }
+    Ok(v)
+}
+
+fn filter_kind(t: &Threads) -> u32 {
+    use topwaits_common::thread_filter;
+    match t {
+        Threads::Pids(_) => thread_filter::TGID,
+        Threads::Tids(_) => thread_filter::TID,
+        _ => thread_filter::ALL,
+    }
+}
+
 /// Which number a folded line carries.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ValueKind {
@@ -170,6 +288,16 @@ pub enum Threads {
     Tids(Vec<u32>),
     UserOnly,
     KernelOnly,
+}
+
+impl Threads {
+    /// The pids or tids of `-p`/`-t`.
+    pub fn ids(&self) -> &[u32] {
+        match self {
+            Threads::Pids(v) | Threads::Tids(v) => v,
+            _ => &[],
+        }
+    }
 }
 
 /// Which stacks to capture.
@@ -226,6 +354,8 @@ pub enum ConfigError {
     TooManyIds(usize),
     #[error("-p/-t ids must be positive, got 0")]
     ZeroId,
+    #[error("topwaits threads cannot use --attach kprobe; use tp_btf or raw_tp")]
+    ThreadsKprobe,
 }
 
 /// Default number of records in the top view.
@@ -240,15 +370,10 @@ impl Config {
                 max: a.max_block_time,
             });
         }
-        let ids = |mut v: Vec<u32>| {
-            v.sort_unstable();
-            v.dedup();
-            v
-        };
         let threads = if !a.pid.is_empty() {
-            Threads::Pids(ids(a.pid))
+            Threads::Pids(ids(a.pid)?)
         } else if !a.tid.is_empty() {
-            Threads::Tids(ids(a.tid))
+            Threads::Tids(ids(a.tid)?)
         } else if a.user_threads_only {
             Threads::UserOnly
         } else if a.kernel_threads_only {
@@ -256,14 +381,6 @@ impl Config {
         } else {
             Threads::All
         };
-        if let Threads::Pids(v) | Threads::Tids(v) = &threads {
-            if v.len() > limits::MAX_FILTER_IDS as usize {
-                return Err(ConfigError::TooManyIds(v.len()));
-            }
-            if v.contains(&0) {
-                return Err(ConfigError::ZeroId);
-            }
-        }
         let stacks = match (a.user_stacks_only, a.kernel_stacks_only) {
             (true, _) => Stacks::UserOnly,
             (_, true) => Stacks::KernelOnly,
@@ -336,15 +453,11 @@ impl Config {
 
     /// The settings global for the programs, without the BTF offsets.
     pub fn settings(&self) -> topwaits_common::Settings {
-        use topwaits_common::{thread_filter, thread_kind, CAPTURE_KERNEL, CAPTURE_USER};
+        use topwaits_common::{thread_kind, CAPTURE_KERNEL, CAPTURE_USER};
         let mut s = topwaits_common::Settings::defaults();
         s.min_us = self.min_us;
         s.max_us = self.max_us;
-        s.thread_filter = match self.threads {
-            Threads::Pids(_) => thread_filter::TGID,
-            Threads::Tids(_) => thread_filter::TID,
-            _ => thread_filter::ALL,
-        };
+        s.thread_filter = filter_kind(&self.threads);
         s.thread_kind = match self.threads {
             Threads::UserOnly => thread_kind::USER,
             Threads::KernelOnly => thread_kind::KERNEL,
@@ -366,10 +479,7 @@ impl Config {
 
     /// The pids or tids for the kernel filter map.
     pub fn filter_ids(&self) -> &[u32] {
-        match &self.threads {
-            Threads::Pids(v) | Threads::Tids(v) => v,
-            _ => &[],
-        }
+        self.threads.ids()
     }
 }
 
@@ -472,6 +582,26 @@ mod tests {
         assert!(parse(&["--chain", "5"]).is_err());
         let c = parse(&["--wakeups", "-f"]).unwrap();
         assert!(c.waker && c.view == View::Wakeups);
+    }
+
+    #[test]
+    fn threads_subcommand() {
+        let a = Args::try_parse_from(["topwaits", "threads", "-p", "5,3", "--rt-app", "x.json", "--rt-app-duration", "4", "2"]).unwrap();
+        let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
+        let c = ThreadsConfig::from_args(t).unwrap();
+        assert_eq!(c.threads, Threads::Pids(vec![3, 5]));
+        assert_eq!(c.rt_app_duration, Some(4));
+        assert_eq!(c.duration, Some(Duration::from_secs(2)));
+        assert_eq!(c.settings().threads, 1);
+        assert_eq!(c.settings().stacks, 0);
+        assert!(Args::try_parse_from(["topwaits", "threads", "--rt-app-duration", "4"]).is_err(), "needs --rt-app");
+        assert!(Args::try_parse_from(["topwaits", "threads", "-p", "1", "-t", "2"]).is_err());
+        let a = Args::try_parse_from(["topwaits", "threads", "--attach", "kprobe"]).unwrap();
+        let Some(Command::Threads(t)) = a.command else { panic!() };
+        assert_eq!(ThreadsConfig::from_args(t).unwrap_err(), ConfigError::ThreadsKprobe);
+        // A plain duration is still the main command's.
+        let a = Args::try_parse_from(["topwaits", "3"]).unwrap();
+        assert!(a.command.is_none());
     }
 
     #[test]

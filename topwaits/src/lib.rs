@@ -5,9 +5,11 @@
 pub mod bpf;
 pub mod cli;
 pub mod clock;
+pub mod deps;
 pub mod error;
 pub mod model;
 pub mod report;
+pub mod rtapp;
 pub mod symbolize;
 pub mod sys;
 pub mod trace;
@@ -32,14 +34,18 @@ pub fn main_entry() -> i32 {
             return 2;
         }
     };
-    let config = match cli::Config::from_args(args) {
-        Ok(c) => c,
+    let result = match args.command.clone() {
+        Some(cli::Command::Threads(t)) => cli::ThreadsConfig::from_args(t).map(|c| trace::run_threads(&c)),
+        None => cli::Config::from_args(args).map(|c| trace::run(&c)),
+    };
+    let result = match result {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("topwaits: error: {e}");
             return 2;
         }
     };
-    match trace::run(&config) {
+    match result {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("topwaits: error: {e:#}");

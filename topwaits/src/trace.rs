@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 
 use crate::bpf::Tracer;
-use crate::cli::{Config, Threads};
+use crate::cli::{Config, Threads, ThreadsConfig};
 use crate::clock::{local_offset_s, monotonic_now, ClockPair};
 use crate::error::UserError;
 use crate::model::{Report, TraceInfo};
@@ -16,11 +16,11 @@ use crate::symbolize::{resolve, BlazeSymbolizer};
 use crate::sys::{caps, procfs};
 
 /// Checks privilege and that every named pid/tid exists, before anything loads.
-pub fn preflight(config: &Config) -> Result<(), UserError> {
+pub fn preflight(threads: &Threads) -> Result<(), UserError> {
     if !caps::this_process_is_privileged() {
         return Err(UserError::NoPrivilege);
     }
-    match &config.threads {
+    match threads {
         Threads::Pids(ids) => {
             for &id in ids {
                 match procfs::tgid_of(id) {
@@ -91,22 +91,23 @@ pub fn write_quietly(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result
 
 /// Runs one whole trace.
 pub fn run(config: &Config) -> Result<()> {
-    preflight(config)?;
+    preflight(&config.threads)?;
     let clock = ClockPair::sample();
     let mut tracer = Tracer::start(config)?;
-    let start_mono = monotonic_now();
+    let start_mono = tracer.attached_mono();
     let target = config.target();
     match config.duration {
         Some(d) => eprintln!("Tracing off-CPU waits of {target} for {:.1} s...", d.as_secs_f64()),
         None => eprintln!("Tracing off-CPU waits of {target}... Hit Ctrl-C to end."),
     }
     let end = wait(config.duration)?;
-    let end_mono = monotonic_now();
     second_interrupt_quits();
     if let End::Signal(s) = end {
         log::info!("{s}: ending the trace early");
     }
     tracer.stop();
+    // Events were recorded until the programs were detached.
+    let end_mono = monotonic_now();
     let capture = tracer.drain()?;
     let attach = tracer.attach_kind();
     drop(tracer);
@@ -129,4 +130,66 @@ pub fn run(config: &Config) -> Result<()> {
     }
     let format = report::for_output(config.view, &config.output);
     write_quietly(|out| format.write(&report, out))
+}
+
+/// Human description of a thread selection.
+fn describe(threads: &Threads) -> String {
+    let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    match threads {
+        Threads::Pids(v) => format!("PID {}", list(v)),
+        Threads::Tids(v) => format!("TID {}", list(v)),
+        _ => "all threads".to_string(),
+    }
+}
+
+/// Runs `topwaits threads`: the profile, the dependencies, and the rt-app file.
+pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
+    preflight(&config.threads)?;
+    let mut tracer = Tracer::start_threads(config)?;
+    let start_mono = tracer.attached_mono();
+    let target = describe(&config.threads);
+    match config.duration {
+        Some(d) => eprintln!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
+        None => eprintln!("Tracing threads of {target}... Hit Ctrl-C to end."),
+    }
+    wait(config.duration)?;
+    second_interrupt_quits();
+    tracer.stop();
+    let end_mono = monotonic_now();
+    let mut capture = tracer.drain_threads(end_mono)?;
+    drop(tracer);
+    capture.threads.retain(|t| t.observed_ns() > 0);
+    let groups = crate::deps::reduce(&capture.edges);
+    let duration_s = end_mono.saturating_sub(start_mono) as f64 / 1e9;
+    let mut warnings = Vec::new();
+    if capture.lost_threads > 0 {
+        warnings.push(format!("{} thread events did not fit into the full thread map; narrow the trace with -p/-t", capture.lost_threads));
+    }
+    if capture.lost_deps > 0 {
+        warnings.push(format!("{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t", capture.lost_deps));
+    }
+    for w in &warnings {
+        eprintln!("topwaits: warning: {w}");
+    }
+    let report = crate::report::threads::ThreadsReport {
+        threads: &capture.threads,
+        edges: &capture.edges,
+        groups: &groups,
+        duration_s,
+        target: &target,
+        warnings: &warnings,
+    };
+    if let Some(path) = &config.rt_app {
+        let secs = config.rt_app_duration.unwrap_or_else(|| duration_s.ceil().max(1.0) as u32);
+        let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, secs);
+        std::fs::write(path, doc.render()).with_context(|| format!("failed to write {}", path.display()))?;
+        eprintln!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
+    }
+    write_quietly(|out| {
+        if config.json {
+            crate::report::threads::write_json(&report, out)
+        } else {
+            crate::report::threads::write_table(&report, out)
+        }
+    })
 }

@@ -16,6 +16,7 @@ const PACKAGES: &[&str] = &[
     "libbpf-tools",     // bench peer: offcputime
     "bpftrace",         // bench peer: off-CPU one-liner
     "util-linux",       // tests: setpriv for the unprivileged check
+    "rt-app",           // tests: the generated reproducer must run under rt-app 1.0
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -3,6 +3,7 @@
 
 pub mod folded;
 pub mod json;
+pub mod threads;
 pub mod top;
 pub mod wakeups;
 

@@ -178,6 +178,11 @@ pub struct TaskOffsets {
     /// `__state` since 5.14, `state` before.
     pub state: u32,
     pub comm: u32,
+    /// Scheduling parameters, for `topwaits threads`; absent fields are `u32::MAX`.
+    pub prio: u32,
+    pub static_prio: u32,
+    pub policy: u32,
+    pub rt_priority: u32,
 }
 
 impl TaskOffsets {
@@ -197,6 +202,10 @@ impl TaskOffsets {
             flags: get("flags")?,
             state: get("__state").or_else(|_| get("state"))?,
             comm: get("comm")?,
+            prio: get("prio").unwrap_or(u32::MAX),
+            static_prio: get("static_prio").unwrap_or(u32::MAX),
+            policy: get("policy").unwrap_or(u32::MAX),
+            rt_priority: get("rt_priority").unwrap_or(u32::MAX),
         })
     }
 
@@ -283,7 +292,11 @@ pub(crate) mod tests {
                 tgid: 1004,
                 flags: 44,
                 state: 24,
-                comm: 2000
+                comm: 2000,
+                prio: u32::MAX,
+                static_prio: u32::MAX,
+                policy: u32::MAX,
+                rt_priority: u32::MAX,
             }
         );
     }
@@ -340,5 +353,6 @@ pub(crate) mod tests {
         let off = TaskOffsets::from_sys(path).unwrap();
         assert_ne!(off.pid, off.tgid);
         assert!(off.comm > off.pid);
+        assert!(off.static_prio != u32::MAX && off.policy != u32::MAX);
     }
 }

@@ -5,3 +5,4 @@ pub mod btf;
 pub mod caps;
 pub mod kallsyms;
 pub mod procfs;
+pub mod tracefs;

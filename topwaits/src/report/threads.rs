@@ -1,0 +1,199 @@
+//! The `topwaits threads` report: a table sorted by run time, or JSON with the
+//! threads, their wake dependencies and the producer/consumer groups.
+
+use std::io::{self, Write};
+
+use serde_json::{json, Value};
+
+use crate::deps::Group;
+use crate::model::{comm_text, Edge, ThreadProfile};
+
+/// What the threads report shows.
+pub struct ThreadsReport<'a> {
+    pub threads: &'a [ThreadProfile],
+    pub edges: &'a [Edge],
+    pub groups: &'a [Group],
+    pub duration_s: f64,
+    pub target: &'a str,
+    pub warnings: &'a [String],
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Threads by run time, longest first, then by tid.
+pub fn by_run(threads: &[ThreadProfile]) -> Vec<&ThreadProfile> {
+    let mut v: Vec<&ThreadProfile> = threads.iter().collect();
+    v.sort_by(|a, b| b.run_ns.cmp(&a.run_ns).then(a.tid.cmp(&b.tid)));
+    v
+}
+
+fn role(r: &ThreadsReport<'_>, tid: u32) -> String {
+    for g in r.groups {
+        if g.producer == tid {
+            return format!("producer of {}", g.consumers.len());
+        }
+        if g.consumers.contains(&tid) {
+            return format!("consumer of {}", g.producer);
+        }
+    }
+    String::new()
+}
+
+pub fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "Threads of {} over {:.2} s, by run time (times in ms):", r.target, r.duration_s)?;
+    writeln!(
+        out,
+        "{:>7} {:>7} {:<16} {:>9} {:>7} {:>9} {:>9} {:>9} {:>7} {:>5} {:<12} {}",
+        "TID", "PID", "COMM", "RUN", "RUNS", "RUNQ", "SLEEP", "IO", "SLEEPS", "NICE", "POLICY", "NOTES"
+    )?;
+    for t in by_run(r.threads) {
+        let mut notes = Vec::new();
+        if t.started {
+            notes.push("started".to_string());
+        }
+        if t.exited {
+            notes.push("exited".to_string());
+        }
+        let role = role(r, t.tid);
+        if !role.is_empty() {
+            notes.push(role);
+        }
+        writeln!(
+            out,
+            "{:>7} {:>7} {:<16} {:>9.1} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>5} {:<12} {}",
+            t.tid,
+            t.tgid,
+            comm_text(&t.comm),
+            ms(t.run_ns),
+            t.run_events,
+            ms(t.preempt_ns),
+            ms(t.sleep_ns),
+            ms(t.io_ns),
+            t.sleep_events,
+            t.nice(),
+            t.policy_name(),
+            notes.join(", ")
+        )?;
+    }
+    let mut deps: Vec<&Edge> = r.edges.iter().filter(|e| e.futex).collect();
+    deps.sort_by(|a, b| b.count.cmp(&a.count).then(a.cmp(b)));
+    if !deps.is_empty() {
+        writeln!(out, "\nFutex wake dependencies (waker -> sleeper: count):")?;
+        for e in deps {
+            writeln!(out, "  {} -> {}: {}", e.waker, e.sleeper, e.count)?;
+        }
+    }
+    for g in r.groups {
+        let c: Vec<String> = g.consumers.iter().map(u32::to_string).collect();
+        writeln!(out, "Producer {} wakes consumers {}", g.producer, c.join(", "))?;
+    }
+    Ok(())
+}
+
+pub fn document(r: &ThreadsReport<'_>) -> Value {
+    let threads: Vec<Value> = by_run(r.threads)
+        .into_iter()
+        .map(|t| {
+            json!({
+                "tid": t.tid,
+                "tgid": t.tgid,
+                "comm": comm_text(&t.comm),
+                "run_us": t.run_ns / 1000,
+                "preempt_us": t.preempt_ns / 1000,
+                "sleep_us": t.sleep_ns / 1000,
+                "io_us": t.io_ns / 1000,
+                "run_events": t.run_events,
+                "sleep_events": t.sleep_events,
+                "nice": t.nice(),
+                "prio": t.prio,
+                "policy": t.policy_name(),
+                "rt_priority": t.rt_priority,
+                "started": t.started,
+                "exited": t.exited,
+            })
+        })
+        .collect();
+    let mut edges: Vec<&Edge> = r.edges.iter().collect();
+    edges.sort();
+    let deps: Vec<Value> = edges
+        .iter()
+        .map(|e| json!({ "waker": e.waker, "sleeper": e.sleeper, "count": e.count, "futex": e.futex }))
+        .collect();
+    let groups: Vec<Value> = r.groups.iter().map(|g| json!({ "producer": g.producer, "consumers": g.consumers })).collect();
+    json!({
+        "version": super::json::VERSION,
+        "duration_s": (r.duration_s * 1000.0).round() / 1000.0,
+        "target": r.target,
+        "warnings": r.warnings,
+        "threads": threads,
+        "dependencies": deps,
+        "groups": groups,
+    })
+}
+
+pub fn write_json(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, &document(r))?;
+    writeln!(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> (Vec<ThreadProfile>, Vec<Edge>, Vec<Group>) {
+        let t = |tid, run_ms: u64, comm: &str| ThreadProfile {
+            tid,
+            tgid: 10,
+            comm: comm.as_bytes().to_vec(),
+            run_ns: run_ms * 1_000_000,
+            preempt_ns: 1_000_000,
+            sleep_ns: 500_000_000,
+            run_events: 5,
+            sleep_events: 4,
+            static_prio: 120,
+            ..Default::default()
+        };
+        let mut threads = vec![t(11, 20, "consumer"), t(10, 90, "producer")];
+        threads[0].exited = true;
+        let edges = vec![
+            Edge { waker: 10, sleeper: 11, count: 7, futex: true },
+            Edge { waker: 11, sleeper: 10, count: 1, futex: false },
+        ];
+        let groups = vec![Group { producer: 10, consumers: vec![11] }];
+        (threads, edges, groups)
+    }
+
+    #[test]
+    fn table_is_sorted_by_run_time_with_roles() {
+        let (threads, edges, groups) = fixture();
+        let r = ThreadsReport { threads: &threads, edges: &edges, groups: &groups, duration_s: 1.0, target: "PID 10", warnings: &[] };
+        let mut out = Vec::new();
+        write_table(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[2].contains("producer") && lines[2].contains("90.0"), "{text}");
+        assert!(lines[3].contains("exited, consumer of 10"), "{text}");
+        assert!(text.contains("  10 -> 11: 7\n"), "{text}");
+        assert!(!text.contains("11 -> 10"), "non-futex edges are not listed as futex dependencies");
+        assert!(text.contains("Producer 10 wakes consumers 11"));
+    }
+
+    #[test]
+    fn json_has_the_documented_keys() {
+        let (threads, edges, groups) = fixture();
+        let r = ThreadsReport { threads: &threads, edges: &edges, groups: &groups, duration_s: 1.0, target: "PID 10", warnings: &[] };
+        let v = document(&r);
+        let t = &v["threads"][0];
+        for k in ["tid", "tgid", "comm", "run_us", "preempt_us", "sleep_us", "io_us", "run_events", "sleep_events", "nice", "policy"] {
+            assert!(!t[k].is_null(), "missing {k}");
+        }
+        assert_eq!(t["tid"], 10);
+        assert_eq!(t["run_us"], 90_000);
+        assert_eq!(t["policy"], "SCHED_OTHER");
+        assert_eq!(v["dependencies"][0], json!({"waker": 10, "sleeper": 11, "count": 7, "futex": true}));
+        assert_eq!(v["dependencies"][1]["futex"], false);
+        assert_eq!(v["groups"][0]["consumers"], json!([11]));
+    }
+}

@@ -1,11 +1,12 @@
 //! The maps and the read-only settings global, and small helpers around them.
 
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     macros::map,
     maps::{HashMap, PerCpuArray, StackTrace},
     Global,
 };
-use topwaits_common::{limits, Chain, DepKey, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{counter, limits, Chain, DepKey, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 /// Options from user space; overridden at load time.
 #[unsafe(no_mangle)]
@@ -66,6 +67,33 @@ pub fn count(index: u32, n: u64) {
         // SAFETY: the pointer comes from a per-CPU array lookup, which is valid and
         // used by this CPU alone while the program runs.
         unsafe { *slot += n };
+    }
+}
+
+const EEXIST: i32 = 17;
+
+/// Adds one wait to an aggregate map: folds it into the existing value, or inserts
+/// `fresh`. A full map counts the wait and its `delta_ns` as lost.
+#[inline(always)]
+pub fn upsert<K, V>(map: &HashMap<K, V>, key: &K, fresh: &V, delta_ns: u64, fold: impl Fn(*mut V)) {
+    if let Some(v) = map.get_ptr_mut(key) {
+        fold(v);
+        count(counter::RECORDED, 1);
+        return;
+    }
+    match map.insert(key, fresh, BPF_NOEXIST as u64) {
+        Ok(()) => count(counter::RECORDED, 1),
+        // Created on another CPU in between: fold into that one.
+        Err(e) if e == -EEXIST && map.get_ptr_mut(key).is_some() => {
+            if let Some(v) = map.get_ptr_mut(key) {
+                fold(v);
+            }
+            count(counter::RECORDED, 1);
+        }
+        Err(_) => {
+            count(counter::LOST_AGG_FULL, 1);
+            count(counter::LOST_AGG_FULL_NS, delta_ns);
+        }
     }
 }
 

@@ -11,12 +11,11 @@ use topwaits_common::{
     CAPTURE_USER, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD,
 };
 
-use crate::maps::{count, task_u32, thread_wanted, LAST_WAKE, SETTINGS, STACKS, STARTS, WAITS};
+use crate::maps::{count, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STACKS, STARTS, WAITS};
 use crate::wake;
 
 const EFAULT: i32 = 14;
 const EPERM: i32 = 1;
-const EEXIST: i32 = 17;
 
 /// The task leaving the CPU, as the hook saw it.
 pub struct Outgoing {
@@ -190,33 +189,11 @@ fn fold(v: *mut WaitVal, delta: u64, now: u64) {
 /// Adds one wait of `delta` ns ending at `now` to the aggregate.
 #[inline(always)]
 fn add(key: &WaitKey, delta: u64, now: u64) {
-    if let Some(v) = WAITS.get_ptr_mut(key) {
-        fold(v, delta, now);
-        count(counter::RECORDED, 1);
-        return;
-    }
     let fresh = WaitVal {
         total_ns: delta,
         count: 1,
         max_ns: delta,
         max_end_ns: now,
     };
-    match WAITS.insert(key, &fresh, BPF_NOEXIST as u64) {
-        Ok(()) => count(counter::RECORDED, 1),
-        // Another CPU created it in between: fold into that one.
-        Err(e) if e == -EEXIST => match WAITS.get_ptr_mut(key) {
-            Some(v) => {
-                fold(v, delta, now);
-                count(counter::RECORDED, 1);
-            }
-            None => {
-                count(counter::LOST_AGG_FULL, 1);
-                count(counter::LOST_AGG_FULL_NS, delta);
-            }
-        },
-        Err(_) => {
-            count(counter::LOST_AGG_FULL, 1);
-            count(counter::LOST_AGG_FULL_NS, delta);
-        }
-    }
+    upsert(&WAITS, key, &fresh, delta, |v| fold(v, delta, now));
 }

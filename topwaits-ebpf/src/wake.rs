@@ -8,10 +8,8 @@ use aya_ebpf::{
 };
 use topwaits_common::{counter, wake_kind, Hop, WaitKey, WakeVal, MAX_CHAIN};
 
-use crate::maps::{count, LAST_WAKE, SCRATCH_CHAIN, SCRATCH_KEY, SETTINGS, STARTS, WAKE_WAITS};
+use crate::maps::{count, upsert, LAST_WAKE, SCRATCH_CHAIN, SCRATCH_KEY, SETTINGS, STARTS, WAKE_WAITS};
 use crate::switch::capture_stacks;
-
-const EEXIST: i32 = 17;
 
 /// At `sched_waking(p)`: stores, against `p`, the waker as hop 0 followed by the
 /// first `chain - 1` hops of the waker's own last wakeup.
@@ -123,11 +121,6 @@ pub fn account(task: u64, target: &WaitKey, began: u64, state: u32, delta: u64, 
             v.max_runq_ns = runq;
         }
     };
-    if let Some(v) = WAKE_WAITS.get_ptr_mut(&*key) {
-        fold(v);
-        count(counter::RECORDED, 1);
-        return;
-    }
     let fresh = WakeVal {
         total_ns: delta,
         count: 1,
@@ -138,17 +131,5 @@ pub fn account(task: u64, target: &WaitKey, began: u64, state: u32, delta: u64, 
         max_blocked_ns: blocked,
         max_runq_ns: runq,
     };
-    match WAKE_WAITS.insert(&*key, &fresh, BPF_NOEXIST as u64) {
-        Ok(()) => count(counter::RECORDED, 1),
-        Err(e) if e == -EEXIST && WAKE_WAITS.get_ptr_mut(&*key).is_some() => {
-            if let Some(v) = WAKE_WAITS.get_ptr_mut(&*key) {
-                fold(v);
-            }
-            count(counter::RECORDED, 1);
-        }
-        Err(_) => {
-            count(counter::LOST_AGG_FULL, 1);
-            count(counter::LOST_AGG_FULL_NS, delta);
-        }
-    }
+    upsert(&WAKE_WAITS, &*key, &fresh, delta, fold);
 }

@@ -142,38 +142,49 @@ fn waits_without_a_waker_stay_in_the_report() {
     assert!(stack_names(&waker["kernel_stack"]).iter().any(|f| f.contains("hrtimer")), "{waker:#}");
 }
 
-#[test]
-fn relay_chain_shows_the_wakers_waker() {
-    require_bpf!();
+/// A relay A -> B -> C over two pipes, A writing `rounds` bytes 40 ms apart, traced
+/// with `args` plus `-t C`. Returns the tracer's output and the tids of A and B.
+fn relay(prefix: &str, rounds: usize, args: &[&str]) -> (Finished, u32, u32) {
     let (r1, w1) = pipe();
     let (r2, w2) = pipe();
-    let c = Workload::spawn("tw-relay-c", move || while tw_relay_read(r2) {});
-    let b = Workload::spawn("tw-relay-b", move || {
+    let c = Workload::spawn(&format!("{prefix}-c"), move || while tw_relay_read(r2) {});
+    let b = Workload::spawn(&format!("{prefix}-b"), move || {
         while tw_relay_read(r1) {
             tw_producer_write(w2);
         }
         unsafe { libc::close(w2) };
     });
-    let a = Workload::spawn("tw-relay-a", move || {
-        for _ in 0..ROUNDS {
+    let a = Workload::spawn(&format!("{prefix}-a"), move || {
+        for _ in 0..rounds {
             nanosleep(Duration::from_millis(40));
             tw_producer_write(w1);
         }
         unsafe { libc::close(w1) };
     });
-    let (at, bt, ct) = (a.tid as u64, b.tid as u64, c.tid.to_string());
-    let tracer = Tracer::start(&["--json", "--chain", "2", "-t", &ct, "1.5"]);
+    let (at, bt, ct) = (a.tid, b.tid, c.tid.to_string());
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["-t", &ct]);
+    let tracer = Tracer::start(&all);
     c.go();
     b.go();
     a.go();
     a.join();
     b.join();
     c.join();
-    let doc = json(&tracer.finish());
+    let out = tracer.finish();
     unsafe {
         libc::close(r1);
         libc::close(r2);
     }
+    (out, at, bt)
+}
+
+#[test]
+fn relay_chain_shows_the_wakers_waker() {
+    require_bpf!();
+    let (out, at, bt) = relay("tw-relay", ROUNDS, &["--json", "--chain", "2", "1.5"]);
+    let (at, bt) = (at as u64, bt as u64);
+    let doc = json(&out);
     let chained: u64 = records_in(&doc, "tw_relay_read")
         .iter()
         .filter(|r| r["waker"]["tid"].as_u64() == Some(bt) && r["waker"]["waker"]["tid"].as_u64() == Some(at))
@@ -193,35 +204,7 @@ fn relay_chain_shows_the_wakers_waker() {
 #[test]
 fn relay_chain_folded_appends_each_hop_after_a_divider() {
     require_bpf!();
-    let (r1, w1) = pipe();
-    let (r2, w2) = pipe();
-    let c = Workload::spawn("tw-fold-c", move || while tw_relay_read(r2) {});
-    let b = Workload::spawn("tw-fold-b", move || {
-        while tw_relay_read(r1) {
-            tw_producer_write(w2);
-        }
-        unsafe { libc::close(w2) };
-    });
-    let a = Workload::spawn("tw-fold-a", move || {
-        for _ in 0..4 {
-            nanosleep(Duration::from_millis(40));
-            tw_producer_write(w1);
-        }
-        unsafe { libc::close(w1) };
-    });
-    let ct = c.tid.to_string();
-    let tracer = Tracer::start(&["-f", "--chain", "2", "-t", &ct, "1"]);
-    c.go();
-    b.go();
-    a.go();
-    a.join();
-    b.join();
-    c.join();
-    let out = tracer.finish();
-    unsafe {
-        libc::close(r1);
-        libc::close(r2);
-    }
+    let (out, _, _) = relay("tw-fold", 4, &["-f", "--chain", "2", "1"]);
     let line = out
         .stdout
         .lines()

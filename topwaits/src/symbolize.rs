@@ -76,6 +76,9 @@ impl Symbolizer for BlazeSymbolizer {
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
         let mut proc_src = Process::new(tgid.into());
         proc_src.perf_map = true;
+        // Symbol tables only: DWARF parsing costs seconds and hundreds of MiB on
+        // large binaries, and the frames need no line numbers.
+        proc_src.debug_syms = false;
         let src = Source::Process(proc_src);
         let syms = self.inner.symbolize(&src, Input::AbsAddr(addrs)).ok();
         let mut frames = to_frames(addrs, syms);

@@ -1,10 +1,484 @@
-//! `cargo xtask bench`: placeholder options; filled in by the benchmark work.
+//! `cargo xtask bench`: overhead of topwaits against libbpf-tools offcputime and a
+//! bpftrace one-liner, measured in one run with interleaved rounds and medians, plus
+//! start-up time, report time and peak RSS for ~20,000 unique stacks, and kernel
+//! map memory. Prints a markdown table and writes it to target/bench.md.
 
-use anyhow::Result;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+
+use crate::{cargo, root, run};
 
 #[derive(clap::Args)]
-pub struct Options {}
+pub struct Options {
+    /// Interleaved rounds per configuration; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Also run a soak of this many seconds under perf bench sched pipe, sampling
+    /// topwaits' RSS and map memory (the README's soak figure uses 600).
+    #[arg(long, value_name = "SECS")]
+    soak: Option<u64>,
+    /// Run only the many-stacks measurement (report time and peak RSS).
+    #[arg(long)]
+    stacks_only: bool,
+}
 
-pub fn bench(_opts: &Options) -> Result<()> {
-    anyhow::bail!("the benchmark is not written yet")
+/// One tracer configuration.
+struct Tracer {
+    name: &'static str,
+    cmd: Option<Vec<String>>,
+}
+
+const BPFTRACE_OFFCPU: &str = "tracepoint:sched:sched_switch { @start[args->prev_pid] = nsecs; \
+@stk[args->prev_pid] = kstack; $s = @start[args->next_pid]; if ($s) { \
+@off[@stk[args->next_pid], args->next_comm] = sum(nsecs - $s); delete(@start[args->next_pid]); } }";
+
+fn tracers(bin: &str) -> Vec<Tracer> {
+    let tw = |extra: &[&str]| {
+        let mut v = vec![bin.to_string()];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        Some(v)
+    };
+    vec![
+        Tracer { name: "no tracer", cmd: None },
+        Tracer { name: "topwaits", cmd: tw(&["-f"]) },
+        Tracer { name: "topwaits --waker", cmd: tw(&["-f", "--waker"]) },
+        Tracer { name: "topwaits --waker --chain 4", cmd: tw(&["-f", "--chain", "4"]) },
+        Tracer { name: "topwaits threads", cmd: tw(&["threads", "--json"]) },
+        Tracer { name: "libbpf-tools offcputime", cmd: Some(vec!["/usr/sbin/offcputime".into()]) },
+        Tracer { name: "bpftrace one-liner", cmd: Some(vec!["bpftrace".into(), "-e".into(), BPFTRACE_OFFCPU.into()]) },
+    ]
+}
+
+/// A BPF program's cumulative statistics.
+#[derive(Clone, Debug)]
+struct Prog {
+    id: u64,
+    name: String,
+    run_time_ns: u64,
+    run_cnt: u64,
+}
+
+/// Parses `bpftool -j prog show` without a JSON dependency: the fields we need are
+/// flat numbers and strings in each object.
+fn progs() -> Result<Vec<Prog>> {
+    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("bpftool is needed")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(split_objects(&text)
+        .into_iter()
+        .filter_map(|o| {
+            Some(Prog {
+                id: num(o, "id")?,
+                name: string(o, "name").unwrap_or_default(),
+                run_time_ns: num(o, "run_time_ns").unwrap_or(0),
+                run_cnt: num(o, "run_cnt").unwrap_or(0),
+            })
+        })
+        .collect())
+}
+
+/// (id, bytes_memlock) of every map.
+fn maps() -> Result<Vec<(u64, u64)>> {
+    let out = Command::new("bpftool").args(["-j", "map", "show"]).output().context("bpftool is needed")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(split_objects(&text).into_iter().filter_map(|o| Some((num(o, "id")?, num(o, "bytes_memlock").unwrap_or(0)))).collect())
+}
+
+/// Top-level objects of a JSON array, as text.
+fn split_objects(text: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut out) = (0i32, 0usize, Vec::new());
+    let mut in_str = false;
+    let mut esc = false;
+    for (i, c) in text.char_indices() {
+        if in_str {
+            match (esc, c) {
+                (true, _) => esc = false,
+                (false, '\\') => esc = true,
+                (false, '"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '{' => {
+                if depth == 0 {
+                    start = i;
+                }
+                depth += 1;
+            }
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    out.push(&text[start..=i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn field<'a>(obj: &'a str, key: &str) -> Option<&'a str> {
+    let pat = format!("\"{key}\":");
+    let at = obj.find(&pat)? + pat.len();
+    Some(obj[at..].trim_start())
+}
+
+fn num(obj: &str, key: &str) -> Option<u64> {
+    let v = field(obj, key)?;
+    let end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    v[..end].parse().ok()
+}
+
+fn string(obj: &str, key: &str) -> Option<String> {
+    let v = field(obj, key)?.strip_prefix('"')?;
+    Some(v[..v.find('"')?].to_string())
+}
+
+/// Runs a perf bench workload and returns its "Total time" in seconds.
+fn workload(kind: &str) -> Result<f64> {
+    let args: &[&str] = match kind {
+        "messaging" => &["bench", "sched", "messaging", "-g", "5", "-l", "400"],
+        _ => &["bench", "sched", "pipe", "-l", "40000"],
+    };
+    let out = Command::new("perf").args(args).output().context("perf (linux-perf) is needed")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("Total time:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
+        .ok_or_else(|| anyhow!("no total time from perf bench {kind}: {text}"))
+}
+
+/// A started tracer, with the programs and maps it created.
+struct Running {
+    child: Child,
+    startup: Duration,
+    prog_ids: BTreeSet<u64>,
+    map_bytes: u64,
+}
+
+fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
+    let before: BTreeSet<u64> = progs()?.into_iter().map(|p| p.id).collect();
+    let maps_before: BTreeSet<u64> = maps()?.into_iter().map(|m| m.0).collect();
+    let t0 = Instant::now();
+    let mut child = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("failed to start {}", cmd[0]))?;
+    // Ready when its sched_switch program exists (peers print no marker of their own).
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = t0 + Duration::from_secs(30);
+    let ready = loop {
+        if let Ok(l) = rx.try_recv() {
+            if l.starts_with("Tracing") {
+                break t0.elapsed();
+            }
+        }
+        let now: Vec<Prog> = progs()?;
+        if now.iter().any(|p| !before.contains(&p.id) && p.name.starts_with("sched_switch")) && !cmd[0].ends_with("topwaits") {
+            break t0.elapsed();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("{} did not attach within 30 s", cmd[0]);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let prog_ids = progs()?.into_iter().map(|p| p.id).filter(|id| !before.contains(id)).collect();
+    let map_bytes = maps()?.into_iter().filter(|m| !maps_before.contains(&m.0)).map(|m| m.1).sum();
+    // Keep draining stderr so the tracer never blocks on it.
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    Ok(Running {
+        child,
+        startup: ready,
+        prog_ids,
+        map_bytes,
+    })
+}
+
+/// Stops a tracer with SIGINT; returns (time to exit, peak RSS in KiB).
+fn stop(mut r: Running) -> Result<(Duration, u64)> {
+    let pid = r.child.id() as i32;
+    let t0 = Instant::now();
+    unsafe { libc_kill(pid, 2) };
+    let mut status = 0i32;
+    let mut usage = [0i64; 18];
+    let rc = unsafe { libc_wait4(pid, &mut status, 0, usage.as_mut_ptr()) };
+    if rc != pid {
+        let _ = r.child.wait();
+    }
+    // ru_maxrss is the 3rd field after two timevals (4 longs): index 4, in KiB.
+    Ok((t0.elapsed(), usage[4] as u64))
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+    #[link_name = "wait4"]
+    fn libc_wait4(pid: i32, status: *mut i32, options: i32, rusage: *mut i64) -> i32;
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v[v.len() / 2]
+}
+
+#[derive(Default)]
+struct Samples {
+    messaging: Vec<f64>,
+    pipe: Vec<f64>,
+    cost_messaging: Vec<f64>,
+    cost_pipe: Vec<f64>,
+    startup_ms: Vec<f64>,
+    map_kib: Vec<f64>,
+}
+
+fn set_bpf_stats(on: bool) -> Result<()> {
+    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", if on { "1" } else { "0" }).context("failed to set kernel.bpf_stats_enabled")
+}
+
+fn ensure_tracefs() {
+    if !std::path::Path::new("/sys/kernel/tracing/events").is_dir() {
+        let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
+    }
+}
+
+/// Per-switch cost of a tracer's programs over one workload run.
+fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
+    let Some(cmd) = &t.cmd else {
+        let secs = workload(kind)?;
+        if kind == "messaging" { s.messaging.push(secs) } else { s.pipe.push(secs) }
+        return Ok(());
+    };
+    let r = start(cmd, &[])?;
+    let snap = |ids: &BTreeSet<u64>| -> Result<Vec<Prog>> { Ok(progs()?.into_iter().filter(|p| ids.contains(&p.id)).collect()) };
+    let before = snap(&r.prog_ids)?;
+    let secs = workload(kind)?;
+    let after = snap(&r.prog_ids)?;
+    let mut total_ns = 0u64;
+    let mut switches = 0u64;
+    for a in &after {
+        let b = before.iter().find(|b| b.id == a.id);
+        let (dt, dc) = b.map_or((a.run_time_ns, a.run_cnt), |b| (a.run_time_ns - b.run_time_ns, a.run_cnt - b.run_cnt));
+        total_ns += dt;
+        if a.name.starts_with("sched_switch") {
+            switches += dc;
+        }
+    }
+    if switches > 0 {
+        let cost = total_ns as f64 / switches as f64;
+        if kind == "messaging" { s.cost_messaging.push(cost) } else { s.cost_pipe.push(cost) }
+    }
+    s.startup_ms.push(r.startup.as_secs_f64() * 1e3);
+    s.map_kib.push(r.map_bytes as f64 / 1024.0);
+    if kind == "messaging" { s.messaging.push(secs) } else { s.pipe.push(secs) }
+    stop(r)?;
+    Ok(())
+}
+
+/// Runs the 20,000-path workload under `topwaits -p` and returns (report ms, peak RSS MiB, records).
+fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
+    let xtask = std::env::current_exe()?;
+    let mut work = Command::new(&xtask).arg("stack-workload").stdin(Stdio::piped()).stdout(Stdio::null()).spawn()?;
+    let pid = work.id().to_string();
+    let out_path = root().join("target/bench-stacks.json");
+    let out = std::fs::File::create(&out_path)?;
+    let mut child = Command::new(bin)
+        .args(["--json", "--stack-storage-size", "65536", "--max-entries", "65536", "-p", &pid])
+        .stdout(out)
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    while let Some(Ok(l)) = lines.next() {
+        if l.starts_with("Tracing") {
+            break;
+        }
+    }
+    // Start the workload now that the tracer is attached, and wait for it.
+    drop(work.stdin.take());
+    work.wait()?;
+    let r = Running { child, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0 };
+    let (report, rss_kib) = stop(r)?;
+    let text = std::fs::read_to_string(&out_path)?;
+    let records = text.matches("\"tgid\":").count();
+    Ok((report.as_secs_f64() * 1e3, rss_kib as f64 / 1024.0, records))
+}
+
+/// The helper workload: 3^9 = 19,683 distinct call paths, each sleeping once.
+pub fn stack_workload() {
+    // Wait for the go (stdin closing) so the tracer sees every path.
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    let handles: Vec<_> = (0..2u32)
+        .map(|half| {
+            std::thread::spawn(move || {
+                for path in (0..19_683u32).filter(|p| p % 2 == half) {
+                    let mut digits = [0u8; 9];
+                    let mut x = path;
+                    for d in digits.iter_mut() {
+                        *d = (x % 3) as u8;
+                        x /= 3;
+                    }
+                    step(&digits);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        let _ = h.join();
+    }
+}
+
+#[inline(never)]
+fn step(path: &[u8]) {
+    match path.first() {
+        None => leaf(),
+        Some(0) => via_a(&path[1..]),
+        Some(1) => via_b(&path[1..]),
+        Some(_) => via_c(&path[1..]),
+    }
+    std::hint::black_box(path);
+}
+
+#[inline(never)]
+fn via_a(p: &[u8]) {
+    step(p);
+    std::hint::black_box(p);
+}
+
+#[inline(never)]
+fn via_b(p: &[u8]) {
+    step(p);
+    std::hint::black_box(p);
+}
+
+#[inline(never)]
+fn via_c(p: &[u8]) {
+    step(p);
+    std::hint::black_box(p);
+}
+
+#[inline(never)]
+fn leaf() {
+    std::thread::sleep(Duration::from_micros(20));
+    std::hint::black_box(());
+}
+
+fn soak(bin: &str, secs: u64) -> Result<String> {
+    let r = start(&[bin.to_string(), "-f".into(), "--waker".into()], &[])?;
+    let pid = r.child.id();
+    let t0 = Instant::now();
+    let mut rss = Vec::new();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        workload("pipe")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+        rss.push(kib);
+    }
+    let map_kib = r.map_bytes / 1024;
+    let (_, peak) = stop(r)?;
+    let first = rss.first().copied().unwrap_or(0);
+    let last = rss.last().copied().unwrap_or(0);
+    Ok(format!(
+        "Soak: {secs} s of perf bench sched pipe under `topwaits -f --waker`: RSS {first} KiB at start, {last} KiB at the end, peak {peak} KiB; kernel maps {map_kib} KiB (preallocated, constant).\n"
+    ))
+}
+
+pub fn bench(opts: &Options) -> Result<()> {
+    run(cargo().args(["build", "--release", "-p", "topwaits"]))?;
+    let bin = root().join("target/release/topwaits").to_string_lossy().into_owned();
+    ensure_tracefs();
+    set_bpf_stats(true)?;
+    let result = bench_inner(opts, &bin);
+    let _ = set_bpf_stats(false);
+    let table = result?;
+    print!("{table}");
+    let path: PathBuf = root().join("target/bench.md");
+    std::fs::write(&path, &table)?;
+    eprintln!("bench: wrote {}", path.display());
+    Ok(())
+}
+
+fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
+    if opts.stacks_only {
+        let (report_ms, rss_mib, records) = many_stacks(bin)?;
+        return Ok(format!("Many stacks: {records} records; report {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"));
+    }
+    let configs = tracers(bin);
+    let mut samples: Vec<Samples> = configs.iter().map(|_| Samples::default()).collect();
+    for round in 0..opts.rounds {
+        for kind in ["messaging", "pipe"] {
+            for (i, t) in configs.iter().enumerate() {
+                eprintln!("bench: round {}/{} {kind} {}", round + 1, opts.rounds, t.name);
+                measure(t, kind, &mut samples[i])?;
+            }
+        }
+    }
+    let base_msg = median(&mut samples[0].messaging.clone());
+    let base_pipe = median(&mut samples[0].pipe.clone());
+    let peer = configs.iter().position(|t| t.name.starts_with("libbpf-tools")).unwrap_or(0);
+    let peer_msg = median(&mut samples[peer].cost_messaging.clone());
+    let peer_pipe = median(&mut samples[peer].cost_pipe.clone());
+    let mut out = String::new();
+    out.push_str(&machine());
+    out.push_str(
+        "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | pipe slowdown | start-up (ms) | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (t, s) in configs.iter().zip(samples.iter_mut()) {
+        let (cm, cp) = (median(&mut s.cost_messaging), median(&mut s.cost_pipe));
+        let fmt = |v: f64, f: &dyn Fn(f64) -> String| if v.is_nan() { "-".to_string() } else { f(v) };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} | {} |\n",
+            t.name,
+            fmt(cm, &|v| format!("{v:.0}")),
+            fmt(cm / peer_msg, &|v| format!("{v:.2}x")),
+            fmt(cp, &|v| format!("{v:.0}")),
+            fmt(cp / peer_pipe, &|v| format!("{v:.2}x")),
+            median(&mut s.messaging) / base_msg,
+            median(&mut s.pipe) / base_pipe,
+            fmt(median(&mut s.startup_ms), &|v| format!("{v:.0}")),
+            fmt(median(&mut s.map_kib), &|v| format!("{v:.0}")),
+        ));
+    }
+    out.push_str(&format!(
+        "\nMedians of {} interleaved rounds; workloads `perf bench sched messaging -g 5 -l 400` (baseline {base_msg:.3} s) and `perf bench sched pipe -l 40000` (baseline {base_pipe:.3} s). Per-switch cost is the run time of all of a tracer's BPF programs (kernel.bpf_stats_enabled) divided by its sched_switch program's runs.\n",
+        opts.rounds
+    ));
+    let (report_ms, rss_mib, records) = many_stacks(bin)?;
+    out.push_str(&format!(
+        "\nMany stacks: 19,683 distinct call paths traced with `topwaits --json -p PID`: {records} records; report (drain, symbolize, write, from SIGINT to exit) {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"
+    ));
+    if let Some(secs) = opts.soak {
+        out.push_str(&soak(bin, secs)?);
+    }
+    Ok(out)
+}
+
+fn machine() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_default();
+    format!("Machine: Linux {}, {cpus} CPUs ({model}).\n", kernel.trim())
 }

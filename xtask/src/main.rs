@@ -35,6 +35,9 @@ enum Cmd {
     },
     /// Set up, then measure overhead, start-up and report time against peer tools.
     Bench(bench::Options),
+    /// The benchmark's many-stacks workload (used by `bench`).
+    #[command(hide = true)]
+    StackWorkload,
 }
 
 /// The workspace root.
@@ -86,6 +89,10 @@ fn main() -> ExitCode {
             run(cargo().args(["test", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))
         }),
         Cmd::Bench(opts) => setup::setup().and_then(|()| bench::bench(&opts)),
+        Cmd::StackWorkload => {
+            bench::stack_workload();
+            Ok(())
+        }
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 
 use std::io::{self, Write};
 
+use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
 
 use super::{by_longest, no_waker_label, take, Format};
@@ -27,11 +28,7 @@ fn frame(f: &Frame) -> Value {
 }
 
 pub fn stack(s: &Stack) -> (Value, &'static str) {
-    match s {
-        Stack::Frames(f) => (Value::Array(f.iter().map(frame).collect()), "ok"),
-        Stack::Missing => (json!([]), "missing"),
-        Stack::None => (json!([]), "none"),
-    }
+    (Value::Array(s.frames().iter().map(frame).collect()), status(s))
 }
 
 /// One hop as a `waker` object, with the next hop nested as its own `waker`.
@@ -100,36 +97,93 @@ pub fn lost(c: &Counters) -> Value {
     })
 }
 
-/// The whole document as a value.
-pub fn document(report: &Report, limit: usize) -> Value {
+/// Frames serialized straight from the model, without an intermediate value tree
+/// (records can number in the tens of thousands).
+struct Frames<'a>(&'a Stack);
+
+impl Serialize for Frames<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.frames().iter().map(|f| JFrame {
+            symbol: f.name(),
+            addr: format!("{:#x}", f.addr),
+            module: f.module.as_deref(),
+            offset: f.offset,
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct JFrame<'a> {
+    symbol: &'a str,
+    addr: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    module: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<u64>,
+}
+
+fn status(s: &Stack) -> &'static str {
+    match s {
+        Stack::Frames(_) => "ok",
+        Stack::Missing => "missing",
+        Stack::None => "none",
+    }
+}
+
+#[derive(Serialize)]
+struct JRecord<'a> {
+    tgid: u32,
+    tid: u32,
+    comm: String,
+    kernel_stack: Frames<'a>,
+    kernel_stack_status: &'static str,
+    user_stack: Frames<'a>,
+    user_stack_status: &'static str,
+    count: u64,
+    total_us: u64,
+    max_us: u64,
+    avg_us: u64,
+    total_ns: u64,
+    max_ns: u64,
+    max_start: String,
+    max_end: String,
+    #[serde(flatten)]
+    wake: serde_json::Map<String, Value>,
+}
+
+/// One record, ready to serialize.
+fn record<'a>(report: &Report, r: &'a Record) -> JRecord<'a> {
     let info = &report.info;
     let off = info.utc_offset_s;
-    let records: Vec<Value> = take(by_longest(&report.records), limit)
-        .into_iter()
-        .map(|r| {
-            let (ks, kstatus) = stack(&r.kernel);
-            let (us, ustatus) = stack(&r.user);
-            let mut v = json!({
-                "tgid": r.tgid,
-                "tid": r.tid,
-                "comm": comm_text(&r.comm),
-                "kernel_stack": ks,
-                "kernel_stack_status": kstatus,
-                "user_stack": us,
-                "user_stack_status": ustatus,
-                "count": r.count,
-                "total_us": r.total_ns / 1000,
-                "max_us": r.max_ns / 1000,
-                "avg_us": r.total_ns / 1000 / r.count.max(1),
-                "total_ns": r.total_ns,
-                "max_ns": r.max_ns,
-                "max_start": rfc3339(info.clock.wall(r.max_end_mono) - r.max_ns as i128, off),
-                "max_end": rfc3339(info.clock.wall(r.max_end_mono), off),
-            });
-            waker_fields(r, &mut v);
-            v
-        })
-        .collect();
+    let mut wake = Value::Object(Default::default());
+    waker_fields(r, &mut wake);
+    JRecord {
+        tgid: r.tgid,
+        tid: r.tid,
+        comm: comm_text(&r.comm),
+        kernel_stack: Frames(&r.kernel),
+        kernel_stack_status: status(&r.kernel),
+        user_stack: Frames(&r.user),
+        user_stack_status: status(&r.user),
+        count: r.count,
+        total_us: r.total_ns / 1000,
+        max_us: r.max_ns / 1000,
+        avg_us: r.total_ns / 1000 / r.count.max(1),
+        total_ns: r.total_ns,
+        max_ns: r.max_ns,
+        max_start: rfc3339(info.clock.wall(r.max_end_mono) - r.max_ns as i128, off),
+        max_end: rfc3339(info.clock.wall(r.max_end_mono), off),
+        wake: match wake {
+            Value::Object(m) => m,
+            _ => Default::default(),
+        },
+    }
+}
+
+/// The document without its records.
+fn head(report: &Report) -> Value {
+    let info = &report.info;
+    let off = info.utc_offset_s;
     json!({
         "version": VERSION,
         "started_at": rfc3339(info.clock.wall(info.start_mono), off),
@@ -146,13 +200,40 @@ pub fn document(report: &Report, limit: usize) -> Value {
             "outside_block_time": report.counters.outside_block_time,
         },
         "records_total": report.records.len(),
-        "records": records,
     })
+}
+
+/// The whole document as a value (for tests and small reports).
+pub fn document(report: &Report, limit: usize) -> Value {
+    let mut v = head(report);
+    let records: Vec<Value> = take(by_longest(&report.records), limit)
+        .into_iter()
+        .map(|r| serde_json::to_value(record(report, r)).unwrap_or(Value::Null))
+        .collect();
+    v["records"] = Value::Array(records);
+    v
+}
+
+/// Streams the document: the head's fields, then one record at a time, so memory
+/// stays flat however many records there are.
+fn stream(report: &Report, limit: usize, out: &mut dyn Write) -> io::Result<()> {
+    let head = head(report);
+    let text = serde_json::to_string(&head)?;
+    // `head` is an object: reopen it to append "records".
+    out.write_all(text[..text.len() - 1].as_bytes())?;
+    out.write_all(b",\"records\":[")?;
+    for (i, r) in take(by_longest(&report.records), limit).into_iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *out, &record(report, r))?;
+    }
+    out.write_all(b"]}")
 }
 
 impl Format for Json {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
-        serde_json::to_writer(&mut *out, &document(report, self.limit))?;
+        stream(report, self.limit, out)?;
         writeln!(out)
     }
 }
@@ -208,6 +289,17 @@ mod tests {
         assert_eq!(p["waker"]["context"], "preempted");
         assert_eq!(p["blocked_us"], 0);
         assert_eq!(p["runq_us"], p["total_us"]);
+    }
+
+    #[test]
+    fn streamed_output_equals_the_document() {
+        use crate::report::fixtures::offwake_report;
+        for r in [report(), offwake_report()] {
+            let mut out = Vec::new();
+            Json { limit: 0 }.write(&r, &mut out).unwrap();
+            let streamed: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(streamed, document(&r, 0));
+        }
     }
 
     #[test]

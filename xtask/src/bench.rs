@@ -282,6 +282,7 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
             switches += dc;
         }
     }
+    eprintln!("bench:   {secs:.3} s, {switches} switches, {:.0} ns/switch", total_ns as f64 / switches.max(1) as f64);
     if switches > 0 {
         let cost = total_ns as f64 / switches as f64;
         if kind == "messaging" { s.cost_messaging.push(cost) } else { s.cost_pipe.push(cost) }

@@ -83,6 +83,10 @@ pub struct Settings {
     pub off_rt_priority: u32,
     /// Byte offset of `op` in the `sys_enter_futex` tracepoint record.
     pub off_futex_op: u32,
+    /// Non-zero: tell user space (ring buffer `EVENTS`) when a task is first seen or
+    /// execs, so it can keep a process's memory maps for after it exits.
+    pub events: u32,
+    pub _pad: u32,
 }
 
 impl Settings {
@@ -109,6 +113,8 @@ impl Settings {
             off_policy: u32::MAX,
             off_rt_priority: u32::MAX,
             off_futex_op: 24,
+            events: 0,
+            _pad: 0,
         }
     }
 }
@@ -217,6 +223,23 @@ pub struct WakeVal {
     pub max_runq_ns: u64,
 }
 
+/// Values of [`ProcEvent::kind`].
+pub mod proc_event {
+    /// A task was seen for the first time.
+    pub const SEEN: u32 = 1;
+    /// A process replaced its image (exec).
+    pub const EXEC: u32 = 2;
+}
+
+/// A record in the `EVENTS` ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcEvent {
+    pub tgid: u32,
+    /// One of [`proc_event`].
+    pub kind: u32,
+}
+
 /// Values of [`ThreadStats::state`].
 pub mod thread_state {
     pub const UNKNOWN: u32 = 0;
@@ -296,8 +319,10 @@ pub mod counter {
     pub const LOST_THREADS_FULL: u32 = 11;
     /// Wake dependencies that did not fit into the full DEPS map.
     pub const LOST_DEPS_FULL: u32 = 12;
+    /// Process events that did not fit into the full ring buffer.
+    pub const LOST_EVENTS: u32 = 13;
     /// Number of counters.
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 14;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -314,6 +339,9 @@ pub mod names {
     pub const THREADS: &str = "THREADS";
     pub const DEPS: &str = "DEPS";
     pub const FUTEX_WAKING: &str = "FUTEX_WAKING";
+    pub const EVENTS: &str = "EVENTS";
+    pub const PROG_EXEC_BTF: &str = "sched_process_exec_btf";
+    pub const PROG_EXEC_RAW: &str = "sched_process_exec_raw";
     pub const PROG_NEW_BTF: &str = "sched_wakeup_new_btf";
     pub const PROG_NEW_RAW: &str = "sched_wakeup_new_raw";
     pub const PROG_FUTEX_ENTER: &str = "sys_enter_futex";
@@ -362,7 +390,8 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 18);
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 20);
+        assert_eq!(size_of::<ProcEvent>(), 8);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 3 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<SwitchOut>(), 8 + 4 * 4 + TASK_COMM_LEN + 8);

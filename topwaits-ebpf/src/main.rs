@@ -6,6 +6,7 @@
 mod finish_task_switch;
 mod futex;
 mod maps;
+mod sched_process_exec;
 mod sched_switch;
 mod sched_waking;
 mod sched_wakeup_new;

@@ -3,10 +3,10 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{HashMap, PerCpuArray, StackTrace},
+    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
     Global,
 };
-use topwaits_common::{counter, limits, Chain, DepKey, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{counter, limits, Chain, ProcEvent, DepKey, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 /// Options from user space; overridden at load time.
 #[unsafe(no_mangle)]
@@ -49,6 +49,18 @@ pub static DEPS: HashMap<DepKey, u64> = HashMap::with_max_entries(limits::DEPS_E
 /// Threads currently inside a futex wake operation, keyed by tid.
 #[map(name = "FUTEX_WAKING")]
 pub static FUTEX_WAKING: HashMap<u32, u32> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
+
+/// Process events for user space (first sight of a task, exec).
+#[map(name = "EVENTS")]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+
+/// Tells user space about a process, if the settings ask for it.
+#[inline(always)]
+pub fn proc_event(tgid: u32, kind: u32) {
+    if SETTINGS.load().events != 0 && EVENTS.output::<ProcEvent>(&ProcEvent { tgid, kind }, 0).is_err() {
+        count(counter::LOST_EVENTS, 1);
+    }
+}
 
 /// Per-CPU scratch space for values too large for the 512-byte BPF stack.
 #[map(name = "SCRATCH_CHAIN")]

@@ -11,7 +11,7 @@ use topwaits_common::{
     CAPTURE_USER, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD,
 };
 
-use crate::maps::{count, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STACKS, STARTS, WAITS};
+use crate::maps::{count, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STACKS, STARTS, WAITS};
 use crate::wake;
 
 const EFAULT: i32 = 14;
@@ -124,6 +124,9 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
         unsafe { *slot = rec };
     } else if STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err() {
         count(counter::LOST_START_FULL, 1);
+    } else {
+        // First sight of this task: user space keeps its process's maps.
+        proc_event(out.tgid, topwaits_common::proc_event::SEEN);
     }
 }
 

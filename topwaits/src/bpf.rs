@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
 use aya::programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
-use topwaits_common::{counter, limits, names, DepKey, Hop, Settings, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{counter, limits, names, DepKey, Hop, ProcEvent, Settings, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 use crate::cli::{AttachMode, Config, ThreadsConfig};
 use crate::error::UserError;
@@ -166,21 +166,40 @@ fn attach_one_raw_tp(ebpf: &mut Ebpf, prog: &str, tp: &str) -> Result<()> {
     Ok(())
 }
 
-fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, waker: bool) -> Result<()> {
-    if waker {
+/// `topwaits threads` follows wakeups and needs no process events.
+const THREADS_HOOKS: Hooks = Hooks {
+    waking: true,
+    exec: false,
+};
+
+/// Which hooks besides sched_switch a mode needs.
+#[derive(Clone, Copy)]
+struct Hooks {
+    waking: bool,
+    exec: bool,
+}
+
+fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, hooks: Hooks) -> Result<()> {
+    if hooks.waking {
         attach_one_tp_btf(ebpf, btf, names::PROG_WAKING_BTF, "sched_waking")?;
+    }
+    if hooks.exec {
+        attach_one_tp_btf(ebpf, btf, names::PROG_EXEC_BTF, "sched_process_exec")?;
     }
     attach_one_tp_btf(ebpf, btf, names::PROG_SWITCH_BTF, "sched_switch")
 }
 
-fn attach_raw_tp(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
-    if waker {
+fn attach_raw_tp(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
+    if hooks.waking {
         attach_one_raw_tp(ebpf, names::PROG_WAKING_RAW, "sched_waking")?;
+    }
+    if hooks.exec {
+        attach_one_raw_tp(ebpf, names::PROG_EXEC_RAW, "sched_process_exec")?;
     }
     attach_one_raw_tp(ebpf, names::PROG_SWITCH_RAW, "sched_switch")
 }
 
-fn attach_kprobe(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
+fn attach_kprobe(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
     let prog: &mut KProbe = program(ebpf, names::PROG_FINISH_KPROBE)?.try_into()?;
     // Load first: the program must pass the verifier even where kprobes cannot attach.
     prog.load().context("failed to load the finish_task_switch kprobe program")?;
@@ -192,9 +211,12 @@ fn attach_kprobe(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
         return Err(UserError::NoKprobes(KPROBE_PMU.to_string()).into());
     }
     prog.attach(&symbol, 0).with_context(|| format!("failed to attach a kprobe to {symbol}"))?;
-    if waker {
-        // Wakers come from the sched_waking tracepoint on every path.
+    // Wakers and execs come from tracepoints on every path.
+    if hooks.waking {
         attach_one_raw_tp(ebpf, names::PROG_WAKING_RAW, "sched_waking")?;
+    }
+    if hooks.exec {
+        attach_one_raw_tp(ebpf, names::PROG_EXEC_RAW, "sched_process_exec")?;
     }
     Ok(())
 }
@@ -258,27 +280,31 @@ impl Tracer {
             sizes.waits = config.max_entries;
         }
         let mut ebpf = load(&settings, &sizes, config.filter_ids())?;
+        let hooks = Hooks {
+            waking: config.waker,
+            exec: settings.events != 0,
+        };
         let attached_mono = crate::clock::monotonic_now();
         let attach = match config.attach {
             AttachMode::TpBtf => {
                 need_btf("--attach tp_btf")?;
-                attach_tp_btf(&mut ebpf, &Btf::from_sys_fs()?, config.waker)?;
+                attach_tp_btf(&mut ebpf, &Btf::from_sys_fs()?, hooks)?;
                 AttachKind::TpBtf
             }
             AttachMode::RawTp => {
-                attach_raw_tp(&mut ebpf, config.waker)?;
+                attach_raw_tp(&mut ebpf, hooks)?;
                 AttachKind::RawTp
             }
             AttachMode::Kprobe => {
                 need_btf("--attach kprobe (task_struct offsets)")?;
-                attach_kprobe(&mut ebpf, config.waker)?;
+                attach_kprobe(&mut ebpf, hooks)?;
                 AttachKind::Kprobe
             }
             AttachMode::Auto => {
                 let tried = if have_btf {
                     Btf::from_sys_fs()
                         .map_err(anyhow::Error::from)
-                        .and_then(|btf| attach_tp_btf(&mut ebpf, &btf, config.waker))
+                        .and_then(|btf| attach_tp_btf(&mut ebpf, &btf, hooks))
                 } else {
                     Err(anyhow!("no kernel BTF"))
                 };
@@ -288,7 +314,7 @@ impl Tracer {
                         warn!("tp_btf unavailable ({e:#}); falling back to raw_tp");
                         // A half-attached tp_btf set must not stay attached.
                         self_unload(&mut ebpf);
-                        attach_raw_tp(&mut ebpf, config.waker)?;
+                        attach_raw_tp(&mut ebpf, hooks)?;
                         AttachKind::RawTp
                     }
                 }
@@ -331,7 +357,7 @@ impl Tracer {
             mode => {
                 let res = Btf::from_sys_fs().map_err(anyhow::Error::from).and_then(|btf| {
                     attach_one_tp_btf(&mut ebpf, &btf, names::PROG_NEW_BTF, "sched_wakeup_new")?;
-                    attach_tp_btf(&mut ebpf, &btf, true)
+                    attach_tp_btf(&mut ebpf, &btf, THREADS_HOOKS)
                 });
                 match res {
                     Ok(()) => Some(AttachKind::TpBtf),
@@ -348,7 +374,7 @@ impl Tracer {
             None => {
                 self_unload(&mut ebpf);
                 attach_one_raw_tp(&mut ebpf, names::PROG_NEW_RAW, "sched_wakeup_new")?;
-                attach_raw_tp(&mut ebpf, true)?;
+                attach_raw_tp(&mut ebpf, THREADS_HOOKS)?;
                 AttachKind::RawTp
             }
         };
@@ -387,6 +413,16 @@ impl Tracer {
         out.lost_threads = arr.get(&counter::LOST_THREADS_FULL, 0)?.iter().sum();
         out.lost_deps = arr.get(&counter::LOST_DEPS_FULL, 0)?.iter().sum();
         Ok(out)
+    }
+
+    /// The process-event stream, if the settings asked for one. Taken once.
+    pub fn take_events(&mut self) -> Result<Option<ProcEvents>> {
+        let Some(map) = self.ebpf.take_map(names::EVENTS) else {
+            return Ok(None);
+        };
+        Ok(Some(ProcEvents {
+            ring: RingBuf::try_from(map)?,
+        }))
     }
 
     /// When events may first have been recorded.
@@ -473,3 +509,28 @@ impl Tracer {
     }
 }
 
+
+/// Process events from the kernel: a task seen for the first time, or an exec.
+pub struct ProcEvents {
+    ring: RingBuf<MapData>,
+}
+
+impl ProcEvents {
+    /// Hands every pending event to `f` as (tgid, kind).
+    pub fn drain(&mut self, mut f: impl FnMut(u32, u32)) {
+        while let Some(item) = self.ring.next() {
+            if item.len() >= std::mem::size_of::<ProcEvent>() {
+                // SAFETY: the kernel writes whole ProcEvent records; the read is
+                // unaligned-safe.
+                let ev: ProcEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+                f(ev.tgid, ev.kind);
+            }
+        }
+    }
+}
+
+impl std::os::fd::AsRawFd for ProcEvents {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.ring.as_raw_fd()
+    }
+}

@@ -167,6 +167,11 @@ pub struct ThreadsArgs {
     #[arg(long, value_name = "FILE")]
     pub rt_app: Option<PathBuf>,
 
+    /// In the rt-app file, count run-queue (preempted) time as time the threads
+    /// wanted to run, as the sched-time seed did. By default only on-CPU time counts.
+    #[arg(long, requires = "rt_app")]
+    pub rt_app_wanted: bool,
+
     /// The rt-app file's global duration in seconds (default: the traced duration).
     #[arg(long, value_name = "SECS", requires = "rt_app", value_parser = clap::value_parser!(u32).range(1..))]
     pub rt_app_duration: Option<u32>,
@@ -187,6 +192,7 @@ pub struct ThreadsConfig {
     pub json: bool,
     pub rt_app: Option<PathBuf>,
     pub rt_app_duration: Option<u32>,
+    pub rt_app_wanted: bool,
     pub attach: AttachMode,
     pub duration: Option<Duration>,
 }
@@ -208,6 +214,7 @@ impl ThreadsConfig {
             json: a.json,
             rt_app: a.rt_app,
             rt_app_duration: a.rt_app_duration,
+            rt_app_wanted: a.rt_app_wanted,
             attach: a.attach,
             duration: a.duration,
         })
@@ -474,6 +481,8 @@ impl Config {
         }
         s.waker = u32::from(self.waker);
         s.chain = self.chain;
+        // User stacks of processes that exit before the end need their maps kept.
+        s.events = u32::from(self.stacks != Stacks::KernelOnly);
         s
     }
 

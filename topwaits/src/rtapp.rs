@@ -87,10 +87,23 @@ impl J {
 /// Length of the duty-cycle loop of independent threads.
 pub const LOOP_US: u64 = 1_000_000;
 
-/// Time a thread wanted the CPU: running plus waiting on the run queue (as in the
-/// seed, preempted time counts as time the thread wanted to run).
-fn wanted_us(t: &ThreadProfile) -> u64 {
-    (t.run_ns + t.preempt_ns) / 1000
+/// How a thread's CPU demand is taken from its profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Demand {
+    /// Time on the CPU: the replay asks for what the threads consumed, and waits on
+    /// the run queue arise from contention in the replay itself (the default).
+    OnCpu,
+    /// Time on the CPU plus time runnable on the run queue, as the sched-time seed
+    /// did: preempted time counts as time the thread wanted to run.
+    Wanted,
+}
+
+/// A thread's CPU demand in µs.
+fn demand_us(t: &ThreadProfile, d: Demand) -> u64 {
+    match d {
+        Demand::OnCpu => t.run_ns / 1000,
+        Demand::Wanted => (t.run_ns + t.preempt_ns) / 1000,
+    }
 }
 
 /// Time a thread slept, interruptibly or in I/O.
@@ -126,11 +139,12 @@ fn task(instance: usize, sched: Vec<(&'static str, J)>, events: Vec<(&'static st
 ///   wakeups it sent to any one consumer.
 /// * Each producer's consumers with the same scheduling parameters form one task
 ///   with `instance` equal to their number: lock, wait on the condvar, unlock, run.
-///   Their run is the average time they wanted the CPU per wakeup received from
-///   the producer (a consumer's cycle).
+///   Their run is their average CPU demand per wakeup received from the producer
+///   (a consumer's cycle).
 /// * Every other thread runs and sleeps in its observed proportion over a
 ///   one-second loop.
-pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], duration_s: u32) -> J {
+pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], duration_s: u32, demand: Demand) -> J {
+    let wanted_us = |t: &ThreadProfile| demand_us(t, demand);
     let by_tid: HashMap<u32, &ThreadProfile> = threads.iter().map(|t| (t.tid, t)).collect();
     let futex_wakes = |w: u32, sl: u32| -> u64 {
         edges.iter().filter(|e| e.futex && e.waker == w && e.sleeper == sl).map(|e| e.count).sum()
@@ -185,6 +199,7 @@ pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], dur
         threads.iter().filter(|t| !grouped.contains(&t.tid) && t.observed_ns() > 0).collect();
     rest.sort_by_key(|t| t.tid);
     for t in rest {
+        // With on-CPU demand, run-queue time belongs to neither side of the cycle.
         let (want, slept) = (wanted_us(t), slept_us(t));
         let run = (want * LOOP_US / (want + slept).max(1)).clamp(1, LOOP_US);
         let mut events = vec![("run", J::Int(run as i64))];
@@ -245,7 +260,7 @@ mod tests {
         let edges = vec![futex(1, 2, 50), futex(1, 3, 50), futex(1, 4, 40), futex(2, 1, 3)];
         let mut with_idle = threads.clone();
         with_idle.push(thread(9, 250, 750));
-        document(&with_idle, &groups, &edges, 7)
+        document(&with_idle, &groups, &edges, 7, Demand::OnCpu)
     }
 
     #[test]
@@ -269,7 +284,7 @@ mod tests {
         p.sleep_events = 25;
         let threads = vec![p, thread(2, 100, 900)];
         let groups = vec![Group { producer: 1, consumers: vec![2] }];
-        let doc = document(&threads, &groups, &[futex(1, 2, 50)], 1);
+        let doc = document(&threads, &groups, &[futex(1, 2, 50)], 1, Demand::OnCpu);
         let p = doc.get("tasks").unwrap().get("p1").unwrap();
         assert_eq!(p.get("run"), Some(&J::Int(4000)), "100 ms over 25 cycles");
     }
@@ -297,9 +312,21 @@ mod tests {
         assert_eq!(t.keys(), ["instance", "loop", "run", "sleep"]);
         assert_eq!(t.get("run"), Some(&J::Int(250_000)));
         assert_eq!(t.get("sleep"), Some(&J::Int(750_000)));
-        let busy = document(&[thread(5, 1000, 0)], &[], &[], 1);
+        let busy = document(&[thread(5, 1000, 0)], &[], &[], 1, Demand::OnCpu);
         let t = busy.get("tasks").unwrap().get("t5").unwrap();
         assert_eq!(t.keys(), ["instance", "loop", "run"], "no zero sleep");
+    }
+
+    #[test]
+    fn demand_is_on_cpu_time_unless_run_queue_time_is_asked_for() {
+        let mut t = thread(3, 100, 900);
+        t.preempt_ns = 100_000_000;
+        let on_cpu = document(&[t.clone()], &[], &[], 1, Demand::OnCpu);
+        let wanted = document(&[t], &[], &[], 1, Demand::Wanted);
+        let run = |d: &J| d.get("tasks").unwrap().get("t3").unwrap().get("run").cloned();
+        // 100 of 1000 ms slept-or-ran on the CPU, vs 200 of 1100 ms wanted.
+        assert_eq!(run(&on_cpu), Some(J::Int(100_000)));
+        assert_eq!(run(&wanted), Some(J::Int(181_818)));
     }
 
     #[test]

@@ -21,15 +21,53 @@ pub trait Symbolizer {
 
 /// blazesym: kernel frames from kallsyms, user frames from `/proc/PID`, and the
 /// module and file offset from `/proc/PID/maps` when no symbol resolves.
+///
+/// Processes can exit before the trace ends. [`BlazeSymbolizer::remember`], called
+/// while a process lives, keeps its memory maps (and perf map) so that its frames
+/// still resolve by the files' paths after it is gone.
 pub struct BlazeSymbolizer {
     inner: Blaze,
+    /// Memory maps read while each remembered process was alive.
+    maps: HashMap<u32, Vec<procfs::Mapping>>,
 }
 
 impl Default for BlazeSymbolizer {
     fn default() -> Self {
         BlazeSymbolizer {
             inner: Blaze::builder().enable_code_info(false).enable_inlined_fns(false).build(),
+            maps: HashMap::new(),
         }
+    }
+}
+
+fn alive(tgid: u32) -> bool {
+    Path::new("/proc").join(tgid.to_string()).join("maps").exists()
+}
+
+impl BlazeSymbolizer {
+    /// Keeps what symbolizing `tgid` needs, in case it exits before the end. Call
+    /// again after an exec, when its maps change.
+    pub fn remember(&mut self, tgid: u32) {
+        if tgid == 0 {
+            return;
+        }
+        let maps = procfs::maps_of(tgid);
+        if maps.is_empty() {
+            // Gone already (or a kernel thread): keep what we had.
+            return;
+        }
+        self.maps.insert(tgid, maps);
+        let mut cache = blazesym::symbolize::cache::Process::new(tgid.into());
+        cache.cache_vmas = true;
+        cache.cache_perf_map = true;
+        if let Err(e) = self.inner.cache(&blazesym::symbolize::cache::Cache::Process(cache)) {
+            log::debug!("could not cache the maps of {tgid}: {e}");
+        }
+    }
+
+    /// Number of processes whose maps are kept.
+    pub fn remembered(&self) -> usize {
+        self.maps.len()
     }
 }
 
@@ -74,8 +112,15 @@ impl Symbolizer for BlazeSymbolizer {
     }
 
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+        let live = alive(tgid);
+        if live && self.maps.contains_key(&tgid) {
+            // Cached maps are not re-read by blazesym: refresh them (dlopen, ...).
+            self.remember(tgid);
+        }
         let mut proc_src = Process::new(tgid.into());
         proc_src.perf_map = true;
+        // Once a process is gone, its files are opened by path from cached maps.
+        proc_src.map_files = live;
         // Symbol tables only: DWARF parsing costs seconds and hundreds of MiB on
         // large binaries, and the frames need no line numbers.
         proc_src.debug_syms = false;
@@ -83,7 +128,7 @@ impl Symbolizer for BlazeSymbolizer {
         let syms = self.inner.symbolize(&src, Input::AbsAddr(addrs)).ok();
         let mut frames = to_frames(addrs, syms);
         if frames.iter().any(|f| f.symbol.is_none()) {
-            let maps = procfs::maps_of(tgid);
+            let maps = if live { procfs::maps_of(tgid) } else { self.maps.get(&tgid).cloned().unwrap_or_default() };
             for f in frames.iter_mut().filter(|f| f.symbol.is_none()) {
                 if let Some((module, off)) = procfs::locate(&maps, f.addr) {
                     f.module = Some(module);

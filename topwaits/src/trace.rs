@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
-use crate::bpf::Tracer;
+use crate::bpf::{ProcEvents, Tracer};
 use crate::cli::{Config, Threads, ThreadsConfig};
 use crate::clock::{local_offset_s, monotonic_now, ClockPair};
 use crate::error::UserError;
@@ -47,8 +47,10 @@ pub enum End {
     Signal(&'static str),
 }
 
-/// Waits for the duration, or SIGINT, SIGTERM or SIGHUP.
-pub fn wait(duration: Option<Duration>) -> Result<End> {
+/// Waits for the duration, or SIGINT, SIGTERM or SIGHUP, handing process events
+/// to `on_event` as they arrive.
+pub fn wait(duration: Option<Duration>, events: Option<ProcEvents>, on_event: &mut dyn FnMut(u32, u32)) -> Result<End> {
+    use tokio::io::unix::AsyncFd;
     use tokio::signal::unix::{signal, SignalKind};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -58,18 +60,39 @@ pub fn wait(duration: Option<Duration>) -> Result<End> {
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut hup = signal(SignalKind::hangup())?;
+        let mut events = match events {
+            // SAFETY: the ring buffer owns its map fd, which stays open and the same
+            // for as long as the AsyncFd holds it.
+            Some(e) => Some(unsafe { AsyncFd::register_with_interest(e, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
+            None => None,
+        };
         let sleep = async {
             match duration {
                 Some(d) => tokio::time::sleep(d).await,
                 None => std::future::pending().await,
             }
         };
-        Ok(tokio::select! {
-            _ = sleep => End::Duration,
-            _ = int.recv() => End::Signal("SIGINT"),
-            _ = term.recv() => End::Signal("SIGTERM"),
-            _ = hup.recv() => End::Signal("SIGHUP"),
-        })
+        tokio::pin!(sleep);
+        loop {
+            let readable = async {
+                match events.as_mut() {
+                    Some(fd) => fd.readable_mut().await.map(Some),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut sleep => return Ok(End::Duration),
+                _ = int.recv() => return Ok(End::Signal("SIGINT")),
+                _ = term.recv() => return Ok(End::Signal("SIGTERM")),
+                _ = hup.recv() => return Ok(End::Signal("SIGHUP")),
+                guard = readable => {
+                    if let Some(mut guard) = guard? {
+                        guard.get_inner_mut().drain(&mut *on_event);
+                        guard.clear_ready();
+                    }
+                }
+            }
+        }
     })
 }
 
@@ -100,7 +123,9 @@ pub fn run(config: &Config) -> Result<()> {
         Some(d) => eprintln!("Tracing off-CPU waits of {target} for {:.1} s...", d.as_secs_f64()),
         None => eprintln!("Tracing off-CPU waits of {target}... Hit Ctrl-C to end."),
     }
-    let end = wait(config.duration)?;
+    let mut symbolizer = BlazeSymbolizer::default();
+    let events = tracer.take_events()?;
+    let end = wait(config.duration, events, &mut |tgid, _kind| symbolizer.remember(tgid))?;
     second_interrupt_quits();
     if let End::Signal(s) = end {
         log::info!("{s}: ending the trace early");
@@ -111,7 +136,7 @@ pub fn run(config: &Config) -> Result<()> {
     let capture = tracer.drain()?;
     let attach = tracer.attach_kind();
     drop(tracer);
-    let records = resolve(&capture, &mut BlazeSymbolizer::default());
+    let records = resolve(&capture, &mut symbolizer);
     let report = Report {
         info: TraceInfo {
             clock,
@@ -152,7 +177,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         Some(d) => eprintln!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
         None => eprintln!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
-    wait(config.duration)?;
+    wait(config.duration, None, &mut |_, _| {})?;
     second_interrupt_quits();
     tracer.stop();
     let end_mono = monotonic_now();
@@ -181,7 +206,8 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     };
     if let Some(path) = &config.rt_app {
         let secs = config.rt_app_duration.unwrap_or_else(|| duration_s.ceil().max(1.0) as u32);
-        let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, secs);
+        let demand = if config.rt_app_wanted { crate::rtapp::Demand::Wanted } else { crate::rtapp::Demand::OnCpu };
+        let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, secs, demand);
         std::fs::write(path, doc.render()).with_context(|| format!("failed to write {}", path.display()))?;
         eprintln!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
     }

@@ -52,7 +52,7 @@ fn check_long_sleep(doc: &serde_json::Value, before: i128, after: i128, tid: u32
 fn long_sleep_shows_its_maximum_stacks_and_end_time() {
     require_bpf!();
     let (doc, before, after, tid) = trace_long_sleep(&[]);
-    assert_eq!(doc["attach"], "tp_btf");
+    assert_eq!(doc["attach"], expected_attach());
     check_long_sleep(&doc, before, after, tid);
 }
 
@@ -269,15 +269,20 @@ fn top_view_shows_the_wait_window_and_frames() {
 fn no_program_stays_loaded_after_runs() {
     require_bpf!();
     assert!(our_loaded_programs().is_empty(), "left over before the test: {:?}", our_loaded_programs());
-    for args in [&["--json", "0.3"][..], &["--attach", "raw_tp", "-f", "0.3"], &["--attach", "kprobe", "0.3"], &["-p", "999999999", "1"]] {
+    for args in [&["--json", "0.3"][..], &["--attach", "raw_tp", "-f", "0.3"], &["--attach", "kprobe", "0.3"], &["-p", "999999999", "1"], &["-w", "0.3"], &["threads", "0.3"]] {
         let _ = run(args);
         assert!(our_loaded_programs().is_empty(), "{args:?} left programs: {:?}", our_loaded_programs());
     }
-    let tracer = Tracer::start(&["--json"]);
-    assert!(!our_loaded_programs().is_empty(), "the tracer should be loaded while it runs");
-    tracer.signal(libc::SIGINT);
-    assert!(tracer.finish().status.success());
-    assert!(our_loaded_programs().is_empty());
+    for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let tracer = Tracer::start(&["--json", "-w"]);
+        assert!(!our_loaded_programs().is_empty(), "the tracer should be loaded while it runs");
+        tracer.signal(sig);
+        let out = tracer.finish();
+        assert!(out.status.success(), "{name}: {}", out.stderr);
+        let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{name}: no report ({e})"));
+        assert!(doc["records"].is_array(), "{name} still prints what was gathered");
+        assert!(our_loaded_programs().is_empty(), "{name} left programs: {:?}", our_loaded_programs());
+    }
 }
 
 #[test]

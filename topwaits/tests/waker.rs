@@ -112,7 +112,7 @@ fn check_producer_woke_consumer(doc: &Value, producer: u32) {
 fn pipe_consumer_is_woken_by_the_producer_write_path() {
     require_bpf!();
     let (doc, producer, _) = producer_consumer(&["-w"]);
-    assert_eq!(doc["attach"], "tp_btf");
+    assert_eq!(doc["attach"], expected_attach());
     check_producer_woke_consumer(&doc, producer);
 }
 

@@ -84,9 +84,16 @@ fn main() -> ExitCode {
         }),
         Cmd::Test { args } => setup::setup().and_then(|()| {
             // Unit tests first; then the kernel tests one at a time, so that their
-            // workloads' timings and the programs-left-loaded check don't interfere.
+            // workloads' timings and the programs-left-loaded check don't interfere;
+            // then the kernel suites again on the raw_tp attach path.
             run(cargo().args(["test", "--lib", "--bins"]).args(&args))?;
-            run(cargo().args(["test", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))
+            run(cargo().args(["test", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))?;
+            eprintln!("xtask: the kernel tests again with --attach raw_tp");
+            run(cargo()
+                .args(["test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--"])
+                .arg("--test-threads=1")
+                .args(&args)
+                .env("TOPWAITS_TEST_ATTACH", "raw_tp"))
         }),
         Cmd::Bench(opts) => setup::setup().and_then(|()| bench::bench(&opts)),
         Cmd::StackWorkload => {

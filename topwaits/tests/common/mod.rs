@@ -43,6 +43,24 @@ macro_rules! require_bpf {
 }
 pub(crate) use require_bpf;
 
+/// The attach path the kernel suites run with: `TOPWAITS_TEST_ATTACH` (set by
+/// `cargo xtask test` for its second pass), or the automatic choice.
+pub fn expected_attach() -> String {
+    std::env::var("TOPWAITS_TEST_ATTACH").unwrap_or_else(|_| "tp_btf".into())
+}
+
+/// Adds `--attach $TOPWAITS_TEST_ATTACH` unless the test chose a path itself.
+pub fn with_attach(args: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    if let Ok(a) = std::env::var("TOPWAITS_TEST_ATTACH") {
+        if !args.contains(&"--attach") {
+            let at = usize::from(args.first() == Some(&"threads"));
+            v.splice(at..at, ["--attach".to_string(), a]);
+        }
+    }
+    v
+}
+
 /// A running topwaits that has printed its "Tracing" line, i.e. has attached.
 pub struct Tracer {
     pub child: Child,
@@ -59,8 +77,14 @@ pub struct Finished {
 impl Tracer {
     /// Starts topwaits and waits until it is attached (at most 20 s).
     pub fn start(args: &[&str]) -> Tracer {
+        Self::start_env(args, &[])
+    }
+
+    /// Starts with extra environment variables.
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
         let mut child = Command::new(BIN)
-            .args(args)
+            .args(with_attach(args))
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -119,7 +143,7 @@ impl Tracer {
 
 /// Runs topwaits to completion without waiting for attach.
 pub fn run(args: &[&str]) -> Finished {
-    let out = Command::new(BIN).args(args).output().expect("failed to run topwaits");
+    let out = Command::new(BIN).args(with_attach(args)).output().expect("failed to run topwaits");
     Finished {
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -249,6 +273,10 @@ pub fn our_loaded_programs() -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "name").nth(1).map(String::from))
-        .filter(|n| n.starts_with("sched_switch_") || n.starts_with("finish_task_sw"))
+        .filter(|n| {
+            ["sched_switch_", "sched_waking_", "sched_wakeup_n", "sched_process_", "finish_task_sw", "sys_enter_fute", "sys_exit_futex"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        })
         .collect()
 }

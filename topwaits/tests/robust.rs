@@ -1,0 +1,239 @@
+//! Kernel tests of what production throws at a tracer: processes that exit before
+//! the report, JIT code, full maps, hostile thread names, concurrent instances.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+/// Where each forked child waits.
+#[inline(never)]
+fn tw_child_sleep() {
+    nanosleep(Duration::from_millis(50));
+    std::hint::black_box(());
+}
+
+#[test]
+fn exited_processes_keep_their_symbols() {
+    require_bpf!();
+    // Whole system, as a user chasing short-lived processes would.
+    let tracer = Tracer::start(&["--json", "-m", "1000", "3"]);
+    let mut children = Vec::new();
+    for _ in 0..12 {
+        // SAFETY: the child only sleeps and _exits, both async-signal-safe.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            tw_child_sleep();
+            unsafe { libc::_exit(0) };
+        }
+        assert!(pid > 0, "fork failed");
+        children.push(pid as u64);
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+    }
+    let doc = json(&tracer.finish());
+    let recs: Vec<&Value> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| children.contains(&r["tgid"].as_u64().unwrap()))
+        .collect();
+    let total: u64 = recs.iter().map(|r| r["total_us"].as_u64().unwrap()).sum();
+    let named: u64 = recs
+        .iter()
+        .filter(|r| stack_names(&r["user_stack"]).iter().any(|f| f.contains("tw_child_sleep")))
+        .map(|r| r["total_us"].as_u64().unwrap())
+        .sum();
+    assert!(total >= 12 * 45_000, "children waited {total} us in all: {doc:#}");
+    let share = named as f64 / total as f64;
+    eprintln!("exited children: {:.1}% of {total} us attributed to tw_child_sleep", share * 100.0);
+    assert!(share >= 0.95, "only {:.1}% of the exited children's wait is symbolized: {recs:#?}", share * 100.0);
+}
+
+/// The sleep that generated code calls into.
+#[inline(never)]
+extern "C" fn tw_jit_target() {
+    nanosleep(Duration::from_millis(300));
+    std::hint::black_box(());
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn jit_code_is_symbolized_through_the_perf_map() {
+    require_bpf!();
+    // push rbp; mov rbp, rsp; mov rax, imm64; call rax; pop rbp; ret
+    let mut code = vec![0x55, 0x48, 0x89, 0xe5, 0x48, 0xb8];
+    code.extend_from_slice(&(tw_jit_target as usize as u64).to_le_bytes());
+    code.extend_from_slice(&[0xff, 0xd0, 0x5d, 0xc3]);
+    let len = 4096;
+    // SAFETY: a fresh anonymous mapping, written before it is executed.
+    let mem = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(mem, libc::MAP_FAILED);
+    unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), mem.cast::<u8>(), code.len()) };
+    let map_path = format!("/tmp/perf-{}.map", std::process::id());
+    std::fs::write(&map_path, format!("{:x} {:x} tw_jit_function\n", mem as usize, code.len())).unwrap();
+    let addr = mem as usize;
+    let w = Workload::spawn("tw-jit", move || {
+        // SAFETY: the mapping holds the function just written, with the C ABI.
+        let f: extern "C" fn() = unsafe { std::mem::transmute(addr) };
+        f();
+    });
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "-t", &tid, "1.5"]);
+    w.go();
+    w.join();
+    let doc = json(&tracer.finish());
+    let _ = std::fs::remove_file(&map_path);
+    unsafe { libc::munmap(mem, len) };
+    let recs = records_in(&doc, "tw_jit_target");
+    assert_eq!(recs.len(), 1, "{doc:#}");
+    let user = stack_names(&recs[0]["user_stack"]);
+    let jit = user.iter().position(|f| f == "tw_jit_function").unwrap_or_else(|| panic!("no JIT frame in {user:?}"));
+    let target = user.iter().position(|f| f.contains("tw_jit_target")).unwrap();
+    assert!(target < jit, "the JIT frame is the caller of the target: {user:?}");
+}
+
+/// Runs a busy mixed workload (pipes, sleeps) while `args` trace the whole system.
+fn busy_trace(args: &[&str]) -> Finished {
+    let tracer = Tracer::start(args);
+    let mut perf = std::process::Command::new("perf")
+        .args(["bench", "sched", "messaging", "-g", "2", "-l", "100"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("perf (linux-perf) is needed");
+    tw_known_short_sleeps(20, Duration::from_millis(2));
+    perf.wait().unwrap();
+    tracer.finish()
+}
+
+fn warning_lines<'a>(stderr: &'a str, needle: &str) -> Vec<&'a str> {
+    stderr.lines().filter(|l| l.starts_with("topwaits: warning:") && l.contains(needle)).collect()
+}
+
+#[test]
+fn a_tiny_stack_map_counts_and_reports_its_losses_and_keeps_the_time() {
+    require_bpf!();
+    let out = busy_trace(&["--json", "--stack-storage-size", "4", "1.5"]);
+    let doc = json(&out);
+    let lost = doc["lost"]["kernel_stacks"].as_u64().unwrap() + doc["lost"]["user_stacks"].as_u64().unwrap();
+    assert!(lost > 0, "{}", doc["lost"]);
+    assert_eq!(warning_lines(&out.stderr, "--stack-storage-size").len(), 1, "one warning with the fix: {}", out.stderr);
+    let missing: Vec<&Value> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kernel_stack_status"] == "missing" || r["user_stack_status"] == "missing")
+        .collect();
+    assert!(!missing.is_empty(), "records with lost stacks keep their time");
+    assert!(missing.iter().all(|r| r["total_us"].as_u64().unwrap() > 0 || r["total_ns"].as_u64().unwrap() > 0));
+    let folded = busy_trace(&["-f", "--stack-storage-size", "4", "1"]);
+    assert!(folded.stdout.contains("[missing kernel stack]") || folded.stdout.contains("[missing user stack]"), "{}", folded.stdout);
+}
+
+#[test]
+fn a_full_aggregate_map_is_counted_with_its_time() {
+    require_bpf!();
+    let out = busy_trace(&["--json", "--max-entries", "4", "1.5"]);
+    let doc = json(&out);
+    assert!(doc["lost"]["aggregate_full"].as_u64().unwrap() > 0, "{}", doc["lost"]);
+    assert!(doc["lost"]["aggregate_full_us"].as_u64().unwrap() > 0, "{}", doc["lost"]);
+    assert!(doc["records"].as_array().unwrap().len() <= 4);
+    assert_eq!(warning_lines(&out.stderr, "--max-entries").len(), 1, "{}", out.stderr);
+    // Everything recorded is in the records: nothing vanished silently.
+    let counted: u64 = doc["records"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, doc["counters"]["recorded"].as_u64().unwrap());
+}
+
+fn set_name(name: &[u8]) {
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name[..n]);
+    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr()) };
+}
+
+#[test]
+fn hostile_thread_names_keep_every_format_parseable() {
+    require_bpf!();
+    let names: [&[u8]; 5] = [b"a;b c", b"\xff\xfe bad", b"", b"tab\there\nnl", b"--"];
+    for format in ["-f", "--json", "-n0"] {
+        let mut workers = Vec::new();
+        for name in names {
+            let name = name.to_vec();
+            workers.push(Workload::spawn("tw-hostile", move || {
+                set_name(&name);
+                tw_known_long_sleep(Duration::from_millis(100));
+            }));
+        }
+        let tids: Vec<String> = workers.iter().map(|w| w.tid.to_string()).collect();
+        let list = tids.join(",");
+        let tracer = Tracer::start(&[format, "-t", &list, "1"]);
+        for w in &workers {
+            w.go();
+        }
+        for w in workers {
+            w.join();
+        }
+        let out = tracer.finish();
+        assert!(out.status.success(), "{format}: {}", out.stderr);
+        match format {
+            "-f" => {
+                let lines: Vec<&str> = out.stdout.lines().collect();
+                assert!(lines.len() >= names.len(), "{}", out.stdout);
+                for l in &lines {
+                    let parts: Vec<&str> = l.split_whitespace().collect();
+                    assert_eq!(parts.len(), 2, "not `stack value`: {l:?}");
+                    assert!(parts[1].parse::<u64>().is_ok(), "{l:?}");
+                }
+                assert!(out.stdout.contains("a:b_c;"), "{}", out.stdout);
+                assert!(out.stdout.contains("[empty];"), "{}", out.stdout);
+            }
+            "--json" => {
+                let doc: Value = serde_json::from_str(&out.stdout).unwrap();
+                let comms: Vec<&str> = doc["records"].as_array().unwrap().iter().filter_map(|r| r["comm"].as_str()).collect();
+                for want in ["a;b c", "\u{fffd}\u{fffd} bad", "[empty]", "tab\\x09here\\x0anl", "--"] {
+                    assert!(comms.contains(&want), "{want:?} missing from {comms:?}");
+                }
+            }
+            _ => {
+                assert!(out.stdout.contains("    a;b c  pid"), "{}", out.stdout);
+                assert!(out.stdout.contains("    [empty]  pid"), "{}", out.stdout);
+                assert!(!out.stdout.contains('\t'), "control characters are escaped");
+            }
+        }
+    }
+}
+
+#[test]
+fn two_instances_tracing_one_thread_both_get_complete_results() {
+    require_bpf!();
+    let w = Workload::spawn("tw-twice", || tw_known_long_sleep(Duration::from_millis(400)));
+    let tid = w.tid.to_string();
+    let a = Tracer::start(&["--json", "-t", &tid, "1.5"]);
+    let b = Tracer::start(&["--json", "-w", "-t", &tid, "1.5"]);
+    w.go();
+    w.join();
+    for doc in [json(&a.finish()), json(&b.finish())] {
+        let recs = records_in(&doc, "tw_known_long_sleep");
+        assert_eq!(recs.len(), 1, "{doc:#}");
+        assert_eq!(recs[0]["count"], 1);
+        let max = recs[0]["max_us"].as_u64().unwrap();
+        assert!((400_000..500_000).contains(&max), "{max}");
+    }
+}
+
+#[test]
+fn auto_attach_logs_its_choice_at_info_level() {
+    require_bpf!();
+    if std::env::var("TOPWAITS_TEST_ATTACH").is_ok() {
+        eprintln!("skipped: this test is about the automatic choice");
+        return;
+    }
+    let tracer = Tracer::start_env(&["-f", "0.3"], &[("RUST_LOG", "info")]);
+    let out = tracer.finish();
+    assert!(out.stderr.contains("attached with tp_btf"), "{}", out.stderr);
+}

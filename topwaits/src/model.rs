@@ -2,6 +2,7 @@
 //! loss counters, and symbolized records. No aya, no I/O.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::clock::ClockPair;
 
@@ -212,14 +213,15 @@ pub struct Capture {
     pub counters: Counters,
 }
 
-/// One symbolized frame.
+/// One symbolized frame. Names are shared: a report can hold hundreds of
+/// thousands of frames naming the same few thousand functions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     pub addr: u64,
     /// Function name, when one resolved.
-    pub symbol: Option<String>,
+    pub symbol: Option<Arc<str>>,
     /// Module (file name) the address lies in, when known.
-    pub module: Option<String>,
+    pub module: Option<Arc<str>>,
     /// Offset into the symbol when it resolved, else into the module file.
     pub offset: Option<u64>,
 }
@@ -243,7 +245,7 @@ impl Frame {
     /// The function name, or `module+0xoffset`, or `[unknown]`.
     pub fn describe(&self) -> String {
         match (&self.symbol, &self.module, self.offset) {
-            (Some(s), _, _) => s.clone(),
+            (Some(s), _, _) => s.to_string(),
             (None, Some(m), Some(off)) => format!("{m}+{off:#x}"),
             (None, Some(m), None) => format!("[{m}]"),
             (None, None, _) => "[unknown]".to_string(),
@@ -251,10 +253,10 @@ impl Frame {
     }
 }
 
-/// A symbolized stack, leaf first.
+/// A symbolized stack, leaf first. Records with the same stack share its frames.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Stack {
-    Frames(Vec<Frame>),
+    Frames(Arc<[Frame]>),
     /// Not captured, or does not exist.
     None,
     /// The kernel could not store it; the record keeps its time.
@@ -262,6 +264,11 @@ pub enum Stack {
 }
 
 impl Stack {
+    /// A stack of these frames.
+    pub fn of(frames: Vec<Frame>) -> Self {
+        Stack::Frames(frames.into())
+    }
+
     pub fn frames(&self) -> &[Frame] {
         match self {
             Stack::Frames(f) => f,

@@ -89,8 +89,8 @@ fn to_frames(addrs: &[u64], syms: Option<Vec<Symbolized<'_>>>) -> Vec<Frame> {
         .map(|(&addr, s)| match s {
             Symbolized::Sym(sym) => Frame {
                 addr,
-                symbol: Some(sym.name.into_owned()),
-                module: sym.module.as_deref().map(module_name),
+                symbol: Some(sym.name.as_ref().into()),
+                module: sym.module.as_deref().map(|m| module_name(m).into()),
                 offset: Some(sym.offset as u64),
             },
             Symbolized::Unknown(_) => Frame::unknown(addr),
@@ -113,14 +113,15 @@ impl Symbolizer for BlazeSymbolizer {
 
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
         let live = alive(tgid);
-        if live && self.maps.contains_key(&tgid) {
+        let cached = self.maps.contains_key(&tgid);
+        if live && cached {
             // Cached maps are not re-read by blazesym: refresh them (dlopen, ...).
             self.remember(tgid);
         }
         let mut proc_src = Process::new(tgid.into());
         proc_src.perf_map = true;
-        // Once a process is gone, its files are opened by path from cached maps.
-        proc_src.map_files = live;
+        // With cached maps, files are opened by path (the process may be gone).
+        proc_src.map_files = !cached;
         // Symbol tables only: DWARF parsing costs seconds and hundreds of MiB on
         // large binaries, and the frames need no line numbers.
         proc_src.debug_syms = false;
@@ -131,7 +132,7 @@ impl Symbolizer for BlazeSymbolizer {
             let maps = if live { procfs::maps_of(tgid) } else { self.maps.get(&tgid).cloned().unwrap_or_default() };
             for f in frames.iter_mut().filter(|f| f.symbol.is_none()) {
                 if let Some((module, off)) = procfs::locate(&maps, f.addr) {
-                    f.module = Some(module);
+                    f.module = Some(module.into());
                     f.offset = Some(off);
                 }
             }
@@ -181,7 +182,7 @@ fn is_interrupt_entry(name: &str) -> bool {
 /// stack after the outermost interrupt-entry frame: the rest belongs to whatever
 /// task the interrupt hit, as does its user stack, which is dropped.
 pub fn classify_interrupt(hop: &mut Hop) {
-    let Stack::Frames(frames) = &mut hop.kernel else {
+    let Stack::Frames(frames) = &hop.kernel else {
         return;
     };
     let last = frames.iter().rposition(|f| f.symbol.as_deref().is_some_and(is_interrupt_entry));
@@ -191,7 +192,7 @@ pub fn classify_interrupt(hop: &mut Hop) {
             Some(f) if f.symbol.as_deref().is_some_and(|n| n.starts_with("asm_")) => i + 2,
             _ => i + 1,
         };
-        frames.truncate(keep);
+        hop.kernel = Stack::of(frames[..keep].to_vec());
         hop.interrupt = true;
         hop.user = Stack::None;
     }
@@ -247,31 +248,39 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
             uframes.insert((tgid, f.addr), f);
         }
     }
-    let build = |space: Space, id: &StackId| match id {
+    // Each (space, stack id) is built once and shared by every record using it.
+    let mut built: HashMap<(Option<u32>, u32), Stack> = HashMap::new();
+    let mut build = |space: Space, id: &StackId| match id {
         StackId::None => Stack::None,
         StackId::Lost(_) => Stack::Missing,
-        StackId::Id(_) => match stack_of(id) {
-            // An id whose trace is gone from the map is as good as lost.
-            None => Stack::Missing,
-            Some(addrs) => {
-                let mut frames: Vec<Frame> = addrs
-                    .iter()
-                    .map(|&a| {
-                        let f = match space {
-                            Space::Kernel => kframes.get(&a),
-                            Space::User(t) => uframes.get(&(t, a)),
-                        };
-                        f.cloned().unwrap_or_else(|| Frame::unknown(a))
-                    })
-                    .collect();
-                if matches!(space, Space::Kernel) {
-                    trim_machinery(&mut frames);
-                }
-                Stack::Frames(frames)
-            }
-        },
+        StackId::Id(n) => {
+            let key = (if let Space::User(t) = space { Some(t) } else { None }, *n);
+            built
+                .entry(key)
+                .or_insert_with(|| match stack_of(id) {
+                    // An id whose trace is gone from the map is as good as lost.
+                    None => Stack::Missing,
+                    Some(addrs) => {
+                        let mut frames: Vec<Frame> = addrs
+                            .iter()
+                            .map(|&a| {
+                                let f = match space {
+                                    Space::Kernel => kframes.get(&a),
+                                    Space::User(t) => uframes.get(&(t, a)),
+                                };
+                                f.cloned().unwrap_or_else(|| Frame::unknown(a))
+                            })
+                            .collect();
+                        if matches!(space, Space::Kernel) {
+                            trim_machinery(&mut frames);
+                        }
+                        Stack::of(frames)
+                    }
+                })
+                .clone()
+        }
     };
-    let hop = |h: &RawHop| {
+    let hop = |h: &RawHop, build: &mut dyn FnMut(Space, &StackId) -> Stack| {
         let mut hop = Hop {
             tgid: h.tgid,
             tid: h.tid,
@@ -283,10 +292,22 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
         classify_interrupt(&mut hop);
         hop
     };
-    capture
-        .records
-        .iter()
-        .map(|r| Record {
+    let mut out = Vec::with_capacity(capture.records.len());
+    for r in &capture.records {
+        let wake = r.wake.as_ref().map(|w| {
+            let mut hops = Vec::new();
+            for h in &w.hops {
+                let h = hop(h, &mut build);
+                let stop = h.interrupt;
+                hops.push(h);
+                // An interrupt's "waker" chain would be the interrupted task's.
+                if stop {
+                    break;
+                }
+            }
+            w.with_hops(hops)
+        });
+        out.push(Record {
             tgid: r.tgid,
             tid: r.tid,
             comm: r.comm.clone(),
@@ -296,21 +317,10 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
             total_ns: r.total_ns,
             max_ns: r.max_ns,
             max_end_mono: r.max_end_mono,
-            wake: r.wake.as_ref().map(|w| {
-                let mut hops = Vec::new();
-                for h in &w.hops {
-                    let h = hop(h);
-                    let stop = h.interrupt;
-                    hops.push(h);
-                    // An interrupt's "waker" chain would be the interrupted task's.
-                    if stop {
-                        break;
-                    }
-                }
-                w.with_hops(hops)
-            }),
-        })
-        .collect()
+            wake,
+        });
+    }
+    out
 }
 
 #[cfg(test)]
@@ -333,7 +343,7 @@ pub(crate) mod tests {
                 .iter()
                 .map(|&a| Frame {
                     addr: a,
-                    symbol: Some(self.names.get(&a).cloned().unwrap_or(format!("k_{a:x}"))),
+                    symbol: Some(self.names.get(&a).cloned().unwrap_or(format!("k_{a:x}")).into()),
                     module: None,
                     offset: Some(0),
                 })
@@ -347,13 +357,13 @@ pub(crate) mod tests {
                     Some(n) if n == "?" => Frame::unknown(a),
                     Some(n) => Frame {
                         addr: a,
-                        symbol: Some(n.clone()),
+                        symbol: Some(n.as_str().into()),
                         module: Some("app".into()),
                         offset: Some(4),
                     },
                     None => Frame {
                         addr: a,
-                        symbol: Some(format!("u{tgid}_{a:x}")),
+                        symbol: Some(format!("u{tgid}_{a:x}").into()),
                         module: Some("app".into()),
                         offset: Some(4),
                     },
@@ -369,7 +379,7 @@ pub(crate) mod tests {
     fn frame(name: Option<&str>) -> Frame {
         Frame {
             addr: 1,
-            symbol: name.map(String::from),
+            symbol: name.map(Into::into),
             module: None,
             offset: None,
         }
@@ -405,8 +415,8 @@ pub(crate) mod tests {
             tgid: 5,
             tid: 6,
             comm: b"busy".to_vec(),
-            kernel: Stack::Frames(kernel.iter().map(|n| frame(Some(n))).collect()),
-            user: Stack::Frames(vec![frame(Some("main"))]),
+            kernel: Stack::of(kernel.iter().map(|n| frame(Some(n))).collect()),
+            user: Stack::of(vec![frame(Some("main"))]),
             interrupt: false,
         }
     }

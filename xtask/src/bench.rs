@@ -23,7 +23,8 @@ pub struct Options {
     /// topwaits' RSS and map memory (the README's soak figure uses 600).
     #[arg(long, value_name = "SECS")]
     soak: Option<u64>,
-    /// Run only the many-stacks measurement (report time and peak RSS).
+    /// Run only the many-stacks measurement (report time and peak RSS) and the
+    /// full-load check.
     #[arg(long)]
     stacks_only: bool,
 }
@@ -383,6 +384,50 @@ fn leaf() {
     std::hint::black_box(());
 }
 
+/// System-wide tracing under `perf bench sched messaging` at full load: the trace
+/// must finish and report, and every recorded wait must be in the records.
+fn full_load(bin: &str) -> Result<String> {
+    let out_path = root().join("target/bench-load.json");
+    let mut tracer = Command::new(bin)
+        .args(["--json", "-w"])
+        .stdout(std::fs::File::create(&out_path)?)
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = tracer.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    while let Some(Ok(l)) = lines.next() {
+        if l.starts_with("Tracing") {
+            break;
+        }
+    }
+    let secs = {
+        let out = Command::new("perf").args(["bench", "sched", "messaging", "-g", "20", "-l", "300"]).output()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Total time:").and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok()))
+            .unwrap_or(f64::NAN)
+    };
+    let r = Running { child: tracer, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0 };
+    let (report, _) = stop(r)?;
+    let text = std::fs::read_to_string(&out_path)?;
+    let grab = |key: &str| -> u64 { num(&text, key).unwrap_or(0) };
+    let (switches, recorded) = (grab("switches"), grab("recorded"));
+    // Sum the per-record counts: "count": values inside the records array.
+    let records_at = text.find("\"records\":[").unwrap_or(text.len());
+    let counted: u64 = text[records_at..]
+        .match_indices("\"count\":")
+        .filter_map(|(i, m)| num(&text[records_at + i..], m.trim_end_matches(':').trim_matches('"')))
+        .sum();
+    let lost: u64 = ["kernel_stacks", "user_stacks", "aggregate_full", "start_full", "wakeup_map_full"].iter().map(|k| grab(k)).sum();
+    if counted != recorded {
+        bail!("under full load the records hold {counted} waits but {recorded} were recorded");
+    }
+    Ok(format!(
+        "Full load: `topwaits --json -w` system-wide during `perf bench sched messaging -g 20 -l 300` ({secs:.2} s, 800 tasks): {switches} switches, {recorded} waits recorded and all {counted} present in the records, {lost} losses counted; report in {:.0} ms.\n",
+        report.as_secs_f64() * 1e3
+    ))
+}
+
 fn soak(bin: &str, secs: u64) -> Result<String> {
     let r = start(&[bin.to_string(), "-f".into(), "--waker".into()], &[])?;
     let pid = r.child.id();
@@ -421,7 +466,12 @@ pub fn bench(opts: &Options) -> Result<()> {
 fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
     if opts.stacks_only {
         let (report_ms, rss_mib, records) = many_stacks(bin)?;
-        return Ok(format!("Many stacks: {records} records; report {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"));
+        let mut out = format!("Many stacks: {records} records; report {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n");
+        out.push_str(&full_load(bin)?);
+        if let Some(secs) = opts.soak {
+            out.push_str(&soak(bin, secs)?);
+        }
+        return Ok(out);
     }
     let configs = tracers(bin);
     let mut samples: Vec<Samples> = configs.iter().map(|_| Samples::default()).collect();
@@ -463,6 +513,8 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
         "\nMedians of {} interleaved rounds; workloads `perf bench sched messaging -g 5 -l 400` (baseline {base_msg:.3} s) and `perf bench sched pipe -l 40000` (baseline {base_pipe:.3} s). Per-switch cost is the run time of all of a tracer's BPF programs (kernel.bpf_stats_enabled) divided by its sched_switch program's runs.\n",
         opts.rounds
     ));
+    out.push('\n');
+    out.push_str(&full_load(bin)?);
     let (report_ms, rss_mib, records) = many_stacks(bin)?;
     out.push_str(&format!(
         "\nMany stacks: 19,683 distinct call paths traced with `topwaits --json -p PID`: {records} records; report (drain, symbolize, write, from SIGINT to exit) {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"

@@ -19,7 +19,7 @@ pub struct Json {
 fn frame(f: &Frame) -> Value {
     let mut v = json!({ "symbol": f.name(), "addr": format!("{:#x}", f.addr) });
     if let Some(m) = &f.module {
-        v["module"] = json!(m);
+        v["module"] = json!(&**m);
     }
     if let Some(o) = f.offset {
         v["offset"] = json!(o);

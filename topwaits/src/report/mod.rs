@@ -83,14 +83,14 @@ pub(crate) mod fixtures {
     pub fn frame(name: &str, addr: u64) -> Frame {
         Frame {
             addr,
-            symbol: Some(name.to_string()),
+            symbol: Some(name.into()),
             module: None,
             offset: Some(0),
         }
     }
 
     pub fn frames(names: &[&str]) -> Stack {
-        Stack::Frames(names.iter().enumerate().map(|(i, n)| frame(n, 0x1000 + i as u64)).collect())
+        Stack::of(names.iter().enumerate().map(|(i, n)| frame(n, 0x1000 + i as u64)).collect())
     }
 
     pub fn info() -> TraceInfo {

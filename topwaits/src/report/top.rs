@@ -20,7 +20,7 @@ fn ms(ns: u64) -> String {
 fn write_stack(out: &mut dyn Write, stack: &Stack, what: &str) -> io::Result<()> {
     match stack {
         Stack::Frames(f) => {
-            for fr in f {
+            for fr in f.iter() {
                 writeln!(out, "      {}", fr.describe())?;
             }
         }

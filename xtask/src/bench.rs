@@ -295,6 +295,19 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     Ok(())
 }
 
+/// Starts topwaits with stdout to `out` and returns once it has attached.
+fn spawn_attached(bin: &str, args: &[&str], out: std::fs::File) -> Result<Child> {
+    let mut child = Command::new(bin).args(args).stdout(out).stderr(Stdio::piped()).spawn()?;
+    let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+    let mut lines = BufReader::new(stderr).lines();
+    while let Some(Ok(l)) = lines.next() {
+        if l.starts_with("Tracing") {
+            return Ok(child);
+        }
+    }
+    bail!("{bin} {args:?} exited before attaching")
+}
+
 /// Runs the 20,000-path workload under `topwaits -p` and returns (report ms, peak RSS MiB, records).
 fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
     let xtask = std::env::current_exe()?;
@@ -302,18 +315,7 @@ fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
     let pid = work.id().to_string();
     let out_path = root().join("target/bench-stacks.json");
     let out = std::fs::File::create(&out_path)?;
-    let mut child = Command::new(bin)
-        .args(["--json", "--stack-storage-size", "65536", "--max-entries", "65536", "-p", &pid])
-        .stdout(out)
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    while let Some(Ok(l)) = lines.next() {
-        if l.starts_with("Tracing") {
-            break;
-        }
-    }
+    let child = spawn_attached(bin, &["--json", "--stack-storage-size", "65536", "--max-entries", "65536", "-p", &pid], out)?;
     // Start the workload now that the tracer is attached, and wait for it.
     drop(work.stdin.take());
     work.wait()?;
@@ -388,18 +390,7 @@ fn leaf() {
 /// must finish and report, and every recorded wait must be in the records.
 fn full_load(bin: &str) -> Result<String> {
     let out_path = root().join("target/bench-load.json");
-    let mut tracer = Command::new(bin)
-        .args(["--json", "-w"])
-        .stdout(std::fs::File::create(&out_path)?)
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = tracer.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    while let Some(Ok(l)) = lines.next() {
-        if l.starts_with("Tracing") {
-            break;
-        }
-    }
+    let tracer = spawn_attached(bin, &["--json", "-w"], std::fs::File::create(&out_path)?)?;
     let secs = {
         let out = Command::new("perf").args(["bench", "sched", "messaging", "-g", "20", "-l", "300"]).output()?;
         String::from_utf8_lossy(&out.stdout)

@@ -16,6 +16,16 @@ pub mod trace;
 
 use clap::Parser as _;
 
+/// Writes one line to stderr. A closed or broken stderr is ignored: the
+/// `eprintln!` macro would panic instead.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// Parses the command line, runs, and returns the process exit code. Errors are
 /// printed as one line, with their causes joined by `: `.
 pub fn main_entry() -> i32 {
@@ -30,7 +40,7 @@ pub fn main_entry() -> i32 {
             return 0;
         }
         Err(e) => {
-            eprintln!("topwaits: {}", cli::one_line(&e.to_string()));
+            say!("topwaits: {}", cli::one_line(&e.to_string()));
             return 2;
         }
     };
@@ -41,14 +51,14 @@ pub fn main_entry() -> i32 {
     let result = match result {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("topwaits: error: {e}");
+            say!("topwaits: error: {e}");
             return 2;
         }
     };
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("topwaits: error: {e:#}");
+            say!("topwaits: error: {e:#}");
             1
         }
     }

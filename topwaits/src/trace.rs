@@ -120,8 +120,8 @@ pub fn run(config: &Config) -> Result<()> {
     let start_mono = tracer.attached_mono();
     let target = config.target();
     match config.duration {
-        Some(d) => eprintln!("Tracing off-CPU waits of {target} for {:.1} s...", d.as_secs_f64()),
-        None => eprintln!("Tracing off-CPU waits of {target}... Hit Ctrl-C to end."),
+        Some(d) => crate::say!("Tracing off-CPU waits of {target} for {:.1} s...", d.as_secs_f64()),
+        None => crate::say!("Tracing off-CPU waits of {target}... Hit Ctrl-C to end."),
     }
     let mut symbolizer = BlazeSymbolizer::default();
     let events = tracer.take_events()?;
@@ -151,7 +151,7 @@ pub fn run(config: &Config) -> Result<()> {
         records,
     };
     for w in report.counters.warnings() {
-        eprintln!("topwaits: warning: {w}");
+        crate::say!("topwaits: warning: {w}");
     }
     let format = report::for_output(config.view, &config.output);
     write_quietly(|out| format.write(&report, out))
@@ -174,8 +174,8 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     let start_mono = tracer.attached_mono();
     let target = describe(&config.threads);
     match config.duration {
-        Some(d) => eprintln!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
-        None => eprintln!("Tracing threads of {target}... Hit Ctrl-C to end."),
+        Some(d) => crate::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
+        None => crate::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
     wait(config.duration, None, &mut |_, _| {})?;
     second_interrupt_quits();
@@ -194,7 +194,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         warnings.push(format!("{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t", capture.lost_deps));
     }
     for w in &warnings {
-        eprintln!("topwaits: warning: {w}");
+        crate::say!("topwaits: warning: {w}");
     }
     let report = crate::report::threads::ThreadsReport {
         threads: &capture.threads,
@@ -209,7 +209,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         let demand = if config.rt_app_wanted { crate::rtapp::Demand::Wanted } else { crate::rtapp::Demand::OnCpu };
         let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, secs, demand);
         std::fs::write(path, doc.render()).with_context(|| format!("failed to write {}", path.display()))?;
-        eprintln!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
+        crate::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
     }
     write_quietly(|out| {
         if config.json {

@@ -237,3 +237,19 @@ fn auto_attach_logs_its_choice_at_info_level() {
     let out = tracer.finish();
     assert!(out.stderr.contains("attached with tp_btf"), "{}", out.stderr);
 }
+
+#[test]
+fn a_closed_stderr_is_no_reason_to_panic() {
+    require_bpf!();
+    // Tiny maps guarantee warnings, which then meet the closed pipe.
+    let mut child = std::process::Command::new(BIN)
+        .args(with_attach(&["-f", "--stack-storage-size", "2", "0.5"]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    assert!(!out.stdout.is_empty());
+}

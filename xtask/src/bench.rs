@@ -302,6 +302,8 @@ fn spawn_attached(bin: &str, args: &[&str], out: std::fs::File) -> Result<Child>
     let mut lines = BufReader::new(stderr).lines();
     while let Some(Ok(l)) = lines.next() {
         if l.starts_with("Tracing") {
+            // Keep reading its stderr (warnings) so it never writes to a closed pipe.
+            std::thread::spawn(move || lines.for_each(drop));
             return Ok(child);
         }
     }

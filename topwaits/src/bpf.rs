@@ -453,6 +453,30 @@ impl Tracer {
         Ok(Counters::from_slots(&slots))
     }
 
+    /// Reads the aggregate like [`Tracer::drain`], then deletes the rows it read, so
+    /// that the next drain holds only what came after. Stack traces are kept: new
+    /// rows may name them. A wait added to a row between its read and its deletion
+    /// is lost; the window is a few microseconds per row.
+    pub fn drain_and_clear(&mut self) -> Result<Capture> {
+        let capture = self.drain()?;
+        let name = if self.waker { names::WAKE_WAITS } else { names::WAITS };
+        let map = self.ebpf.map_mut(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))?;
+        if self.waker {
+            let mut m: BpfHashMap<&mut MapData, WakeKey, WakeVal> = BpfHashMap::try_from(map)?;
+            let keys: Vec<WakeKey> = m.keys().filter_map(Result::ok).collect();
+            for k in keys {
+                let _ = m.remove(&k);
+            }
+        } else {
+            let mut m: BpfHashMap<&mut MapData, WaitKey, WaitVal> = BpfHashMap::try_from(map)?;
+            let keys: Vec<WaitKey> = m.keys().filter_map(Result::ok).collect();
+            for k in keys {
+                let _ = m.remove(&k);
+            }
+        }
+        Ok(capture)
+    }
+
     /// Reads the aggregate, the stacks it names, and the counters.
     pub fn drain(&self) -> Result<Capture> {
         let mut records = Vec::new();

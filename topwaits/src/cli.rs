@@ -106,9 +106,25 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
-    /// The value of each folded line: total wait (µs), longest wait (µs) or count.
-    #[arg(long, value_enum, default_value_t = ValueKind::Total, requires = "folded")]
-    pub value: ValueKind,
+    /// The value of each folded line and flame-graph width: total wait (µs, the
+    /// default), longest wait (µs) or count. Applies to -f and --svg.
+    #[arg(long, value_enum)]
+    pub value: Option<ValueKind>,
+
+    /// Also write an interactive flame graph (SVG): off-CPU in blue, or with -w an
+    /// off-wake graph with the wakers in aqua above a grey divider.
+    #[arg(long, value_name = "FILE", conflicts_with = "interval")]
+    pub svg: Option<PathBuf>,
+
+    /// Also write a timeline (SVG) of the longest waits (as many as -n, default 20):
+    /// one row per thread, bars at their wall-clock times.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["interval", "wakeups"])]
+    pub timeline: Option<PathBuf>,
+
+    /// Print one report per interval of SECS seconds, clearing the kernel aggregates
+    /// after each, until the duration ends or Ctrl-C.
+    #[arg(short = 'i', long, value_name = "SECS", value_parser = parse_duration)]
+    pub interval: Option<Duration>,
 
     /// Show the N records with the longest waits (0 = all). Default: 20 in the top view,
     /// all in JSON.
@@ -350,6 +366,13 @@ pub struct Config {
     pub output: Output,
     pub attach: AttachMode,
     pub duration: Option<Duration>,
+    /// Number on folded lines and flame-graph widths.
+    pub value: ValueKind,
+    pub svg: Option<PathBuf>,
+    pub timeline: Option<PathBuf>,
+    pub interval: Option<Duration>,
+    /// How many waits the timeline shows.
+    pub timeline_limit: usize,
 }
 
 /// Option errors that clap cannot see.
@@ -363,6 +386,10 @@ pub enum ConfigError {
     ZeroId,
     #[error("topwaits threads cannot use --attach kprobe; use tp_btf or raw_tp")]
     ThreadsKprobe,
+    #[error("--value applies to -f and --svg")]
+    ValueWithoutGraph,
+    #[error("--interval {:.1} s is longer than the duration {:.1} s", .interval.as_secs_f64(), .duration.as_secs_f64())]
+    IntervalTooLong { interval: Duration, duration: Duration },
 }
 
 /// Default number of records in the top view.
@@ -393,10 +420,19 @@ impl Config {
             (_, true) => Stacks::KernelOnly,
             _ => Stacks::Both,
         };
+        if a.value.is_some() && !a.folded && a.svg.is_none() {
+            return Err(ConfigError::ValueWithoutGraph);
+        }
+        if let (Some(i), Some(d)) = (a.interval, a.duration) {
+            if i > d {
+                return Err(ConfigError::IntervalTooLong { interval: i, duration: d });
+            }
+        }
+        let value = a.value.unwrap_or(ValueKind::Total);
         let output = if a.folded {
             Output::Folded {
                 delimited: a.delimited,
-                value: a.value,
+                value,
             }
         } else if a.json {
             Output::Json {
@@ -422,6 +458,11 @@ impl Config {
             output,
             attach: a.attach,
             duration: a.duration,
+            value,
+            svg: a.svg,
+            timeline: a.timeline,
+            interval: a.interval,
+            timeline_limit: a.top.filter(|&n| n > 0).unwrap_or(DEFAULT_TOP),
         })
     }
 
@@ -542,7 +583,11 @@ mod tests {
         assert!(parse(&["-3"]).is_err());
         assert!(parse(&["nan"]).is_err());
         assert!(parse(&["--attach", "fentry"]).is_err());
-        assert!(parse(&["--value", "max"]).is_err(), "--value needs -f");
+        assert_eq!(parse(&["--value", "max"]).unwrap_err(), "--value applies to -f and --svg");
+        assert!(parse(&["--value", "max", "--svg", "x.svg"]).is_ok());
+        assert!(parse(&["-i", "1", "--svg", "x.svg"]).is_err(), "one picture per trace");
+        assert_eq!(parse(&["-i", "5", "2"]).unwrap_err(), "--interval 5.0 s is longer than the duration 2.0 s");
+        assert_eq!(parse(&["-i", "0.5", "3"]).unwrap().interval, Some(Duration::from_millis(500)));
         assert_eq!(parse(&["-p", "0"]).unwrap_err(), "-p/-t ids must be positive, got 0");
     }
 

@@ -143,6 +143,28 @@ impl Counters {
         }
     }
 
+    /// The counts since an earlier reading (for interval reports).
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            switches: self.switches.saturating_sub(earlier.switches),
+            recorded: self.recorded.saturating_sub(earlier.recorded),
+            outside_block_time: self.outside_block_time.saturating_sub(earlier.outside_block_time),
+            lost_kernel_stacks: self.lost_kernel_stacks.saturating_sub(earlier.lost_kernel_stacks),
+            lost_user_stacks: self.lost_user_stacks.saturating_sub(earlier.lost_user_stacks),
+            aggregate_full: self.aggregate_full.saturating_sub(earlier.aggregate_full),
+            aggregate_full_ns: self.aggregate_full_ns.saturating_sub(earlier.aggregate_full_ns),
+            start_full: self.start_full.saturating_sub(earlier.start_full),
+            negative_deltas: self.negative_deltas.saturating_sub(earlier.negative_deltas),
+            wakings: self.wakings.saturating_sub(earlier.wakings),
+            wake_full: self.wake_full.saturating_sub(earlier.wake_full),
+        }
+    }
+
+    /// Everything lost, for a status line.
+    pub fn lost_total(&self) -> u64 {
+        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full
+    }
+
     /// Whether anything was lost.
     pub fn any_loss(&self) -> bool {
         self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full > 0
@@ -506,6 +528,16 @@ mod tests {
         let p = ThreadProfile::from_stats(&exited, 9_999);
         assert!(p.exited && !p.started);
         assert_eq!(p.observed_ns(), 150, "a dead thread accrues nothing more");
+    }
+
+    #[test]
+    fn interval_counters_are_differences() {
+        let a = Counters { recorded: 10, lost_user_stacks: 1, ..Default::default() };
+        let b = Counters { recorded: 25, lost_user_stacks: 4, switches: 7, ..Default::default() };
+        let d = b.since(&a);
+        assert_eq!((d.recorded, d.lost_user_stacks, d.switches), (15, 3, 7));
+        assert_eq!(d.lost_total(), 3);
+        assert_eq!(a.since(&b).recorded, 0, "never negative");
     }
 
     #[test]

@@ -48,8 +48,13 @@ pub enum End {
 }
 
 /// Waits for the duration, or SIGINT, SIGTERM or SIGHUP, handing process events
-/// to `on_event` as they arrive.
-pub fn wait(duration: Option<Duration>, events: Option<ProcEvents>, on_event: &mut dyn FnMut(u32, u32)) -> Result<End> {
+/// to `on_event` as they arrive and calling `tick` once a second.
+pub fn wait(
+    duration: Option<Duration>,
+    events_slot: &mut Option<ProcEvents>,
+    on_event: &mut dyn FnMut(u32, u32),
+    tick: &mut dyn FnMut(),
+) -> Result<End> {
     use tokio::io::unix::AsyncFd;
     use tokio::signal::unix::{signal, SignalKind};
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -60,12 +65,14 @@ pub fn wait(duration: Option<Duration>, events: Option<ProcEvents>, on_event: &m
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut hup = signal(SignalKind::hangup())?;
-        let mut events = match events {
+        let mut events = match events_slot.take() {
             // SAFETY: the ring buffer owns its map fd, which stays open and the same
             // for as long as the AsyncFd holds it.
             Some(e) => Some(unsafe { AsyncFd::register_with_interest(e, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
             None => None,
         };
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let sleep = async {
             match duration {
                 Some(d) => tokio::time::sleep(d).await,
@@ -73,7 +80,7 @@ pub fn wait(duration: Option<Duration>, events: Option<ProcEvents>, on_event: &m
             }
         };
         tokio::pin!(sleep);
-        loop {
+        let end = loop {
             let readable = async {
                 match events.as_mut() {
                     Some(fd) => fd.readable_mut().await.map(Some),
@@ -81,10 +88,11 @@ pub fn wait(duration: Option<Duration>, events: Option<ProcEvents>, on_event: &m
                 }
             };
             tokio::select! {
-                _ = &mut sleep => return Ok(End::Duration),
-                _ = int.recv() => return Ok(End::Signal("SIGINT")),
-                _ = term.recv() => return Ok(End::Signal("SIGTERM")),
-                _ = hup.recv() => return Ok(End::Signal("SIGHUP")),
+                _ = &mut sleep => break End::Duration,
+                _ = int.recv() => break End::Signal("SIGINT"),
+                _ = term.recv() => break End::Signal("SIGTERM"),
+                _ = hup.recv() => break End::Signal("SIGHUP"),
+                _ = ticker.tick() => tick(),
                 guard = readable => {
                     if let Some(mut guard) = guard? {
                         guard.get_inner_mut().drain(&mut *on_event);
@@ -92,8 +100,56 @@ pub fn wait(duration: Option<Duration>, events: Option<ProcEvents>, on_event: &m
                     }
                 }
             }
+        };
+        // Hand the event stream back for the next interval, with what is pending.
+        if let Some(fd) = events {
+            let mut inner = fd.into_inner();
+            inner.drain(&mut *on_event);
+            *events_slot = Some(inner);
         }
+        Ok(end)
     })
+}
+
+/// The one-line status on a terminal's stderr, rewritten in place.
+struct Status {
+    on: bool,
+    started: std::time::Instant,
+    total: Option<Duration>,
+}
+
+impl Status {
+    fn new(total: Option<Duration>) -> Self {
+        // SAFETY: isatty has no preconditions.
+        let on = unsafe { libc::isatty(2) } == 1;
+        Status {
+            on,
+            started: std::time::Instant::now(),
+            total,
+        }
+    }
+
+    fn show(&self, c: &crate::model::Counters) {
+        if !self.on {
+            return;
+        }
+        let el = self.started.elapsed().as_secs_f64();
+        let left = match self.total {
+            Some(t) => format!(", {:.0} s left", (t.as_secs_f64() - el).max(0.0)),
+            None => String::new(),
+        };
+        let mut err = io::stderr();
+        let _ = write!(err, "\r\x1b[Ktopwaits: {el:.0} s{left}, {} waits recorded, {} lost", c.recorded, c.lost_total());
+        let _ = err.flush();
+    }
+
+    fn clear(&self) {
+        if self.on {
+            let mut err = io::stderr();
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+        }
+    }
 }
 
 /// Lets a second Ctrl-C during the report end the process at once.
@@ -112,7 +168,7 @@ pub fn write_quietly(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result
     }
 }
 
-/// Runs one whole trace.
+/// Runs one whole trace, or one report per `--interval`.
 pub fn run(config: &Config) -> Result<()> {
     preflight(&config.threads)?;
     let clock = ClockPair::sample();
@@ -124,37 +180,113 @@ pub fn run(config: &Config) -> Result<()> {
         None => crate::say!("Tracing off-CPU waits of {target}... Hit Ctrl-C to end."),
     }
     let mut symbolizer = BlazeSymbolizer::default();
-    let events = tracer.take_events()?;
-    let end = wait(config.duration, events, &mut |tgid, _kind| symbolizer.remember(tgid))?;
-    second_interrupt_quits();
-    if let End::Signal(s) = end {
-        log::info!("{s}: ending the trace early");
+    let mut events = tracer.take_events()?;
+    let status = Status::new(config.duration);
+    let t0 = std::time::Instant::now();
+    let deadline = config.duration.map(|d| t0 + d);
+    let format = report::for_output(config.view, &config.output);
+    let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
+    let mut total = crate::model::Counters::default();
+    for round in 0usize.. {
+        // Interval ends are on a fixed grid from the start, so the time spent
+        // reporting one interval does not delay the next.
+        let now = std::time::Instant::now();
+        let left = deadline.map(|d| d.saturating_duration_since(now));
+        let next = config.interval.map(|i| (t0 + i * (round as u32 + 1)).saturating_duration_since(now));
+        let slice = match (next, left) {
+            (Some(i), Some(l)) => Some(i.min(l)),
+            (i, l) => i.or(l),
+        };
+        let end = {
+            let tracer = &tracer;
+            wait(slice, &mut events, &mut |tgid, _kind| symbolizer.remember(tgid), &mut || {
+                if let Ok(c) = tracer.counters() {
+                    status.show(&c);
+                }
+            })?
+        };
+        status.clear();
+        let finished = config.interval.is_none()
+            || matches!(end, End::Signal(_))
+            || deadline.is_some_and(|d| std::time::Instant::now() >= d);
+        if let End::Signal(s) = end {
+            log::info!("{s}: ending the trace early");
+        }
+        if finished {
+            second_interrupt_quits();
+            // Events were recorded until the programs were detached.
+            tracer.stop();
+        }
+        let end_mono = monotonic_now();
+        let capture = if finished { tracer.drain()? } else { tracer.drain_and_clear()? };
+        total = capture.counters;
+        let records = resolve(&capture, &mut symbolizer);
+        let report = Report {
+            info: TraceInfo {
+                clock,
+                start_mono: interval_start,
+                end_mono,
+                attach: tracer.attach_kind(),
+                target: target.clone(),
+                utc_offset_s: local_offset_s(clock.wall(start_mono)),
+                waker: config.waker,
+            },
+            counters: capture.counters.since(&before),
+            records,
+        };
+        write_quietly(|out| {
+            if config.interval.is_some() {
+                interval_frame(out, &config.output, round, &report)?;
+            }
+            format.write(&report, out)
+        })?;
+        if !finished {
+            (interval_start, before) = (end_mono, capture.counters);
+            continue;
+        }
+        if let Some(path) = &config.svg {
+            let svg = report::svg::FlameSvg { value: config.value };
+            write_file(path, |out| svg.write(&report, out))?;
+        }
+        if let Some(path) = &config.timeline {
+            let t = report::timeline::Timeline { limit: config.timeline_limit };
+            write_file(path, |out| t.write(&report, out))?;
+        }
+        break;
     }
-    tracer.stop();
-    // Events were recorded until the programs were detached.
-    let end_mono = monotonic_now();
-    let capture = tracer.drain()?;
-    let attach = tracer.attach_kind();
     drop(tracer);
-    let records = resolve(&capture, &mut symbolizer);
-    let report = Report {
-        info: TraceInfo {
-            clock,
-            start_mono,
-            end_mono,
-            attach,
-            target,
-            utc_offset_s: local_offset_s(clock.wall(start_mono)),
-            waker: config.waker,
-        },
-        counters: capture.counters,
-        records,
-    };
-    for w in report.counters.warnings() {
+    // Losses are said once, for the whole trace, with their fixes.
+    for w in total.warnings() {
         crate::say!("topwaits: warning: {w}");
     }
-    let format = report::for_output(config.view, &config.output);
-    write_quietly(|out| format.write(&report, out))
+    Ok(())
+}
+
+/// What separates interval reports: a header with the interval's wall-clock end in
+/// the top view, a blank line between folded blocks, nothing in JSON (one document
+/// per line).
+pub fn interval_frame(out: &mut dyn Write, output: &crate::cli::Output, round: usize, report: &Report) -> io::Result<()> {
+    use crate::cli::Output;
+    match output {
+        Output::Top { .. } => writeln!(
+            out,
+            "{}=== interval ending {} {} ===",
+            if round > 0 { "\n" } else { "" },
+            crate::clock::date(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s),
+            crate::clock::hms_millis(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s)
+        ),
+        Output::Folded { .. } if round > 0 => writeln!(out),
+        _ => Ok(()),
+    }
+}
+
+/// Writes a file through a buffered writer, naming the file in errors.
+fn write_file(path: &std::path::Path, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("failed to create {}", path.display()))?;
+    let mut w = BufWriter::new(file);
+    f(&mut w).and_then(|()| w.flush()).with_context(|| format!("failed to write {}", path.display()))?;
+    crate::say!("Wrote {}", path.display());
+    Ok(())
 }
 
 /// Human description of a thread selection.
@@ -177,7 +309,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         Some(d) => crate::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
-    wait(config.duration, None, &mut |_, _| {})?;
+    wait(config.duration, &mut None, &mut |_, _| {}, &mut || {})?;
     second_interrupt_quits();
     tracer.stop();
     let end_mono = monotonic_now();

@@ -3,7 +3,9 @@
 
 pub mod folded;
 pub mod json;
+pub mod svg;
 pub mod threads;
+pub mod timeline;
 pub mod top;
 pub mod wakeups;
 

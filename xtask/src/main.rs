@@ -2,6 +2,7 @@
 //! traces, `test` runs every test, `bench` measures overhead against the peers.
 
 mod bench;
+mod docs;
 mod setup;
 
 use std::path::PathBuf;
@@ -35,6 +36,8 @@ enum Cmd {
     },
     /// Set up, then measure overhead, start-up and report time against peer tools.
     Bench(bench::Options),
+    /// Generate shell completions (bash, zsh, fish) and man pages into target/.
+    Completions,
     /// The benchmark's many-stacks workload (used by `bench`).
     #[command(hide = true)]
     StackWorkload,
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
                 .env("TOPWAITS_TEST_ATTACH", "raw_tp"))
         }),
         Cmd::Bench(opts) => setup::setup().and_then(|()| bench::bench(&opts)),
+        Cmd::Completions => docs::generate(&root().join("target")),
         Cmd::StackWorkload => {
             bench::stack_workload();
             Ok(())

@@ -17,6 +17,7 @@ const PACKAGES: &[&str] = &[
     "bpftrace",         // bench peer: off-CPU one-liner
     "util-linux",       // tests: setpriv for the unprivileged check
     "rt-app",           // tests: the generated reproducer must run under rt-app 1.0
+    "chromium",         // tests: the SVGs render in headless Chromium
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -14,9 +14,8 @@ use topwaits_common::{counter, limits, names, DepKey, Hop, ProcEvent, Settings, 
 
 use crate::cli::{AttachMode, Config, ThreadsConfig};
 use crate::error::UserError;
-use crate::model::{
-    AttachKind, Capture, Counters, Edge, RawHop, RawRecord, StackId, ThreadProfile, ThreadsCapture, WakeInfo, WakeKind,
-};
+use crate::model::{AttachKind, Capture, Counters, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
+use crate::profile::{Edge, ThreadProfile, ThreadsCapture};
 use crate::sys::{btf, kallsyms, tracefs::Tracefs};
 
 /// Where the kernel exposes the kprobe PMU; absent when CONFIG_KPROBES is unset.

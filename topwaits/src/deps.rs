@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::Edge;
+use crate::profile::Edge;
 
 /// One producer and the consumers it wakes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod deps;
 pub mod error;
 pub mod model;
+pub mod profile;
 pub mod report;
 pub mod rtapp;
 pub mod symbolize;

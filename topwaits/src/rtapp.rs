@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use crate::deps::Group;
-use crate::model::{Edge, ThreadProfile};
+use crate::profile::{Edge, ThreadProfile};
 
 /// An ordered JSON value.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,7 +6,8 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use crate::deps::Group;
-use crate::model::{comm_text, Edge, ThreadProfile};
+use crate::model::comm_text;
+use crate::profile::{Edge, ThreadProfile};
 
 /// What the threads report shows.
 pub struct ThreadsReport<'a> {

@@ -268,10 +268,12 @@ fn top_view_shows_the_wait_window_and_frames() {
 #[test]
 fn no_program_stays_loaded_after_runs() {
     require_bpf!();
-    assert!(our_loaded_programs().is_empty(), "left over before the test: {:?}", our_loaded_programs());
+    let before = programs_left_after_exit();
+    assert!(before.is_empty(), "left over before the test: {before:?}");
     for args in [&["--json", "0.3"][..], &["--attach", "raw_tp", "-f", "0.3"], &["--attach", "kprobe", "0.3"], &["-p", "999999999", "1"], &["-w", "0.3"], &["threads", "0.3"]] {
         let _ = run(args);
-        assert!(our_loaded_programs().is_empty(), "{args:?} left programs: {:?}", our_loaded_programs());
+        let left = programs_left_after_exit();
+        assert!(left.is_empty(), "{args:?} left programs: {left:?}");
     }
     for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
         let tracer = Tracer::start(&["--json", "-w"]);
@@ -281,7 +283,8 @@ fn no_program_stays_loaded_after_runs() {
         assert!(out.status.success(), "{name}: {}", out.stderr);
         let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{name}: no report ({e})"));
         assert!(doc["records"].is_array(), "{name} still prints what was gathered");
-        assert!(our_loaded_programs().is_empty(), "{name} left programs: {:?}", our_loaded_programs());
+        let left = programs_left_after_exit();
+        assert!(left.is_empty(), "{name} left programs: {left:?}");
     }
 }
 

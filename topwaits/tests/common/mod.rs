@@ -280,3 +280,17 @@ pub fn our_loaded_programs() -> Vec<String> {
         })
         .collect()
 }
+
+/// Our programs still loaded once the kernel has finished freeing those of exited
+/// tracers: the release of tracepoint links and programs is deferred (RCU), so an
+/// exited process's programs can linger for a moment. Waits up to 5 s.
+pub fn programs_left_after_exit() -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = our_loaded_programs();
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            return left;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}

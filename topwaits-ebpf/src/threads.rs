@@ -13,11 +13,13 @@ use crate::switch::Outgoing;
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
 const TASK_NOLOAD: u32 = 0x400;
 
-/// A task's ids from BTF offsets (the task is not the current one).
+/// A task's ids from BTF offsets (the task is not the current one), if the
+/// task is a traced thread (not the idle task, and let through by `-p`/`-t`).
 #[inline(always)]
-fn ids(task: u64) -> Option<(u32, u32)> {
+fn traced_ids(task: u64) -> Option<(u32, u32)> {
     let s = SETTINGS.load();
-    Some((task_u32(task, s.off_tgid)?, task_u32(task, s.off_pid)?))
+    let (tgid, tid) = (task_u32(task, s.off_tgid)?, task_u32(task, s.off_pid)?);
+    (tid != 0 && thread_wanted(tgid, tid)).then_some((tgid, tid))
 }
 
 #[inline(always)]
@@ -106,10 +108,7 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
             };
         }
     }
-    let Some((tgid, tid)) = ids(next) else { return };
-    if tid == 0 || !thread_wanted(tgid, tid) {
-        return;
-    }
+    let Some((tgid, tid)) = traced_ids(next) else { return };
     if let Some(p) = slot(tgid, tid, &comm_of(next), now, 0) {
         // SAFETY: as above.
         let t = unsafe { &mut *p };
@@ -122,10 +121,7 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
 /// At sched_waking of `woken`, run by the waker (the current task).
 #[inline(always)]
 pub fn on_wake(woken: u64) {
-    let Some((tgid, tid)) = ids(woken) else { return };
-    if tid == 0 || !thread_wanted(tgid, tid) {
-        return;
-    }
+    let Some((tgid, tid)) = traced_ids(woken) else { return };
     // SAFETY: helper calls without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(p) = THREADS.get_ptr_mut(&tid) {
@@ -161,10 +157,7 @@ pub fn on_wake(woken: u64) {
 /// At sched_wakeup_new: a thread or process starts during the trace.
 #[inline(always)]
 pub fn on_new(task: u64) {
-    let Some((tgid, tid)) = ids(task) else { return };
-    if tid == 0 || !thread_wanted(tgid, tid) {
-        return;
-    }
+    let Some((tgid, tid)) = traced_ids(task) else { return };
     // SAFETY: helper calls without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(p) = slot(tgid, tid, &comm_of(task), now, THREAD_STARTED) {

@@ -142,6 +142,13 @@ fn string(obj: &str, key: &str) -> Option<String> {
     Some(v[..v.find('"')?].to_string())
 }
 
+/// The "Total time: X [sec]" that perf bench prints.
+fn total_time(stdout: &[u8]) -> Option<f64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Total time:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
+}
+
 /// Runs a perf bench workload and returns its "Total time" in seconds.
 fn workload(kind: &str) -> Result<f64> {
     let args: &[&str] = match kind {
@@ -149,10 +156,7 @@ fn workload(kind: &str) -> Result<f64> {
         _ => &["bench", "sched", "pipe", "-l", "40000"],
     };
     let out = Command::new("perf").args(args).output().context("perf (linux-perf) is needed")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("Total time:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
-        .ok_or_else(|| anyhow!("no total time from perf bench {kind}: {text}"))
+    total_time(&out.stdout).ok_or_else(|| anyhow!("no total time from perf bench {kind}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// A started tracer, with the programs and maps it created.
@@ -393,13 +397,8 @@ fn leaf() {
 fn full_load(bin: &str) -> Result<String> {
     let out_path = root().join("target/bench-load.json");
     let tracer = spawn_attached(bin, &["--json", "-w"], std::fs::File::create(&out_path)?)?;
-    let secs = {
-        let out = Command::new("perf").args(["bench", "sched", "messaging", "-g", "20", "-l", "300"]).output()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("Total time:").and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok()))
-            .unwrap_or(f64::NAN)
-    };
+    let out = Command::new("perf").args(["bench", "sched", "messaging", "-g", "20", "-l", "300"]).output()?;
+    let secs = total_time(&out.stdout).unwrap_or(f64::NAN);
     let r = Running { child: tracer, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0 };
     let (report, _) = stop(r)?;
     let text = std::fs::read_to_string(&out_path)?;

@@ -129,9 +129,18 @@ impl Symbolizer for BlazeSymbolizer {
         let syms = self.inner.symbolize(&src, Input::AbsAddr(addrs)).ok();
         let mut frames = to_frames(addrs, syms);
         if frames.iter().any(|f| f.symbol.is_none()) {
-            let maps = if live { procfs::maps_of(tgid) } else { self.maps.get(&tgid).cloned().unwrap_or_default() };
+            // Kept maps were just refreshed if the process lives; read them only
+            // for a process that was never remembered.
+            let read;
+            let maps: &[procfs::Mapping] = match self.maps.get(&tgid) {
+                Some(m) => m,
+                None => {
+                    read = procfs::maps_of(tgid);
+                    &read
+                }
+            };
             for f in frames.iter_mut().filter(|f| f.symbol.is_none()) {
-                if let Some((module, off)) = procfs::locate(&maps, f.addr) {
+                if let Some((module, off)) = procfs::locate(maps, f.addr) {
                     f.module = Some(module.into());
                     f.offset = Some(off);
                 }

@@ -86,7 +86,9 @@ pub struct Settings {
     /// Non-zero: tell user space (ring buffer `EVENTS`) when a task is first seen or
     /// execs, so it can keep a process's memory maps for after it exits.
     pub events: u32,
-    pub _pad: u32,
+    /// Byte offset of `task_struct.se.sum_exec_runtime`: the CPU time the scheduler
+    /// charged the task, which leaves out time the hypervisor stole from the vCPU.
+    pub off_sum_exec: u32,
 }
 
 impl Settings {
@@ -114,7 +116,7 @@ impl Settings {
             off_rt_priority: u32::MAX,
             off_futex_op: 24,
             events: 0,
-            _pad: 0,
+            off_sum_exec: u32::MAX,
         }
     }
 }
@@ -268,6 +270,10 @@ pub struct ThreadStats {
     pub state_ns: [u64; 8],
     pub run_events: u64,
     pub sleep_events: u64,
+    /// CPU time the scheduler charged while running (`sum_exec_runtime` deltas).
+    pub cpu_ns: u64,
+    /// `sum_exec_runtime` when the thread last went on the CPU.
+    pub exec_mark: u64,
     /// When `state` was entered.
     pub last_ts: u64,
     /// One of [`thread_state`].
@@ -332,6 +338,7 @@ pub mod names {
     pub const STARTS: &str = "STARTS";
     pub const WAITS: &str = "WAITS";
     pub const PIDS: &str = "PIDS";
+    pub const CONTROL: &str = "CONTROL";
     pub const LAST_WAKE: &str = "LAST_WAKE";
     pub const WAKE_WAITS: &str = "WAKE_WAITS";
     pub const PROG_WAKING_BTF: &str = "sched_waking_btf";
@@ -392,7 +399,7 @@ mod tests {
     fn shared_types_have_no_padding() {
         assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 20);
         assert_eq!(size_of::<ProcEvent>(), 8);
-        assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 3 + 4 * 6);
+        assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<SwitchOut>(), 8 + 4 * 4 + TASK_COMM_LEN + 8);
         assert_eq!(size_of::<Hop>(), 16 + TASK_COMM_LEN);

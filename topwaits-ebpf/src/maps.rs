@@ -3,7 +3,7 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
     Global,
 };
 use topwaits_common::{counter, limits, Chain, ProcEvent, DepKey, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
@@ -28,6 +28,18 @@ pub static WAITS: HashMap<WaitKey, WaitVal> =
 /// The pids or tids of `-p`/`-t`.
 #[map(name = "PIDS")]
 pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(limits::MAX_FILTER_IDS, 0);
+
+/// Slot 0 non-zero: the trace has ended; the threads hooks record nothing more,
+/// so that user space can close every thread's open state at one known instant
+/// while detaching (which takes hundreds of ms on a busy VM) is still under way.
+#[map(name = "CONTROL")]
+pub static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Whether user space has ended the trace (see [`CONTROL`]).
+#[inline(always)]
+pub fn ended() -> bool {
+    CONTROL.get(0).is_some_and(|v| *v != 0)
+}
 
 /// The chain of each task's last wakeup, keyed by `task_struct` address
 /// (sized to 1 unless `--waker`).
@@ -119,6 +131,16 @@ pub fn thread_wanted(tgid: u32, tid: u32) -> bool {
     };
     // SAFETY: the value is a plain u8 that is only tested for presence.
     unsafe { PIDS.get(&id) }.is_some()
+}
+
+/// Reads a `u64` field of a `task_struct` at a byte offset found in BTF.
+#[inline(always)]
+pub fn task_u64(task: u64, off: u32) -> Option<u64> {
+    if off == u32::MAX {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel((task + off as u64) as *const u64).ok() }
 }
 
 /// Reads a `u32` field of a `task_struct` at a byte offset found in BTF.

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use topwaits_common::{counter, thread_state, DepKey, ThreadStats, TASK_COMM_LEN, TASK_DEAD, THREAD_EXITED, THREAD_STARTED};
 
-use crate::maps::{count, task_u32, thread_wanted, DEPS, FUTEX_WAKING, SETTINGS, THREADS};
+use crate::maps::{count, ended, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING, SETTINGS, THREADS};
 use crate::switch::Outgoing;
 
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -87,10 +87,18 @@ fn sched_params(t: &mut ThreadStats, task: u64) {
 /// At sched_switch: `out` leaves the CPU (it is the current task), `next` enters.
 #[inline(always)]
 pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
+    if ended() {
+        return;
+    }
     if out.tid != 0 && thread_wanted(out.tgid, out.tid) {
         if let Some(p) = slot(out.tgid, out.tid, &out.comm, now, 0) {
             // SAFETY: a pointer from a map lookup; only this thread's events touch it.
             let t = unsafe { &mut *p };
+            if t.state == thread_state::RUNNING && t.exec_mark != 0 {
+                if let Some(exec) = task_u64(out.task, SETTINGS.load().off_sum_exec) {
+                    t.cpu_ns += exec.saturating_sub(t.exec_mark);
+                }
+            }
             close(t, now);
             t.comm = out.comm;
             sched_params(t, out.task);
@@ -115,12 +123,16 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
         close(t, now);
         t.state = thread_state::RUNNING;
         t.run_events += 1;
+        t.exec_mark = task_u64(next, SETTINGS.load().off_sum_exec).unwrap_or(0);
     }
 }
 
 /// At sched_waking of `woken`, run by the waker (the current task).
 #[inline(always)]
 pub fn on_wake(woken: u64) {
+    if ended() {
+        return;
+    }
     let Some((tgid, tid)) = traced_ids(woken) else { return };
     // SAFETY: helper calls without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -157,6 +169,9 @@ pub fn on_wake(woken: u64) {
 /// At sched_wakeup_new: a thread or process starts during the trace.
 #[inline(always)]
 pub fn on_new(task: u64) {
+    if ended() {
+        return;
+    }
     let Some((tgid, tid)) = traced_ids(task) else { return };
     // SAFETY: helper calls without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };

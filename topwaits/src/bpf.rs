@@ -29,6 +29,8 @@ pub struct Tracer {
     ebpf: Ebpf,
     attach: AttachKind,
     waker: bool,
+    /// The threads programs know where the scheduler keeps a task's CPU time.
+    cpu_time: bool,
     /// CLOCK_MONOTONIC just before the first program was attached: events may be
     /// recorded from then on.
     attached_mono: u64,
@@ -88,6 +90,7 @@ fn offsets_into(settings: &mut Settings, off: &btf::TaskOffsets) {
     settings.off_static_prio = off.static_prio;
     settings.off_policy = off.policy;
     settings.off_rt_priority = off.rt_priority;
+    settings.off_sum_exec = off.sum_exec;
 }
 
 /// Map capacities for one mode. Maps a mode does not use hold one entry.
@@ -324,6 +327,7 @@ impl Tracer {
             ebpf,
             attach,
             waker: config.waker,
+            cpu_time: false,
             attached_mono,
         })
     }
@@ -385,6 +389,7 @@ impl Tracer {
             ebpf,
             attach,
             waker: false,
+            cpu_time: off.sum_exec != u32::MAX,
             attached_mono,
         })
     }
@@ -395,7 +400,7 @@ impl Tracer {
         let mut out = ThreadsCapture::default();
         for item in threads.iter() {
             let (_, t) = item.context("failed to read the thread map")?;
-            out.threads.push(ThreadProfile::from_stats(&t, end_mono));
+            out.threads.push(ThreadProfile::from_stats(&t, end_mono, self.cpu_time));
         }
         let deps: BpfHashMap<&MapData, DepKey, u64> = BpfHashMap::try_from(self.map(names::DEPS)?)?;
         for item in deps.iter() {
@@ -435,6 +440,14 @@ impl Tracer {
 
     fn map(&self, name: &str) -> Result<&aya::maps::Map> {
         self.ebpf.map(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+    }
+
+    /// Tells the threads programs to record nothing more, at once; detaching (see
+    /// [`Tracer::stop`]) can take hundreds of ms, during which they still run.
+    pub fn end_threads(&mut self) -> Result<()> {
+        let map = self.ebpf.map_mut(names::CONTROL).ok_or_else(|| anyhow!("map {} missing from the eBPF object", names::CONTROL))?;
+        let mut control: aya::maps::Array<&mut MapData, u32> = aya::maps::Array::try_from(map)?;
+        control.set(0, 1, 0).context("failed to end the trace")
     }
 
     /// Detaches and unloads the programs, so that what is drained next is final.

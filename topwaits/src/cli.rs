@@ -192,6 +192,13 @@ pub struct ThreadsArgs {
     #[arg(long, value_name = "SECS", requires = "rt_app", value_parser = clap::value_parser!(u32).range(1..))]
     pub rt_app_duration: Option<u32>,
 
+    /// The rt-app file's calibration: CPUn makes rt-app measure its busy loop on CPU n
+    /// at start-up (the default, CPU0); a number gives the ns per loop and skips that
+    /// measurement, which takes seconds and varies by tens of percent on busy or
+    /// virtual machines. Find the number in rt-app's "pLoad = Nns" line.
+    #[arg(long, value_name = "CPUn|NS", requires = "rt_app", value_parser = parse_calibration)]
+    pub rt_app_calibration: Option<Calibration>,
+
     /// How to attach: tp_btf, raw_tp, or auto (tp_btf, else raw_tp).
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
     pub attach: AttachMode,
@@ -209,6 +216,7 @@ pub struct ThreadsConfig {
     pub rt_app: Option<PathBuf>,
     pub rt_app_duration: Option<u32>,
     pub rt_app_wanted: bool,
+    pub rt_app_calibration: Calibration,
     pub attach: AttachMode,
     pub duration: Option<Duration>,
 }
@@ -231,6 +239,7 @@ impl ThreadsConfig {
             rt_app: a.rt_app,
             rt_app_duration: a.rt_app_duration,
             rt_app_wanted: a.rt_app_wanted,
+            rt_app_calibration: a.rt_app_calibration.unwrap_or(Calibration::Cpu(0)),
             attach: a.attach,
             duration: a.duration,
         })
@@ -301,6 +310,32 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("duration must be a positive number of seconds, got '{s}'"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// How rt-app turns `run` durations into busy-loop counts (its global `calibration`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Calibration {
+    /// Measure the ns per loop on this CPU when rt-app starts.
+    Cpu(u32),
+    /// Use this many ns per loop.
+    NsPerLoop(u32),
+}
+
+/// Largest ns-per-loop value accepted; rt-app's loop takes tens of ns.
+const MAX_NS_PER_LOOP: u32 = 1_000_000;
+
+fn parse_calibration(s: &str) -> Result<Calibration, String> {
+    let t = s.trim();
+    if let Some(cpu) = t.strip_prefix("CPU").or_else(|| t.strip_prefix("cpu")) {
+        return cpu
+            .parse()
+            .map(Calibration::Cpu)
+            .map_err(|_| format!("'{s}' is not a CPU: write CPU0, CPU1, ..."));
+    }
+    match t.parse::<u32>() {
+        Ok(ns) if (1..=MAX_NS_PER_LOOP).contains(&ns) => Ok(Calibration::NsPerLoop(ns)),
+        _ => Err(format!("'{s}' is neither CPUn nor a number of ns per loop (1 to {MAX_NS_PER_LOOP})")),
+    }
 }
 
 /// Which threads to trace.
@@ -645,11 +680,25 @@ mod tests {
         let c = ThreadsConfig::from_args(t).unwrap();
         assert_eq!(c.threads, Threads::Pids(vec![3, 5]));
         assert_eq!(c.rt_app_duration, Some(4));
+        assert_eq!(c.rt_app_calibration, Calibration::Cpu(0), "rt-app's own default");
         assert_eq!(c.duration, Some(Duration::from_secs(2)));
         assert_eq!(c.settings().threads, 1);
         assert_eq!(c.settings().stacks, 0);
         assert!(Args::try_parse_from(["topwaits", "threads", "--rt-app-duration", "4"]).is_err(), "needs --rt-app");
         assert!(Args::try_parse_from(["topwaits", "threads", "-p", "1", "-t", "2"]).is_err());
+        let calibration = |v: &str| {
+            let a = Args::try_parse_from(["topwaits", "threads", "--rt-app", "x.json", "--rt-app-calibration", v]).map_err(|e| e.to_string())?;
+            let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
+            Ok::<_, String>(ThreadsConfig::from_args(t).unwrap().rt_app_calibration)
+        };
+        assert_eq!(calibration("CPU1"), Ok(Calibration::Cpu(1)));
+        assert_eq!(calibration("cpu0"), Ok(Calibration::Cpu(0)));
+        assert_eq!(calibration("31"), Ok(Calibration::NsPerLoop(31)));
+        for bad in ["0", "CPU", "CPUx", "-3", "2000000", "fast"] {
+            let e = calibration(bad).unwrap_err();
+            assert!(e.contains(bad) && !e.contains("panicked"), "{bad}: {e}");
+        }
+        assert!(Args::try_parse_from(["topwaits", "threads", "--rt-app-calibration", "30"]).is_err(), "needs --rt-app");
         let a = Args::try_parse_from(["topwaits", "threads", "--attach", "kprobe"]).unwrap();
         let Some(Command::Threads(t)) = a.command else { panic!() };
         assert_eq!(ThreadsConfig::from_args(t).unwrap_err(), ConfigError::ThreadsKprobe);

@@ -9,7 +9,11 @@ pub struct ThreadProfile {
     pub tid: u32,
     pub tgid: u32,
     pub comm: Vec<u8>,
+    /// Wall-clock time on a CPU.
     pub run_ns: u64,
+    /// CPU time the scheduler charged (`sum_exec_runtime`), which leaves out time
+    /// the hypervisor stole from the vCPU; `None` when the kernel's BTF lacks it.
+    pub cpu_ns: Option<u64>,
     /// Runnable but waiting for a CPU: preempted, or woken and not yet running.
     pub preempt_ns: u64,
     /// Interruptible sleep.
@@ -55,14 +59,27 @@ impl ThreadProfile {
         self.run_ns + self.preempt_ns + self.sleep_ns + self.io_ns
     }
 
+    /// Time on a CPU lost to the hypervisor (steal), when known.
+    pub fn stolen_ns(&self) -> Option<u64> {
+        self.cpu_ns.map(|c| self.run_ns.saturating_sub(c))
+    }
+
+    /// The CPU work the thread did: the charged CPU time, else the time on a CPU.
+    pub fn work_ns(&self) -> u64 {
+        self.cpu_ns.unwrap_or(self.run_ns)
+    }
+
     /// Converts the kernel's stats, closing the state still open at `end_mono`.
-    pub fn from_stats(t: &topwaits_common::ThreadStats, end_mono: u64) -> Self {
+    /// `cpu_known`: the programs tracked charged CPU time. A run still open at the
+    /// end counts fully as CPU time, since its steal is not known yet.
+    pub fn from_stats(t: &topwaits_common::ThreadStats, end_mono: u64, cpu_known: bool) -> Self {
         use topwaits_common::{thread_state, THREAD_EXITED, THREAD_STARTED};
         let mut p = ThreadProfile {
             tid: t.tid,
             tgid: t.tgid,
             comm: t.comm[..t.comm.iter().position(|&b| b == 0).unwrap_or(t.comm.len())].to_vec(),
             run_ns: t.state_ns[thread_state::RUNNING as usize],
+            cpu_ns: cpu_known.then_some(t.cpu_ns),
             preempt_ns: t.state_ns[thread_state::RUNQ as usize],
             sleep_ns: t.state_ns[thread_state::SLEEP as usize],
             io_ns: t.state_ns[thread_state::IO as usize],
@@ -77,7 +94,10 @@ impl ThreadProfile {
         };
         let open = end_mono.saturating_sub(t.last_ts);
         match t.state {
-            thread_state::RUNNING => p.run_ns += open,
+            thread_state::RUNNING => {
+                p.run_ns += open;
+                p.cpu_ns = p.cpu_ns.map(|c| c + open);
+            }
             thread_state::RUNQ => p.preempt_ns += open,
             thread_state::SLEEP => p.sleep_ns += open,
             thread_state::IO => p.io_ns += open,
@@ -130,15 +150,31 @@ mod tests {
             policy: 0,
             ..Default::default()
         };
-        let p = ThreadProfile::from_stats(&stats, 1_400);
+        let p = ThreadProfile::from_stats(&stats, 1_400, false);
         assert_eq!((p.run_ns, p.sleep_ns), (100, 450));
+        assert_eq!((p.cpu_ns, p.stolen_ns(), p.work_ns()), (None, None, 100), "no charged time: the run stands in");
         assert_eq!(p.comm, b"abc");
         assert_eq!(p.nice(), 5);
         assert_eq!(p.policy_name(), "SCHED_OTHER");
         let exited = ThreadStats { state: thread_state::UNKNOWN, flags: THREAD_EXITED, ..stats };
-        let p = ThreadProfile::from_stats(&exited, 9_999);
+        let p = ThreadProfile::from_stats(&exited, 9_999, false);
         assert!(p.exited && !p.started);
         assert_eq!(p.observed_ns(), 150, "a dead thread accrues nothing more");
     }
 
+
+    #[test]
+    fn charged_cpu_time_leaves_out_steal_and_an_open_run_counts_fully() {
+        use topwaits_common::{thread_state, ThreadStats};
+        let mut state_ns = [0u64; 8];
+        state_ns[thread_state::RUNNING as usize] = 1_000;
+        let stats = ThreadStats { state_ns, cpu_ns: 700, last_ts: 5_000, state: thread_state::RUNNING, ..Default::default() };
+        let p = ThreadProfile::from_stats(&stats, 5_200, true);
+        assert_eq!(p.run_ns, 1_200);
+        assert_eq!(p.cpu_ns, Some(900));
+        assert_eq!(p.stolen_ns(), Some(300));
+        assert_eq!(p.work_ns(), 900);
+        let odd = ThreadProfile { run_ns: 10, cpu_ns: Some(12), ..Default::default() };
+        assert_eq!(odd.stolen_ns(), Some(0), "clock skew between the two sources never goes negative");
+    }
 }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
+use crate::cli::Calibration;
 use crate::deps::Group;
 use crate::profile::{Edge, ThreadProfile};
 
@@ -90,18 +91,28 @@ pub const LOOP_US: u64 = 1_000_000;
 /// How a thread's CPU demand is taken from its profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Demand {
-    /// Time on the CPU: the replay asks for what the threads consumed, and waits on
-    /// the run queue arise from contention in the replay itself (the default).
+    /// CPU time: the replay asks for the work the threads did (the CPU time the
+    /// scheduler charged them, which leaves out hypervisor steal), and waits on the
+    /// run queue arise from contention in the replay itself (the default).
     OnCpu,
     /// Time on the CPU plus time runnable on the run queue, as the sched-time seed
     /// did: preempted time counts as time the thread wanted to run.
     Wanted,
 }
 
+/// How the replay is set up, beyond the traced threads themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replay {
+    /// The global `duration` in seconds.
+    pub duration_s: u32,
+    pub demand: Demand,
+    pub calibration: Calibration,
+}
+
 /// A thread's CPU demand in µs.
 fn demand_us(t: &ThreadProfile, d: Demand) -> u64 {
     match d {
-        Demand::OnCpu => t.run_ns / 1000,
+        Demand::OnCpu => t.work_ns() / 1000,
         Demand::Wanted => (t.run_ns + t.preempt_ns) / 1000,
     }
 }
@@ -143,8 +154,8 @@ fn task(instance: usize, sched: Vec<(&'static str, J)>, events: Vec<(&'static st
 ///   (a consumer's cycle).
 /// * Every other thread runs and sleeps in its observed proportion over a
 ///   one-second loop.
-pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], duration_s: u32, demand: Demand) -> J {
-    let wanted_us = |t: &ThreadProfile| demand_us(t, demand);
+pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], replay: Replay) -> J {
+    let wanted_us = |t: &ThreadProfile| demand_us(t, replay.demand);
     let by_tid: HashMap<u32, &ThreadProfile> = threads.iter().map(|t| (t.tid, t)).collect();
     let futex_wakes = |w: u32, sl: u32| -> u64 {
         edges.iter().filter(|e| e.futex && e.waker == w && e.sleeper == sl).map(|e| e.count).sum()
@@ -210,8 +221,14 @@ pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], dur
     }
     // No log_size: rt-app 1.0 parses its string values backwards.
     let global = obj(vec![
-        ("duration", J::Int(duration_s as i64)),
-        ("calibration", s("CPU0")),
+        ("duration", J::Int(replay.duration_s as i64)),
+        (
+            "calibration",
+            match replay.calibration {
+                Calibration::Cpu(n) => s(format!("CPU{n}")),
+                Calibration::NsPerLoop(ns) => J::Int(ns as i64),
+            },
+        ),
         ("default_policy", s("SCHED_OTHER")),
         ("pi_enabled", J::Bool(false)),
         ("lock_pages", J::Bool(false)),
@@ -241,6 +258,10 @@ mod tests {
         }
     }
 
+    fn replay(duration_s: u32, demand: Demand) -> Replay {
+        Replay { duration_s, demand, calibration: Calibration::Cpu(0) }
+    }
+
     fn futex(waker: u32, sleeper: u32, count: u64) -> Edge {
         Edge {
             waker,
@@ -260,7 +281,7 @@ mod tests {
         let edges = vec![futex(1, 2, 50), futex(1, 3, 50), futex(1, 4, 40), futex(2, 1, 3)];
         let mut with_idle = threads.clone();
         with_idle.push(thread(9, 250, 750));
-        document(&with_idle, &groups, &edges, 7, Demand::OnCpu)
+        document(&with_idle, &groups, &edges, replay(7, Demand::OnCpu))
     }
 
     #[test]
@@ -284,7 +305,7 @@ mod tests {
         p.sleep_events = 25;
         let threads = vec![p, thread(2, 100, 900)];
         let groups = vec![Group { producer: 1, consumers: vec![2] }];
-        let doc = document(&threads, &groups, &[futex(1, 2, 50)], 1, Demand::OnCpu);
+        let doc = document(&threads, &groups, &[futex(1, 2, 50)], replay(1, Demand::OnCpu));
         let p = doc.get("tasks").unwrap().get("p1").unwrap();
         assert_eq!(p.get("run"), Some(&J::Int(4000)), "100 ms over 25 cycles");
     }
@@ -312,7 +333,7 @@ mod tests {
         assert_eq!(t.keys(), ["instance", "loop", "run", "sleep"]);
         assert_eq!(t.get("run"), Some(&J::Int(250_000)));
         assert_eq!(t.get("sleep"), Some(&J::Int(750_000)));
-        let busy = document(&[thread(5, 1000, 0)], &[], &[], 1, Demand::OnCpu);
+        let busy = document(&[thread(5, 1000, 0)], &[], &[], replay(1, Demand::OnCpu));
         let t = busy.get("tasks").unwrap().get("t5").unwrap();
         assert_eq!(t.keys(), ["instance", "loop", "run"], "no zero sleep");
     }
@@ -321,12 +342,22 @@ mod tests {
     fn demand_is_on_cpu_time_unless_run_queue_time_is_asked_for() {
         let mut t = thread(3, 100, 900);
         t.preempt_ns = 100_000_000;
-        let on_cpu = document(&[t.clone()], &[], &[], 1, Demand::OnCpu);
-        let wanted = document(&[t], &[], &[], 1, Demand::Wanted);
+        let on_cpu = document(&[t.clone()], &[], &[], replay(1, Demand::OnCpu));
+        let wanted = document(&[t], &[], &[], replay(1, Demand::Wanted));
         let run = |d: &J| d.get("tasks").unwrap().get("t3").unwrap().get("run").cloned();
         // 100 of 1000 ms slept-or-ran on the CPU, vs 200 of 1100 ms wanted.
         assert_eq!(run(&on_cpu), Some(J::Int(100_000)));
         assert_eq!(run(&wanted), Some(J::Int(181_818)));
+    }
+
+    #[test]
+    fn on_cpu_demand_is_the_charged_cpu_time_without_steal() {
+        let mut t = thread(3, 100, 900);
+        t.cpu_ns = Some(50_000_000);
+        let doc = document(&[t], &[], &[], replay(1, Demand::OnCpu));
+        let run = doc.get("tasks").unwrap().get("t3").unwrap().get("run").cloned();
+        // 50 ms of work in 950 ms of work and sleep; the 50 ms stolen is neither.
+        assert_eq!(run, Some(J::Int(52_631)));
     }
 
     #[test]
@@ -335,6 +366,18 @@ mod tests {
         let g = doc.get("global").unwrap();
         assert_eq!(g.get("duration"), Some(&J::Int(7)));
         assert!(!g.keys().contains(&"log_size"));
+        assert_eq!(g.get("calibration"), Some(&J::Str("CPU0".into())));
+    }
+
+    #[test]
+    fn calibration_is_a_cpu_name_or_ns_per_loop() {
+        let t = [thread(5, 100, 900)];
+        let on = |calibration| {
+            let r = Replay { duration_s: 1, demand: Demand::OnCpu, calibration };
+            document(&t, &[], &[], r).get("global").unwrap().get("calibration").cloned()
+        };
+        assert_eq!(on(Calibration::Cpu(1)), Some(J::Str("CPU1".into())));
+        assert_eq!(on(Calibration::NsPerLoop(27)), Some(J::Int(27)));
     }
 
     #[test]

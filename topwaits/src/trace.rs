@@ -311,8 +311,10 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     }
     wait(config.duration, &mut None, &mut |_, _| {}, &mut || {})?;
     second_interrupt_quits();
-    tracer.stop();
+    // The window ends when the programs stop recording, not when detaching ends.
+    tracer.end_threads()?;
     let end_mono = monotonic_now();
+    tracer.stop();
     let mut capture = tracer.drain_threads(end_mono)?;
     drop(tracer);
     capture.threads.retain(|t| t.observed_ns() > 0);
@@ -339,7 +341,8 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     if let Some(path) = &config.rt_app {
         let secs = config.rt_app_duration.unwrap_or_else(|| duration_s.ceil().max(1.0) as u32);
         let demand = if config.rt_app_wanted { crate::rtapp::Demand::Wanted } else { crate::rtapp::Demand::OnCpu };
-        let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, secs, demand);
+        let replay = crate::rtapp::Replay { duration_s: secs, demand, calibration: config.rt_app_calibration };
+        let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
         std::fs::write(path, doc.render()).with_context(|| format!("failed to write {}", path.display()))?;
         crate::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
     }

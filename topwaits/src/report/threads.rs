@@ -46,8 +46,8 @@ pub fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()>
     writeln!(out, "Threads of {} over {:.2} s, by run time (times in ms):", r.target, r.duration_s)?;
     writeln!(
         out,
-        "{:>7} {:>7} {:<16} {:>9} {:>7} {:>9} {:>9} {:>9} {:>7} {:>5} {:<12} {}",
-        "TID", "PID", "COMM", "RUN", "RUNS", "RUNQ", "SLEEP", "IO", "SLEEPS", "NICE", "POLICY", "NOTES"
+        "{:>7} {:>7} {:<16} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>7} {:>5} {:<12} {}",
+        "TID", "PID", "COMM", "RUN", "STEAL", "RUNS", "RUNQ", "SLEEP", "IO", "SLEEPS", "NICE", "POLICY", "NOTES"
     )?;
     for t in by_run(r.threads) {
         let mut notes = Vec::new();
@@ -63,11 +63,12 @@ pub fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()>
         }
         writeln!(
             out,
-            "{:>7} {:>7} {:<16} {:>9.1} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>5} {:<12} {}",
+            "{:>7} {:>7} {:<16} {:>9.1} {:>7} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>5} {:<12} {}",
             t.tid,
             t.tgid,
             comm_text(&t.comm),
             ms(t.run_ns),
+            t.stolen_ns().map_or_else(|| "-".to_string(), |s| format!("{:.1}", ms(s))),
             t.run_events,
             ms(t.preempt_ns),
             ms(t.sleep_ns),
@@ -102,6 +103,8 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
                 "tgid": t.tgid,
                 "comm": comm_text(&t.comm),
                 "run_us": t.run_ns / 1000,
+                "cpu_us": t.cpu_ns.map(|c| c / 1000),
+                "stolen_us": t.stolen_ns().map(|s| s / 1000),
                 "preempt_us": t.preempt_ns / 1000,
                 "sleep_us": t.sleep_ns / 1000,
                 "io_us": t.io_ns / 1000,
@@ -158,6 +161,7 @@ mod tests {
         };
         let mut threads = vec![t(11, 20, "consumer"), t(10, 90, "producer")];
         threads[0].exited = true;
+        threads[1].cpu_ns = Some(87_500_000);
         let edges = vec![
             Edge { waker: 10, sleeper: 11, count: 7, futex: true },
             Edge { waker: 11, sleeper: 10, count: 1, futex: false },
@@ -174,7 +178,9 @@ mod tests {
         write_table(&r, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[2].contains("producer") && lines[2].contains("90.0"), "{text}");
+        assert!(lines[1].contains(" RUN   STEAL "), "{text}");
+        assert!(lines[2].contains("producer") && lines[2].contains("90.0     2.5 "), "steal 2.5 ms: {text}");
+        assert!(lines[3].contains(" 20.0       - "), "unknown steal is a dash: {text}");
         assert!(lines[3].contains("exited, consumer of 10"), "{text}");
         assert!(text.contains("  10 -> 11: 7\n"), "{text}");
         assert!(!text.contains("11 -> 10"), "non-futex edges are not listed as futex dependencies");
@@ -192,6 +198,8 @@ mod tests {
         }
         assert_eq!(t["tid"], 10);
         assert_eq!(t["run_us"], 90_000);
+        assert_eq!((t["cpu_us"].clone(), t["stolen_us"].clone()), (json!(87_500), json!(2_500)));
+        assert!(v["threads"][1]["cpu_us"].is_null() && v["threads"][1]["stolen_us"].is_null(), "unknown is null");
         assert_eq!(t["policy"], "SCHED_OTHER");
         assert_eq!(v["dependencies"][0], json!({"waker": 10, "sleeper": 11, "count": 7, "futex": true}));
         assert_eq!(v["dependencies"][1]["futex"], false);

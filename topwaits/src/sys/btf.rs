@@ -183,6 +183,19 @@ pub struct TaskOffsets {
     pub static_prio: u32,
     pub policy: u32,
     pub rt_priority: u32,
+    /// `se.sum_exec_runtime`, for `topwaits threads`.
+    pub sum_exec: u32,
+}
+
+/// The offset of `inner` within the `outer` struct found at `base`, or `u32::MAX`
+/// when either is unknown.
+fn nested(btf: &Btf, base: Option<u32>, outer: &str, inner: &str) -> u32 {
+    let Some(base) = base else { return u32::MAX };
+    btf.member_offsets(outer)
+        .ok()
+        .and_then(|m| m.get(inner).copied())
+        .and_then(|o| base.checked_add(o))
+        .unwrap_or(u32::MAX)
 }
 
 impl TaskOffsets {
@@ -206,6 +219,7 @@ impl TaskOffsets {
             static_prio: get("static_prio").unwrap_or(u32::MAX),
             policy: get("policy").unwrap_or(u32::MAX),
             rt_priority: get("rt_priority").unwrap_or(u32::MAX),
+            sum_exec: nested(&btf, get("se").ok(), "sched_entity", "sum_exec_runtime"),
         })
     }
 
@@ -297,8 +311,23 @@ pub(crate) mod tests {
                 static_prio: u32::MAX,
                 policy: u32::MAX,
                 rt_priority: u32::MAX,
+                sum_exec: u32::MAX,
             }
         );
+    }
+
+    #[test]
+    fn charged_cpu_time_offset_adds_the_nested_member() {
+        let mut b = Builder::new();
+        b.ty("u64", 1, 0, false, 8, &[64]); // id 1
+        let sum = b.str("sum_exec_runtime");
+        b.ty("sched_entity", KIND_STRUCT, 1, false, 256, &[sum, 1, 72 * 8]); // id 2
+        let names: Vec<u32> = ["__state", "flags", "pid", "tgid", "comm", "se"].iter().map(|n| b.str(n)).collect();
+        let at = [24u32, 44, 1000, 1004, 2000, 128];
+        let members: Vec<u32> = names.iter().zip(at).flat_map(|(&n, o)| [n, if o == 128 { 2 } else { 1 }, o * 8]).collect();
+        b.ty("task_struct", KIND_STRUCT, 6, false, 4096, &members);
+        assert_eq!(TaskOffsets::from_bytes(&b.build()).unwrap().sum_exec, 128 + 72);
+        assert_eq!(TaskOffsets::from_bytes(&fake_task_btf()).unwrap().sum_exec, u32::MAX, "no se: unknown, not an error");
     }
 
     #[test]
@@ -354,5 +383,8 @@ pub(crate) mod tests {
         assert_ne!(off.pid, off.tgid);
         assert!(off.comm > off.pid);
         assert!(off.static_prio != u32::MAX && off.policy != u32::MAX);
+        // se.sum_exec_runtime has been in every kernel with BTF.
+        assert!(off.sum_exec != u32::MAX && off.sum_exec > off.state, "{off:?}");
+        eprintln!("running kernel: {off:?}");
     }
 }

@@ -132,7 +132,7 @@ fn a_tiny_stack_map_counts_and_reports_its_losses_and_keeps_the_time() {
     assert!(!missing.is_empty(), "records with lost stacks keep their time");
     assert!(missing.iter().all(|r| r["total_us"].as_u64().unwrap() > 0 || r["total_ns"].as_u64().unwrap() > 0));
     let folded = busy_trace(&["-f", "--stack-storage-size", "4", "1"]);
-    assert!(folded.stdout.contains("[missing kernel stack]") || folded.stdout.contains("[missing user stack]"), "{}", folded.stdout);
+    assert!(folded.stdout.contains("[missing_kernel_stack]") || folded.stdout.contains("[missing_user_stack]"), "{}", folded.stdout);
 }
 
 #[test]

@@ -7,9 +7,10 @@ use super::{hop_name, no_waker_label, Format};
 use crate::cli::ValueKind;
 use crate::model::{Frame, Record, Report, Stack};
 
-/// Placeholder frames for stacks the kernel could not store.
-pub const MISSING_USER: &str = "[missing user stack]";
-pub const MISSING_KERNEL: &str = "[missing kernel stack]";
+/// Placeholder frames for stacks the kernel could not store (no spaces: a folded
+/// line splits into exactly `stack value`).
+pub const MISSING_USER: &str = "[missing_user_stack]";
+pub const MISSING_KERNEL: &str = "[missing_kernel_stack]";
 
 pub struct Folded {
     pub delimited: bool,
@@ -66,7 +67,7 @@ pub fn line_frames(r: &Record, delimited: bool) -> Vec<String> {
     if let Some(w) = &r.wake {
         if w.hops.is_empty() {
             line.push("--".to_string());
-            line.push(no_waker_label(w.kind).to_string());
+            line.push(clean(no_waker_label(w.kind)));
         }
         for h in &w.hops {
             line.push("--".to_string());
@@ -120,7 +121,7 @@ mod tests {
         let got = render(Folded { delimited: false, value: ValueKind::Total }, &report());
         assert_eq!(
             got,
-            "kworker/0:1;[missing kernel stack] 3\n\
+            "kworker/0:1;[missing_kernel_stack] 3\n\
              sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1000500\n"
         );
     }
@@ -130,9 +131,26 @@ mod tests {
         let got = render(Folded { delimited: true, value: ValueKind::Count }, &report());
         assert_eq!(
             got,
-            "kworker/0:1;[missing kernel stack] 2\n\
+            "kworker/0:1;[missing_kernel_stack] 2\n\
              sleeper;main;wait_here;clock_nanosleep;-;do_nanosleep;schedule;__schedule 10\n"
         );
+    }
+
+    #[test]
+    fn placeholder_frames_keep_lines_two_fields() {
+        use crate::model::WakeKind;
+        let mut r = crate::report::fixtures::offwake_report();
+        r.records[0].user = Stack::Missing;
+        r.records[0].kernel = Stack::Missing;
+        if let Some(w) = r.records[0].wake.as_mut() {
+            w.hops.clear();
+            w.kind = WakeKind::NoWaker;
+        }
+        let got = render(Folded { delimited: true, value: ValueKind::Total }, &r);
+        for line in got.lines() {
+            assert_eq!(line.split(' ').count(), 2, "{line:?}");
+        }
+        assert!(got.contains("[missing_user_stack];[missing_kernel_stack];--;[no_waker_seen] "), "{got}");
     }
 
     #[test]
@@ -147,7 +165,7 @@ mod tests {
         let got = render(Folded { delimited: false, value: ValueKind::Total }, &offwake_report());
         assert_eq!(
             got,
-            "kworker/0:1;[missing kernel stack];--;[preempted] 3\n\
+            "kworker/0:1;[missing_kernel_stack];--;[preempted] 3\n\
              sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule;--;\
              try_to_wake_up;pipe_write;vfs_write;write;produce;main;writer;--;\
              try_to_wake_up;hrtimer_wakeup;asm_sysvec_apic_timer_interrupt;[interrupt] 1000500\n"

@@ -103,6 +103,10 @@ impl ThreadProfile {
             thread_state::IO => p.io_ns += open,
             _ => {}
         }
+        // The scheduler's clock starts and ends each run a few µs away from the
+        // tracepoint's timestamps, so over many runs the charged time can pass the
+        // time on a CPU by a fraction of a percent; it never really does.
+        p.cpu_ns = p.cpu_ns.map(|c| c.min(p.run_ns));
         p
     }
 }
@@ -174,6 +178,8 @@ mod tests {
         assert_eq!(p.cpu_ns, Some(900));
         assert_eq!(p.stolen_ns(), Some(300));
         assert_eq!(p.work_ns(), 900);
+        let skewed = ThreadStats { cpu_ns: 1_300, ..stats };
+        assert_eq!(ThreadProfile::from_stats(&skewed, 5_200, true).cpu_ns, Some(1_200), "charged time capped at time on a CPU");
         let odd = ThreadProfile { run_ns: 10, cpu_ns: Some(12), ..Default::default() };
         assert_eq!(odd.stolen_ns(), Some(0), "clock skew between the two sources never goes negative");
     }

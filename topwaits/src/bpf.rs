@@ -442,11 +442,14 @@ impl Tracer {
         self.ebpf.map(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
     }
 
+    fn map_mut(&mut self, name: &str) -> Result<&mut aya::maps::Map> {
+        self.ebpf.map_mut(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+    }
+
     /// Tells the threads programs to record nothing more, at once; detaching (see
     /// [`Tracer::stop`]) can take hundreds of ms, during which they still run.
     pub fn end_threads(&mut self) -> Result<()> {
-        let map = self.ebpf.map_mut(names::CONTROL).ok_or_else(|| anyhow!("map {} missing from the eBPF object", names::CONTROL))?;
-        let mut control: aya::maps::Array<&mut MapData, u32> = aya::maps::Array::try_from(map)?;
+        let mut control: aya::maps::Array<&mut MapData, u32> = aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
         control.set(0, 1, 0).context("failed to end the trace")
     }
 
@@ -471,9 +474,9 @@ impl Tracer {
     /// is lost; the window is a few microseconds per row.
     pub fn drain_and_clear(&mut self) -> Result<Capture> {
         let capture = self.drain()?;
-        let name = if self.waker { names::WAKE_WAITS } else { names::WAITS };
-        let map = self.ebpf.map_mut(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))?;
-        if self.waker {
+        let waker = self.waker;
+        let map = self.map_mut(if waker { names::WAKE_WAITS } else { names::WAITS })?;
+        if waker {
             let mut m: BpfHashMap<&mut MapData, WakeKey, WakeVal> = BpfHashMap::try_from(map)?;
             let keys: Vec<WakeKey> = m.keys().filter_map(Result::ok).collect();
             for k in keys {

@@ -65,6 +65,8 @@ pub fn wait(
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut hup = signal(SignalKind::hangup())?;
+        // Handled from here on: one that came while attaching is delivered now.
+        hold_signals(false);
         let mut events = match events_slot.take() {
             // SAFETY: the ring buffer owns its map fd, which stays open and the same
             // for as long as the AsyncFd holds it.
@@ -152,6 +154,22 @@ impl Status {
     }
 }
 
+/// Holds (blocks) or releases SIGINT, SIGTERM and SIGHUP on this thread. They are
+/// held from before attaching until [`wait`] handles them, so that a Ctrl-C right
+/// after the "Tracing..." line still ends the trace with a report.
+pub fn hold_signals(hold: bool) {
+    // SAFETY: sigset operations on a local set, and a mask change of this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        let how = if hold { libc::SIG_BLOCK } else { libc::SIG_UNBLOCK };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
 /// Lets a second Ctrl-C during the report end the process at once.
 fn second_interrupt_quits() {
     // SAFETY: restoring the default disposition of a signal is always allowed.
@@ -170,6 +188,7 @@ pub fn write_quietly(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result
 
 /// Runs one whole trace, or one report per `--interval`.
 pub fn run(config: &Config) -> Result<()> {
+    hold_signals(true);
     preflight(&config.threads)?;
     let clock = ClockPair::sample();
     let mut tracer = Tracer::start(config)?;
@@ -301,6 +320,7 @@ fn describe(threads: &Threads) -> String {
 
 /// Runs `topwaits threads`: the profile, the dependencies, and the rt-app file.
 pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
+    hold_signals(true);
     preflight(&config.threads)?;
     let mut tracer = Tracer::start_threads(config)?;
     let start_mono = tracer.attached_mono();

@@ -10,6 +10,24 @@ pub const TASK_COMM_LEN: usize = 16;
 /// negated errno that `bpf_get_stackid` returned, and count as lost stacks.
 pub const STACK_NONE: i32 = -1;
 
+/// Most frames of a kernel stack of a wait (the kernel's default
+/// `perf_event_max_stack`).
+pub const KSTACK_DEPTH: usize = 127;
+
+/// One kernel stack in [`names::KSTACKS`]: return addresses from the leaf up,
+/// zero-filled after the last frame.
+pub type KernelStack = [u64; KSTACK_DEPTH];
+
+/// A kernel stack reference of a wait ([`WaitKey::kstack`]) that holds no stack
+/// because none was asked for (`-U`).
+pub const KSTACK_NONE: u64 = 0;
+
+/// Set in every kernel stack reference that names a stored stack; the other bits
+/// are a hash of its frames, and the reference is its key in [`names::KSTACKS`].
+/// A reference without this bit and not [`KSTACK_NONE`] is the errno of a stack
+/// that could not be taken or stored, and counts as a lost stack.
+pub const KSTACK_STORED: u64 = 1 << 63;
+
 /// `task_struct.__state` bit of a task that is exiting for the last time.
 pub const TASK_DEAD: u32 = 0x80;
 
@@ -128,24 +146,85 @@ impl Settings {
 pub struct SwitchOut {
     /// `bpf_ktime_get_ns()` at switch-out; 0 once the wait has been accounted.
     pub ts: u64,
+    /// Kernel stack reference, when the attach path takes it at switch-out.
+    pub kstack: u64,
     pub tgid: u32,
     pub tid: u32,
-    pub kstack: i32,
     pub ustack: i32,
-    pub comm: [u8; TASK_COMM_LEN],
     /// State at switch-out (0 = preempted while runnable).
     pub state: u32,
-    pub _pad: u32,
+    pub comm: [u8; TASK_COMM_LEN],
+}
+
+/// Most stack slots that [`StackCache`] can check in place; stacks of this many
+/// frames or more are never cached.
+pub const CACHE_SLOTS: usize = 48;
+
+/// Where the return addresses of a kernel stack that a task had lay on its kernel
+/// stack; kept per task and call site ([`CacheKey`]) in `KCACHE`, so that the
+/// stack can be reused without another unwind while it is still in place.
+///
+/// Unwinding with ORC is deterministic: frame `i + 1` is found at an offset from
+/// frame `i` that depends only on the return address of frame `i`. So when the
+/// task enters the hook with the same return address in the slot of each frame,
+/// counted from the hook's argument array, the unwind gives the same stack. (The
+/// one exception on x86-64, the random offset that syscall entry puts above the
+/// syscall's frames, is handled by checking the entry frame from the stack's top.)
+///
+/// The true slot of each frame is not known (ORC data is not available to BPF),
+/// but it lies at or above the first copy of its return address found scanning up
+/// from the first copy of the frame below. So every copy at or above that point is
+/// checked, and stale copies in local variables cannot hide a changed slot. When
+/// the task is found with the same stack again, copies that moved are dropped.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackCache {
+    /// The stack's reference in [`names::KSTACKS`].
+    pub kstack: u64,
+    /// Slots to check.
+    pub len: u32,
+    /// Bytes above the anchor that hold every slot.
+    pub span: u32,
+    /// Frames in the stack.
+    pub frames: u32,
+    /// Non-zero: the last frame is the entry frame, checked at its fixed place
+    /// below the user registers at the stack's top.
+    pub last_at_top: u32,
+    /// Byte offset above the anchor of each slot.
+    pub slots: [u16; CACHE_SLOTS],
+    /// The frame whose return address each slot must hold.
+    pub owners: [u8; CACHE_SLOTS],
+}
+
+impl StackCache {
+    pub const EMPTY: StackCache =
+        StackCache { kstack: 0, len: 0, span: 0, frames: 0, last_at_top: 0, slots: [0; CACHE_SLOTS], owners: [0; CACHE_SLOTS] };
+}
+
+/// Key of a [`StackCache`]: the task and where it entered the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheKey {
+    /// `task_struct` address.
+    pub task: u64,
+    /// In a syscall (x86-64): its number with the top bit set. Otherwise the depth
+    /// of the hook's argument array below the top of the kernel stack.
+    pub site: u64,
+    /// In a syscall: the user address it returns to.
+    pub user_ip: u64,
 }
 
 /// Aggregate key: one row per thread and pair of stacks.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WaitKey {
+    /// Kernel stack reference (see [`KSTACK_STORED`]).
+    pub kstack: u64,
     pub tgid: u32,
     pub tid: u32,
-    pub kstack: i32,
+    /// User stack id in [`names::STACKS`], or [`STACK_NONE`] / a negated errno.
     pub ustack: i32,
+    pub _pad: u32,
     pub comm: [u8; TASK_COMM_LEN],
 }
 
@@ -327,14 +406,18 @@ pub mod counter {
     pub const LOST_DEPS_FULL: u32 = 12;
     /// Process events that did not fit into the full ring buffer.
     pub const LOST_EVENTS: u32 = 13;
+    /// Kernel stacks of waits reused in place instead of unwound (see [`StackCache`]).
+    pub const KSTACK_REUSED: u32 = 14;
     /// Number of counters.
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 15;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
 pub mod names {
     pub const SETTINGS: &str = "SETTINGS";
     pub const STACKS: &str = "STACKS";
+    pub const KSTACKS: &str = "KSTACKS";
+    pub const KCACHE: &str = "KCACHE";
     pub const STARTS: &str = "STARTS";
     pub const WAITS: &str = "WAITS";
     pub const PIDS: &str = "PIDS";
@@ -366,6 +449,9 @@ pub mod limits {
     pub const DEFAULT_STACK_STORAGE: u32 = 16384;
     /// Default `--max-entries` of the aggregate map.
     pub const DEFAULT_MAX_ENTRIES: u32 = 32768;
+    /// Capacity of the kernel-stack reuse cache (an LRU map, one entry per task
+    /// and stack depth).
+    pub const KCACHE_ENTRIES: u32 = 16384;
     /// Capacity of the per-task start map.
     pub const START_ENTRIES: u32 = 65536;
     /// Capacity of the pid/tid filter map.
@@ -380,6 +466,8 @@ mod pod {
     // laid out without implicit padding (checked by the size tests below).
     unsafe impl aya::Pod for super::Settings {}
     unsafe impl aya::Pod for super::SwitchOut {}
+    unsafe impl aya::Pod for super::StackCache {}
+    unsafe impl aya::Pod for super::CacheKey {}
     unsafe impl aya::Pod for super::WaitKey {}
     unsafe impl aya::Pod for super::WaitVal {}
     unsafe impl aya::Pod for super::Hop {}
@@ -401,12 +489,14 @@ mod tests {
         assert_eq!(size_of::<ProcEvent>(), 8);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);
-        assert_eq!(size_of::<SwitchOut>(), 8 + 4 * 4 + TASK_COMM_LEN + 8);
+        assert_eq!(size_of::<StackCache>(), 8 * 3 + 3 * CACHE_SLOTS);
+        assert_eq!(size_of::<CacheKey>(), 8 * 3);
+        assert_eq!(size_of::<SwitchOut>(), 8 * 2 + 4 * 4 + TASK_COMM_LEN);
         assert_eq!(size_of::<Hop>(), 16 + TASK_COMM_LEN);
         assert_eq!(size_of::<Chain>(), 16 + MAX_CHAIN * size_of::<Hop>());
         assert_eq!(size_of::<WakeKey>(), size_of::<WaitKey>() + 8 + MAX_CHAIN * size_of::<Hop>());
         assert_eq!(size_of::<WakeVal>(), 8 * 8);
-        assert_eq!(size_of::<WaitKey>(), 4 * 4 + TASK_COMM_LEN);
+        assert_eq!(size_of::<WaitKey>(), 8 + 4 * 4 + TASK_COMM_LEN);
         assert_eq!(size_of::<WaitVal>(), 8 * 4);
     }
 }

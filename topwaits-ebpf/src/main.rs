@@ -5,6 +5,8 @@
 
 mod finish_task_switch;
 mod futex;
+mod kcache;
+mod kstack;
 mod maps;
 mod sched_process_exec;
 mod sched_switch;

@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
     Global,
 };
-use topwaits_common::{counter, limits, Chain, ProcEvent, DepKey, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{counter, limits, Chain, DepKey, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 /// Options from user space; overridden at load time.
 #[unsafe(no_mangle)]
@@ -15,6 +15,13 @@ pub static SETTINGS: Global<Settings> = Global::new(Settings::defaults());
 /// Stack traces, sized by `--stack-storage-size` at load time.
 #[map(name = "STACKS")]
 pub static STACKS: StackTrace = StackTrace::with_max_entries(limits::DEFAULT_STACK_STORAGE, 0);
+
+/// Kernel stacks of waits by reference (see `topwaits_common::KSTACK_STORED`),
+/// sized by `--stack-storage-size` at load time. Not preallocated: an entry is
+/// 1 KiB and only the first sight of a stack inserts one.
+#[map(name = "KSTACKS")]
+pub static KSTACKS: HashMap<u64, KernelStack> =
+    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
 
 /// Per-task switch-out state, keyed by `task_struct` address.
 #[map(name = "STARTS")]
@@ -77,6 +84,8 @@ pub fn proc_event(tgid: u32, kind: u32) {
 /// Per-CPU scratch space for values too large for the 512-byte BPF stack.
 #[map(name = "SCRATCH_CHAIN")]
 pub static SCRATCH_CHAIN: PerCpuArray<Chain> = PerCpuArray::with_max_entries(1, 0);
+#[map(name = "SCRATCH_STACK")]
+pub static SCRATCH_STACK: PerCpuArray<KernelStack> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "SCRATCH_KEY")]
 pub static SCRATCH_KEY: PerCpuArray<WakeKey> = PerCpuArray::with_max_entries(1, 0);
 

@@ -1,5 +1,6 @@
-//! The accounting shared by every attach path: filters and capture at switch-out,
-//! and the delta added to the in-kernel aggregate at switch-in.
+//! The accounting shared by every attach path: filters and the start of a wait at
+//! switch-out, stack capture where each path can afford it, and the delta added
+//! to the in-kernel aggregate at switch-in.
 
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
@@ -7,12 +8,12 @@ use aya_ebpf::{
     programs::tracing::StackIdContext,
 };
 use topwaits_common::{
-    counter, thread_kind, SwitchOut, WaitKey, WaitVal, CAPTURE_KERNEL,
-    CAPTURE_USER, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD,
+    counter, thread_kind, SwitchOut, WaitKey, WaitVal, CAPTURE_KERNEL, CAPTURE_USER,
+    KSTACK_NONE, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD,
 };
 
 use crate::maps::{count, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STACKS, STARTS, WAITS};
-use crate::wake;
+use crate::{kstack, wake};
 
 const EFAULT: i32 = 14;
 const EPERM: i32 = 1;
@@ -57,13 +58,30 @@ fn wanted(out: &Outgoing) -> bool {
     true
 }
 
-/// Takes the current task's stacks as the settings ask, counting failures.
+/// The current task's user stack id, counting failures.
+#[inline(always)]
+fn user_stack<C: StackIdContext>(ctx: &C) -> i32 {
+    if SETTINGS.load().stacks & CAPTURE_USER == 0 {
+        return STACK_NONE;
+    }
+    match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
+        Ok(id) => id as i32,
+        // No user context (a kernel thread, or the idle task under an
+        // interrupt, which gets EPERM): there is no user stack to lose.
+        Err(e) if e == -EFAULT || (e == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) => STACK_NONE,
+        Err(e) => {
+            count(counter::LOST_USER_STACK, 1);
+            e
+        }
+    }
+}
+
+/// Takes the current task's stacks as ids in `STACKS`, as the settings ask,
+/// counting failures. Used for wakers, whose stacks are taken as they run.
 #[inline(always)]
 pub fn capture_stacks<C: StackIdContext>(ctx: &C) -> (i32, i32) {
-    let s = SETTINGS.load();
     let mut kstack = STACK_NONE;
-    let mut ustack = STACK_NONE;
-    if s.stacks & CAPTURE_KERNEL != 0 {
+    if SETTINGS.load().stacks & CAPTURE_KERNEL != 0 {
         kstack = match ctx.get_stackid(&STACKS, 0) {
             Ok(id) => id as i32,
             Err(e) => {
@@ -72,23 +90,25 @@ pub fn capture_stacks<C: StackIdContext>(ctx: &C) -> (i32, i32) {
             }
         };
     }
-    if s.stacks & CAPTURE_USER != 0 {
-        ustack = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
-            Ok(id) => id as i32,
-            // No user context (a kernel thread, or the idle task under an
-            // interrupt, which gets EPERM): there is no user stack to lose.
-            Err(e) if e == -EFAULT || (e == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) => STACK_NONE,
-            Err(e) => {
-                count(counter::LOST_USER_STACK, 1);
-                e
-            }
-        };
-    }
-    (kstack, ustack)
+    (kstack, user_stack(ctx))
 }
 
-/// Records the start of a wait. `stacks` is `Some` when the hook runs in the
-/// outgoing task's own context and has captured its stacks.
+/// Takes the current task's stacks for a wait: the kernel stack as a reference
+/// in `KSTACKS`, the user stack as an id in `STACKS`. `task` (the current task,
+/// when the hook runs at the tracepoint) lets a kernel stack still in place be
+/// reused.
+#[inline(always)]
+fn wait_stacks<C: StackIdContext>(ctx: &C, task: Option<u64>) -> (u64, i32) {
+    let kstack = if SETTINGS.load().stacks & CAPTURE_KERNEL != 0 {
+        kstack::of_current(ctx, task)
+    } else {
+        KSTACK_NONE
+    };
+    (kstack, user_stack(ctx))
+}
+
+/// Records the start of a wait. `in_own_context`: the hook runs as the outgoing
+/// task, so its stacks are taken here.
 #[inline(always)]
 pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_context: bool) {
     if out.tid == 0 {
@@ -105,19 +125,18 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
         return;
     }
     let (kstack, ustack) = if in_own_context {
-        capture_stacks(ctx)
+        wait_stacks(ctx, Some(out.task))
     } else {
-        (STACK_NONE, STACK_NONE)
+        (KSTACK_NONE, STACK_NONE)
     };
     let rec = SwitchOut {
         ts: now,
+        kstack,
         tgid: out.tgid,
         tid: out.tid,
-        kstack,
         ustack,
-        comm: out.comm,
         state: out.state,
-        _pad: 0,
+        comm: out.comm,
     };
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
         // SAFETY: a pointer from a map lookup; only this task's switches touch it.
@@ -157,15 +176,16 @@ pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, now: u64, stacks_now: bo
         return;
     }
     let (kstack, ustack) = if stacks_now {
-        capture_stacks(ctx)
+        wait_stacks(ctx, None)
     } else {
         (start.kstack, start.ustack)
     };
     let key = WaitKey {
+        kstack,
         tgid: start.tgid,
         tid: start.tid,
-        kstack,
         ustack,
+        _pad: 0,
         comm: start.comm,
     };
     if s.waker != 0 {

@@ -10,7 +10,10 @@ use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf, StackTrace
 use aya::programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
-use topwaits_common::{counter, limits, names, DepKey, Hop, ProcEvent, Settings, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{
+    counter, limits, names, DepKey, Hop, KernelStack, ProcEvent, Settings, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal,
+    KSTACK_STORED,
+};
 
 use crate::cli::{AttachMode, Config, ThreadsConfig};
 use crate::error::UserError;
@@ -60,7 +63,7 @@ fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, max_end_ns: u
         tgid: k.tgid,
         tid: k.tid,
         comm: comm_bytes(&k.comm),
-        kstack: StackId::from_raw(k.kstack),
+        kstack: StackId::from_kernel_ref(k.kstack),
         ustack: StackId::from_raw(k.ustack),
         total_ns,
         count,
@@ -122,6 +125,7 @@ fn load(settings: &Settings, sizes: &Sizes, ids: &[u32]) -> Result<Ebpf> {
     let mut ebpf = EbpfLoader::new()
         .override_global(names::SETTINGS, settings, true)
         .map_max_entries(names::STACKS, sizes.stacks)
+        .map_max_entries(names::KSTACKS, sizes.stacks)
         .map_max_entries(names::WAITS, sizes.waits)
         .map_max_entries(names::WAKE_WAITS, sizes.wake_waits)
         .map_max_entries(names::LAST_WAKE, sizes.last_wake)
@@ -524,19 +528,23 @@ impl Tracer {
             }
         }
         let traces: StackTraceMap<&MapData> = StackTraceMap::try_from(self.map(names::STACKS)?)?;
+        let kernel: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(self.map(names::KSTACKS)?)?;
         let mut stacks = HashMap::new();
         for r in &records {
             let hops = r.wake.iter().flat_map(|w| &w.hops);
             for id in [r.kstack, r.ustack].into_iter().chain(hops.flat_map(|h| [h.kstack, h.ustack])) {
-                if let StackId::Id(id) = id {
-                    if stacks.contains_key(&id) {
-                        continue;
+                let StackId::Id(id) = id else { continue };
+                if stacks.contains_key(&id) {
+                    continue;
+                }
+                // A trace can be missing only if its map was reused; the record then
+                // shows a missing-stack frame.
+                if id & KSTACK_STORED != 0 {
+                    if let Ok(frames) = kernel.get(&id, 0) {
+                        stacks.insert(id, frames.iter().copied().take_while(|&ip| ip != 0).collect());
                     }
-                    // A trace can be missing only if the map was reused; the record
-                    // then shows a missing-stack frame.
-                    if let Ok(t) = traces.get(&id, 0) {
-                        stacks.insert(id, t.frames().iter().map(|f| f.ip).collect());
-                    }
+                } else if let Ok(t) = traces.get(&(id as u32), 0) {
+                    stacks.insert(id, t.frames().iter().map(|f| f.ip).collect());
                 }
             }
         }

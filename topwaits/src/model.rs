@@ -9,21 +9,31 @@ use crate::clock::ClockPair;
 /// What a record's stack-id slot held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StackId {
-    /// A stack stored in the stack map.
-    Id(u32),
+    /// A stored stack: an id in the kernel's stack-trace map, or a kernel stack's
+    /// reference (with `KSTACK_STORED` set) in the kernel-stack map.
+    Id(u64),
     /// No stack was asked for, or none exists (a kernel thread's user stack).
     None,
-    /// The kernel could not store the stack; the value is the negated errno.
+    /// The kernel could not take or store the stack; the value is the negated errno.
     Lost(i32),
 }
 
 impl StackId {
-    /// Decodes the `i32` the eBPF side stores.
+    /// Decodes a stack id the eBPF side stores as `i32` (user stacks, wakers).
     pub fn from_raw(raw: i32) -> Self {
         match raw {
-            r if r >= 0 => StackId::Id(r as u32),
+            r if r >= 0 => StackId::Id(r as u64),
             topwaits_common::STACK_NONE => StackId::None,
             r => StackId::Lost(r),
+        }
+    }
+
+    /// Decodes the kernel stack reference of a wait.
+    pub fn from_kernel_ref(raw: u64) -> Self {
+        match raw {
+            topwaits_common::KSTACK_NONE => StackId::None,
+            r if r & topwaits_common::KSTACK_STORED != 0 => StackId::Id(r),
+            r => StackId::Lost(-(r.min(i32::MAX as u64) as i32)),
         }
     }
 }
@@ -121,6 +131,8 @@ pub struct Counters {
     pub negative_deltas: u64,
     pub wakings: u64,
     pub wake_full: u64,
+    /// Kernel stacks of waits reused in place rather than unwound.
+    pub kstacks_reused: u64,
 }
 
 impl Counters {
@@ -140,6 +152,7 @@ impl Counters {
             negative_deltas: at(c::NEGATIVE_DELTA),
             wakings: at(c::WAKINGS),
             wake_full: at(c::LOST_WAKE_FULL),
+            kstacks_reused: at(c::KSTACK_REUSED),
         }
     }
 
@@ -157,6 +170,7 @@ impl Counters {
             negative_deltas: self.negative_deltas.saturating_sub(earlier.negative_deltas),
             wakings: self.wakings.saturating_sub(earlier.wakings),
             wake_full: self.wake_full.saturating_sub(earlier.wake_full),
+            kstacks_reused: self.kstacks_reused.saturating_sub(earlier.kstacks_reused),
         }
     }
 
@@ -231,7 +245,7 @@ impl AttachKind {
 pub struct Capture {
     pub records: Vec<RawRecord>,
     /// Stack id to addresses, leaf first.
-    pub stacks: HashMap<u32, Vec<u64>>,
+    pub stacks: HashMap<u64, Vec<u64>>,
     pub counters: Counters,
 }
 
@@ -373,6 +387,20 @@ mod tests {
     }
 
     #[test]
+    fn kernel_stack_references_decode_to_stored_none_or_lost() {
+        use topwaits_common::{KSTACK_NONE, KSTACK_STORED};
+        let stored = KSTACK_STORED | 0x1234_5678_9abc;
+        assert_eq!(StackId::from_kernel_ref(stored), StackId::Id(stored));
+        assert_eq!(StackId::from_kernel_ref(KSTACK_NONE), StackId::None);
+        // The eBPF side stores a failed capture's errno, positive.
+        assert_eq!(StackId::from_kernel_ref(7), StackId::Lost(-7));
+        assert_eq!(StackId::from_kernel_ref(61), StackId::Lost(-61));
+        // Stored references never collide with stack-map ids, which are below 2^31.
+        assert_ne!(StackId::from_kernel_ref(stored), StackId::from_raw(0x1234_5678));
+        assert_eq!(StackId::from_kernel_ref(1 << 40), StackId::Lost(-i32::MAX), "a nonsense value is a loss, not a panic");
+    }
+
+    #[test]
     fn comm_text_keeps_hostile_names_printable() {
         assert_eq!(comm_text(b""), "[empty]");
         assert_eq!(comm_text(b"a;b c"), "a;b c");
@@ -399,9 +427,9 @@ mod tests {
     #[test]
     fn interval_counters_are_differences() {
         let a = Counters { recorded: 10, lost_user_stacks: 1, ..Default::default() };
-        let b = Counters { recorded: 25, lost_user_stacks: 4, switches: 7, ..Default::default() };
+        let b = Counters { recorded: 25, lost_user_stacks: 4, switches: 7, kstacks_reused: 5, ..Default::default() };
         let d = b.since(&a);
-        assert_eq!((d.recorded, d.lost_user_stacks, d.switches), (15, 3, 7));
+        assert_eq!((d.recorded, d.lost_user_stacks, d.switches, d.kstacks_reused), (15, 3, 7, 5));
         assert_eq!(d.lost_total(), 3);
         assert_eq!(a.since(&b).recorded, 0, "never negative");
     }

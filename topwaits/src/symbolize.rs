@@ -258,7 +258,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
         }
     }
     // Each (space, stack id) is built once and shared by every record using it.
-    let mut built: HashMap<(Option<u32>, u32), Stack> = HashMap::new();
+    let mut built: HashMap<(Option<u32>, u64), Stack> = HashMap::new();
     let mut build = |space: Space, id: &StackId| match id {
         StackId::None => Stack::None,
         StackId::Lost(_) => Stack::Missing,

@@ -355,3 +355,68 @@ fn broken_pipe_ends_quietly() {
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
     assert!(!err.contains("panicked") && !err.contains("error"), "{err}");
 }
+
+/// Reads one byte from `fd`, blocking: one user call site for every read, so that
+/// only the kernel stack tells a pipe wait from a socket wait. (libc's `read` keeps
+/// no frame pointer, so this frame itself is skipped in the user stack.)
+#[inline(never)]
+fn tw_blocking_read(fd: i32) {
+    let mut b = 0u8;
+    // SAFETY: reads one byte into a local.
+    let n = unsafe { libc::read(fd, (&mut b as *mut u8).cast(), 1) };
+    assert_eq!(n, 1, "read from fd {fd}");
+}
+
+#[test]
+fn kernel_stacks_reused_in_place_stay_exact() {
+    require_bpf!();
+    // Reads in pairs, pipe then socket: the second read of a pair can reuse the
+    // first one's kernel stack, and the first of the next pair must not.
+    const PAIRS: usize = 12;
+    let mut pipe = [0i32; 2];
+    let mut sock = [0i32; 2];
+    // SAFETY: plain syscalls filling local arrays.
+    unsafe {
+        assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+        assert_eq!(libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sock.as_mut_ptr()), 0);
+    }
+    let order: Vec<bool> = (0..PAIRS * 2).map(|i| (i / 2) % 2 == 0).collect();
+    let reads = order.clone();
+    let w = Workload::spawn("tw-twosites", move || {
+        for on_pipe in reads {
+            tw_blocking_read(if on_pipe { pipe[0] } else { sock[0] });
+        }
+    });
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "--state", "1", "-t", &tid, "3"]);
+    w.go();
+    for &on_pipe in &order {
+        nanosleep(Duration::from_millis(3));
+        let fd = if on_pipe { pipe[1] } else { sock[1] };
+        // SAFETY: writes one byte from a static.
+        assert_eq!(unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) }, 1);
+    }
+    w.join();
+    let doc = json(&tracer.finish());
+    let (mut on_pipe, mut on_sock) = (0, 0);
+    let tid_num = tid.parse::<u64>().unwrap();
+    for r in doc["records"].as_array().unwrap().iter().filter(|r| r["tid"].as_u64() == Some(tid_num)) {
+        let k = stack_names(&r["kernel_stack"]);
+        if !k.iter().any(|f| f == "ksys_read") {
+            continue;
+        }
+        let pipe_frame = k.iter().any(|f| f.contains("pipe_read"));
+        let sock_frame = k.iter().any(|f| f.contains("unix_stream_read"));
+        assert!(pipe_frame != sock_frame, "one of the two sites: {k:?}");
+        let n = r["count"].as_u64().unwrap();
+        if pipe_frame { on_pipe += n } else { on_sock += n }
+    }
+    assert_eq!((on_pipe, on_sock), (PAIRS as u64, PAIRS as u64), "{doc:#}");
+    assert!(doc["counters"]["kernel_stacks_reused"].as_u64().unwrap() > 0, "{:#}", doc["counters"]);
+    // SAFETY: closing fds this test opened.
+    unsafe {
+        for fd in pipe.into_iter().chain(sock) {
+            libc::close(fd);
+        }
+    }
+}

@@ -198,6 +198,7 @@ fn head(report: &Report) -> Value {
             "switches": report.counters.switches,
             "recorded": report.counters.recorded,
             "outside_block_time": report.counters.outside_block_time,
+            "kernel_stacks_reused": report.counters.kstacks_reused,
         },
         "records_total": report.records.len(),
     })

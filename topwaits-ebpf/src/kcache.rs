@@ -1,0 +1,429 @@
+//! Reuse of a task's kernel stack without another unwind while it is still in
+//! place on the task's kernel stack: where each frame's return address lies is
+//! learned once per task and call site, then checked with one bulk read (see
+//! `topwaits_common::StackCache` for why the check is exact).
+
+use aya_ebpf::{
+    helpers::{bpf_loop, generated::bpf_probe_read_kernel},
+    macros::map,
+    maps::{LruHashMap, PerCpuArray},
+    EbpfContext,
+};
+use topwaits_common::{limits, CacheKey, KernelStack, StackCache, CACHE_SLOTS, KSTACK_STORED};
+
+use crate::maps::{KSTACKS, SCRATCH_STACK};
+
+/// Kernel stacks are this large and aligned to it (x86-64 and arm64 without
+/// KASAN). With larger stacks the top is misplaced, slots are not all found, and
+/// nothing is cached.
+const THREAD_SIZE: u64 = 16 * 1024;
+/// Most of the stack read to learn or check slots.
+const REGION_WORDS: usize = 1024;
+const REGION_BYTES: u64 = (REGION_WORDS * 8) as u64;
+/// The first frame with a slot. Frames 0 and 1 are the program's call to the
+/// helper and the tracepoint's call to the program: fixed code addresses, with
+/// their return addresses below the anchor (the tracepoint's argument array).
+pub const FIRST: usize = 2;
+/// x86-64: `struct pt_regs` at the top of the stack, the entry frame's return
+/// address just below it, and the offsets of `orig_ax` and `ip` from the top.
+const PT_REGS: u64 = 168;
+const ENTRY_SLOT_FROM_TOP: u64 = PT_REGS + 8;
+const ORIG_AX_FROM_TOP: u64 = PT_REGS - 120;
+/// Top bit of [`CacheKey::site`] for a syscall.
+const IN_SYSCALL: u64 = 1 << 63;
+
+/// Per-CPU state of one stack capture, shared with the `bpf_loop` callbacks.
+#[repr(C)]
+pub struct Scan {
+    /// Scratch word that turns the anchor address into a plain number.
+    base: u64,
+    /// The hash being computed.
+    pub hash: u64,
+    /// Lowest and highest return address of the frames with slots.
+    pub lo: u64,
+    pub hi: u64,
+    /// Frames found by the refining pass.
+    kept: u64,
+    /// Next frame to find, and frames in the stack.
+    next: u32,
+    frames: u32,
+    /// Byte offset above the anchor of the entry frame's slot (x86-64).
+    top_off: u32,
+    /// Set when more copies were found than fit.
+    overflow: u32,
+    /// Set when a checked slot no longer holds its return address.
+    changed: u32,
+    /// Numbers each learning scan, so that [`Scan::index`] needs no clearing.
+    generation: u32,
+    /// Found frames by return address (two buckets each): generation << 8 | frame + 1.
+    index: [u16; 256],
+    /// The frames an entry's slots must hold, while it is checked.
+    want: [u64; 64],
+    /// A cache entry being learned or refined.
+    fresh: StackCache,
+    /// A new cache value: the entry learned, and an empty one.
+    pair: [StackCache; 2],
+}
+
+#[map(name = "SCRATCH_SCAN")]
+static SCRATCH_SCAN: PerCpuArray<Scan> = PerCpuArray::with_max_entries(1, 0);
+
+/// A copy of the kernel stack above the anchor, per CPU.
+#[map(name = "SCRATCH_REGION")]
+static SCRATCH_REGION: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Where each task's kernel stacks lay, per call site (see `StackCache`): the two
+/// stacks last learned there, newest first, as one call site often alternates
+/// between two (a read that blocks, and one preempted on its way out).
+#[map(name = "KCACHE")]
+static KCACHE: LruHashMap<CacheKey, [StackCache; 2]> = LruHashMap::with_max_entries(limits::KCACHE_ENTRIES, 0);
+
+/// The per-CPU scratch of the callbacks. `Scan` stays a raw pointer (never `&mut`)
+/// wherever `bpf_loop` runs: the callbacks write it, and a unique reference would
+/// let the compiler assume that nothing does.
+#[inline(always)]
+pub fn scratch() -> Option<(*mut Scan, &'static [u64; REGION_WORDS], &'static KernelStack)> {
+    let st = SCRATCH_SCAN.get_ptr_mut(0)?;
+    let region = SCRATCH_REGION.get_ptr(0)?;
+    let frames = SCRATCH_STACK.get_ptr(0)?;
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    Some((st, unsafe { &*region }, unsafe { &*frames }))
+}
+
+/// Copies `len` bytes of the kernel stack from `addr` into the region scratch.
+#[inline(always)]
+fn read_region(addr: u64, len: u64) -> Option<&'static [u64; REGION_WORDS]> {
+    let region = SCRATCH_REGION.get_ptr_mut(0)?;
+    let len = ((len.max(8) - 1) & (REGION_BYTES - 8)) + 8;
+    // SAFETY: the helper checks the source address and writes at most
+    // REGION_BYTES into the per-CPU buffer of that size.
+    let ret = unsafe { bpf_probe_read_kernel(region.cast(), len as u32, addr as *const _) };
+    // SAFETY: the per-CPU buffer, used by this program run alone.
+    (ret == 0).then(|| unsafe { &*region })
+}
+
+/// One word of the kernel stack.
+#[inline(always)]
+fn read_word(addr: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(addr as *const u64).ok() }
+}
+
+/// Whether the entry frame of `cache` is still in place below the top.
+#[inline(always)]
+fn entry_in_place(top: u64, cache: &StackCache, frames: &KernelStack) -> bool {
+    cache.last_at_top == 0
+        || read_word(top - ENTRY_SLOT_FROM_TOP) == Some(frames[(cache.frames as usize).wrapping_sub(1) & 63])
+}
+
+/// `bpf_loop` body: checks slot `k` of the entry in the scratch against the
+/// region, and notes a changed one.
+unsafe extern "C" fn check_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
+    let Some((st, region, _)) = scratch() else { return 1 };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    let st = unsafe { &mut *st };
+    let k = k as usize;
+    if k >= CACHE_SLOTS {
+        return 1;
+    }
+    let (off, owner) = (st.fresh.slots[k], st.fresh.owners[k] as usize & 63);
+    if region[(off as usize >> 3) & (REGION_WORDS - 1)] != st.want[owner] {
+        st.changed = 1;
+        return 1;
+    }
+    0
+}
+
+/// The stored reference of `cache` if its stack is still in place above `base`.
+/// Leaves the region it read in the scratch.
+#[inline(always)]
+fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> Option<u64> {
+    if cache.len == 0 || cache.len as usize > CACHE_SLOTS {
+        return None;
+    }
+    // SAFETY: a value of a map lookup, only read.
+    let frames = unsafe { &*KSTACKS.get_ptr(&cache.kstack)? };
+    read_region(base, cache.span as u64)?;
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    unsafe {
+        (*st).fresh = *cache;
+        (*st).want.copy_from_slice(&frames[..64]);
+        (*st).changed = 0;
+        bpf_loop(cache.len, check_slot as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
+        ((*st).changed == 0 && entry_in_place(top, cache, frames)).then_some(cache.kstack)
+    }
+}
+
+/// Notes that word `i` of the region holds frame `frame`'s return address.
+/// Returns 1 (stop the loop) when the slots are full.
+#[inline(always)]
+fn keep(st: &mut Scan, i: u64, frame: usize) -> i64 {
+    let off = (i * 8) as u32;
+    if frame + 1 == st.frames as usize && off == st.top_off {
+        // The entry frame, checked from the top instead.
+        st.fresh.last_at_top = 1;
+        return 0;
+    }
+    let k = st.fresh.len as usize;
+    if k >= CACHE_SLOTS {
+        st.overflow = 1;
+        return 1;
+    }
+    st.fresh.slots[k] = off as u16;
+    st.fresh.owners[k] = frame as u8;
+    st.fresh.len += 1;
+    st.fresh.span = st.fresh.span.max(off + 8);
+    0
+}
+
+/// `bpf_loop` body: looks at word `i` of the region for the next frame's return
+/// address, and keeps every copy of the frames already found.
+unsafe extern "C" fn scan_word(i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
+    let Some((st, region, frames)) = scratch() else { return 1 };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    let st = unsafe { &mut *st };
+    let word = region[i as usize & (REGION_WORDS - 1)];
+    if word < st.lo || word > st.hi {
+        return 0;
+    }
+    // `learn` keeps `frames` below CACHE_SLOTS, so `next` is a valid index.
+    let next = st.next as usize & 63;
+    if next < st.frames as usize && word == frames[next] {
+        st.next += 1;
+        if !index_frame(st, frames, next) {
+            st.overflow = 1;
+            return 1;
+        }
+        return keep(st, i, next);
+    }
+    match find_frame(st, frames, word) {
+        Some(j) => keep(st, i, j),
+        None => 0,
+    }
+}
+
+/// The two buckets of a return address in [`Scan::index`].
+#[inline(always)]
+fn buckets(ip: u64) -> (usize, usize) {
+    let h = ip.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((h >> 56) as usize, ((h >> 48) & 0xff) as usize)
+}
+
+/// Whether a bucket holds a frame of this scan (older scans' entries are free).
+#[inline(always)]
+fn current(st: &Scan, entry: u16) -> Option<usize> {
+    (entry >> 8 == st.generation as u16 & 0xff && entry & 0xff != 0).then(|| (entry & 0xff) as usize - 1)
+}
+
+/// Indexes frame `j` by its return address, so that later copies are found
+/// without a loop; false if both buckets hold other frames.
+#[inline(always)]
+fn index_frame(st: &mut Scan, frames: &KernelStack, j: usize) -> bool {
+    let ip = frames[j & 63];
+    let tag = ((st.generation as u16 & 0xff) << 8) | (j as u16 + 1);
+    for b in [buckets(ip).0, buckets(ip).1] {
+        match current(st, st.index[b]) {
+            None => {
+                st.index[b] = tag;
+                return true;
+            }
+            // The same address as an earlier frame (recursion): its copies are
+            // checked against the same value, so one index entry serves both.
+            Some(k) if frames[k & 63] == ip => return true,
+            Some(_) => {}
+        }
+    }
+    false
+}
+
+/// The frame already found whose return address `word` is, if any.
+#[inline(always)]
+fn find_frame(st: &Scan, frames: &KernelStack, word: u64) -> Option<usize> {
+    let (b1, b2) = buckets(word);
+    for b in [b1, b2] {
+        if let Some(k) = current(st, st.index[b]) {
+            if frames[k & 63] == word {
+                return Some(k & 63);
+            }
+        }
+    }
+    None
+}
+
+/// `bpf_loop` body: keeps slot `k` of the entry being refined if it still holds
+/// its frame's return address, and notes the frame as covered.
+unsafe extern "C" fn refine_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
+    let Some((st, region, frames)) = scratch() else { return 1 };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    let st = unsafe { &mut *st };
+    let (k, m) = (k as usize, st.next as usize);
+    if k >= CACHE_SLOTS || m >= CACHE_SLOTS {
+        return 1;
+    }
+    let (off, owner) = (st.fresh.slots[k], st.fresh.owners[k] as usize & 63);
+    if region[(off as usize >> 3) & (REGION_WORDS - 1)] == frames[owner] {
+        st.fresh.slots[m] = off;
+        st.fresh.owners[m] = owner as u8;
+        st.next += 1;
+        st.kept |= 1 << owner;
+    }
+    0
+}
+
+/// Learns the slots of the `n` frames in the stack scratch above `base` (the scan
+/// range was set by `hash`) into the scratch entry; false if a frame was not
+/// found or the copies do not fit.
+#[inline(always)]
+fn learn(st: *mut Scan, base: u64, top: u64, n: usize, kstack: u64) -> bool {
+    if kstack & KSTACK_STORED == 0 || n <= FIRST || n >= CACHE_SLOTS {
+        return false;
+    }
+    let span = (top - base).min(REGION_BYTES);
+    if read_region(base, span).is_none() {
+        return false;
+    }
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    unsafe {
+        (*st).next = FIRST as u32;
+        (*st).frames = n as u32;
+        (*st).top_off = if cfg!(bpf_target_arch = "x86_64") {
+            (top - base).wrapping_sub(ENTRY_SLOT_FROM_TOP) as u32
+        } else {
+            u32::MAX
+        };
+        (*st).overflow = 0;
+        (*st).generation = (*st).generation.wrapping_add(1);
+        (*st).fresh.kstack = kstack;
+        (*st).fresh.frames = n as u32;
+        (*st).fresh.len = 0;
+        (*st).fresh.span = 8;
+        (*st).fresh.last_at_top = 0;
+        bpf_loop((span / 8) as u32, scan_word as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
+        (*st).next as usize == n && (*st).overflow == 0
+    }
+}
+
+/// Drops the slots of `cache` that no longer hold their return address above
+/// `base` (the task was found with the same stack, so those were stale copies);
+/// false, leaving `cache` alone, if a frame was left with no slot.
+#[inline(always)]
+fn refine(st: *mut Scan, base: u64, cache: &mut StackCache) -> bool {
+    if cache.len == 0 || read_region(base, cache.span as u64).is_none() {
+        return false;
+    }
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    unsafe {
+        (*st).fresh = *cache;
+        let n = (*st).fresh.frames as usize;
+        if n <= FIRST || n >= CACHE_SLOTS {
+            return false;
+        }
+        (*st).next = 0;
+        (*st).kept = 0;
+        bpf_loop((*st).fresh.len, refine_slot as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
+        (*st).fresh.len = (*st).next;
+        let mut want = ((1u64 << n) - 1) & !((1u64 << FIRST) - 1);
+        if (*st).fresh.last_at_top != 0 {
+            want &= !(1u64 << (n - 1));
+        }
+        if (*st).kept & want != want {
+            return false;
+        }
+        *cache = (*st).fresh;
+        true
+    }
+}
+
+/// The address of the tracepoint's argument array (the program's context), as a
+/// plain number. The array lies in `bpf_trace_run*`'s frame on the kernel stack,
+/// at a fixed distance below every frame of the call path into the hook. (The
+/// program's own frame may be on a per-CPU private stack instead.)
+#[inline(always)]
+fn anchor<C: EbpfContext>(st: *mut Scan, ctx: &C) -> u64 {
+    // A round trip through map memory makes the verifier see a number, which
+    // may be masked and compared, rather than a context pointer.
+    // SAFETY: a field of the per-CPU scratch; volatile so the round trip is kept.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*st).base, ctx.as_ptr() as u64);
+        core::ptr::read_volatile(&raw const (*st).base)
+    }
+}
+
+/// Where the task entered the kernel: in a syscall (x86-64), its number and user
+/// return address, which do not change with the random offset that syscall entry
+/// applies to the stack; otherwise the depth of the anchor.
+#[inline(always)]
+fn site(task: u64, base: u64, top: u64) -> CacheKey {
+    if cfg!(bpf_target_arch = "x86_64") {
+        if let (Some(nr), Some(ip)) = (read_word(top - ORIG_AX_FROM_TOP), read_word(top - ORIG_AX_FROM_TOP + 8)) {
+            // Kernel threads have zeroed registers; interrupts and exceptions
+            // store -1 as the syscall number.
+            if ip != 0 && nr != u64::MAX {
+                return CacheKey { task, site: nr | IN_SYSCALL, user_ip: ip };
+            }
+        }
+    }
+    CacheKey { task, site: top - base, user_ip: 0 }
+}
+
+/// Where the running task entered the hook, and its cache entry for that site.
+pub struct Site {
+    base: u64,
+    top: u64,
+    key: CacheKey,
+    entry: Option<*mut [StackCache; 2]>,
+}
+
+/// Finds the task's cache entry for where it is now, and the stored stack if one
+/// is still in place. `task: None` (not at the tracepoint) finds nothing.
+#[inline(always)]
+pub fn find<C: EbpfContext>(st: *mut Scan, ctx: &C, task: Option<u64>) -> (Site, Option<u64>) {
+    let base = anchor(st, ctx);
+    let top = (base | (THREAD_SIZE - 1)) + 1;
+    let key = site(task.unwrap_or(0), base, top);
+    let entry = if task.is_some() { KCACHE.get_ptr_mut(&key) } else { None };
+    let mut hit = None;
+    if let Some(e) = entry {
+        // SAFETY: a pointer from a map lookup; only this task's switches use its key.
+        let e = unsafe { &*e };
+        hit = reuse(st, base, top, &e[0]).or_else(|| reuse(st, base, top, &e[1]));
+    }
+    (Site { base, top, key, entry }, hit)
+}
+
+/// Remembers where the `n` frames of the stack just unwound (`frames`, stored as
+/// `kstack`) lie: refines the entry that holds the same stack, or learns it anew
+/// as the newest of the site's two.
+#[inline(always)]
+pub fn remember(st: *mut Scan, at: &Site, frames: &KernelStack, n: usize, kstack: u64) {
+    let (base, top) = (at.base, at.top);
+    // SAFETY: per-CPU scratch and map values, used by this program run alone
+    // (an entry's key names one task, which runs on one CPU at a time).
+    unsafe {
+        if let Some(e) = at.entry {
+            let e = &mut *e;
+            // The same stack, with stale copies changed: keep the slots that held.
+            for w in 0..2 {
+                if e[w].kstack == kstack && entry_in_place(top, &e[w], frames) && refine(st, base, &mut e[w]) {
+                    return;
+                }
+            }
+        }
+        if !learn(st, base, top, n, kstack) {
+            return;
+        }
+        // Copies in place: a 336-byte value would not fit on the BPF stack.
+        use core::ptr::{copy_nonoverlapping, write_bytes};
+        match at.entry {
+            Some(e) => {
+                copy_nonoverlapping(&raw const (*e)[0], &raw mut (*e)[1], 1);
+                copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[0], 1);
+            }
+            None => {
+                copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*st).pair[0], 1);
+                write_bytes(&raw mut (*st).pair[1], 0, 1);
+                let _ = KCACHE.insert(&at.key, &(*st).pair, 0);
+            }
+        }
+    }
+}

@@ -63,6 +63,9 @@ pub struct Scan {
     fresh: StackCache,
     /// A new cache value: the entry learned, and an empty one.
     pair: [StackCache; 2],
+    /// The site [`find`] looked up, and the top of the kernel stack.
+    key: CacheKey,
+    top: u64,
 }
 
 #[map(name = "SCRATCH_SCAN")]
@@ -134,23 +137,32 @@ unsafe extern "C" fn check_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
     0
 }
 
-/// The stored reference of `cache` if its stack is still in place above `base`.
-/// Leaves the region it read in the scratch.
-#[inline(always)]
-fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> Option<u64> {
+/// The stored reference of `cache` if its stack is still in place above `base`,
+/// else 0. Leaves the region it read in the scratch. (A subprogram, like the
+/// other large steps here: that keeps the verifier's work, and start-up, small.)
+#[inline(never)]
+fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> u64 {
     if cache.len == 0 || cache.len as usize > CACHE_SLOTS {
-        return None;
+        return 0;
     }
     // SAFETY: a value of a map lookup, only read.
-    let frames = unsafe { &*KSTACKS.get_ptr(&cache.kstack)? };
-    read_region(base, cache.span as u64)?;
+    let Some(frames) = KSTACKS.get_ptr(&cache.kstack).map(|f| unsafe { &*f }) else {
+        return 0;
+    };
+    if read_region(base, cache.span as u64).is_none() {
+        return 0;
+    }
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         (*st).fresh = *cache;
         (*st).want.copy_from_slice(&frames[..64]);
         (*st).changed = 0;
         bpf_loop(cache.len, check_slot as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
-        ((*st).changed == 0 && entry_in_place(top, cache, frames)).then_some(cache.kstack)
+        if (*st).changed == 0 && entry_in_place(top, cache, frames) {
+            cache.kstack
+        } else {
+            0
+        }
     }
 }
 
@@ -273,7 +285,7 @@ unsafe extern "C" fn refine_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
 /// Learns the slots of the `n` frames in the stack scratch above `base` (the scan
 /// range was set by `hash`) into the scratch entry; false if a frame was not
 /// found or the copies do not fit.
-#[inline(always)]
+#[inline(never)]
 fn learn(st: *mut Scan, base: u64, top: u64, n: usize, kstack: u64) -> bool {
     if kstack & KSTACK_STORED == 0 || n <= FIRST || n >= CACHE_SLOTS {
         return false;
@@ -306,7 +318,7 @@ fn learn(st: *mut Scan, base: u64, top: u64, n: usize, kstack: u64) -> bool {
 /// Drops the slots of `cache` that no longer hold their return address above
 /// `base` (the task was found with the same stack, so those were stale copies);
 /// false, leaving `cache` alone, if a frame was left with no slot.
-#[inline(always)]
+#[inline(never)]
 fn refine(st: *mut Scan, base: u64, cache: &mut StackCache) -> bool {
     if cache.len == 0 || read_region(base, cache.span as u64).is_none() {
         return false;
@@ -339,7 +351,7 @@ fn refine(st: *mut Scan, base: u64, cache: &mut StackCache) -> bool {
 /// at a fixed distance below every frame of the call path into the hook. (The
 /// program's own frame may be on a per-CPU private stack instead.)
 #[inline(always)]
-fn anchor<C: EbpfContext>(st: *mut Scan, ctx: &C) -> u64 {
+pub fn anchor<C: EbpfContext>(st: *mut Scan, ctx: &C) -> u64 {
     // A round trip through map memory makes the verifier see a number, which
     // may be masked and compared, rather than a context pointer.
     // SAFETY: a field of the per-CPU scratch; volatile so the round trip is kept.
@@ -366,47 +378,54 @@ fn site(task: u64, base: u64, top: u64) -> CacheKey {
     CacheKey { task, site: top - base, user_ip: 0 }
 }
 
-/// Where the running task entered the hook, and its cache entry for that site.
-pub struct Site {
-    base: u64,
-    top: u64,
-    key: CacheKey,
-    entry: Option<*mut [StackCache; 2]>,
-}
-
-/// Finds the task's cache entry for where it is now, and the stored stack if one
-/// is still in place. `task: None` (not at the tracepoint) finds nothing.
-#[inline(always)]
-pub fn find<C: EbpfContext>(st: *mut Scan, ctx: &C, task: Option<u64>) -> (Site, Option<u64>) {
-    let base = anchor(st, ctx);
+/// Finds the running task's cache entry for where it entered the hook (`base`,
+/// the anchor), and returns the stored stack if one is still in place, else 0.
+/// Leaves the site in the scratch for [`remember`]. `task` 0 (not at the
+/// tracepoint) finds nothing.
+#[inline(never)]
+pub fn find(st: *mut Scan, base: u64, task: u64) -> u64 {
     let top = (base | (THREAD_SIZE - 1)) + 1;
-    let key = site(task.unwrap_or(0), base, top);
-    let entry = if task.is_some() { KCACHE.get_ptr_mut(&key) } else { None };
-    let mut hit = None;
-    if let Some(e) = entry {
-        // SAFETY: a pointer from a map lookup; only this task's switches use its key.
-        let e = unsafe { &*e };
-        hit = reuse(st, base, top, &e[0]).or_else(|| reuse(st, base, top, &e[1]));
+    let key = site(task, base, top);
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    unsafe {
+        (*st).top = top;
+        (*st).key = key;
     }
-    (Site { base, top, key, entry }, hit)
+    if task == 0 {
+        return 0;
+    }
+    let Some(e) = KCACHE.get_ptr(&key) else { return 0 };
+    // SAFETY: a pointer from a map lookup; only this task's switches use its key.
+    for c in unsafe { &*e } {
+        let k = reuse(st, base, top, c);
+        if k != 0 {
+            return k;
+        }
+    }
+    0
 }
 
 /// Remembers where the `n` frames of the stack just unwound (`frames`, stored as
 /// `kstack`) lie: refines the entry that holds the same stack, or learns it anew
 /// as the newest of the site's two.
-#[inline(always)]
-pub fn remember(st: *mut Scan, at: &Site, frames: &KernelStack, n: usize, kstack: u64) {
-    let (base, top) = (at.base, at.top);
+///
+/// A BPF subprogram, not inlined: its many exits then end in one verifier state
+/// at the return, instead of each multiplying the paths through the caller.
+#[inline(never)]
+pub fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u64) {
     // SAFETY: per-CPU scratch and map values, used by this program run alone
     // (an entry's key names one task, which runs on one CPU at a time).
     unsafe {
-        if let Some(e) = at.entry {
+        let top = (*st).top;
+        let entry = KCACHE.get_ptr_mut(&(*st).key);
+        if let Some(e) = entry {
             let e = &mut *e;
             // The same stack, with stale copies changed: keep the slots that held.
-            for w in 0..2 {
-                if e[w].kstack == kstack && entry_in_place(top, &e[w], frames) && refine(st, base, &mut e[w]) {
-                    return;
-                }
+            // (One call for either way keeps the program, and its verification, small.)
+            let w = usize::from(e[0].kstack != kstack);
+            let c = &mut e[w & 1];
+            if c.kstack == kstack && entry_in_place(top, c, frames) && refine(st, base, c) {
+                return;
             }
         }
         if !learn(st, base, top, n, kstack) {
@@ -414,7 +433,7 @@ pub fn remember(st: *mut Scan, at: &Site, frames: &KernelStack, n: usize, kstack
         }
         // Copies in place: a 336-byte value would not fit on the BPF stack.
         use core::ptr::{copy_nonoverlapping, write_bytes};
-        match at.entry {
+        match entry {
             Some(e) => {
                 copy_nonoverlapping(&raw const (*e)[0], &raw mut (*e)[1], 1);
                 copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[0], 1);
@@ -422,7 +441,7 @@ pub fn remember(st: *mut Scan, at: &Site, frames: &KernelStack, n: usize, kstack
             None => {
                 copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*st).pair[0], 1);
                 write_bytes(&raw mut (*st).pair[1], 0, 1);
-                let _ = KCACHE.insert(&at.key, &(*st).pair, 0);
+                let _ = KCACHE.insert(&(*st).key, &(*st).pair, 0);
             }
         }
     }

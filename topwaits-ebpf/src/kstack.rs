@@ -82,10 +82,11 @@ pub fn of_current<C: EbpfContext>(ctx: &C, task: Option<u64>) -> u64 {
     let (Some((st, _, _)), Some(buf)) = (kcache::scratch(), SCRATCH_STACK.get_ptr_mut(0)) else {
         return ENOMEM;
     };
-    let (site, hit) = kcache::find(st, ctx, task);
-    if let Some(k) = hit {
+    let base = kcache::anchor(st, ctx);
+    let hit = kcache::find(st, base, task.unwrap_or(0));
+    if hit != 0 {
         count(counter::KSTACK_REUSED, 1);
-        return k;
+        return hit;
     }
     // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
     let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), BYTES, 0) };
@@ -93,7 +94,7 @@ pub fn of_current<C: EbpfContext>(ctx: &C, task: Option<u64>) -> u64 {
     let frames = unsafe { &*buf };
     let kstack = store(st, frames, ret);
     if task.is_some() && ret > 0 {
-        kcache::remember(st, &site, frames, ret as usize / 8, kstack);
+        kcache::remember(st, base, frames, ret as usize / 8, kstack);
     }
     kstack
 }

@@ -257,6 +257,16 @@ impl Tracer {
     pub fn start(config: &Config) -> Result<Tracer> {
         let btf_path = Path::new(btf::VMLINUX_BTF);
         let have_btf = btf_path.exists();
+        // aya parses the kernel's BTF once more to attach tp_btf: do that on another
+        // CPU while the offsets are read and the programs load (start-up time).
+        let attach_btf = (have_btf && matches!(config.attach, AttachMode::TpBtf | AttachMode::Auto))
+            .then(|| std::thread::spawn(Btf::from_sys_fs));
+        let kernel_btf = move || -> Result<Btf> {
+            match attach_btf {
+                Some(t) => t.join().map_err(|_| anyhow!("the BTF parser thread panicked"))?.map_err(Into::into),
+                None => Btf::from_sys_fs().map_err(Into::into),
+            }
+        };
         let mut settings = config.settings();
         if have_btf {
             let off = btf::TaskOffsets::from_sys(btf_path)?;
@@ -294,7 +304,7 @@ impl Tracer {
         let attach = match config.attach {
             AttachMode::TpBtf => {
                 need_btf("--attach tp_btf")?;
-                attach_tp_btf(&mut ebpf, &Btf::from_sys_fs()?, hooks)?;
+                attach_tp_btf(&mut ebpf, &kernel_btf()?, hooks)?;
                 AttachKind::TpBtf
             }
             AttachMode::RawTp => {
@@ -308,9 +318,7 @@ impl Tracer {
             }
             AttachMode::Auto => {
                 let tried = if have_btf {
-                    Btf::from_sys_fs()
-                        .map_err(anyhow::Error::from)
-                        .and_then(|btf| attach_tp_btf(&mut ebpf, &btf, hooks))
+                    kernel_btf().and_then(|btf| attach_tp_btf(&mut ebpf, &btf, hooks))
                 } else {
                     Err(anyhow!("no kernel BTF"))
                 };

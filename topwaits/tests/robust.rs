@@ -253,3 +253,26 @@ fn a_closed_stderr_is_no_reason_to_panic() {
     assert!(out.status.success(), "{:?}", out.status);
     assert!(!out.stdout.is_empty());
 }
+
+#[test]
+fn a_signal_while_attaching_still_ends_with_a_report() {
+    require_bpf!();
+    // SIGTERM at several points of start-up, before and around the "Tracing" line:
+    // each run must end normally with a parseable report, never be killed.
+    for delay_ms in [30u64, 80, 200] {
+        let child = std::process::Command::new(BIN)
+            .args(with_attach(&["--json", "-w"]))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("failed to start topwaits");
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "SIGTERM after {delay_ms} ms: {:?} {stderr}", out.status);
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("after {delay_ms} ms: {e}: {stderr}"));
+        assert!(doc["records"].is_array());
+    }
+}

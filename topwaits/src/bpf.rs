@@ -121,8 +121,20 @@ impl Sizes {
     }
 }
 
-fn load(settings: &Settings, sizes: &Sizes, ids: &[u32]) -> Result<Ebpf> {
-    let mut ebpf = EbpfLoader::new()
+/// Starts `EbpfLoader::new()`, which parses the kernel's BTF, on another CPU, so
+/// that it overlaps with topwaits reading its own task_struct offsets.
+fn loader_in_background() -> std::thread::JoinHandle<EbpfLoader<'static>> {
+    std::thread::spawn(EbpfLoader::new)
+}
+
+fn load(
+    loader: std::thread::JoinHandle<EbpfLoader<'static>>,
+    settings: &Settings,
+    sizes: &Sizes,
+    ids: &[u32],
+) -> Result<Ebpf> {
+    let mut loader = loader.join().map_err(|_| anyhow!("the eBPF loader thread panicked"))?;
+    let mut ebpf = loader
         .override_global(names::SETTINGS, settings, true)
         .map_max_entries(names::STACKS, sizes.stacks)
         .map_max_entries(names::KSTACKS, sizes.stacks)
@@ -255,6 +267,7 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::
 impl Tracer {
     /// Loads and attaches according to `config`. Errors name the fix.
     pub fn start(config: &Config) -> Result<Tracer> {
+        let loader = loader_in_background();
         let btf_path = Path::new(btf::VMLINUX_BTF);
         let have_btf = btf_path.exists();
         // aya parses the kernel's BTF once more to attach tp_btf: do that on another
@@ -295,7 +308,7 @@ impl Tracer {
         } else {
             sizes.waits = config.max_entries;
         }
-        let mut ebpf = load(&settings, &sizes, config.filter_ids())?;
+        let mut ebpf = load(loader, &settings, &sizes, config.filter_ids())?;
         let hooks = Hooks {
             waking: config.waker,
             exec: settings.events != 0,
@@ -346,6 +359,7 @@ impl Tracer {
 
     /// Loads and attaches the `topwaits threads` programs.
     pub fn start_threads(config: &ThreadsConfig) -> Result<Tracer> {
+        let loader = loader_in_background();
         let off = task_offsets("topwaits threads (task_struct offsets)")?;
         let mut settings = config.settings();
         offsets_into(&mut settings, &off);
@@ -365,7 +379,7 @@ impl Tracer {
         sizes.threads = limits::START_ENTRIES;
         sizes.deps = limits::DEPS_ENTRIES;
         sizes.futex = limits::START_ENTRIES;
-        let mut ebpf = load(&settings, &sizes, config.threads.ids())?;
+        let mut ebpf = load(loader, &settings, &sizes, config.threads.ids())?;
         let attached_mono = crate::clock::monotonic_now();
         let tried = match config.attach {
             AttachMode::RawTp => None,

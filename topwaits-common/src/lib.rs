@@ -418,6 +418,9 @@ pub mod names {
     pub const STACKS: &str = "STACKS";
     pub const KSTACKS: &str = "KSTACKS";
     pub const KCACHE: &str = "KCACHE";
+    pub const LEARNERS: &str = "LEARNERS";
+    pub const PROG_LEARN_BTF: &str = "learn_stack_btf";
+    pub const PROG_LEARN_RAW: &str = "learn_stack_raw";
     pub const STARTS: &str = "STARTS";
     pub const WAITS: &str = "WAITS";
     pub const PIDS: &str = "PIDS";

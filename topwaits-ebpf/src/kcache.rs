@@ -66,6 +66,58 @@ pub struct Scan {
     /// The site [`find`] looked up, and the top of the kernel stack.
     key: CacheKey,
     top: u64,
+    /// A stack just unwound, for the learner: anchor, frames and reference
+    /// (`pending` non-zero while one waits).
+    pending: u64,
+    pending_base: u64,
+    pending_frames: u64,
+    pending_kstack: u64,
+}
+
+/// Leaves the stack just unwound (in the stack scratch) for the learner, which
+/// the hook tail-calls when it is done (see [`learn_pending`]).
+#[inline(always)]
+pub fn defer(st: *mut Scan, base: u64, n: usize, kstack: u64) {
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    unsafe {
+        (*st).pending = 1;
+        (*st).pending_base = base;
+        (*st).pending_frames = n as u64;
+        (*st).pending_kstack = kstack;
+    }
+}
+
+/// Whether a stack waits for the learner.
+#[inline(always)]
+pub fn pending() -> bool {
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    SCRATCH_SCAN.get_ptr(0).is_some_and(|st| unsafe { (*st).pending != 0 })
+}
+
+/// Drops a waiting stack (the learner is not loaded yet).
+#[inline(always)]
+pub fn forget() {
+    if let Some(st) = SCRATCH_SCAN.get_ptr_mut(0) {
+        // SAFETY: per-CPU scratch, used by this program run alone.
+        unsafe { (*st).pending = 0 };
+    }
+}
+
+/// The learner's work: remembers the stack the hook left. Runs as a separate
+/// program, tail-called at the end of the hook, so that its verification is not
+/// on the start-up path: it is loaded after attaching.
+#[inline(always)]
+pub fn learn_pending() {
+    let Some((st, _, frames)) = scratch() else { return };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    let (base, n, kstack) = unsafe {
+        if (*st).pending == 0 {
+            return;
+        }
+        (*st).pending = 0;
+        ((*st).pending_base, (*st).pending_frames as usize, (*st).pending_kstack)
+    };
+    remember(st, base, frames, n, kstack);
 }
 
 #[map(name = "SCRATCH_SCAN")]
@@ -138,9 +190,9 @@ unsafe extern "C" fn check_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
 }
 
 /// The stored reference of `cache` if its stack is still in place above `base`,
-/// else 0. Leaves the region it read in the scratch. (A subprogram, like the
-/// other large steps here: that keeps the verifier's work, and start-up, small.)
-#[inline(never)]
+/// else 0. Leaves the region it read in the scratch. Inlined: the program that
+/// runs it tail-calls the learner, and BPF does not mix that with subprograms.
+#[inline(always)]
 fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> u64 {
     if cache.len == 0 || cache.len as usize > CACHE_SLOTS {
         return 0;
@@ -382,7 +434,7 @@ fn site(task: u64, base: u64, top: u64) -> CacheKey {
 /// the anchor), and returns the stored stack if one is still in place, else 0.
 /// Leaves the site in the scratch for [`remember`]. `task` 0 (not at the
 /// tracepoint) finds nothing.
-#[inline(never)]
+#[inline(always)]
 pub fn find(st: *mut Scan, base: u64, task: u64) -> u64 {
     let top = (base | (THREAD_SIZE - 1)) + 1;
     let key = site(task, base, top);

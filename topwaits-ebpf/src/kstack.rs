@@ -1,5 +1,6 @@
 //! Kernel stacks of waits: taken with `bpf_get_stack`, kept in `KSTACKS` under
-//! a hash of their frames, and reused through `kcache` while still in place.
+//! a hash of their frames, and reused through `kcache` while still in place (a
+//! new one is left for the learner program).
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
@@ -94,7 +95,7 @@ pub fn of_current<C: EbpfContext>(ctx: &C, task: Option<u64>) -> u64 {
     let frames = unsafe { &*buf };
     let kstack = store(st, frames, ret);
     if task.is_some() && ret > 0 {
-        kcache::remember(st, base, frames, ret as usize / 8, kstack);
+        kcache::defer(st, base, ret as usize / 8, kstack);
     }
     kstack
 }

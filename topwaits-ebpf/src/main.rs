@@ -7,6 +7,7 @@ mod finish_task_switch;
 mod futex;
 mod kcache;
 mod kstack;
+mod learn_stack;
 mod maps;
 mod sched_process_exec;
 mod sched_switch;

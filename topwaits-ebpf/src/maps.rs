@@ -3,7 +3,7 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
     Global,
 };
 use topwaits_common::{counter, limits, Chain, DepKey, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
@@ -31,6 +31,11 @@ pub static STARTS: HashMap<u64, SwitchOut> = HashMap::with_max_entries(limits::S
 #[map(name = "WAITS")]
 pub static WAITS: HashMap<WaitKey, WaitVal> =
     HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, 0);
+
+/// Slot 0: the learner program of the attach path in use (`learn_stack`), set by
+/// user space once it has loaded it, after attaching.
+#[map(name = "LEARNERS")]
+pub static LEARNERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 /// The pids or tids of `-p`/`-t`.
 #[map(name = "PIDS")]

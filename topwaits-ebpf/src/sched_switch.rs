@@ -16,7 +16,7 @@ use topwaits_common::counter;
 /// Both attach kinds pass the tracepoint's arguments
 /// `(bool preempt, task_struct *prev, task_struct *next, unsigned int prev_state)`.
 #[inline(always)]
-fn on_switch<C: StackIdContext>(ctx: &C, preempt: u64, prev: u64, next: u64, prev_state: u64) {
+fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, prev: u64, next: u64, prev_state: u64) {
     count(counter::SWITCHES, 1);
     // SAFETY: a helper call without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -35,6 +35,12 @@ fn on_switch<C: StackIdContext>(ctx: &C, preempt: u64, prev: u64, next: u64, pre
     }
     switch_out(ctx, &out, now, true);
     switch_in(ctx, next, now, false);
+    if crate::kcache::pending() {
+        // SAFETY: the learner programs take the same context as this one. The call
+        // does not return when it succeeds; it fails while no learner is loaded.
+        unsafe { crate::maps::LEARNERS.tail_call(ctx, 0) };
+        crate::kcache::forget();
+    }
 }
 
 #[btf_tracepoint(function = "sched_switch")]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, ProgramArray, RingBuf, StackTraceMap};
 use aya::programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
@@ -37,6 +37,8 @@ pub struct Tracer {
     /// CLOCK_MONOTONIC just before the first program was attached: events may be
     /// recorded from then on.
     attached_mono: u64,
+    /// The kernel's BTF, kept for loading the stack learner after attaching.
+    btf: Option<Btf>,
 }
 
 /// Detaches and unloads every loaded program of an object.
@@ -314,10 +316,13 @@ impl Tracer {
             exec: settings.events != 0,
         };
         let attached_mono = crate::clock::monotonic_now();
+        let mut kept_btf = None;
         let attach = match config.attach {
             AttachMode::TpBtf => {
                 need_btf("--attach tp_btf")?;
-                attach_tp_btf(&mut ebpf, &kernel_btf()?, hooks)?;
+                let btf = kernel_btf()?;
+                attach_tp_btf(&mut ebpf, &btf, hooks)?;
+                kept_btf = Some(btf);
                 AttachKind::TpBtf
             }
             AttachMode::RawTp => {
@@ -331,12 +336,15 @@ impl Tracer {
             }
             AttachMode::Auto => {
                 let tried = if have_btf {
-                    kernel_btf().and_then(|btf| attach_tp_btf(&mut ebpf, &btf, hooks))
+                    kernel_btf().and_then(|btf| attach_tp_btf(&mut ebpf, &btf, hooks).map(|()| btf))
                 } else {
                     Err(anyhow!("no kernel BTF"))
                 };
                 match tried {
-                    Ok(()) => AttachKind::TpBtf,
+                    Ok(btf) => {
+                        kept_btf = Some(btf);
+                        AttachKind::TpBtf
+                    }
                     Err(e) => {
                         warn!("tp_btf unavailable ({e:#}); falling back to raw_tp");
                         // A half-attached tp_btf set must not stay attached.
@@ -354,7 +362,32 @@ impl Tracer {
             waker: config.waker,
             cpu_time: false,
             attached_mono,
+            btf: kept_btf,
         })
+    }
+
+    /// Loads the kernel-stack learner and hands it to the `sched_switch` hook, which
+    /// tail-calls it. Done after attaching, so that its verification (about 15 ms)
+    /// does not delay the start; until then every kernel stack is unwound.
+    pub fn load_learner(&mut self) -> Result<()> {
+        let fd = match self.attach {
+            AttachKind::TpBtf => {
+                let btf = self.btf.take().ok_or_else(|| anyhow!("kernel BTF not kept"))?;
+                let p: &mut BtfTracePoint = program(&mut self.ebpf, names::PROG_LEARN_BTF)?.try_into()?;
+                p.load("sched_switch", &btf).context("failed to load the stack learner")?;
+                p.fd()?.try_clone()?
+            }
+            AttachKind::RawTp => {
+                let p: &mut RawTracePoint = program(&mut self.ebpf, names::PROG_LEARN_RAW)?.try_into()?;
+                p.load().context("failed to load the stack learner")?;
+                p.fd()?.try_clone()?
+            }
+            // The kprobe path takes stacks as the incoming task and learns nothing.
+            AttachKind::Kprobe => return Ok(()),
+        };
+        let mut learners: ProgramArray<&mut MapData> = ProgramArray::try_from(self.map_mut(names::LEARNERS)?)?;
+        learners.set(0, &fd, 0).context("failed to hand the stack learner to the hook")?;
+        Ok(())
     }
 
     /// Loads and attaches the `topwaits threads` programs.
@@ -417,6 +450,7 @@ impl Tracer {
             waker: false,
             cpu_time: off.sum_exec != u32::MAX,
             attached_mono,
+            btf: None,
         })
     }
 

@@ -198,6 +198,10 @@ pub fn run(config: &Config) -> Result<()> {
         Some(d) => crate::say!("Tracing off-CPU waits of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::say!("Tracing off-CPU waits of {target}... Hit Ctrl-C to end."),
     }
+    if let Err(e) = tracer.load_learner() {
+        // Stacks stay exact, only every one is unwound.
+        log::warn!("kernel stacks will not be reused: {e:#}");
+    }
     let mut symbolizer = BlazeSymbolizer::default();
     let mut events = tracer.take_events()?;
     let status = Status::new(config.duration);

@@ -274,7 +274,7 @@ pub fn our_loaded_programs() -> Vec<String> {
         .lines()
         .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "name").nth(1).map(String::from))
         .filter(|n| {
-            ["sched_switch_", "sched_waking_", "sched_wakeup_n", "sched_process_", "finish_task_sw", "sys_enter_fute", "sys_exit_futex"]
+            ["sched_switch_", "sched_waking_", "sched_wakeup_n", "sched_process_", "finish_task_sw", "sys_enter_fute", "sys_exit_futex", "learn_stack_"]
                 .iter()
                 .any(|p| n.starts_with(p))
         })

@@ -219,10 +219,28 @@ fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
 fn stop(mut r: Running) -> Result<(Duration, u64)> {
     let pid = r.child.id() as i32;
     let t0 = Instant::now();
-    unsafe { libc_kill(pid, 2) };
     let mut status = 0i32;
     let mut usage = [0i64; 18];
-    let rc = unsafe { libc_wait4(pid, &mut status, 0, usage.as_mut_ptr()) };
+    // SIGINT, and again every 10 s: a tracer can miss one that lands between
+    // installing its handler and going to sleep (libbpf-tools offcputime then
+    // sleeps forever). 10 s is well past any report, which a second SIGINT would
+    // cut short. After a minute, SIGKILL.
+    let mut rc = 0;
+    for attempt in 0.. {
+        let sig = if attempt < 6 { 2 } else { 9 };
+        unsafe { libc_kill(pid, sig) };
+        let until = Instant::now() + Duration::from_secs(10);
+        // WNOHANG = 1.
+        while rc == 0 && Instant::now() < until {
+            rc = unsafe { libc_wait4(pid, &mut status, 1, usage.as_mut_ptr()) };
+            if rc == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if rc != 0 {
+            break;
+        }
+    }
     if rc != pid {
         let _ = r.child.wait();
     }

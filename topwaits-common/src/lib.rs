@@ -196,11 +196,6 @@ pub struct StackCache {
     pub owners: [u8; CACHE_SLOTS],
 }
 
-impl StackCache {
-    pub const EMPTY: StackCache =
-        StackCache { kstack: 0, len: 0, span: 0, frames: 0, last_at_top: 0, slots: [0; CACHE_SLOTS], owners: [0; CACHE_SLOTS] };
-}
-
 /// Key of a [`StackCache`]: the task and where it entered the kernel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -436,15 +436,15 @@ fn site(task: u64, base: u64, top: u64) -> CacheKey {
 /// tracepoint) finds nothing.
 #[inline(always)]
 pub fn find(st: *mut Scan, base: u64, task: u64) -> u64 {
+    if task == 0 {
+        return 0;
+    }
     let top = (base | (THREAD_SIZE - 1)) + 1;
     let key = site(task, base, top);
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         (*st).top = top;
         (*st).key = key;
-    }
-    if task == 0 {
-        return 0;
     }
     let Some(e) = KCACHE.get_ptr(&key) else { return 0 };
     // SAFETY: a pointer from a map lookup; only this task's switches use its key.

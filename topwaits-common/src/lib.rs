@@ -107,6 +107,9 @@ pub struct Settings {
     /// Byte offset of `task_struct.se.sum_exec_runtime`: the CPU time the scheduler
     /// charged the task, which leaves out time the hypervisor stole from the vCPU.
     pub off_sum_exec: u32,
+    /// topwaits' own process id: its threads are never recorded.
+    pub self_tgid: u32,
+    pub _pad: u32,
 }
 
 impl Settings {
@@ -135,6 +138,8 @@ impl Settings {
             off_futex_op: 24,
             events: 0,
             off_sum_exec: u32::MAX,
+            self_tgid: 0,
+            _pad: 0,
         }
     }
 }
@@ -483,7 +488,7 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 20);
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 22);
         assert_eq!(size_of::<ProcEvent>(), 8);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);

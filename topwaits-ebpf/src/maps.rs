@@ -135,10 +135,15 @@ pub fn upsert<K, V>(map: &HashMap<K, V>, key: &K, fresh: &V, delta_ns: u64, fold
     }
 }
 
-/// Whether `-p`/`-t` (the PIDS map) lets a thread through.
+/// Whether `-p`/`-t` (the PIDS map) lets a thread through. topwaits' own threads
+/// never pass.
 #[inline(always)]
 pub fn thread_wanted(tgid: u32, tid: u32) -> bool {
-    let id = match SETTINGS.load().thread_filter {
+    let s = SETTINGS.load();
+    if tgid == s.self_tgid {
+        return false;
+    }
+    let id = match s.thread_filter {
         topwaits_common::thread_filter::TGID => tgid,
         topwaits_common::thread_filter::TID => tid,
         _ => return true,

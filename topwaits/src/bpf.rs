@@ -11,13 +11,13 @@ use aya::programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
 use topwaits_common::{
-    counter, limits, names, DepKey, Hop, KernelStack, ProcEvent, Settings, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal,
-    KSTACK_STORED,
+    counter, limits, names, Chain, DepKey, Hop, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal,
+    WakeKey, WakeVal, KSTACK_STORED,
 };
 
 use crate::cli::{AttachMode, Config, ThreadsConfig};
 use crate::error::UserError;
-use crate::model::{AttachKind, Capture, Counters, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
+use crate::model::{AttachKind, Capture, Counters, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
 use crate::profile::{Edge, ThreadProfile, ThreadsCapture};
 use crate::sys::{btf, kallsyms, tracefs::Tracefs};
 
@@ -39,6 +39,8 @@ pub struct Tracer {
     attached_mono: u64,
     /// The kernel's BTF, kept for loading the stack learner after attaching.
     btf: Option<Btf>,
+    /// `-m`/`-M` in µs, which waits still in progress must pass too.
+    block_us: (u64, u64),
 }
 
 /// Detaches and unloads every loaded program of an object.
@@ -72,6 +74,7 @@ fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, max_end_ns: u
         max_ns,
         max_end_mono: max_end_ns,
         wake: None,
+        open: None,
     }
 }
 
@@ -363,6 +366,7 @@ impl Tracer {
             cpu_time: false,
             attached_mono,
             btf: kept_btf,
+            block_us: (config.min_us, config.max_us),
         })
     }
 
@@ -451,6 +455,7 @@ impl Tracer {
             cpu_time: off.sum_exec != u32::MAX,
             attached_mono,
             btf: None,
+            block_us: (0, u64::MAX),
         })
     }
 
@@ -532,8 +537,8 @@ impl Tracer {
     /// that the next drain holds only what came after. Stack traces are kept: new
     /// rows may name them. A wait added to a row between its read and its deletion
     /// is lost; the window is a few microseconds per row.
-    pub fn drain_and_clear(&mut self) -> Result<Capture> {
-        let capture = self.drain()?;
+    pub fn drain_and_clear(&mut self, open_at: Option<u64>) -> Result<Capture> {
+        let capture = self.drain(open_at)?;
         let waker = self.waker;
         let map = self.map_mut(if waker { names::WAKE_WAITS } else { names::WAITS })?;
         if waker {
@@ -552,8 +557,45 @@ impl Tracer {
         Ok(capture)
     }
 
-    /// Reads the aggregate, the stacks it names, and the counters.
-    pub fn drain(&self) -> Result<Capture> {
+    /// The waits still in progress at `end_mono` (switched out during the trace and
+    /// not back), as one-wait records; and every thread seen switching out.
+    fn open_waits(&self, end_mono: u64, records: &mut Vec<RawRecord>, switched: &mut std::collections::HashSet<u32>) -> Result<()> {
+        let starts: BpfHashMap<&MapData, u64, SwitchOut> = BpfHashMap::try_from(self.map(names::STARTS)?)?;
+        let wakes: Option<BpfHashMap<&MapData, u64, Chain>> =
+            if self.waker { Some(BpfHashMap::try_from(self.map(names::LAST_WAKE)?)?) } else { None };
+        let (min_us, max_us) = self.block_us;
+        for item in starts.iter() {
+            let (task, st) = item.context("failed to read the per-task start map")?;
+            switched.insert(st.tid);
+            if st.ts == 0 || st.ts > end_mono {
+                continue;
+            }
+            let so_far = end_mono - st.ts;
+            if !(min_us..=max_us).contains(&(so_far / 1000)) {
+                continue;
+            }
+            let key = WaitKey {
+                kstack: st.kstack,
+                tgid: st.tgid,
+                tid: st.tid,
+                ustack: st.ustack,
+                _pad: 0,
+                comm: st.comm,
+            };
+            let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
+            r.open = Some(OpenSince::Exact(st.ts));
+            if let Some(wakes) = &wakes {
+                let chain = wakes.get(&task, 0).ok().filter(|c| c.ts >= st.ts && c.ts <= end_mono);
+                r.wake = Some(open_wake(&st, chain.as_ref(), end_mono));
+            }
+            records.push(r);
+        }
+        Ok(())
+    }
+
+    /// Reads the aggregate, the stacks it names, and the counters; with `open_at`,
+    /// also the waits still in progress at that CLOCK_MONOTONIC time.
+    pub fn drain(&self, open_at: Option<u64>) -> Result<Capture> {
         let mut records = Vec::new();
         if self.waker {
             let waits: BpfHashMap<&MapData, WakeKey, WakeVal> = BpfHashMap::try_from(self.map(names::WAKE_WAITS)?)?;
@@ -583,6 +625,10 @@ impl Tracer {
                 records.push(raw_record(&k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
             }
         }
+        let mut switched = std::collections::HashSet::new();
+        if let Some(end) = open_at {
+            self.open_waits(end, &mut records, &mut switched)?;
+        }
         let traces: StackTraceMap<&MapData> = StackTraceMap::try_from(self.map(names::STACKS)?)?;
         let kernel: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(self.map(names::KSTACKS)?)?;
         let mut stacks = HashMap::new();
@@ -608,7 +654,31 @@ impl Tracer {
             records,
             stacks,
             counters: self.counters()?,
+            switched,
+            ..Default::default()
         })
+    }
+}
+
+/// The waker side of a wait still in progress: preempted (on the run queue all
+/// along), woken and on the run queue since the wakeup, or not woken yet.
+fn open_wake(st: &SwitchOut, chain: Option<&Chain>, end_mono: u64) -> WakeInfo<RawHop> {
+    let so_far = end_mono - st.ts;
+    let (kind, hops, blocked) = match chain {
+        _ if st.state == 0 => (WakeKind::Preempted, Vec::new(), 0),
+        Some(c) => {
+            let len = (c.len as usize).min(c.hops.len());
+            (WakeKind::Woken, c.hops[..len].iter().map(raw_hop).collect(), c.ts - st.ts)
+        }
+        None => (WakeKind::NotYet, Vec::new(), so_far),
+    };
+    WakeInfo {
+        kind,
+        hops,
+        blocked_ns: blocked,
+        runq_ns: so_far - blocked,
+        max_blocked_ns: blocked,
+        max_runq_ns: so_far - blocked,
     }
 }
 

@@ -2,18 +2,23 @@
 //! in these modules, and data flows one way: kernel maps → `bpf` → `model` →
 //! `symbolize` → `report`.
 
+pub mod blocked;
 pub mod bpf;
 pub mod cli;
 pub mod clock;
 pub mod deps;
 pub mod error;
 pub mod model;
+pub mod open;
 pub mod profile;
 pub mod report;
 pub mod rtapp;
+pub mod snapshot;
 pub mod symbolize;
 pub mod sys;
 pub mod trace;
+pub mod unwind;
+pub mod waitfor;
 
 use clap::Parser as _;
 
@@ -47,6 +52,7 @@ pub fn main_entry() -> i32 {
     };
     let result = match args.command.clone() {
         Some(cli::Command::Threads(t)) => cli::ThreadsConfig::from_args(t).map(|c| trace::run_threads(&c)),
+        Some(cli::Command::Blocked(b)) => cli::BlockedConfig::from_args(b).map(|c| blocked::run(&c)),
         None => cli::Config::from_args(args).map(|c| trace::run(&c)),
     };
     let result = match result {

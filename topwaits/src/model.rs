@@ -38,6 +38,11 @@ impl StackId {
     }
 }
 
+/// Set in the stack ids that user space gave stacks it read from `/proc` (waits that
+/// began before the trace); clear in kernel stack-map ids (below 2^31) and in kernel
+/// stack references (bit 63).
+pub const SNAPSHOT_STACK: u64 = 1 << 62;
+
 /// One aggregate row as drained from the kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawRecord {
@@ -54,6 +59,30 @@ pub struct RawRecord {
     pub max_end_mono: u64,
     /// With `--waker`: who woke it, and the blocked/run-queue split.
     pub wake: Option<WakeInfo<RawHop>>,
+    /// A wait still in progress when the trace ended: one wait, whose time so far is
+    /// `max_ns` and whose "end" `max_end_mono` is the end of the trace.
+    pub open: Option<OpenSince>,
+}
+
+/// When a wait still in progress at the end of the trace began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpenSince {
+    /// Seen to begin during the trace, at this CLOCK_MONOTONIC ns.
+    Exact(u64),
+    /// Began before the trace; estimated from the scheduler's clock.
+    Estimated(u64),
+    /// Began before the trace, at an unknown time.
+    BeforeTrace,
+}
+
+impl OpenSince {
+    /// The start as CLOCK_MONOTONIC ns, where known or estimated.
+    pub fn mono(self) -> Option<u64> {
+        match self {
+            OpenSince::Exact(t) | OpenSince::Estimated(t) => Some(t),
+            OpenSince::BeforeTrace => None,
+        }
+    }
 }
 
 /// How a wait ended, with `--waker`.
@@ -65,6 +94,8 @@ pub enum WakeKind {
     NoWaker,
     /// Switched out runnable; nobody had to wake it.
     Preempted,
+    /// Still blocked when the trace ended: not woken yet.
+    NotYet,
 }
 
 /// A waker as drained: ids and stack ids.
@@ -246,7 +277,12 @@ pub struct Capture {
     pub records: Vec<RawRecord>,
     /// Stack id to addresses, leaf first.
     pub stacks: HashMap<u64, Vec<u64>>,
+    /// Stacks that arrive symbolized (a kernel stack from `/proc/TID/stack`), by
+    /// stack id; ids in neither map are missing.
+    pub named: HashMap<u64, Vec<Frame>>,
     pub counters: Counters,
+    /// Threads seen switching out during the trace (with open waits).
+    pub switched: std::collections::HashSet<u32>,
 }
 
 /// One symbolized frame. Names are shared: a report can hold hundreds of
@@ -326,6 +362,8 @@ pub struct Record {
     pub max_ns: u64,
     pub max_end_mono: u64,
     pub wake: Option<WakeInfo<Hop>>,
+    /// Still waiting at the end of the trace (see [`RawRecord::open`]).
+    pub open: Option<OpenSince>,
 }
 
 /// Facts about the trace itself, for headers, titles and JSON.

@@ -267,8 +267,11 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
             built
                 .entry(key)
                 .or_insert_with(|| match stack_of(id) {
-                    // An id whose trace is gone from the map is as good as lost.
-                    None => Stack::Missing,
+                    None => match capture.named.get(n) {
+                        Some(frames) => Stack::of(frames.clone()),
+                        // An id whose trace is gone from the map is as good as lost.
+                        None => Stack::Missing,
+                    },
                     Some(addrs) => {
                         let mut frames: Vec<Frame> = addrs
                             .iter()
@@ -327,6 +330,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
             max_ns: r.max_ns,
             max_end_mono: r.max_end_mono,
             wake,
+            open: r.open,
         });
     }
     out
@@ -474,6 +478,7 @@ pub(crate) mod tests {
                     max_ns: 5,
                     max_end_mono: 9,
                     wake: None,
+                    open: None,
                 },
                 RawRecord {
                     tgid: 10,
@@ -486,10 +491,11 @@ pub(crate) mod tests {
                     max_ns: 4,
                     max_end_mono: 9,
                     wake: None,
+                    open: None,
                 },
             ],
             stacks: [(1, vec![0x100, 0x200, 0x300]), (2, vec![0x10, 0x20])].into_iter().collect(),
-            counters: Default::default(),
+            ..Default::default()
         };
         let mut sym = FakeSymbolizer {
             names: names(&[(0x100, "bpf_trace_run4"), (0x200, "__schedule"), (0x20, "?")]),

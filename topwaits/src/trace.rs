@@ -20,6 +20,11 @@ pub fn preflight(threads: &Threads) -> Result<(), UserError> {
     if !caps::this_process_is_privileged() {
         return Err(UserError::NoPrivilege);
     }
+    check_targets(threads)
+}
+
+/// Checks that every pid of `-p` is a live process and every tid of `-t` a live thread.
+pub fn check_targets(threads: &Threads) -> Result<(), UserError> {
     match threads {
         Threads::Pids(ids) => {
             for &id in ids {
@@ -45,12 +50,45 @@ pub fn preflight(threads: &Threads) -> Result<(), UserError> {
 pub enum End {
     Duration,
     Signal(&'static str),
+    /// Every process of `-p` has exited.
+    TargetsExited,
 }
 
-/// Waits for the duration, or SIGINT, SIGTERM or SIGHUP, handing process events
+/// Process file descriptors of the `-p` processes: each becomes readable when its
+/// process exits. A process already gone gets none.
+pub fn pidfds(threads: &Threads) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    let Threads::Pids(pids) = threads else { return Vec::new() };
+    pids.iter()
+        .filter_map(|&p| {
+            // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p as libc::pid_t, 0) };
+            // SAFETY: a non-negative return is a new fd that nothing else owns.
+            (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+        })
+        .collect()
+}
+
+/// The index of the first pidfd that is readable (its process exited); pending
+/// while none is, or there are none.
+fn first_ready(
+    fds: &[tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>],
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<(std::io::Result<()>, usize)> {
+    for (i, fd) in fds.iter().enumerate() {
+        if let std::task::Poll::Ready(r) = fd.poll_read_ready(cx) {
+            return std::task::Poll::Ready((r.map(drop), i));
+        }
+    }
+    std::task::Poll::Pending
+}
+
+/// Waits for the duration, or SIGINT, SIGTERM or SIGHUP, or (with `targets`, the
+/// pidfds of `-p`) until every target process has exited, handing process events
 /// to `on_event` as they arrive and calling `tick` once a second.
 pub fn wait(
     duration: Option<Duration>,
+    targets: &mut Vec<std::os::fd::OwnedFd>,
     events_slot: &mut Option<ProcEvents>,
     on_event: &mut dyn FnMut(u32, u32),
     tick: &mut dyn FnMut(),
@@ -82,6 +120,13 @@ pub fn wait(
             }
         };
         tokio::pin!(sleep);
+        let watch = !targets.is_empty();
+        let mut alive = Vec::new();
+        for fd in targets.drain(..) {
+            // SAFETY: the AsyncFd owns the pidfd, which stays open and the same for
+            // as long as it is registered.
+            alive.push(unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?);
+        }
         let end = loop {
             let readable = async {
                 match events.as_mut() {
@@ -95,6 +140,13 @@ pub fn wait(
                 _ = term.recv() => break End::Signal("SIGTERM"),
                 _ = hup.recv() => break End::Signal("SIGHUP"),
                 _ = ticker.tick() => tick(),
+                (res, i) = std::future::poll_fn(|cx| first_ready(&alive, cx)) => {
+                    res?;
+                    alive.swap_remove(i);
+                    if watch && alive.is_empty() {
+                        break End::TargetsExited;
+                    }
+                }
                 guard = readable => {
                     if let Some(mut guard) = guard? {
                         guard.get_inner_mut().drain(&mut *on_event);
@@ -103,6 +155,8 @@ pub fn wait(
                 }
             }
         };
+        // Processes still alive are watched again in the next interval.
+        targets.extend(alive.into_iter().map(AsyncFd::into_inner));
         // Hand the event stream back for the next interval, with what is pending.
         if let Some(fd) = events {
             let mut inner = fd.into_inner();
@@ -210,6 +264,8 @@ pub fn run(config: &Config) -> Result<()> {
     let format = report::for_output(config.view, &config.output);
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
     let mut total = crate::model::Counters::default();
+    let mut targets = pidfds(&config.threads);
+    let mut snapshots = crate::snapshot::Snapshotter::default();
     for round in 0usize.. {
         // Interval ends are on a fixed grid from the start, so the time spent
         // reporting one interval does not delay the next.
@@ -222,7 +278,7 @@ pub fn run(config: &Config) -> Result<()> {
         };
         let end = {
             let tracer = &tracer;
-            wait(slice, &mut events, &mut |tgid, _kind| symbolizer.remember(tgid), &mut || {
+            wait(slice, &mut targets, &mut events, &mut |tgid, _kind| symbolizer.remember(tgid), &mut || {
                 if let Ok(c) = tracer.counters() {
                     status.show(&c);
                 }
@@ -230,10 +286,12 @@ pub fn run(config: &Config) -> Result<()> {
         };
         status.clear();
         let finished = config.interval.is_none()
-            || matches!(end, End::Signal(_))
+            || matches!(end, End::Signal(_) | End::TargetsExited)
             || deadline.is_some_and(|d| std::time::Instant::now() >= d);
-        if let End::Signal(s) = end {
-            log::info!("{s}: ending the trace early");
+        match end {
+            End::Signal(s) => log::info!("{s}: ending the trace early"),
+            End::TargetsExited => crate::say!("topwaits: {target}: every traced process has exited; ending the trace"),
+            End::Duration => {}
         }
         if finished {
             second_interrupt_quits();
@@ -241,7 +299,12 @@ pub fn run(config: &Config) -> Result<()> {
             tracer.stop();
         }
         let end_mono = monotonic_now();
-        let capture = if finished { tracer.drain()? } else { tracer.drain_and_clear()? };
+        let open_at = config.open_waits.then_some(end_mono);
+        let mut capture = if finished { tracer.drain(open_at)? } else { tracer.drain_and_clear(open_at)? };
+        if config.open_waits {
+            let span = crate::open::Span { start: start_mono, end: end_mono };
+            crate::open::add_waits_before_trace(config, &mut capture, &mut snapshots, span, std::process::id());
+        }
         total = capture.counters;
         let records = resolve(&capture, &mut symbolizer);
         let report = Report {
@@ -313,7 +376,7 @@ fn write_file(path: &std::path::Path, f: impl FnOnce(&mut dyn Write) -> io::Resu
 }
 
 /// Human description of a thread selection.
-fn describe(threads: &Threads) -> String {
+pub fn describe(threads: &Threads) -> String {
     let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     match threads {
         Threads::Pids(v) => format!("PID {}", list(v)),
@@ -333,7 +396,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         Some(d) => crate::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
-    wait(config.duration, &mut None, &mut |_, _| {}, &mut || {})?;
+    wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut |_, _| {}, &mut || {})?;
     second_interrupt_quits();
     // The window ends when the programs stop recording, not when detaching ends.
     tracer.end_threads()?;

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::{by_longest, no_waker_label, take, Format};
 use crate::clock::rfc3339;
-use crate::model::{comm_text, Counters, Frame, Hop, Record, Report, Stack, WakeKind};
+use crate::model::{comm_text, Counters, Frame, Hop, OpenSince, Record, Report, Stack, WakeKind};
 
 /// Schema version of the document.
 pub const VERSION: u32 = 1;
@@ -74,7 +74,11 @@ fn waker_fields(r: &Record, v: &mut Value) {
         json!({
             "tgid": 0, "tid": 0,
             "comm": no_waker_label(w.kind),
-            "context": if w.kind == WakeKind::Preempted { "preempted" } else { "none" },
+            "context": match w.kind {
+                WakeKind::Preempted => "preempted",
+                WakeKind::NotYet => "not_woken_yet",
+                _ => "none",
+            },
             "kernel_stack": [], "kernel_stack_status": "none",
             "user_stack": [], "user_stack_status": "none",
             "waker": Value::Null,
@@ -147,6 +151,14 @@ struct JRecord<'a> {
     max_ns: u64,
     max_start: String,
     max_end: String,
+    /// Still waiting when the trace ended; `max_end` is then the trace's end.
+    open: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    open_since: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    open_since_estimated: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    began_before_trace: Option<bool>,
     #[serde(flatten)]
     wake: serde_json::Map<String, Value>,
 }
@@ -173,6 +185,10 @@ fn record<'a>(report: &Report, r: &'a Record) -> JRecord<'a> {
         max_ns: r.max_ns,
         max_start: rfc3339(info.clock.wall(r.max_end_mono) - r.max_ns as i128, off),
         max_end: rfc3339(info.clock.wall(r.max_end_mono), off),
+        open: r.open.is_some(),
+        open_since: r.open.map(|o| o.mono().map(|t| rfc3339(info.clock.wall(t), off))),
+        open_since_estimated: r.open.map(|o| !matches!(o, OpenSince::Exact(_))),
+        began_before_trace: r.open.map(|o| !matches!(o, OpenSince::Exact(_))),
         wake: match wake {
             Value::Object(m) => m,
             _ => Default::default(),

@@ -1,6 +1,7 @@
 //! Output formats. Each format is one file implementing [`Format`], writing a
 //! [`Report`] into any `Write`.
 
+pub mod blocked;
 pub mod folded;
 pub mod json;
 pub mod svg;
@@ -51,6 +52,7 @@ pub fn no_waker_label(kind: WakeKind) -> &'static str {
     match kind {
         WakeKind::Preempted => "[preempted]",
         WakeKind::NoWaker | WakeKind::Woken => "[no waker seen]",
+        WakeKind::NotYet => "[not woken yet]",
     }
 }
 
@@ -172,6 +174,7 @@ pub(crate) mod fixtures {
                     max_ns: 250_000_000,
                     max_end_mono: 3_500_000_000,
                     wake: None,
+                    open: None,
                 },
                 Record {
                     tgid: 7,
@@ -184,6 +187,7 @@ pub(crate) mod fixtures {
                     max_ns: 2_000,
                     max_end_mono: 2_000_000_000,
                     wake: None,
+                    open: None,
                 },
             ],
         }

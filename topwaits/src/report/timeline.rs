@@ -84,16 +84,22 @@ pub fn layout(report: &Report, limit: usize) -> (Vec<Bar>, Vec<String>) {
                 row: rows[&(r.comm.clone(), r.tid)],
                 start: *start,
                 end,
-                label: telling_frame(r),
+                label: match r.open {
+                    Some(_) => format!("{} (still waiting)", telling_frame(r)),
+                    None => telling_frame(r),
+                },
                 tooltip: format!(
-                    "{} pid {} tid {}: {:.3} ms, {} -> {} (longest of {} waits)\n{}",
+                    "{} pid {} tid {}: {:.3} ms, {} -> {} ({})\n{}",
                     comm_text(&r.comm),
                     r.tgid,
                     r.tid,
                     r.max_ns as f64 / 1e6,
                     hms_millis(*start, off),
                     hms_millis(end, off),
-                    r.count,
+                    match r.open {
+                        Some(_) => "still waiting at the end of the trace".to_string(),
+                        None => format!("longest of {} waits", r.count),
+                    },
                     stack.join("\n")
                 ),
             }

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use super::{by_longest, hop_name, no_waker_label, take, Format};
 use crate::clock::{date, hms_millis};
-use crate::model::{comm_text, Hop, Record, Report, Stack, WakeInfo};
+use crate::model::{comm_text, Hop, OpenSince, Record, Report, Stack, WakeInfo};
 
 pub struct Top {
     pub limit: usize,
@@ -30,12 +30,34 @@ fn write_stack(out: &mut dyn Write, stack: &Stack, what: &str) -> io::Result<()>
     Ok(())
 }
 
+/// A duration so far: seconds from one second up, else milliseconds.
+fn so_far(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.3} s", ns as f64 / 1e9)
+    } else {
+        ms(ns)
+    }
+}
+
+/// The header of a wait still in progress at the end of the trace.
+fn open_header(r: &Record, since: OpenSince, info: &crate::model::TraceInfo) -> String {
+    let when = |t: u64| hms_millis(info.clock.wall(t), info.utc_offset_s);
+    match since {
+        OpenSince::Exact(t) => format!("still waiting, >= {} since {}", so_far(r.max_ns), when(t)),
+        OpenSince::Estimated(t) => format!("still waiting, >= {} since {} (estimated)", so_far(r.max_ns), when(t)),
+        OpenSince::BeforeTrace => format!("still waiting, >= {}, since before the trace began", so_far(r.max_ns)),
+    }
+}
+
 fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, delimited: bool) -> io::Result<()> {
     let info = &report.info;
     let end = info.clock.wall(r.max_end_mono);
     let start = end - r.max_ns as i128;
     let avg = r.total_ns / r.count.max(1);
-    writeln!(
+    if let Some(since) = r.open {
+        writeln!(out, "#{rank:<3} {}", open_header(r, since, info))?;
+    } else {
+        writeln!(
         out,
         "#{rank:<3} longest {}  {} -> {}   count {}  total {}  avg {}",
         ms(r.max_ns),
@@ -44,7 +66,8 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
         r.count,
         ms(r.total_ns),
         ms(avg)
-    )?;
+        )?;
+    }
     writeln!(out, "    {}  pid {}  tid {}", comm_text(&r.comm), r.tgid, r.tid)?;
     write_stack(out, &r.kernel, "kernel")?;
     if delimited && !matches!(r.kernel, Stack::None) && !matches!(r.user, Stack::None) {
@@ -165,6 +188,26 @@ mod tests {
         assert!(first.contains("      produce\n"), "{first}");
         assert!(first.contains("      which was woken by [interrupt] (on the CPU of swapper/0 tid 0)\n"), "{first}");
         assert!(out.contains("    woken by [preempted]\n"), "{out}");
+    }
+
+    #[test]
+    fn open_waits_say_still_waiting_and_since_when() {
+        let mut rep = report();
+        rep.records[0].open = Some(OpenSince::Exact(2_000_000_000));
+        rep.records[0].max_ns = 4_000_000_000;
+        rep.records[0].max_end_mono = 6_000_000_000;
+        rep.records[1].open = Some(OpenSince::Estimated(5_999_000_000));
+        rep.records[1].max_ns = 1_000_000;
+        let mut out = Vec::new();
+        Top { limit: 0, delimited: false }.write(&rep, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("#1   still waiting, >= 4.000 s since 22:13:21.000\n    sleeper  pid 100  tid 101\n"), "{out}");
+        assert!(out.contains("#2   still waiting, >= 1.000 ms since 22:13:24.999 (estimated)\n"), "{out}");
+        rep.records[0].open = Some(OpenSince::BeforeTrace);
+        let mut out = Vec::new();
+        Top { limit: 1, delimited: false }.write(&rep, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("#1   still waiting, >= 4.000 s, since before the trace began\n"), "{out}");
     }
 
     #[test]

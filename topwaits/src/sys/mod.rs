@@ -4,5 +4,8 @@
 pub mod btf;
 pub mod caps;
 pub mod kallsyms;
+pub mod memory;
 pub mod procfs;
+pub mod schedclock;
+pub mod thread;
 pub mod tracefs;

@@ -62,6 +62,36 @@ pub fn parse_maps<R: BufRead>(reader: R) -> Vec<Mapping> {
     out
 }
 
+/// Every mapping in `/proc/PID/maps` text, file-backed or not, with whether it is
+/// executable, sorted by start; junk lines are skipped.
+pub fn parse_regions<R: BufRead>(reader: R) -> Vec<crate::unwind::Region> {
+    let mut out: Vec<crate::unwind::Region> = reader
+        .split(b'\n')
+        .map_while(Result::ok)
+        .filter_map(|line| {
+            let line = String::from_utf8_lossy(&line).into_owned();
+            let mut cols = line.split_ascii_whitespace();
+            let (s, e) = cols.next()?.split_once('-')?;
+            let perms = cols.next()?;
+            Some(crate::unwind::Region {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                exec: perms.as_bytes().get(2) == Some(&b'x'),
+            })
+        })
+        .collect();
+    out.sort_by_key(|r| r.start);
+    out
+}
+
+/// Reads every mapping of a process; empty when it is gone.
+pub fn regions_of(pid: u32) -> Vec<crate::unwind::Region> {
+    match std::fs::File::open(format!("/proc/{pid}/maps")) {
+        Ok(f) => parse_regions(std::io::BufReader::new(f)),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// Reads `/proc/PID/maps`; empty when the process is gone.
 pub fn maps_of(pid: u32) -> Vec<Mapping> {
     match std::fs::File::open(format!("/proc/{pid}/maps")) {
@@ -104,6 +134,16 @@ garbage line
         assert_eq!(locate(&maps, 0x5581b010), Some(("app".into(), 0x1010)));
         assert_eq!(locate(&maps, 0x7f10004), Some(("libc.so.6".into(), 0x28004)));
         assert_eq!(locate(&maps, 0x7f00010), None);
+    }
+
+    #[test]
+    fn regions_keep_anonymous_mappings_and_the_exec_bit() {
+        let r = parse_regions(MAPS.as_bytes());
+        assert_eq!(r.len(), 6, "{r:?}");
+        assert!(r.windows(2).all(|w| w[0].start <= w[1].start), "sorted");
+        let stack = r.iter().find(|x| x.start == 0x7ffd000).unwrap();
+        assert!(!stack.exec);
+        assert!(r.iter().find(|x| x.start == 0x5581b000).unwrap().exec);
     }
 
     #[test]

@@ -6,6 +6,12 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+mod blocked;
+mod threads;
+
+pub use blocked::{BlockedArgs, BlockedConfig};
+pub use threads::{Calibration, ThreadsArgs, ThreadsConfig};
 use thiserror::Error;
 
 use topwaits_common::limits;
@@ -136,9 +142,22 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
     pub attach: AttachMode,
 
+    /// Include waits still in progress when the trace ends, with their time so far
+    /// (yes, the default), or only waits that ended during the trace, as bcc's
+    /// offcputime reports (no).
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = OpenWaits::Yes)]
+    pub open_waits: OpenWaits,
+
     /// Seconds to trace (decimals allowed). Without it, trace until Ctrl-C.
     #[arg(value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
+}
+
+/// Whether reports include waits still in progress at the end.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OpenWaits {
+    Yes,
+    No,
 }
 
 /// The first line of a clap error (`error: ...`), without the usage block that
@@ -153,110 +172,18 @@ pub fn one_line(rendered: &str) -> String {
 pub enum Command {
     /// Per-thread scheduling profile (run, run-queue, sleep and I/O time) with futex
     /// wake dependencies, optionally written as an rt-app file that reproduces it.
-    #[command(after_help = THREADS_EXAMPLES)]
+    #[command(after_help = threads::THREADS_EXAMPLES)]
     Threads(ThreadsArgs),
+    /// Snapshot of the threads blocked right now: how long, where (kernel and user
+    /// stacks), on what (syscall, futex, pipe), who holds the lock, wait-for chains and
+    /// deadlocks. Read-only and instant: no tracing, no duration, the target never stops.
+    #[command(after_help = blocked::BLOCKED_EXAMPLES)]
+    Blocked(BlockedArgs),
 }
 
-const THREADS_EXAMPLES: &str = "\
-Examples:
-  topwaits threads -p 1234 10                       table of process 1234's threads
-  topwaits threads -p 1234 --json 10                the profile and dependencies as JSON
-  topwaits threads -p 1234 --rt-app app.json 10     also write an rt-app reproducer
-  rt-app app.json                                   replay it without the application";
-
-/// Options of `topwaits threads`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct ThreadsArgs {
-    /// Profile only these processes (comma-separated PIDs).
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',', num_args = 1, conflicts_with = "tid")]
-    pub pid: Vec<u32>,
-
-    /// Profile only these threads (comma-separated TIDs).
-    #[arg(short = 't', long = "tid", value_name = "TID", value_delimiter = ',', num_args = 1)]
-    pub tid: Vec<u32>,
-
-    /// Print JSON: {"threads": [...], "dependencies": [...]}.
-    #[arg(long)]
-    pub json: bool,
-
-    /// Write an rt-app JSON file that reproduces the threads' scheduling behaviour.
-    #[arg(long, value_name = "FILE")]
-    pub rt_app: Option<PathBuf>,
-
-    /// In the rt-app file, count run-queue (preempted) time as time the threads
-    /// wanted to run, as the sched-time seed did. By default only on-CPU time counts.
-    #[arg(long, requires = "rt_app")]
-    pub rt_app_wanted: bool,
-
-    /// The rt-app file's global duration in seconds (default: the traced duration).
-    #[arg(long, value_name = "SECS", requires = "rt_app", value_parser = clap::value_parser!(u32).range(1..))]
-    pub rt_app_duration: Option<u32>,
-
-    /// The rt-app file's calibration: CPUn makes rt-app measure its busy loop on CPU n
-    /// at start-up (the default, CPU0); a number gives the ns per loop and skips that
-    /// measurement, which takes seconds and varies by tens of percent on busy or
-    /// virtual machines. Find the number in rt-app's "pLoad = Nns" line.
-    #[arg(long, value_name = "CPUn|NS", requires = "rt_app", value_parser = parse_calibration)]
-    pub rt_app_calibration: Option<Calibration>,
-
-    /// How to attach: tp_btf, raw_tp, or auto (tp_btf, else raw_tp).
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
-    pub attach: AttachMode,
-
-    /// Seconds to trace (decimals allowed). Without it, trace until Ctrl-C.
-    #[arg(value_name = "DURATION", value_parser = parse_duration)]
-    pub duration: Option<Duration>,
-}
-
-/// Validated options of `topwaits threads`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ThreadsConfig {
-    pub threads: Threads,
-    pub json: bool,
-    pub rt_app: Option<PathBuf>,
-    pub rt_app_duration: Option<u32>,
-    pub rt_app_wanted: bool,
-    pub rt_app_calibration: Calibration,
-    pub attach: AttachMode,
-    pub duration: Option<Duration>,
-}
-
-impl ThreadsConfig {
-    pub fn from_args(a: ThreadsArgs) -> Result<Self, ConfigError> {
-        if a.attach == AttachMode::Kprobe {
-            return Err(ConfigError::ThreadsKprobe);
-        }
-        let threads = if !a.pid.is_empty() {
-            Threads::Pids(ids(a.pid)?)
-        } else if !a.tid.is_empty() {
-            Threads::Tids(ids(a.tid)?)
-        } else {
-            Threads::All
-        };
-        Ok(ThreadsConfig {
-            threads,
-            json: a.json,
-            rt_app: a.rt_app,
-            rt_app_duration: a.rt_app_duration,
-            rt_app_wanted: a.rt_app_wanted,
-            rt_app_calibration: a.rt_app_calibration.unwrap_or(Calibration::Cpu(0)),
-            attach: a.attach,
-            duration: a.duration,
-        })
-    }
-
-    /// The settings global for the programs, without the BTF offsets.
-    pub fn settings(&self) -> topwaits_common::Settings {
-        let mut s = topwaits_common::Settings::defaults();
-        s.thread_filter = filter_kind(&self.threads);
-        s.threads = 1;
-        s.stacks = 0;
-        s
-    }
-}
 
 /// Sorted, deduplicated, checked ids of -p/-t.
-fn ids(mut v: Vec<u32>) -> Result<Vec<u32>, ConfigError> {
+pub(crate) fn ids(mut v: Vec<u32>) -> Result<Vec<u32>, ConfigError> {
     v.sort_unstable();
     v.dedup();
     if v.len() > limits::MAX_FILTER_IDS as usize {
@@ -268,7 +195,7 @@ fn ids(mut v: Vec<u32>) -> Result<Vec<u32>, ConfigError> {
     Ok(v)
 }
 
-fn filter_kind(t: &Threads) -> u32 {
+pub(crate) fn filter_kind(t: &Threads) -> u32 {
     use topwaits_common::thread_filter;
     match t {
         Threads::Pids(_) => thread_filter::TGID,
@@ -304,7 +231,7 @@ fn parse_mask(s: &str) -> Result<u32, String> {
     parsed.map_err(|_| format!("'{s}' is not a state mask (use decimal or 0x hex, e.g. 2 or 0x2)"))
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let secs: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
     if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
         return Err(format!("duration must be a positive number of seconds, got '{s}'"));
@@ -312,31 +239,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// How rt-app turns `run` durations into busy-loop counts (its global `calibration`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Calibration {
-    /// Measure the ns per loop on this CPU when rt-app starts.
-    Cpu(u32),
-    /// Use this many ns per loop.
-    NsPerLoop(u32),
-}
-
-/// Largest ns-per-loop value accepted; rt-app's loop takes tens of ns.
-const MAX_NS_PER_LOOP: u32 = 1_000_000;
-
-fn parse_calibration(s: &str) -> Result<Calibration, String> {
-    let t = s.trim();
-    if let Some(cpu) = t.strip_prefix("CPU").or_else(|| t.strip_prefix("cpu")) {
-        return cpu
-            .parse()
-            .map(Calibration::Cpu)
-            .map_err(|_| format!("'{s}' is not a CPU: write CPU0, CPU1, ..."));
-    }
-    match t.parse::<u32>() {
-        Ok(ns) if (1..=MAX_NS_PER_LOOP).contains(&ns) => Ok(Calibration::NsPerLoop(ns)),
-        _ => Err(format!("'{s}' is neither CPUn nor a number of ns per loop (1 to {MAX_NS_PER_LOOP})")),
-    }
-}
 
 /// Which threads to trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -408,6 +310,8 @@ pub struct Config {
     pub interval: Option<Duration>,
     /// How many waits the timeline shows.
     pub timeline_limit: usize,
+    /// Report waits still in progress at the end.
+    pub open_waits: bool,
 }
 
 /// Option errors that clap cannot see.
@@ -498,6 +402,7 @@ impl Config {
             timeline: a.timeline,
             interval: a.interval,
             timeline_limit: a.top.filter(|&n| n > 0).unwrap_or(DEFAULT_TOP),
+            open_waits: a.open_waits == OpenWaits::Yes,
         })
     }
 
@@ -559,6 +464,7 @@ impl Config {
         s.chain = self.chain;
         // User stacks of processes that exit before the end need their maps kept.
         s.events = u32::from(self.stacks != Stacks::KernelOnly);
+        s.self_tgid = std::process::id();
         s
     }
 
@@ -588,6 +494,10 @@ mod tests {
         assert_eq!(c.output, Output::Top { limit: DEFAULT_TOP, delimited: false });
         assert_eq!(c.duration, None);
         assert_eq!(c.target(), "all threads");
+        assert!(c.open_waits, "waits still in progress are reported by default");
+        assert!(!parse(&["--open-waits", "no"]).unwrap().open_waits);
+        assert!(parse(&["--open-waits", "maybe"]).is_err());
+        assert_eq!(c.settings().self_tgid, std::process::id(), "topwaits never records itself");
     }
 
     #[test]
@@ -671,40 +581,6 @@ mod tests {
         assert!(parse(&["--chain", "5"]).is_err());
         let c = parse(&["--wakeups", "-f"]).unwrap();
         assert!(c.waker && c.view == View::Wakeups);
-    }
-
-    #[test]
-    fn threads_subcommand() {
-        let a = Args::try_parse_from(["topwaits", "threads", "-p", "5,3", "--rt-app", "x.json", "--rt-app-duration", "4", "2"]).unwrap();
-        let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
-        let c = ThreadsConfig::from_args(t).unwrap();
-        assert_eq!(c.threads, Threads::Pids(vec![3, 5]));
-        assert_eq!(c.rt_app_duration, Some(4));
-        assert_eq!(c.rt_app_calibration, Calibration::Cpu(0), "rt-app's own default");
-        assert_eq!(c.duration, Some(Duration::from_secs(2)));
-        assert_eq!(c.settings().threads, 1);
-        assert_eq!(c.settings().stacks, 0);
-        assert!(Args::try_parse_from(["topwaits", "threads", "--rt-app-duration", "4"]).is_err(), "needs --rt-app");
-        assert!(Args::try_parse_from(["topwaits", "threads", "-p", "1", "-t", "2"]).is_err());
-        let calibration = |v: &str| {
-            let a = Args::try_parse_from(["topwaits", "threads", "--rt-app", "x.json", "--rt-app-calibration", v]).map_err(|e| e.to_string())?;
-            let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
-            Ok::<_, String>(ThreadsConfig::from_args(t).unwrap().rt_app_calibration)
-        };
-        assert_eq!(calibration("CPU1"), Ok(Calibration::Cpu(1)));
-        assert_eq!(calibration("cpu0"), Ok(Calibration::Cpu(0)));
-        assert_eq!(calibration("31"), Ok(Calibration::NsPerLoop(31)));
-        for bad in ["0", "CPU", "CPUx", "-3", "2000000", "fast"] {
-            let e = calibration(bad).unwrap_err();
-            assert!(e.contains(bad) && !e.contains("panicked"), "{bad}: {e}");
-        }
-        assert!(Args::try_parse_from(["topwaits", "threads", "--rt-app-calibration", "30"]).is_err(), "needs --rt-app");
-        let a = Args::try_parse_from(["topwaits", "threads", "--attach", "kprobe"]).unwrap();
-        let Some(Command::Threads(t)) = a.command else { panic!() };
-        assert_eq!(ThreadsConfig::from_args(t).unwrap_err(), ConfigError::ThreadsKprobe);
-        // A plain duration is still the main command's.
-        let a = Args::try_parse_from(["topwaits", "3"]).unwrap();
-        assert!(a.command.is_none());
     }
 
     #[test]

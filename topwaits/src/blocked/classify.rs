@@ -1,0 +1,533 @@
+//! What a blocked thread waits on, from its syscall, its user frames and the futex
+//! word: a lock with an owner (a glibc mutex, a PI futex), a futex without one
+//! (condition variable, semaphore, ...), a file descriptor, a sleep, or a child.
+//! Pure: memory comes in as a function.
+
+use crate::sys::thread::Syscall;
+
+/// A syscall's name and which argument, if any, is a file descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyscallInfo {
+    pub name: &'static str,
+    pub fd_arg: Option<usize>,
+}
+
+/// The syscalls that threads block in, by number, for this machine's ABI.
+#[cfg(target_arch = "aarch64")]
+const TABLE: &[(u64, &str, Option<usize>)] = &[
+    (22, "epoll_pwait", Some(0)),
+    (25, "fcntl", Some(0)),
+    (29, "ioctl", Some(0)),
+    (32, "flock", Some(0)),
+    (56, "openat", None),
+    (63, "read", Some(0)),
+    (64, "write", Some(0)),
+    (65, "readv", Some(0)),
+    (66, "writev", Some(0)),
+    (67, "pread64", Some(0)),
+    (68, "pwrite64", Some(0)),
+    (71, "sendfile", Some(0)),
+    (72, "pselect6", None),
+    (73, "ppoll", None),
+    (76, "splice", Some(0)),
+    (82, "fsync", Some(0)),
+    (83, "fdatasync", Some(0)),
+    (95, "waitid", None),
+    (98, "futex", None),
+    (101, "nanosleep", None),
+    (115, "clock_nanosleep", None),
+    (133, "rt_sigsuspend", None),
+    (137, "rt_sigtimedwait", None),
+    (202, "accept", Some(0)),
+    (203, "connect", Some(0)),
+    (206, "sendto", Some(0)),
+    (207, "recvfrom", Some(0)),
+    (211, "sendmsg", Some(0)),
+    (212, "recvmsg", Some(0)),
+    (242, "accept4", Some(0)),
+    (243, "recvmmsg", Some(0)),
+    (260, "wait4", None),
+    (269, "sendmmsg", Some(0)),
+    (426, "io_uring_enter", Some(0)),
+    (441, "epoll_pwait2", Some(0)),
+    (449, "futex_waitv", None),
+];
+
+/// The syscalls that threads block in, by number, for this machine's ABI.
+#[cfg(not(target_arch = "aarch64"))]
+const TABLE: &[(u64, &str, Option<usize>)] = &[
+    (0, "read", Some(0)),
+    (1, "write", Some(0)),
+    (7, "poll", None),
+    (16, "ioctl", Some(0)),
+    (17, "pread64", Some(0)),
+    (18, "pwrite64", Some(0)),
+    (19, "readv", Some(0)),
+    (20, "writev", Some(0)),
+    (23, "select", None),
+    (34, "pause", None),
+    (35, "nanosleep", None),
+    (40, "sendfile", Some(0)),
+    (42, "connect", Some(0)),
+    (43, "accept", Some(0)),
+    (44, "sendto", Some(0)),
+    (45, "recvfrom", Some(0)),
+    (46, "sendmsg", Some(0)),
+    (47, "recvmsg", Some(0)),
+    (61, "wait4", None),
+    (65, "semop", None),
+    (70, "msgrcv", None),
+    (72, "fcntl", Some(0)),
+    (73, "flock", Some(0)),
+    (74, "fsync", Some(0)),
+    (75, "fdatasync", Some(0)),
+    (128, "rt_sigtimedwait", None),
+    (130, "rt_sigsuspend", None),
+    (162, "sync", None),
+    (202, "futex", None),
+    (208, "io_getevents", None),
+    (220, "semtimedop", None),
+    (230, "clock_nanosleep", None),
+    (232, "epoll_wait", Some(0)),
+    (247, "waitid", None),
+    (257, "openat", None),
+    (270, "pselect6", None),
+    (271, "ppoll", None),
+    (275, "splice", Some(0)),
+    (281, "epoll_pwait", Some(0)),
+    (288, "accept4", Some(0)),
+    (299, "recvmmsg", Some(0)),
+    (307, "sendmmsg", Some(0)),
+    (426, "io_uring_enter", Some(0)),
+    (441, "epoll_pwait2", Some(0)),
+    (449, "futex_waitv", None),
+];
+
+/// The name of syscall `nr`, and its fd argument; `None` for one not in the table.
+pub fn syscall_info(nr: u64) -> Option<SyscallInfo> {
+    TABLE
+        .iter()
+        .find(|(n, ..)| *n == nr)
+        .map(|&(_, name, fd_arg)| SyscallInfo { name, fd_arg })
+}
+
+/// `futex` operations (the low bits of `op`).
+const FUTEX_WAIT: u64 = 0;
+const FUTEX_LOCK_PI: u64 = 6;
+const FUTEX_WAIT_BITSET: u64 = 9;
+const FUTEX_WAIT_REQUEUE_PI: u64 = 11;
+const FUTEX_LOCK_PI2: u64 = 13;
+const FUTEX_PRIVATE: u64 = 128;
+/// The owner's tid in a PI futex word.
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+/// Where glibc's `pthread_mutex_t` keeps the owner's tid, after the lock word
+/// (`__lock`, `__count`, `__owner`) on x86-64 and arm64.
+pub const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
+
+/// What a futex wait is, as far as can be told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FutexKind {
+    /// A glibc mutex: the user frames name the mutex lock path.
+    Mutex,
+    /// A glibc mutex by its shape alone: the lock word says "locked with waiters"
+    /// and the owner field names a live thread, but no frame confirms it.
+    LikelyMutex,
+    /// A priority-inheritance futex: its word holds the owner's tid.
+    PiLock,
+    /// A lock-free kind named by the user frames.
+    Named(&'static str),
+    /// Nothing tells.
+    Unknown,
+}
+
+/// Another process that holds a pipe or socket open: pid, comm, access (`r`, `w`, `rw`).
+pub type Holder = (u32, Vec<u8>, &'static str);
+
+/// What a blocked thread waits on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitOn {
+    /// A futex at `addr`; `owner` where the lock records one.
+    Futex {
+        addr: u64,
+        kind: FutexKind,
+        owner: Option<u32>,
+        private: bool,
+    },
+    /// A file descriptor: what it is, and for a pipe or socket, the other processes
+    /// that hold it (pid, comm, access `r`/`w`/`rw`).
+    Fd {
+        fd: u64,
+        target: String,
+        holders: Vec<(u32, Vec<u8>, &'static str)>,
+    },
+    /// A sleep for a set time.
+    Sleep,
+    /// A child process to change state.
+    Child,
+    /// Something else: the syscall's name, or the kernel function it waits in.
+    Other(String),
+    /// Not in a syscall (running, or blocked in a page fault).
+    NoSyscall(String),
+}
+
+impl WaitOn {
+    /// How reports name it.
+    pub fn describe(&self) -> String {
+        match self {
+            WaitOn::Futex {
+                addr, kind, owner, ..
+            } => {
+                let what = match kind {
+                    FutexKind::Mutex => "mutex".to_string(),
+                    FutexKind::LikelyMutex => "mutex (by its layout)".to_string(),
+                    FutexKind::PiLock => "PI lock".to_string(),
+                    FutexKind::Named(n) => n.to_string(),
+                    FutexKind::Unknown => "futex".to_string(),
+                };
+                match (kind, owner) {
+                    (_, Some(o)) => format!("{what} {addr:#x} held by tid {o}"),
+                    (FutexKind::Mutex | FutexKind::PiLock, None) => {
+                        format!("{what} {addr:#x}, owner not recorded")
+                    }
+                    _ => format!("{what} {addr:#x} (no owner: anyone may wake it)"),
+                }
+            }
+            WaitOn::Fd { fd, target, .. } => format!("fd {fd} ({target})"),
+            WaitOn::Sleep => "a timed sleep".to_string(),
+            WaitOn::Child => "a child process".to_string(),
+            WaitOn::Other(s) | WaitOn::NoSyscall(s) => s.clone(),
+        }
+    }
+
+    /// The lock's name in the wait-for graph.
+    pub fn lock_name(&self) -> String {
+        match self {
+            WaitOn::Futex {
+                addr,
+                kind: FutexKind::PiLock,
+                ..
+            } => format!("PI lock {addr:#x}"),
+            WaitOn::Futex { addr, .. } => format!("mutex {addr:#x}"),
+            other => other.describe(),
+        }
+    }
+}
+
+/// Names of lock-free waits that user frames can show, by a part of the function.
+const NAMED: &[(&str, &str)] = &[
+    ("cond_wait", "condition variable"),
+    ("cond_timedwait", "condition variable"),
+    ("cond_clockwait", "condition variable"),
+    ("sem_wait", "semaphore"),
+    ("sem_timedwait", "semaphore"),
+    ("sem_clockwait", "semaphore"),
+    ("rwlock", "rwlock"),
+    ("barrier_wait", "barrier"),
+    ("pthread_join", "thread join"),
+    ("clockjoin", "thread join"),
+];
+
+/// Parts of the function names of glibc's mutex lock path.
+const MUTEX_FRAMES: &[&str] = &[
+    "mutex_lock",
+    "mutex_timedlock",
+    "mutex_clocklock",
+    "lll_lock_wait",
+];
+
+/// Classifies a futex wait. `frames` are the user function names, leaf first;
+/// `read_u32` reads the process's memory; `live` says whether a tid exists.
+pub fn futex(
+    s: &Syscall,
+    tid: u32,
+    frames: &[&str],
+    read_u32: &dyn Fn(u64) -> Option<u32>,
+    live: &dyn Fn(u32) -> bool,
+) -> WaitOn {
+    let (addr, op, val) = (s.args[0], s.args[1], s.args[2]);
+    let private = op & FUTEX_PRIVATE != 0;
+    let cmd = op & 127;
+    if matches!(cmd, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
+        let owner = read_u32(addr)
+            .map(|w| w & FUTEX_TID_MASK)
+            .filter(|&o| o != 0);
+        return WaitOn::Futex {
+            addr,
+            kind: FutexKind::PiLock,
+            owner,
+            private,
+        };
+    }
+    if !matches!(cmd, FUTEX_WAIT | FUTEX_WAIT_BITSET | FUTEX_WAIT_REQUEUE_PI) {
+        return WaitOn::Other(format!("futex op {cmd}"));
+    }
+    // The frames nearest the leaf decide: a condvar wait takes a mutex too, higher up.
+    for name in frames.iter().take(4) {
+        if MUTEX_FRAMES.iter().any(|m| name.contains(m)) {
+            let owner = read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid);
+            return WaitOn::Futex {
+                addr,
+                kind: FutexKind::Mutex,
+                owner,
+                private,
+            };
+        }
+        if let Some((_, what)) = NAMED.iter().find(|(part, _)| name.contains(part)) {
+            return WaitOn::Futex {
+                addr,
+                kind: FutexKind::Named(what),
+                owner: None,
+                private,
+            };
+        }
+    }
+    // No telling frame: glibc's lock path waits for the value 2 ("locked, with
+    // waiters"); take the owner field only if it names a live thread.
+    if val == 2 && read_u32(addr).is_some_and(|w| w != 0) {
+        if let Some(owner) =
+            read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid && live(o))
+        {
+            return WaitOn::Futex {
+                addr,
+                kind: FutexKind::LikelyMutex,
+                owner: Some(owner),
+                private,
+            };
+        }
+    }
+    WaitOn::Futex {
+        addr,
+        kind: FutexKind::Unknown,
+        owner: None,
+        private,
+    }
+}
+
+/// Classifies a wait that is not on a futex, from the syscall alone.
+pub fn by_syscall(info: Option<SyscallInfo>, nr: u64) -> WaitOn {
+    match info.map(|i| i.name) {
+        Some("nanosleep" | "clock_nanosleep") => WaitOn::Sleep,
+        Some("wait4" | "waitid") => WaitOn::Child,
+        Some(name) => WaitOn::Other(format!("in {name}")),
+        None => WaitOn::Other(format!("in syscall {nr}")),
+    }
+}
+
+/// The access mode of an fd from the `flags:` line of `/proc/PID/fdinfo/FD`.
+pub fn fd_access(fdinfo: &str) -> &'static str {
+    let flags = fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok());
+    match flags.map(|f| f & 3) {
+        Some(0) => "r",
+        Some(1) => "w",
+        Some(2) => "rw",
+        _ => "?",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(op: u64, val: u64) -> Syscall {
+        Syscall {
+            nr: 202,
+            args: [0x1000, op, val, 0, 0, 0],
+            sp: 0,
+            pc: 0,
+        }
+    }
+
+    /// Memory with a lock word at 0x1000 and an owner field at 0x1008.
+    fn mem(word: u32, owner: u32) -> impl Fn(u64) -> Option<u32> {
+        move |a| match a {
+            0x1000 => Some(word),
+            0x1008 => Some(owner),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn glibc_mutex_names_its_owner() {
+        let w = futex(
+            &call(128, 2),
+            7,
+            &["__lll_lock_wait", "pthread_mutex_lock", "worker"],
+            &mem(2, 42),
+            &|_| true,
+        );
+        assert_eq!(
+            w,
+            WaitOn::Futex {
+                addr: 0x1000,
+                kind: FutexKind::Mutex,
+                owner: Some(42),
+                private: true
+            }
+        );
+        assert_eq!(w.describe(), "mutex 0x1000 held by tid 42");
+        assert_eq!(w.lock_name(), "mutex 0x1000");
+    }
+
+    #[test]
+    fn a_mutex_without_owner_says_so() {
+        let w = futex(
+            &call(128, 2),
+            7,
+            &["___pthread_mutex_lock"],
+            &mem(2, 0),
+            &|_| true,
+        );
+        assert_eq!(w.describe(), "mutex 0x1000, owner not recorded");
+        let own = futex(
+            &call(128, 2),
+            7,
+            &["pthread_mutex_lock"],
+            &mem(2, 7),
+            &|_| true,
+        );
+        assert!(
+            matches!(own, WaitOn::Futex { owner: None, .. }),
+            "a thread never waits on itself: {own:?}"
+        );
+    }
+
+    #[test]
+    fn condvars_and_semaphores_have_no_owner() {
+        let w = futex(
+            &call(137, 0),
+            7,
+            &[
+                "__futex_abstimed_wait_common",
+                "__pthread_cond_wait",
+                "consumer",
+            ],
+            &mem(2, 42),
+            &|_| true,
+        );
+        assert_eq!(
+            w,
+            WaitOn::Futex {
+                addr: 0x1000,
+                kind: FutexKind::Named("condition variable"),
+                owner: None,
+                private: true
+            }
+        );
+        assert!(w.describe().contains("no owner"), "{}", w.describe());
+        let s = futex(
+            &call(128, 0),
+            7,
+            &["do_futex_wait", "__new_sem_wait_slow64", "sem_wait"],
+            &mem(0, 0),
+            &|_| true,
+        );
+        assert!(
+            matches!(
+                s,
+                WaitOn::Futex {
+                    kind: FutexKind::Named("semaphore"),
+                    ..
+                }
+            ),
+            "{s:?}"
+        );
+    }
+
+    #[test]
+    fn layout_alone_needs_a_live_owner() {
+        let w = futex(&call(128, 2), 7, &[], &mem(2, 42), &|t| t == 42);
+        assert!(
+            matches!(
+                w,
+                WaitOn::Futex {
+                    kind: FutexKind::LikelyMutex,
+                    owner: Some(42),
+                    ..
+                }
+            ),
+            "{w:?}"
+        );
+        let dead = futex(&call(128, 2), 7, &[], &mem(2, 42), &|_| false);
+        assert!(
+            matches!(
+                dead,
+                WaitOn::Futex {
+                    kind: FutexKind::Unknown,
+                    owner: None,
+                    ..
+                }
+            ),
+            "{dead:?}"
+        );
+        let other_value = futex(&call(128, 0), 7, &[], &mem(2, 42), &|_| true);
+        assert!(matches!(
+            other_value,
+            WaitOn::Futex {
+                kind: FutexKind::Unknown,
+                ..
+            }
+        ));
+        let unreadable = futex(&call(128, 2), 7, &[], &|_| None, &|_| true);
+        assert!(matches!(
+            unreadable,
+            WaitOn::Futex {
+                kind: FutexKind::Unknown,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn pi_futex_word_holds_the_owner() {
+        let w = futex(
+            &call(6 | 128, 0),
+            7,
+            &[],
+            &mem(0x8000_0000 | 99, 0),
+            &|_| true,
+        );
+        assert_eq!(
+            w,
+            WaitOn::Futex {
+                addr: 0x1000,
+                kind: FutexKind::PiLock,
+                owner: Some(99),
+                private: true
+            }
+        );
+        assert_eq!(w.lock_name(), "PI lock 0x1000");
+    }
+
+    #[test]
+    fn other_waits_by_syscall() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(
+                syscall_info(0),
+                Some(SyscallInfo {
+                    name: "read",
+                    fd_arg: Some(0)
+                })
+            );
+            assert_eq!(by_syscall(syscall_info(230), 230), WaitOn::Sleep);
+            assert_eq!(by_syscall(syscall_info(61), 61), WaitOn::Child);
+            assert_eq!(by_syscall(syscall_info(7), 7).describe(), "in poll");
+        }
+        assert_eq!(by_syscall(None, 9999).describe(), "in syscall 9999");
+        assert_eq!(
+            futex(&call(3, 0), 1, &[], &|_| None, &|_| true),
+            WaitOn::Other("futex op 3".into())
+        );
+    }
+
+    #[test]
+    fn fd_access_modes() {
+        assert_eq!(fd_access("pos:\t0\nflags:\t0100001\nmnt_id:\t15\n"), "w");
+        assert_eq!(fd_access("flags:\t02000000\n"), "r");
+        assert_eq!(fd_access("flags:\t02\n"), "rw");
+        assert_eq!(fd_access(""), "?");
+    }
+}

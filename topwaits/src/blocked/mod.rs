@@ -1,0 +1,391 @@
+//! `topwaits blocked`: the threads blocked right now, read from `/proc` without
+//! stopping or tracing anything: for each, how long it has waited (estimated),
+//! where (kernel and user stacks), in what syscall, and on what (see
+//! [`classify`]); then the wait-for graph of lock owners with its chains and
+//! deadlocks (see [`crate::waitfor`]).
+
+pub mod classify;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use anyhow::Result;
+
+use crate::cli::{BlockedConfig, Threads};
+use crate::clock::{monotonic_now, ClockPair};
+use crate::model::{Frame, Stack};
+use crate::snapshot::{Snapshot, Snapshotter};
+use crate::symbolize::{BlazeSymbolizer, Symbolizer};
+use crate::sys::memory::ProcessMemory;
+use crate::sys::procfs;
+use crate::sys::thread::{self, Syscall, SyscallState};
+use crate::unwind::Memory as _;
+use crate::waitfor::{self, Edge, Graph};
+use classify::{SyscallInfo, WaitOn};
+
+/// One blocked thread, symbolized and classified.
+#[derive(Clone, Debug)]
+pub struct Blocked {
+    pub snap: Snapshot,
+    pub kernel: Stack,
+    pub user: Stack,
+    /// The syscall, with its name where known.
+    pub syscall: Option<(Option<SyscallInfo>, Syscall)>,
+    pub wait: WaitOn,
+}
+
+impl Blocked {
+    /// How long it has been blocked at `now`, where the start could be estimated.
+    pub fn blocked_ns(&self, now: u64) -> Option<u64> {
+        self.snap.since.map(|s| now.saturating_sub(s))
+    }
+}
+
+/// A thread named in the graph that is not listed as blocked: an owner that runs,
+/// or lives outside the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Other {
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: Vec<u8>,
+    pub state: char,
+}
+
+/// Everything `topwaits blocked` reports.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub clock: ClockPair,
+    pub taken_mono: u64,
+    pub utc_offset_s: i32,
+    pub target: String,
+    pub threads: Vec<Blocked>,
+    /// Owners that are not in `threads`, by tid.
+    pub others: BTreeMap<u32, Other>,
+    pub edges: Vec<Edge>,
+    pub graph: Graph,
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    /// A listed thread by tid.
+    pub fn thread(&self, tid: u32) -> Option<&Blocked> {
+        self.threads.iter().find(|t| t.snap.tid == tid)
+    }
+
+    /// What a thread is doing, for the root of a chain.
+    pub fn doing(&self, tid: u32) -> String {
+        if let Some(t) = self.thread(tid) {
+            return format!("blocked ({}) on {}", t.snap.state, t.wait.describe());
+        }
+        match self.others.get(&tid) {
+            Some(o) if o.state == 'R' => "running".to_string(),
+            Some(o) => format!("in state {}", o.state),
+            None => "gone".to_string(),
+        }
+    }
+
+    /// `comm` of any thread the report knows.
+    pub fn comm(&self, tid: u32) -> Vec<u8> {
+        self.thread(tid)
+            .map(|t| t.snap.comm.clone())
+            .or_else(|| self.others.get(&tid).map(|o| o.comm.clone()))
+            .unwrap_or_default()
+    }
+}
+
+/// The threads the options select: (tgid, tid).
+fn candidates(threads: &Threads) -> Vec<(u32, u32)> {
+    let of = |p: u32| thread::tids_of(p).into_iter().map(move |t| (p, t));
+    match threads {
+        Threads::Pids(pids) => pids.iter().flat_map(|&p| of(p)).collect(),
+        Threads::Tids(tids) => tids
+            .iter()
+            .filter_map(|&t| Some((procfs::tgid_of(t)?, t)))
+            .collect(),
+        _ => thread::all_pids().into_iter().flat_map(of).collect(),
+    }
+}
+
+/// Who holds pipes and sockets open: inode -> every holder.
+fn holders_of(inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<classify::Holder>> {
+    let mut out: HashMap<u64, Vec<classify::Holder>> = HashMap::new();
+    if inodes.is_empty() {
+        return out;
+    }
+    for pid in thread::all_pids() {
+        for fd in thread::numeric_entries(&format!("/proc/{pid}/fd")) {
+            let Some(target) = thread::fd_target(pid, fd as u64) else {
+                continue;
+            };
+            let Some((_, inode)) = thread::special_inode(&target) else {
+                continue;
+            };
+            if !inodes.contains(&inode) {
+                continue;
+            }
+            let access = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))
+                .map(|t| classify::fd_access(&t))
+                .unwrap_or("?");
+            let comm = thread::stat(pid, pid).map(|s| s.comm).unwrap_or_default();
+            let list = out.entry(inode).or_default();
+            if !list.iter().any(|(p, _, a)| *p == pid && *a == access) {
+                list.push((pid, comm, access));
+            }
+        }
+    }
+    out
+}
+
+/// Symbolizes the user stacks of the snapshots, one batch per process.
+fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
+    let mut per_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for s in snaps {
+        per_proc
+            .entry(s.tgid)
+            .or_default()
+            .extend_from_slice(&s.user);
+    }
+    let mut frames: HashMap<(u32, u64), Frame> = HashMap::new();
+    for (tgid, mut addrs) in per_proc {
+        addrs.sort_unstable();
+        addrs.dedup();
+        if addrs.is_empty() {
+            continue;
+        }
+        for f in sym.user(tgid, &addrs) {
+            frames.insert((tgid, f.addr), f);
+        }
+    }
+    snaps
+        .iter()
+        .map(|s| {
+            if s.user.is_empty() {
+                Stack::None
+            } else {
+                Stack::of(
+                    s.user
+                        .iter()
+                        .map(|&a| {
+                            frames
+                                .get(&(s.tgid, a))
+                                .cloned()
+                                .unwrap_or_else(|| Frame::unknown(a))
+                        })
+                        .collect(),
+                )
+            }
+        })
+        .collect()
+}
+
+/// Classifies one thread's wait.
+fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Syscall)>, WaitOn) {
+    let call = match &s.syscall {
+        Ok(SyscallState::In(c)) => c.clone(),
+        Ok(SyscallState::Running) => return (None, WaitOn::NoSyscall("running".into())),
+        Ok(SyscallState::Blocked { .. }) => {
+            let at = s
+                .kernel
+                .as_ref()
+                .ok()
+                .and_then(|k| k.first())
+                .map(|f| f.name().to_string());
+            return (
+                None,
+                WaitOn::NoSyscall(format!(
+                    "not in a syscall (in the kernel at {})",
+                    at.as_deref().unwrap_or("?")
+                )),
+            );
+        }
+        Err(e) => return (None, WaitOn::NoSyscall(format!("syscall unknown: {e}"))),
+    };
+    let info = classify::syscall_info(call.nr);
+    let wait = match info {
+        Some(i) if i.name == "futex" => {
+            let names: Vec<&str> = user
+                .frames()
+                .iter()
+                .filter_map(|f| f.symbol.as_deref())
+                .collect();
+            let mem = ProcessMemory { pid: s.tgid };
+            let read_u32 = |addr: u64| {
+                let mut b = [0u8; 4];
+                (mem.read(addr, &mut b) == 4).then(|| u32::from_ne_bytes(b))
+            };
+            let live = |tid: u32| std::path::Path::new(&format!("/proc/{tid}")).exists();
+            classify::futex(&call, s.tid, &names, &read_u32, &live)
+        }
+        Some(SyscallInfo {
+            fd_arg: Some(a), ..
+        }) => {
+            let fd = call.args[a];
+            match thread::fd_target(s.tgid, fd) {
+                Some(target) => WaitOn::Fd {
+                    fd,
+                    target,
+                    holders: Vec::new(),
+                },
+                None => classify::by_syscall(info, call.nr),
+            }
+        }
+        _ => classify::by_syscall(info, call.nr),
+    };
+    (Some((info, call)), wait)
+}
+
+/// Takes the snapshot the options ask for.
+pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
+    let clock = ClockPair::sample();
+    let me = std::process::id();
+    let mut snapper = Snapshotter::default();
+    let mut warnings = Vec::new();
+    let mut snaps = Vec::new();
+    for (tgid, tid) in candidates(&config.threads) {
+        if tgid == me {
+            continue;
+        }
+        let wanted = |st: char| st == 'D' || (config.sleeping && st == 'S');
+        if !thread::stat(tgid, tid).is_some_and(|st| wanted(st.state)) {
+            continue;
+        }
+        // Threads that exit in between are simply gone.
+        if let Some(s) = snapper.take(tgid, tid).filter(|s| wanted(s.state)) {
+            snaps.push(s);
+        }
+    }
+    let taken_mono = monotonic_now();
+    if snaps.iter().any(|s| s.kernel.is_err()) {
+        warnings
+            .push("some kernel stacks could not be read (/proc/TID/stack needs root)".to_string());
+    }
+    let mut sym = BlazeSymbolizer::default();
+    let users = user_stacks(&snaps, &mut sym);
+    let mut threads: Vec<Blocked> = snaps
+        .into_iter()
+        .zip(users)
+        .map(|(snap, user)| {
+            let (syscall, wait) = classify_wait(&snap, &user);
+            let kernel = match &snap.kernel {
+                Ok(f) => Stack::of(f.clone()),
+                Err(_) => Stack::Missing,
+            };
+            Blocked {
+                snap,
+                kernel,
+                user,
+                syscall,
+                wait,
+            }
+        })
+        .collect();
+    // Pipes and sockets: who else holds them.
+    let inodes: BTreeSet<u64> = threads
+        .iter()
+        .filter_map(|t| match &t.wait {
+            WaitOn::Fd { target, .. } => thread::special_inode(target).map(|(_, i)| i),
+            _ => None,
+        })
+        .collect();
+    let holders = holders_of(&inodes);
+    for t in &mut threads {
+        if let WaitOn::Fd {
+            target, holders: h, ..
+        } = &mut t.wait
+        {
+            if let Some((_, inode)) = thread::special_inode(target) {
+                *h = holders
+                    .get(&inode)
+                    .map(|v| {
+                        v.iter()
+                            .filter(|(p, ..)| *p != t.snap.tgid)
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            }
+        }
+    }
+    // Owner edges, and the owners that are not listed.
+    let edges: Vec<Edge> = threads
+        .iter()
+        .filter_map(|t| match &t.wait {
+            WaitOn::Futex { owner: Some(o), .. } => Some(Edge {
+                waiter: t.snap.tid,
+                owner: *o,
+                lock: t.wait.lock_name(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let listed: BTreeSet<u32> = threads.iter().map(|t| t.snap.tid).collect();
+    let mut others = BTreeMap::new();
+    for e in &edges {
+        if listed.contains(&e.owner) || others.contains_key(&e.owner) {
+            continue;
+        }
+        if let Some(tgid) = procfs::tgid_of(e.owner) {
+            if let Some(st) = thread::stat(tgid, e.owner) {
+                others.insert(
+                    e.owner,
+                    Other {
+                        tgid,
+                        tid: e.owner,
+                        comm: st.comm,
+                        state: st.state,
+                    },
+                );
+            }
+        }
+    }
+    let alive: BTreeSet<u32> = listed.iter().chain(others.keys()).copied().collect();
+    let graph = waitfor::analyze(&edges, &alive);
+    threads.sort_by_key(|t| (t.snap.since.unwrap_or(u64::MAX), t.snap.tid));
+    Ok(Report {
+        clock,
+        taken_mono,
+        utc_offset_s: crate::clock::local_offset_s(clock.wall(taken_mono)),
+        target,
+        threads,
+        others,
+        edges,
+        graph,
+        warnings,
+    })
+}
+
+/// Runs `topwaits blocked`: the snapshot, printed as text or JSON, and the graph
+/// written for Graphviz. Every output file is opened before any work.
+pub fn run(config: &BlockedConfig) -> Result<()> {
+    use anyhow::Context as _;
+    if !crate::sys::caps::this_process_is_privileged() {
+        crate::say!("topwaits: warning: not root: kernel stacks, syscalls and other processes' memory are unreadable");
+    }
+    crate::trace::check_targets(&config.threads)?;
+    let dot = match &config.dot {
+        Some(p) => Some((
+            p,
+            std::fs::File::create(p)
+                .with_context(|| format!("failed to create {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let target = crate::trace::describe(&config.threads);
+    let report = collect(config, target)?;
+    for w in &report.warnings {
+        crate::say!("topwaits: warning: {w}");
+    }
+    if let Some((path, file)) = dot {
+        let mut w = std::io::BufWriter::new(file);
+        crate::report::blocked::write_dot(&report, &mut w)
+            .and_then(|()| std::io::Write::flush(&mut w))
+            .with_context(|| format!("failed to write {}", path.display()))?;
+        crate::say!("Wrote {}", path.display());
+    }
+    crate::trace::write_quietly(|out| {
+        if config.json {
+            crate::report::blocked::write_json(&report, out)
+        } else {
+            crate::report::blocked::write_text(&report, out)
+        }
+    })
+}

@@ -1,0 +1,246 @@
+//! Waits still in progress at the end of a trace that began before it: threads of
+//! the target that never switched out while tracing, read from `/proc` (see
+//! [`crate::snapshot`]) and added to the capture as open records with an estimated
+//! start. Waits that began during the trace come from the kernel maps instead.
+
+use crate::cli::{Config, Stacks, Threads};
+use crate::model::{Capture, OpenSince, RawRecord, StackId, WakeInfo, WakeKind, SNAPSHOT_STACK};
+use crate::snapshot::{Snapshot, Snapshotter};
+use crate::sys::{procfs, thread};
+
+/// Which threads to look at: all of a process's, the named ones, or (system-wide)
+/// every thread, of which only those in D state are kept.
+fn candidates(threads: &Threads) -> Vec<(u32, u32)> {
+    match threads {
+        Threads::Pids(pids) => pids
+            .iter()
+            .flat_map(|&p| thread::tids_of(p).into_iter().map(move |t| (p, t)))
+            .collect(),
+        Threads::Tids(tids) => tids
+            .iter()
+            .filter_map(|&t| Some((procfs::tgid_of(t)?, t)))
+            .collect(),
+        _ => thread::all_pids()
+            .into_iter()
+            .flat_map(|p| thread::tids_of(p).into_iter().map(move |t| (p, t)))
+            .collect(),
+    }
+}
+
+/// Whether a thread's current state is one the options record: S or D (D only
+/// system-wide), matching `--state`, of the kind `-u`/`-k` asks for.
+fn wanted(config: &Config, s: &Snapshot) -> bool {
+    let bit = match s.state {
+        'S' => 1,
+        'D' => 2,
+        _ => return false,
+    };
+    if matches!(
+        config.threads,
+        Threads::All | Threads::UserOnly | Threads::KernelOnly
+    ) && bit != 2
+    {
+        return false;
+    }
+    if config.state.is_some_and(|mask| mask & bit == 0) {
+        return false;
+    }
+    let kthread = s.flags & topwaits_common::PF_KTHREAD != 0;
+    match config.threads {
+        Threads::UserOnly => !kthread,
+        Threads::KernelOnly => kthread,
+        _ => true,
+    }
+}
+
+/// The span of a trace, as CLOCK_MONOTONIC ns.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Adds, as open records, the waits of the target's threads that have been blocked
+/// since before the trace began (they never switched out during it). Process `me`
+/// (topwaits itself) is left out.
+pub fn add_waits_before_trace(
+    config: &Config,
+    capture: &mut Capture,
+    snap: &mut Snapshotter,
+    span: Span,
+    me: u32,
+) {
+    let (start_mono, end_mono) = (span.start, span.end);
+    let mut next_id = SNAPSHOT_STACK | capture.stacks.len() as u64 | capture.named.len() as u64;
+    for (tgid, tid) in candidates(&config.threads) {
+        if tgid == me || capture.switched.contains(&tid) {
+            continue;
+        }
+        // Cheap first: the state decides most threads without the rest of a snapshot.
+        match thread::stat(tgid, tid) {
+            Some(st) if matches!(st.state, 'S' | 'D') => {}
+            _ => continue,
+        }
+        let Some(s) = snap.take(tgid, tid) else {
+            continue;
+        };
+        if !wanted(config, &s) {
+            continue;
+        }
+        // It never ran while tracing, so its wait began before the trace did.
+        let since = match s.since {
+            Some(t) => OpenSince::Estimated(t.min(start_mono)),
+            None => OpenSince::BeforeTrace,
+        };
+        let so_far = end_mono.saturating_sub(since.mono().unwrap_or(start_mono));
+        if !(config.min_us..=config.max_us).contains(&(so_far / 1000)) {
+            continue;
+        }
+        let id = |v: &mut u64| {
+            *v += 1;
+            *v
+        };
+        let kstack = match (&s.kernel, config.stacks) {
+            (_, Stacks::UserOnly) => StackId::None,
+            (Ok(frames), _) => {
+                let k = id(&mut next_id);
+                capture.named.insert(k, frames.clone());
+                StackId::Id(k)
+            }
+            (Err(e), _) => {
+                log::debug!("no kernel stack for tid {tid}: {e}");
+                StackId::Lost(-1)
+            }
+        };
+        let ustack = if config.stacks == Stacks::KernelOnly || s.user.is_empty() {
+            StackId::None
+        } else {
+            let u = id(&mut next_id);
+            capture.stacks.insert(u, s.user.clone());
+            StackId::Id(u)
+        };
+        capture.records.push(RawRecord {
+            tgid,
+            tid,
+            comm: s.comm.clone(),
+            kstack,
+            ustack,
+            total_ns: so_far,
+            count: 1,
+            max_ns: so_far,
+            max_end_mono: end_mono,
+            wake: config.waker.then(|| WakeInfo {
+                kind: WakeKind::NotYet,
+                hops: Vec::new(),
+                blocked_ns: so_far,
+                runq_ns: 0,
+                max_blocked_ns: so_far,
+                max_runq_ns: 0,
+            }),
+            open: Some(since),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn config(args: &[&str]) -> Config {
+        Config::from_args(
+            crate::cli::Args::try_parse_from(
+                std::iter::once("topwaits").chain(args.iter().copied()),
+            )
+            .unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn snap(state: char, flags: u32) -> Snapshot {
+        Snapshot {
+            tgid: 1,
+            tid: 1,
+            comm: b"x".to_vec(),
+            state,
+            flags,
+            since: None,
+            kernel: Ok(Vec::new()),
+            user: Vec::new(),
+            syscall: Err("n/a".into()),
+        }
+    }
+
+    #[test]
+    fn system_wide_keeps_d_state_only_a_target_keeps_s_too() {
+        let all = config(&[]);
+        assert!(wanted(&all, &snap('D', 0)));
+        assert!(!wanted(&all, &snap('S', 0)));
+        assert!(!wanted(&all, &snap('R', 0)));
+        let p = config(&["-p", "1"]);
+        assert!(wanted(&p, &snap('S', 0)) && wanted(&p, &snap('D', 0)));
+        assert!(!wanted(&p, &snap('T', 0)));
+    }
+
+    #[test]
+    fn state_mask_and_thread_kind_apply() {
+        let d_only = config(&["-p", "1", "--state", "2"]);
+        assert!(!wanted(&d_only, &snap('S', 0)));
+        assert!(wanted(&d_only, &snap('D', 0)));
+        assert!(
+            !wanted(&config(&["-p", "1", "--state", "0"]), &snap('S', 0)),
+            "preempted-only wants no sleepers"
+        );
+        let k = topwaits_common::PF_KTHREAD;
+        assert!(!wanted(&config(&["-u"]), &snap('D', k)));
+        assert!(wanted(&config(&["-k"]), &snap('D', k)));
+    }
+
+    #[test]
+    fn a_thread_of_ours_blocked_since_before_the_trace_becomes_an_open_record() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(400));
+        });
+        let tid = rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let start = crate::clock::monotonic_now() - 50_000_000;
+        let end = crate::clock::monotonic_now();
+        let cfg = config(&["-t", &tid.to_string()]);
+        let mut capture = Capture::default();
+        let span = Span { start, end };
+        add_waits_before_trace(&cfg, &mut capture, &mut Snapshotter::default(), span, 0);
+        let mut skipped = Capture::default();
+        skipped.switched.insert(tid);
+        add_waits_before_trace(&cfg, &mut skipped, &mut Snapshotter::default(), span, 0);
+        let mut own = Capture::default();
+        add_waits_before_trace(
+            &cfg,
+            &mut own,
+            &mut Snapshotter::default(),
+            span,
+            std::process::id(),
+        );
+        t.join().unwrap();
+        assert_eq!(capture.records.len(), 1, "{:?}", capture.records);
+        let r = &capture.records[0];
+        assert_eq!((r.tid, r.count, r.max_end_mono), (tid, 1, end));
+        assert!(
+            matches!(r.open, Some(OpenSince::Estimated(_))),
+            "{:?}",
+            r.open
+        );
+        assert!(
+            (90_000_000..200_000_000).contains(&r.max_ns),
+            "about 100 ms so far: {}",
+            r.max_ns
+        );
+        assert!(
+            skipped.records.is_empty(),
+            "a thread seen switching has its open wait from the kernel"
+        );
+        assert!(own.records.is_empty(), "topwaits never reports itself");
+    }
+}

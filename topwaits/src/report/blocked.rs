@@ -1,0 +1,461 @@
+//! The formats of `topwaits blocked`: text for a terminal, one JSON document
+//! (threads, edges, chains, cycles), and the wait-for graph for Graphviz.
+
+use std::io::{self, Write};
+
+use serde_json::{json, Value};
+
+use crate::blocked::classify::WaitOn;
+use crate::blocked::{Blocked, Report};
+use crate::clock::{date, hms_millis, rfc3339};
+use crate::model::{comm_text, Stack};
+use crate::waitfor::End;
+
+/// JSON schema version of the document.
+pub const VERSION: u32 = 1;
+
+fn secs(ns: u64) -> String {
+    format!("{:.3} s", ns as f64 / 1e9)
+}
+
+/// `comm (tid N)`.
+fn who(report: &Report, tid: u32) -> String {
+    format!("{} (tid {tid})", comm_text(&report.comm(tid)))
+}
+
+fn syscall_text(t: &Blocked) -> Option<String> {
+    let (info, call) = t.syscall.as_ref()?;
+    let name = info
+        .map(|i| i.name.to_string())
+        .unwrap_or_else(|| format!("syscall {}", call.nr));
+    let args: Vec<String> = call
+        .args
+        .iter()
+        .take(3)
+        .map(|a| format!("{a:#x}"))
+        .collect();
+    Some(format!("{name}({}, ...)", args.join(", ")))
+}
+
+fn write_stack(out: &mut dyn Write, label: &str, s: &Stack) -> io::Result<()> {
+    match s {
+        Stack::Frames(f) => {
+            writeln!(out, "    {label}:")?;
+            for fr in f.iter() {
+                writeln!(out, "      {}", fr.describe())?;
+            }
+            Ok(())
+        }
+        Stack::Missing => writeln!(out, "    {label}: [unreadable]"),
+        Stack::None => Ok(()),
+    }
+}
+
+/// How long a thread has been blocked, marked as an estimate.
+fn blocked_for(report: &Report, t: &Blocked) -> String {
+    match (t.blocked_ns(report.taken_mono), t.snap.since) {
+        (Some(ns), Some(since)) => format!(
+            "blocked ~{} (estimated, since {})",
+            secs(ns),
+            hms_millis(report.clock.wall(since), report.utc_offset_s)
+        ),
+        _ => "blocked for an unknown time".to_string(),
+    }
+}
+
+fn write_thread(out: &mut dyn Write, report: &Report, t: &Blocked) -> io::Result<()> {
+    let s = &t.snap;
+    writeln!(
+        out,
+        "{}  pid {}  state {}  {}",
+        who(report, s.tid),
+        s.tgid,
+        s.state,
+        blocked_for(report, t)
+    )?;
+    writeln!(out, "    waits on {}", t.wait.describe())?;
+    if let WaitOn::Fd { holders, .. } = &t.wait {
+        for (pid, comm, access) in holders {
+            writeln!(
+                out,
+                "      also open in {} (pid {pid}) for {}",
+                comm_text(comm),
+                access_word(access)
+            )?;
+        }
+    }
+    if let Some(text) = syscall_text(t) {
+        writeln!(out, "    syscall {text}")?;
+    }
+    write_stack(out, "kernel stack", &t.kernel)?;
+    write_stack(out, "user stack", &t.user)?;
+    writeln!(out)
+}
+
+fn access_word(a: &str) -> &'static str {
+    match a {
+        "r" => "reading",
+        "w" => "writing",
+        "rw" => "reading and writing",
+        _ => "unknown access",
+    }
+}
+
+/// The text view: every blocked thread, then the chains and the deadlocks.
+pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    let wall = report.clock.wall(report.taken_mono);
+    writeln!(
+        out,
+        "Blocked threads of {} at {} {}: {} blocked, {} waiting on a lock with an owner, {} deadlock{}.",
+        report.target,
+        date(wall, report.utc_offset_s),
+        hms_millis(wall, report.utc_offset_s),
+        report.threads.len(),
+        report.edges.len(),
+        report.graph.cycles.len(),
+        if report.graph.cycles.len() == 1 { "" } else { "s" }
+    )?;
+    writeln!(out)?;
+    for t in &report.threads {
+        write_thread(out, report, t)?;
+    }
+    if !report.graph.chains.is_empty() {
+        writeln!(out, "Wait-for chains:")?;
+        for c in &report.graph.chains {
+            let mut line = who(report, c.edges[0].waiter);
+            for e in &c.edges {
+                line.push_str(&format!(" -> [{}] -> {}", e.lock, who(report, e.owner)));
+            }
+            let tail = match c.end {
+                End::Root(r) => format!("; {} is {}", who(report, r), report.doing(r)),
+                End::OwnerGone(o) => {
+                    format!("; tid {o} no longer exists: it exited holding the lock")
+                }
+                End::Cycle(i) => format!("; DEADLOCK #{}", i + 1),
+            };
+            writeln!(out, "  {line}{tail}")?;
+        }
+        writeln!(out)?;
+    }
+    for (i, c) in report.graph.cycles.iter().enumerate() {
+        writeln!(
+            out,
+            "DEADLOCK #{}: {} threads, {} locks",
+            i + 1,
+            c.threads.len(),
+            c.locks.len()
+        )?;
+        for (k, (&tid, lock)) in c.threads.iter().zip(&c.locks).enumerate() {
+            let next = c.threads[(k + 1) % c.threads.len()];
+            writeln!(
+                out,
+                "  {} waits on {lock}, held by {}",
+                who(report, tid),
+                who(report, next)
+            )?;
+        }
+        writeln!(out)?;
+    }
+    if report.threads.is_empty() {
+        writeln!(
+            out,
+            "No thread is blocked{}.",
+            if report.target == "all threads" {
+                " in D state (use -S for S state too)"
+            } else {
+                ""
+            }
+        )?;
+    }
+    Ok(())
+}
+
+fn wait_json(w: &WaitOn) -> Value {
+    let mut v = match w {
+        WaitOn::Futex {
+            addr,
+            kind,
+            owner,
+            private,
+        } => json!({
+            "kind": "futex",
+            "futex": format!("{addr:#x}"),
+            "lock": match kind {
+                crate::blocked::classify::FutexKind::Mutex => "mutex",
+                crate::blocked::classify::FutexKind::LikelyMutex => "mutex_by_layout",
+                crate::blocked::classify::FutexKind::PiLock => "pi_lock",
+                crate::blocked::classify::FutexKind::Named(n) => n,
+                crate::blocked::classify::FutexKind::Unknown => "unknown",
+            },
+            "owner_tid": owner,
+            "private": private,
+        }),
+        WaitOn::Fd {
+            fd,
+            target,
+            holders,
+        } => json!({
+            "kind": "fd",
+            "fd": fd,
+            "target": target,
+            "holders": holders.iter().map(|(pid, comm, access)| json!({"pid": pid, "comm": comm_text(comm), "access": access})).collect::<Vec<_>>(),
+        }),
+        WaitOn::Sleep => json!({ "kind": "sleep" }),
+        WaitOn::Child => json!({ "kind": "child" }),
+        WaitOn::Other(_) => json!({ "kind": "other" }),
+        WaitOn::NoSyscall(_) => json!({ "kind": "no_syscall" }),
+    };
+    v["description"] = json!(w.describe());
+    v
+}
+
+fn thread_json(report: &Report, t: &Blocked) -> Value {
+    let s = &t.snap;
+    let (ks, kstatus) = super::json::stack(&t.kernel);
+    let (us, ustatus) = super::json::stack(&t.user);
+    json!({
+        "tgid": s.tgid,
+        "tid": s.tid,
+        "comm": comm_text(&s.comm),
+        "state": s.state.to_string(),
+        "blocked_since": s.since.map(|m| rfc3339(report.clock.wall(m), report.utc_offset_s)),
+        "blocked_since_estimated": true,
+        "blocked_us": t.blocked_ns(report.taken_mono).map(|n| n / 1000),
+        "syscall": t.syscall.as_ref().map(|(info, c)| json!({
+            "nr": c.nr,
+            "name": info.map(|i| i.name),
+            "args": c.args.iter().map(|a| format!("{a:#x}")).collect::<Vec<_>>(),
+        })),
+        "waits_on": wait_json(&t.wait),
+        "kernel_stack": ks,
+        "kernel_stack_status": kstatus,
+        "user_stack": us,
+        "user_stack_status": ustatus,
+    })
+}
+
+/// One JSON document: threads, edges, chains, cycles, owners outside the list.
+pub fn write_json(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    let chains: Vec<Value> = report
+        .graph
+        .chains
+        .iter()
+        .map(|c| {
+            let mut tids = vec![c.edges[0].waiter];
+            tids.extend(c.edges.iter().map(|e| e.owner));
+            let end = match c.end {
+                End::Root(r) => json!({ "kind": "root", "tid": r, "doing": report.doing(r) }),
+                End::OwnerGone(o) => json!({ "kind": "owner_gone", "tid": o }),
+                End::Cycle(i) => json!({ "kind": "cycle", "cycle": i }),
+            };
+            json!({ "threads": tids, "locks": c.edges.iter().map(|e| &e.lock).collect::<Vec<_>>(), "end": end })
+        })
+        .collect();
+    let doc = json!({
+        "version": VERSION,
+        "taken_at": rfc3339(report.clock.wall(report.taken_mono), report.utc_offset_s),
+        "target": report.target,
+        "threads": report.threads.iter().map(|t| thread_json(report, t)).collect::<Vec<_>>(),
+        "others": report.others.values().map(|o| json!({"tgid": o.tgid, "tid": o.tid, "comm": comm_text(&o.comm), "state": o.state.to_string()})).collect::<Vec<_>>(),
+        "edges": report.edges.iter().map(|e| json!({"waiter": e.waiter, "owner": e.owner, "lock": e.lock})).collect::<Vec<_>>(),
+        "chains": chains,
+        "cycles": report.graph.cycles.iter().map(|c| json!({"threads": c.threads, "locks": c.locks})).collect::<Vec<_>>(),
+        "warnings": report.warnings,
+    });
+    serde_json::to_writer_pretty(&mut *out, &doc)?;
+    writeln!(out)
+}
+
+/// A Graphviz string literal.
+fn quoted(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// The wait-for graph: a node per thread in it, an edge per lock from waiter to
+/// owner, deadlock edges in red.
+pub fn write_dot(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "digraph waitfor {{")?;
+    writeln!(out, "  rankdir=LR; node [shape=box, fontname=monospace];")?;
+    let mut tids: Vec<u32> = report
+        .edges
+        .iter()
+        .flat_map(|e| [e.waiter, e.owner])
+        .collect();
+    tids.sort_unstable();
+    tids.dedup();
+    for tid in tids {
+        let label = format!(
+            "{}\ntid {tid}\n{}",
+            comm_text(&report.comm(tid)),
+            report.doing(tid)
+        );
+        writeln!(out, "  t{tid} [label={}];", quoted(&label))?;
+    }
+    for e in &report.edges {
+        let in_cycle = report
+            .graph
+            .cycles
+            .iter()
+            .any(|c| c.threads.contains(&e.waiter) && c.threads.contains(&e.owner));
+        let colour = if in_cycle {
+            ", color=red, fontcolor=red"
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "  t{} -> t{} [label={}{colour}];",
+            e.waiter,
+            e.owner,
+            quoted(&e.lock)
+        )?;
+    }
+    writeln!(out, "}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocked::classify::FutexKind;
+    use crate::clock::ClockPair;
+    use crate::snapshot::Snapshot;
+    use crate::waitfor::{analyze, Edge};
+
+    fn thread(tid: u32, comm: &str, wait: WaitOn) -> Blocked {
+        Blocked {
+            snap: Snapshot {
+                tgid: 100,
+                tid,
+                comm: comm.as_bytes().to_vec(),
+                state: 'S',
+                flags: 0,
+                since: Some(1_000_000_000),
+                kernel: Ok(vec![]),
+                user: vec![],
+                syscall: Err("n/a".into()),
+            },
+            kernel: crate::report::fixtures::frames(&["futex_wait", "do_futex"]),
+            user: crate::report::fixtures::frames(&[
+                "__lll_lock_wait",
+                "pthread_mutex_lock",
+                "worker",
+            ]),
+            syscall: None,
+            wait,
+        }
+    }
+
+    fn mutex(addr: u64, owner: u32) -> WaitOn {
+        WaitOn::Futex {
+            addr,
+            kind: FutexKind::Mutex,
+            owner: Some(owner),
+            private: true,
+        }
+    }
+
+    /// An ABBA deadlock between 101 and 102.
+    fn abba() -> Report {
+        let threads = vec![
+            thread(101, "alpha", mutex(0xb0, 102)),
+            thread(102, "beta", mutex(0xa0, 101)),
+        ];
+        let edges: Vec<Edge> = threads
+            .iter()
+            .map(|t| Edge {
+                waiter: t.snap.tid,
+                owner: match t.wait {
+                    WaitOn::Futex { owner: Some(o), .. } => o,
+                    _ => 0,
+                },
+                lock: t.wait.lock_name(),
+            })
+            .collect();
+        let graph = analyze(&edges, &[101, 102].into_iter().collect());
+        Report {
+            clock: ClockPair {
+                mono_ns: 1_000_000_000,
+                wall_ns: 1_700_000_000_000_000_000,
+            },
+            taken_mono: 13_500_000_000,
+            utc_offset_s: 0,
+            target: "PID 100".into(),
+            threads,
+            others: Default::default(),
+            edges,
+            graph,
+            warnings: vec![],
+        }
+    }
+
+    #[test]
+    fn text_names_the_deadlock_threads_and_locks() {
+        let mut out = Vec::new();
+        write_text(&abba(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("Blocked threads of PID 100 at 2023-11-14 22:13:32.500: 2 blocked, 2 waiting on a lock with an owner, 1 deadlock.\n"), "{text}");
+        assert!(text.contains("alpha (tid 101)  pid 100  state S  blocked ~12.500 s (estimated, since 22:13:20.000)\n    waits on mutex 0xb0 held by tid 102\n"), "{text}");
+        assert!(text.contains("DEADLOCK #1: 2 threads, 2 locks\n  alpha (tid 101) waits on mutex 0xb0, held by beta (tid 102)\n  beta (tid 102) waits on mutex 0xa0, held by alpha (tid 101)\n"), "{text}");
+        assert!(text.contains("      pthread_mutex_lock\n"), "{text}");
+    }
+
+    #[test]
+    fn json_has_threads_edges_chains_and_cycles() {
+        let mut out = Vec::new();
+        write_json(&abba(), &mut out).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["threads"].as_array().unwrap().len(), 2);
+        assert_eq!(v["threads"][0]["waits_on"]["owner_tid"], 102);
+        assert_eq!(v["threads"][0]["waits_on"]["lock"], "mutex");
+        assert_eq!(v["threads"][0]["blocked_us"], 12_500_000);
+        assert_eq!(v["cycles"][0]["threads"], json!([101, 102]));
+        assert_eq!(
+            v["cycles"][0]["locks"],
+            json!(["mutex 0xb0", "mutex 0xa0"]),
+            "101 waits on 0xb0, 102 on 0xa0"
+        );
+        assert_eq!(v["chains"][0]["end"]["kind"], "cycle");
+    }
+
+    #[test]
+    fn dot_draws_deadlock_edges_red_and_escapes_names() {
+        let mut r = abba();
+        r.threads[0].snap.comm = b"we\"ird".to_vec();
+        let mut out = Vec::new();
+        write_dot(&r, &mut out).unwrap();
+        let dot = String::from_utf8(out).unwrap();
+        assert!(dot.starts_with("digraph waitfor {"), "{dot}");
+        assert!(
+            dot.contains("t101 -> t102 [label=\"mutex 0xb0\", color=red, fontcolor=red];"),
+            "{dot}"
+        );
+        assert!(dot.contains("we\\\"ird"), "{dot}");
+        assert!(dot.trim_end().ends_with('}'));
+    }
+
+    #[test]
+    fn a_chain_to_a_running_root_says_what_the_root_does() {
+        let mut r = abba();
+        r.threads.truncate(1);
+        r.edges.truncate(1);
+        r.others.insert(
+            102,
+            crate::blocked::Other {
+                tgid: 100,
+                tid: 102,
+                comm: b"beta".to_vec(),
+                state: 'R',
+            },
+        );
+        r.graph = analyze(&r.edges, &[101, 102].into_iter().collect());
+        let mut out = Vec::new();
+        write_text(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(
+                "alpha (tid 101) -> [mutex 0xb0] -> beta (tid 102); beta (tid 102) is running\n"
+            ),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! A thread as it is right now, read from `/proc` without stopping it: state, when
+//! it began to wait (estimated from the scheduler's clock), its kernel stack as the
+//! kernel prints it, its user stack (see [`crate::unwind`]) and the syscall it is in.
+//! Used for waits that began before a trace and by `topwaits blocked`.
+
+use std::collections::HashMap;
+
+use crate::model::Frame;
+use crate::sys::memory::ProcessMemory;
+use crate::sys::procfs;
+use crate::sys::schedclock::SchedClock;
+use crate::sys::thread::{self, SyscallState};
+use crate::unwind::{Arch, Region, Walker};
+
+/// One thread, now.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: Vec<u8>,
+    /// `R`, `S`, `D`, ... as in `/proc/.../stat`.
+    pub state: char,
+    pub flags: u32,
+    /// When it last ran, as CLOCK_MONOTONIC ns: for a blocked thread, about when
+    /// its wait began. An estimate; `None` when the clock could not be mapped.
+    pub since: Option<u64>,
+    /// Kernel frames, leaf first, or why they could not be read.
+    pub kernel: Result<Vec<Frame>, String>,
+    /// User return addresses, leaf first (empty for kernel threads).
+    pub user: Vec<u64>,
+    /// The syscall it is in, or why that is unknown.
+    pub syscall: Result<SyscallState, String>,
+}
+
+impl Snapshot {
+    /// Blocked in S or D state.
+    pub fn blocked(&self) -> bool {
+        matches!(self.state, 'S' | 'D')
+    }
+}
+
+/// Takes snapshots, keeping per-process mappings and the clock mapping.
+#[derive(Default)]
+pub struct Snapshotter {
+    clock: SchedClock,
+    regions: HashMap<u32, Vec<Region>>,
+}
+
+/// Kernel frames from `/proc/TID/stack`, which names functions but hides addresses.
+fn kernel_frames(tgid: u32, tid: u32) -> Result<Vec<Frame>, String> {
+    thread::kernel_stack(tgid, tid)
+        .map(|frames| {
+            frames
+                .into_iter()
+                .map(|f| Frame {
+                    addr: 0,
+                    symbol: Some(f.name.into()),
+                    module: None,
+                    offset: Some(f.offset),
+                })
+                .collect()
+        })
+        .map_err(|e| e.to_string())
+}
+
+impl Snapshotter {
+    /// The thread now, or `None` when it is gone.
+    pub fn take(&mut self, tgid: u32, tid: u32) -> Option<Snapshot> {
+        let stat = thread::stat(tgid, tid)?;
+        let since = thread::exec_start(tgid, tid).and_then(|t| self.clock.to_mono(t, stat.cpu));
+        let syscall = thread::syscall(tgid, tid).map_err(|e| e.to_string());
+        let user = match &syscall {
+            Ok(SyscallState::In(s)) => self.walk(tgid, s.pc, s.sp),
+            Ok(SyscallState::Blocked { sp, pc }) => self.walk(tgid, *pc, *sp),
+            _ => Vec::new(),
+        };
+        Some(Snapshot {
+            tgid,
+            tid,
+            comm: stat.comm,
+            state: stat.state,
+            flags: stat.flags,
+            since,
+            kernel: kernel_frames(tgid, tid),
+            user,
+            syscall,
+        })
+    }
+
+    fn walk(&mut self, tgid: u32, pc: u64, sp: u64) -> Vec<u64> {
+        if pc == 0 {
+            return Vec::new();
+        }
+        let regions = self
+            .regions
+            .entry(tgid)
+            .or_insert_with(|| procfs::regions_of(tgid));
+        let mem = ProcessMemory { pid: tgid };
+        Walker::new(regions, &mem, Arch::native()).walk(pc, sp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sleeping_thread_of_ours_shows_its_wait() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send((
+                unsafe { libc::gettid() } as u32,
+                crate::clock::monotonic_now(),
+            ))
+            .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        });
+        let (tid, began) = rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let s = Snapshotter::default()
+            .take(std::process::id(), tid)
+            .expect("the thread lives");
+        t.join().unwrap();
+        assert_eq!(s.state, 'S');
+        assert!(s.blocked());
+        let since = s.since.expect("an estimate");
+        assert!(
+            (since as i64 - began as i64).abs() < 20_000_000,
+            "since {since} vs {began}"
+        );
+        // The rest needs root (syscall, stack); without it the reasons are kept.
+        if unsafe { libc::geteuid() } == 0 {
+            let k = s.kernel.expect("root reads kernel stacks");
+            assert!(k.iter().any(|f| f.name().contains("nanosleep")), "{k:?}");
+            assert!(
+                matches!(s.syscall, Ok(SyscallState::In(_))),
+                "{:?}",
+                s.syscall
+            );
+            assert!(
+                s.user.len() >= 2,
+                "pc and at least one caller: {:x?}",
+                s.user
+            );
+        } else {
+            assert!(s.kernel.is_err());
+        }
+        assert!(
+            Snapshotter::default()
+                .take(std::process::id(), u32::MAX - 1)
+                .is_none(),
+            "a missing thread"
+        );
+    }
+}

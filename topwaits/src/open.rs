@@ -6,26 +6,7 @@
 use crate::cli::{Config, Stacks, Threads};
 use crate::model::{Capture, OpenSince, RawRecord, StackId, WakeInfo, WakeKind, SNAPSHOT_STACK};
 use crate::snapshot::{Snapshot, Snapshotter};
-use crate::sys::{procfs, thread};
-
-/// Which threads to look at: all of a process's, the named ones, or (system-wide)
-/// every thread, of which only those in D state are kept.
-fn candidates(threads: &Threads) -> Vec<(u32, u32)> {
-    match threads {
-        Threads::Pids(pids) => pids
-            .iter()
-            .flat_map(|&p| thread::tids_of(p).into_iter().map(move |t| (p, t)))
-            .collect(),
-        Threads::Tids(tids) => tids
-            .iter()
-            .filter_map(|&t| Some((procfs::tgid_of(t)?, t)))
-            .collect(),
-        _ => thread::all_pids()
-            .into_iter()
-            .flat_map(|p| thread::tids_of(p).into_iter().map(move |t| (p, t)))
-            .collect(),
-    }
-}
+use crate::sys::thread;
 
 /// Whether a thread's current state is one the options record: S or D (D only
 /// system-wide), matching `--state`, of the kind `-u`/`-k` asks for.
@@ -72,7 +53,7 @@ pub fn add_waits_before_trace(
 ) {
     let (start_mono, end_mono) = (span.start, span.end);
     let mut next_id = SNAPSHOT_STACK | capture.stacks.len() as u64 | capture.named.len() as u64;
-    for (tgid, tid) in candidates(&config.threads) {
+    for (tgid, tid) in crate::snapshot::candidates(&config.threads) {
         if tgid == me || capture.switched.contains(&tid) {
             continue;
         }

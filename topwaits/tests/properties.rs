@@ -3,8 +3,9 @@
 
 use clap::Parser;
 use proptest::prelude::*;
-use topwaits::cli::{Args, Command, Config, ThreadsConfig};
-use topwaits::sys::{btf, caps, kallsyms, procfs, tracefs};
+use topwaits::cli::{Args, BlockedConfig, Command, Config, ThreadsConfig};
+use topwaits::sys::{btf, caps, kallsyms, procfs, thread, tracefs};
+use topwaits::unwind::{Arch, Memory, Region, Walker};
 
 /// Words the option parser knows, mixed with noise.
 fn arg() -> impl Strategy<Value = String> {
@@ -15,7 +16,8 @@ fn arg() -> impl Strategy<Value = String> {
         Just("-w".to_string()), Just("--chain".to_string()), Just("--wakeups".to_string()), Just("-n".to_string()),
         Just("--value".to_string()), Just("--attach".to_string()), Just("--stack-storage-size".to_string()),
         Just("--max-entries".to_string()), Just("threads".to_string()), Just("--rt-app".to_string()),
-        Just("--rt-app-duration".to_string()), Just("0".to_string()), Just("1".to_string()), Just("-1".to_string()),
+        Just("--rt-app-duration".to_string()), Just("blocked".to_string()), Just("-S".to_string()),
+        Just("--dot".to_string()), Just("--open-waits".to_string()), Just("no".to_string()), Just("0".to_string()), Just("1".to_string()), Just("-1".to_string()),
         Just("1,2,3".to_string()), Just("0x2".to_string()), Just("18446744073709551616".to_string()),
         Just("nan".to_string()), Just("inf".to_string()), Just("1e9".to_string()), Just("raw_tp".to_string()),
         "[ -~]{0,12}",
@@ -32,6 +34,7 @@ proptest! {
         if let Ok(a) = Args::try_parse_from(argv) {
             match a.command.clone() {
                 Some(Command::Threads(t)) => { let _ = ThreadsConfig::from_args(t); }
+                Some(Command::Blocked(b)) => { let _ = BlockedConfig::from_args(b); }
                 None => {
                     if let Ok(c) = Config::from_args(a) {
                         // A valid config has consistent bounds.
@@ -75,6 +78,41 @@ proptest! {
         let _ = caps::effective_caps(text.as_bytes());
         let _ = tracefs::field_offset(text.as_bytes(), "op");
         let _ = kallsyms::find_function(text.as_bytes(), "finish_task_switch");
+        let _ = procfs::parse_regions(text.as_bytes());
+        let _ = thread::parse_stat(text.as_bytes());
+        let _ = thread::parse_syscall(&text);
+        let _ = thread::parse_exec_start(&text);
+        let _ = thread::parse_kernel_stack(&text);
+        let _ = thread::special_inode(&text);
+        let _ = topwaits::blocked::classify::fd_access(&text);
+    }
+
+    /// Whatever the stack memory holds, a walk ends, and every frame after the pc is
+    /// an address in an executable mapping that follows a call: never data.
+    #[test]
+    fn user_stack_walks_end_and_name_only_code(words in proptest::collection::vec(any::<u64>(), 0..64), picks in proptest::collection::vec(0usize..4, 0..64)) {
+        struct Mem(Vec<u8>);
+        impl Memory for Mem {
+            fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+                // Code at 0x1000..0x2000 (all call instructions), stack at 0x10000..0x11000.
+                for (i, b) in buf.iter_mut().enumerate() {
+                    let a = addr + i as u64;
+                    *b = if (0x1000..0x2000).contains(&a) { 0xe8 } else if (0x10000..0x11000).contains(&a) { self.0[(a - 0x10000) as usize] } else { return i };
+                }
+                buf.len()
+            }
+        }
+        let mut stack = vec![0u8; 0x1000];
+        for (i, (w, p)) in words.iter().zip(picks.iter().chain(std::iter::repeat(&0))).enumerate() {
+            // Mix code addresses, stack addresses and noise.
+            let v = match p { 0 => 0x1000 + w % 0x1000, 1 => (0x10000 + w % 0x1000) & !7, 2 => 0, _ => *w };
+            stack[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let regions = [Region { start: 0x1000, end: 0x2000, exec: true }, Region { start: 0x10000, end: 0x11000, exec: false }];
+        let mem = Mem(stack);
+        let frames = Walker::new(&regions, &mem, Arch::X86_64).walk(0x1800, 0x10000);
+        prop_assert!(frames.len() <= topwaits::unwind::MAX_FRAMES);
+        prop_assert!(frames.iter().all(|&f| (0x1000..0x2000).contains(&f)), "{:x?}", frames);
     }
 
     #[test]

@@ -142,10 +142,13 @@ fn a_full_aggregate_map_is_counted_with_its_time() {
     let doc = json(&out);
     assert!(doc["lost"]["aggregate_full"].as_u64().unwrap() > 0, "{}", doc["lost"]);
     assert!(doc["lost"]["aggregate_full_us"].as_u64().unwrap() > 0, "{}", doc["lost"]);
-    assert!(doc["records"].as_array().unwrap().len() <= 4);
+    // The aggregate's records (waits still open at the end come from the per-task
+    // start map, not from the aggregate, and are not in its counters).
+    let closed: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["open"] == false).collect();
+    assert!(closed.len() <= 4);
     assert_eq!(warning_lines(&out.stderr, "--max-entries").len(), 1, "{}", out.stderr);
     // Everything recorded is in the records: nothing vanished silently.
-    let counted: u64 = doc["records"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    let counted: u64 = closed.iter().map(|r| r["count"].as_u64().unwrap()).sum();
     assert_eq!(counted, doc["counters"]["recorded"].as_u64().unwrap());
 }
 

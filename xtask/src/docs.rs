@@ -9,8 +9,8 @@ use clap_complete::Shell;
 
 /// topwaits' option definitions, shared as source so that xtask builds without the
 /// eBPF toolchain that the topwaits crate's build script needs.
-#[allow(dead_code)]
-#[path = "../../topwaits/src/cli.rs"]
+#[allow(dead_code, unused_imports)]
+#[path = "../../topwaits/src/cli/mod.rs"]
 mod cli;
 
 pub fn generate(out: &Path) -> Result<()> {
@@ -51,6 +51,9 @@ mod tests {
         let man = std::fs::read_to_string(dir.join("man/topwaits.1")).unwrap();
         assert!(man.contains(".TH topwaits") && man.contains("min\\-block\\-time"), "{man}");
         assert!(dir.join("man/topwaits-threads.1").exists());
+        let blocked = std::fs::read_to_string(dir.join("man/topwaits-blocked.1")).unwrap();
+        assert!(blocked.contains("\\-\\-dot") && blocked.contains("\\-\\-sleeping"), "{blocked}");
+        assert!(bash.contains("--open-waits"));
         let _ = std::fs::remove_dir_all(dir);
     }
 }

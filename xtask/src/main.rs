@@ -2,6 +2,7 @@
 //! traces, `test` runs every test, `bench` measures overhead against the peers.
 
 mod bench;
+mod blocked_bench;
 mod docs;
 mod setup;
 
@@ -93,7 +94,7 @@ fn main() -> ExitCode {
             run(cargo().args(["test", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))?;
             eprintln!("xtask: the kernel tests again with --attach raw_tp");
             run(cargo()
-                .args(["test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--"])
+                .args(["test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--test", "stuck", "--"])
                 .arg("--test-threads=1")
                 .args(&args)
                 .env("TOPWAITS_TEST_ATTACH", "raw_tp"))

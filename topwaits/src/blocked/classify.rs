@@ -136,6 +136,9 @@ pub enum FutexKind {
     PiLock,
     /// A lock-free kind named by the user frames.
     Named(&'static str),
+    /// `pthread_join`: the futex is the joined thread's tid field, which the kernel
+    /// clears when that thread exits; the "owner" is that thread.
+    Join,
     /// Nothing tells.
     Unknown,
 }
@@ -182,9 +185,12 @@ impl WaitOn {
                     FutexKind::LikelyMutex => "mutex (by its layout)".to_string(),
                     FutexKind::PiLock => "PI lock".to_string(),
                     FutexKind::Named(n) => n.to_string(),
+                    FutexKind::Join => "thread join".to_string(),
                     FutexKind::Unknown => "futex".to_string(),
                 };
                 match (kind, owner) {
+                    (FutexKind::Join, Some(o)) => format!("the exit of tid {o} (thread join)"),
+                    (FutexKind::Join, None) => "the exit of a thread (thread join)".to_string(),
                     (_, Some(o)) => format!("{what} {addr:#x} held by tid {o}"),
                     (FutexKind::Mutex | FutexKind::PiLock, None) => {
                         format!("{what} {addr:#x}, owner not recorded")
@@ -207,6 +213,7 @@ impl WaitOn {
                 kind: FutexKind::PiLock,
                 ..
             } => format!("PI lock {addr:#x}"),
+            WaitOn::Futex { owner: Some(o), kind: FutexKind::Join, .. } => format!("exit of tid {o}"),
             WaitOn::Futex { addr, .. } => format!("mutex {addr:#x}"),
             other => other.describe(),
         }
@@ -235,15 +242,17 @@ const MUTEX_FRAMES: &[&str] = &[
     "lll_lock_wait",
 ];
 
+/// What [`futex`] can ask about threads.
+pub struct Threads<'a> {
+    /// Whether a tid exists (an owner may live in another process).
+    pub live: &'a dyn Fn(u32) -> bool,
+    /// Whether a tid is a thread of the waiter's own process.
+    pub sibling: &'a dyn Fn(u32) -> bool,
+}
+
 /// Classifies a futex wait. `frames` are the user function names, leaf first;
-/// `read_u32` reads the process's memory; `live` says whether a tid exists.
-pub fn futex(
-    s: &Syscall,
-    tid: u32,
-    frames: &[&str],
-    read_u32: &dyn Fn(u64) -> Option<u32>,
-    live: &dyn Fn(u32) -> bool,
-) -> WaitOn {
+/// `read_u32` reads the process's memory.
+pub fn futex(s: &Syscall, tid: u32, frames: &[&str], read_u32: &dyn Fn(u64) -> Option<u32>, threads: &Threads) -> WaitOn {
     let (addr, op, val) = (s.args[0], s.args[1], s.args[2]);
     let private = op & FUTEX_PRIVATE != 0;
     let cmd = op & 127;
@@ -261,6 +270,10 @@ pub fn futex(
     if !matches!(cmd, FUTEX_WAIT | FUTEX_WAIT_BITSET | FUTEX_WAIT_REQUEUE_PI) {
         return WaitOn::Other(format!("futex op {cmd}"));
     }
+    // pthread_join waits until the joined thread's tid field, which holds its tid,
+    // changes: the expected value is a sibling's tid, and the word still holds it.
+    // Lock words hold 0 to 2, and tids 1 and 2 are init and kthreadd.
+    let joined = u32::try_from(val).ok().filter(|&v| v > 2 && v != tid && read_u32(addr) == Some(v) && (threads.sibling)(v));
     // The frames nearest the leaf decide: a condvar wait takes a mutex too, higher up.
     for name in frames.iter().take(4) {
         if MUTEX_FRAMES.iter().any(|m| name.contains(m)) {
@@ -273,19 +286,18 @@ pub fn futex(
             };
         }
         if let Some((_, what)) = NAMED.iter().find(|(part, _)| name.contains(part)) {
-            return WaitOn::Futex {
-                addr,
-                kind: FutexKind::Named(what),
-                owner: None,
-                private,
-            };
+            let (kind, owner) = if *what == "thread join" { (FutexKind::Join, joined) } else { (FutexKind::Named(what), None) };
+            return WaitOn::Futex { addr, kind, owner, private };
         }
+    }
+    if let Some(t) = joined {
+        return WaitOn::Futex { addr, kind: FutexKind::Join, owner: Some(t), private };
     }
     // No telling frame: glibc's lock path waits for the value 2 ("locked, with
     // waiters"); take the owner field only if it names a live thread.
     if val == 2 && read_u32(addr).is_some_and(|w| w != 0) {
         if let Some(owner) =
-            read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid && live(o))
+            read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid && (threads.live)(o))
         {
             return WaitOn::Futex {
                 addr,
@@ -331,6 +343,8 @@ pub fn fd_access(fdinfo: &str) -> &'static str {
 mod tests {
     use super::*;
 
+    const ANY: Threads = Threads { live: &|_| true, sibling: &|_| false };
+
     fn call(op: u64, val: u64) -> Syscall {
         Syscall {
             nr: 202,
@@ -356,7 +370,7 @@ mod tests {
             7,
             &["__lll_lock_wait", "pthread_mutex_lock", "worker"],
             &mem(2, 42),
-            &|_| true,
+            &ANY,
         );
         assert_eq!(
             w,
@@ -378,7 +392,7 @@ mod tests {
             7,
             &["___pthread_mutex_lock"],
             &mem(2, 0),
-            &|_| true,
+            &ANY,
         );
         assert_eq!(w.describe(), "mutex 0x1000, owner not recorded");
         let own = futex(
@@ -386,7 +400,7 @@ mod tests {
             7,
             &["pthread_mutex_lock"],
             &mem(2, 7),
-            &|_| true,
+            &ANY,
         );
         assert!(
             matches!(own, WaitOn::Futex { owner: None, .. }),
@@ -405,7 +419,7 @@ mod tests {
                 "consumer",
             ],
             &mem(2, 42),
-            &|_| true,
+            &ANY,
         );
         assert_eq!(
             w,
@@ -422,7 +436,7 @@ mod tests {
             7,
             &["do_futex_wait", "__new_sem_wait_slow64", "sem_wait"],
             &mem(0, 0),
-            &|_| true,
+            &ANY,
         );
         assert!(
             matches!(
@@ -438,7 +452,7 @@ mod tests {
 
     #[test]
     fn layout_alone_needs_a_live_owner() {
-        let w = futex(&call(128, 2), 7, &[], &mem(2, 42), &|t| t == 42);
+        let w = futex(&call(128, 2), 7, &[], &mem(2, 42), &Threads { live: &|t| t == 42, sibling: &|_| false });
         assert!(
             matches!(
                 w,
@@ -450,7 +464,7 @@ mod tests {
             ),
             "{w:?}"
         );
-        let dead = futex(&call(128, 2), 7, &[], &mem(2, 42), &|_| false);
+        let dead = futex(&call(128, 2), 7, &[], &mem(2, 42), &Threads { live: &|_| false, sibling: &|_| false });
         assert!(
             matches!(
                 dead,
@@ -462,7 +476,7 @@ mod tests {
             ),
             "{dead:?}"
         );
-        let other_value = futex(&call(128, 0), 7, &[], &mem(2, 42), &|_| true);
+        let other_value = futex(&call(128, 0), 7, &[], &mem(2, 42), &ANY);
         assert!(matches!(
             other_value,
             WaitOn::Futex {
@@ -470,7 +484,7 @@ mod tests {
                 ..
             }
         ));
-        let unreadable = futex(&call(128, 2), 7, &[], &|_| None, &|_| true);
+        let unreadable = futex(&call(128, 2), 7, &[], &|_| None, &ANY);
         assert!(matches!(
             unreadable,
             WaitOn::Futex {
@@ -481,13 +495,26 @@ mod tests {
     }
 
     #[test]
+    fn a_join_waits_for_the_joined_thread() {
+        let siblings = Threads { live: &|_| true, sibling: &|t| t == 0x277b };
+        // Unresolved libc frames, as on Debian: the value and the word tell.
+        let w = futex(&call(0x109, 0x277b), 7, &["libc.so.6+0x85f16", "main"], &mem(0x277b, 0), &siblings);
+        assert_eq!(w, WaitOn::Futex { addr: 0x1000, kind: FutexKind::Join, owner: Some(0x277b), private: false });
+        assert_eq!(w.describe(), "the exit of tid 10107 (thread join)");
+        assert_eq!(w.lock_name(), "exit of tid 10107");
+        // A mutex word of 2 is no join, even where a thread 2 exists.
+        let m = futex(&call(128, 2), 7, &[], &mem(2, 42), &Threads { live: &|_| true, sibling: &|_| true });
+        assert!(matches!(m, WaitOn::Futex { kind: FutexKind::LikelyMutex, .. }), "{m:?}");
+    }
+
+    #[test]
     fn pi_futex_word_holds_the_owner() {
         let w = futex(
             &call(6 | 128, 0),
             7,
             &[],
             &mem(0x8000_0000 | 99, 0),
-            &|_| true,
+            &ANY,
         );
         assert_eq!(
             w,
@@ -518,7 +545,7 @@ mod tests {
         }
         assert_eq!(by_syscall(None, 9999).describe(), "in syscall 9999");
         assert_eq!(
-            futex(&call(3, 0), 1, &[], &|_| None, &|_| true),
+            futex(&call(3, 0), 1, &[], &|_| None, &ANY),
             WaitOn::Other("futex op 3".into())
         );
     }

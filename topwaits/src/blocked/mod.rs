@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use anyhow::Result;
 
-use crate::cli::{BlockedConfig, Threads};
+use crate::cli::BlockedConfig;
 use crate::clock::{monotonic_now, ClockPair};
 use crate::model::{Frame, Stack};
 use crate::snapshot::{Snapshot, Snapshotter};
@@ -89,19 +89,6 @@ impl Report {
             .map(|t| t.snap.comm.clone())
             .or_else(|| self.others.get(&tid).map(|o| o.comm.clone()))
             .unwrap_or_default()
-    }
-}
-
-/// The threads the options select: (tgid, tid).
-fn candidates(threads: &Threads) -> Vec<(u32, u32)> {
-    let of = |p: u32| thread::tids_of(p).into_iter().map(move |t| (p, t));
-    match threads {
-        Threads::Pids(pids) => pids.iter().flat_map(|&p| of(p)).collect(),
-        Threads::Tids(tids) => tids
-            .iter()
-            .filter_map(|&t| Some((procfs::tgid_of(t)?, t)))
-            .collect(),
-        _ => thread::all_pids().into_iter().flat_map(of).collect(),
     }
 }
 
@@ -213,7 +200,8 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
                 (mem.read(addr, &mut b) == 4).then(|| u32::from_ne_bytes(b))
             };
             let live = |tid: u32| std::path::Path::new(&format!("/proc/{tid}")).exists();
-            classify::futex(&call, s.tid, &names, &read_u32, &live)
+            let sibling = |tid: u32| std::path::Path::new(&format!("/proc/{}/task/{tid}", s.tgid)).exists();
+            classify::futex(&call, s.tid, &names, &read_u32, &classify::Threads { live: &live, sibling: &sibling })
         }
         Some(SyscallInfo {
             fd_arg: Some(a), ..
@@ -240,7 +228,7 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
     let mut snapper = Snapshotter::default();
     let mut warnings = Vec::new();
     let mut snaps = Vec::new();
-    for (tgid, tid) in candidates(&config.threads) {
+    for (tgid, tid) in crate::snapshot::candidates(&config.threads) {
         if tgid == me {
             continue;
         }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{ids, ConfigError, Threads};
+use super::{pid_or_tid, ConfigError, Threads};
 
 pub(super) const BLOCKED_EXAMPLES: &str = "\
 Examples:
@@ -63,13 +63,7 @@ pub struct BlockedConfig {
 
 impl BlockedConfig {
     pub fn from_args(a: BlockedArgs) -> Result<Self, ConfigError> {
-        let threads = if !a.pid.is_empty() {
-            Threads::Pids(ids(a.pid)?)
-        } else if !a.tid.is_empty() {
-            Threads::Tids(ids(a.tid)?)
-        } else {
-            Threads::All
-        };
+        let threads = pid_or_tid(a.pid, a.tid, Threads::All)?;
         let sleeping = a.sleeping || threads != Threads::All;
         Ok(BlockedConfig {
             threads,
@@ -83,7 +77,7 @@ impl BlockedConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Args, Command};
+    use super::super::{Args, Command};
     use clap::Parser as _;
 
     fn parse(args: &[&str]) -> Result<BlockedConfig, String> {

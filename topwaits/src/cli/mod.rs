@@ -182,6 +182,17 @@ pub enum Command {
 }
 
 
+/// The selection of `-p`/`-t`, else `otherwise` (every thread, or `-u`/`-k`).
+pub(crate) fn pid_or_tid(pid: Vec<u32>, tid: Vec<u32>, otherwise: Threads) -> Result<Threads, ConfigError> {
+    Ok(if !pid.is_empty() {
+        Threads::Pids(ids(pid)?)
+    } else if !tid.is_empty() {
+        Threads::Tids(ids(tid)?)
+    } else {
+        otherwise
+    })
+}
+
 /// Sorted, deduplicated, checked ids of -p/-t.
 pub(crate) fn ids(mut v: Vec<u32>) -> Result<Vec<u32>, ConfigError> {
     v.sort_unstable();
@@ -343,17 +354,14 @@ impl Config {
                 max: a.max_block_time,
             });
         }
-        let threads = if !a.pid.is_empty() {
-            Threads::Pids(ids(a.pid)?)
-        } else if !a.tid.is_empty() {
-            Threads::Tids(ids(a.tid)?)
-        } else if a.user_threads_only {
+        let otherwise = if a.user_threads_only {
             Threads::UserOnly
         } else if a.kernel_threads_only {
             Threads::KernelOnly
         } else {
             Threads::All
         };
+        let threads = pid_or_tid(a.pid, a.tid, otherwise)?;
         let stacks = match (a.user_stacks_only, a.kernel_stacks_only) {
             (true, _) => Stacks::UserOnly,
             (_, true) => Stacks::KernelOnly,

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{filter_kind, ids, parse_duration, AttachMode, ConfigError, Threads};
+use super::{filter_kind, parse_duration, pid_or_tid, AttachMode, ConfigError, Threads};
 
 pub(super) const THREADS_EXAMPLES: &str = "\
 Examples:
@@ -74,13 +74,7 @@ impl ThreadsConfig {
         if a.attach == AttachMode::Kprobe {
             return Err(ConfigError::ThreadsKprobe);
         }
-        let threads = if !a.pid.is_empty() {
-            Threads::Pids(ids(a.pid)?)
-        } else if !a.tid.is_empty() {
-            Threads::Tids(ids(a.tid)?)
-        } else {
-            Threads::All
-        };
+        let threads = pid_or_tid(a.pid, a.tid, Threads::All)?;
         Ok(ThreadsConfig {
             threads,
             json: a.json,
@@ -133,7 +127,7 @@ fn parse_calibration(s: &str) -> Result<Calibration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Args, Command};
+    use super::super::{Args, Command};
     use clap::Parser as _;
 
     #[test]

@@ -185,6 +185,7 @@ fn wait_json(w: &WaitOn) -> Value {
                 crate::blocked::classify::FutexKind::LikelyMutex => "mutex_by_layout",
                 crate::blocked::classify::FutexKind::PiLock => "pi_lock",
                 crate::blocked::classify::FutexKind::Named(n) => n,
+                crate::blocked::classify::FutexKind::Join => "thread_join",
                 crate::blocked::classify::FutexKind::Unknown => "unknown",
             },
             "owner_tid": owner,

@@ -84,7 +84,19 @@ fn png_ink(path: &std::path::Path) -> f64 {
     inked as f64 / pixels as f64
 }
 
+/// The height the root `<svg>` element declares, in pixels.
+fn svg_height(svg: &std::path::Path) -> Option<u32> {
+    let text = std::fs::read_to_string(svg).ok()?;
+    let root = &text[text.find("<svg")?..];
+    let root = &root[..root.find('>')?];
+    let h = &root[root.find(" height=\"")? + 9..];
+    h[..h.find('"')?].parse::<f64>().ok().map(|v| v.ceil() as u32)
+}
+
+/// Takes a screenshot of the whole picture: a flame graph grows up from its bottom,
+/// and deep stacks make it taller than a default window.
 fn screenshot(svg: &std::path::Path, png: &std::path::Path) {
+    let height = svg_height(svg).unwrap_or(900).clamp(200, 8000);
     let profile = std::env::temp_dir().join(format!("tw-chromium-{}-{}", std::process::id(), now_wall_ns()));
     let status = std::process::Command::new("chromium")
         .args([
@@ -96,8 +108,8 @@ fn screenshot(svg: &std::path::Path, png: &std::path::Path) {
             "--disable-background-networking",
             "--disable-component-update",
             "--disable-sync",
-            "--window-size=1200,900",
         ])
+        .arg(format!("--window-size=1200,{height}"))
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", svg.display()))

@@ -163,6 +163,9 @@ pub enum WaitOn {
         target: String,
         holders: Vec<(u32, Vec<u8>, &'static str)>,
     },
+    /// Several file descriptors at once (`via` poll, ppoll or an epoll set): each
+    /// fd with what it is; `more` counts those left out of a long list.
+    Poll { via: &'static str, fds: Vec<(u64, String)>, more: usize },
     /// A sleep for a set time.
     Sleep,
     /// A child process to change state.
@@ -199,6 +202,11 @@ impl WaitOn {
                 }
             }
             WaitOn::Fd { fd, target, .. } => format!("fd {fd} ({target})"),
+            WaitOn::Poll { via, fds, more } => {
+                let list: Vec<String> = fds.iter().map(|(fd, t)| format!("{fd} ({t})")).collect();
+                let more = if *more > 0 { format!(" and {more} more") } else { String::new() };
+                format!("fds {}{more} ({via})", list.join(", "))
+            }
             WaitOn::Sleep => "a timed sleep".to_string(),
             WaitOn::Child => "a child process".to_string(),
             WaitOn::Other(s) | WaitOn::NoSyscall(s) => s.clone(),
@@ -320,9 +328,30 @@ pub fn by_syscall(info: Option<SyscallInfo>, nr: u64) -> WaitOn {
     match info.map(|i| i.name) {
         Some("nanosleep" | "clock_nanosleep") => WaitOn::Sleep,
         Some("wait4" | "waitid") => WaitOn::Child,
+        Some(name @ ("poll" | "ppoll")) => WaitOn::Poll { via: name, fds: Vec::new(), more: 0 },
         Some(name) => WaitOn::Other(format!("in {name}")),
         None => WaitOn::Other(format!("in syscall {nr}")),
     }
+}
+
+/// Most fds a poll or epoll wait lists.
+pub const MAX_POLL_FDS: usize = 16;
+
+/// The fds of a `struct pollfd` array (8 bytes each: an `int` fd, then two
+/// `short`s); negative fds, which poll ignores, are left out.
+pub fn pollfds(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .filter_map(|c| u64::try_from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).ok())
+        .collect()
+}
+
+/// The fds an epoll set watches, from the `tfd:` lines of its `/proc/PID/fdinfo/FD`.
+pub fn epoll_fds(fdinfo: &str) -> Vec<u64> {
+    fdinfo
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("tfd:")?.split_whitespace().next()?.parse().ok())
+        .collect()
 }
 
 /// The access mode of an fd from the `flags:` line of `/proc/PID/fdinfo/FD`.
@@ -541,13 +570,31 @@ mod tests {
             );
             assert_eq!(by_syscall(syscall_info(230), 230), WaitOn::Sleep);
             assert_eq!(by_syscall(syscall_info(61), 61), WaitOn::Child);
-            assert_eq!(by_syscall(syscall_info(7), 7).describe(), "in poll");
+            assert_eq!(by_syscall(syscall_info(7), 7), WaitOn::Poll { via: "poll", fds: vec![], more: 0 });
+            assert_eq!(by_syscall(syscall_info(1), 1).describe(), "in write");
         }
         assert_eq!(by_syscall(None, 9999).describe(), "in syscall 9999");
         assert_eq!(
             futex(&call(3, 0), 1, &[], &|_| None, &ANY),
             WaitOn::Other("futex op 3".into())
         );
+    }
+
+    #[test]
+    fn poll_and_epoll_fd_lists() {
+        let mut b = Vec::new();
+        for (fd, ev) in [(3i32, 1i16), (-1, 1), (7, 4)] {
+            b.extend_from_slice(&fd.to_ne_bytes());
+            b.extend_from_slice(&ev.to_ne_bytes());
+            b.extend_from_slice(&0i16.to_ne_bytes());
+        }
+        b.extend_from_slice(&[1, 2, 3]); // a torn tail is ignored
+        assert_eq!(pollfds(&b), [3, 7]);
+        let info = "pos:\t0\nflags:\t02\nmnt_id:\t16\nino:\t1057\ntfd:        5 events:       19 data:                5  pos:0 ino:3f0 sdev:8\ntfd:        9 events:       19 data:                9  pos:0 ino:3f1 sdev:8\n";
+        assert_eq!(epoll_fds(info), [5, 9]);
+        assert!(epoll_fds("garbage").is_empty());
+        let w = WaitOn::Poll { via: "epoll_wait", fds: vec![(5, "socket:[1]".into())], more: 2 };
+        assert_eq!(w.describe(), "fds 5 (socket:[1]) and 2 more (epoll_wait)");
     }
 
     #[test]

@@ -164,6 +164,38 @@ fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
         .collect()
 }
 
+/// Adds what each socket is (protocol, addresses, state, or path) to the fd targets
+/// of the waits, from each process's network namespace, read once per process.
+fn annotate_sockets(threads: &mut [Blocked]) {
+    let mut tables: HashMap<u32, HashMap<u64, String>> = HashMap::new();
+    for t in threads {
+        let tgid = t.snap.tgid;
+        let targets: Vec<&mut String> = match &mut t.wait {
+            WaitOn::Fd { target, .. } => vec![target],
+            WaitOn::Poll { fds, .. } => fds.iter_mut().map(|(_, target)| target).collect(),
+            _ => continue,
+        };
+        for target in targets {
+            let Some(("socket", inode)) = thread::special_inode(target) else { continue };
+            let table = tables.entry(tgid).or_insert_with(|| crate::sys::net::sockets_of(tgid));
+            if let Some(what) = table.get(&inode) {
+                target.push_str(&format!(" {what}"));
+            }
+        }
+    }
+}
+
+/// A wait on several fds, each named by what it is.
+fn poll_wait(tgid: u32, via: &'static str, fds: Vec<u64>) -> WaitOn {
+    let more = fds.len().saturating_sub(classify::MAX_POLL_FDS);
+    let fds = fds
+        .into_iter()
+        .take(classify::MAX_POLL_FDS)
+        .map(|fd| (fd, thread::fd_target(tgid, fd).unwrap_or_else(|| "closed".to_string())))
+        .collect();
+    WaitOn::Poll { via, fds, more }
+}
+
 /// Classifies one thread's wait.
 fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Syscall)>, WaitOn) {
     let call = match &s.syscall {
@@ -203,20 +235,28 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
             let sibling = |tid: u32| std::path::Path::new(&format!("/proc/{}/task/{tid}", s.tgid)).exists();
             classify::futex(&call, s.tid, &names, &read_u32, &classify::Threads { live: &live, sibling: &sibling })
         }
-        Some(SyscallInfo {
-            fd_arg: Some(a), ..
-        }) => {
+        Some(SyscallInfo { fd_arg: Some(a), name }) => {
             let fd = call.args[a];
             match thread::fd_target(s.tgid, fd) {
-                Some(target) => WaitOn::Fd {
-                    fd,
-                    target,
-                    holders: Vec::new(),
-                },
+                Some(t) if t == "anon_inode:[eventpoll]" => {
+                    let set = std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", s.tgid)).unwrap_or_default();
+                    poll_wait(s.tgid, name, classify::epoll_fds(&set))
+                }
+                Some(target) => WaitOn::Fd { fd, target, holders: Vec::new() },
                 None => classify::by_syscall(info, call.nr),
             }
         }
-        _ => classify::by_syscall(info, call.nr),
+        _ => match classify::by_syscall(info, call.nr) {
+            WaitOn::Poll { via, .. } => {
+                // poll(fds, nfds, ...): read the pollfd array.
+                let n = (call.args[1] as usize).min(classify::MAX_POLL_FDS * 4);
+                let mut bytes = vec![0u8; n * 8];
+                let got = ProcessMemory { pid: s.tgid }.read(call.args[0], &mut bytes);
+                bytes.truncate(got);
+                poll_wait(s.tgid, via, classify::pollfds(&bytes))
+            }
+            other => other,
+        },
     };
     (Some((info, call)), wait)
 }
@@ -293,6 +333,7 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
             }
         }
     }
+    annotate_sockets(&mut threads);
     // Owner edges, and the owners that are not listed.
     let edges: Vec<Edge> = threads
         .iter()

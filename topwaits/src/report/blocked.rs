@@ -73,7 +73,14 @@ fn write_thread(out: &mut dyn Write, report: &Report, t: &Blocked) -> io::Result
         s.state,
         blocked_for(report, t)
     )?;
-    writeln!(out, "    waits on {}", t.wait.describe())?;
+    let what = match &t.wait {
+        WaitOn::Sleep => "sleeps for a set time".to_string(),
+        WaitOn::Child => "waits for a child process".to_string(),
+        WaitOn::Other(s) => format!("waits {s}"),
+        WaitOn::NoSyscall(s) => s.clone(),
+        other => format!("waits on {}", other.describe()),
+    };
+    writeln!(out, "    {what}")?;
     if let WaitOn::Fd { holders, .. } = &t.wait {
         for (pid, comm, access) in holders {
             writeln!(
@@ -200,6 +207,12 @@ fn wait_json(w: &WaitOn) -> Value {
             "fd": fd,
             "target": target,
             "holders": holders.iter().map(|(pid, comm, access)| json!({"pid": pid, "comm": comm_text(comm), "access": access})).collect::<Vec<_>>(),
+        }),
+        WaitOn::Poll { via, fds, more } => json!({
+            "kind": "poll",
+            "via": via,
+            "fds": fds.iter().map(|(fd, target)| json!({"fd": fd, "target": target})).collect::<Vec<_>>(),
+            "more_fds": more,
         }),
         WaitOn::Sleep => json!({ "kind": "sleep" }),
         WaitOn::Child => json!({ "kind": "child" }),

@@ -5,6 +5,7 @@ pub mod btf;
 pub mod caps;
 pub mod kallsyms;
 pub mod memory;
+pub mod net;
 pub mod procfs;
 pub mod schedclock;
 pub mod thread;

@@ -192,7 +192,8 @@ pub fn all_pids() -> Vec<u32> {
 /// The inode of a `pipe:[N]` or `socket:[N]` fd target, with its kind.
 pub fn special_inode(target: &str) -> Option<(&str, u64)> {
     let (kind, rest) = target.split_once(":[")?;
-    let inode = rest.strip_suffix(']')?.parse().ok()?;
+    // Up to the `]`: user space may have added a description after it.
+    let inode = rest.split_once(']')?.0.parse().ok()?;
     matches!(kind, "pipe" | "socket").then_some((kind, inode))
 }
 
@@ -278,6 +279,8 @@ mod tests {
     fn special_inodes() {
         assert_eq!(special_inode("pipe:[8812]"), Some(("pipe", 8812)));
         assert_eq!(special_inode("socket:[7]"), Some(("socket", 7)));
+        assert_eq!(special_inode("socket:[7] TCP 127.0.0.1:80, listening"), Some(("socket", 7)));
+        assert_eq!(special_inode("pipe:[x]"), None);
         assert_eq!(special_inode("anon_inode:[eventpoll]"), None);
         assert_eq!(special_inode("/tmp/x"), None);
     }

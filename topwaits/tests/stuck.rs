@@ -147,6 +147,25 @@ fn the_top_view_marks_open_waits() {
 }
 
 #[test]
+fn every_interval_and_the_timeline_show_open_waits() {
+    require_bpf!();
+    let w = Stuck::start(&["mutex"]);
+    let holder = w.num("holder");
+    let f = run(&["--json", "-i", "0.5", "-p", &w.pid(), "1"]);
+    assert!(f.status.success(), "{}", f.stderr);
+    let docs: Vec<Value> = f.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(docs.len(), 2, "{}", f.stdout);
+    let so_far: Vec<i64> = docs.iter().map(|d| by_tid(d, "records", holder)["max_ns"].as_i64().unwrap()).collect();
+    assert!(docs.iter().all(|d| by_tid(d, "records", holder)["open"] == true));
+    assert!(so_far[1] > so_far[0] + 300_000_000, "the time so far grows from one interval to the next: {so_far:?}");
+    let svg = format!("{}/open-timeline.svg", env!("CARGO_TARGET_TMPDIR"));
+    let f = run(&["-p", &w.pid(), "--timeline", &svg, "0.5"]);
+    assert!(f.status.success(), "{}", f.stderr);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("holder_sleeps (still waiting)"), "the timeline marks open waits");
+}
+
+#[test]
 fn a_sleep_that_starts_during_the_trace_is_open_with_its_exact_start() {
     require_bpf!();
     let mut w = Stuck::start(&["latesleep", "500"]);

@@ -111,6 +111,11 @@ pub fn syscall_info(nr: u64) -> Option<SyscallInfo> {
         .map(|&(_, name, fd_arg)| SyscallInfo { name, fd_arg })
 }
 
+/// The number of a syscall by name, for this machine's ABI.
+pub fn syscall_info_by_name(name: &str) -> Option<u64> {
+    TABLE.iter().find(|(_, n, _)| *n == name).map(|&(nr, ..)| nr)
+}
+
 /// `futex` operations (the low bits of `op`).
 const FUTEX_WAIT: u64 = 0;
 const FUTEX_LOCK_PI: u64 = 6;

@@ -258,6 +258,15 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
             other => other,
         },
     };
+    // In D state outside an fd, the kernel function it sleeps in says more (I/O,
+    // a filesystem lock, ...) than the syscall alone.
+    let wait = match wait {
+        WaitOn::Other(what) if s.state == 'D' => match s.kernel.as_ref().ok().and_then(|k| k.first()) {
+            Some(f) => WaitOn::Other(format!("{what}, in the kernel at {}", f.name())),
+            None => WaitOn::Other(what),
+        },
+        other => other,
+    };
     (Some((info, call)), wait)
 }
 
@@ -417,4 +426,30 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
             crate::report::blocked::write_text(&report, out)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_d_state_wait_names_the_kernel_function_it_sleeps_in() {
+        let nr = classify::syscall_info_by_name("fsync").expect("fsync is in the table");
+        let snap = Snapshot {
+            tgid: u32::MAX - 1, // no such process: its fd cannot be read
+            tid: u32::MAX - 1,
+            comm: b"db".to_vec(),
+            state: 'D',
+            flags: 0,
+            since: None,
+            kernel: Ok(vec![Frame { addr: 0, symbol: Some("folio_wait_bit_common".into()), module: None, offset: Some(0x1c) }]),
+            user: vec![],
+            syscall: Ok(SyscallState::In(Syscall { nr, args: [9, 0, 0, 0, 0, 0], sp: 0, pc: 0 })),
+        };
+        let (call, wait) = classify_wait(&snap, &Stack::None);
+        assert_eq!(call.and_then(|(i, _)| i).map(|i| i.name), Some("fsync"));
+        assert_eq!(wait, WaitOn::Other("in fsync, in the kernel at folio_wait_bit_common".into()));
+        let sleeping = Snapshot { state: 'S', ..snap };
+        assert_eq!(classify_wait(&sleeping, &Stack::None).1, WaitOn::Other("in fsync".into()));
+    }
 }

@@ -164,6 +164,9 @@ pub struct Counters {
     pub wake_full: u64,
     /// Kernel stacks of waits reused in place rather than unwound.
     pub kstacks_reused: u64,
+    /// Unique user stacks cut at their first address outside executable code (set
+    /// by symbolization, per report; not a kernel counter).
+    pub user_stacks_cut: u64,
 }
 
 impl Counters {
@@ -184,6 +187,7 @@ impl Counters {
             wakings: at(c::WAKINGS),
             wake_full: at(c::LOST_WAKE_FULL),
             kstacks_reused: at(c::KSTACK_REUSED),
+            user_stacks_cut: 0,
         }
     }
 
@@ -202,6 +206,7 @@ impl Counters {
             wakings: self.wakings.saturating_sub(earlier.wakings),
             wake_full: self.wake_full.saturating_sub(earlier.wake_full),
             kstacks_reused: self.kstacks_reused.saturating_sub(earlier.kstacks_reused),
+            user_stacks_cut: self.user_stacks_cut,
         }
     }
 

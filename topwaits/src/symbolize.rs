@@ -12,11 +12,17 @@ use blazesym::MaybeDefault;
 
 use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
 use crate::sys::procfs;
+use crate::unwind::{self, Region};
 
 /// Resolves addresses to frames, one batch at a time, in the order given.
 pub trait Symbolizer {
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame>;
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame>;
+    /// Whether a user address of `tgid` lies in an executable mapping (true when
+    /// the mappings are unknown). Asked after [`Symbolizer::user`] for that process.
+    fn is_code(&self, _tgid: u32, _addr: u64) -> bool {
+        true
+    }
 }
 
 /// blazesym: kernel frames from kallsyms, user frames from `/proc/PID`, and the
@@ -29,6 +35,8 @@ pub struct BlazeSymbolizer {
     inner: Blaze,
     /// Memory maps read while each remembered process was alive.
     maps: HashMap<u32, Vec<procfs::Mapping>>,
+    /// Every mapping, with its exec bit, of each process symbolized or remembered.
+    regions: HashMap<u32, Vec<Region>>,
 }
 
 impl Default for BlazeSymbolizer {
@@ -36,6 +44,7 @@ impl Default for BlazeSymbolizer {
         BlazeSymbolizer {
             inner: Blaze::builder().enable_code_info(false).enable_inlined_fns(false).build(),
             maps: HashMap::new(),
+            regions: HashMap::new(),
         }
     }
 }
@@ -51,12 +60,17 @@ impl BlazeSymbolizer {
         if tgid == 0 {
             return;
         }
-        let maps = procfs::maps_of(tgid);
+        let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else {
+            // Gone already: keep what we had.
+            return;
+        };
+        let maps = procfs::parse_maps(&text[..]);
         if maps.is_empty() {
-            // Gone already (or a kernel thread): keep what we had.
+            // A kernel thread: nothing to keep.
             return;
         }
         self.maps.insert(tgid, maps);
+        self.regions.insert(tgid, procfs::parse_regions(&text[..]));
         let mut cache = blazesym::symbolize::cache::Process::new(tgid.into());
         cache.cache_vmas = true;
         cache.cache_perf_map = true;
@@ -87,6 +101,10 @@ fn to_frames(addrs: &[u64], syms: Option<Vec<Symbolized<'_>>>) -> Vec<Frame> {
         .iter()
         .zip(syms)
         .map(|(&addr, s)| match s {
+            // Past the end of a symbol of known size, the address is in some other
+            // function that the symbol table does not name (a stripped binary's
+            // internal code): not this one.
+            Symbolized::Sym(sym) if sym.size.is_some_and(|size| sym.offset >= size) => Frame::unknown(addr),
             Symbolized::Sym(sym) => Frame {
                 addr,
                 symbol: Some(sym.name.as_ref().into()),
@@ -98,6 +116,21 @@ fn to_frames(addrs: &[u64], syms: Option<Vec<Symbolized<'_>>>) -> Vec<Frame> {
         .collect()
 }
 
+/// Symbolizes a batch, and where the batch fails as a whole (one address in a file
+/// blazesym cannot read fails them all), each address on its own.
+fn symbolize_each(blaze: &Blaze, src: &Source<'_>, addrs: &[u64]) -> Vec<Frame> {
+    match blaze.symbolize(src, Input::AbsAddr(addrs)) {
+        Ok(syms) => to_frames(addrs, Some(syms)),
+        Err(e) => {
+            log::debug!("symbolizing {} addresses failed ({e}); retrying one at a time", addrs.len());
+            addrs
+                .iter()
+                .flat_map(|&a| to_frames(&[a], blaze.symbolize(src, Input::AbsAddr(&[a])).ok()))
+                .collect()
+        }
+    }
+}
+
 impl Symbolizer for BlazeSymbolizer {
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame> {
         let src = Source::Kernel(Kernel {
@@ -107,8 +140,7 @@ impl Symbolizer for BlazeSymbolizer {
             debug_syms: false,
             ..Default::default()
         });
-        let syms = self.inner.symbolize(&src, Input::AbsAddr(addrs)).ok();
-        to_frames(addrs, syms)
+        symbolize_each(&self.inner, &src, addrs)
     }
 
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
@@ -126,8 +158,14 @@ impl Symbolizer for BlazeSymbolizer {
         // large binaries, and the frames need no line numbers.
         proc_src.debug_syms = false;
         let src = Source::Process(proc_src);
-        let syms = self.inner.symbolize(&src, Input::AbsAddr(addrs)).ok();
-        let mut frames = to_frames(addrs, syms);
+        if !self.regions.contains_key(&tgid) {
+            self.regions.insert(tgid, procfs::regions_of(tgid));
+        }
+        // Only addresses in executable mappings are code; the rest (junk from a
+        // frame-pointer walk through code without frame pointers) are never named.
+        let code: Vec<u64> = addrs.iter().copied().filter(|&a| self.is_code(tgid, a)).collect();
+        let mut named: HashMap<u64, Frame> = symbolize_each(&self.inner, &src, &code).into_iter().map(|f| (f.addr, f)).collect();
+        let mut frames: Vec<Frame> = addrs.iter().map(|&a| named.remove(&a).unwrap_or_else(|| Frame::unknown(a))).collect();
         if frames.iter().any(|f| f.symbol.is_none()) {
             // Kept maps were just refreshed if the process lives; read them only
             // for a process that was never remembered.
@@ -139,7 +177,8 @@ impl Symbolizer for BlazeSymbolizer {
                     &read
                 }
             };
-            for f in frames.iter_mut().filter(|f| f.symbol.is_none()) {
+            let code = |a: u64| self.regions.get(&tgid).is_none_or(|r| r.is_empty() || unwind::region_of(r, a).is_some_and(|m| m.exec));
+            for f in frames.iter_mut().filter(|f| f.symbol.is_none() && code(f.addr)) {
                 if let Some((module, off)) = procfs::locate(maps, f.addr) {
                     f.module = Some(module.into());
                     f.offset = Some(off);
@@ -147,6 +186,13 @@ impl Symbolizer for BlazeSymbolizer {
             }
         }
         frames
+    }
+
+    fn is_code(&self, tgid: u32, addr: u64) -> bool {
+        match self.regions.get(&tgid) {
+            Some(r) if !r.is_empty() => unwind::region_of(r, addr).is_some_and(|m| m.exec),
+            _ => true,
+        }
     }
 }
 
@@ -213,8 +259,57 @@ enum Space {
     User(u32),
 }
 
+/// The records of a capture, symbolized.
+#[derive(Debug)]
+pub struct Resolved {
+    pub records: Vec<Record>,
+    /// Unique user stacks cut at their first address outside executable code: a
+    /// frame-pointer walk that went on into junk.
+    pub user_stacks_cut: u64,
+}
+
+/// Cuts a user stack at its first address outside executable code, keeping one
+/// `[unknown]` frame if nothing before it was code. Returns whether it cut.
+pub fn cut_at_junk(frames: &mut Vec<Frame>, is_code: impl Fn(u64) -> bool) -> bool {
+    let Some(i) = frames.iter().position(|f| !is_code(f.addr)) else {
+        return false;
+    };
+    frames.truncate(i.max(1));
+    if i == 0 {
+        frames[0] = Frame::unknown(frames[0].addr);
+    }
+    true
+}
+
+/// The address to look up for frame `i` of a stack at `addr`. Every frame but the
+/// leaf is a return address, which points after its call instruction; when that
+/// call never returns, it points past the end of the calling function, into the
+/// next one. Looking up one byte before it names the caller.
+pub fn lookup_addr(i: usize, addr: u64) -> u64 {
+    if i == 0 {
+        addr
+    } else {
+        addr.saturating_sub(1)
+    }
+}
+
+/// Frame `i` of a stack at `addr`, from the frame found at its [`lookup_addr`]:
+/// with the real address, and the offset of the real address.
+pub fn frame_at(i: usize, addr: u64, found: Option<&Frame>) -> Frame {
+    match found {
+        Some(f) => {
+            let mut f = f.clone();
+            let shift = addr - lookup_addr(i, addr);
+            f.addr = addr;
+            f.offset = f.offset.map(|o| o + shift);
+            f
+        }
+        None => Frame::unknown(addr),
+    }
+}
+
 /// Symbolizes every record of a capture, each unique address once.
-pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
+pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     let stack_of = |id: &StackId| match id {
         StackId::Id(i) => capture.stacks.get(i).map(|v| v.as_slice()),
         _ => None,
@@ -234,9 +329,10 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
     let mut per_proc: HashMap<u32, Vec<u64>> = HashMap::new();
     for (space, id) in &wanted {
         let Some(addrs) = stack_of(id) else { continue };
+        let lookups = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
         match space {
-            Space::Kernel => kaddrs.extend_from_slice(addrs),
-            Space::User(t) => per_proc.entry(*t).or_default().extend_from_slice(addrs),
+            Space::Kernel => kaddrs.extend(lookups),
+            Space::User(t) => per_proc.entry(*t).or_default().extend(lookups),
         }
     }
     kaddrs.sort_unstable();
@@ -259,6 +355,8 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
     }
     // Each (space, stack id) is built once and shared by every record using it.
     let mut built: HashMap<(Option<u32>, u64), Stack> = HashMap::new();
+    let mut user_stacks_cut = 0u64;
+    let sym: &dyn Symbolizer = sym;
     let mut build = |space: Space, id: &StackId| match id {
         StackId::None => Stack::None,
         StackId::Lost(_) => Stack::Missing,
@@ -275,16 +373,23 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
                     Some(addrs) => {
                         let mut frames: Vec<Frame> = addrs
                             .iter()
-                            .map(|&a| {
+                            .enumerate()
+                            .map(|(i, &a)| {
+                                let l = lookup_addr(i, a);
                                 let f = match space {
-                                    Space::Kernel => kframes.get(&a),
-                                    Space::User(t) => uframes.get(&(t, a)),
+                                    Space::Kernel => kframes.get(&l),
+                                    Space::User(t) => uframes.get(&(t, l)),
                                 };
-                                f.cloned().unwrap_or_else(|| Frame::unknown(a))
+                                frame_at(i, a, f)
                             })
                             .collect();
-                        if matches!(space, Space::Kernel) {
-                            trim_machinery(&mut frames);
+                        match space {
+                            Space::Kernel => trim_machinery(&mut frames),
+                            Space::User(t) => {
+                                if cut_at_junk(&mut frames, |a| sym.is_code(t, a)) {
+                                    user_stacks_cut += 1;
+                                }
+                            }
                         }
                         Stack::of(frames)
                     }
@@ -333,7 +438,8 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Vec<Record> {
             open: r.open,
         });
     }
-    out
+    drop(build);
+    Resolved { records: out, user_stacks_cut }
 }
 
 #[cfg(test)]
@@ -396,6 +502,30 @@ pub(crate) mod tests {
             module: None,
             offset: None,
         }
+    }
+
+    #[test]
+    fn a_return_address_past_a_noreturn_call_names_the_caller() {
+        // The caller ends at 0x1000 with a call that never returns; the next
+        // function starts there. Frame 1's return address is 0x1000.
+        let caller = Frame { addr: 0xfff, symbol: Some("caller".into()), module: None, offset: Some(0x3f) };
+        let f = frame_at(1, 0x1000, Some(&caller));
+        assert_eq!((f.name(), f.addr, f.offset), ("caller", 0x1000, Some(0x40)));
+        assert_eq!(lookup_addr(1, 0x1000), 0xfff);
+        assert_eq!(lookup_addr(0, 0x1000), 0x1000, "the leaf is where the thread is, not a return address");
+        assert_eq!(frame_at(0, 0x1000, None), Frame::unknown(0x1000));
+    }
+
+    #[test]
+    fn a_user_stack_is_cut_at_its_first_junk_address() {
+        let mut f = vec![Frame::unknown(0x10), Frame::unknown(0x20), Frame::unknown(0x9000), Frame::unknown(0x30)];
+        assert!(cut_at_junk(&mut f, |a| a < 0x1000));
+        assert_eq!(f.iter().map(|f| f.addr).collect::<Vec<_>>(), [0x10, 0x20]);
+        let mut all_junk = vec![Frame { addr: 0x9000, symbol: Some("_PyRuntime".into()), module: None, offset: None }];
+        assert!(cut_at_junk(&mut all_junk, |a| a < 0x1000));
+        assert_eq!(all_junk, [Frame::unknown(0x9000)], "junk is never named");
+        let mut clean = vec![Frame::unknown(0x10)];
+        assert!(!cut_at_junk(&mut clean, |_| true));
     }
 
     #[test]
@@ -498,15 +628,17 @@ pub(crate) mod tests {
             ..Default::default()
         };
         let mut sym = FakeSymbolizer {
-            names: names(&[(0x100, "bpf_trace_run4"), (0x200, "__schedule"), (0x20, "?")]),
+            // Return addresses (every frame but the leaf) are looked up one byte back.
+            names: names(&[(0x100, "bpf_trace_run4"), (0x1ff, "__schedule"), (0x1f, "?")]),
             ..Default::default()
         };
-        let recs = resolve(&capture, &mut sym);
+        let recs = resolve(&capture, &mut sym).records;
         assert_eq!((sym.kernel_calls, sym.user_calls), (1, 1));
         let k: Vec<_> = recs[0].kernel.frames().iter().map(|f| f.name().to_string()).collect();
-        assert_eq!(k, ["__schedule", "k_300"]);
+        assert_eq!(k, ["__schedule", "k_2ff"]);
         let u: Vec<_> = recs[0].user.frames().iter().map(|f| f.name().to_string()).collect();
         assert_eq!(u, ["u10_10", "[unknown]"]);
+        assert_eq!(recs[0].kernel.frames()[0].addr, 0x200, "frames keep their real address");
         assert_eq!(recs[1].kernel, Stack::Missing);
         assert_eq!(recs[1].user, Stack::Missing, "an id absent from the stack map is missing");
         assert_eq!(recs[1].total_ns, 7);

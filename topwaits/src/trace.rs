@@ -306,7 +306,9 @@ pub fn run(config: &Config) -> Result<()> {
             crate::open::add_waits_before_trace(config, &mut capture, &mut snapshots, span, std::process::id());
         }
         total = capture.counters;
-        let records = resolve(&capture, &mut symbolizer);
+        let resolved = resolve(&capture, &mut symbolizer);
+        let mut counters = capture.counters.since(&before);
+        counters.user_stacks_cut = resolved.user_stacks_cut;
         let report = Report {
             info: TraceInfo {
                 clock,
@@ -317,8 +319,8 @@ pub fn run(config: &Config) -> Result<()> {
                 utc_offset_s: local_offset_s(clock.wall(start_mono)),
                 waker: config.waker,
             },
-            counters: capture.counters.since(&before),
-            records,
+            counters,
+            records: resolved.records,
         };
         write_quietly(|out| {
             if config.interval.is_some() {

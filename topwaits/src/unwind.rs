@@ -24,6 +24,12 @@ pub struct Region {
     pub exec: bool,
 }
 
+/// The mapping `addr` lies in, from mappings sorted by start.
+pub fn region_of(regions: &[Region], addr: u64) -> Option<&Region> {
+    let i = regions.partition_point(|r| r.start <= addr);
+    regions.get(i.checked_sub(1)?).filter(|r| addr < r.end)
+}
+
 /// Which instruction set's call instructions to look for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -107,8 +113,7 @@ impl<'a> Walker<'a> {
     }
 
     fn region(&self, addr: u64) -> Option<&Region> {
-        let i = self.regions.partition_point(|r| r.start <= addr);
-        self.regions.get(i.checked_sub(1)?).filter(|r| addr < r.end)
+        region_of(self.regions, addr)
     }
 
     /// Whether `addr` lies in an executable mapping.

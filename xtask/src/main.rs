@@ -94,7 +94,7 @@ fn main() -> ExitCode {
             run(cargo().args(["test", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))?;
             eprintln!("xtask: the kernel tests again with --attach raw_tp");
             run(cargo()
-                .args(["test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--test", "stuck", "--"])
+                .args(["test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--test", "stuck", "--test", "stacks", "--"])
                 .arg("--test-threads=1")
                 .args(&args)
                 .env("TOPWAITS_TEST_ATTACH", "raw_tp"))

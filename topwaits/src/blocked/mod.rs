@@ -14,7 +14,7 @@ use crate::cli::BlockedConfig;
 use crate::clock::{monotonic_now, ClockPair};
 use crate::model::{Frame, Stack};
 use crate::snapshot::{Snapshot, Snapshotter};
-use crate::symbolize::{BlazeSymbolizer, Symbolizer};
+use crate::symbolize::{frame_at, lookup_addr, BlazeSymbolizer, Symbolizer};
 use crate::sys::memory::ProcessMemory;
 use crate::sys::procfs;
 use crate::sys::thread::{self, Syscall, SyscallState};
@@ -126,10 +126,7 @@ fn holders_of(inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<classify::Holder>> {
 fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
     let mut per_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for s in snaps {
-        per_proc
-            .entry(s.tgid)
-            .or_default()
-            .extend_from_slice(&s.user);
+        per_proc.entry(s.tgid).or_default().extend(s.user.iter().enumerate().map(|(i, &a)| lookup_addr(i, a)));
     }
     let mut frames: HashMap<(u32, u64), Frame> = HashMap::new();
     for (tgid, mut addrs) in per_proc {
@@ -146,23 +143,13 @@ fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
         .iter()
         .map(|s| {
             if s.user.is_empty() {
-                Stack::None
-            } else {
-                Stack::of(
-                    s.user
-                        .iter()
-                        .map(|&a| {
-                            frames
-                                .get(&(s.tgid, a))
-                                .cloned()
-                                .unwrap_or_else(|| Frame::unknown(a))
-                        })
-                        .collect(),
-                )
+                return Stack::None;
             }
+            Stack::of(s.user.iter().enumerate().map(|(i, &a)| frame_at(i, a, frames.get(&(s.tgid, lookup_addr(i, a))))).collect())
         })
         .collect()
 }
+
 
 /// Adds what each socket is (protocol, addresses, state, or path) to the fd targets
 /// of the waits, from each process's network namespace, read once per process.

@@ -38,7 +38,9 @@ fn push_stack(line: &mut Vec<String>, stack: &Stack, missing: &str, leaf_first: 
     match stack {
         Stack::Missing => line.push(missing.to_string()),
         Stack::Frames(f) => {
-            let names = |f: &Frame| clean(f.name());
+            // The same best name as every other format: `module+0xoffset` where no
+            // symbol resolved (it holds no space or `;`).
+            let names = |f: &Frame| clean(&f.describe());
             if leaf_first {
                 line.extend(f.iter().map(names));
             } else {

@@ -214,6 +214,7 @@ fn head(report: &Report) -> Value {
             "switches": report.counters.switches,
             "recorded": report.counters.recorded,
             "outside_block_time": report.counters.outside_block_time,
+            "user_stacks_cut_at_junk": report.counters.user_stacks_cut,
             "kernel_stacks_reused": report.counters.kstacks_reused,
         },
         "records_total": report.records.len(),

@@ -2,6 +2,8 @@
 //! attached, workloads with known wait patterns, and JSON/time helpers.
 #![allow(dead_code)]
 
+pub mod programs;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;

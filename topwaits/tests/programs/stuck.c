@@ -7,7 +7,12 @@
  *   pipe       the main thread reads an empty pipe whose writer is a child process
  *   latesleep  a thread waits DELAY_MS, then sleeps 2 s (started by the test)
  *   many N     N threads block on one mutex held by a sleeping main thread
+ *   junk FILE  (x86-64) a thread sleeps with its frame pointer aimed into a data
+ *              file mapping, so frame-pointer walks yield a data address, while
+ *              another thread sleeps in named functions
  */
+#include <fcntl.h>
+#include <sys/mman.h>
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -117,6 +122,45 @@ static void *many_waiter(void *arg) {
     return NULL;
 }
 
+#if defined(__x86_64__)
+static struct timespec junk_nap = {0, 200000000};
+
+/* Sleeps through a raw syscall with rbp pointing at a fake frame record in a data
+ * mapping, as code built without frame pointers can leave it. */
+__attribute__((noinline)) static void junk_frame_sleep(char *record) {
+    long ret;
+    __asm__ volatile("push %%rbp\n\t"
+                     "mov %[rec], %%rbp\n\t"
+                     "syscall\n\t"
+                     "pop %%rbp\n\t"
+                     : "=a"(ret)
+                     : "a"(35L), "D"(&junk_nap), "S"(0L), [rec] "r"(record)
+                     : "rcx", "r11", "memory");
+}
+
+static void *junk_thread(void *record) {
+    for (;;)
+        junk_frame_sleep(record);
+    return NULL;
+}
+#endif
+
+__attribute__((noinline)) static void clean_sleep_inner(void) {
+    nap_ms(100);
+    __asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) static void clean_sleeper_loop(void) {
+    for (;;)
+        clean_sleep_inner();
+}
+
+static void *clean_thread(void *arg) {
+    (void)arg;
+    clean_sleeper_loop();
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     pthread_t a, b;
@@ -178,8 +222,29 @@ int main(int argc, char **argv) {
         nap_ms(300);
         printf("ready main=%d\n", tid());
         holder_sleeps();
+    } else if (!strcmp(mode, "junk") && argc > 2) {
+#if defined(__x86_64__)
+        int fd = open(argv[2], O_RDWR | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || ftruncate(fd, 4096))
+            return 1;
+        char *data = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (data == MAP_FAILED)
+            return 1;
+        /* The fake record at +0x100: saved frame pointer 0 (the end), "return
+         * address" +0x200, inside this data mapping. */
+        unsigned long *rec = (unsigned long *)(data + 0x100);
+        rec[0] = 0;
+        rec[1] = (unsigned long)(data + 0x200);
+        pthread_create(&a, NULL, junk_thread, data + 0x100);
+        pthread_create(&b, NULL, clean_thread, NULL);
+        printf("ready junk=%p\n", (void *)(data + 0x200));
+        pthread_join(a, NULL);
+#else
+        fprintf(stderr, "junk: x86-64 only\n");
+        return 2;
+#endif
     } else {
-        fprintf(stderr, "usage: stuck mutex|abba|pipe|latesleep [MS]|many [N]\n");
+        fprintf(stderr, "usage: stuck mutex|abba|pipe|latesleep [MS]|many [N]|junk FILE\n");
         return 2;
     }
     return 0;

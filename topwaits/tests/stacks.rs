@@ -1,0 +1,37 @@
+//! Kernel tests of stacks a user can trust: a junk frame from a frame-pointer walk
+//! never poisons the symbols of its process, and is never named.
+
+mod common;
+
+use common::programs::Stuck;
+use common::*;
+
+/// A thread whose frame pointer aims into a data file mapping yields a walk through
+/// a data address; the other thread's records must still name their functions, and
+/// no frame may sit at (or be named for) the data address.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_junk_frame_never_blanks_the_symbols_of_its_process() {
+    require_bpf!();
+    let data = format!("{}/junk-{}.dat", env!("CARGO_TARGET_TMPDIR"), std::process::id());
+    let w = Stuck::start(&["junk", &data]);
+    let junk = w.hex("junk");
+    let doc = json(&run(&["--json", "--open-waits", "no", "-p", &w.pid(), "1.5"]));
+    let clean = records_in(&doc, "clean_sleep_inner");
+    assert!(!clean.is_empty(), "the clean thread's frames are named: {doc:#}");
+    let names = stack_names(&clean[0]["user_stack"]);
+    assert!(names.contains(&"clean_thread".to_string()), "a return address past a call that never returns names its caller: {names:?}");
+    assert!(!names.iter().any(|n| n.contains("late_sleeper")), "{names:?}");
+    let junky = records_in(&doc, "junk_frame_sleep");
+    assert!(!junky.is_empty(), "the junk thread's own function is named: {doc:#}");
+    for r in doc["records"].as_array().unwrap() {
+        for f in r["user_stack"].as_array().unwrap() {
+            assert_ne!(f["addr"].as_str(), Some(junk.as_str()), "a data address is never a frame: {r:#}");
+        }
+    }
+    assert!(doc["counters"]["user_stacks_cut_at_junk"].as_u64().unwrap() >= 1, "{}", doc["counters"]);
+    // Folded output names frames as the other formats do.
+    let folded = run(&["-f", "--open-waits", "no", "-p", &w.pid(), "1"]);
+    assert!(folded.stdout.lines().any(|l| l.contains("clean_thread;clean_sleeper_loop;clean_sleep_inner")), "{}", folded.stdout);
+    let _ = std::fs::remove_file(&data);
+}

@@ -244,6 +244,12 @@ pub fn write_quietly(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result
 pub fn run(config: &Config) -> Result<()> {
     hold_signals(true);
     preflight(&config.threads)?;
+    if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
+        crate::say!(
+            "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
+            std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into())
+        );
+    }
     let clock = ClockPair::sample();
     let mut tracer = Tracer::start(config)?;
     let start_mono = tracer.attached_mono();

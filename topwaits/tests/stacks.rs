@@ -35,3 +35,24 @@ fn a_junk_frame_never_blanks_the_symbols_of_its_process() {
     assert!(folded.stdout.lines().any(|l| l.contains("clean_thread;clean_sleeper_loop;clean_sleep_inner")), "{}", folded.stdout);
     let _ = std::fs::remove_file(&data);
 }
+
+/// With CAP_BPF and CAP_PERFMON but not CAP_SYSLOG, kernel symbol addresses read as
+/// zero: topwaits says so in one line instead of printing `[unknown]` silently.
+#[test]
+fn hidden_kernel_symbols_are_said_in_one_line() {
+    require_bpf!();
+    let caps = "-all,+bpf,+perfmon";
+    let out = std::process::Command::new("setpriv")
+        .args(["--inh-caps", caps, "--ambient-caps", caps, "--bounding-set", caps, "--reuid=65534", BIN])
+        .args(with_attach(&["--json", "-K", "0.5"]))
+        .output()
+        .expect("setpriv (util-linux) is needed");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("CAP_SYSLOG")).collect();
+    assert_eq!(warnings.len(), 1, "one line naming the capability: {stderr}");
+    assert!(warnings[0].starts_with("topwaits: warning: "), "{stderr}");
+    // As root the addresses are visible and nothing is said.
+    let root = run(&["--json", "-K", "0.5"]);
+    assert!(!root.stderr.contains("CAP_SYSLOG"), "{}", root.stderr);
+}

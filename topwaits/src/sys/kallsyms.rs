@@ -42,9 +42,38 @@ pub fn find_function_in_sys(func: &str) -> std::io::Result<Option<String>> {
     Ok(find_function(std::io::BufReader::new(f), func))
 }
 
+/// Whether kallsyms text shows every address as zero: the kernel hides them from a
+/// reader without CAP_SYSLOG (see `kernel.kptr_restrict`), and kernel frames then
+/// cannot be named. Judged on the first lines; empty text counts as hidden.
+pub fn addresses_hidden<R: BufRead>(reader: R) -> bool {
+    for line in reader.lines().map_while(Result::ok).take(16) {
+        if line.split_whitespace().next().and_then(|a| u64::from_str_radix(a, 16).ok()).is_some_and(|a| a != 0) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether this process sees the running kernel's symbol addresses as zero (or
+/// cannot read kallsyms at all).
+pub fn addresses_hidden_in_sys() -> bool {
+    match std::fs::File::open(KALLSYMS) {
+        Ok(f) => addresses_hidden(std::io::BufReader::new(f)),
+        Err(_) => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hidden_addresses_are_all_zero() {
+        assert!(addresses_hidden("0000000000000000 T _stext\n0000000000000000 t x\n".as_bytes()));
+        assert!(!addresses_hidden("0000000000000000 A fixed_percpu_data\nffffffff81000000 T _stext\n".as_bytes()));
+        assert!(addresses_hidden("".as_bytes()), "nothing readable is nothing named");
+        assert!(addresses_hidden("garbage\n".as_bytes()));
+    }
 
     #[test]
     fn prefers_the_exact_name() {

@@ -244,6 +244,8 @@ pub fn write_quietly(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result
 pub fn run(config: &Config) -> Result<()> {
     hold_signals(true);
     preflight(&config.threads)?;
+    let mut svg_file = OutputFile::create_opt(config.svg.as_deref())?;
+    let mut timeline_file = OutputFile::create_opt(config.timeline.as_deref())?;
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
         crate::say!(
             "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
@@ -254,9 +256,14 @@ pub fn run(config: &Config) -> Result<()> {
     let mut tracer = Tracer::start(config)?;
     let start_mono = tracer.attached_mono();
     let target = config.target();
+    let what = match config.view {
+        crate::cli::View::Wakeups => "wakeups",
+        crate::cli::View::OffCpu if config.waker => "off-CPU waits and their wakers",
+        crate::cli::View::OffCpu => "off-CPU waits",
+    };
     match config.duration {
-        Some(d) => crate::say!("Tracing off-CPU waits of {target} for {:.1} s...", d.as_secs_f64()),
-        None => crate::say!("Tracing off-CPU waits of {target}... Hit Ctrl-C to end."),
+        Some(d) => crate::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
+        None => crate::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
     }
     if let Err(e) = tracer.load_learner() {
         // Stacks stay exact, only every one is unwound.
@@ -338,13 +345,13 @@ pub fn run(config: &Config) -> Result<()> {
             (interval_start, before) = (end_mono, capture.counters);
             continue;
         }
-        if let Some(path) = &config.svg {
+        if let Some(file) = svg_file.take() {
             let svg = report::svg::FlameSvg { value: config.value };
-            write_file(path, |out| svg.write(&report, out))?;
+            file.write(|out| svg.write(&report, out))?;
         }
-        if let Some(path) = &config.timeline {
+        if let Some(file) = timeline_file.take() {
             let t = report::timeline::Timeline { limit: config.timeline_limit };
-            write_file(path, |out| t.write(&report, out))?;
+            file.write(|out| t.write(&report, out))?;
         }
         break;
     }
@@ -374,14 +381,34 @@ pub fn interval_frame(out: &mut dyn Write, output: &crate::cli::Output, round: u
     }
 }
 
-/// Writes a file through a buffered writer, naming the file in errors.
-fn write_file(path: &std::path::Path, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
-    let file = std::fs::File::create(path).with_context(|| format!("failed to create {}", path.display()))?;
-    let mut w = BufWriter::new(file);
-    f(&mut w).and_then(|()| w.flush()).with_context(|| format!("failed to write {}", path.display()))?;
-    crate::say!("Wrote {}", path.display());
-    Ok(())
+/// An output file, created before anything loads so that a bad path fails at once
+/// rather than after the trace.
+pub struct OutputFile {
+    path: std::path::PathBuf,
+    file: std::fs::File,
 }
+
+impl OutputFile {
+    /// Creates (truncates) the file, or fails in one line naming it.
+    pub fn create(path: &std::path::Path) -> Result<Self> {
+        let file = std::fs::File::create(path).with_context(|| format!("failed to create {}", path.display()))?;
+        Ok(OutputFile { path: path.to_path_buf(), file })
+    }
+
+    /// Creates the file of an optional option.
+    pub fn create_opt(path: Option<&std::path::Path>) -> Result<Option<Self>> {
+        path.map(Self::create).transpose()
+    }
+
+    /// Writes the file through a buffered writer, naming it in errors and on stderr.
+    pub fn write(self, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
+        let mut w = BufWriter::new(self.file);
+        f(&mut w).and_then(|()| w.flush()).with_context(|| format!("failed to write {}", self.path.display()))?;
+        crate::say!("Wrote {}", self.path.display());
+        Ok(())
+    }
+}
+
 
 /// Human description of a thread selection.
 pub fn describe(threads: &Threads) -> String {
@@ -397,6 +424,7 @@ pub fn describe(threads: &Threads) -> String {
 pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     hold_signals(true);
     preflight(&config.threads)?;
+    let rt_app_file = OutputFile::create_opt(config.rt_app.as_deref())?;
     let mut tracer = Tracer::start_threads(config)?;
     let start_mono = tracer.attached_mono();
     let target = describe(&config.threads);
@@ -433,12 +461,13 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         target: &target,
         warnings: &warnings,
     };
-    if let Some(path) = &config.rt_app {
+    if let (Some(path), Some(file)) = (&config.rt_app, rt_app_file) {
         let secs = config.rt_app_duration.unwrap_or_else(|| duration_s.ceil().max(1.0) as u32);
         let demand = if config.rt_app_wanted { crate::rtapp::Demand::Wanted } else { crate::rtapp::Demand::OnCpu };
         let replay = crate::rtapp::Replay { duration_s: secs, demand, calibration: config.rt_app_calibration };
         let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
-        std::fs::write(path, doc.render()).with_context(|| format!("failed to write {}", path.display()))?;
+        let mut file = file.file;
+        file.write_all(doc.render().as_bytes()).with_context(|| format!("failed to write {}", path.display()))?;
         crate::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
     }
     write_quietly(|out| {

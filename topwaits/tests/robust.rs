@@ -279,3 +279,35 @@ fn a_signal_while_attaching_still_ends_with_a_report() {
         assert!(doc["records"].is_array());
     }
 }
+
+/// Regression: `--svg /nonexistent/x.svg 2` traced for 2 s and then failed, and
+/// `threads --rt-app` with a bad path lost the whole table. Every output file is
+/// opened before anything loads, and a bad one fails at once in one line.
+#[test]
+fn bad_output_paths_fail_before_tracing() {
+    require_bpf!();
+    for args in [
+        &["--svg", "/nonexistent/dir/x.svg", "3"][..],
+        &["--timeline", "/nonexistent/dir/t.svg", "3"],
+        &["threads", "--rt-app", "/nonexistent/dir/a.json", "3"],
+        &["blocked", "--dot", "/nonexistent/dir/g.dot"],
+    ] {
+        let started = std::time::Instant::now();
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", out.stderr);
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{args:?} traced before failing");
+        assert!(!out.stderr.contains("Tracing"), "{args:?}: {}", out.stderr);
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {}", out.stderr);
+        assert!(lines[0].contains("failed to create /nonexistent/dir/"), "{}", lines[0]);
+    }
+}
+
+/// Regression: the `--wakeups` view said "Tracing off-CPU waits".
+#[test]
+fn each_view_says_what_it_traces() {
+    require_bpf!();
+    assert!(run(&["--wakeups", "-f", "0.3"]).stderr.starts_with("Tracing wakeups of all threads"));
+    assert!(run(&["-w", "-f", "0.3"]).stderr.starts_with("Tracing off-CPU waits and their wakers of all threads"));
+    assert!(run(&["-f", "0.3"]).stderr.starts_with("Tracing off-CPU waits of all threads"));
+}

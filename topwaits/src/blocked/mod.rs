@@ -381,30 +381,18 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
 /// Runs `topwaits blocked`: the snapshot, printed as text or JSON, and the graph
 /// written for Graphviz. Every output file is opened before any work.
 pub fn run(config: &BlockedConfig) -> Result<()> {
-    use anyhow::Context as _;
     if !crate::sys::caps::this_process_is_privileged() {
         crate::say!("topwaits: warning: not root: kernel stacks, syscalls and other processes' memory are unreadable");
     }
     crate::trace::check_targets(&config.threads)?;
-    let dot = match &config.dot {
-        Some(p) => Some((
-            p,
-            std::fs::File::create(p)
-                .with_context(|| format!("failed to create {}", p.display()))?,
-        )),
-        None => None,
-    };
+    let dot = crate::trace::OutputFile::create_opt(config.dot.as_deref())?;
     let target = crate::trace::describe(&config.threads);
     let report = collect(config, target)?;
     for w in &report.warnings {
         crate::say!("topwaits: warning: {w}");
     }
-    if let Some((path, file)) = dot {
-        let mut w = std::io::BufWriter::new(file);
-        crate::report::blocked::write_dot(&report, &mut w)
-            .and_then(|()| std::io::Write::flush(&mut w))
-            .with_context(|| format!("failed to write {}", path.display()))?;
-        crate::say!("Wrote {}", path.display());
+    if let Some(file) = dot {
+        file.write(|w| crate::report::blocked::write_dot(&report, w))?;
     }
     crate::trace::write_quietly(|out| {
         if config.json {

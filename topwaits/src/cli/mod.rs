@@ -163,8 +163,26 @@ pub enum OpenWaits {
 /// The first line of a clap error (`error: ...`), without the usage block that
 /// follows it, plus the pointer to `--help`.
 pub fn one_line(rendered: &str) -> String {
-    let first = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: invalid arguments");
-    format!("{} (see --help)", first.trim_end())
+    let mut lines = rendered.lines().skip_while(|l| l.trim().is_empty());
+    let mut line = lines.next().unwrap_or("error: invalid arguments").trim_end().to_string();
+    // "the following required arguments were not provided:" lists them on the
+    // indented lines that follow: name them on the same line.
+    if line.ends_with(':') {
+        let listed: Vec<&str> = lines.take_while(|l| l.starts_with(' ') && !l.trim().is_empty()).map(str::trim).collect();
+        if !listed.is_empty() {
+            line = format!("{} {}", line, listed.join(", "));
+        }
+    }
+    format!("{line} (see --help)")
+}
+
+/// `N record` or `N records`.
+pub fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
 }
 
 /// Subcommands.
@@ -589,6 +607,23 @@ mod tests {
         assert!(parse(&["--chain", "5"]).is_err());
         let c = parse(&["--wakeups", "-f"]).unwrap();
         assert!(c.waker && c.view == View::Wakeups);
+    }
+
+    #[test]
+    fn missing_required_arguments_are_named_in_the_one_line() {
+        for (opt, val) in [("--rt-app-duration", "3"), ("--rt-app-wanted", ""), ("--rt-app-calibration", "30")] {
+            let mut argv = vec!["topwaits", "threads", opt];
+            if !val.is_empty() {
+                argv.push(val);
+            }
+            argv.push("1");
+            let e = Args::try_parse_from(argv).unwrap_err();
+            let line = one_line(&e.render().to_string());
+            assert!(line.contains("--rt-app <FILE>"), "{opt}: {line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+        assert_eq!(plural(1, "record"), "1 record");
+        assert_eq!(plural(0, "record"), "0 records");
     }
 
     #[test]

@@ -98,7 +98,7 @@ impl FlameSvg {
         let (lines, mut map) = self.lines(report);
         let mut opts = flamegraph::Options::default();
         opts.title = self.title(report);
-        opts.subtitle = Some(format!("{} records; attach {}", report.records.len(), report.info.attach.name()));
+        opts.subtitle = Some(format!("{}; attach {}", crate::cli::plural(report.records.len(), "record"), report.info.attach.name()));
         opts.colors = Palette::Basic(BasicPalette::Io);
         opts.count_name = match self.value {
             ValueKind::Count => "waits".into(),

@@ -122,13 +122,13 @@ impl Format for Top {
         let shown = take(by_longest(&report.records), self.limit);
         writeln!(
             out,
-            "Off-CPU waits of {} for {:.2} s from {} {} ({}): {} records, {} shown, longest first.",
+            "Off-CPU waits of {} for {:.2} s from {} {} ({}): {}, {} shown, longest first.",
             info.target,
             info.duration_s(),
             date(info.clock.wall(info.start_mono), info.utc_offset_s),
             hms_millis(info.clock.wall(info.start_mono), info.utc_offset_s),
             info.attach.name(),
-            total,
+            crate::cli::plural(total, "record"),
             shown.len()
         )?;
         writeln!(out)?;
@@ -136,7 +136,7 @@ impl Format for Top {
             write_record(out, i + 1, r, report, self.delimited)?;
         }
         if shown.len() < total {
-            writeln!(out, "{} more records not shown; use -n 0 to show all.", total - shown.len())?;
+            writeln!(out, "{} not shown; use -n 0 to show all.", crate::cli::plural(total - shown.len(), "more record"))?;
         }
         Ok(())
     }
@@ -214,7 +214,7 @@ mod tests {
     fn limit_is_announced_not_silent() {
         let out = render(1, false);
         assert!(out.contains("2 records, 1 shown"), "{out}");
-        assert!(out.ends_with("1 more records not shown; use -n 0 to show all.\n"), "{out}");
+        assert!(out.ends_with("1 more record not shown; use -n 0 to show all.\n"), "{out}");
         assert!(!out.contains("kworker"));
     }
 }

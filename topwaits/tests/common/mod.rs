@@ -55,7 +55,8 @@ pub fn expected_attach() -> String {
 pub fn with_attach(args: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     if let Ok(a) = std::env::var("TOPWAITS_TEST_ATTACH") {
-        if !args.contains(&"--attach") {
+        // `blocked` attaches nothing.
+        if !args.contains(&"--attach") && args.first() != Some(&"blocked") {
             let at = usize::from(args.first() == Some(&"threads"));
             v.splice(at..at, ["--attach".to_string(), a]);
         }

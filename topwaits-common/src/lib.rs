@@ -28,6 +28,13 @@ pub const KSTACK_NONE: u64 = 0;
 /// that could not be taken or stored, and counts as a lost stack.
 pub const KSTACK_STORED: u64 = 1 << 63;
 
+/// `task_struct.__state` bit of an uninterruptible sleep (D state).
+pub const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+
+/// `task_struct.__state` bit of a sleep that does not count towards load average;
+/// with [`TASK_UNINTERRUPTIBLE`] it is TASK_IDLE, how idle kernel threads sleep.
+pub const TASK_NOLOAD: u32 = 0x400;
+
 /// `task_struct.__state` bit of a task that is exiting for the last time.
 pub const TASK_DEAD: u32 = 0x80;
 

@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use topwaits_common::{
     counter, thread_kind, SwitchOut, WaitKey, WaitVal, CAPTURE_KERNEL, CAPTURE_USER,
-    KSTACK_NONE, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD,
+    KSTACK_NONE, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD, TASK_UNINTERRUPTIBLE,
 };
 
 use crate::maps::{count, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STACKS, STARTS, WAITS};
@@ -49,7 +49,10 @@ fn wanted(out: &Outgoing) -> bool {
         let matches = if s.state_mask == 0 {
             out.state == 0
         } else {
-            out.state & s.state_mask != 0
+            // TASK_IDLE (uninterruptible | noload) is how idle kernel threads
+            // sleep: not "D state" as load average and users count it.
+            let state = if out.state & TASK_NOLOAD != 0 { out.state & !TASK_UNINTERRUPTIBLE } else { out.state };
+            state & s.state_mask != 0
         };
         if !matches {
             return false;

@@ -311,3 +311,31 @@ fn each_view_says_what_it_traces() {
     assert!(run(&["-w", "-f", "0.3"]).stderr.starts_with("Tracing off-CPU waits and their wakers of all threads"));
     assert!(run(&["-f", "0.3"]).stderr.starts_with("Tracing off-CPU waits of all threads"));
 }
+
+/// Regression: `--state 2` matched by bitmask, so idle kernel threads sleeping in
+/// TASK_IDLE (uninterruptible | noload) passed, and ranked above real I/O waits.
+/// "D state" is what load average counts: TASK_NOLOAD sleeps are left out.
+#[test]
+fn state_2_is_d_state_without_idle_kernel_threads() {
+    require_bpf!();
+    let file = format!("{}/dstate-{}.dat", env!("CARGO_TARGET_TMPDIR"), std::process::id());
+    let tracer = Tracer::start(&["--json", "--open-waits", "no", "--state", "2", "1.5"]);
+    let dd = std::process::Command::new("dd")
+        .args(["if=/dev/zero", &format!("of={file}"), "bs=64k", "count=300", "oflag=direct,dsync"])
+        .output()
+        .unwrap();
+    assert!(dd.status.success(), "{}", String::from_utf8_lossy(&dd.stderr));
+    let doc = json(&tracer.finish());
+    let _ = std::fs::remove_file(&file);
+    let recs = doc["records"].as_array().unwrap();
+    assert!(recs.iter().any(|r| r["comm"] == "dd"), "direct I/O waits are D state: {doc:#}");
+    for r in recs {
+        let k = stack_names(&r["kernel_stack"]);
+        let first = k.iter().find(|f| !f.contains("schedule")).cloned().unwrap_or_default();
+        assert!(
+            first != "worker_thread" && first != "rcu_gp_kthread" && first != "kdamond_fn",
+            "an idle kernel thread (TASK_IDLE) passed --state 2: {} {k:?}",
+            r["comm"]
+        );
+    }
+}

@@ -85,7 +85,8 @@ pub struct Args {
     pub max_block_time: u64,
 
     /// Record only waits whose thread state at switch-out matches this bit mask
-    /// (1 = interruptible sleep, 2 = uninterruptible/D); 0 means preempted while runnable.
+    /// (1 = interruptible sleep, 2 = uninterruptible/D, as load average counts it: not
+    /// idle kernel threads in TASK_IDLE); 0 means preempted while runnable.
     /// Accepts decimal or 0x-prefixed hex.
     #[arg(long, value_name = "MASK", value_parser = parse_mask)]
     pub state: Option<u32>,

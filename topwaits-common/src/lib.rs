@@ -5,28 +5,24 @@
 /// Length of `task_struct.comm`, including the terminating NUL.
 pub const TASK_COMM_LEN: usize = 16;
 
-/// A stack id slot that holds no stack because none was asked for (`-U`/`-K`) or
-/// none exists (a kernel thread has no user stack). Other negative values are the
-/// negated errno that `bpf_get_stackid` returned, and count as lost stacks.
-pub const STACK_NONE: i32 = -1;
-
-/// Most frames of a kernel stack of a wait (the kernel's default
-/// `perf_event_max_stack`).
+/// Most frames of a stack (the kernel's default `perf_event_max_stack`).
 pub const KSTACK_DEPTH: usize = 127;
 
-/// One kernel stack in [`names::KSTACKS`]: return addresses from the leaf up,
-/// zero-filled after the last frame.
+/// One stack in [`names::KSTACKS`] (kernel) or [`names::USTACKS`] (user): return
+/// addresses from the leaf up, zero-filled after the last frame.
 pub type KernelStack = [u64; KSTACK_DEPTH];
 
-/// A kernel stack reference of a wait ([`WaitKey::kstack`]) that holds no stack
-/// because none was asked for (`-U`).
-pub const KSTACK_NONE: u64 = 0;
+/// A stack reference (kernel or user, of a wait or a waker) that holds no stack:
+/// none was asked for (`-U`/`-K`), or none exists (a kernel thread's user stack).
+pub const STACK_NONE: u64 = 0;
 
-/// Set in every kernel stack reference that names a stored stack; the other bits
-/// are a hash of its frames, and the reference is its key in [`names::KSTACKS`].
-/// A reference without this bit and not [`KSTACK_NONE`] is the errno of a stack
-/// that could not be taken or stored, and counts as a lost stack.
-pub const KSTACK_STORED: u64 = 1 << 63;
+/// Set in every stack reference that names a stored stack; the other bits are a
+/// hash of its frames, and the reference is its key in [`names::KSTACKS`] or
+/// [`names::USTACKS`]. Stacks are kept under a hash, not in a bucketed stack map,
+/// so two stacks never collide in a bucket and lose one of them. A reference
+/// without this bit and not [`STACK_NONE`] is the errno of a stack that could not
+/// be taken or stored, and counts as a lost stack.
+pub const STACK_STORED: u64 = 1 << 63;
 
 /// `task_struct.__state` bit of an uninterruptible sleep (D state).
 pub const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -158,13 +154,14 @@ impl Settings {
 pub struct SwitchOut {
     /// `bpf_ktime_get_ns()` at switch-out; 0 once the wait has been accounted.
     pub ts: u64,
-    /// Kernel stack reference, when the attach path takes it at switch-out.
+    /// Stack references, when the attach path takes them at switch-out.
     pub kstack: u64,
+    pub ustack: u64,
     pub tgid: u32,
     pub tid: u32,
-    pub ustack: i32,
     /// State at switch-out (0 = preempted while runnable).
     pub state: u32,
+    pub _pad: u32,
     pub comm: [u8; TASK_COMM_LEN],
 }
 
@@ -225,13 +222,11 @@ pub struct CacheKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WaitKey {
-    /// Kernel stack reference (see [`KSTACK_STORED`]).
+    /// Stack references (see [`STACK_STORED`]).
     pub kstack: u64,
+    pub ustack: u64,
     pub tgid: u32,
     pub tid: u32,
-    /// User stack id in [`names::STACKS`], or [`STACK_NONE`] / a negated errno.
-    pub ustack: i32,
-    pub _pad: u32,
     pub comm: [u8; TASK_COMM_LEN],
 }
 
@@ -256,8 +251,9 @@ pub const MAX_CHAIN: usize = 4;
 pub struct Hop {
     pub tgid: u32,
     pub tid: u32,
-    pub kstack: i32,
-    pub ustack: i32,
+    /// Stack references (see [`STACK_STORED`]).
+    pub kstack: u64,
+    pub ustack: u64,
     pub comm: [u8; TASK_COMM_LEN],
 }
 
@@ -391,9 +387,9 @@ pub mod counter {
     pub const RECORDED: u32 = 1;
     /// Waits dropped because they were shorter than `-m` or longer than `-M`.
     pub const OUTSIDE_BLOCK_TIME: u32 = 2;
-    /// Kernel stack ids that `bpf_get_stackid` could not store (ENOMEM/EEXIST/...).
+    /// Kernel stacks that could not be taken or stored (a full map, ...).
     pub const LOST_KERNEL_STACK: u32 = 3;
-    /// User stack ids that `bpf_get_stackid` could not store.
+    /// User stacks that could not be taken or stored.
     pub const LOST_USER_STACK: u32 = 4;
     /// Waits that did not fit into the full aggregate map.
     pub const LOST_AGG_FULL: u32 = 5;
@@ -422,7 +418,7 @@ pub mod counter {
 /// Map, program and global names, shared so the two sides cannot drift apart.
 pub mod names {
     pub const SETTINGS: &str = "SETTINGS";
-    pub const STACKS: &str = "STACKS";
+    pub const USTACKS: &str = "USTACKS";
     pub const KSTACKS: &str = "KSTACKS";
     pub const KCACHE: &str = "KCACHE";
     pub const LEARNERS: &str = "LEARNERS";
@@ -455,7 +451,8 @@ pub mod names {
 
 /// Default and hard limits.
 pub mod limits {
-    /// Default `--stack-storage-size`.
+    /// Default `--stack-storage-size`: the most kernel stacks, and the most user
+    /// stacks, kept (each map allocates its entries as stacks arrive).
     pub const DEFAULT_STACK_STORAGE: u32 = 16384;
     /// Default `--max-entries` of the aggregate map.
     pub const DEFAULT_MAX_ENTRIES: u32 = 32768;
@@ -501,12 +498,12 @@ mod tests {
         assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<StackCache>(), 8 * 3 + 3 * CACHE_SLOTS);
         assert_eq!(size_of::<CacheKey>(), 8 * 3);
-        assert_eq!(size_of::<SwitchOut>(), 8 * 2 + 4 * 4 + TASK_COMM_LEN);
-        assert_eq!(size_of::<Hop>(), 16 + TASK_COMM_LEN);
+        assert_eq!(size_of::<SwitchOut>(), 8 * 3 + 4 * 4 + TASK_COMM_LEN);
+        assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);
         assert_eq!(size_of::<Chain>(), 16 + MAX_CHAIN * size_of::<Hop>());
         assert_eq!(size_of::<WakeKey>(), size_of::<WaitKey>() + 8 + MAX_CHAIN * size_of::<Hop>());
         assert_eq!(size_of::<WakeVal>(), 8 * 8);
-        assert_eq!(size_of::<WaitKey>(), 8 + 4 * 4 + TASK_COMM_LEN);
+        assert_eq!(size_of::<WaitKey>(), 8 * 2 + 4 * 2 + TASK_COMM_LEN);
         assert_eq!(size_of::<WaitVal>(), 8 * 4);
     }
 }

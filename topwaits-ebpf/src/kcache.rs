@@ -9,7 +9,7 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray},
     EbpfContext,
 };
-use topwaits_common::{limits, CacheKey, KernelStack, StackCache, CACHE_SLOTS, KSTACK_STORED};
+use topwaits_common::{limits, CacheKey, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED};
 
 use crate::maps::{KSTACKS, SCRATCH_STACK};
 
@@ -339,7 +339,7 @@ unsafe extern "C" fn refine_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
 /// found or the copies do not fit.
 #[inline(never)]
 fn learn(st: *mut Scan, base: u64, top: u64, n: usize, kstack: u64) -> bool {
-    if kstack & KSTACK_STORED == 0 || n <= FIRST || n >= CACHE_SLOTS {
+    if kstack & STACK_STORED == 0 || n <= FIRST || n >= CACHE_SLOTS {
         return false;
     }
     let span = (top - base).min(REGION_BYTES);

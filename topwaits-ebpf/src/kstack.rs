@@ -7,7 +7,7 @@ use aya_ebpf::{
     helpers::{bpf_get_stack, bpf_loop},
     EbpfContext,
 };
-use topwaits_common::{counter, KernelStack, CACHE_SLOTS, KSTACK_DEPTH, KSTACK_STORED};
+use topwaits_common::{counter, KernelStack, CACHE_SLOTS, KSTACK_DEPTH, STACK_STORED};
 
 use crate::kcache::{self, Scan, FIRST};
 use crate::maps::{count, KSTACKS, SCRATCH_STACK};
@@ -38,7 +38,7 @@ unsafe extern "C" fn hash_frame(i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
 }
 
 /// A 64-bit hash of the first `n` frames of the stack scratch, with
-/// [`KSTACK_STORED`] set. Also sets the scan's range of return addresses.
+/// [`STACK_STORED`] set. Also sets the scan's range of return addresses.
 #[inline(always)]
 fn hash(st: *mut Scan, n: usize) -> u64 {
     // SAFETY: per-CPU scratch, used by this program run alone.
@@ -47,7 +47,7 @@ fn hash(st: *mut Scan, n: usize) -> u64 {
         (*st).lo = u64::MAX;
         (*st).hi = 0;
         bpf_loop(n as u32, hash_frame as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
-        (*st).hash | KSTACK_STORED
+        (*st).hash | STACK_STORED
     }
 }
 

@@ -15,6 +15,7 @@ mod sched_waking;
 mod sched_wakeup_new;
 mod switch;
 mod threads;
+mod ustack;
 mod wake;
 
 /// GPL, so that the GPL-only helpers (stack ids, probe reads, ...) are allowed.

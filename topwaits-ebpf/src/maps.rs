@@ -3,7 +3,7 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     Global,
 };
 use topwaits_common::{counter, limits, Chain, DepKey, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
@@ -12,11 +12,13 @@ use topwaits_common::{counter, limits, Chain, DepKey, KernelStack, ProcEvent, Se
 #[unsafe(no_mangle)]
 pub static SETTINGS: Global<Settings> = Global::new(Settings::defaults());
 
-/// Stack traces, sized by `--stack-storage-size` at load time.
-#[map(name = "STACKS")]
-pub static STACKS: StackTrace = StackTrace::with_max_entries(limits::DEFAULT_STACK_STORAGE, 0);
+/// User stacks of waits and wakers by reference (see `topwaits_common::STACK_STORED`),
+/// sized by `--stack-storage-size` at load time. Not preallocated, like `KSTACKS`.
+#[map(name = "USTACKS")]
+pub static USTACKS: HashMap<u64, KernelStack> =
+    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
 
-/// Kernel stacks of waits by reference (see `topwaits_common::KSTACK_STORED`),
+/// Kernel stacks of waits by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated: an entry is
 /// 1 KiB and only the first sight of a stack inserts one.
 #[map(name = "KSTACKS")]
@@ -91,6 +93,12 @@ pub fn proc_event(tgid: u32, kind: u32) {
 pub static SCRATCH_CHAIN: PerCpuArray<Chain> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "SCRATCH_STACK")]
 pub static SCRATCH_STACK: PerCpuArray<KernelStack> = PerCpuArray::with_max_entries(1, 0);
+/// User stacks are taken here: the kernel stack's scratch may still be needed by
+/// the learner program after the user stack is taken.
+#[map(name = "SCRATCH_USTACK")]
+pub static SCRATCH_USTACK: PerCpuArray<KernelStack> = PerCpuArray::with_max_entries(1, 0);
+#[map(name = "SCRATCH_HASH")]
+pub static SCRATCH_HASH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "SCRATCH_KEY")]
 pub static SCRATCH_KEY: PerCpuArray<WakeKey> = PerCpuArray::with_max_entries(1, 0);
 

@@ -2,21 +2,14 @@
 //! switch-out, stack capture where each path can afford it, and the delta added
 //! to the in-kernel aggregate at switch-in.
 
-use aya_ebpf::{
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::bpf_get_current_pid_tgid,
-    programs::tracing::StackIdContext,
-};
+use aya_ebpf::{bindings::BPF_NOEXIST, programs::tracing::StackIdContext, EbpfContext};
 use topwaits_common::{
-    counter, thread_kind, SwitchOut, WaitKey, WaitVal, CAPTURE_KERNEL, CAPTURE_USER,
-    KSTACK_NONE, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD, TASK_UNINTERRUPTIBLE,
+    counter, thread_kind, SwitchOut, WaitKey, WaitVal, CAPTURE_KERNEL, CAPTURE_USER, PF_KTHREAD, STACK_NONE,
+    TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD, TASK_UNINTERRUPTIBLE,
 };
 
-use crate::maps::{count, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STACKS, STARTS, WAITS};
-use crate::{kstack, wake};
-
-const EFAULT: i32 = 14;
-const EPERM: i32 = 1;
+use crate::maps::{count, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STARTS, WAITS};
+use crate::{kstack, ustack, wake};
 
 /// The task leaving the CPU, as the hook saw it.
 pub struct Outgoing {
@@ -61,51 +54,25 @@ fn wanted(out: &Outgoing) -> bool {
     true
 }
 
-/// The current task's user stack id, counting failures.
+/// The current task's user stack reference, if the settings ask for it.
 #[inline(always)]
-fn user_stack<C: StackIdContext>(ctx: &C) -> i32 {
+fn user_stack<C: EbpfContext>(ctx: &C) -> u64 {
     if SETTINGS.load().stacks & CAPTURE_USER == 0 {
         return STACK_NONE;
     }
-    match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
-        Ok(id) => id as i32,
-        // No user context (a kernel thread, or the idle task under an
-        // interrupt, which gets EPERM): there is no user stack to lose.
-        Err(e) if e == -EFAULT || (e == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) => STACK_NONE,
-        Err(e) => {
-            count(counter::LOST_USER_STACK, 1);
-            e
-        }
-    }
+    ustack::of_current(ctx)
 }
 
-/// Takes the current task's stacks as ids in `STACKS`, as the settings ask,
-/// counting failures. Used for wakers, whose stacks are taken as they run.
+/// Takes the current task's stacks as references in `KSTACKS` and `USTACKS`, as
+/// the settings ask, counting failures. `task` (the current task, when the hook
+/// runs at `sched_switch`) lets a kernel stack still in place be reused; wakers
+/// pass none.
 #[inline(always)]
-pub fn capture_stacks<C: StackIdContext>(ctx: &C) -> (i32, i32) {
-    let mut kstack = STACK_NONE;
-    if SETTINGS.load().stacks & CAPTURE_KERNEL != 0 {
-        kstack = match ctx.get_stackid(&STACKS, 0) {
-            Ok(id) => id as i32,
-            Err(e) => {
-                count(counter::LOST_KERNEL_STACK, 1);
-                e
-            }
-        };
-    }
-    (kstack, user_stack(ctx))
-}
-
-/// Takes the current task's stacks for a wait: the kernel stack as a reference
-/// in `KSTACKS`, the user stack as an id in `STACKS`. `task` (the current task,
-/// when the hook runs at the tracepoint) lets a kernel stack still in place be
-/// reused.
-#[inline(always)]
-fn wait_stacks<C: StackIdContext>(ctx: &C, task: Option<u64>) -> (u64, i32) {
+pub fn capture_stacks<C: EbpfContext>(ctx: &C, task: Option<u64>) -> (u64, u64) {
     let kstack = if SETTINGS.load().stacks & CAPTURE_KERNEL != 0 {
         kstack::of_current(ctx, task)
     } else {
-        KSTACK_NONE
+        STACK_NONE
     };
     (kstack, user_stack(ctx))
 }
@@ -128,9 +95,9 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
         return;
     }
     let (kstack, ustack) = if in_own_context {
-        wait_stacks(ctx, Some(out.task))
+        capture_stacks(ctx, Some(out.task))
     } else {
-        (KSTACK_NONE, STACK_NONE)
+        (STACK_NONE, STACK_NONE)
     };
     let rec = SwitchOut {
         ts: now,
@@ -139,6 +106,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
         tid: out.tid,
         ustack,
         state: out.state,
+        _pad: 0,
         comm: out.comm,
     };
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
@@ -179,7 +147,7 @@ pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, now: u64, stacks_now: bo
         return;
     }
     let (kstack, ustack) = if stacks_now {
-        wait_stacks(ctx, None)
+        capture_stacks(ctx, None)
     } else {
         (start.kstack, start.ustack)
     };
@@ -188,7 +156,6 @@ pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, now: u64, stacks_now: bo
         tgid: start.tgid,
         tid: start.tid,
         ustack,
-        _pad: 0,
         comm: start.comm,
     };
     if s.waker != 0 {

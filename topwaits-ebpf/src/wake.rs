@@ -38,7 +38,7 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
     // SAFETY: helper calls without preconditions.
     c.ts = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
-    let (kstack, ustack) = capture_stacks(ctx);
+    let (kstack, ustack) = capture_stacks(ctx, None);
     c.hops[0] = Hop {
         tgid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,

@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, ProgramArray, RingBuf, StackTraceMap};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, ProgramArray, RingBuf};
 use aya::programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
 use topwaits_common::{
     counter, limits, names, Chain, DepKey, Hop, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal,
-    WakeKey, WakeVal, KSTACK_STORED,
+    WakeKey, WakeVal,
 };
 
 use crate::cli::{AttachMode, Config, ThreadsConfig};
@@ -67,8 +67,8 @@ fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, max_end_ns: u
         tgid: k.tgid,
         tid: k.tid,
         comm: comm_bytes(&k.comm),
-        kstack: StackId::from_kernel_ref(k.kstack),
-        ustack: StackId::from_raw(k.ustack),
+        kstack: StackId::from_ref(k.kstack),
+        ustack: StackId::from_ref(k.ustack),
         total_ns,
         count,
         max_ns,
@@ -83,8 +83,8 @@ fn raw_hop(h: &Hop) -> RawHop {
         tgid: h.tgid,
         tid: h.tid,
         comm: comm_bytes(&h.comm),
-        kstack: StackId::from_raw(h.kstack),
-        ustack: StackId::from_raw(h.ustack),
+        kstack: StackId::from_ref(h.kstack),
+        ustack: StackId::from_ref(h.ustack),
     }
 }
 
@@ -141,7 +141,7 @@ fn load(
     let mut loader = loader.join().map_err(|_| anyhow!("the eBPF loader thread panicked"))?;
     let mut ebpf = loader
         .override_global(names::SETTINGS, settings, true)
-        .map_max_entries(names::STACKS, sizes.stacks)
+        .map_max_entries(names::USTACKS, sizes.stacks)
         .map_max_entries(names::KSTACKS, sizes.stacks)
         .map_max_entries(names::WAITS, sizes.waits)
         .map_max_entries(names::WAKE_WAITS, sizes.wake_waits)
@@ -579,7 +579,6 @@ impl Tracer {
                 tgid: st.tgid,
                 tid: st.tid,
                 ustack: st.ustack,
-                _pad: 0,
                 comm: st.comm,
             };
             let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
@@ -629,24 +628,23 @@ impl Tracer {
         if let Some(end) = open_at {
             self.open_waits(end, &mut records, &mut switched)?;
         }
-        let traces: StackTraceMap<&MapData> = StackTraceMap::try_from(self.map(names::STACKS)?)?;
         let kernel: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(self.map(names::KSTACKS)?)?;
+        let user: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(self.map(names::USTACKS)?)?;
         let mut stacks = HashMap::new();
         for r in &records {
             let hops = r.wake.iter().flat_map(|w| &w.hops);
-            for id in [r.kstack, r.ustack].into_iter().chain(hops.flat_map(|h| [h.kstack, h.ustack])) {
+            let refs = [(r.kstack, &kernel), (r.ustack, &user)]
+                .into_iter()
+                .chain(hops.flat_map(|h| [(h.kstack, &kernel), (h.ustack, &user)]));
+            for (id, map) in refs {
                 let StackId::Id(id) = id else { continue };
                 if stacks.contains_key(&id) {
                     continue;
                 }
-                // A trace can be missing only if its map was reused; the record then
-                // shows a missing-stack frame.
-                if id & KSTACK_STORED != 0 {
-                    if let Ok(frames) = kernel.get(&id, 0) {
-                        stacks.insert(id, frames.iter().copied().take_while(|&ip| ip != 0).collect());
-                    }
-                } else if let Ok(t) = traces.get(&(id as u32), 0) {
-                    stacks.insert(id, t.frames().iter().map(|f| f.ip).collect());
+                // A reference always names a stored stack (entries are never
+                // deleted); were one gone, the record would show a missing stack.
+                if let Ok(frames) = map.get(&id, 0) {
+                    stacks.insert(id, frames.iter().copied().take_while(|&ip| ip != 0).collect());
                 }
             }
         }

@@ -9,8 +9,8 @@ use crate::clock::ClockPair;
 /// What a record's stack-id slot held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StackId {
-    /// A stored stack: an id in the kernel's stack-trace map, or a kernel stack's
-    /// reference (with `KSTACK_STORED` set) in the kernel-stack map.
+    /// A stored stack: its reference (with `STACK_STORED` set) in the kernel or
+    /// user stack map, or (with [`SNAPSHOT_STACK`]) a stack read from `/proc`.
     Id(u64),
     /// No stack was asked for, or none exists (a kernel thread's user stack).
     None,
@@ -19,28 +19,18 @@ pub enum StackId {
 }
 
 impl StackId {
-    /// Decodes a stack id the eBPF side stores as `i32` (user stacks, wakers).
-    pub fn from_raw(raw: i32) -> Self {
+    /// Decodes a stack reference, kernel or user, of a wait or a waker.
+    pub fn from_ref(raw: u64) -> Self {
         match raw {
-            r if r >= 0 => StackId::Id(r as u64),
             topwaits_common::STACK_NONE => StackId::None,
-            r => StackId::Lost(r),
-        }
-    }
-
-    /// Decodes the kernel stack reference of a wait.
-    pub fn from_kernel_ref(raw: u64) -> Self {
-        match raw {
-            topwaits_common::KSTACK_NONE => StackId::None,
-            r if r & topwaits_common::KSTACK_STORED != 0 => StackId::Id(r),
+            r if r & topwaits_common::STACK_STORED != 0 => StackId::Id(r),
             r => StackId::Lost(-(r.min(i32::MAX as u64) as i32)),
         }
     }
 }
 
 /// Set in the stack ids that user space gave stacks it read from `/proc` (waits that
-/// began before the trace); clear in kernel stack-map ids (below 2^31) and in kernel
-/// stack references (bit 63).
+/// began before the trace); clear in the kernel's stack references (bit 63 set).
 pub const SNAPSHOT_STACK: u64 = 1 << 62;
 
 /// One aggregate row as drained from the kernel.
@@ -422,25 +412,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stack_ids_decode() {
-        assert_eq!(StackId::from_raw(7), StackId::Id(7));
-        assert_eq!(StackId::from_raw(-1), StackId::None);
-        assert_eq!(StackId::from_raw(-12), StackId::Lost(-12));
-        assert_eq!(StackId::from_raw(-17), StackId::Lost(-17));
-    }
-
-    #[test]
-    fn kernel_stack_references_decode_to_stored_none_or_lost() {
-        use topwaits_common::{KSTACK_NONE, KSTACK_STORED};
-        let stored = KSTACK_STORED | 0x1234_5678_9abc;
-        assert_eq!(StackId::from_kernel_ref(stored), StackId::Id(stored));
-        assert_eq!(StackId::from_kernel_ref(KSTACK_NONE), StackId::None);
+    fn stack_references_decode_to_stored_none_or_lost() {
+        use topwaits_common::{STACK_NONE, STACK_STORED};
+        let stored = STACK_STORED | 0x1234_5678_9abc;
+        assert_eq!(StackId::from_ref(stored), StackId::Id(stored));
+        assert_eq!(StackId::from_ref(STACK_NONE), StackId::None);
         // The eBPF side stores a failed capture's errno, positive.
-        assert_eq!(StackId::from_kernel_ref(7), StackId::Lost(-7));
-        assert_eq!(StackId::from_kernel_ref(61), StackId::Lost(-61));
-        // Stored references never collide with stack-map ids, which are below 2^31.
-        assert_ne!(StackId::from_kernel_ref(stored), StackId::from_raw(0x1234_5678));
-        assert_eq!(StackId::from_kernel_ref(1 << 40), StackId::Lost(-i32::MAX), "a nonsense value is a loss, not a panic");
+        assert_eq!(StackId::from_ref(7), StackId::Lost(-7));
+        assert_eq!(StackId::from_ref(61), StackId::Lost(-61));
+        assert_eq!(StackId::from_ref(1 << 40), StackId::Lost(-i32::MAX), "a nonsense value is a loss, not a panic");
+        assert_eq!(stored & SNAPSHOT_STACK, 0, "snapshot ids never collide with stored references");
     }
 
     #[test]

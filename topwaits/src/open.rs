@@ -213,8 +213,10 @@ mod tests {
             "{:?}",
             r.open
         );
+        // ~100 ms asleep before `end`, less whatever delay the busy test process
+        // put between the thread's message and its sleep; the start is estimated.
         assert!(
-            (90_000_000..200_000_000).contains(&r.max_ns),
+            (50_000_000..250_000_000).contains(&r.max_ns),
             "about 100 ms so far: {}",
             r.max_ns
         );

@@ -97,8 +97,6 @@ pub static SCRATCH_STACK: PerCpuArray<KernelStack> = PerCpuArray::with_max_entri
 /// the learner program after the user stack is taken.
 #[map(name = "SCRATCH_USTACK")]
 pub static SCRATCH_USTACK: PerCpuArray<KernelStack> = PerCpuArray::with_max_entries(1, 0);
-#[map(name = "SCRATCH_HASH")]
-pub static SCRATCH_HASH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "SCRATCH_KEY")]
 pub static SCRATCH_KEY: PerCpuArray<WakeKey> = PerCpuArray::with_max_entries(1, 0);
 

@@ -4,12 +4,12 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_pid_tgid, bpf_get_stack, bpf_loop},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_stack},
     EbpfContext,
 };
 use topwaits_common::{counter, KSTACK_DEPTH, STACK_NONE, STACK_STORED};
 
-use crate::maps::{count, SCRATCH_HASH, SCRATCH_USTACK, USTACKS};
+use crate::maps::{count, SCRATCH_USTACK, USTACKS};
 
 const EEXIST: i32 = 17;
 const EFAULT: i64 = 14;
@@ -17,29 +17,12 @@ const EPERM: i64 = 1;
 const ENOMEM: u64 = 12;
 const BYTES: u32 = (KSTACK_DEPTH * 8) as u32;
 
-/// `bpf_loop` body: folds frame `i` of the user stack scratch into the hash.
-unsafe extern "C" fn hash_frame(i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
-    let (Some(frames), Some(h)) = (SCRATCH_USTACK.get_ptr(0), SCRATCH_HASH.get_ptr_mut(0)) else {
-        return 1;
-    };
-    let i = i as usize;
-    if i >= KSTACK_DEPTH {
-        return 1;
-    }
-    // SAFETY: per-CPU scratch, used by this program run alone.
-    unsafe {
-        let x = ((*h) ^ (*frames)[i]).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        *h = x ^ (x >> 29);
-    }
-    0
-}
-
 /// The user stack of the task running this program, as a reference: stored,
 /// [`STACK_NONE`] when it has none (a kernel thread, or the idle task under an
 /// interrupt), or the errno of a lost one (counted).
 #[inline(always)]
 pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
-    let (Some(buf), Some(h)) = (SCRATCH_USTACK.get_ptr_mut(0), SCRATCH_HASH.get_ptr_mut(0)) else {
+    let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
     // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
@@ -52,19 +35,24 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
         count(counter::LOST_USER_STACK, 1);
         return (-ret) as u64;
     }
-    let n = ret as u32 / 8;
-    // SAFETY: per-CPU scratch, used by this program run alone; the seed differs
-    // from the kernel stacks' so that the two kinds never share a reference.
-    let key = unsafe {
-        *h = 0x1319_8a2e_0370_7344 ^ n as u64;
-        bpf_loop(n, hash_frame as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
-        *h | STACK_STORED
-    };
+    let n = ret as usize / 8;
+    // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
+    let frames = unsafe { &*buf };
+    // The seed differs from the kernel stacks' so that the two kinds never share a
+    // reference. A bounded loop in place: no call per frame.
+    let mut hash = 0x1319_8a2e_0370_7344 ^ n as u64;
+    for (i, &ip) in frames.iter().enumerate() {
+        if i >= n {
+            break;
+        }
+        let x = (hash ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        hash = x ^ (x >> 29);
+    }
+    let key = hash | STACK_STORED;
     if USTACKS.get_ptr(&key).is_some() {
         return key;
     }
-    // SAFETY: the per-CPU buffer the helper just filled.
-    match USTACKS.insert(&key, unsafe { &*buf }, BPF_NOEXIST as u64) {
+    match USTACKS.insert(&key, frames, BPF_NOEXIST as u64) {
         Ok(()) => key,
         // Stored by another CPU in between.
         Err(e) if e == -EEXIST => key,

@@ -52,7 +52,8 @@ pub fn add_waits_before_trace(
     me: u32,
 ) {
     let (start_mono, end_mono) = (span.start, span.end);
-    let mut next_id = SNAPSHOT_STACK | capture.stacks.len() as u64 | capture.named.len() as u64;
+    // Snapshot ids (bit 62, not bit 63) never meet the kernel's stack references.
+    let mut next_id = SNAPSHOT_STACK;
     for (tgid, tid) in crate::snapshot::candidates(&config.threads) {
         if tgid == me || capture.switched.contains(&tid) {
             continue;
@@ -77,14 +78,14 @@ pub fn add_waits_before_trace(
         if !(config.min_us..=config.max_us).contains(&(so_far / 1000)) {
             continue;
         }
-        let id = |v: &mut u64| {
-            *v += 1;
-            *v
+        let mut id = || {
+            next_id += 1;
+            next_id
         };
         let kstack = match (&s.kernel, config.stacks) {
             (_, Stacks::UserOnly) => StackId::None,
             (Ok(frames), _) => {
-                let k = id(&mut next_id);
+                let k = id();
                 capture.named.insert(k, frames.clone());
                 StackId::Id(k)
             }
@@ -96,7 +97,7 @@ pub fn add_waits_before_trace(
         let ustack = if config.stacks == Stacks::KernelOnly || s.user.is_empty() {
             StackId::None
         } else {
-            let u = id(&mut next_id);
+            let u = id();
             capture.stacks.insert(u, s.user.clone());
             StackId::Id(u)
         };

@@ -244,6 +244,8 @@ pub fn write_quietly(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result
 pub fn run(config: &Config) -> Result<()> {
     hold_signals(true);
     preflight(&config.threads)?;
+    // Watched from before attaching: a process that exits meanwhile ends the trace.
+    let mut targets = pidfds(&config.threads);
     let mut svg_file = OutputFile::create_opt(config.svg.as_deref())?;
     let mut timeline_file = OutputFile::create_opt(config.timeline.as_deref())?;
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
@@ -277,7 +279,6 @@ pub fn run(config: &Config) -> Result<()> {
     let format = report::for_output(config.view, &config.output);
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
     let mut total = crate::model::Counters::default();
-    let mut targets = pidfds(&config.threads);
     let mut snapshots = crate::snapshot::Snapshotter::default();
     for round in 0usize.. {
         // Interval ends are on a fixed grid from the start, so the time spent

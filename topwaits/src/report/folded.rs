@@ -93,11 +93,15 @@ pub fn value(r: &Record, kind: ValueKind) -> u64 {
 
 impl Format for Folded {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
-        let mut lines: Vec<(u64, String)> = report
-            .records
-            .iter()
-            .map(|r| (value(r, self.value), line_frames(r, self.delimited).join(";")))
-            .collect();
+        // Records that fold to the same text (two call sites in one function, say)
+        // are one line: values add up, or the longer wait wins with `--value max`.
+        let mut merged: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+        for r in &report.records {
+            let v = value(r, self.value);
+            let slot = merged.entry(line_frames(r, self.delimited).join(";")).or_insert(0);
+            *slot = if self.value == ValueKind::Max { (*slot).max(v) } else { *slot + v };
+        }
+        let mut lines: Vec<(u64, String)> = merged.into_iter().map(|(l, v)| (v, l)).collect();
         // Ascending by value, as bcc prints them; ties by text for stable output.
         lines.sort();
         for (v, l) in lines {
@@ -153,6 +157,26 @@ mod tests {
             assert_eq!(line.split(' ').count(), 2, "{line:?}");
         }
         assert!(got.contains("[missing_user_stack];[missing_kernel_stack];--;[no_waker_seen] "), "{got}");
+    }
+
+    /// Regression: one gzip pipe-read stack came out as two identical folded lines,
+    /// from records that differed only where folded output does not look (the
+    /// offset within a function).
+    #[test]
+    fn records_that_fold_alike_are_one_line() {
+        let mut r = report();
+        let mut twin = r.records[0].clone();
+        twin.total_ns = 500_000;
+        twin.count = 3;
+        twin.max_ns = 400_000_000;
+        r.records.push(twin);
+        let sum = render(Folded { delimited: false, value: ValueKind::Total }, &r);
+        let sleeper: Vec<&str> = sum.lines().filter(|l| l.starts_with("sleeper;")).collect();
+        assert_eq!(sleeper, ["sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1001000"]);
+        let count = render(Folded { delimited: false, value: ValueKind::Count }, &r);
+        assert!(count.contains("__schedule 13\n"), "{count}");
+        let max = render(Folded { delimited: false, value: ValueKind::Max }, &r);
+        assert!(max.contains("__schedule 400000\n") && max.lines().count() == 2, "{max}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! topwaits: a Linux off-CPU and wakeup profiler. The binary is glue; the work lives
 //! in these modules, and data flows one way: kernel maps → `bpf` → `model` →
-//! `symbolize` → `report`.
+//! `symbolize` → `reduce` → `report`.
 
 pub mod blocked;
 pub mod bpf;
@@ -11,6 +11,7 @@ pub mod error;
 pub mod model;
 pub mod open;
 pub mod profile;
+pub mod reduce;
 pub mod report;
 pub mod rtapp;
 pub mod snapshot;

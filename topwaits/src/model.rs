@@ -106,8 +106,8 @@ pub struct Hop {
     pub comm: Vec<u8>,
     pub kernel: Stack,
     pub user: Stack,
-    /// The wakeup ran in interrupt context; the ids and comm are those of the
-    /// task the interrupt happened to hit, not of a waker.
+    /// The wakeup ran in interrupt context. The ids are then 0 and the comm empty:
+    /// the task the interrupt happened to hit is no waker.
     pub interrupt: bool,
 }
 
@@ -359,6 +359,9 @@ pub struct Record {
     pub wake: Option<WakeInfo<Hop>>,
     /// Still waiting at the end of the trace (see [`RawRecord::open`]).
     pub open: Option<OpenSince>,
+    /// How many threads the record stands for: 1, or more once merged with
+    /// `--by process` or `--by comm`.
+    pub threads: u32,
 }
 
 /// Facts about the trace itself, for headers, titles and JSON.
@@ -375,6 +378,8 @@ pub struct TraceInfo {
     pub utc_offset_s: i32,
     /// Wakers were captured (`--waker`, `--chain`, `--wakeups`).
     pub waker: bool,
+    /// What one record stands for (`--by`).
+    pub by: crate::reduce::By,
 }
 
 impl TraceInfo {

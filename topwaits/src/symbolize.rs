@@ -235,7 +235,7 @@ fn is_interrupt_entry(name: &str) -> bool {
 
 /// Marks a waker hop whose kernel stack ran in interrupt context, and cuts its
 /// stack after the outermost interrupt-entry frame: the rest belongs to whatever
-/// task the interrupt hit, as does its user stack, which is dropped.
+/// task the interrupt hit, as do its user stack and its ids, which are dropped.
 pub fn classify_interrupt(hop: &mut Hop) {
     let Stack::Frames(frames) = &hop.kernel else {
         return;
@@ -250,6 +250,8 @@ pub fn classify_interrupt(hop: &mut Hop) {
         hop.kernel = Stack::of(frames[..keep].to_vec());
         hop.interrupt = true;
         hop.user = Stack::None;
+        (hop.tgid, hop.tid) = (0, 0);
+        hop.comm.clear();
     }
 }
 
@@ -436,6 +438,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             max_end_mono: r.max_end_mono,
             wake,
             open: r.open,
+            threads: 1,
         });
     }
     drop(build);

@@ -323,6 +323,8 @@ pub fn run(config: &Config) -> Result<()> {
         let resolved = resolve(&capture, &mut symbolizer);
         let mut counters = capture.counters.since(&before);
         counters.user_stacks_cut = resolved.user_stacks_cut;
+        // Records alike in all a report shows are one; the graphs keep threads apart.
+        let records = crate::reduce::merge(resolved.records, crate::reduce::By::Thread);
         let report = Report {
             info: TraceInfo {
                 clock,
@@ -332,15 +334,22 @@ pub fn run(config: &Config) -> Result<()> {
                 target: target.clone(),
                 utc_offset_s: local_offset_s(clock.wall(start_mono)),
                 waker: config.waker,
+                by: crate::reduce::By::Thread,
             },
             counters,
-            records: resolved.records,
+            records,
         };
+        let grouped = (config.by != crate::reduce::By::Thread).then(|| Report {
+            info: TraceInfo { by: config.by, ..report.info.clone() },
+            counters: report.counters,
+            records: crate::reduce::merge(report.records.clone(), config.by),
+        });
         write_quietly(|out| {
+            let shown = grouped.as_ref().unwrap_or(&report);
             if config.interval.is_some() {
-                interval_frame(out, &config.output, round, &report)?;
+                interval_frame(out, &config.output, round, shown)?;
             }
-            format.write(&report, out)
+            format.write(shown, out)
         })?;
         if !finished {
             (interval_start, before) = (end_mono, capture.counters);

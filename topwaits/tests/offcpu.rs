@@ -170,6 +170,41 @@ fn pid_filter_keeps_only_that_process() {
     assert!(recs.iter().all(|r| r["comm"] != "sleep"));
 }
 
+#[inline(never)]
+fn tw_handle_request() {
+    nanosleep(Duration::from_millis(100));
+    std::hint::black_box(());
+}
+
+/// A thread-per-request server: twelve threads with one stack are twelve records
+/// by thread, and one record of twelve threads with `--by process`.
+#[test]
+fn by_process_makes_a_thread_per_request_server_one_record() {
+    require_bpf!();
+    let me = std::process::id().to_string();
+    let by_thread = Tracer::start(&["--json", "-p", &me, "1.5"]);
+    let by_process = Tracer::start(&["--json", "-p", &me, "--by", "process", "1.5"]);
+    let workers: Vec<Workload> = (0..12).map(|_| Workload::spawn("tw-req", tw_handle_request)).collect();
+    let tids: std::collections::HashSet<u64> = workers.iter().map(|w| w.tid as u64).collect();
+    for w in &workers {
+        w.go();
+    }
+    workers.into_iter().for_each(Workload::join);
+    let (threads, process) = (json(&by_thread.finish()), json(&by_process.finish()));
+    let per_thread = records_in(&threads, "tw_handle_request");
+    assert_eq!(per_thread.len(), 12, "{threads:#}");
+    assert!(per_thread.iter().all(|r| tids.contains(&r["tid"].as_u64().unwrap()) && r["threads"] == 1));
+    assert_eq!(process["by"], "process");
+    let merged = records_in(&process, "tw_handle_request");
+    assert_eq!(merged.len(), 1, "{process:#}");
+    let m = merged[0];
+    assert_eq!((m["threads"].as_u64(), m["count"].as_u64(), m["tid"].is_null()), (Some(12), Some(12), true), "{m:#}");
+    assert_eq!(m["tgid"].as_u64(), Some(std::process::id() as u64));
+    let total: u64 = per_thread.iter().map(|r| r["total_us"].as_u64().unwrap()).sum();
+    let merged_total = m["total_us"].as_u64().unwrap();
+    assert!(merged_total.abs_diff(total) * 20 < total, "merged {merged_total} us vs {total} us by thread");
+}
+
 #[test]
 fn tid_filter_keeps_only_that_thread() {
     require_bpf!();

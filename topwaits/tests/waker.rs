@@ -142,6 +142,58 @@ fn waits_without_a_waker_stay_in_the_report() {
     assert!(stack_names(&waker["kernel_stack"]).iter().any(|f| f.contains("hrtimer")), "{waker:#}");
 }
 
+/// Regression: an interrupt waker was told apart by whichever task the interrupt
+/// hit, so one thread's timer sleeps became many near-identical records. Here 150
+/// short sleeps end by timer interrupts that land on an idle CPU or on a busy
+/// sibling: every record must differ in something the JSON shows.
+#[test]
+fn interrupt_wakers_are_one_record_per_handler_path() {
+    require_bpf!();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spin = {
+        let stop = stop.clone();
+        Workload::spawn("tw-spin", move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let w = Workload::spawn("tw-ticker", || {
+        for _ in 0..150 {
+            tw_known_long_sleep(Duration::from_millis(2));
+        }
+    });
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "-w", "-t", &tid, "-m", "500", "2"]);
+    spin.go();
+    w.go();
+    w.join();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spin.join();
+    let doc = json(&tracer.finish());
+    let recs = records_in(&doc, "tw_known_long_sleep");
+    let irq: Vec<&Value> = recs.iter().copied().filter(|r| r["waker"]["context"] == "interrupt").collect();
+    let count: u64 = irq.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert!(count >= 100, "timer wakeups seen: {count}: {doc:#}");
+    for r in &irq {
+        assert_eq!((r["waker"]["tid"].as_u64(), r["waker"]["comm"].as_str()), (Some(0), Some("[interrupt]")), "{r:#}");
+        assert!(r["waker"]["handler"].as_str().is_some_and(|h| h.contains("hrtimer")), "{r:#}");
+    }
+    // What the JSON shows of a record, less its numbers: no two may be equal.
+    let shown = |r: &Value| {
+        let mut r = r.clone();
+        for k in ["count", "total_us", "max_us", "avg_us", "total_ns", "max_ns", "max_start", "max_end", "blocked_us", "runq_us", "max_blocked_us", "max_runq_us"] {
+            r.as_object_mut().unwrap().remove(k);
+        }
+        r.to_string()
+    };
+    let mut seen = std::collections::HashSet::new();
+    for r in doc["records"].as_array().unwrap() {
+        assert!(seen.insert(shown(r)), "two records alike in all but their numbers: {r:#}");
+    }
+    assert!(irq.len() <= 4, "{} interrupt records for one timer path: {doc:#}", irq.len());
+}
+
 /// A relay A -> B -> C over two pipes, A writing `rounds` bytes 40 ms apart, traced
 /// with `args` plus `-t C`. Returns the tracer's output and the tids of A and B.
 fn relay(prefix: &str, rounds: usize, args: &[&str]) -> (Finished, u32, u32) {
@@ -225,7 +277,7 @@ fn relay_chain_folded_appends_each_hop_after_a_divider() {
 #[test]
 fn wakeup_view_attributes_the_consumer_wait_to_the_producer() {
     require_bpf!();
-    let (doc, _, _) = producer_consumer(&["--wakeups"]);
+    let (doc, producer, consumer) = producer_consumer(&["--wakeups"]);
     assert_eq!(doc["view"], "wakeups");
     let rows: Vec<&Value> = doc["records"]
         .as_array()
@@ -234,6 +286,12 @@ fn wakeup_view_attributes_the_consumer_wait_to_the_producer() {
         .filter(|r| r["waker"]["comm"] == "tw-producer" && r["target_comm"] == "tw-consumer")
         .collect();
     assert!(!rows.is_empty(), "{doc:#}");
+    for r in &rows {
+        // Ids and the time of the longest wait, which the view once lacked.
+        assert_eq!((r["waker"]["tid"].as_u64(), r["target_tid"].as_u64()), (Some(producer as u64), Some(consumer as u64)), "{r:#}");
+        assert!(r["max_us"].as_u64().unwrap() >= r["max_blocked_us"].as_u64().unwrap(), "{r:#}");
+        assert!(r["max_end"].as_str().is_some_and(|t| t.contains('T')), "{r:#}");
+    }
     let blocked: u64 = rows.iter().map(|r| r["blocked_us"].as_u64().unwrap()).sum();
     assert!(blocked > 30_000 * (ROUNDS as u64 - 1), "blocked {blocked} us: {doc:#}");
     assert!(rows

@@ -1,6 +1,7 @@
-//! `cargo xtask completions`: shell completions (bash, zsh, fish) and a man page,
-//! generated from topwaits' own clap definitions.
+//! `cargo xtask completions`: shell completions (bash, zsh, fish) and man pages,
+//! generated from topwaits' own clap definitions and the README's JSON schemas.
 
+use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
@@ -13,6 +14,9 @@ use clap_complete::Shell;
 #[path = "../../topwaits/src/cli/mod.rs"]
 mod cli;
 
+/// The README, whose JSON schema sections the man pages carry.
+const README: &str = include_str!("../../README.md");
+
 pub fn generate(out: &Path) -> Result<()> {
     let comp = out.join("completions");
     let man = out.join("man");
@@ -24,23 +28,122 @@ pub fn generate(out: &Path) -> Result<()> {
             .with_context(|| format!("failed to write {shell} completions"))?;
         eprintln!("xtask: wrote {}", path.display());
     }
-    let cmd = cli::Args::command();
-    let mut page = Vec::new();
-    clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
-    std::fs::write(man.join("topwaits.1"), page)?;
+    // No `help` subcommand: it has no page of its own to point to.
+    let mut cmd = cli::Args::command().disable_help_subcommand(true);
+    cmd.build();
+    std::fs::write(man.join("topwaits.1"), page(&cmd, "## JSON (`--json`)")?)?;
     for sub in cmd.get_subcommands() {
-        let mut page = Vec::new();
         // Leaked once per subcommand for clap's 'static names; xtask then exits.
         let name: &'static str = Box::leak(format!("topwaits-{}", sub.get_name()).into_boxed_str());
-        clap_mangen::Man::new(sub.clone().name(name)).render(&mut page)?;
-        std::fs::write(man.join(format!("{name}.1")), page)?;
+        let heading = format!("### `topwaits {} --json`", sub.get_name());
+        std::fs::write(man.join(format!("{name}.1")), page(&sub.clone().name(name), &heading)?)?;
     }
     eprintln!("xtask: wrote {}", man.display());
     Ok(())
 }
 
+/// One man page: clap's sections, the examples verbatim, and the JSON schema from
+/// the README section under `heading`.
+fn page(cmd: &clap::Command, heading: &str) -> Result<Vec<u8>> {
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    man.render_options_section(&mut out)?;
+    if cmd.get_subcommands().next().is_some() {
+        man.render_subcommands_section(&mut out)?;
+    }
+    if let Some(examples) = cmd.get_after_help() {
+        writeln!(out, ".SH EXAMPLES\n.nf")?;
+        for line in examples.to_string().lines().skip_while(|l| l.trim_end().ends_with(':')) {
+            writeln!(out, "{}", escape(line))?;
+        }
+        writeln!(out, ".fi")?;
+    }
+    let schema = section(README, heading).with_context(|| format!("README has no section {heading}"))?;
+    writeln!(out, ".SH JSON OUTPUT")?;
+    out.extend_from_slice(markdown_to_roff(schema).as_bytes());
+    if cmd.get_version().is_some() {
+        man.render_version_section(&mut out)?;
+    }
+    Ok(out)
+}
+
+/// The body of the README section under `heading`, up to the next heading of the
+/// same or a higher level.
+fn section<'a>(text: &'a str, heading: &str) -> Option<&'a str> {
+    let level = heading.chars().take_while(|&c| c == '#').count();
+    let start = text.find(&format!("\n{heading}\n"))? + heading.len() + 2;
+    let rest = &text[start..];
+    let end = rest
+        .match_indices("\n#")
+        .find(|(i, _)| rest[i + 1..].chars().take_while(|&c| c == '#').count() <= level)
+        .map_or(rest.len(), |(i, _)| i);
+    Some(&rest[..end])
+}
+
+/// Text safe in roff: backslashes doubled, and a line starting with `.` or `'`
+/// guarded so it is not taken for a request.
+fn escape(line: &str) -> String {
+    let s = line.replace('\\', "\\e").replace('-', "\\-");
+    if s.starts_with('.') || s.starts_with('\'') {
+        format!("\\&{s}")
+    } else {
+        s
+    }
+}
+
+/// The README's small Markdown (paragraphs, `field | meaning` tables and code
+/// blocks) as roff: tables become tagged paragraphs, code stays verbatim.
+fn markdown_to_roff(md: &str) -> String {
+    let mut out = String::new();
+    let mut code = false;
+    let mut para = false;
+    for line in md.lines() {
+        let t = line.trim();
+        if t.starts_with("```") {
+            out.push_str(if code { ".fi\n" } else { ".PP\n.nf\n" });
+            code = !code;
+            para = false;
+            continue;
+        }
+        if code {
+            out.push_str(&escape(line));
+            out.push('\n');
+        } else if t.is_empty() {
+            para = false;
+        } else if let Some(row) = t.strip_prefix('|') {
+            let cells: Vec<&str> = row.trim_end_matches('|').splitn(2, " | ").map(str::trim).collect();
+            let header = cells.first().is_some_and(|c| *c == "field" || c.starts_with("---"));
+            if let [field, meaning] = cells[..] {
+                if !header {
+                    out.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", escape(&plain(field)), escape(&plain(meaning))));
+                }
+            }
+            para = false;
+        } else {
+            if !para {
+                out.push_str(".PP\n");
+                para = true;
+            }
+            out.push_str(&escape(&plain(t)));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Markdown inline marks dropped: backticks, bold, escaped pipes.
+fn plain(s: &str) -> String {
+    s.replace('`', "").replace("**", "").replace("\\|", "|")
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn completions_and_man_pages_name_every_option() {
         let dir = std::env::temp_dir().join(format!("tw-docs-{}", std::process::id()));
@@ -55,5 +158,37 @@ mod tests {
         assert!(blocked.contains("\\-\\-dot") && blocked.contains("\\-\\-sleeping"), "{blocked}");
         assert!(bash.contains("--open-waits"));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Regressions: the page sent readers to the README for the JSON schema, named
+    /// a topwaits-help(1) page that does not exist, and reflowed the examples.
+    #[test]
+    fn man_pages_carry_the_schema_verbatim_examples_and_no_help_page() {
+        let dir = std::env::temp_dir().join(format!("tw-man-{}", std::process::id()));
+        super::generate(&dir).unwrap();
+        let man = std::fs::read_to_string(dir.join("man/topwaits.1")).unwrap();
+        assert!(!man.contains("topwaits\\-help") && !dir.join("man/topwaits-help.1").exists(), "{man}");
+        let json = &man[man.find(".SH JSON OUTPUT").expect("a JSON section")..];
+        for field in ["records_total", "symbol_offset", "file_offset", "open_since", "max_blocked_us"] {
+            assert!(json.contains(field), "{field} missing from the schema");
+        }
+        let ex = &man[man.find(".SH EXAMPLES\n.nf\n").expect("verbatim examples")..];
+        let ex = &ex[..ex.find(".fi").unwrap()];
+        assert!(ex.contains("\n  topwaits \\-p 1234 10             the threads of process 1234\n"), "{ex}");
+        for sub in ["threads", "blocked"] {
+            let page = std::fs::read_to_string(dir.join(format!("man/topwaits-{sub}.1"))).unwrap();
+            assert!(page.contains(".SH JSON OUTPUT") && page.contains("\\fBversion\\fR"), "{sub}: {page}");
+        }
+        let threads = std::fs::read_to_string(dir.join("man/topwaits-threads.1")).unwrap();
+        assert!(threads.contains("dependencies") && threads.contains("stolen_us"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn markdown_tables_and_code_become_roff() {
+        let md = "Intro `x` text.\n\n| field | meaning |\n|---|---|\n| `a` | one \\| two |\n\n```\n.dot line\n```\n";
+        let roff = markdown_to_roff(md);
+        assert_eq!(roff, ".PP\nIntro x text.\n.TP\n\\fBa\\fR\none | two\n.PP\n.nf\n\\&.dot line\n.fi\n");
+        assert_eq!(section("a\n## X\nbody\n### sub\nmore\n## Y\nno", "## X"), Some("body\n### sub\nmore"));
     }
 }

@@ -109,7 +109,7 @@ pub struct Args {
     #[arg(short = 'd', long)]
     pub delimited: bool,
 
-    /// Print one JSON document (schema in the README).
+    /// Print one JSON document (schema in topwaits(1) and the README).
     #[arg(long)]
     pub json: bool,
 
@@ -117,6 +117,12 @@ pub struct Args {
     /// default), longest wait (µs) or count. Applies to -f and --svg.
     #[arg(long, value_enum)]
     pub value: Option<ValueKind>,
+
+    /// What one record of the top view and JSON stands for: a thread (the default),
+    /// the threads of a process with the same stacks (process), or every thread
+    /// of that name (comm). Folded lines are per comm, as bcc prints them.
+    #[arg(long, value_enum, value_name = "WHAT", conflicts_with = "folded")]
+    pub by: Option<By>,
 
     /// Also write an interactive flame graph (SVG): off-CPU in blue, or with -w an
     /// off-wake graph with the wakers in aqua above a grey divider.
@@ -242,6 +248,18 @@ pub enum ValueKind {
     Count,
 }
 
+/// What one record of the top view and JSON stands for (`--by`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, ValueEnum)]
+pub enum By {
+    /// One record per thread and stacks (the default).
+    #[default]
+    Thread,
+    /// The threads of a process with the same stacks are one record.
+    Process,
+    /// Every thread with the same name and stacks is one record, across processes.
+    Comm,
+}
+
 /// Which attach path to use.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AttachMode {
@@ -342,6 +360,8 @@ pub struct Config {
     pub timeline_limit: usize,
     /// Report waits still in progress at the end.
     pub open_waits: bool,
+    /// What one record stands for in the top view and JSON.
+    pub by: By,
 }
 
 /// Option errors that clap cannot see.
@@ -430,6 +450,7 @@ impl Config {
             interval: a.interval,
             timeline_limit: a.top.filter(|&n| n > 0).unwrap_or(DEFAULT_TOP),
             open_waits: a.open_waits == OpenWaits::Yes,
+            by: a.by.unwrap_or_default(),
         })
     }
 
@@ -540,9 +561,17 @@ mod tests {
 
     #[test]
     fn mutually_exclusive_options_are_rejected() {
-        for bad in [&["-u", "-k"][..], &["-U", "-K"], &["-p", "1", "-t", "2"], &["-p", "1", "-u"], &["-f", "--json"]] {
+        for bad in [&["-u", "-k"][..], &["-U", "-K"], &["-p", "1", "-t", "2"], &["-p", "1", "-u"], &["-f", "--json"], &["-f", "--by", "comm"]] {
             assert_eq!(parse(bad).unwrap_err(), "an argument cannot be used with one or more of the other specified arguments", "{bad:?}");
         }
+    }
+
+    #[test]
+    fn by_defaults_to_thread_and_takes_process_or_comm() {
+        assert_eq!(parse(&[]).unwrap().by, By::Thread);
+        assert_eq!(parse(&["--by", "process", "--json"]).unwrap().by, By::Process);
+        assert_eq!(parse(&["--by", "comm", "--wakeups"]).unwrap().by, By::Comm);
+        assert!(parse(&["--by", "cpu"]).is_err());
     }
 
     #[test]

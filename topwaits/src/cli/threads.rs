@@ -23,7 +23,8 @@ pub struct ThreadsArgs {
     #[arg(short = 't', long = "tid", value_name = "TID", value_delimiter = ',', num_args = 1)]
     pub tid: Vec<u32>,
 
-    /// Print JSON: {"threads": [...], "dependencies": [...]}.
+    /// Print one JSON document: version, duration_s, target, warnings, threads,
+    /// dependencies and groups (schema in topwaits-threads(1) and the README).
     #[arg(long)]
     pub json: bool,
 

@@ -12,7 +12,7 @@ use crate::model::{comm_text, Stack};
 use crate::waitfor::End;
 
 /// JSON schema version of the document.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 fn secs(ns: u64) -> String {
     format!("{:.3} s", ns as f64 / 1e9)

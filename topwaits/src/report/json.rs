@@ -5,26 +5,33 @@ use std::io::{self, Write};
 use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
 
-use super::{by_longest, no_waker_label, take, Format};
+use super::{by_longest, interrupt_handler, no_waker_label, take, Format};
 use crate::clock::rfc3339;
+use crate::reduce::By;
 use crate::model::{comm_text, Counters, Frame, Hop, OpenSince, Record, Report, Stack, WakeKind};
 
 /// Schema version of the document.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 pub struct Json {
     pub limit: usize,
 }
 
 fn frame(f: &Frame) -> Value {
-    let mut v = json!({ "symbol": f.name(), "addr": format!("{:#x}", f.addr) });
-    if let Some(m) = &f.module {
-        v["module"] = json!(&**m);
+    serde_json::to_value(jframe(f)).unwrap_or(Value::Null)
+}
+
+/// A frame's fields. Its offset is within the symbol when one resolved
+/// (`symbol_offset`), else within the module file (`file_offset`).
+fn jframe(f: &Frame) -> JFrame<'_> {
+    let resolved = f.symbol.is_some();
+    JFrame {
+        symbol: f.name(),
+        addr: format!("{:#x}", f.addr),
+        module: f.module.as_deref(),
+        symbol_offset: f.offset.filter(|_| resolved),
+        file_offset: f.offset.filter(|_| !resolved),
     }
-    if let Some(o) = f.offset {
-        v["offset"] = json!(o);
-    }
-    v
 }
 
 pub fn stack(s: &Stack) -> (Value, &'static str) {
@@ -50,9 +57,8 @@ fn hop(hops: &[Hop]) -> Value {
         "waker": hop(rest),
     });
     if h.interrupt {
-        // The ids and comm are of the task the interrupt hit, not of a waker.
-        v["interrupted"] = json!({ "tgid": h.tgid, "tid": h.tid, "comm": comm_text(&h.comm) });
         v["comm"] = json!("[interrupt]");
+        v["handler"] = json!(interrupt_handler(h));
     }
     v
 }
@@ -107,12 +113,7 @@ struct Frames<'a>(&'a Stack);
 
 impl Serialize for Frames<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.frames().iter().map(|f| JFrame {
-            symbol: f.name(),
-            addr: format!("{:#x}", f.addr),
-            module: f.module.as_deref(),
-            offset: f.offset,
-        }))
+        s.collect_seq(self.0.frames().iter().map(jframe))
     }
 }
 
@@ -123,7 +124,9 @@ struct JFrame<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     module: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    offset: Option<u64>,
+    symbol_offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_offset: Option<u64>,
 }
 
 fn status(s: &Stack) -> &'static str {
@@ -136,8 +139,12 @@ fn status(s: &Stack) -> &'static str {
 
 #[derive(Serialize)]
 struct JRecord<'a> {
-    tgid: u32,
-    tid: u32,
+    /// `null` with `--by comm`.
+    tgid: Option<u32>,
+    /// `null` with `--by process` or `--by comm`.
+    tid: Option<u32>,
+    /// Threads the record stands for (more than 1 only with `--by`).
+    threads: u32,
     comm: String,
     kernel_stack: Frames<'a>,
     kernel_stack_status: &'static str,
@@ -170,8 +177,9 @@ fn record<'a>(report: &Report, r: &'a Record) -> JRecord<'a> {
     let mut wake = Value::Object(Default::default());
     waker_fields(r, &mut wake);
     JRecord {
-        tgid: r.tgid,
-        tid: r.tid,
+        tgid: (info.by != By::Comm).then_some(r.tgid),
+        tid: (info.by == By::Thread).then_some(r.tid),
+        threads: r.threads,
         comm: comm_text(&r.comm),
         kernel_stack: Frames(&r.kernel),
         kernel_stack_status: status(&r.kernel),
@@ -209,6 +217,7 @@ fn head(report: &Report) -> Value {
         "target": info.target,
         "lost": lost(&report.counters),
         "waker_mode": info.waker,
+        "by": match info.by { By::Thread => "thread", By::Process => "process", By::Comm => "comm" },
         "counters": {
             "wakeups": report.counters.wakings,
             "switches": report.counters.switches,
@@ -266,7 +275,7 @@ mod tests {
         let mut out = Vec::new();
         Json { limit: 0 }.write(&report(), &mut out).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["version"], 1);
+        assert_eq!(v["version"], 2);
         assert_eq!(v["started_at"], "2023-11-14T22:13:20.000000+00:00");
         assert_eq!(v["duration_s"], 5.0);
         assert_eq!(v["lost"]["kernel_stacks"], 1);
@@ -288,6 +297,36 @@ mod tests {
     }
 
     #[test]
+    fn by_process_or_comm_nulls_the_ids_it_merged_and_counts_threads() {
+        let mut rep = report();
+        rep.info.by = By::Process;
+        rep.records[0].threads = 12;
+        let v = document(&rep, 0);
+        assert_eq!(v["by"], "process");
+        let r = &v["records"][0];
+        assert_eq!((r["tgid"].as_u64(), r["tid"].is_null(), r["threads"].as_u64()), (Some(100), true, Some(12)));
+        rep.info.by = By::Comm;
+        let r = &document(&rep, 0)["records"][0];
+        assert!(r["tgid"].is_null() && r["tid"].is_null(), "{r}");
+    }
+
+    /// Regression: `offset` meant the offset in the symbol for a resolved frame and
+    /// in the file for an unresolved one.
+    #[test]
+    fn frame_offsets_say_whether_they_are_in_the_symbol_or_the_file() {
+        let mut f = Frame::unknown(0x7f00_0000_1234);
+        f.module = Some("libc.so.6".into());
+        f.offset = Some(0x1234);
+        let v = frame(&f);
+        assert_eq!((v["file_offset"].as_u64(), v.get("symbol_offset")), (Some(0x1234), None));
+        f.symbol = Some("read".into());
+        f.offset = Some(0x14);
+        let v = frame(&f);
+        assert_eq!((v["symbol_offset"].as_u64(), v.get("file_offset")), (Some(0x14), None));
+        assert!(v.get("offset").is_none());
+    }
+
+    #[test]
     fn waker_objects_nest_and_split_adds_up() {
         use crate::report::fixtures::offwake_report;
         let v = document(&offwake_report(), 0);
@@ -301,7 +340,8 @@ mod tests {
         assert_eq!(w["user_stack"][1]["symbol"], "produce");
         let w2 = &w["waker"];
         assert_eq!((w2["comm"].as_str(), w2["context"].as_str()), (Some("[interrupt]"), Some("interrupt")));
-        assert_eq!(w2["interrupted"]["comm"], "swapper/0");
+        assert_eq!(w2["handler"], "hrtimer_wakeup");
+        assert_eq!((w2["tid"].as_u64(), w2["tgid"].as_u64()), (Some(0), Some(0)), "the task an interrupt hit is no waker");
         assert!(w2["waker"].is_null());
         let p = &v["records"][1];
         assert_eq!(p["waker"]["context"], "preempted");

@@ -14,6 +14,7 @@ use std::io::{self, Write};
 
 use crate::cli::{Output, View};
 use crate::model::{comm_text, Hop, Record, Report, WakeKind};
+use crate::reduce::By;
 
 /// One output format.
 pub trait Format {
@@ -44,6 +45,40 @@ pub fn hop_name(h: &Hop) -> String {
         "[interrupt]".to_string()
     } else {
         comm_text(&h.comm)
+    }
+}
+
+/// The function an interrupt woke its target from (`hrtimer_wakeup`,
+/// `blk_mq_complete_request`): the first frame past the generic wake-up helpers.
+pub fn interrupt_handler(h: &Hop) -> Option<&str> {
+    const HELPERS: [&str; 8] = [
+        "try_to_wake_up",
+        "wake_up",
+        "default_wake_function",
+        "autoremove_wake_function",
+        "woken_wake_function",
+        "swake_up",
+        "ttwu",
+        "complete",
+    ];
+    if !h.interrupt {
+        return None;
+    }
+    h.kernel
+        .frames()
+        .iter()
+        .filter_map(|f| f.symbol.as_deref())
+        .find(|n| !HELPERS.iter().any(|p| n.trim_start_matches('_').starts_with(p.trim_start_matches('_'))))
+}
+
+/// Who a record stands for, as the top view heads it: a thread, a process's
+/// threads (`--by process`) or every thread of a name (`--by comm`).
+pub fn who(r: &Record, by: By) -> String {
+    let comm = comm_text(&r.comm);
+    match by {
+        By::Thread => format!("{comm}  pid {}  tid {}", r.tgid, r.tid),
+        By::Process => format!("{comm}  pid {}  {}", r.tgid, crate::cli::plural(r.threads as usize, "thread")),
+        By::Comm => format!("{comm}  {}", crate::cli::plural(r.threads as usize, "thread")),
     }
 }
 
@@ -110,6 +145,7 @@ pub(crate) mod fixtures {
             target: "all threads".into(),
             utc_offset_s: 0,
             waker: false,
+            by: crate::reduce::By::Thread,
         }
     }
 
@@ -129,8 +165,8 @@ pub(crate) mod fixtures {
     pub fn offwake_report() -> Report {
         let mut r = report();
         r.info.waker = true;
-        let mut irq = hop("swapper/0", 0, &["try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt"], &[]);
-        irq.tgid = 0;
+        let mut irq = hop("", 0, &["try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt"], &[]);
+        (irq.tgid, irq.comm) = (0, Vec::new());
         irq.interrupt = true;
         irq.user = Stack::None;
         r.records[0].wake = Some(WakeInfo {
@@ -175,6 +211,7 @@ pub(crate) mod fixtures {
                     max_end_mono: 3_500_000_000,
                     wake: None,
                     open: None,
+                    threads: 1,
                 },
                 Record {
                     tgid: 7,
@@ -188,6 +225,7 @@ pub(crate) mod fixtures {
                     max_end_mono: 2_000_000_000,
                     wake: None,
                     open: None,
+                    threads: 1,
                 },
             ],
         }

@@ -94,6 +94,9 @@ pub fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()>
     Ok(())
 }
 
+/// Schema version of the `threads --json` document.
+pub const VERSION: u32 = 1;
+
 pub fn document(r: &ThreadsReport<'_>) -> Value {
     let threads: Vec<Value> = by_run(r.threads)
         .into_iter()
@@ -127,7 +130,7 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
         .collect();
     let groups: Vec<Value> = r.groups.iter().map(|g| json!({ "producer": g.producer, "consumers": g.consumers })).collect();
     json!({
-        "version": super::json::VERSION,
+        "version": VERSION,
         "duration_s": (r.duration_s * 1000.0).round() / 1000.0,
         "target": r.target,
         "warnings": r.warnings,

@@ -3,9 +3,9 @@
 
 use std::io::{self, Write};
 
-use super::{by_longest, hop_name, no_waker_label, take, Format};
+use super::{by_longest, hop_name, interrupt_handler, no_waker_label, take, who, Format};
 use crate::clock::{date, hms_millis};
-use crate::model::{comm_text, Hop, OpenSince, Record, Report, Stack, WakeInfo};
+use crate::model::{Hop, OpenSince, Record, Report, Stack, WakeInfo};
 
 pub struct Top {
     pub limit: usize,
@@ -68,7 +68,7 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
         ms(avg)
         )?;
     }
-    writeln!(out, "    {}  pid {}  tid {}", comm_text(&r.comm), r.tgid, r.tid)?;
+    writeln!(out, "    {}", who(r, info.by))?;
     write_stack(out, &r.kernel, "kernel")?;
     if delimited && !matches!(r.kernel, Stack::None) && !matches!(r.user, Stack::None) {
         writeln!(out, "      -")?;
@@ -86,7 +86,7 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
 fn write_hop(out: &mut dyn Write, depth: usize, h: &Hop, delimited: bool) -> io::Result<()> {
     let lead = if depth == 0 { "woken by".to_string() } else { format!("{}which was woken by", "  ".repeat(depth)) };
     if h.interrupt {
-        writeln!(out, "    {lead} [interrupt] (on the CPU of {} tid {})", comm_text(&h.comm), h.tid)?;
+        writeln!(out, "    {lead} [interrupt] {}", interrupt_handler(h).unwrap_or("[unknown handler]"))?;
     } else {
         writeln!(out, "    {lead} {}  pid {}  tid {}", hop_name(h), h.tgid, h.tid)?;
     }
@@ -177,6 +177,24 @@ mod tests {
     }
 
     #[test]
+    fn records_by_process_or_comm_are_headed_by_what_they_merge() {
+        use crate::reduce::By;
+        let mut rep = report();
+        rep.records[0].threads = 40;
+        for (by, want) in [
+            (By::Thread, "    sleeper  pid 100  tid 101\n"),
+            (By::Process, "    sleeper  pid 100  40 threads\n"),
+            (By::Comm, "    sleeper  40 threads\n"),
+        ] {
+            rep.info.by = by;
+            let mut out = Vec::new();
+            Top { limit: 0, delimited: false }.write(&rep, &mut out).unwrap();
+            let out = String::from_utf8(out).unwrap();
+            assert!(out.contains(want), "{by:?}: {out}");
+        }
+    }
+
+    #[test]
     fn waker_chain_is_shown_under_each_record() {
         use crate::report::fixtures::offwake_report;
         let mut out = Vec::new();
@@ -186,7 +204,7 @@ mod tests {
         assert!(first.contains("    blocked 1000.000 ms (max 249.900 ms)  run queue 0.500 ms (max 0.100 ms)\n"), "{first}");
         assert!(first.contains("    woken by writer  pid 100  tid 102\n      try_to_wake_up\n      pipe_write\n"), "{first}");
         assert!(first.contains("      produce\n"), "{first}");
-        assert!(first.contains("      which was woken by [interrupt] (on the CPU of swapper/0 tid 0)\n"), "{first}");
+        assert!(first.contains("      which was woken by [interrupt] hrtimer_wakeup\n      try_to_wake_up\n"), "{first}");
         assert!(out.contains("    woken by [preempted]\n"), "{out}");
     }
 

@@ -1,0 +1,215 @@
+//! Merging symbolized records: records identical in everything a report shows are
+//! one record, and `--by process` / `--by comm` group threads. Pure; no I/O.
+
+use std::collections::{HashMap, HashSet};
+
+pub use crate::cli::By;
+use crate::model::{Hop, Record, Stack, WakeKind};
+
+/// A stack as the reports print it: each frame's best name.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum StackKey {
+    Frames(Vec<String>),
+    None,
+    Missing,
+}
+
+fn stack_key(s: &Stack) -> StackKey {
+    match s {
+        Stack::Frames(f) => StackKey::Frames(f.iter().map(|f| f.describe()).collect()),
+        Stack::None => StackKey::None,
+        Stack::Missing => StackKey::Missing,
+    }
+}
+
+/// A waker as the reports show it. An interrupt is named by its handler's stack
+/// alone: whichever task it happened to hit is no part of it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct HopKey {
+    ids: Option<(u32, u32, Vec<u8>)>,
+    kernel: StackKey,
+    user: StackKey,
+}
+
+fn hop_key(h: &Hop) -> HopKey {
+    HopKey {
+        ids: (!h.interrupt).then(|| (h.tgid, h.tid, h.comm.clone())),
+        kernel: stack_key(&h.kernel),
+        user: stack_key(&h.user),
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    tgid: u32,
+    tid: u32,
+    comm: Vec<u8>,
+    kernel: StackKey,
+    user: StackKey,
+    wake: Option<(WakeKind, Vec<HopKey>)>,
+    /// Waits still in progress stay one record each: each has its own start.
+    open: Option<usize>,
+}
+
+fn key(r: &Record, by: By, index: usize) -> Key {
+    let (tgid, tid, comm) = match by {
+        By::Thread => (r.tgid, r.tid, r.comm.clone()),
+        By::Process => (r.tgid, 0, Vec::new()),
+        By::Comm => (0, 0, r.comm.clone()),
+    };
+    Key {
+        tgid,
+        tid,
+        comm,
+        kernel: stack_key(&r.kernel),
+        user: stack_key(&r.user),
+        wake: r.wake.as_ref().map(|w| (w.kind, w.hops.iter().map(hop_key).collect())),
+        open: r.open.map(|_| index),
+    }
+}
+
+/// Adds `r` into `into`: sums add, the longest wait (with its time) wins.
+fn absorb(into: &mut Record, r: Record) {
+    into.count += r.count;
+    into.total_ns += r.total_ns;
+    if (r.max_ns, r.max_end_mono) > (into.max_ns, into.max_end_mono) {
+        into.max_ns = r.max_ns;
+        into.max_end_mono = r.max_end_mono;
+    }
+    if let (Some(a), Some(b)) = (into.wake.as_mut(), r.wake) {
+        a.blocked_ns += b.blocked_ns;
+        a.runq_ns += b.runq_ns;
+        a.max_blocked_ns = a.max_blocked_ns.max(b.max_blocked_ns);
+        a.max_runq_ns = a.max_runq_ns.max(b.max_runq_ns);
+    }
+}
+
+/// Merges records that are the same under `by`, in first-seen order. A merged
+/// record keeps the ids and comm of its heaviest thread (the process's main
+/// thread for `--by process`, when it is among them) and counts its threads.
+pub fn merge(records: Vec<Record>, by: By) -> Vec<Record> {
+    let mut slot: HashMap<Key, usize> = HashMap::with_capacity(records.len());
+    let mut out: Vec<Record> = Vec::with_capacity(records.len());
+    let mut threads: Vec<HashSet<u32>> = Vec::new();
+    let mut weight: Vec<u64> = Vec::new();
+    for (i, r) in records.into_iter().enumerate() {
+        let k = key(&r, by, i);
+        match slot.get(&k) {
+            None => {
+                slot.insert(k, out.len());
+                threads.push(std::iter::once(r.tid).collect());
+                weight.push(r.total_ns);
+                out.push(r);
+            }
+            Some(&j) => {
+                let leads = match by {
+                    By::Process => (r.tid == r.tgid, r.total_ns) > (out[j].tid == out[j].tgid, weight[j]),
+                    _ => r.total_ns > weight[j],
+                };
+                if leads {
+                    weight[j] = r.total_ns;
+                    (out[j].tgid, out[j].tid, out[j].comm) = (r.tgid, r.tid, r.comm.clone());
+                }
+                threads[j].insert(r.tid);
+                absorb(&mut out[j], r);
+            }
+        }
+    }
+    for (r, t) in out.iter_mut().zip(&threads) {
+        r.threads = t.len().max(r.threads as usize) as u32;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Frame, WakeInfo};
+    use crate::report::fixtures::{frames, hop, report};
+
+    /// Two records of one thread whose kernel stacks differ only in addresses
+    /// (two call sites in one function) are one record.
+    #[test]
+    fn records_alike_in_every_printed_field_merge_keeping_sum_count_and_max() {
+        let mut rs = report().records;
+        let mut twin = rs[0].clone();
+        twin.kernel = Stack::of(rs[0].kernel.frames().iter().map(|f| Frame { addr: f.addr + 8, ..f.clone() }).collect());
+        (twin.count, twin.total_ns, twin.max_ns, twin.max_end_mono) = (5, 900_000_000, 600_000_000, 4_200_000_000);
+        rs.push(twin);
+        let got = merge(rs, By::Thread);
+        assert_eq!(got.len(), 2);
+        let m = &got[0];
+        assert_eq!((m.count, m.total_ns, m.max_ns, m.max_end_mono), (15, 1_900_500_000, 600_000_000, 4_200_000_000));
+        assert_eq!(m.threads, 1);
+    }
+
+    #[test]
+    fn different_threads_or_stacks_stay_apart_by_thread() {
+        let mut rs = report().records;
+        let mut other_thread = rs[0].clone();
+        other_thread.tid = 102;
+        let mut other_stack = rs[0].clone();
+        other_stack.user = frames(&["clock_nanosleep", "elsewhere", "main"]);
+        rs.push(other_thread);
+        rs.push(other_stack);
+        assert_eq!(merge(rs, By::Thread).len(), 4);
+    }
+
+    #[test]
+    fn by_process_groups_threads_and_names_the_main_thread() {
+        let base = report().records[0].clone();
+        let rs: Vec<Record> = (0..50u32)
+            .map(|i| {
+                let mut r = base.clone();
+                r.tid = 1000 + i;
+                r.comm = format!("worker-{i}").into_bytes();
+                r
+            })
+            .chain(std::iter::once(Record { tid: 100, comm: b"server".to_vec(), ..base.clone() }))
+            .collect();
+        let got = merge(rs.clone(), By::Process);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].tgid, got[0].tid, got[0].comm.as_slice(), got[0].threads), (100, 100, &b"server"[..], 51));
+        assert_eq!(got[0].count, 51 * base.count);
+        // By comm, the differently named threads stay apart.
+        assert_eq!(merge(rs, By::Comm).len(), 51);
+    }
+
+    #[test]
+    fn by_comm_groups_across_processes() {
+        let base = report().records[0].clone();
+        let rs: Vec<Record> = (0..3u32).map(|i| Record { tgid: 200 + i, tid: 200 + i, ..base.clone() }).collect();
+        let got = merge(rs, By::Comm);
+        assert_eq!((got.len(), got[0].threads, got[0].total_ns), (1, 3, 3 * base.total_ns));
+    }
+
+    /// Regression: an interrupt waker was told apart by the task it hit, so one
+    /// sqlite3 thread gave thousands of near-identical records.
+    #[test]
+    fn interrupt_wakers_merge_whatever_task_they_hit() {
+        let mut r = report().records[0].clone();
+        let irq = |tid: u32, comm: &str| {
+            let mut h = hop(comm, tid, &["try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt"], &[]);
+            h.interrupt = true;
+            h.user = Stack::None;
+            h
+        };
+        let wake = |h: Hop| WakeInfo { kind: WakeKind::Woken, hops: vec![h], blocked_ns: 10, runq_ns: 1, max_blocked_ns: 10, max_runq_ns: 1 };
+        r.wake = Some(wake(irq(0, "swapper/0")));
+        let mut hit_task = r.clone();
+        hit_task.wake = Some(wake(irq(4242, "stress-ng")));
+        let mut task_waker = r.clone();
+        task_waker.wake = Some(wake(hop("writer", 7, &["try_to_wake_up"], &[])));
+        let got = merge(vec![r, hit_task, task_waker], By::Thread);
+        assert_eq!(got.len(), 2, "one interrupt record, one task-waker record");
+        let w = got[0].wake.as_ref().unwrap();
+        assert_eq!((w.blocked_ns, w.runq_ns, w.max_blocked_ns), (20, 2, 10));
+    }
+
+    #[test]
+    fn open_waits_are_never_merged() {
+        let mut r = report().records[0].clone();
+        r.open = Some(crate::model::OpenSince::BeforeTrace);
+        assert_eq!(merge(vec![r.clone(), r], By::Comm).len(), 2);
+    }
+}

@@ -65,7 +65,7 @@ fn jit_code_is_symbolized_through_the_perf_map() {
     require_bpf!();
     // push rbp; mov rbp, rsp; mov rax, imm64; call rax; pop rbp; ret
     let mut code = vec![0x55, 0x48, 0x89, 0xe5, 0x48, 0xb8];
-    code.extend_from_slice(&(tw_jit_target as usize as u64).to_le_bytes());
+    code.extend_from_slice(&(tw_jit_target as *const () as usize as u64).to_le_bytes());
     code.extend_from_slice(&[0xff, 0xd0, 0x5d, 0xc3]);
     let len = 4096;
     // SAFETY: a fresh anonymous mapping, written before it is executed.

@@ -26,6 +26,8 @@ pub fn generate(out: &Path) -> Result<()> {
         let mut cmd = cli::Args::command();
         let path = clap_complete::generate_to(shell, &mut cmd, "topwaits", &comp)
             .with_context(|| format!("failed to write {shell} completions"))?;
+        let script = std::fs::read_to_string(&path)?;
+        std::fs::write(&path, complete_pids(shell, &script))?;
         eprintln!("xtask: wrote {}", path.display());
     }
     // No `help` subcommand: it has no page of its own to point to.
@@ -40,6 +42,41 @@ pub fn generate(out: &Path) -> Result<()> {
     }
     eprintln!("xtask: wrote {}", man.display());
     Ok(())
+}
+
+/// `-p`/`--pid` completes running pids (clap's scripts have no hint for process
+/// ids); `-t`/`--tid`, hinted as "other", completes nothing rather than files.
+fn complete_pids(shell: Shell, script: &str) -> String {
+    match shell {
+        Shell::Bash => {
+            // With no value hint clap echoes the word back (and adds no space,
+            // which suits a comma-separated list).
+            let echo = "COMPREPLY=(\"${cur}\")";
+            let pids = "COMPREPLY=($(compgen -W \"$(ls /proc | grep -E '^[0-9]+$')\" -- \"${cur}\"))";
+            let mut out = String::new();
+            let mut option = "";
+            for line in script.lines() {
+                let t = line.trim();
+                if t.ends_with(')') && t.starts_with('-') {
+                    option = t;
+                }
+                match option {
+                    "--pid)" | "-p)" if t == echo => out.push_str(&line.replace(echo, pids)),
+                    _ => out.push_str(line),
+                }
+                out.push('\n');
+            }
+            out
+        }
+        Shell::Zsh => script.replace(":PID:'", ":PID:_pids'"),
+        Shell::Fish => script
+            .lines()
+            .map(|l| if l.contains(" -l pid ") { format!("{l} -a '(__fish_complete_pids)'") } else { l.to_string() })
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n",
+        _ => script.to_string(),
+    }
 }
 
 /// One man page: clap's sections, the examples verbatim, and the JSON schema from
@@ -181,6 +218,26 @@ mod tests {
         }
         let threads = std::fs::read_to_string(dir.join("man/topwaits-threads.1")).unwrap();
         assert!(threads.contains("dependencies") && threads.contains("stolen_us"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Regression: `-p <TAB>` offered file names.
+    #[test]
+    fn pid_options_complete_pids_not_files() {
+        let dir = std::env::temp_dir().join(format!("tw-comp-{}", std::process::id()));
+        super::generate(&dir).unwrap();
+        let bash = std::fs::read_to_string(dir.join("completions/topwaits.bash")).unwrap();
+        for opt in ["-p)", "--pid)", "-t)", "--tid)"] {
+            let at = bash.find(&format!(" {opt}\n")).unwrap_or_else(|| panic!("{opt} in {bash}"));
+            let body = &bash[at..at + bash[at..].find(";;").unwrap()];
+            assert!(!body.contains("compgen -f"), "{opt} completes files: {body}");
+        }
+        assert!(bash.contains("ls /proc | grep -E '^[0-9]+$'"));
+        let zsh = std::fs::read_to_string(dir.join("completions/_topwaits")).unwrap();
+        assert!(zsh.contains("--pid=[Trace only these processes (comma-separated PIDs)]:PID:_pids'"), "{zsh}");
+        assert!(!zsh.contains(":PID:_default") && !zsh.contains(":TID:_default"));
+        let fish = std::fs::read_to_string(dir.join("completions/topwaits.fish")).unwrap();
+        assert_eq!(fish.matches("-l pid ").count(), fish.matches("__fish_complete_pids").count());
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -2,8 +2,10 @@
 //! traces, `test` runs every test, `bench` measures overhead against the peers.
 
 mod bench;
+mod binary;
 mod blocked_bench;
 mod docs;
+mod licenses;
 mod setup;
 
 use std::path::PathBuf;
@@ -39,6 +41,12 @@ enum Cmd {
     Bench(bench::Options),
     /// Generate shell completions (bash, zsh, fish) and man pages into target/.
     Completions,
+    /// Write THIRD-PARTY-LICENSES.md from Cargo.lock; --check fails if it is stale
+    /// or a dependency's licence is outside the policy.
+    Licenses {
+        #[arg(long)]
+        check: bool,
+    },
     /// The benchmark's many-stacks workload (used by `bench`).
     #[command(hide = true)]
     StackWorkload,
@@ -87,6 +95,7 @@ fn main() -> ExitCode {
             std::process::exit(status.code().unwrap_or(1));
         }),
         Cmd::Test { args } => setup::setup().and_then(|()| {
+            licenses::run(true)?;
             // Unit tests first; then the kernel tests one at a time, so that their
             // workloads' timings and the programs-left-loaded check don't interfere;
             // then the kernel suites again on the raw_tp attach path.
@@ -97,10 +106,15 @@ fn main() -> ExitCode {
                 .args(["test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--test", "stuck", "--test", "stacks", "--"])
                 .arg("--test-threads=1")
                 .args(&args)
-                .env("TOPWAITS_TEST_ATTACH", "raw_tp"))
+                .env("TOPWAITS_TEST_ATTACH", "raw_tp"))?;
+            // The binary the README tells users to copy is the small one, and its
+            // build (the eBPF part rebuilt) prints no warnings.
+            binary::quiet_build()?;
+            binary::check(&root().join("target/release/topwaits"))
         }),
         Cmd::Bench(opts) => setup::setup().and_then(|()| bench::bench(&opts)),
         Cmd::Completions => docs::generate(&root().join("target")),
+        Cmd::Licenses { check } => licenses::run(check),
         Cmd::StackWorkload => {
             bench::stack_workload();
             Ok(())

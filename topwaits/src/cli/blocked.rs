@@ -21,6 +21,7 @@ pub struct BlockedArgs {
         short = 'p',
         long = "pid",
         value_name = "PID",
+        value_hint = clap::ValueHint::Other,
         value_delimiter = ',',
         num_args = 1,
         conflicts_with = "tid"
@@ -32,6 +33,7 @@ pub struct BlockedArgs {
         short = 't',
         long = "tid",
         value_name = "TID",
+        value_hint = clap::ValueHint::Other,
         value_delimiter = ',',
         num_args = 1
     )]

@@ -51,12 +51,12 @@ pub struct Args {
     pub wakeups: bool,
 
     /// Trace only these processes (comma-separated PIDs).
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',', num_args = 1,
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_hint = clap::ValueHint::Other, value_delimiter = ',', num_args = 1,
           conflicts_with_all = ["tid", "user_threads_only", "kernel_threads_only"])]
     pub pid: Vec<u32>,
 
     /// Trace only these threads (comma-separated TIDs).
-    #[arg(short = 't', long = "tid", value_name = "TID", value_delimiter = ',', num_args = 1,
+    #[arg(short = 't', long = "tid", value_name = "TID", value_hint = clap::ValueHint::Other, value_delimiter = ',', num_args = 1,
           conflicts_with_all = ["user_threads_only", "kernel_threads_only"])]
     pub tid: Vec<u32>,
 

@@ -16,11 +16,11 @@ Examples:
 #[derive(clap::Args, Debug, Clone)]
 pub struct ThreadsArgs {
     /// Profile only these processes (comma-separated PIDs).
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',', num_args = 1, conflicts_with = "tid")]
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_hint = clap::ValueHint::Other, value_delimiter = ',', num_args = 1, conflicts_with = "tid")]
     pub pid: Vec<u32>,
 
     /// Profile only these threads (comma-separated TIDs).
-    #[arg(short = 't', long = "tid", value_name = "TID", value_delimiter = ',', num_args = 1)]
+    #[arg(short = 't', long = "tid", value_name = "TID", value_hint = clap::ValueHint::Other, value_delimiter = ',', num_args = 1)]
     pub tid: Vec<u32>,
 
     /// Print one JSON document: version, duration_s, target, warnings, threads,

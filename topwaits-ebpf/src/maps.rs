@@ -43,16 +43,18 @@ pub static LEARNERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 #[map(name = "PIDS")]
 pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(limits::MAX_FILTER_IDS, 0);
 
-/// Slot 0 non-zero: the trace has ended; the threads hooks record nothing more,
-/// so that user space can close every thread's open state at one known instant
-/// while detaching (which takes hundreds of ms on a busy VM) is still under way.
+/// Slot 0: when the trace ends (CLOCK_MONOTONIC ns; 0 while open-ended). From then
+/// on the threads hooks record nothing more, so that every thread's open state
+/// closes at one known instant: the end of the requested duration, even when
+/// topwaits itself cannot run then (SCHED_FIFO hogs), and however long detaching
+/// takes (hundreds of ms on a busy VM).
 #[map(name = "CONTROL")]
-pub static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
+pub static CONTROL: Array<u64> = Array::with_max_entries(1, 0);
 
-/// Whether user space has ended the trace (see [`CONTROL`]).
+/// Whether the trace has ended by `now` (see [`CONTROL`]).
 #[inline(always)]
-pub fn ended() -> bool {
-    CONTROL.get(0).is_some_and(|v| *v != 0)
+pub fn ended(now: u64) -> bool {
+    CONTROL.get(0).is_some_and(|&end| end != 0 && now >= end)
 }
 
 /// The chain of each task's last wakeup, keyed by `task_struct` address

@@ -87,7 +87,7 @@ fn sched_params(t: &mut ThreadStats, task: u64) {
 /// At sched_switch: `out` leaves the CPU (it is the current task), `next` enters.
 #[inline(always)]
 pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
-    if ended() {
+    if ended(now) {
         return;
     }
     if out.tid != 0 && thread_wanted(out.tgid, out.tid) {
@@ -130,12 +130,12 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
 /// At sched_waking of `woken`, run by the waker (the current task).
 #[inline(always)]
 pub fn on_wake(woken: u64) {
-    if ended() {
+    // SAFETY: helper calls without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if ended(now) {
         return;
     }
     let Some((tgid, tid)) = traced_ids(woken) else { return };
-    // SAFETY: helper calls without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     if let Some(p) = THREADS.get_ptr_mut(&tid) {
         // SAFETY: a pointer from a map lookup.
         let t = unsafe { &mut *p };
@@ -169,12 +169,12 @@ pub fn on_wake(woken: u64) {
 /// At sched_wakeup_new: a thread or process starts during the trace.
 #[inline(always)]
 pub fn on_new(task: u64) {
-    if ended() {
+    // SAFETY: helper calls without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if ended(now) {
         return;
     }
     let Some((tgid, tid)) = traced_ids(task) else { return };
-    // SAFETY: helper calls without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     if let Some(p) = slot(tgid, tid, &comm_of(task), now, THREAD_STARTED) {
         // SAFETY: a pointer from a map lookup.
         let t = unsafe { &mut *p };

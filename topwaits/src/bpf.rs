@@ -511,11 +511,12 @@ impl Tracer {
         self.ebpf.map_mut(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
     }
 
-    /// Tells the threads programs to record nothing more, at once; detaching (see
-    /// [`Tracer::stop`]) can take hundreds of ms, during which they still run.
-    pub fn end_threads(&mut self) -> Result<()> {
-        let mut control: aya::maps::Array<&mut MapData, u32> = aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
-        control.set(0, 1, 0).context("failed to end the trace")
+    /// Makes the threads hooks record nothing from `end_mono` (CLOCK_MONOTONIC ns)
+    /// on: set ahead to the end of the duration, or to now on Ctrl-C. Detaching
+    /// (see [`Tracer::stop`]) can take hundreds of ms, during which they still run.
+    pub fn end_threads_at(&mut self, end_mono: u64) -> Result<()> {
+        let mut control: aya::maps::Array<&mut MapData, u64> = aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
+        control.set(0, end_mono, 0).context("failed to set the end of the trace")
     }
 
     /// Detaches and unloads the programs, so that what is drained next is final.

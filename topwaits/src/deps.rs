@@ -11,6 +11,11 @@
 //!    one, the waker becomes a producer with those consumers, and all of them are
 //!    placed.
 //!
+//! Before that, [`driving`] keeps only the edges that drive their sleeper: a
+//! thread is a consumer of a waker only if that waker's futex wakeups ended at
+//! least a quarter ([`CONSUMER_SHARE`]) of its sleeps. A thread woken by futex 12
+//! times in 1,867 sleeps is not anyone's consumer.
+//!
 //! Consumers that wake their producer back (a completion, or a mutex hand-off) are
 //! placed as consumers before their own wake sets are considered, so they do not
 //! form groups of their own. A thread woken by two producers joins the first.
@@ -25,6 +30,21 @@ pub struct Group {
     pub producer: u32,
     /// Sorted ascending.
     pub consumers: Vec<u32>,
+}
+
+/// The least share of a thread's sleeps that one waker's futex wakeups must end
+/// for the thread to be its consumer: 1 in 4.
+pub const CONSUMER_SHARE: (u64, u64) = (1, 4);
+
+/// The futex edges that drive their sleeper (see [`CONSUMER_SHARE`]), given each
+/// traced thread's number of sleeps. Edges to untraced threads are dropped.
+pub fn driving(edges: &[Edge], sleeps: &std::collections::HashMap<u32, u64>) -> Vec<Edge> {
+    let (num, den) = CONSUMER_SHARE;
+    edges
+        .iter()
+        .filter(|e| e.futex && sleeps.get(&e.sleeper).is_some_and(|&s| e.count * den >= s * num))
+        .copied()
+        .collect()
 }
 
 /// Reduces edges to groups, in the order the producers were chosen.
@@ -115,6 +135,17 @@ mod tests {
         // 1 -> 2 -> 3 -> 4: the source 1 drives 2; 3 drives 4.
         let e = edges(&[(3, 4, 10), (2, 3, 10), (1, 2, 10)]);
         assert_eq!(reduce(&e), vec![group(1, &[2]), group(3, &[4])]);
+    }
+
+    /// Regression: a thread woken by futex 12 times in 1,867 sleeps was made a
+    /// consumer.
+    #[test]
+    fn only_wakers_that_end_a_quarter_of_the_sleeps_drive_a_consumer() {
+        let e = edges(&[(1, 2, 12), (1, 3, 40), (1, 4, 25), (1, 9, 50)]);
+        let sleeps: std::collections::HashMap<u32, u64> = [(2, 1867), (3, 41), (4, 100)].into_iter().collect();
+        let kept: Vec<u32> = driving(&e, &sleeps).iter().map(|e| e.sleeper).collect();
+        assert_eq!(kept, [3, 4], "2 is rarely woken by 1; 9 is not traced");
+        assert_eq!(reduce(&driving(&e, &sleeps)), vec![group(1, &[3, 4])]);
     }
 
     #[test]

@@ -109,6 +109,12 @@ pub struct Replay {
     pub calibration: Calibration,
 }
 
+/// The replay's whole seconds for a traced window: the nearest (a 1.01 s window
+/// once became a 2 s replay), at least 1.
+pub fn replay_seconds(window_s: f64) -> u32 {
+    window_s.round().clamp(1.0, u32::MAX as f64) as u32
+}
+
 /// A thread's CPU demand in µs.
 fn demand_us(t: &ThreadProfile, d: Demand) -> u64 {
     match d {
@@ -136,7 +142,12 @@ fn sched_keys(t: &ThreadProfile) -> Vec<(&'static str, J)> {
 }
 
 fn task(instance: usize, sched: Vec<(&'static str, J)>, events: Vec<(&'static str, J)>) -> J {
-    let mut pairs = vec![("instance", J::Int(instance as i64)), ("loop", J::Int(-1))];
+    looped(instance, -1, sched, events)
+}
+
+/// A task running its events `loops` times (-1: until the end).
+fn looped(instance: usize, loops: i64, sched: Vec<(&'static str, J)>, events: Vec<(&'static str, J)>) -> J {
+    let mut pairs = vec![("instance", J::Int(instance as i64)), ("loop", J::Int(loops))];
     pairs.extend(sched);
     pairs.extend(events);
     obj(pairs)
@@ -153,7 +164,10 @@ fn task(instance: usize, sched: Vec<(&'static str, J)>, events: Vec<(&'static st
 ///   Their run is their average CPU demand per wakeup received from the producer
 ///   (a consumer's cycle).
 /// * Every other thread runs and sleeps in its observed proportion over a
-///   one-second loop.
+///   one-second loop, its duty cycle taken over the time it was alive in the
+///   window. A thread that exited during the trace runs its demand once
+///   (`loop: 1`) and ends, as it did: looping it would turn a thread that ran
+///   0.5 ms and exited into a CPU hog.
 pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], replay: Replay) -> J {
     let wanted_us = |t: &ThreadProfile| demand_us(t, replay.demand);
     let by_tid: HashMap<u32, &ThreadProfile> = threads.iter().map(|t| (t.tid, t)).collect();
@@ -210,6 +224,11 @@ pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], rep
         threads.iter().filter(|t| !grouped.contains(&t.tid) && t.observed_ns() > 0).collect();
     rest.sort_by_key(|t| t.tid);
     for t in rest {
+        if t.exited {
+            let events = vec![("run", J::Int(wanted_us(t).max(1) as i64))];
+            tasks.push((format!("t{}", t.tid), looped(1, 1, sched_keys(t), events)));
+            continue;
+        }
         // With on-CPU demand, run-queue time belongs to neither side of the cycle.
         let (want, slept) = (wanted_us(t), slept_us(t));
         let run = (want * LOOP_US / (want + slept).max(1)).clamp(1, LOOP_US);
@@ -256,6 +275,28 @@ mod tests {
             static_prio: 120,
             ..Default::default()
         }
+    }
+
+    /// Regression: a thread that ran 0.5 ms and exited became `{"run": 1000000}`
+    /// with no sleep, a CPU hog in the replay.
+    #[test]
+    fn a_thread_that_exited_runs_its_demand_once() {
+        let mut t = thread(7, 0, 0);
+        t.run_ns = 500_000;
+        t.exited = true;
+        let doc = document(&[t], &[], &[], replay(1, Demand::OnCpu));
+        let task = doc.get("tasks").and_then(|t| t.get("t7")).unwrap();
+        assert_eq!(task.get("loop"), Some(&J::Int(1)));
+        assert_eq!(task.get("run"), Some(&J::Int(500)));
+    }
+
+    /// Regression: a 1.01 s window gave `duration: 2`.
+    #[test]
+    fn replay_seconds_round_to_the_nearest_second() {
+        assert_eq!(replay_seconds(1.01), 1);
+        assert_eq!(replay_seconds(2.0), 2);
+        assert_eq!(replay_seconds(2.6), 3);
+        assert_eq!(replay_seconds(0.2), 1, "at least one second");
     }
 
     fn replay(duration_s: u32, demand: Demand) -> Replay {

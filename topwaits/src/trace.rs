@@ -430,6 +430,12 @@ pub fn describe(threads: &Threads) -> String {
     }
 }
 
+/// The end of a threads window: now, or the deadline set ahead if that has passed
+/// (the kernel stopped recording at it).
+pub fn window_end(now: u64, deadline: Option<u64>) -> u64 {
+    deadline.map_or(now, |d| d.min(now))
+}
+
 /// Runs `topwaits threads`: the profile, the dependencies, and the rt-app file.
 pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     hold_signals(true);
@@ -437,6 +443,13 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     let rt_app_file = OutputFile::create_opt(config.rt_app.as_deref())?;
     let mut tracer = Tracer::start_threads(config)?;
     let start_mono = tracer.attached_mono();
+    // The kernel ends the window at the requested instant, even if this process
+    // cannot run then (SCHED_FIFO threads hogging every CPU once made a 2 s trace
+    // a 2.51 s window).
+    let deadline = config.duration.map(|d| start_mono + d.as_nanos() as u64);
+    if let Some(end) = deadline {
+        tracer.end_threads_at(end)?;
+    }
     let target = describe(&config.threads);
     match config.duration {
         Some(d) => crate::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
@@ -445,13 +458,14 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut |_, _| {}, &mut || {})?;
     second_interrupt_quits();
     // The window ends when the programs stop recording, not when detaching ends.
-    tracer.end_threads()?;
-    let end_mono = monotonic_now();
+    let end_mono = window_end(monotonic_now(), deadline);
+    tracer.end_threads_at(end_mono)?;
     tracer.stop();
     let mut capture = tracer.drain_threads(end_mono)?;
     drop(tracer);
     capture.threads.retain(|t| t.observed_ns() > 0);
-    let groups = crate::deps::reduce(&capture.edges);
+    let sleeps: std::collections::HashMap<u32, u64> = capture.threads.iter().map(|t| (t.tid, t.sleep_events)).collect();
+    let groups = crate::deps::reduce(&crate::deps::driving(&capture.edges, &sleeps));
     let duration_s = end_mono.saturating_sub(start_mono) as f64 / 1e9;
     let mut warnings = Vec::new();
     if capture.lost_threads > 0 {
@@ -472,7 +486,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         warnings: &warnings,
     };
     if let (Some(path), Some(file)) = (&config.rt_app, rt_app_file) {
-        let secs = config.rt_app_duration.unwrap_or_else(|| duration_s.ceil().max(1.0) as u32);
+        let secs = config.rt_app_duration.unwrap_or_else(|| crate::rtapp::replay_seconds(duration_s));
         let demand = if config.rt_app_wanted { crate::rtapp::Demand::Wanted } else { crate::rtapp::Demand::OnCpu };
         let replay = crate::rtapp::Replay { duration_s: secs, demand, calibration: config.rt_app_calibration };
         let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, replay);

@@ -307,6 +307,128 @@ fn short_lived_threads_are_marked_started_and_exited() {
     assert!(t["run_us"].as_u64().unwrap() >= 15_000, "{t:#}");
 }
 
+/// Runs rt-app on `file` in `dir` and fails the test unless it exits cleanly.
+fn replay_under_rt_app(file: &std::path::Path, dir: &std::path::Path) {
+    let out = Command::new(which_rt_app()).arg(file).current_dir(dir).stdout(Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "rt-app failed on {}: {}\n{}", file.display(), out.status, String::from_utf8_lossy(&out.stderr));
+}
+
+/// The futex word of a timed wait, and a helper to wake it.
+fn futex_wait_ms(word: &std::sync::atomic::AtomicU32, ms: u64) {
+    let ts = libc::timespec { tv_sec: 0, tv_nsec: (ms * 1_000_000) as libc::c_long };
+    // SAFETY: a FUTEX_WAIT on a live word with a relative timeout.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 0, &ts, 0, 0) };
+}
+
+fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: a FUTEX_WAKE on a live word.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1, 0, 0, 0) };
+}
+
+/// Regressions in the rt-app model, each shown by one part of the workload:
+/// * a thread that ran 0.5 ms and exited became a CPU hog (`run` 1 s, no sleep);
+/// * a thread whose sleeps a waker ended by futex only ~1 in 60 times was made
+///   that waker's consumer;
+/// * a 1 s trace (a 1.01 s window) gave `duration: 2`.
+/// The generated file must then run under rt-app.
+#[test]
+fn rt_app_model_keeps_brief_threads_brief_and_rare_wakes_out_of_groups() {
+    require_bpf!();
+    let dir = tempdir();
+    let file = dir.join("model.json");
+    let pid = std::process::id().to_string();
+    let file_arg = file.to_string_lossy().to_string();
+    let tracer = Tracer::start(&["threads", "-p", &pid, "--json", "--rt-app", &file_arg, "--rt-app-calibration", "30", "1"]);
+    let word = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sleeper = {
+        let (word, stop) = (word.clone(), stop.clone());
+        std::thread::Builder::new().name("tw-ticker".into()).spawn(move || {
+            let me = tid();
+            while !stop.load(Ordering::Relaxed) {
+                futex_wait_ms(&word, 1);
+            }
+            me
+        }).unwrap()
+    };
+    let poker = {
+        let (word, stop) = (word.clone(), stop.clone());
+        std::thread::Builder::new().name("tw-poker".into()).spawn(move || {
+            let me = tid();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(60));
+                futex_wake(&word);
+            }
+            me
+        }).unwrap()
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let brief = std::thread::Builder::new().name("tw-brief".into()).spawn(|| {
+        busy(Duration::from_micros(500));
+        tid()
+    }).unwrap().join().unwrap();
+    let doc = json(&tracer.finish());
+    stop.store(true, Ordering::Relaxed);
+    let (sleeper, poker) = (sleeper.join().unwrap(), poker.join().unwrap());
+
+    let window = doc["duration_s"].as_f64().unwrap();
+    assert!((0.99..=1.01).contains(&window), "window {window} s for a 1 s trace");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let repro: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(repro["global"]["duration"], 1, "{text}");
+    let b = &repro["tasks"][format!("t{brief}")];
+    assert_eq!(b["loop"], 1, "a thread that exited runs once: {text}");
+    assert!(b["run"].as_u64().is_some_and(|r| r < 20_000), "{text}");
+
+    // The poker really woke the ticker through futex, but ended few of its sleeps.
+    let wakes = futex_edge(&doc, poker, sleeper);
+    let sleeps = thread_of(&doc, sleeper)["sleep_events"].as_u64().unwrap();
+    assert!(wakes >= 3 && wakes * 4 < sleeps, "{wakes} futex wakes in {sleeps} sleeps: {doc:#}");
+    let consumers: Vec<u64> = doc["groups"].as_array().unwrap().iter().flat_map(|g| g["consumers"].as_array().unwrap().iter().filter_map(Value::as_u64)).collect();
+    assert!(!consumers.contains(&(sleeper as u64)), "a rarely woken thread is no consumer: {doc:#}");
+    assert!(repro["tasks"][format!("t{sleeper}")].is_object(), "it replays as an independent thread: {text}");
+    replay_under_rt_app(&file, &dir);
+}
+
+/// Regression: with SCHED_FIFO threads hogging both CPUs, a 2 s trace reported a
+/// 2.51 s window (topwaits itself could not run to end it). The kernel now ends
+/// the window at the requested instant. The file still runs under rt-app.
+#[test]
+fn fifo_hogs_do_not_stretch_the_window() {
+    require_bpf!();
+    let dir = tempdir();
+    let file = dir.join("fifo.json");
+    let pid = std::process::id().to_string();
+    let file_arg = file.to_string_lossy().to_string();
+    let tracer = Tracer::start(&["threads", "-p", &pid, "--json", "--rt-app", &file_arg, "--rt-app-duration", "1", "--rt-app-calibration", "30", "2"]);
+    let ncpu = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let until = Instant::now() + Duration::from_millis(2600);
+    let hogs: Vec<_> = (0..ncpu)
+        .map(|i| {
+            std::thread::Builder::new().name(format!("tw-fifo{i}")).spawn(move || {
+                let param = libc::sched_param { sched_priority: 10 };
+                // SAFETY: setting this thread's own policy.
+                let ok = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+                ok
+            }).unwrap()
+        })
+        .collect();
+    let doc = json(&tracer.finish());
+    assert!(hogs.into_iter().all(|h| h.join().unwrap()), "SCHED_FIFO needs root");
+    let window = doc["duration_s"].as_f64().unwrap();
+    assert!((1.99..=2.02).contains(&window), "window {window} s for a 2 s trace: {doc:#}");
+    let fifo: Vec<&Value> = doc["threads"].as_array().unwrap().iter().filter(|t| t["policy"] == "SCHED_FIFO").collect();
+    assert_eq!(fifo.len(), ncpu, "{doc:#}");
+    for t in fifo {
+        let observed: u64 = ["run_us", "preempt_us", "sleep_us", "io_us"].iter().map(|k| t[k].as_u64().unwrap()).sum();
+        assert!(observed as f64 <= window * 1e6 * 1.001, "no thread outlives the window: {t:#}");
+    }
+    replay_under_rt_app(&file, &dir);
+}
+
 fn which_rt_app() -> String {
     for p in ["/usr/bin/rt-app", "/usr/local/bin/rt-app"] {
         if std::path::Path::new(p).exists() {

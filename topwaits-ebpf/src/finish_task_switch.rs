@@ -11,7 +11,8 @@ use topwaits_common::{counter, TASK_COMM_LEN};
 
 use crate::{
     maps::{count, task_u32, SETTINGS},
-    switch::{switch_in, switch_out, Outgoing},
+    switch::{switch_in, switch_out},
+    task::Outgoing,
 };
 
 #[kprobe]

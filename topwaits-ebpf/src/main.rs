@@ -1,7 +1,10 @@
 //! topwaits' eBPF object: one module per hook, plus the maps and the shared
-//! switch-out/switch-in accounting they all use.
+//! accounting they use. Dependencies run one way: hooks → switch → wake →
+//! threads → task → kstack/ustack/kcache → maps.
 #![no_std]
 #![no_main]
+// Its build output is shown only when it fails, so warnings must fail it.
+#![deny(unused)]
 
 mod finish_task_switch;
 mod futex;
@@ -14,6 +17,7 @@ mod sched_switch;
 mod sched_waking;
 mod sched_wakeup_new;
 mod switch;
+mod task;
 mod threads;
 mod ustack;
 mod wake;

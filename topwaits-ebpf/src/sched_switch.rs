@@ -9,7 +9,8 @@ use aya_ebpf::{
 
 use crate::{
     maps::count,
-    switch::{switch_in, switch_out, Outgoing},
+    switch::{switch_in, switch_out},
+    task::Outgoing,
 };
 use topwaits_common::counter;
 

@@ -2,25 +2,15 @@
 //! switch-out, stack capture where each path can afford it, and the delta added
 //! to the in-kernel aggregate at switch-in.
 
-use aya_ebpf::{bindings::BPF_NOEXIST, programs::tracing::StackIdContext, EbpfContext};
+use aya_ebpf::{bindings::BPF_NOEXIST, programs::tracing::StackIdContext};
 use topwaits_common::{
-    counter, thread_kind, SwitchOut, WaitKey, WaitVal, CAPTURE_KERNEL, CAPTURE_USER, PF_KTHREAD, STACK_NONE,
-    TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD, TASK_UNINTERRUPTIBLE,
+    counter, thread_kind, SwitchOut, WaitKey, WaitVal, PF_KTHREAD, STACK_NONE, TASK_DEAD, TASK_NOLOAD,
+    TASK_UNINTERRUPTIBLE,
 };
 
 use crate::maps::{count, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STARTS, WAITS};
-use crate::{kstack, ustack, wake};
-
-/// The task leaving the CPU, as the hook saw it.
-pub struct Outgoing {
-    /// `task_struct` address.
-    pub task: u64,
-    pub tgid: u32,
-    pub tid: u32,
-    /// State at switch-out, with preemption folded to 0 (runnable).
-    pub state: u32,
-    pub comm: [u8; TASK_COMM_LEN],
-}
+use crate::task::{capture_stacks, Outgoing};
+use crate::wake;
 
 /// Whether the filters of `-p/-t/-u/-k/--state` let this task's wait be recorded.
 #[inline(always)]
@@ -52,29 +42,6 @@ fn wanted(out: &Outgoing) -> bool {
         }
     }
     true
-}
-
-/// The current task's user stack reference, if the settings ask for it.
-#[inline(always)]
-fn user_stack<C: EbpfContext>(ctx: &C) -> u64 {
-    if SETTINGS.load().stacks & CAPTURE_USER == 0 {
-        return STACK_NONE;
-    }
-    ustack::of_current(ctx)
-}
-
-/// Takes the current task's stacks as references in `KSTACKS` and `USTACKS`, as
-/// the settings ask, counting failures. `task` (the current task, when the hook
-/// runs at `sched_switch`) lets a kernel stack still in place be reused; wakers
-/// pass none.
-#[inline(always)]
-pub fn capture_stacks<C: EbpfContext>(ctx: &C, task: Option<u64>) -> (u64, u64) {
-    let kstack = if SETTINGS.load().stacks & CAPTURE_KERNEL != 0 {
-        kstack::of_current(ctx, task)
-    } else {
-        STACK_NONE
-    };
-    (kstack, user_stack(ctx))
 }
 
 /// Records the start of a wait. `in_own_context`: the hook runs as the outgoing

@@ -8,7 +8,7 @@ use aya_ebpf::{
 use topwaits_common::{counter, thread_state, DepKey, ThreadStats, TASK_COMM_LEN, TASK_DEAD, THREAD_EXITED, THREAD_STARTED};
 
 use crate::maps::{count, ended, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING, SETTINGS, THREADS};
-use crate::switch::Outgoing;
+use crate::task::Outgoing;
 
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
 const TASK_NOLOAD: u32 = 0x400;

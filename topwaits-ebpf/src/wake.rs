@@ -9,7 +9,7 @@ use aya_ebpf::{
 use topwaits_common::{counter, wake_kind, Hop, WaitKey, WakeVal, MAX_CHAIN};
 
 use crate::maps::{count, upsert, LAST_WAKE, SCRATCH_CHAIN, SCRATCH_KEY, SETTINGS, STARTS, WAKE_WAITS};
-use crate::switch::capture_stacks;
+use crate::task::capture_stacks;
 
 /// At `sched_waking(p)`: stores, against `p`, the waker as hop 0 followed by the
 /// first `chain - 1` hops of the waker's own last wakeup.

@@ -15,6 +15,7 @@ pub mod reduce;
 pub mod report;
 pub mod rtapp;
 pub mod snapshot;
+mod stderr;
 pub mod symbolize;
 pub mod sys;
 pub mod trace;
@@ -23,15 +24,7 @@ pub mod waitfor;
 
 use clap::Parser as _;
 
-/// Writes one line to stderr. A closed or broken stderr is ignored: the
-/// `eprintln!` macro would panic instead.
-#[macro_export]
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
+use stderr::say;
 
 /// Parses the command line, runs, and returns the process exit code. Errors are
 /// printed as one line, with their causes joined by `: `.

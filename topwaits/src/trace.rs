@@ -249,7 +249,7 @@ pub fn run(config: &Config) -> Result<()> {
     let mut svg_file = OutputFile::create_opt(config.svg.as_deref())?;
     let mut timeline_file = OutputFile::create_opt(config.timeline.as_deref())?;
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
-        crate::say!(
+        crate::stderr::say!(
             "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
             std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into())
         );
@@ -264,8 +264,8 @@ pub fn run(config: &Config) -> Result<()> {
         crate::cli::View::OffCpu => "off-CPU waits",
     };
     match config.duration {
-        Some(d) => crate::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
-        None => crate::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
+        Some(d) => crate::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
+        None => crate::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
     }
     if let Err(e) = tracer.load_learner() {
         // Stacks stay exact, only every one is unwound.
@@ -304,7 +304,7 @@ pub fn run(config: &Config) -> Result<()> {
             || deadline.is_some_and(|d| std::time::Instant::now() >= d);
         match end {
             End::Signal(s) => log::info!("{s}: ending the trace early"),
-            End::TargetsExited => crate::say!("topwaits: {target}: every traced process has exited; ending the trace"),
+            End::TargetsExited => crate::stderr::say!("topwaits: {target}: every traced process has exited; ending the trace"),
             End::Duration => {}
         }
         if finished {
@@ -368,7 +368,7 @@ pub fn run(config: &Config) -> Result<()> {
     drop(tracer);
     // Losses are said once, for the whole trace, with their fixes.
     for w in total.warnings() {
-        crate::say!("topwaits: warning: {w}");
+        crate::stderr::say!("topwaits: warning: {w}");
     }
     Ok(())
 }
@@ -414,7 +414,7 @@ impl OutputFile {
     pub fn write(self, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
         let mut w = BufWriter::new(self.file);
         f(&mut w).and_then(|()| w.flush()).with_context(|| format!("failed to write {}", self.path.display()))?;
-        crate::say!("Wrote {}", self.path.display());
+        crate::stderr::say!("Wrote {}", self.path.display());
         Ok(())
     }
 }
@@ -452,8 +452,8 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     }
     let target = describe(&config.threads);
     match config.duration {
-        Some(d) => crate::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
-        None => crate::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
+        Some(d) => crate::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
+        None => crate::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
     wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut |_, _| {}, &mut || {})?;
     second_interrupt_quits();
@@ -475,7 +475,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         warnings.push(format!("{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t", capture.lost_deps));
     }
     for w in &warnings {
-        crate::say!("topwaits: warning: {w}");
+        crate::stderr::say!("topwaits: warning: {w}");
     }
     let report = crate::report::threads::ThreadsReport {
         threads: &capture.threads,
@@ -492,7 +492,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
         let mut file = file.file;
         file.write_all(doc.render().as_bytes()).with_context(|| format!("failed to write {}", path.display()))?;
-        crate::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
+        crate::stderr::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
     }
     write_quietly(|out| {
         if config.json {

@@ -382,14 +382,14 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
 /// written for Graphviz. Every output file is opened before any work.
 pub fn run(config: &BlockedConfig) -> Result<()> {
     if !crate::sys::caps::this_process_is_privileged() {
-        crate::say!("topwaits: warning: not root: kernel stacks, syscalls and other processes' memory are unreadable");
+        crate::stderr::say!("topwaits: warning: not root: kernel stacks, syscalls and other processes' memory are unreadable");
     }
     crate::trace::check_targets(&config.threads)?;
     let dot = crate::trace::OutputFile::create_opt(config.dot.as_deref())?;
     let target = crate::trace::describe(&config.threads);
     let report = collect(config, target)?;
     for w in &report.warnings {
-        crate::say!("topwaits: warning: {w}");
+        crate::stderr::say!("topwaits: warning: {w}");
     }
     if let Some(file) = dot {
         file.write(|w| crate::report::blocked::write_dot(&report, w))?;

@@ -5,13 +5,17 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 mod blocked;
 mod threads;
+mod values;
 
 pub use blocked::{BlockedArgs, BlockedConfig};
 pub use threads::{Calibration, ThreadsArgs, ThreadsConfig};
+pub use values::{AttachMode, By, OpenWaits, ValueKind};
+pub(crate) use values::parse_duration;
+use values::parse_mask;
 use thiserror::Error;
 
 use topwaits_common::limits;
@@ -160,13 +164,6 @@ pub struct Args {
     pub duration: Option<Duration>,
 }
 
-/// Whether reports include waits still in progress at the end.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OpenWaits {
-    Yes,
-    No,
-}
-
 /// The first line of a clap error (`error: ...`), without the usage block that
 /// follows it, plus the pointer to `--help`.
 pub fn one_line(rendered: &str) -> String {
@@ -238,53 +235,6 @@ pub(crate) fn filter_kind(t: &Threads) -> u32 {
         Threads::Tids(_) => thread_filter::TID,
         _ => thread_filter::ALL,
     }
-}
-
-/// Which number a folded line carries.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ValueKind {
-    Total,
-    Max,
-    Count,
-}
-
-/// What one record of the top view and JSON stands for (`--by`).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, ValueEnum)]
-pub enum By {
-    /// One record per thread and stacks (the default).
-    #[default]
-    Thread,
-    /// The threads of a process with the same stacks are one record.
-    Process,
-    /// Every thread with the same name and stacks is one record, across processes.
-    Comm,
-}
-
-/// Which attach path to use.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum AttachMode {
-    Auto,
-    #[value(name = "tp_btf")]
-    TpBtf,
-    #[value(name = "raw_tp")]
-    RawTp,
-    Kprobe,
-}
-
-fn parse_mask(s: &str) -> Result<u32, String> {
-    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u32::from_str_radix(hex, 16),
-        None => s.parse(),
-    };
-    parsed.map_err(|_| format!("'{s}' is not a state mask (use decimal or 0x hex, e.g. 2 or 0x2)"))
-}
-
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
-        return Err(format!("duration must be a positive number of seconds, got '{s}'"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 

@@ -1,0 +1,111 @@
+//! Attaching the loaded programs by each path: tp_btf, raw_tp, the kprobe (which
+//! loads, then fails in one line where kprobes are missing), and the futex syscall
+//! tracepoints.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint};
+use aya::{Btf, Ebpf};
+use log::info;
+use topwaits_common::names;
+
+use crate::error::UserError;
+use crate::sys::{kallsyms, tracefs::Tracefs};
+
+/// Where the kernel exposes the kprobe PMU; absent when CONFIG_KPROBES is unset.
+const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
+
+pub(super) fn attach_one_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<()> {
+    let p: &mut BtfTracePoint = program(ebpf, prog)?.try_into()?;
+    p.load(tp, btf).with_context(|| format!("failed to load the tp_btf {tp} program"))?;
+    p.attach().with_context(|| format!("failed to attach tp_btf/{tp}"))?;
+    Ok(())
+}
+
+pub(super) fn attach_one_raw_tp(ebpf: &mut Ebpf, prog: &str, tp: &str) -> Result<()> {
+    let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
+    p.load().with_context(|| format!("failed to load the raw_tp {tp} program"))?;
+    p.attach(tp).with_context(|| format!("failed to attach raw_tp/{tp}"))?;
+    Ok(())
+}
+
+/// `topwaits threads` follows wakeups and needs no process events.
+pub(super) const THREADS_HOOKS: Hooks = Hooks {
+    waking: true,
+    exec: false,
+};
+
+/// Which hooks besides sched_switch a mode needs.
+#[derive(Clone, Copy)]
+pub(super) struct Hooks {
+    pub waking: bool,
+    pub exec: bool,
+}
+
+pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, hooks: Hooks) -> Result<()> {
+    if hooks.waking {
+        attach_one_tp_btf(ebpf, btf, names::PROG_WAKING_BTF, "sched_waking")?;
+    }
+    if hooks.exec {
+        attach_one_tp_btf(ebpf, btf, names::PROG_EXEC_BTF, "sched_process_exec")?;
+    }
+    attach_one_tp_btf(ebpf, btf, names::PROG_SWITCH_BTF, "sched_switch")
+}
+
+pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
+    if hooks.waking {
+        attach_one_raw_tp(ebpf, names::PROG_WAKING_RAW, "sched_waking")?;
+    }
+    if hooks.exec {
+        attach_one_raw_tp(ebpf, names::PROG_EXEC_RAW, "sched_process_exec")?;
+    }
+    attach_one_raw_tp(ebpf, names::PROG_SWITCH_RAW, "sched_switch")
+}
+
+pub(super) fn attach_kprobe(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
+    let prog: &mut KProbe = program(ebpf, names::PROG_FINISH_KPROBE)?.try_into()?;
+    // Load first: the program must pass the verifier even where kprobes cannot attach.
+    prog.load().context("failed to load the finish_task_switch kprobe program")?;
+    let symbol = kallsyms::find_function_in_sys("finish_task_switch")
+        .context("failed to read /proc/kallsyms")?
+        .ok_or(UserError::NoKprobeTarget)?;
+    info!("kprobe target: {symbol}");
+    if !Path::new(KPROBE_PMU).exists() {
+        return Err(UserError::NoKprobes(KPROBE_PMU.to_string()).into());
+    }
+    prog.attach(&symbol, 0).with_context(|| format!("failed to attach a kprobe to {symbol}"))?;
+    // Wakers and execs come from tracepoints on every path.
+    if hooks.waking {
+        attach_one_raw_tp(ebpf, names::PROG_WAKING_RAW, "sched_waking")?;
+    }
+    if hooks.exec {
+        attach_one_raw_tp(ebpf, names::PROG_EXEC_RAW, "sched_process_exec")?;
+    }
+    Ok(())
+}
+
+/// Attaches the futex syscall hooks to whichever futex tracepoints exist.
+pub(super) fn attach_futex(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<()> {
+    let hooks: [(&str, &[&str]); 3] = [
+        (names::PROG_FUTEX_ENTER, &["sys_enter_futex"]),
+        (names::PROG_FUTEX_WAKE_ENTER, &["sys_enter_futex_wake", "sys_enter_futex_requeue"]),
+        (names::PROG_FUTEX_EXIT, &["sys_exit_futex", "sys_exit_futex_wake", "sys_exit_futex_requeue"]),
+    ];
+    for (prog_name, events) in hooks {
+        let present: Vec<&str> = events.iter().copied().filter(|e| tracefs.has_event("syscalls", e)).collect();
+        if present.is_empty() {
+            continue;
+        }
+        let p: &mut TracePoint = program(ebpf, prog_name)?.try_into()?;
+        p.load().with_context(|| format!("failed to load {prog_name}"))?;
+        for e in present {
+            p.attach("syscalls", e).with_context(|| format!("failed to attach syscalls/{e}"))?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
+    ebpf.program_mut(name).ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))
+}

@@ -1,0 +1,216 @@
+//! Draining the maps into plain [`crate::model`] and [`crate::profile`] structs:
+//! the aggregate with its stacks, waits still in progress, and the thread profiles.
+
+use std::collections::HashMap;
+
+use anyhow::{Context as _, Result};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use topwaits_common::{counter, names, Chain, DepKey, Hop, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+
+use super::Tracer;
+use crate::model::{Capture, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
+use crate::profile::{Edge, ThreadProfile, ThreadsCapture};
+
+pub(super) fn comm_bytes(comm: &[u8]) -> Vec<u8> {
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    comm[..len].to_vec()
+}
+
+pub(super) fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, max_end_ns: u64) -> RawRecord {
+    RawRecord {
+        tgid: k.tgid,
+        tid: k.tid,
+        comm: comm_bytes(&k.comm),
+        kstack: StackId::from_ref(k.kstack),
+        ustack: StackId::from_ref(k.ustack),
+        total_ns,
+        count,
+        max_ns,
+        max_end_mono: max_end_ns,
+        wake: None,
+        open: None,
+    }
+}
+
+pub(super) fn raw_hop(h: &Hop) -> RawHop {
+    RawHop {
+        tgid: h.tgid,
+        tid: h.tid,
+        comm: comm_bytes(&h.comm),
+        kstack: StackId::from_ref(h.kstack),
+        ustack: StackId::from_ref(h.ustack),
+    }
+}
+
+impl Tracer {
+    /// Reads the thread profiles, closing open states at `end_mono`, and the edges.
+    pub fn drain_threads(&self, end_mono: u64) -> Result<ThreadsCapture> {
+        let threads: BpfHashMap<&MapData, u32, ThreadStats> = BpfHashMap::try_from(self.map(names::THREADS)?)?;
+        let mut out = ThreadsCapture::default();
+        for item in threads.iter() {
+            let (_, t) = item.context("failed to read the thread map")?;
+            out.threads.push(ThreadProfile::from_stats(&t, end_mono, self.cpu_time));
+        }
+        let deps: BpfHashMap<&MapData, DepKey, u64> = BpfHashMap::try_from(self.map(names::DEPS)?)?;
+        for item in deps.iter() {
+            let (k, count) = item.context("failed to read the dependency map")?;
+            out.edges.push(Edge {
+                waker: k.waker,
+                sleeper: k.sleeper,
+                count,
+                futex: k.futex != 0,
+            });
+        }
+        out.counters = self.counters()?;
+        let arr: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.map(names::COUNTERS)?)?;
+        out.lost_threads = arr.get(&counter::LOST_THREADS_FULL, 0)?.iter().sum();
+        out.lost_deps = arr.get(&counter::LOST_DEPS_FULL, 0)?.iter().sum();
+        Ok(out)
+    }
+
+    /// Reads the aggregate like [`Tracer::drain`], then deletes the rows it read, so
+    /// that the next drain holds only what came after. Stack traces are kept: new
+    /// rows may name them. A wait added to a row between its read and its deletion
+    /// is lost; the window is a few microseconds per row.
+    pub fn drain_and_clear(&mut self, open_at: Option<u64>) -> Result<Capture> {
+        let capture = self.drain(open_at)?;
+        let waker = self.waker;
+        let map = self.map_mut(if waker { names::WAKE_WAITS } else { names::WAITS })?;
+        if waker {
+            let mut m: BpfHashMap<&mut MapData, WakeKey, WakeVal> = BpfHashMap::try_from(map)?;
+            let keys: Vec<WakeKey> = m.keys().filter_map(Result::ok).collect();
+            for k in keys {
+                let _ = m.remove(&k);
+            }
+        } else {
+            let mut m: BpfHashMap<&mut MapData, WaitKey, WaitVal> = BpfHashMap::try_from(map)?;
+            let keys: Vec<WaitKey> = m.keys().filter_map(Result::ok).collect();
+            for k in keys {
+                let _ = m.remove(&k);
+            }
+        }
+        Ok(capture)
+    }
+
+    /// The waits still in progress at `end_mono` (switched out during the trace and
+    /// not back), as one-wait records; and every thread seen switching out.
+    fn open_waits(&self, end_mono: u64, records: &mut Vec<RawRecord>, switched: &mut std::collections::HashSet<u32>) -> Result<()> {
+        let starts: BpfHashMap<&MapData, u64, SwitchOut> = BpfHashMap::try_from(self.map(names::STARTS)?)?;
+        let wakes: Option<BpfHashMap<&MapData, u64, Chain>> =
+            if self.waker { Some(BpfHashMap::try_from(self.map(names::LAST_WAKE)?)?) } else { None };
+        let (min_us, max_us) = self.block_us;
+        for item in starts.iter() {
+            let (task, st) = item.context("failed to read the per-task start map")?;
+            switched.insert(st.tid);
+            if st.ts == 0 || st.ts > end_mono {
+                continue;
+            }
+            let so_far = end_mono - st.ts;
+            if !(min_us..=max_us).contains(&(so_far / 1000)) {
+                continue;
+            }
+            let key = WaitKey {
+                kstack: st.kstack,
+                tgid: st.tgid,
+                tid: st.tid,
+                ustack: st.ustack,
+                comm: st.comm,
+            };
+            let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
+            r.open = Some(OpenSince::Exact(st.ts));
+            if let Some(wakes) = &wakes {
+                let chain = wakes.get(&task, 0).ok().filter(|c| c.ts >= st.ts && c.ts <= end_mono);
+                r.wake = Some(open_wake(&st, chain.as_ref(), end_mono));
+            }
+            records.push(r);
+        }
+        Ok(())
+    }
+
+    /// Reads the aggregate, the stacks it names, and the counters; with `open_at`,
+    /// also the waits still in progress at that CLOCK_MONOTONIC time.
+    pub fn drain(&self, open_at: Option<u64>) -> Result<Capture> {
+        let mut records = Vec::new();
+        if self.waker {
+            let waits: BpfHashMap<&MapData, WakeKey, WakeVal> = BpfHashMap::try_from(self.map(names::WAKE_WAITS)?)?;
+            for item in waits.iter() {
+                let (k, v) = item.context("failed to read the aggregate map")?;
+                let mut r = raw_record(&k.target, v.total_ns, v.count, v.max_ns, v.max_end_ns);
+                let kind = match k.kind {
+                    topwaits_common::wake_kind::WOKEN => WakeKind::Woken,
+                    topwaits_common::wake_kind::PREEMPTED => WakeKind::Preempted,
+                    _ => WakeKind::NoWaker,
+                };
+                let len = (k.len as usize).min(k.hops.len());
+                r.wake = Some(WakeInfo {
+                    kind,
+                    hops: k.hops[..len].iter().map(raw_hop).collect(),
+                    blocked_ns: v.blocked_ns,
+                    runq_ns: v.runq_ns,
+                    max_blocked_ns: v.max_blocked_ns,
+                    max_runq_ns: v.max_runq_ns,
+                });
+                records.push(r);
+            }
+        } else {
+            let waits: BpfHashMap<&MapData, WaitKey, WaitVal> = BpfHashMap::try_from(self.map(names::WAITS)?)?;
+            for item in waits.iter() {
+                let (k, v) = item.context("failed to read the aggregate map")?;
+                records.push(raw_record(&k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
+            }
+        }
+        let mut switched = std::collections::HashSet::new();
+        if let Some(end) = open_at {
+            self.open_waits(end, &mut records, &mut switched)?;
+        }
+        let kernel: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(self.map(names::KSTACKS)?)?;
+        let user: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(self.map(names::USTACKS)?)?;
+        let mut stacks = HashMap::new();
+        for r in &records {
+            let hops = r.wake.iter().flat_map(|w| &w.hops);
+            let refs = [(r.kstack, &kernel), (r.ustack, &user)]
+                .into_iter()
+                .chain(hops.flat_map(|h| [(h.kstack, &kernel), (h.ustack, &user)]));
+            for (id, map) in refs {
+                let StackId::Id(id) = id else { continue };
+                if stacks.contains_key(&id) {
+                    continue;
+                }
+                // A reference always names a stored stack (entries are never
+                // deleted); were one gone, the record would show a missing stack.
+                if let Ok(frames) = map.get(&id, 0) {
+                    stacks.insert(id, frames.iter().copied().take_while(|&ip| ip != 0).collect());
+                }
+            }
+        }
+        Ok(Capture {
+            records,
+            stacks,
+            counters: self.counters()?,
+            switched,
+            ..Default::default()
+        })
+    }
+}
+
+/// The waker side of a wait still in progress: preempted (on the run queue all
+/// along), woken and on the run queue since the wakeup, or not woken yet.
+fn open_wake(st: &SwitchOut, chain: Option<&Chain>, end_mono: u64) -> WakeInfo<RawHop> {
+    let so_far = end_mono - st.ts;
+    let (kind, hops, blocked) = match chain {
+        _ if st.state == 0 => (WakeKind::Preempted, Vec::new(), 0),
+        Some(c) => {
+            let len = (c.len as usize).min(c.hops.len());
+            (WakeKind::Woken, c.hops[..len].iter().map(raw_hop).collect(), c.ts - st.ts)
+        }
+        None => (WakeKind::NotYet, Vec::new(), so_far),
+    };
+    WakeInfo {
+        kind,
+        hops,
+        blocked_ns: blocked,
+        runq_ns: so_far - blocked,
+        max_blocked_ns: blocked,
+        max_runq_ns: so_far - blocked,
+    }
+}

@@ -17,6 +17,9 @@ fn main() -> anyhow::Result<()> {
         return build();
     }
     println!("cargo:rerun-if-env-changed={VERBOSE}");
+    // The eBPF object also compiles the shared types and limits: aya-build watches
+    // only the eBPF crate, so a change there alone once left a stale object.
+    println!("cargo:rerun-if-changed=../topwaits-common/src");
     let verbose = std::env::var_os(VERBOSE).is_some_and(|v| v == "1");
     let out = Command::new(std::env::current_exe().context("current_exe")?)
         .env(INNER, "1")

@@ -457,8 +457,10 @@ pub mod limits {
     /// Default `--max-entries` of the aggregate map.
     pub const DEFAULT_MAX_ENTRIES: u32 = 32768;
     /// Capacity of the kernel-stack reuse cache (an LRU map, one entry per task
-    /// and stack depth).
-    pub const KCACHE_ENTRIES: u32 = 16384;
+    /// and call site, preallocated as LRU maps must be: 424 bytes each). A miss
+    /// costs one unwind, never a wrong stack; 4,096 keeps the maps at 2x
+    /// offcputime's memory.
+    pub const KCACHE_ENTRIES: u32 = 4096;
     /// Capacity of the per-task start map.
     pub const START_ENTRIES: u32 = 65536;
     /// Capacity of the pid/tid filter map.

@@ -12,27 +12,32 @@ use topwaits_common::{counter, limits, Chain, DepKey, KernelStack, ProcEvent, Se
 #[unsafe(no_mangle)]
 pub static SETTINGS: Global<Settings> = Global::new(Settings::defaults());
 
+/// No preallocation: the hash maps below hold one entry per stack, traced task
+/// or record, created once and then updated in place (never deleted and reinserted
+/// on the hot path), so memory follows what is traced rather than the limits.
+const GROWS: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
+
 /// User stacks of waits and wakers by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated, like `KSTACKS`.
 #[map(name = "USTACKS")]
 pub static USTACKS: HashMap<u64, KernelStack> =
-    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
 
 /// Kernel stacks of waits by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated: an entry is
 /// 1 KiB and only the first sight of a stack inserts one.
 #[map(name = "KSTACKS")]
 pub static KSTACKS: HashMap<u64, KernelStack> =
-    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
 
-/// Per-task switch-out state, keyed by `task_struct` address.
+/// Per-task switch-out state, keyed by `task_struct` address. An entry is marked
+/// consumed at switch-in rather than deleted, and freed at the task's last switch.
 #[map(name = "STARTS")]
-pub static STARTS: HashMap<u64, SwitchOut> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
+pub static STARTS: HashMap<u64, SwitchOut> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
 
 /// The in-kernel aggregate, sized by `--max-entries` at load time.
 #[map(name = "WAITS")]
-pub static WAITS: HashMap<WaitKey, WaitVal> =
-    HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, 0);
+pub static WAITS: HashMap<WaitKey, WaitVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// Slot 0: the learner program of the attach path in use (`learn_stack`), set by
 /// user space once it has loaded it, after attaching.
@@ -58,21 +63,22 @@ pub fn ended(now: u64) -> bool {
 }
 
 /// The chain of each task's last wakeup, keyed by `task_struct` address
-/// (sized to 1 unless `--waker`).
+/// (sized to 1 unless `--waker`). Preallocated: a burst of first wakeups (800 new
+/// tasks at once) outran the allocator of a growing map and lost 2% of the wakers.
 #[map(name = "LAST_WAKE")]
 pub static LAST_WAKE: HashMap<u64, Chain> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
 
 /// The aggregate with `--waker` (sized to 1 otherwise).
 #[map(name = "WAKE_WAITS")]
-pub static WAKE_WAITS: HashMap<WakeKey, WakeVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, 0);
+pub static WAKE_WAITS: HashMap<WakeKey, WakeVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// Per-thread profiles of `topwaits threads`, keyed by tid (sized to 1 otherwise).
 #[map(name = "THREADS")]
-pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
+pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
 
 /// Wake dependencies between traced threads (sized to 1 unless `threads`).
 #[map(name = "DEPS")]
-pub static DEPS: HashMap<DepKey, u64> = HashMap::with_max_entries(limits::DEPS_ENTRIES, 0);
+pub static DEPS: HashMap<DepKey, u64> = HashMap::with_max_entries(limits::DEPS_ENTRIES, GROWS);
 
 /// Threads currently inside a futex wake operation, keyed by tid.
 #[map(name = "FUTEX_WAKING")]

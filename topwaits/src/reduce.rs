@@ -4,22 +4,49 @@
 use std::collections::{HashMap, HashSet};
 
 pub use crate::cli::By;
-use crate::model::{Hop, Record, Stack, WakeKind};
+use crate::model::{Frame, Hop, Record, Stack, WakeKind};
 
-/// A stack as the reports print it: each frame's best name.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// A stack as the reports print it (each frame's best name), as a 128-bit
+/// fingerprint: no string per frame is built, and stacks shared by records (one
+/// `Arc` per stack id) are hashed once.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum StackKey {
-    Frames(Vec<String>),
+    Frames(u64, u64),
     None,
     Missing,
 }
 
-fn stack_key(s: &Stack) -> StackKey {
-    match s {
-        Stack::Frames(f) => StackKey::Frames(f.iter().map(|f| f.describe()).collect()),
-        Stack::None => StackKey::None,
-        Stack::Missing => StackKey::Missing,
+/// Fingerprints of the stacks seen so far, by the address of their frames.
+#[derive(Default)]
+struct Fingerprints(HashMap<usize, StackKey>);
+
+impl Fingerprints {
+    fn of(&mut self, s: &Stack) -> StackKey {
+        match s {
+            Stack::Frames(f) => *self.0.entry(f.as_ptr() as usize).or_insert_with(|| fingerprint(f)),
+            Stack::None => StackKey::None,
+            Stack::Missing => StackKey::Missing,
+        }
     }
+}
+
+/// Hashes what [`Frame::describe`] prints, twice with different seeds.
+fn fingerprint(frames: &[Frame]) -> StackKey {
+    use std::hash::{Hash, Hasher};
+    let mut halves = [0u64; 2];
+    for (seed, half) in halves.iter_mut().enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (seed, frames.len()).hash(&mut h);
+        for f in frames {
+            match (&f.symbol, &f.module) {
+                (Some(sym), _) => (0u8, &**sym).hash(&mut h),
+                (None, Some(m)) => (1u8, &**m, f.offset).hash(&mut h),
+                (None, None) => 2u8.hash(&mut h),
+            }
+        }
+        *half = h.finish();
+    }
+    StackKey::Frames(halves[0], halves[1])
 }
 
 /// A waker as the reports show it. An interrupt is named by its handler's stack
@@ -31,11 +58,11 @@ struct HopKey {
     user: StackKey,
 }
 
-fn hop_key(h: &Hop) -> HopKey {
+fn hop_key(h: &Hop, fp: &mut Fingerprints) -> HopKey {
     HopKey {
         ids: (!h.interrupt).then(|| (h.tgid, h.tid, h.comm.clone())),
-        kernel: stack_key(&h.kernel),
-        user: stack_key(&h.user),
+        kernel: fp.of(&h.kernel),
+        user: fp.of(&h.user),
     }
 }
 
@@ -51,7 +78,7 @@ struct Key {
     open: Option<usize>,
 }
 
-fn key(r: &Record, by: By, index: usize) -> Key {
+fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
     let (tgid, tid, comm) = match by {
         By::Thread => (r.tgid, r.tid, r.comm.clone()),
         By::Process => (r.tgid, 0, Vec::new()),
@@ -61,9 +88,9 @@ fn key(r: &Record, by: By, index: usize) -> Key {
         tgid,
         tid,
         comm,
-        kernel: stack_key(&r.kernel),
-        user: stack_key(&r.user),
-        wake: r.wake.as_ref().map(|w| (w.kind, w.hops.iter().map(hop_key).collect())),
+        kernel: fp.of(&r.kernel),
+        user: fp.of(&r.user),
+        wake: r.wake.as_ref().map(|w| (w.kind, w.hops.iter().map(|h| hop_key(h, fp)).collect())),
         open: r.open.map(|_| index),
     }
 }
@@ -92,8 +119,9 @@ pub fn merge(records: Vec<Record>, by: By) -> Vec<Record> {
     let mut out: Vec<Record> = Vec::with_capacity(records.len());
     let mut threads: Vec<HashSet<u32>> = Vec::new();
     let mut weight: Vec<u64> = Vec::new();
+    let mut fp = Fingerprints::default();
     for (i, r) in records.into_iter().enumerate() {
-        let k = key(&r, by, i);
+        let k = key(&r, by, i, &mut fp);
         match slot.get(&k) {
             None => {
                 slot.insert(k, out.len());
@@ -124,7 +152,7 @@ pub fn merge(records: Vec<Record>, by: By) -> Vec<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Frame, WakeInfo};
+    use crate::model::WakeInfo;
     use crate::report::fixtures::{frames, hop, report};
 
     /// Two records of one thread whose kernel stacks differ only in addresses

@@ -56,3 +56,54 @@ fn hidden_kernel_symbols_are_said_in_one_line() {
     let root = run(&["--json", "-K", "0.5"]);
     assert!(!root.stderr.contains("CAP_SYSLOG"), "{}", root.stderr);
 }
+
+/// A condition-variable wait sleeps in glibc's internal futex code, which Debian's
+/// stripped libc.so.6 does not name: the leaf frame is named from libc's separate
+/// debug file (libc6-dbg, which `cargo xtask setup` installs), not `[unknown]`.
+#[test]
+fn stripped_libc_frames_are_named_from_its_debug_file() {
+    require_bpf!();
+    let dbg = std::process::Command::new("dpkg").args(["-s", "libc6-dbg"]).output();
+    if !dbg.is_ok_and(|o| o.status.success()) {
+        assert!(std::env::var_os("TOPWAITS_REQUIRE_BPF").is_none(), "libc6-dbg is missing; cargo xtask setup installs it");
+        eprintln!("skipped: libc6-dbg (libc's debug file) is not installed");
+        return;
+    }
+    let w = Workload::spawn("tw-condwait", || {
+        let mut m: libc::pthread_mutex_t = libc::PTHREAD_MUTEX_INITIALIZER;
+        let mut c: libc::pthread_cond_t = libc::PTHREAD_COND_INITIALIZER;
+        for _ in 0..5 {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: a private mutex and condvar on this thread's stack, waited on
+            // with a deadline 100 ms ahead.
+            unsafe {
+                libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts);
+                ts.tv_nsec += 100_000_000;
+                if ts.tv_nsec >= 1_000_000_000 {
+                    ts.tv_sec += 1;
+                    ts.tv_nsec -= 1_000_000_000;
+                }
+                libc::pthread_mutex_lock(&mut m);
+                libc::pthread_cond_timedwait(&mut c, &mut m, &ts);
+                libc::pthread_mutex_unlock(&mut m);
+            }
+        }
+    });
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "--open-waits", "no", "-t", &tid, "1.5"]);
+    w.go();
+    w.join();
+    let doc = json(&tracer.finish());
+    let waits: Vec<&serde_json::Value> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kernel_stack"].as_array().unwrap().iter().any(|f| f["symbol"].as_str().is_some_and(|s| s.contains("futex"))))
+        .collect();
+    assert!(!waits.is_empty(), "no futex waits: {doc:#}");
+    for r in waits {
+        let leaf = &r["user_stack"][0];
+        assert_eq!(leaf["module"], "libc.so.6", "{r:#}");
+        assert_ne!(leaf["symbol"], "[unknown]", "the leaf in stripped libc is named: {r:#}");
+    }
+}

@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: overhead of topwaits against libbpf-tools offcputime and a
 //! bpftrace one-liner, measured in one run with interleaved rounds and medians, plus
 //! start-up time, report time and peak RSS for ~20,000 unique stacks, kernel map
-//! memory, and the time of a `blocked` snapshot of 1,000 threads. Prints a markdown table and writes it to target/bench.md.
+//! memory, the time of a `blocked` snapshot of 1,000 threads, and the share of
+//! unresolved user frames against offcputime's on a Python HTTP server. Prints a markdown table and writes it to target/bench.md.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -491,6 +492,7 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
         let mut out = format!("Many stacks: {records} records; report {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n");
         out.push_str(&full_load(bin)?);
         out.push_str(&crate::blocked_bench::blocked_snapshot(bin)?);
+        out.push_str(&crate::unknown_bench::user_stacks(bin)?);
         if let Some(secs) = opts.soak {
             out.push_str(&soak(bin, secs)?);
         }
@@ -543,6 +545,7 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
         "\nMany stacks: 19,683 distinct call paths traced with `topwaits --json -p PID`: {records} records; report (drain, symbolize, write, from the workload's exit to topwaits' exit) {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"
     ));
     out.push_str(&crate::blocked_bench::blocked_snapshot(bin)?);
+    out.push_str(&crate::unknown_bench::user_stacks(bin)?);
     if let Some(secs) = opts.soak {
         out.push_str(&soak(bin, secs)?);
     }

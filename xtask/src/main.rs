@@ -7,6 +7,7 @@ mod blocked_bench;
 mod docs;
 mod licenses;
 mod setup;
+mod unknown_bench;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};

@@ -18,6 +18,7 @@ const PACKAGES: &[&str] = &[
     "util-linux",       // tests: setpriv for the unprivileged check
     "rt-app",           // tests: the generated reproducer must run under rt-app 1.0
     "chromium",         // tests: the SVGs render in headless Chromium
+    "libc6-dbg",        // tests, bench: libc's internal frames named from its debug file
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -3,6 +3,7 @@
 
 pub mod btf;
 pub mod caps;
+pub mod elf;
 pub mod kallsyms;
 pub mod memory;
 pub mod net;

@@ -24,6 +24,16 @@ pub const STACK_NONE: u64 = 0;
 /// be taken or stored, and counts as a lost stack.
 pub const STACK_STORED: u64 = 1 << 63;
 
+/// Set on the words at the user stack pointer that `--leaf-callers` appends to a
+/// user stack after its frames: candidates for the caller of a leaf function that
+/// keeps no frame pointer (libc's syscall wrappers), for user space to check.
+/// User addresses never have bit 63 set.
+pub const LEAF_WORD: u64 = 1 << 63;
+
+/// Words at the user stack pointer taken with `--leaf-callers`: glibc's syscall
+/// wrappers, in a threaded process, keep their return address 6 words up.
+pub const LEAF_WORDS: u32 = 8;
+
 /// `task_struct.__state` bit of an uninterruptible sleep (D state).
 pub const TASK_UNINTERRUPTIBLE: u32 = 0x2;
 
@@ -112,7 +122,9 @@ pub struct Settings {
     pub off_sum_exec: u32,
     /// topwaits' own process id: its threads are never recorded.
     pub self_tgid: u32,
-    pub _pad: u32,
+    /// With `--leaf-callers`: how many words at the user stack pointer to append
+    /// to each user stack as [`LEAF_WORD`] candidates (0: none).
+    pub leaf_words: u32,
 }
 
 impl Settings {
@@ -142,7 +154,7 @@ impl Settings {
             events: 0,
             off_sum_exec: u32::MAX,
             self_tgid: 0,
-            _pad: 0,
+            leaf_words: 0,
         }
     }
 }

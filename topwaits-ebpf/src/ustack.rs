@@ -4,12 +4,67 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_pid_tgid, bpf_get_stack},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_task_pt_regs,
+    },
     EbpfContext,
 };
-use topwaits_common::{counter, KSTACK_DEPTH, STACK_NONE, STACK_STORED};
+use topwaits_common::{counter, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE, STACK_STORED};
 
-use crate::maps::{count, SCRATCH_USTACK, USTACKS};
+use crate::maps::{count, SCRATCH_USTACK, SETTINGS, USTACKS};
+
+/// Where the user stack pointer sits in `struct pt_regs` (x86-64: `sp`, the 20th
+/// word), and the link register that holds a leaf's caller on arm64 (`regs[30]`).
+#[cfg(bpf_target_arch = "x86_64")]
+const LEAF_REG: Option<(u64, bool)> = Some((19 * 8, true));
+#[cfg(bpf_target_arch = "aarch64")]
+const LEAF_REG: Option<(u64, bool)> = Some((30 * 8, false));
+#[cfg(not(any(bpf_target_arch = "x86_64", bpf_target_arch = "aarch64")))]
+const LEAF_REG: Option<(u64, bool)> = None;
+
+/// With `--leaf-callers`, appends after the `n` frames the words at the user stack
+/// pointer (x86-64; on arm64 the link register) that could be the return address
+/// of a leaf function keeping no frame pointer, marked [`LEAF_WORD`]. Only words
+/// whose upper half matches the leaf's or its walked caller's address are kept,
+/// so that locals (counters, stack and heap pointers) rarely make stacks differ.
+/// Returns the new length.
+#[inline(always)]
+fn append_leaf_words(frames: &mut [u64; KSTACK_DEPTH], n: usize) -> usize {
+    let Some((off, at_sp)) = LEAF_REG else { return n };
+    if SETTINGS.load().leaf_words == 0 || n == 0 || n + LEAF_WORDS as usize > KSTACK_DEPTH {
+        return n;
+    }
+    // SAFETY: helper calls; the task pointer comes from the kernel.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
+    if regs == 0 {
+        return n;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address.
+    let Ok(reg) = (unsafe { bpf_probe_read_kernel((regs + off) as *const u64) }) else { return n };
+    let mut words = [0u64; LEAF_WORDS as usize];
+    if at_sp {
+        for (i, w) in words.iter_mut().enumerate() {
+            // SAFETY: bpf_probe_read_user checks the address.
+            *w = unsafe { bpf_probe_read_user((reg + 8 * i as u64) as *const u64) }.unwrap_or(0);
+        }
+    } else {
+        words[0] = reg;
+    }
+    let (leaf, next) = (frames[0] >> 32, if n > 1 { frames[1] >> 32 } else { u64::MAX });
+    let mut len = n;
+    for w in words {
+        // A volatile read keeps the bound check, which the compiler would drop as
+        // implied by the one above, in the program: the verifier needs to see it.
+        // SAFETY: reading a local.
+        let i = unsafe { core::ptr::read_volatile(&len) };
+        if w != 0 && (w >> 32 == leaf || w >> 32 == next) && i < KSTACK_DEPTH {
+            frames[i] = w | LEAF_WORD;
+            len = i + 1;
+        }
+    }
+    len
+}
 
 const EEXIST: i32 = 17;
 const EFAULT: i64 = 14;
@@ -35,9 +90,9 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
         count(counter::LOST_USER_STACK, 1);
         return (-ret) as u64;
     }
-    let n = ret as usize / 8;
     // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
-    let frames = unsafe { &*buf };
+    let frames = unsafe { &mut *buf };
+    let n = append_leaf_words(frames, ret as usize / 8);
     // The seed differs from the kernel stacks' so that the two kinds never share a
     // reference. A bounded loop in place: no call per frame.
     let mut hash = 0x1319_8a2e_0370_7344 ^ n as u64;

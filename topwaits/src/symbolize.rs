@@ -10,6 +10,8 @@ use blazesym::symbolize::{
 };
 use blazesym::MaybeDefault;
 
+use topwaits_common::LEAF_WORD;
+
 use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
 use crate::sys::procfs;
 use crate::unwind::{self, Region};
@@ -20,6 +22,13 @@ pub trait Symbolizer {
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame>;
     /// Whether a user address of `tgid` lies in an executable mapping (true when
     /// the mappings are unknown). Asked after [`Symbolizer::user`] for that process.
+    /// With `--leaf-callers`: of the words found at a user stack's stack pointer,
+    /// the one to insert as the leaf's caller, if any checks out (see
+    /// [`crate::unwind::leaf_caller`]).
+    fn leaf_caller(&mut self, _tgid: u32, _frames: &[u64], _words: &[u64]) -> Option<u64> {
+        None
+    }
+
     fn is_code(&self, _tgid: u32, _addr: u64) -> bool {
         true
     }
@@ -219,6 +228,13 @@ impl Symbolizer for BlazeSymbolizer {
         frames
     }
 
+    fn leaf_caller(&mut self, tgid: u32, frames: &[u64], words: &[u64]) -> Option<u64> {
+        let regions = self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
+        let mem = crate::sys::memory::ProcessMemory { pid: tgid };
+        let mut walker = unwind::Walker::new(regions, &mem, unwind::Arch::native());
+        unwind::leaf_caller(frames, words, |w, pc| walker.calls_leaf(w, pc))
+    }
+
     fn is_code(&self, tgid: u32, addr: u64) -> bool {
         match self.regions.get(&tgid) {
             Some(r) if !r.is_empty() => unwind::region_of(r, addr).is_some_and(|m| m.exec),
@@ -343,10 +359,6 @@ pub fn frame_at(i: usize, addr: u64, found: Option<&Frame>) -> Frame {
 
 /// Symbolizes every record of a capture, each unique address once.
 pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
-    let stack_of = |id: &StackId| match id {
-        StackId::Id(i) => capture.stacks.get(i).map(|v| v.as_slice()),
-        _ => None,
-    };
     // Every (space, stack id) the records use, targets and hops alike.
     let mut wanted: Vec<(Space, StackId)> = Vec::new();
     for r in &capture.records {
@@ -357,11 +369,32 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             wanted.push((Space::User(h.tgid), h.ustack));
         }
     }
+    // User stacks that carry words from the stack pointer (`--leaf-callers`): the
+    // word that checks out as the leaf's caller goes in as frame 1; the rest go.
+    let mut fixed: HashMap<(u32, u64), Vec<u64>> = HashMap::new();
+    for (space, id) in &wanted {
+        let (Space::User(t), StackId::Id(n)) = (space, id) else { continue };
+        let Some(addrs) = capture.stacks.get(n) else { continue };
+        if fixed.contains_key(&(*t, *n)) || !addrs.iter().any(|a| a & LEAF_WORD != 0) {
+            continue;
+        }
+        let (mut frames, words): (Vec<u64>, Vec<u64>) = addrs.iter().partition(|&&a| a & LEAF_WORD == 0);
+        let words: Vec<u64> = words.iter().map(|w| w & !LEAF_WORD).collect();
+        if let Some(caller) = sym.leaf_caller(*t, &frames, &words) {
+            frames.insert(1, caller);
+        }
+        fixed.insert((*t, *n), frames);
+    }
+    let stack_of = |space: &Space, id: &StackId| match (space, id) {
+        (Space::User(t), StackId::Id(i)) => fixed.get(&(*t, *i)).or_else(|| capture.stacks.get(i)).map(|v| v.as_slice()),
+        (Space::Kernel, StackId::Id(i)) => capture.stacks.get(i).map(|v| v.as_slice()),
+        _ => None,
+    };
     // Kernel: one batch for all unique addresses; user: one batch per process.
     let mut kaddrs: Vec<u64> = Vec::new();
     let mut per_proc: HashMap<u32, Vec<u64>> = HashMap::new();
     for (space, id) in &wanted {
-        let Some(addrs) = stack_of(id) else { continue };
+        let Some(addrs) = stack_of(space, id) else { continue };
         let lookups = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
         match space {
             Space::Kernel => kaddrs.extend(lookups),
@@ -397,7 +430,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             let key = (if let Space::User(t) = space { Some(t) } else { None }, *n);
             built
                 .entry(key)
-                .or_insert_with(|| match stack_of(id) {
+                .or_insert_with(|| match stack_of(&space, id) {
                     None => match capture.named.get(n) {
                         Some(frames) => Stack::of(frames.clone()),
                         // An id whose trace is gone from the map is as good as lost.

@@ -145,6 +145,29 @@ impl<'a> Walker<'a> {
         }
     }
 
+    /// Where the direct call before return address `ret` went (x86-64 `E8 rel32`,
+    /// arm64 `BL`); `None` for an indirect call or when it cannot be read.
+    pub fn call_target(&mut self, ret: u64) -> Option<u64> {
+        match self.arch {
+            Arch::X86_64 => {
+                let b = self.pages.bytes(ret.checked_sub(5)?, 5)?;
+                (b[0] == 0xe8).then(|| ret.wrapping_add_signed(i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as i64))
+            }
+            Arch::Aarch64 => {
+                let b = self.pages.bytes(ret.checked_sub(4)?, 4)?;
+                let insn = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                // BL imm26: a signed word offset from the BL itself.
+                (insn & 0xfc00_0000 == 0x9400_0000).then(|| (ret - 4).wrapping_add_signed((((insn << 6) as i32) >> 4) as i64))
+            }
+            Arch::Other => None,
+        }
+    }
+
+    /// Whether `a` and `b` lie in the same mapping.
+    pub fn same_mapping(&self, a: u64, b: u64) -> bool {
+        matches!((self.region(a), self.region(b)), (Some(x), Some(y)) if x == y)
+    }
+
     /// The user stack of a blocked thread, leaf first, from its pc and sp.
     pub fn walk(&mut self, pc: u64, sp: u64) -> Vec<u64> {
         let mut frames = Vec::new();
@@ -207,6 +230,36 @@ impl<'a> Walker<'a> {
     }
 }
 
+/// How far before the pc a leaf's entry may lie for a direct call to it to count.
+pub const LEAF_SPAN: u64 = 4096;
+
+/// The caller of a leaf function that keeps no frame pointer (a libc syscall
+/// wrapper), from the `words` found at the stack pointer (`--leaf-callers`): the
+/// first that can be a return address of a call to the leaf, unless the
+/// frame-pointer walk already has it as frame 1 (the leaf had a frame, so its
+/// caller is there). `frames` is the walked stack, leaf first; `calls_leaf(w, pc)`
+/// says whether `w` follows a call that can have entered the function at `pc`.
+pub fn leaf_caller(frames: &[u64], words: &[u64], mut calls_leaf: impl FnMut(u64, u64) -> bool) -> Option<u64> {
+    let pc = *frames.first()?;
+    let c = words.iter().copied().find(|&w| w != pc && calls_leaf(w, pc))?;
+    (frames.get(1) != Some(&c)).then_some(c)
+}
+
+impl Walker<'_> {
+    /// Whether `ret` can be the return address of a call into the leaf at `pc`: it
+    /// follows a call, and a direct call went to an entry at most [`LEAF_SPAN`]
+    /// before `pc`, or to another mapping (a PLT stub); an indirect call may have.
+    pub fn calls_leaf(&mut self, ret: u64, pc: u64) -> bool {
+        if !self.is_return(ret) {
+            return false;
+        }
+        match self.call_target(ret) {
+            Some(t) => (t <= pc && pc - t < LEAF_SPAN) || !self.same_mapping(t, pc),
+            None => true,
+        }
+    }
+}
+
 /// Whether the 7 bytes before a return address end with an x86-64 call:
 /// `E8 rel32`, or `FF /2` with a register, memory, SIB or displacement operand
 /// (with or without a REX prefix, which comes before the `FF`).
@@ -235,6 +288,18 @@ pub fn follows_x86_call(b: &[u8]) -> bool {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_leaf_caller_is_the_first_return_address_the_walk_lacks() {
+        let returns = |a: u64, _pc: u64| a == 0x5000 || a == 0x6000;
+        // pc in a frameless wrapper; the walk went from its caller's caller.
+        assert_eq!(leaf_caller(&[0x7000, 0x6000], &[0x1234, 0x5000], returns), Some(0x5000));
+        // The first word that is a return address is what the walk has as frame 1:
+        // the leaf kept a frame, nothing to add.
+        assert_eq!(leaf_caller(&[0x7000, 0x6000], &[0x6000, 0x5000], returns), None);
+        assert_eq!(leaf_caller(&[0x7000], &[0x42, 0x99], returns), None, "locals are no callers");
+        assert_eq!(leaf_caller(&[], &[0x5000], returns), None);
+    }
 
     /// Memory made of byte runs at addresses.
     #[derive(Default)]
@@ -295,6 +360,34 @@ mod tests {
     /// Puts `E8 rel32` before `ret`, so that `ret` is a return address.
     fn call_before(m: &mut Fake, ret: u64) {
         m.put(ret - 5, &[0xe8, 0, 0, 0, 0]);
+    }
+
+    /// A direct call counts only if it went to the leaf (an entry shortly before
+    /// its pc) or out of the leaf's mapping (a PLT stub); a stale return address of
+    /// a call to some other function in the leaf's module does not.
+    #[test]
+    fn calls_into_the_leaf_are_told_from_stale_return_addresses() {
+        let mut m = Fake::default();
+        let pc = CODE + 0x1800;
+        let call = |m: &mut Fake, ret: u64, target: u64| {
+            let rel = (target as i64 - ret as i64) as i32;
+            m.put(ret - 5, &[0xe8]);
+            m.put(ret - 4, &rel.to_le_bytes());
+        };
+        call(&mut m, CODE + 0x105, pc - 0x40); // into the leaf
+        call(&mut m, CODE + 0x205, CODE + 0x10); // to another function, 6 KiB away
+        call(&mut m, CODE + 0x305, DATA + 0x10); // to another mapping
+        m.put(CODE + 0x401, &[0xff, 0xd0]); // call *%rax, returning to 0x403
+        let r = regions();
+        let mut w = Walker::new(&r, &m, Arch::X86_64);
+        assert_eq!(w.call_target(CODE + 0x105), Some(pc - 0x40));
+        assert!(w.calls_leaf(CODE + 0x105, pc));
+        assert!(!w.calls_leaf(CODE + 0x205, pc), "a call to another function of the module");
+        assert!(w.calls_leaf(CODE + 0x305, pc), "a stub in another mapping");
+        assert!(w.calls_leaf(CODE + 0x403, pc), "an indirect call");
+        assert!(!w.calls_leaf(DATA + 0x20, pc), "not code");
+        let words = [DATA + 0x20, CODE + 0x205, CODE + 0x105];
+        assert_eq!(leaf_caller(&[pc, CODE + 0x1f00], &words, |a, p| w.calls_leaf(a, p)), Some(CODE + 0x105));
     }
 
     #[test]

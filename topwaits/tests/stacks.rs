@@ -107,3 +107,63 @@ fn stripped_libc_frames_are_named_from_its_debug_file() {
         assert_ne!(leaf["symbol"], "[unknown]", "the leaf in stripped libc is named: {r:#}");
     }
 }
+
+/// Reads one byte from `fd`: libc's `read` keeps no frame pointer, so a plain
+/// frame-pointer walk from inside it skips this function.
+#[inline(never)]
+fn tw_calls_read_directly(fd: i32) {
+    let mut b = [0u8];
+    // SAFETY: a read into a local buffer of its size.
+    let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+    std::hint::black_box(n);
+}
+
+/// `--leaf-callers` recovers the direct caller of a frameless libc wrapper from the
+/// words at the stack pointer; without it the walk skips that caller.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn leaf_callers_name_the_caller_a_frame_pointer_walk_skips() {
+    require_bpf!();
+    let mut fds = [0i32; 2];
+    // SAFETY: a pipe into a two-int array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (r, w) = (fds[0], fds[1]);
+    let reader = Workload::spawn("tw-leafread", move || {
+        for _ in 0..3 {
+            tw_calls_read_directly(r);
+        }
+    });
+    let tid = reader.tid.to_string();
+    let with = Tracer::start(&["--json", "--open-waits", "no", "--leaf-callers", "-t", &tid, "1.5"]);
+    let without = Tracer::start(&["--json", "--open-waits", "no", "-t", &tid, "1.5"]);
+    reader.go();
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        // SAFETY: a one-byte write from a local.
+        assert_eq!(unsafe { libc::write(w, [7u8].as_ptr().cast(), 1) }, 1);
+    }
+    reader.join();
+    let (with, without) = (json(&with.finish()), json(&without.finish()));
+    let pipe_reads = |doc: &serde_json::Value| -> Vec<Vec<String>> {
+        doc["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("pipe_read")))
+            .map(|r| stack_names(&r["user_stack"]))
+            .collect()
+    };
+    let (got, plain) = (pipe_reads(&with), pipe_reads(&without));
+    assert!(!got.is_empty() && !plain.is_empty(), "{with:#}\n{without:#}");
+    for names in &got {
+        assert!(names.get(1).is_some_and(|n| n.ends_with("tw_calls_read_directly")), "the leaf's caller is frame 1: {names:?}");
+    }
+    for names in &plain {
+        assert!(!names.iter().any(|n| n.ends_with("tw_calls_read_directly")), "a plain walk skips it: {names:?}");
+    }
+    // SAFETY: closing the pipe's two ends.
+    unsafe {
+        libc::close(r);
+        libc::close(w);
+    }
+}

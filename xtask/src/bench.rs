@@ -49,6 +49,7 @@ fn tracers(bin: &str) -> Vec<Tracer> {
     vec![
         Tracer { name: "no tracer", cmd: None },
         Tracer { name: "topwaits", cmd: tw(&["-f"]) },
+        Tracer { name: "topwaits --leaf-callers", cmd: tw(&["-f", "--leaf-callers"]) },
         Tracer { name: "topwaits --waker", cmd: tw(&["-f", "--waker"]) },
         Tracer { name: "topwaits --waker --chain 4", cmd: tw(&["-f", "--chain", "4"]) },
         Tracer { name: "topwaits threads", cmd: tw(&["threads", "--json"]) },

@@ -20,11 +20,36 @@ fn is_entry(frame: &str) -> bool {
     frame.starts_with("entry_SYSCALL") || frame.starts_with("asm_") || frame.starts_with("ret_from_fork")
 }
 
-/// (total µs, µs with an unresolved user frame, stacks) of offcputime's default
-/// output: each stack's frames (kernel then user, leaf first), a `-  comm (pid)`
-/// line, and its value in µs.
-pub fn offcputime_share(text: &str) -> (u64, u64, usize) {
-    let (mut total, mut unknown, mut stacks) = (0, 0, 0);
+/// What one tool saw: total µs, µs with an unresolved user frame, stacks, and the
+/// sum over stacks of µs × named user frames (for the time-weighted mean depth).
+#[derive(Debug, Default, PartialEq)]
+pub struct Share {
+    pub total: u64,
+    pub unknown: u64,
+    pub stacks: usize,
+    pub named_us: u64,
+}
+
+impl Share {
+    fn add(&mut self, value: u64, user: &[&str]) {
+        self.total += value;
+        if user.contains(&"[unknown]") {
+            self.unknown += value;
+        }
+        self.stacks += 1;
+        self.named_us += value * user.iter().filter(|f| **f != "[unknown]").count() as u64;
+    }
+
+    /// Named user frames per wait, weighted by time.
+    fn depth(&self) -> f64 {
+        self.named_us as f64 / self.total.max(1) as f64
+    }
+}
+
+/// [`Share`] of offcputime's default output: each stack's frames (kernel then
+/// user, leaf first), a `-  comm (pid)` line, and its value in µs.
+pub fn offcputime_share(text: &str) -> Share {
+    let mut share = Share::default();
     let mut frames: Vec<&str> = Vec::new();
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
@@ -32,11 +57,7 @@ pub fn offcputime_share(text: &str) -> (u64, u64, usize) {
         if t.starts_with("- ") || t == "-" {
             let value: u64 = lines.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
             let user = frames.iter().rposition(|f| is_entry(f)).map_or(&frames[..0], |i| &frames[i + 1..]);
-            total += value;
-            if user.iter().any(|f| *f == "[unknown]") {
-                unknown += value;
-            }
-            stacks += 1;
+            share.add(value, user);
             frames.clear();
         } else if line.starts_with("    ") && !t.is_empty() {
             frames.push(t);
@@ -44,22 +65,18 @@ pub fn offcputime_share(text: &str) -> (u64, u64, usize) {
             frames.clear();
         }
     }
-    (total, unknown, stacks)
+    share
 }
 
 /// The same for topwaits' JSON document.
-pub fn topwaits_share(doc: &Value) -> (u64, u64, usize) {
-    let records = doc["records"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-    let (mut total, mut unknown) = (0, 0);
-    for r in records {
-        let v = r["total_us"].as_u64().unwrap_or(0);
-        total += v;
+pub fn topwaits_share(doc: &Value) -> Share {
+    let mut share = Share::default();
+    for r in doc["records"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         let frames = r["user_stack"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-        if frames.iter().any(|f| f["symbol"] == "[unknown]") {
-            unknown += v;
-        }
+        let names: Vec<&str> = frames.iter().filter_map(|f| f["symbol"].as_str()).collect();
+        share.add(r["total_us"].as_u64().unwrap_or(0), &names);
     }
-    (total, unknown, records.len())
+    share
 }
 
 fn pct(part: u64, whole: u64) -> f64 {
@@ -106,22 +123,30 @@ pub fn user_stacks(bin: &str) -> Result<String> {
     );
     children.0.push(Command::new("python3").args(["-c", &client]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?);
     let pid = children.0[0].id().to_string();
-    let ours = Command::new(bin).args(["--json", "--open-waits", "no", "-p", &pid, WINDOW]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    let topwaits = |extra: &[&str]| {
+        Command::new(bin).args(["--json", "--open-waits", "no"]).args(extra).args(["-p", &pid, WINDOW]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()
+    };
+    let (ours, leaf) = (topwaits(&[])?, topwaits(&["--leaf-callers"])?);
     let peer = Command::new("/usr/sbin/offcputime").args(["-p", &pid, WINDOW]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
-    let (ours, peer) = (ours.wait_with_output()?, peer.wait_with_output()?);
-    if !ours.status.success() || !peer.status.success() {
-        bail!("a tracer failed: topwaits {}, offcputime {}", ours.status, peer.status);
+    let (ours, leaf, peer) = (ours.wait_with_output()?, leaf.wait_with_output()?, peer.wait_with_output()?);
+    if !ours.status.success() || !leaf.status.success() || !peer.status.success() {
+        bail!("a tracer failed: topwaits {}, with --leaf-callers {}, offcputime {}", ours.status, leaf.status, peer.status);
     }
-    let doc: Value = serde_json::from_slice(&ours.stdout).context("topwaits' JSON")?;
-    let (t_total, t_unknown, t_n) = topwaits_share(&doc);
-    let (o_total, o_unknown, o_n) = offcputime_share(&String::from_utf8_lossy(&peer.stdout));
-    if t_total == 0 || o_total == 0 {
-        bail!("no off-CPU time seen: topwaits {t_total} us, offcputime {o_total} us");
+    let t = topwaits_share(&serde_json::from_slice(&ours.stdout).context("topwaits' JSON")?);
+    let l = topwaits_share(&serde_json::from_slice(&leaf.stdout).context("topwaits' JSON")?);
+    let o = offcputime_share(&String::from_utf8_lossy(&peer.stdout));
+    if t.total == 0 || o.total == 0 || l.total == 0 {
+        bail!("no off-CPU time seen: topwaits {} us, with --leaf-callers {} us, offcputime {} us", t.total, l.total, o.total);
     }
-    let (ts, os) = (pct(t_unknown, t_total), pct(o_unknown, o_total));
+    let (ts, ls, os) = (pct(t.unknown, t.total), pct(l.unknown, l.total), pct(o.unknown, o.total));
     Ok(format!(
-        "\nUser stacks: a Python HTTP server under a client loop, {WINDOW} s, traced by both tools at once: off-CPU time with an unresolved user frame, topwaits {ts:.1}% ({t_n} records) vs offcputime {os:.1}% ({o_n} stacks): {}.\n",
-        if ts <= os { "no higher, as required" } else { "HIGHER than offcputime" }
+        "\nUser stacks: a Python HTTP server under a client loop, {WINDOW} s, traced by three tracers at once. Off-CPU time with an unresolved user frame: topwaits {ts:.1}% ({} records), with `--leaf-callers` {ls:.1}%, offcputime {os:.1}% ({} stacks): {}. Named user frames per wait (time-weighted): topwaits {:.2}, with `--leaf-callers` {:.2}, offcputime {:.2}.\n",
+        t.stacks,
+        o.stacks,
+        if ts <= os { "no higher, as required" } else { "HIGHER than offcputime" },
+        t.depth(),
+        l.depth(),
+        o.depth()
     ))
 }
 
@@ -135,7 +160,9 @@ mod tests {
             \x20   schedule\n    do_sys_poll\n    entry_SYSCALL_64_after_hwframe\n    __poll\n    [unknown]\n    -                python3 (7)\n        300\n\n\
             \x20   schedule\n    entry_SYSCALL_64_after_hwframe\n    read\n    main\n    -                python3 (7)\n        700\n\n\
             \x20   schedule\n    [unknown]\n    worker_thread\n    -                kworker (9)\n        50\n";
-        assert_eq!(offcputime_share(text), (1050, 300, 3), "an [unknown] kernel frame is not a user frame");
+        let s = offcputime_share(text);
+        assert_eq!((s.total, s.unknown, s.stacks), (1050, 300, 3), "an [unknown] kernel frame is not a user frame");
+        assert_eq!(s.named_us, 300 + 2 * 700, "named user frames weighted by time");
     }
 
     #[test]
@@ -145,7 +172,9 @@ mod tests {
             {"total_us": 30, "user_stack": [{"symbol": "read"}]},
             {"total_us": 60, "user_stack": []},
         ]});
-        assert_eq!(topwaits_share(&doc), (100, 10, 3));
+        let s = topwaits_share(&doc);
+        assert_eq!((s.total, s.unknown, s.stacks, s.named_us), (100, 10, 3, 10 + 30));
+        assert!((s.depth() - 0.4).abs() < 1e-9);
         assert_eq!(pct(10, 100), 10.0);
         assert_eq!(pct(1, 0), 0.0);
     }

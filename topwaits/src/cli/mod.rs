@@ -122,6 +122,13 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub value: Option<ValueKind>,
 
+    /// Recover the caller of a leaf function that keeps no frame pointer (libc's
+    /// syscall wrappers, whose callers frame-pointer walks skip): take a few words at
+    /// the user stack pointer with each user stack and insert the one that checks
+    /// out as a return address. Costs more per switch; see the README.
+    #[arg(long, conflicts_with = "kernel_stacks_only")]
+    pub leaf_callers: bool,
+
     /// What one record of the top view and JSON stands for: a thread (the default),
     /// the threads of a process with the same stacks (process), or every thread
     /// of that name (comm). Folded lines are per comm, as bcc prints them.
@@ -312,6 +319,8 @@ pub struct Config {
     pub open_waits: bool,
     /// What one record stands for in the top view and JSON.
     pub by: By,
+    /// Take words at the user stack pointer for the callers of frameless leaves.
+    pub leaf_callers: bool,
 }
 
 /// Option errors that clap cannot see.
@@ -401,6 +410,7 @@ impl Config {
             timeline_limit: a.top.filter(|&n| n > 0).unwrap_or(DEFAULT_TOP),
             open_waits: a.open_waits == OpenWaits::Yes,
             by: a.by.unwrap_or_default(),
+            leaf_callers: a.leaf_callers,
         })
     }
 
@@ -463,6 +473,7 @@ impl Config {
         // User stacks of processes that exit before the end need their maps kept.
         s.events = u32::from(self.stacks != Stacks::KernelOnly);
         s.self_tgid = std::process::id();
+        s.leaf_words = if self.leaf_callers { topwaits_common::LEAF_WORDS } else { 0 };
         s
     }
 
@@ -514,6 +525,13 @@ mod tests {
         for bad in [&["-u", "-k"][..], &["-U", "-K"], &["-p", "1", "-t", "2"], &["-p", "1", "-u"], &["-f", "--json"], &["-f", "--by", "comm"]] {
             assert_eq!(parse(bad).unwrap_err(), "an argument cannot be used with one or more of the other specified arguments", "{bad:?}");
         }
+    }
+
+    #[test]
+    fn leaf_callers_ask_the_kernel_for_words_at_the_stack_pointer() {
+        assert_eq!(parse(&[]).unwrap().settings().leaf_words, 0);
+        assert_eq!(parse(&["--leaf-callers"]).unwrap().settings().leaf_words, topwaits_common::LEAF_WORDS);
+        assert!(parse(&["--leaf-callers", "-K"]).is_err(), "no user stacks, no leaf callers");
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod bench;
 mod binary;
 mod blocked_bench;
 mod docs;
+mod layering;
 mod licenses;
 mod setup;
 mod unknown_bench;

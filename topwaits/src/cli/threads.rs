@@ -131,6 +131,19 @@ mod tests {
     use super::super::{Args, Command};
     use clap::Parser as _;
 
+    /// Regression: `--help` described the JSON as `{"threads","dependencies"}`,
+    /// leaving out the document's other keys.
+    #[test]
+    fn json_help_names_every_top_level_key() {
+        use clap::CommandFactory as _;
+        let mut cmd = Args::command();
+        let help = cmd.find_subcommand_mut("threads").unwrap().render_long_help().to_string();
+        let keys = ["version", "duration_s", "target", "warnings", "threads", "dependencies", "groups"];
+        for key in keys {
+            assert!(help.contains(key), "{key} missing from threads --help:\n{help}");
+        }
+    }
+
     #[test]
     fn threads_subcommand() {
         let a = Args::try_parse_from(["topwaits", "threads", "-p", "5,3", "--rt-app", "x.json", "--rt-app-duration", "4", "2"]).unwrap();

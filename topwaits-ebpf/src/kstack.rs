@@ -28,13 +28,22 @@ unsafe extern "C" fn hash_frame(i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
     let ip = frames[i];
     // SAFETY: per-CPU scratch, used by this program run alone.
     let st = unsafe { &mut *st };
-    let h = (st.hash ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    st.hash = h ^ (h >> 29);
+    st.hash = mix(st.hash, ip);
     if (FIRST..CACHE_SLOTS).contains(&i) {
         st.lo = st.lo.min(ip);
         st.hi = st.hi.max(ip);
     }
     0
+}
+
+/// The seed of kernel stack hashes; the mixing step is [`mix`].
+const SEED: u64 = 0x243f_6a88_85a3_08d3;
+
+/// Folds one frame into a stack hash.
+#[inline(always)]
+fn mix(hash: u64, ip: u64) -> u64 {
+    let h = (hash ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 29)
 }
 
 /// A 64-bit hash of the first `n` frames of the stack scratch, with
@@ -43,7 +52,7 @@ unsafe extern "C" fn hash_frame(i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
 fn hash(st: *mut Scan, n: usize) -> u64 {
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
-        (*st).hash = 0x243f_6a88_85a3_08d3 ^ n as u64;
+        (*st).hash = SEED ^ n as u64;
         (*st).lo = u64::MAX;
         (*st).hi = 0;
         bpf_loop(n as u32, hash_frame as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
@@ -60,7 +69,12 @@ fn store(st: *mut Scan, frames: &KernelStack, ret: i64) -> u64 {
         count(counter::LOST_KERNEL_STACK, 1);
         return if ret < 0 { (-ret) as u64 } else { ENODATA };
     }
-    let h = hash(st, ret as usize / 8);
+    keep(hash(st, ret as usize / 8), frames)
+}
+
+/// Keeps `frames` under hash `h` (if not kept already); returns its reference.
+#[inline(always)]
+fn keep(h: u64, frames: &KernelStack) -> u64 {
     if KSTACKS.get_ptr(&h).is_some() {
         return h;
     }
@@ -80,11 +94,12 @@ fn store(st: *mut Scan, frames: &KernelStack, ret: i64) -> u64 {
 /// same call site is reused when still in place, and a new one is learned.
 #[inline(always)]
 pub fn of_current<C: EbpfContext>(ctx: &C, task: Option<u64>) -> u64 {
+    let Some(task) = task else { return of_waker(ctx) };
     let (Some((st, _, _)), Some(buf)) = (kcache::scratch(), SCRATCH_STACK.get_ptr_mut(0)) else {
         return ENOMEM;
     };
     let base = kcache::anchor(st, ctx);
-    let hit = kcache::find(st, base, task.unwrap_or(0));
+    let hit = kcache::find(st, base, task);
     if hit != 0 {
         count(counter::KSTACK_REUSED, 1);
         return hit;
@@ -94,8 +109,36 @@ pub fn of_current<C: EbpfContext>(ctx: &C, task: Option<u64>) -> u64 {
     // SAFETY: the per-CPU buffer, used by this program run alone.
     let frames = unsafe { &*buf };
     let kstack = store(st, frames, ret);
-    if task.is_some() && ret > 0 {
+    if ret > 0 {
         kcache::defer(st, base, ret as usize / 8, kstack);
     }
     kstack
+}
+
+/// The kernel stack of a waker (a running task, at `sched_waking`): nothing to
+/// reuse or learn, so it is unwound and hashed by a bounded loop in place, without
+/// the `bpf_loop` callback per frame and the reuse bookkeeping that waits need.
+/// The hash is the one [`hash`] gives, so a stack seen both ways is kept once.
+#[inline(always)]
+fn of_waker<C: EbpfContext>(ctx: &C) -> u64 {
+    let Some(buf) = SCRATCH_STACK.get_ptr_mut(0) else {
+        return ENOMEM;
+    };
+    // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
+    let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), BYTES, 0) };
+    if ret <= 0 {
+        count(counter::LOST_KERNEL_STACK, 1);
+        return if ret < 0 { (-ret) as u64 } else { ENODATA };
+    }
+    // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
+    let frames = unsafe { &*buf };
+    let n = ret as usize / 8;
+    let mut h = SEED ^ n as u64;
+    for (i, &ip) in frames.iter().enumerate() {
+        if i >= n {
+            break;
+        }
+        h = mix(h, ip);
+    }
+    keep(h | STACK_STORED, frames)
 }

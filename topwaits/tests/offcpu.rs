@@ -198,7 +198,11 @@ fn by_process_makes_a_thread_per_request_server_one_record() {
     let merged = records_in(&process, "tw_handle_request");
     assert_eq!(merged.len(), 1, "{process:#}");
     let m = merged[0];
-    assert_eq!((m["threads"].as_u64(), m["count"].as_u64(), m["tid"].is_null()), (Some(12), Some(12), true), "{m:#}");
+    // Both tracers saw the same waits (a sleep that wakes early and sleeps again
+    // is two waits with one stack, in both).
+    let count: u64 = per_thread.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert!(count >= 12, "{threads:#}");
+    assert_eq!((m["threads"].as_u64(), m["count"].as_u64(), m["tid"].is_null()), (Some(12), Some(count), true), "{m:#}");
     assert_eq!(m["tgid"].as_u64(), Some(std::process::id() as u64));
     let total: u64 = per_thread.iter().map(|r| r["total_us"].as_u64().unwrap()).sum();
     let merged_total = m["total_us"].as_u64().unwrap();

@@ -3,7 +3,6 @@
 //! new one is left for the learner program).
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     helpers::{bpf_get_stack, bpf_loop},
     EbpfContext,
 };
@@ -11,8 +10,8 @@ use topwaits_common::{counter, KernelStack, CACHE_SLOTS, KSTACK_DEPTH, STACK_STO
 
 use crate::kcache::{self, Scan, FIRST};
 use crate::maps::{count, KSTACKS, SCRATCH_STACK};
+use crate::stackref;
 
-const EEXIST: i32 = 17;
 const ENODATA: u64 = 61;
 const ENOMEM: u64 = 12;
 const BYTES: u32 = (KSTACK_DEPTH * 8) as u32;
@@ -28,7 +27,7 @@ unsafe extern "C" fn hash_frame(i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
     let ip = frames[i];
     // SAFETY: per-CPU scratch, used by this program run alone.
     let st = unsafe { &mut *st };
-    st.hash = mix(st.hash, ip);
+    st.hash = stackref::mix(st.hash, ip);
     if (FIRST..CACHE_SLOTS).contains(&i) {
         st.lo = st.lo.min(ip);
         st.hi = st.hi.max(ip);
@@ -36,18 +35,12 @@ unsafe extern "C" fn hash_frame(i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
     0
 }
 
-/// The seed of kernel stack hashes; the mixing step is [`mix`].
+/// The seed of kernel stack hashes (see [`stackref::hash`]).
 const SEED: u64 = 0x243f_6a88_85a3_08d3;
 
-/// Folds one frame into a stack hash.
-#[inline(always)]
-fn mix(hash: u64, ip: u64) -> u64 {
-    let h = (hash ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h ^ (h >> 29)
-}
-
 /// A 64-bit hash of the first `n` frames of the stack scratch, with
-/// [`STACK_STORED`] set. Also sets the scan's range of return addresses.
+/// [`STACK_STORED`] set, equal to [`stackref::hash`] with [`SEED`]. Also sets the
+/// scan's range of return addresses.
 #[inline(always)]
 fn hash(st: *mut Scan, n: usize) -> u64 {
     // SAFETY: per-CPU scratch, used by this program run alone.
@@ -69,24 +62,7 @@ fn store(st: *mut Scan, frames: &KernelStack, ret: i64) -> u64 {
         count(counter::LOST_KERNEL_STACK, 1);
         return if ret < 0 { (-ret) as u64 } else { ENODATA };
     }
-    keep(hash(st, ret as usize / 8), frames)
-}
-
-/// Keeps `frames` under hash `h` (if not kept already); returns its reference.
-#[inline(always)]
-fn keep(h: u64, frames: &KernelStack) -> u64 {
-    if KSTACKS.get_ptr(&h).is_some() {
-        return h;
-    }
-    match KSTACKS.insert(&h, frames, BPF_NOEXIST as u64) {
-        Ok(()) => h,
-        // Stored by another CPU in between.
-        Err(e) if e == -EEXIST => h,
-        Err(e) => {
-            count(counter::LOST_KERNEL_STACK, 1);
-            (-e) as u64
-        }
-    }
+    stackref::keep(&KSTACKS, hash(st, ret as usize / 8), frames, counter::LOST_KERNEL_STACK)
 }
 
 /// The kernel stack of the task running this program. With `task` (the running
@@ -94,7 +70,7 @@ fn keep(h: u64, frames: &KernelStack) -> u64 {
 /// same call site is reused when still in place, and a new one is learned.
 #[inline(always)]
 pub fn of_current<C: EbpfContext>(ctx: &C, task: Option<u64>) -> u64 {
-    let Some(task) = task else { return of_waker(ctx) };
+    let Some(task) = task else { return unwound(ctx) };
     let (Some((st, _, _)), Some(buf)) = (kcache::scratch(), SCRATCH_STACK.get_ptr_mut(0)) else {
         return ENOMEM;
     };
@@ -115,12 +91,13 @@ pub fn of_current<C: EbpfContext>(ctx: &C, task: Option<u64>) -> u64 {
     kstack
 }
 
-/// The kernel stack of a waker (a running task, at `sched_waking`): nothing to
-/// reuse or learn, so it is unwound and hashed by a bounded loop in place, without
-/// the `bpf_loop` callback per frame and the reuse bookkeeping that waits need.
-/// The hash is the one [`hash`] gives, so a stack seen both ways is kept once.
+/// The kernel stack of a task with nothing to reuse or learn (a waker at
+/// `sched_waking`, or a task switching in on the kprobe path): unwound and hashed
+/// in place, without the `bpf_loop` callback per frame and the reuse bookkeeping
+/// that waits need. Its reference is the one [`hash`] gives, so a stack seen both
+/// ways is kept once.
 #[inline(always)]
-fn of_waker<C: EbpfContext>(ctx: &C) -> u64 {
+fn unwound<C: EbpfContext>(ctx: &C) -> u64 {
     let Some(buf) = SCRATCH_STACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
@@ -132,13 +109,6 @@ fn of_waker<C: EbpfContext>(ctx: &C) -> u64 {
     }
     // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
     let frames = unsafe { &*buf };
-    let n = ret as usize / 8;
-    let mut h = SEED ^ n as u64;
-    for (i, &ip) in frames.iter().enumerate() {
-        if i >= n {
-            break;
-        }
-        h = mix(h, ip);
-    }
-    keep(h | STACK_STORED, frames)
+    let key = stackref::hash(frames, ret as usize / 8, SEED);
+    stackref::keep(&KSTACKS, key, frames, counter::LOST_KERNEL_STACK)
 }

@@ -1,6 +1,6 @@
 //! topwaits' eBPF object: one module per hook, plus the maps and the shared
 //! accounting they use. Dependencies run one way: hooks → switch → wake →
-//! threads → task → kstack/ustack/kcache → maps.
+//! threads → task → kstack/ustack/kcache → stackref → maps.
 #![no_std]
 #![no_main]
 // Its build output is shown only when it fails, so warnings must fail it.
@@ -16,6 +16,7 @@ mod sched_process_exec;
 mod sched_switch;
 mod sched_waking;
 mod sched_wakeup_new;
+mod stackref;
 mod switch;
 mod task;
 mod threads;

@@ -3,16 +3,17 @@
 //! never collide and lose one, and entries are allocated as stacks arrive.
 
 use aya_ebpf::{
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    bindings::BPF_F_USER_STACK,
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_kernel, bpf_probe_read_user,
         bpf_task_pt_regs,
     },
     EbpfContext,
 };
-use topwaits_common::{counter, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE, STACK_STORED};
+use topwaits_common::{counter, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE};
 
 use crate::maps::{count, SCRATCH_USTACK, SETTINGS, USTACKS};
+use crate::stackref;
 
 /// Where the user stack pointer sits in `struct pt_regs` (x86-64: `sp`, the 20th
 /// word), and the link register that holds a leaf's caller on arm64 (`regs[30]`).
@@ -66,7 +67,6 @@ fn append_leaf_words(frames: &mut [u64; KSTACK_DEPTH], n: usize) -> usize {
     len
 }
 
-const EEXIST: i32 = 17;
 const EFAULT: i64 = 14;
 const EPERM: i64 = 1;
 const ENOMEM: u64 = 12;
@@ -94,26 +94,7 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
     let frames = unsafe { &mut *buf };
     let n = append_leaf_words(frames, ret as usize / 8);
     // The seed differs from the kernel stacks' so that the two kinds never share a
-    // reference. A bounded loop in place: no call per frame.
-    let mut hash = 0x1319_8a2e_0370_7344 ^ n as u64;
-    for (i, &ip) in frames.iter().enumerate() {
-        if i >= n {
-            break;
-        }
-        let x = (hash ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        hash = x ^ (x >> 29);
-    }
-    let key = hash | STACK_STORED;
-    if USTACKS.get_ptr(&key).is_some() {
-        return key;
-    }
-    match USTACKS.insert(&key, frames, BPF_NOEXIST as u64) {
-        Ok(()) => key,
-        // Stored by another CPU in between.
-        Err(e) if e == -EEXIST => key,
-        Err(e) => {
-            count(counter::LOST_USER_STACK, 1);
-            (-e) as u64
-        }
-    }
+    // reference.
+    let key = stackref::hash(frames, n, 0x1319_8a2e_0370_7344);
+    stackref::keep(&USTACKS, key, frames, counter::LOST_USER_STACK)
 }

@@ -1,0 +1,48 @@
+//! Stack references, shared by kernel and user stacks: a 64-bit hash of a stack's
+//! frames (with `STACK_STORED` set), and keeping the frames in a map under it.
+
+use aya_ebpf::{bindings::BPF_NOEXIST, maps::HashMap};
+use topwaits_common::{KernelStack, STACK_STORED};
+
+use crate::maps::count;
+
+const EEXIST: i32 = 17;
+
+/// Folds one frame into a stack hash.
+#[inline(always)]
+pub fn mix(hash: u64, ip: u64) -> u64 {
+    let h = (hash ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 29)
+}
+
+/// The reference of the first `n` frames, hashed from `seed` by a bounded loop in
+/// place (no call per frame).
+#[inline(always)]
+pub fn hash(frames: &KernelStack, n: usize, seed: u64) -> u64 {
+    let mut h = seed ^ n as u64;
+    for (i, &ip) in frames.iter().enumerate() {
+        if i >= n {
+            break;
+        }
+        h = mix(h, ip);
+    }
+    h | STACK_STORED
+}
+
+/// Keeps `frames` in `map` under reference `key` (unless kept already) and returns
+/// the reference, or the errno of a lost stack, counted in `lost`.
+#[inline(always)]
+pub fn keep(map: &HashMap<u64, KernelStack>, key: u64, frames: &KernelStack, lost: u32) -> u64 {
+    if map.get_ptr(&key).is_some() {
+        return key;
+    }
+    match map.insert(&key, frames, BPF_NOEXIST as u64) {
+        Ok(()) => key,
+        // Stored by another CPU in between.
+        Err(e) if e == -EEXIST => key,
+        Err(e) => {
+            count(lost, 1);
+            (-e) as u64
+        }
+    }
+}

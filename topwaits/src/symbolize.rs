@@ -22,11 +22,11 @@ pub trait Symbolizer {
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame>;
     /// Whether a user address of `tgid` lies in an executable mapping (true when
     /// the mappings are unknown). Asked after [`Symbolizer::user`] for that process.
-    /// With `--leaf-callers`: of the words found at a user stack's stack pointer,
-    /// the one to insert as the leaf's caller, if any checks out (see
-    /// [`crate::unwind::leaf_caller`]).
-    fn leaf_caller(&mut self, _tgid: u32, _frames: &[u64], _words: &[u64]) -> Option<u64> {
-        None
+    /// With `--leaf-callers`: for each of a process's user stacks, given as its
+    /// frames and the words found at its stack pointer, the word to insert as the
+    /// leaf's caller, if one checks out (see [`crate::unwind::leaf_caller`]).
+    fn leaf_callers(&mut self, _tgid: u32, stacks: &[(Vec<u64>, Vec<u64>)]) -> Vec<Option<u64>> {
+        vec![None; stacks.len()]
     }
 
     fn is_code(&self, _tgid: u32, _addr: u64) -> bool {
@@ -185,40 +185,44 @@ impl Symbolizer for BlazeSymbolizer {
         // debug link under /usr/lib/debug) for those addresses alone. On a Python
         // HTTP server this took unresolved user frames from 34% of the off-CPU
         // time to none.
-        let mut stripped: Vec<u64> = code.iter().copied().filter(|a| named.get(a).is_none_or(|f| f.symbol.is_none())).collect();
-        if !stripped.is_empty() {
+        let stripped: Vec<u64> = code.iter().copied().filter(|a| named.get(a).is_none_or(|f| f.symbol.is_none())).collect();
+        // Unresolved code needs the maps, read once here: for the debug-file pass
+        // and for `module+0xoffset`. Kept maps were just refreshed if the process
+        // lives; they are read only for a process never remembered.
+        let read;
+        let maps: Option<&[procfs::Mapping]> = match (stripped.is_empty(), self.maps.get(&tgid)) {
+            (true, _) => None,
+            (false, Some(m)) => Some(m),
+            (false, None) => {
+                read = procfs::maps_of(tgid);
+                Some(&read)
+            }
+        };
+        if let Some(maps) = maps {
             // Only modules without a symbol table of their own: for the others
             // the debug file adds nothing but DWARF to parse (a Rust binary's
             // takes seconds).
-            let maps = self.maps.get(&tgid).cloned().unwrap_or_else(|| procfs::maps_of(tgid));
             let symtab = &mut self.symtab;
-            stripped.retain(|&a| {
-                maps.iter().find(|m| m.start <= a && a < m.end).is_some_and(|m| {
-                    !*symtab.entry(m.path.clone()).or_insert_with(|| crate::sys::elf::has_symtab(&m.path).unwrap_or(true))
+            let debug: Vec<u64> = stripped
+                .iter()
+                .copied()
+                .filter(|&a| {
+                    procfs::mapping_of(maps, a).is_some_and(|m| {
+                        !*symtab.entry(m.path.clone()).or_insert_with(|| crate::sys::elf::has_symtab(&m.path).unwrap_or(true))
+                    })
                 })
-            });
-        }
-        if !stripped.is_empty() {
-            for f in symbolize_each(&self.inner, &source(true), &stripped) {
-                if f.symbol.is_some() {
-                    named.insert(f.addr, f);
+                .collect();
+            if !debug.is_empty() {
+                for f in symbolize_each(&self.inner, &source(true), &debug) {
+                    if f.symbol.is_some() {
+                        named.insert(f.addr, f);
+                    }
                 }
             }
         }
         let mut frames: Vec<Frame> = addrs.iter().map(|&a| named.remove(&a).unwrap_or_else(|| Frame::unknown(a))).collect();
-        if frames.iter().any(|f| f.symbol.is_none()) {
-            // Kept maps were just refreshed if the process lives; read them only
-            // for a process that was never remembered.
-            let read;
-            let maps: &[procfs::Mapping] = match self.maps.get(&tgid) {
-                Some(m) => m,
-                None => {
-                    read = procfs::maps_of(tgid);
-                    &read
-                }
-            };
-            let code = |a: u64| self.regions.get(&tgid).is_none_or(|r| r.is_empty() || unwind::region_of(r, a).is_some_and(|m| m.exec));
-            for f in frames.iter_mut().filter(|f| f.symbol.is_none() && code(f.addr)) {
+        if let Some(maps) = maps {
+            for f in frames.iter_mut().filter(|f| f.symbol.is_none() && self.is_code(tgid, f.addr)) {
                 if let Some((module, off)) = procfs::locate(maps, f.addr) {
                     f.module = Some(module.into());
                     f.offset = Some(off);
@@ -228,11 +232,12 @@ impl Symbolizer for BlazeSymbolizer {
         frames
     }
 
-    fn leaf_caller(&mut self, tgid: u32, frames: &[u64], words: &[u64]) -> Option<u64> {
+    fn leaf_callers(&mut self, tgid: u32, stacks: &[(Vec<u64>, Vec<u64>)]) -> Vec<Option<u64>> {
         let regions = self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
         let mem = crate::sys::memory::ProcessMemory { pid: tgid };
+        // One walker per process: the code pages it reads are read once.
         let mut walker = unwind::Walker::new(regions, &mem, unwind::Arch::native());
-        unwind::leaf_caller(frames, words, |w, pc| walker.calls_leaf(w, pc))
+        stacks.iter().map(|(frames, words)| unwind::leaf_caller(frames, words, |w, pc| walker.calls_leaf(w, pc))).collect()
     }
 
     fn is_code(&self, tgid: u32, addr: u64) -> bool {
@@ -371,19 +376,31 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     }
     // User stacks that carry words from the stack pointer (`--leaf-callers`): the
     // word that checks out as the leaf's caller goes in as frame 1; the rest go.
-    let mut fixed: HashMap<(u32, u64), Vec<u64>> = HashMap::new();
+    // Checked per process, in one batch.
+    // Per process: the stack ids, and each stack's frames and words.
+    let mut split: HashMap<u32, (Vec<u64>, Vec<(Vec<u64>, Vec<u64>)>)> = HashMap::new();
+    let mut seen: std::collections::HashSet<(u32, u64)> = std::collections::HashSet::new();
     for (space, id) in &wanted {
         let (Space::User(t), StackId::Id(n)) = (space, id) else { continue };
         let Some(addrs) = capture.stacks.get(n) else { continue };
-        if fixed.contains_key(&(*t, *n)) || !addrs.iter().any(|a| a & LEAF_WORD != 0) {
+        if !addrs.iter().any(|a| a & LEAF_WORD != 0) || !seen.insert((*t, *n)) {
             continue;
         }
-        let (mut frames, words): (Vec<u64>, Vec<u64>) = addrs.iter().partition(|&&a| a & LEAF_WORD == 0);
+        let (frames, words): (Vec<u64>, Vec<u64>) = addrs.iter().partition(|&&a| a & LEAF_WORD == 0);
         let words: Vec<u64> = words.iter().map(|w| w & !LEAF_WORD).collect();
-        if let Some(caller) = sym.leaf_caller(*t, &frames, &words) {
-            frames.insert(1, caller);
+        let (ids, stacks) = split.entry(*t).or_default();
+        ids.push(*n);
+        stacks.push((frames, words));
+    }
+    let mut fixed: HashMap<(u32, u64), Vec<u64>> = HashMap::new();
+    for (t, (ids, stacks)) in split {
+        let callers = sym.leaf_callers(t, &stacks);
+        for ((n, (mut frames, _)), caller) in ids.into_iter().zip(stacks).zip(callers) {
+            if let Some(caller) = caller {
+                frames.insert(1, caller);
+            }
+            fixed.insert((t, n), frames);
         }
-        fixed.insert((*t, *n), frames);
     }
     let stack_of = |space: &Space, id: &StackId| match (space, id) {
         (Space::User(t), StackId::Id(i)) => fixed.get(&(*t, *i)).or_else(|| capture.stacks.get(i)).map(|v| v.as_slice()),
@@ -520,6 +537,10 @@ pub(crate) mod tests {
         pub names: HashMap<u64, String>,
         pub kernel_calls: usize,
         pub user_calls: usize,
+        /// `leaf_callers` answers with the words it is given that are listed here,
+        /// and counts its batches.
+        pub callers: Vec<u64>,
+        pub leaf_batches: usize,
     }
 
     impl Symbolizer for FakeSymbolizer {
@@ -555,6 +576,27 @@ pub(crate) mod tests {
                     },
                 })
                 .collect()
+        }
+        fn leaf_callers(&mut self, _tgid: u32, stacks: &[(Vec<u64>, Vec<u64>)]) -> Vec<Option<u64>> {
+            self.leaf_batches += 1;
+            stacks.iter().map(|(_, words)| words.iter().copied().find(|w| self.callers.contains(w))).collect()
+        }
+    }
+
+    /// A record of process 10 with one 5 ns wait and these stacks.
+    fn raw(tid: u32, kstack: StackId, ustack: StackId) -> RawRecord {
+        RawRecord {
+            tgid: 10,
+            tid,
+            comm: b"a".to_vec(),
+            kstack,
+            ustack,
+            total_ns: 5,
+            count: 1,
+            max_ns: 5,
+            max_end_mono: 9,
+            wake: None,
+            open: None,
         }
     }
 
@@ -664,32 +706,8 @@ pub(crate) mod tests {
     fn resolves_each_address_once_and_keeps_missing_stacks() {
         let capture = Capture {
             records: vec![
-                RawRecord {
-                    tgid: 10,
-                    tid: 11,
-                    comm: b"a".to_vec(),
-                    kstack: StackId::Id(1),
-                    ustack: StackId::Id(2),
-                    total_ns: 5,
-                    count: 1,
-                    max_ns: 5,
-                    max_end_mono: 9,
-                    wake: None,
-                    open: None,
-                },
-                RawRecord {
-                    tgid: 10,
-                    tid: 12,
-                    comm: b"b".to_vec(),
-                    kstack: StackId::Lost(-12),
-                    ustack: StackId::Id(99),
-                    total_ns: 7,
-                    count: 2,
-                    max_ns: 4,
-                    max_end_mono: 9,
-                    wake: None,
-                    open: None,
-                },
+                raw(11, StackId::Id(1), StackId::Id(2)),
+                RawRecord { comm: b"b".to_vec(), total_ns: 7, count: 2, max_ns: 4, ..raw(12, StackId::Lost(-12), StackId::Id(99)) },
             ],
             stacks: [(1, vec![0x100, 0x200, 0x300]), (2, vec![0x10, 0x20])].into_iter().collect(),
             ..Default::default()
@@ -709,5 +727,28 @@ pub(crate) mod tests {
         assert_eq!(recs[1].kernel, Stack::Missing);
         assert_eq!(recs[1].user, Stack::Missing, "an id absent from the stack map is missing");
         assert_eq!(recs[1].total_ns, 7);
+    }
+
+    /// With `--leaf-callers`, the words after a user stack's frames go; the one
+    /// that checks out becomes frame 1. A process's stacks are checked in one batch.
+    #[test]
+    fn leaf_words_give_way_to_the_checked_caller() {
+        use topwaits_common::LEAF_WORD;
+        let capture = Capture {
+            records: vec![raw(11, StackId::None, StackId::Id(1)), raw(12, StackId::None, StackId::Id(2))],
+            stacks: [
+                (1, vec![0x10, 0x30, 0x77 | LEAF_WORD, 0x21 | LEAF_WORD]),
+                (2, vec![0x10, 0x30, 0x55 | LEAF_WORD]),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        let mut sym = FakeSymbolizer { callers: vec![0x21], ..Default::default() };
+        let recs = resolve(&capture, &mut sym).records;
+        let addrs = |r: &Record| r.user.frames().iter().map(|f| f.addr).collect::<Vec<_>>();
+        assert_eq!(addrs(&recs[0]), [0x10, 0x21, 0x30]);
+        assert_eq!(addrs(&recs[1]), [0x10, 0x30], "no word checked out: the walk as it was");
+        assert_eq!(sym.leaf_batches, 1);
     }
 }

@@ -540,6 +540,10 @@ mod tests {
         assert_eq!(parse(&["--by", "process", "--json"]).unwrap().by, By::Process);
         assert_eq!(parse(&["--by", "comm", "--wakeups"]).unwrap().by, By::Comm);
         assert!(parse(&["--by", "cpu"]).is_err());
+        use clap::ValueEnum as _;
+        for b in By::value_variants() {
+            assert_eq!(b.to_possible_value().map(|v| v.get_name().to_string()).as_deref(), Some(b.name()), "JSON names --by's values as the option does");
+        }
     }
 
     #[test]

@@ -32,6 +32,17 @@ pub enum By {
     Comm,
 }
 
+impl By {
+    /// The option's value, as JSON's `by` field names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            By::Thread => "thread",
+            By::Process => "process",
+            By::Comm => "comm",
+        }
+    }
+}
+
 /// Which attach path to use.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AttachMode {

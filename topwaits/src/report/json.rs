@@ -217,7 +217,7 @@ fn head(report: &Report) -> Value {
         "target": info.target,
         "lost": lost(&report.counters),
         "waker_mode": info.waker,
-        "by": match info.by { By::Thread => "thread", By::Process => "process", By::Comm => "comm" },
+        "by": info.by.name(),
         "counters": {
             "wakeups": report.counters.wakings,
             "switches": report.counters.switches,

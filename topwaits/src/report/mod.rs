@@ -71,14 +71,23 @@ pub fn interrupt_handler(h: &Hop) -> Option<&str> {
         .find(|n| !HELPERS.iter().any(|p| n.trim_start_matches('_').starts_with(p.trim_start_matches('_'))))
 }
 
+/// A thread, process or name with the ids `by` keeps: `comm  pid N  tid M`,
+/// `comm  pid N` or `comm`.
+pub fn named(comm: &str, tgid: u32, tid: u32, by: By) -> String {
+    match by {
+        By::Thread => format!("{comm}  pid {tgid}  tid {tid}"),
+        By::Process => format!("{comm}  pid {tgid}"),
+        By::Comm => comm.to_string(),
+    }
+}
+
 /// Who a record stands for, as the top view heads it: a thread, a process's
 /// threads (`--by process`) or every thread of a name (`--by comm`).
 pub fn who(r: &Record, by: By) -> String {
-    let comm = comm_text(&r.comm);
+    let name = named(&comm_text(&r.comm), r.tgid, r.tid, by);
     match by {
-        By::Thread => format!("{comm}  pid {}  tid {}", r.tgid, r.tid),
-        By::Process => format!("{comm}  pid {}  {}", r.tgid, crate::cli::plural(r.threads as usize, "thread")),
-        By::Comm => format!("{comm}  {}", crate::cli::plural(r.threads as usize, "thread")),
+        By::Thread => name,
+        By::Process | By::Comm => format!("{name}  {}", crate::cli::plural(r.threads as usize, "thread")),
     }
 }
 

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::folded::{clean, MISSING_KERNEL, MISSING_USER};
 use super::json::{lost, stack, VERSION};
-use super::{hop_name, interrupt_handler, take, Format};
+use super::{hop_name, interrupt_handler, named, take, Format};
 use crate::cli::{Output, ValueKind};
 use crate::clock::{hms_millis, rfc3339};
 use crate::reduce::By;
@@ -83,15 +83,6 @@ pub fn rows(records: &[Record], by: By) -> Vec<Row> {
     let mut v: Vec<Row> = rows.into_values().collect();
     v.sort_by(|a, b| b.blocked_ns.cmp(&a.blocked_ns).then(a.target.cmp(&b.target)).then(a.target_tid.cmp(&b.target_tid)));
     v
-}
-
-/// A waker or target with the ids the row keeps.
-fn named(comm: &str, tgid: u32, tid: u32, by: By) -> String {
-    match by {
-        By::Thread => format!("{comm}  pid {tgid}  tid {tid}"),
-        By::Process => format!("{comm}  pid {tgid}"),
-        By::Comm => comm.to_string(),
-    }
 }
 
 /// How the top view names a row's waker.
@@ -172,7 +163,7 @@ fn document(report: &Report, rows: &[Row]) -> Value {
         "duration_s": (info.duration_s() * 1000.0).round() / 1000.0,
         "attach": info.attach.name(),
         "target": info.target,
-        "by": match info.by { By::Thread => "thread", By::Process => "process", By::Comm => "comm" },
+        "by": info.by.name(),
         "lost": lost(&report.counters),
         "records": recs,
     })

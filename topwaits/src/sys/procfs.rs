@@ -100,9 +100,14 @@ pub fn maps_of(pid: u32) -> Vec<Mapping> {
     }
 }
 
+/// The file mapping `addr` lies in.
+pub fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+    maps.iter().find(|m| m.start <= addr && addr < m.end)
+}
+
 /// The module (file name) and file offset of `addr`.
 pub fn locate(maps: &[Mapping], addr: u64) -> Option<(String, u64)> {
-    let m = maps.iter().find(|m| m.start <= addr && addr < m.end)?;
+    let m = mapping_of(maps, addr)?;
     let name = m.path.rsplit('/').next().unwrap_or(&m.path).to_string();
     Some((name, addr - m.start + m.offset))
 }

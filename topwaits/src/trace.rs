@@ -420,16 +420,6 @@ impl OutputFile {
 }
 
 
-/// Human description of a thread selection.
-pub fn describe(threads: &Threads) -> String {
-    let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    match threads {
-        Threads::Pids(v) => format!("PID {}", list(v)),
-        Threads::Tids(v) => format!("TID {}", list(v)),
-        _ => "all threads".to_string(),
-    }
-}
-
 /// The end of a threads window: now, or the deadline set ahead if that has passed
 /// (the kernel stopped recording at it).
 pub fn window_end(now: u64, deadline: Option<u64>) -> u64 {
@@ -450,7 +440,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     if let Some(end) = deadline {
         tracer.end_threads_at(end)?;
     }
-    let target = describe(&config.threads);
+    let target = config.threads.describe();
     match config.duration {
         Some(d) => crate::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),

@@ -386,7 +386,7 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
     }
     crate::trace::check_targets(&config.threads)?;
     let dot = crate::trace::OutputFile::create_opt(config.dot.as_deref())?;
-    let target = crate::trace::describe(&config.threads);
+    let target = config.threads.describe();
     let report = collect(config, target)?;
     for w in &report.warnings {
         crate::stderr::say!("topwaits: warning: {w}");

@@ -256,6 +256,19 @@ pub enum Threads {
 }
 
 impl Threads {
+    /// What the selection traces, for headers and titles: `all threads`,
+    /// `PID 1,2`, `TID 5`, `user threads` or `kernel threads`.
+    pub fn describe(&self) -> String {
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        match self {
+            Threads::All => "all threads".to_string(),
+            Threads::Pids(v) => format!("PID {}", list(v)),
+            Threads::Tids(v) => format!("TID {}", list(v)),
+            Threads::UserOnly => "user threads".to_string(),
+            Threads::KernelOnly => "kernel threads".to_string(),
+        }
+    }
+
     /// The pids or tids of `-p`/`-t`.
     pub fn ids(&self) -> &[u32] {
         match self {
@@ -416,14 +429,7 @@ impl Config {
 
     /// Human description of what is traced, for headers and titles.
     pub fn target(&self) -> String {
-        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-        let mut s = match &self.threads {
-            Threads::All => "all threads".to_string(),
-            Threads::Pids(v) => format!("PID {}", list(v)),
-            Threads::Tids(v) => format!("TID {}", list(v)),
-            Threads::UserOnly => "user threads".to_string(),
-            Threads::KernelOnly => "kernel threads".to_string(),
-        };
+        let mut s = self.threads.describe();
         if self.min_us > 1 || self.max_us != u64::MAX {
             s.push_str(&format!(", waits {}..", self.min_us));
             if self.max_us != u64::MAX {

@@ -8,19 +8,24 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 
+// Each phase keeps its own frame in a release build: the call is no tail call and
+// the bodies differ, so neither tail calls nor identical-code folding merge them.
 #[inline(never)]
 fn tw_phase_one(n: usize) {
     tw_known_short_sleeps(n, Duration::from_millis(50));
+    std::hint::black_box(1u8);
 }
 
 #[inline(never)]
 fn tw_phase_two(n: usize) {
     tw_known_short_sleeps(n, Duration::from_millis(50));
+    std::hint::black_box(2u8);
 }
 
 #[inline(never)]
 fn tw_phase_three(n: usize) {
     tw_known_short_sleeps(n, Duration::from_millis(50));
+    std::hint::black_box(3u8);
 }
 
 fn count_in(doc: &Value, func: &str) -> u64 {

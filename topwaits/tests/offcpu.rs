@@ -431,6 +431,8 @@ fn kernel_stacks_reused_in_place_stay_exact() {
     w.go();
     for &on_pipe in &order {
         nanosleep(Duration::from_millis(3));
+        // Only a read that blocked is a wait: the reader must be asleep first.
+        until_sleeping(w.tid);
         let fd = if on_pipe { pipe[1] } else { sock[1] };
         // SAFETY: writes one byte from a static.
         assert_eq!(unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) }, 1);

@@ -163,6 +163,22 @@ pub fn tid() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
+/// Waits (at most 2 s) until thread `tid` of this process sleeps (state S), so
+/// that what wakes it next really ends a wait.
+pub fn until_sleeping(tid: u32) {
+    let path = format!("/proc/self/task/{tid}/stat");
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        let stat = std::fs::read_to_string(&path).unwrap_or_default();
+        // The state follows the comm, which ends at the last ')'.
+        if stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('S')) {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    panic!("thread {tid} never went to sleep");
+}
+
 pub fn now_wall_ns() -> i128 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i128
 }

@@ -125,6 +125,11 @@ pub struct Settings {
     /// With `--leaf-callers`: how many words at the user stack pointer to append
     /// to each user stack as [`LEAF_WORD`] candidates (0: none).
     pub leaf_words: u32,
+    /// Byte offset of `task_struct.stack`, the base of the task's kernel stack:
+    /// a waker's kernel stack is reused only when the hook runs on it (not on an
+    /// interrupt stack). `u32::MAX` when unknown.
+    pub off_stack: u32,
+    pub _pad: u32,
 }
 
 impl Settings {
@@ -155,6 +160,8 @@ impl Settings {
             off_sum_exec: u32::MAX,
             self_tgid: 0,
             leaf_words: 0,
+            off_stack: u32::MAX,
+            _pad: 0,
         }
     }
 }
@@ -202,6 +209,10 @@ pub const CACHE_SLOTS: usize = 48;
 pub struct StackCache {
     /// The stack's reference in [`names::KSTACKS`].
     pub kstack: u64,
+    /// Where the task entered the hook when the stack was learned
+    /// ([`CacheKey::site`] and [`CacheKey::user_ip`]); 0 in an empty entry.
+    pub site: u64,
+    pub user_ip: u64,
     /// Slots to check.
     pub len: u32,
     /// Bytes above the anchor that hold every slot.
@@ -217,14 +228,16 @@ pub struct StackCache {
     pub owners: [u8; CACHE_SLOTS],
 }
 
-/// Key of a [`StackCache`]: the task and where it entered the kernel.
+/// Where a task entered the hook, which a [`StackCache`] must match to be checked.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheKey {
     /// `task_struct` address.
     pub task: u64,
     /// In a syscall (x86-64): its number with the top bit set. Otherwise the depth
-    /// of the hook's argument array below the top of the kernel stack.
+    /// of the hook's argument array below the top of the kernel stack. Bit 62 is
+    /// set for a waker's stack at `sched_waking`, so that a task's stacks as waker
+    /// and as sleeper in one syscall are kept apart.
     pub site: u64,
     /// In a syscall: the user address it returns to.
     pub user_ip: u64,
@@ -423,8 +436,10 @@ pub mod counter {
     pub const LOST_EVENTS: u32 = 13;
     /// Kernel stacks of waits reused in place instead of unwound (see [`StackCache`]).
     pub const KSTACK_REUSED: u32 = 14;
-    /// Number of counters.
-    pub const COUNT: u32 = 15;
+    /// Kernel stacks of wakers reused in place instead of unwound.
+    pub const WAKER_KSTACK_REUSED: u32 = 15;
+    /// Number of counters (the size of the COUNTERS map).
+    pub const COUNT: u32 = 16;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -436,6 +451,9 @@ pub mod names {
     pub const LEARNERS: &str = "LEARNERS";
     pub const PROG_LEARN_BTF: &str = "learn_stack_btf";
     pub const PROG_LEARN_RAW: &str = "learn_stack_raw";
+    pub const WAKE_LEARNERS: &str = "WAKE_LEARNERS";
+    pub const PROG_LEARN_WAKER_BTF: &str = "learn_waker_btf";
+    pub const PROG_LEARN_WAKER_RAW: &str = "learn_waker_raw";
     pub const STARTS: &str = "STARTS";
     pub const WAITS: &str = "WAITS";
     pub const PIDS: &str = "PIDS";
@@ -468,11 +486,9 @@ pub mod limits {
     pub const DEFAULT_STACK_STORAGE: u32 = 16384;
     /// Default `--max-entries` of the aggregate map.
     pub const DEFAULT_MAX_ENTRIES: u32 = 32768;
-    /// Capacity of the kernel-stack reuse cache (an LRU map, one entry per task
-    /// and call site, preallocated as LRU maps must be: 424 bytes each). A miss
-    /// costs one unwind, never a wrong stack; 4,096 keeps the maps at 2x
-    /// offcputime's memory.
-    pub const KCACHE_ENTRIES: u32 = 4096;
+    /// Kernel stacks kept for reuse per task (each with its call site), newest
+    /// first: a task that blocks at more sites than this unwinds again.
+    pub const CACHED_PER_TASK: usize = 3;
     /// Capacity of the per-task start map.
     pub const START_ENTRIES: u32 = 65536;
     /// Capacity of the pid/tid filter map.
@@ -506,11 +522,11 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 22);
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 24);
         assert_eq!(size_of::<ProcEvent>(), 8);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);
-        assert_eq!(size_of::<StackCache>(), 8 * 3 + 3 * CACHE_SLOTS);
+        assert_eq!(size_of::<StackCache>(), 8 * 5 + 3 * CACHE_SLOTS);
         assert_eq!(size_of::<CacheKey>(), 8 * 3);
         assert_eq!(size_of::<SwitchOut>(), 8 * 3 + 4 * 4 + TASK_COMM_LEN);
         assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);

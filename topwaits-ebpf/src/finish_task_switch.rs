@@ -3,11 +3,11 @@
 //! (as bcc offcputime does) and the outgoing task's fields come from BTF offsets.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel_buf},
+    helpers::{bpf_get_current_task, bpf_ktime_get_ns},
     macros::kprobe,
     programs::ProbeContext,
 };
-use topwaits_common::{counter, TASK_COMM_LEN};
+use topwaits_common::counter;
 
 use crate::{
     maps::{count, task_u32, SETTINGS},
@@ -23,19 +23,12 @@ pub fn finish_task_switch_kprobe(ctx: ProbeContext) -> u32 {
     let current = unsafe { bpf_get_current_task() };
     if let Some(prev) = ctx.arg::<u64>(0) {
         let s = SETTINGS.load();
-        let mut comm = [0u8; TASK_COMM_LEN];
-        if s.off_comm != u32::MAX {
-            // SAFETY: bpf_probe_read_kernel_buf checks the address.
-            let _ = unsafe {
-                bpf_probe_read_kernel_buf((prev + s.off_comm as u64) as *const u8, &mut comm)
-            };
-        }
         let out = Outgoing {
             task: prev,
             tgid: task_u32(prev, s.off_tgid).unwrap_or(0),
             tid: task_u32(prev, s.off_pid).unwrap_or(0),
             state: task_u32(prev, s.off_state).unwrap_or(0),
-            comm,
+            current: false,
         };
         switch_out(&ctx, &out, now, false);
     }

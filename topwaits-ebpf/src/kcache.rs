@@ -1,17 +1,18 @@
 //! Reuse of a task's kernel stack without another unwind while it is still in
 //! place on the task's kernel stack: where each frame's return address lies is
 //! learned once per task and call site, then checked with one bulk read (see
-//! `topwaits_common::StackCache` for why the check is exact).
+//! `topwaits_common::StackCache` for why the check is exact). Each task keeps its
+//! last few stacks in its own entry, freed when the task exits.
 
 use aya_ebpf::{
     helpers::{bpf_loop, generated::bpf_probe_read_kernel},
     macros::map,
-    maps::{LruHashMap, PerCpuArray},
+    maps::{HashMap, PerCpuArray, ProgramArray},
     EbpfContext,
 };
-use topwaits_common::{limits, CacheKey, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED};
+use topwaits_common::{limits, limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED};
 
-use crate::maps::{KSTACKS, SCRATCH_STACK};
+use crate::maps::{GROWS, KSTACKS, SCRATCH_STACK};
 
 /// Kernel stacks are this large and aligned to it (x86-64 and arm64 without
 /// KASAN). With larger stacks the top is misplaced, slots are not all found, and
@@ -31,6 +32,28 @@ const ENTRY_SLOT_FROM_TOP: u64 = PT_REGS + 8;
 const ORIG_AX_FROM_TOP: u64 = PT_REGS - 120;
 /// Top bit of [`CacheKey::site`] for a syscall.
 const IN_SYSCALL: u64 = 1 << 63;
+
+/// The hook a stack is taken at. Frames 0 and 1 (below the anchor) are fixed
+/// per hook, and the two hooks' stacks of one task and call site differ, so each
+/// has its own cache entries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// `sched_switch`, as the task leaving the CPU.
+    Switch,
+    /// `sched_waking`, as the waker.
+    Waking,
+}
+
+impl Hook {
+    /// The bit of [`CacheKey::site`] that tells the hooks apart.
+    #[inline(always)]
+    fn bit(self) -> u64 {
+        match self {
+            Hook::Switch => 0,
+            Hook::Waking => 1 << 62,
+        }
+    }
+}
 
 /// Per-CPU state of one stack capture, shared with the `bpf_loop` callbacks.
 #[repr(C)]
@@ -61,8 +84,8 @@ pub struct Scan {
     want: [u64; 64],
     /// A cache entry being learned or refined.
     fresh: StackCache,
-    /// A new cache value: the entry learned, and an empty one.
-    pair: [StackCache; 2],
+    /// A new cache value: the entry learned, then empty ones.
+    fresh_set: [StackCache; CACHED_PER_TASK],
     /// The site [`find`] looked up, and the top of the kernel stack.
     key: CacheKey,
     top: u64,
@@ -89,14 +112,21 @@ pub fn defer(st: *mut Scan, base: u64, n: usize, kstack: u64) {
 
 /// Whether a stack waits for the learner.
 #[inline(always)]
-pub fn pending() -> bool {
+fn pending() -> bool {
     // SAFETY: per-CPU scratch, used by this program run alone.
     SCRATCH_SCAN.get_ptr(0).is_some_and(|st| unsafe { (*st).pending != 0 })
 }
 
-/// Drops a waiting stack (the learner is not loaded yet).
+/// Ends a hook: tail-calls its learner (slot 0 of `learners`) when a stack waits
+/// for it. The call does not return when it succeeds; while no learner is loaded
+/// it fails, and the stack is dropped.
 #[inline(always)]
-pub fn forget() {
+pub fn hand_to_learner<C: EbpfContext>(ctx: &C, learners: &ProgramArray) {
+    if !pending() {
+        return;
+    }
+    // SAFETY: the learner programs take the same context as the hook.
+    unsafe { learners.tail_call(ctx, 0) };
     if let Some(st) = SCRATCH_SCAN.get_ptr_mut(0) {
         // SAFETY: per-CPU scratch, used by this program run alone.
         unsafe { (*st).pending = 0 };
@@ -127,11 +157,21 @@ static SCRATCH_SCAN: PerCpuArray<Scan> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "SCRATCH_REGION")]
 static SCRATCH_REGION: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
-/// Where each task's kernel stacks lay, per call site (see `StackCache`): the two
-/// stacks last learned there, newest first, as one call site often alternates
-/// between two (a read that blocks, and one preempted on its way out).
+/// Where each task's kernel stacks lay (see `StackCache`), keyed by `task_struct`
+/// address: the stacks last learned, newest first, each with its call site (one
+/// site often alternates between two stacks: a read that blocks, and one
+/// preempted on its way out). Per task rather than an LRU of task and site: an LRU
+/// that all tasks share is preallocated, and once more tasks block than it holds,
+/// every switch evicts, unwinds and learns again (10,000 sleeping threads cost 4x
+/// the per-switch time of 10). Entries follow the tasks, like `STARTS`.
 #[map(name = "KCACHE")]
-static KCACHE: LruHashMap<CacheKey, [StackCache; 2]> = LruHashMap::with_max_entries(limits::KCACHE_ENTRIES, 0);
+static KCACHE: HashMap<u64, [StackCache; CACHED_PER_TASK]> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
+
+/// Frees a task's entry at its last switch.
+#[inline(always)]
+pub fn drop_task(task: u64) {
+    let _ = KCACHE.remove(&task);
+}
 
 /// The per-CPU scratch of the callbacks. `Scan` stays a raw pointer (never `&mut`)
 /// wherever `bpf_loop` runs: the callbacks write it, and a unique reference would
@@ -417,17 +457,28 @@ pub fn anchor<C: EbpfContext>(st: *mut Scan, ctx: &C) -> u64 {
 /// return address, which do not change with the random offset that syscall entry
 /// applies to the stack; otherwise the depth of the anchor.
 #[inline(always)]
-fn site(task: u64, base: u64, top: u64) -> CacheKey {
+fn site(task: u64, base: u64, top: u64, hook: Hook) -> CacheKey {
     if cfg!(bpf_target_arch = "x86_64") {
         if let (Some(nr), Some(ip)) = (read_word(top - ORIG_AX_FROM_TOP), read_word(top - ORIG_AX_FROM_TOP + 8)) {
             // Kernel threads have zeroed registers; interrupts and exceptions
             // store -1 as the syscall number.
             if ip != 0 && nr != u64::MAX {
-                return CacheKey { task, site: nr | IN_SYSCALL, user_ip: ip };
+                return CacheKey { task, site: (nr & 0xffff) | IN_SYSCALL | hook.bit(), user_ip: ip };
             }
         }
     }
-    CacheKey { task, site: top - base, user_ip: 0 }
+    CacheKey { task, site: (top - base) | hook.bit(), user_ip: 0 }
+}
+
+/// Whether `base` (the anchor) lies on `task`'s own kernel stack, as it does at
+/// `sched_switch`. A wakeup from an interrupt runs on the interrupt stack, which
+/// the unwind leaves for the task's: such a stack is neither reused nor learned.
+#[inline(always)]
+pub fn on_task_stack(task: u64, base: u64, off_stack: u32) -> bool {
+    if off_stack == u32::MAX {
+        return false;
+    }
+    read_word(task + off_stack as u64) == Some(base & !(THREAD_SIZE - 1))
 }
 
 /// Finds the running task's cache entry for where it entered the hook (`base`,
@@ -435,31 +486,34 @@ fn site(task: u64, base: u64, top: u64) -> CacheKey {
 /// Leaves the site in the scratch for [`remember`]. `task` 0 (not at the
 /// tracepoint) finds nothing.
 #[inline(always)]
-pub fn find(st: *mut Scan, base: u64, task: u64) -> u64 {
+pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
     if task == 0 {
         return 0;
     }
     let top = (base | (THREAD_SIZE - 1)) + 1;
-    let key = site(task, base, top);
+    let key = site(task, base, top, hook);
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         (*st).top = top;
         (*st).key = key;
     }
-    let Some(e) = KCACHE.get_ptr(&key) else { return 0 };
-    // SAFETY: a pointer from a map lookup; only this task's switches use its key.
+    let Some(e) = KCACHE.get_ptr(&task) else { return 0 };
+    // SAFETY: a pointer from a map lookup; only this task's hooks use its entry,
+    // and they do not run on two CPUs at once.
     for c in unsafe { &*e } {
-        let k = reuse(st, base, top, c);
-        if k != 0 {
-            return k;
+        if c.site == key.site && c.user_ip == key.user_ip {
+            let k = reuse(st, base, top, c);
+            if k != 0 {
+                return k;
+            }
         }
     }
     0
 }
 
 /// Remembers where the `n` frames of the stack just unwound (`frames`, stored as
-/// `kstack`) lie: refines the entry that holds the same stack, or learns it anew
-/// as the newest of the site's two.
+/// `kstack`) lie: refines the entry that holds the same stack at the same site, or
+/// learns it anew, in that entry's place or as the task's newest.
 ///
 /// A BPF subprogram, not inlined: its many exits then end in one verifier state
 /// at the return, instead of each multiplying the paths through the caller.
@@ -469,31 +523,45 @@ pub fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack
     // (an entry's key names one task, which runs on one CPU at a time).
     unsafe {
         let top = (*st).top;
-        let entry = KCACHE.get_ptr_mut(&(*st).key);
+        let key = (*st).key;
+        let entry = KCACHE.get_ptr_mut(&key.task);
+        // The entry that held this stack at this site, if any.
+        let mut same = CACHED_PER_TASK;
         if let Some(e) = entry {
-            let e = &mut *e;
-            // The same stack, with stale copies changed: keep the slots that held.
-            // (One call for either way keeps the program, and its verification, small.)
-            let w = usize::from(e[0].kstack != kstack);
-            let c = &mut e[w & 1];
-            if c.kstack == kstack && entry_in_place(top, c, frames) && refine(st, base, c) {
-                return;
+            for (i, c) in (*e).iter().enumerate() {
+                if c.kstack == kstack && c.site == key.site && c.user_ip == key.user_ip {
+                    same = i;
+                    break;
+                }
+            }
+            if same < CACHED_PER_TASK {
+                // The same stack, with stale copies changed: keep the slots that held.
+                // (One call, wherever the entry is, keeps the program and its
+                // verification small.)
+                let c = &mut (*e)[same];
+                if entry_in_place(top, c, frames) && refine(st, base, c) {
+                    return;
+                }
             }
         }
         if !learn(st, base, top, n, kstack) {
             return;
         }
-        // Copies in place: a 336-byte value would not fit on the BPF stack.
-        use core::ptr::{copy_nonoverlapping, write_bytes};
+        (*st).fresh.site = key.site;
+        (*st).fresh.user_ip = key.user_ip;
+        // Copies in place: the values would not fit on the BPF stack.
+        use core::ptr::{copy, copy_nonoverlapping, write_bytes};
         match entry {
+            // Relearned in place, or the newest, dropping the oldest.
+            Some(e) if same < CACHED_PER_TASK => copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[same], 1),
             Some(e) => {
-                copy_nonoverlapping(&raw const (*e)[0], &raw mut (*e)[1], 1);
+                copy(&raw const (*e)[0], &raw mut (*e)[1], CACHED_PER_TASK - 1);
                 copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[0], 1);
             }
             None => {
-                copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*st).pair[0], 1);
-                write_bytes(&raw mut (*st).pair[1], 0, 1);
-                let _ = KCACHE.insert(&(*st).key, &(*st).pair, 0);
+                copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*st).fresh_set[0], 1);
+                write_bytes(&raw mut (*st).fresh_set[1], 0, CACHED_PER_TASK - 1);
+                let _ = KCACHE.insert(&key.task, &(*st).fresh_set, 0);
             }
         }
     }

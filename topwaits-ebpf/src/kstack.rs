@@ -8,8 +8,8 @@ use aya_ebpf::{
 };
 use topwaits_common::{counter, KernelStack, CACHE_SLOTS, KSTACK_DEPTH, STACK_STORED};
 
-use crate::kcache::{self, Scan, FIRST};
-use crate::maps::{count, KSTACKS, SCRATCH_STACK};
+use crate::kcache::{self, Hook, Scan, FIRST};
+use crate::maps::{count, KSTACKS, SCRATCH_STACK, SETTINGS};
 use crate::stackref;
 
 const ENODATA: u64 = 61;
@@ -65,19 +65,22 @@ fn store(st: *mut Scan, frames: &KernelStack, ret: i64) -> u64 {
     stackref::keep(&KSTACKS, hash(st, ret as usize / 8), frames, counter::LOST_KERNEL_STACK)
 }
 
-/// The kernel stack of the task running this program. With `task` (the running
-/// task, when the program runs at the tracepoint), a stack the task had at the
-/// same call site is reused when still in place, and a new one is learned.
+/// The kernel stack of the task running this program. With `at` (the running
+/// task and the tracepoint the program runs at), a stack the task had at the same
+/// call site is reused when still in place, and a new one is learned.
 #[inline(always)]
-pub fn of_current<C: EbpfContext>(ctx: &C, task: Option<u64>) -> u64 {
-    let Some(task) = task else { return unwound(ctx) };
+pub fn of_current<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> u64 {
+    let Some((task, hook)) = at else { return unwound(ctx) };
     let (Some((st, _, _)), Some(buf)) = (kcache::scratch(), SCRATCH_STACK.get_ptr_mut(0)) else {
         return ENOMEM;
     };
     let base = kcache::anchor(st, ctx);
-    let hit = kcache::find(st, base, task);
+    if hook == Hook::Waking && !kcache::on_task_stack(task, base, SETTINGS.load().off_stack) {
+        return unwound(ctx);
+    }
+    let hit = kcache::find(st, base, task, hook);
     if hit != 0 {
-        count(counter::KSTACK_REUSED, 1);
+        count(if hook == Hook::Waking { counter::WAKER_KSTACK_REUSED } else { counter::KSTACK_REUSED }, 1);
         return hit;
     }
     // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
@@ -91,8 +94,8 @@ pub fn of_current<C: EbpfContext>(ctx: &C, task: Option<u64>) -> u64 {
     kstack
 }
 
-/// The kernel stack of a task with nothing to reuse or learn (a waker at
-/// `sched_waking`, or a task switching in on the kprobe path): unwound and hashed
+/// The kernel stack of a task with nothing to reuse or learn (a waker in an
+/// interrupt, or a task switching in on the kprobe path): unwound and hashed
 /// in place, without the `bpf_loop` callback per frame and the reuse bookkeeping
 /// that waits need. Its reference is the one [`hash`] gives, so a stack seen both
 /// ways is kept once.

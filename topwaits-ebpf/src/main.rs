@@ -11,6 +11,7 @@ mod futex;
 mod kcache;
 mod kstack;
 mod learn_stack;
+mod learn_waker_stack;
 mod maps;
 mod sched_process_exec;
 mod sched_switch;

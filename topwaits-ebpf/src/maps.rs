@@ -15,7 +15,7 @@ pub static SETTINGS: Global<Settings> = Global::new(Settings::defaults());
 /// No preallocation: the hash maps below hold one entry per stack, traced task
 /// or record, created once and then updated in place (never deleted and reinserted
 /// on the hot path), so memory follows what is traced rather than the limits.
-const GROWS: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
+pub const GROWS: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
 
 /// User stacks of waits and wakers by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated, like `KSTACKS`.
@@ -44,9 +44,18 @@ pub static WAITS: HashMap<WaitKey, WaitVal> = HashMap::with_max_entries(limits::
 #[map(name = "LEARNERS")]
 pub static LEARNERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
-/// The pids or tids of `-p`/`-t`.
+/// Slot 0: the learner of wakers' stacks (`learn_waker_stack`), for the
+/// `sched_waking` hook. A separate array: a tracing program may tail-call only
+/// programs attached to a function of the same prototype.
+#[map(name = "WAKE_LEARNERS")]
+pub static WAKE_LEARNERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// The pids or tids of `-p`/`-t`, as a bitmap: bit `id % 64` of word `id / 64`,
+/// sized by user space to the largest id. The verifier inlines an array lookup, so
+/// the test costs a few instructions where a hash lookup cost a hash and a
+/// bucket walk: every switch on the machine pays it.
 #[map(name = "PIDS")]
-pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(limits::MAX_FILTER_IDS, 0);
+pub static PIDS: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Slot 0: when the trace ends (CLOCK_MONOTONIC ns; 0 while open-ended). From then
 /// on the threads hooks record nothing more, so that every thread's open state
@@ -110,7 +119,7 @@ pub static SCRATCH_KEY: PerCpuArray<WakeKey> = PerCpuArray::with_max_entries(1, 
 
 /// Per-CPU event and loss counters, indexed by `topwaits_common::counter`.
 #[map(name = "COUNTERS")]
-pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(16, 0);
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
 /// Adds `n` to one per-CPU counter.
 #[inline(always)]
@@ -162,8 +171,7 @@ pub fn thread_wanted(tgid: u32, tid: u32) -> bool {
         topwaits_common::thread_filter::TID => tid,
         _ => return true,
     };
-    // SAFETY: the value is a plain u8 that is only tested for presence.
-    unsafe { PIDS.get(&id) }.is_some()
+    PIDS.get(id / 64).is_some_and(|w| w & (1 << (id % 64)) != 0)
 }
 
 /// Reads a `u64` field of a `task_struct` at a byte offset found in BTF.

@@ -2,7 +2,7 @@
 //! It runs as the outgoing task, so that task's stacks are taken here.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{btf_tracepoint, raw_tracepoint},
     programs::{tracing::StackIdContext, BtfTracePointContext, RawTracePointContext},
 };
@@ -28,7 +28,7 @@ fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, p
         tid: pid_tgid as u32,
         // A preempted task stays runnable whatever its __state said.
         state: if preempt & 0xff != 0 { 0 } else { prev_state as u32 },
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        current: true,
     };
     if crate::maps::SETTINGS.load().threads != 0 {
         crate::threads::on_switch(&out, next, now);
@@ -36,12 +36,7 @@ fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, p
     }
     switch_out(ctx, &out, now, true);
     switch_in(ctx, next, now, false);
-    if crate::kcache::pending() {
-        // SAFETY: the learner programs take the same context as this one. The call
-        // does not return when it succeeds; it fails while no learner is loaded.
-        unsafe { crate::maps::LEARNERS.tail_call(ctx, 0) };
-        crate::kcache::forget();
-    }
+    crate::kcache::hand_to_learner(ctx, &crate::maps::LEARNERS);
 }
 
 #[btf_tracepoint(function = "sched_switch")]

@@ -9,6 +9,7 @@ use topwaits_common::{
 };
 
 use crate::maps::{count, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STARTS, WAITS};
+use crate::kcache::Hook;
 use crate::task::{capture_stacks, Outgoing};
 use crate::wake;
 
@@ -56,13 +57,14 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
         // Its last switch: free the slots instead of starting a wait that never ends.
         let _ = STARTS.remove(&out.task);
         let _ = LAST_WAKE.remove(&out.task);
+        crate::kcache::drop_task(out.task);
         return;
     }
     if !wanted(out) {
         return;
     }
     let (kstack, ustack) = if in_own_context {
-        capture_stacks(ctx, Some(out.task))
+        capture_stacks(ctx, Some((out.task, Hook::Switch)))
     } else {
         (STACK_NONE, STACK_NONE)
     };
@@ -74,7 +76,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
         ustack,
         state: out.state,
         _pad: 0,
-        comm: out.comm,
+        comm: out.comm(),
     };
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
         // SAFETY: a pointer from a map lookup; only this task's switches touch it.

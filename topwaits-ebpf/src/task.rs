@@ -2,10 +2,14 @@
 //! (`switch`, `wake`, `threads`): the outgoing task as a hook saw it, and the capture
 //! of the current task's stacks.
 
-use aya_ebpf::EbpfContext;
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_probe_read_kernel_buf},
+    EbpfContext,
+};
 use topwaits_common::{CAPTURE_KERNEL, CAPTURE_USER, STACK_NONE, TASK_COMM_LEN};
 
 use crate::maps::SETTINGS;
+use crate::kcache::Hook;
 use crate::{kstack, ustack};
 
 /// The task leaving the CPU, as the hook saw it.
@@ -16,7 +20,32 @@ pub struct Outgoing {
     pub tid: u32,
     /// State at switch-out, with preemption folded to 0 (runnable).
     pub state: u32,
-    pub comm: [u8; TASK_COMM_LEN],
+    /// Whether the hook runs as this task (at the tracepoint).
+    pub current: bool,
+}
+
+impl Outgoing {
+    /// The task's name, read only once the filters have let the task through.
+    #[inline(always)]
+    pub fn comm(&self) -> [u8; TASK_COMM_LEN] {
+        if self.current {
+            bpf_get_current_comm().unwrap_or([0; TASK_COMM_LEN])
+        } else {
+            comm_of(self.task)
+        }
+    }
+}
+
+/// The name of a task that is not the current one, from its BTF offset.
+#[inline(always)]
+pub fn comm_of(task: u64) -> [u8; TASK_COMM_LEN] {
+    let mut comm = [0u8; TASK_COMM_LEN];
+    let off = SETTINGS.load().off_comm;
+    if off != u32::MAX {
+        // SAFETY: bpf_probe_read_kernel_buf checks the address.
+        let _ = unsafe { bpf_probe_read_kernel_buf((task + off as u64) as *const u8, &mut comm) };
+    }
+    comm
 }
 
 /// The current task's user stack reference, if the settings ask for it.
@@ -29,13 +58,13 @@ fn user_stack<C: EbpfContext>(ctx: &C) -> u64 {
 }
 
 /// Takes the current task's stacks as references in `KSTACKS` and `USTACKS`, as
-/// the settings ask, counting failures. `task` (the current task, when the hook
-/// runs at `sched_switch`) lets a kernel stack still in place be reused; wakers
-/// pass none.
+/// the settings ask, counting failures. `at` (the current task and the
+/// tracepoint the hook runs at) lets a kernel stack still in place be reused;
+/// hooks that do not run at the tracepoint pass none.
 #[inline(always)]
-pub fn capture_stacks<C: EbpfContext>(ctx: &C, task: Option<u64>) -> (u64, u64) {
+pub fn capture_stacks<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> (u64, u64) {
     let kstack = if SETTINGS.load().stacks & CAPTURE_KERNEL != 0 {
-        kstack::of_current(ctx, task)
+        kstack::of_current(ctx, at)
     } else {
         STACK_NONE
     };

@@ -3,12 +3,12 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel_buf},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
 };
 use topwaits_common::{counter, thread_state, DepKey, ThreadStats, TASK_COMM_LEN, TASK_DEAD, THREAD_EXITED, THREAD_STARTED};
 
 use crate::maps::{count, ended, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING, SETTINGS, THREADS};
-use crate::task::Outgoing;
+use crate::task::{comm_of, Outgoing};
 
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
 const TASK_NOLOAD: u32 = 0x400;
@@ -20,17 +20,6 @@ fn traced_ids(task: u64) -> Option<(u32, u32)> {
     let s = SETTINGS.load();
     let (tgid, tid) = (task_u32(task, s.off_tgid)?, task_u32(task, s.off_pid)?);
     (tid != 0 && thread_wanted(tgid, tid)).then_some((tgid, tid))
-}
-
-#[inline(always)]
-fn comm_of(task: u64) -> [u8; TASK_COMM_LEN] {
-    let mut comm = [0u8; TASK_COMM_LEN];
-    let off = SETTINGS.load().off_comm;
-    if off != u32::MAX {
-        // SAFETY: bpf_probe_read_kernel_buf checks the address.
-        let _ = unsafe { bpf_probe_read_kernel_buf((task + off as u64) as *const u8, &mut comm) };
-    }
-    comm
 }
 
 /// The stats slot of a thread, created on first sight.
@@ -91,7 +80,8 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
         return;
     }
     if out.tid != 0 && thread_wanted(out.tgid, out.tid) {
-        if let Some(p) = slot(out.tgid, out.tid, &out.comm, now, 0) {
+        let comm = out.comm();
+        if let Some(p) = slot(out.tgid, out.tid, &comm, now, 0) {
             // SAFETY: a pointer from a map lookup; only this thread's events touch it.
             let t = unsafe { &mut *p };
             if t.state == thread_state::RUNNING && t.exec_mark != 0 {
@@ -100,7 +90,7 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
                 }
             }
             close(t, now);
-            t.comm = out.comm;
+            t.comm = comm;
             sched_params(t, out.task);
             t.state = if out.state & TASK_DEAD != 0 {
                 t.flags |= THREAD_EXITED;

@@ -9,6 +9,7 @@ use aya_ebpf::{
 use topwaits_common::{counter, wake_kind, Hop, WaitKey, WakeVal, MAX_CHAIN};
 
 use crate::maps::{count, upsert, LAST_WAKE, SCRATCH_CHAIN, SCRATCH_KEY, SETTINGS, STARTS, WAKE_WAITS};
+use crate::kcache::Hook;
 use crate::task::capture_stacks;
 
 /// At `sched_waking(p)`: stores, against `p`, the waker as hop 0 followed by the
@@ -38,7 +39,9 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
     // SAFETY: helper calls without preconditions.
     c.ts = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
-    let (kstack, ustack) = capture_stacks(ctx, None);
+    // SAFETY: a helper call without preconditions.
+    let me = unsafe { bpf_get_current_task() };
+    let (kstack, ustack) = capture_stacks(ctx, Some((me, Hook::Waking)));
     c.hops[0] = Hop {
         tgid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
@@ -47,8 +50,6 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
     let mut len = 1u32;
-    // SAFETY: a helper call without preconditions.
-    let me = unsafe { bpf_get_current_task() };
     let prev = if s.chain > 1 { LAST_WAKE.get_ptr(&me) } else { None };
     for i in 1..MAX_CHAIN {
         c.hops[i] = Hop::default();

@@ -154,6 +154,8 @@ pub struct Counters {
     pub wake_full: u64,
     /// Kernel stacks of waits reused in place rather than unwound.
     pub kstacks_reused: u64,
+    /// Kernel stacks of wakers reused in place rather than unwound.
+    pub waker_kstacks_reused: u64,
     /// Unique user stacks cut at their first address outside executable code (set
     /// by symbolization, per report; not a kernel counter).
     pub user_stacks_cut: u64,
@@ -177,6 +179,7 @@ impl Counters {
             wakings: at(c::WAKINGS),
             wake_full: at(c::LOST_WAKE_FULL),
             kstacks_reused: at(c::KSTACK_REUSED),
+            waker_kstacks_reused: at(c::WAKER_KSTACK_REUSED),
             user_stacks_cut: 0,
         }
     }
@@ -196,6 +199,7 @@ impl Counters {
             wakings: self.wakings.saturating_sub(earlier.wakings),
             wake_full: self.wake_full.saturating_sub(earlier.wake_full),
             kstacks_reused: self.kstacks_reused.saturating_sub(earlier.kstacks_reused),
+            waker_kstacks_reused: self.waker_kstacks_reused.saturating_sub(earlier.waker_kstacks_reused),
             user_stacks_cut: self.user_stacks_cut,
         }
     }

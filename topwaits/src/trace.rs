@@ -272,6 +272,9 @@ pub fn run(config: &Config) -> Result<()> {
         log::warn!("kernel stacks will not be reused: {e:#}");
     }
     let mut symbolizer = BlazeSymbolizer::default();
+    if config.stacks != crate::cli::Stacks::UserOnly {
+        symbolizer.warm_kernel();
+    }
     let mut events = tracer.take_events()?;
     let status = Status::new(config.duration);
     let t0 = std::time::Instant::now();

@@ -195,6 +195,88 @@ fn interrupt_wakers_are_one_record_per_handler_path() {
     assert!(irq.len() <= 4, "{} interrupt records for one timer path: {doc:#}", irq.len());
 }
 
+/// Writes one byte to `fd` from one user call site, whichever file it is: only
+/// the kernel stack tells a pipe wakeup from a socket wakeup. (Its body differs
+/// from `tw_producer_write`'s, so that a release build does not merge the two.)
+#[inline(never)]
+fn tw_waker_write(fd: i32) {
+    write_byte(std::hint::black_box(fd));
+    std::hint::black_box(fd);
+}
+
+/// Wakes a reader in pairs of writes, pipe then socket, from one call site: the
+/// second wakeup of a pair can reuse the first one's kernel stack in place, and the
+/// first of the next pair must not. Every waker stack must match the wait it ended.
+fn check_waker_stack_reuse(attach: &[&str]) {
+    const PAIRS: usize = 16;
+    let (pr, pw) = pipe();
+    let mut sock = [0i32; 2];
+    // SAFETY: a plain syscall filling a local array.
+    assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sock.as_mut_ptr()) }, 0);
+    let order: Vec<bool> = (0..PAIRS * 2).map(|i| (i / 2) % 2 == 0).collect();
+    let reads = order.clone();
+    let reader = Workload::spawn("tw-woken", move || {
+        for on_pipe in reads {
+            assert!(read_byte(if on_pipe { pr } else { sock[0] }));
+        }
+    });
+    let tid = reader.tid.to_string();
+    let mut args = vec!["--json", "-w", "--state", "1", "-t", &tid];
+    args.extend_from_slice(attach);
+    args.push("3");
+    let tracer = Tracer::start(&args);
+    let rt = reader.tid;
+    let writer = Workload::spawn("tw-waker", move || {
+        for on_pipe in order {
+            nanosleep(Duration::from_millis(3));
+            // Only a read that blocked is woken: the reader must be asleep in it.
+            until_reading(rt);
+            tw_waker_write(if on_pipe { pw } else { sock[1] });
+        }
+    });
+    let wtid = writer.tid as u64;
+    reader.go();
+    writer.go();
+    writer.join();
+    reader.join();
+    let doc = json(&tracer.finish());
+    let (mut on_pipe, mut on_sock) = (0, 0);
+    for r in doc["records"].as_array().unwrap() {
+        let target = stack_names(&r["kernel_stack"]);
+        if !target.iter().any(|f| f == "ksys_read") || r["waker"]["tid"].as_u64() != Some(wtid) {
+            continue;
+        }
+        let waker = stack_names(&r["waker"]["kernel_stack"]);
+        let pipe_wait = target.iter().any(|f| f.contains("pipe_read"));
+        let pipe_waker = waker.iter().any(|f| f.contains("pipe_write"));
+        let sock_waker = waker.iter().any(|f| f.contains("unix_stream_sendmsg"));
+        assert!(pipe_waker != sock_waker, "one of the two sites: {waker:?}");
+        assert_eq!(pipe_wait, pipe_waker, "a {} wait woken by {waker:?}", if pipe_wait { "pipe" } else { "socket" });
+        let n = r["count"].as_u64().unwrap();
+        if pipe_wait { on_pipe += n } else { on_sock += n }
+    }
+    assert_eq!((on_pipe, on_sock), (PAIRS as u64, PAIRS as u64), "{doc:#}");
+    assert!(doc["counters"]["waker_kernel_stacks_reused"].as_u64().unwrap() > 0, "{:#}", doc["counters"]);
+    // SAFETY: closing fds this test opened.
+    unsafe {
+        for fd in [pr, pw, sock[0], sock[1]] {
+            libc::close(fd);
+        }
+    }
+}
+
+#[test]
+fn waker_stacks_reused_in_place_stay_exact() {
+    require_bpf!();
+    check_waker_stack_reuse(&[]);
+}
+
+#[test]
+fn waker_stacks_reused_in_place_stay_exact_on_raw_tp() {
+    require_bpf!();
+    check_waker_stack_reuse(&["--attach", "raw_tp"]);
+}
+
 /// A relay A -> B -> C over two pipes, A writing `rounds` bytes 40 ms apart, traced
 /// with `args` plus `-t C`. Returns the tracer's output and the tids of A and B.
 fn relay(prefix: &str, rounds: usize, args: &[&str]) -> (Finished, u32, u32) {

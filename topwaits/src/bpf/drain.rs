@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
 use topwaits_common::{counter, names, Chain, DepKey, Hop, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
-use super::Tracer;
+use super::{batch, Tracer};
 use crate::model::{Capture, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
 use crate::profile::{Edge, ThreadProfile, ThreadsCapture};
 
@@ -45,22 +45,20 @@ pub(super) fn raw_hop(h: &Hop) -> RawHop {
 impl Tracer {
     /// Reads the thread profiles, closing open states at `end_mono`, and the edges.
     pub fn drain_threads(&self, end_mono: u64) -> Result<ThreadsCapture> {
-        let threads: BpfHashMap<&MapData, u32, ThreadStats> = BpfHashMap::try_from(self.map(names::THREADS)?)?;
         let mut out = ThreadsCapture::default();
-        for item in threads.iter() {
-            let (_, t) = item.context("failed to read the thread map")?;
-            out.threads.push(ThreadProfile::from_stats(&t, end_mono, self.cpu_time));
-        }
-        let deps: BpfHashMap<&MapData, DepKey, u64> = BpfHashMap::try_from(self.map(names::DEPS)?)?;
-        for item in deps.iter() {
-            let (k, count) = item.context("failed to read the dependency map")?;
+        batch::each(self.map(names::THREADS)?, |_: &u32, t: &ThreadStats| {
+            out.threads.push(ThreadProfile::from_stats(t, end_mono, self.cpu_time));
+        })
+        .context("failed to read the thread map")?;
+        batch::each(self.map(names::DEPS)?, |k: &DepKey, &count: &u64| {
             out.edges.push(Edge {
                 waker: k.waker,
                 sleeper: k.sleeper,
                 count,
                 futex: k.futex != 0,
             });
-        }
+        })
+        .context("failed to read the dependency map")?;
         out.counters = self.counters()?;
         let arr: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.map(names::COUNTERS)?)?;
         out.lost_threads = arr.get(&counter::LOST_THREADS_FULL, 0)?.iter().sum();
@@ -95,19 +93,17 @@ impl Tracer {
     /// The waits still in progress at `end_mono` (switched out during the trace and
     /// not back), as one-wait records; and every thread seen switching out.
     fn open_waits(&self, end_mono: u64, records: &mut Vec<RawRecord>, switched: &mut std::collections::HashSet<u32>) -> Result<()> {
-        let starts: BpfHashMap<&MapData, u64, SwitchOut> = BpfHashMap::try_from(self.map(names::STARTS)?)?;
         let wakes: Option<BpfHashMap<&MapData, u64, Chain>> =
             if self.waker { Some(BpfHashMap::try_from(self.map(names::LAST_WAKE)?)?) } else { None };
         let (min_us, max_us) = self.block_us;
-        for item in starts.iter() {
-            let (task, st) = item.context("failed to read the per-task start map")?;
+        batch::each(self.map(names::STARTS)?, |&task: &u64, st: &SwitchOut| {
             switched.insert(st.tid);
             if st.ts == 0 || st.ts > end_mono {
-                continue;
+                return;
             }
             let so_far = end_mono - st.ts;
             if !(min_us..=max_us).contains(&(so_far / 1000)) {
-                continue;
+                return;
             }
             let key = WaitKey {
                 kstack: st.kstack,
@@ -120,10 +116,11 @@ impl Tracer {
             r.open = Some(OpenSince::Exact(st.ts));
             if let Some(wakes) = &wakes {
                 let chain = wakes.get(&task, 0).ok().filter(|c| c.ts >= st.ts && c.ts <= end_mono);
-                r.wake = Some(open_wake(&st, chain.as_ref(), end_mono));
+                r.wake = Some(open_wake(st, chain.as_ref(), end_mono));
             }
             records.push(r);
-        }
+        })
+        .context("failed to read the per-task start map")?;
         Ok(())
     }
 
@@ -132,9 +129,7 @@ impl Tracer {
     pub fn drain(&self, open_at: Option<u64>) -> Result<Capture> {
         let mut records = Vec::new();
         if self.waker {
-            let waits: BpfHashMap<&MapData, WakeKey, WakeVal> = BpfHashMap::try_from(self.map(names::WAKE_WAITS)?)?;
-            for item in waits.iter() {
-                let (k, v) = item.context("failed to read the aggregate map")?;
+            batch::each(self.map(names::WAKE_WAITS)?, |k: &WakeKey, v: &WakeVal| {
                 let mut r = raw_record(&k.target, v.total_ns, v.count, v.max_ns, v.max_end_ns);
                 let kind = match k.kind {
                     topwaits_common::wake_kind::WOKEN => WakeKind::Woken,
@@ -151,35 +146,49 @@ impl Tracer {
                     max_runq_ns: v.max_runq_ns,
                 });
                 records.push(r);
-            }
+            })
+            .context("failed to read the aggregate map")?;
         } else {
-            let waits: BpfHashMap<&MapData, WaitKey, WaitVal> = BpfHashMap::try_from(self.map(names::WAITS)?)?;
-            for item in waits.iter() {
-                let (k, v) = item.context("failed to read the aggregate map")?;
-                records.push(raw_record(&k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
-            }
+            batch::each(self.map(names::WAITS)?, |k: &WaitKey, v: &WaitVal| {
+                records.push(raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
+            })
+            .context("failed to read the aggregate map")?;
         }
         let mut switched = std::collections::HashSet::new();
         if let Some(end) = open_at {
             self.open_waits(end, &mut records, &mut switched)?;
         }
-        let kernel: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(self.map(names::KSTACKS)?)?;
-        let user: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(self.map(names::USTACKS)?)?;
         let mut stacks = HashMap::new();
-        for r in &records {
-            let hops = r.wake.iter().flat_map(|w| &w.hops);
-            let refs = [(r.kstack, &kernel), (r.ustack, &user)]
-                .into_iter()
-                .chain(hops.flat_map(|h| [(h.kstack, &kernel), (h.ustack, &user)]));
-            for (id, map) in refs {
-                let StackId::Id(id) = id else { continue };
-                if stacks.contains_key(&id) {
-                    continue;
-                }
+        for (map, user) in [(names::KSTACKS, false), (names::USTACKS, true)] {
+            let map = self.map(map)?;
+            let wanted: std::collections::HashSet<u64> = records
+                .iter()
+                .flat_map(|r| {
+                    let hops = r.wake.iter().flat_map(|w| &w.hops).map(|h| if user { h.ustack } else { h.kstack });
+                    std::iter::once(if user { r.ustack } else { r.kstack }).chain(hops)
+                })
+                .filter_map(|id| match id {
+                    StackId::Id(id) => Some(id),
+                    _ => None,
+                })
+                .collect();
+            let keep = |frames: &KernelStack| frames.iter().copied().take_while(|&ip| ip != 0).collect::<Vec<u64>>();
+            // Past a few stacks, reading the whole map in batches beats a lookup each.
+            let batched = wanted.len() > 64
+                && batch::for_each(map, |id: &u64, frames: &KernelStack| {
+                    if wanted.contains(id) {
+                        stacks.insert(*id, keep(frames));
+                    }
+                })
+                .context("failed to read the stack map")?;
+            if !batched {
+                let m: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(map)?;
                 // A reference always names a stored stack (entries are never
                 // deleted); were one gone, the record would show a missing stack.
-                if let Ok(frames) = map.get(&id, 0) {
-                    stacks.insert(id, frames.iter().copied().take_while(|&ip| ip != 0).collect());
+                for id in wanted {
+                    if let Ok(frames) = m.get(&id, 0) {
+                        stacks.insert(id, keep(&frames));
+                    }
                 }
             }
         }

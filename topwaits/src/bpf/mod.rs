@@ -4,6 +4,7 @@
 //! ring (`events`) live in the submodules.
 
 mod attach;
+mod batch;
 mod drain;
 mod events;
 
@@ -12,7 +13,7 @@ pub use events::ProcEvents;
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, ProgramArray, RingBuf};
+use aya::maps::{Array, MapData, PerCpuArray, ProgramArray, RingBuf};
 use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
@@ -71,6 +72,7 @@ fn offsets_into(settings: &mut Settings, off: &btf::TaskOffsets) {
     settings.off_policy = off.policy;
     settings.off_rt_priority = off.rt_priority;
     settings.off_sum_exec = off.sum_exec;
+    settings.off_stack = off.stack;
 }
 
 /// Map capacities for one mode. Maps a mode does not use hold one entry.
@@ -110,6 +112,7 @@ fn load(
     sizes: &Sizes,
     ids: &[u32],
 ) -> Result<Ebpf> {
+    let bitmap = id_bitmap(ids);
     let mut loader = loader.join().map_err(|_| anyhow!("the eBPF loader thread panicked"))?;
     let mut ebpf = loader
         .override_global(names::SETTINGS, settings, true)
@@ -121,17 +124,30 @@ fn load(
         .map_max_entries(names::THREADS, sizes.threads)
         .map_max_entries(names::DEPS, sizes.deps)
         .map_max_entries(names::FUTEX_WAKING, sizes.futex)
-        .map_max_entries(names::PIDS, (ids.len() as u32).max(1))
+        .map_max_entries(names::PIDS, bitmap.len().max(1) as u32)
         .load(OBJECT)
         .context("failed to load the eBPF object")?;
-    if !ids.is_empty() {
-        let mut pids: BpfHashMap<_, u32, u8> =
-            BpfHashMap::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
-        for &id in ids {
-            pids.insert(id, 1, 0).context("failed to fill the pid filter")?;
-        }
+    let mut pids: Array<_, u64> = Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
+    for (i, &word) in bitmap.iter().enumerate().filter(|(_, w)| **w != 0) {
+        pids.set(i as u32, word, 0).context("failed to fill the pid filter")?;
     }
     Ok(ebpf)
+}
+
+/// No pid or tid reaches this (the kernel's `PID_MAX_LIMIT` on 64-bit), so the
+/// filter bitmap is at most 512 KiB.
+const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
+
+/// The ids of `-p`/`-t` as the `PIDS` bitmap: bit `id % 64` of word `id / 64`,
+/// as long as the largest possible id needs (empty for none). Ids no task can have
+/// are left out.
+fn id_bitmap(ids: &[u32]) -> Vec<u64> {
+    let ids = || ids.iter().copied().filter(|&id| id < PID_MAX_LIMIT);
+    let mut words = vec![0u64; ids().max().map_or(0, |m| m as usize / 64 + 1)];
+    for id in ids() {
+        words[id as usize / 64] |= 1 << (id % 64);
+    }
+    words
 }
 
 /// Reads the task_struct offsets, or explains why BTF is needed.
@@ -248,27 +264,37 @@ impl Tracer {
         })
     }
 
-    /// Loads the kernel-stack learner and hands it to the `sched_switch` hook, which
-    /// tail-calls it. Done after attaching, so that its verification (about 15 ms)
-    /// does not delay the start; until then every kernel stack is unwound.
+    /// Loads the kernel-stack learners and hands them to the hooks, which tail-call
+    /// them: the `sched_switch` one, and with `--waker` the `sched_waking` one.
+    /// Done after attaching, so that their verification (about 15 ms each) does
+    /// not delay the start; until then every kernel stack is unwound.
     pub fn load_learner(&mut self) -> Result<()> {
-        let fd = match self.attach {
-            AttachKind::TpBtf => {
-                let btf = self.btf.take().ok_or_else(|| anyhow!("kernel BTF not kept"))?;
-                let p: &mut BtfTracePoint = program(&mut self.ebpf, names::PROG_LEARN_BTF)?.try_into()?;
-                p.load("sched_switch", &btf).context("failed to load the stack learner")?;
-                p.fd()?.try_clone()?
-            }
-            AttachKind::RawTp => {
-                let p: &mut RawTracePoint = program(&mut self.ebpf, names::PROG_LEARN_RAW)?.try_into()?;
-                p.load().context("failed to load the stack learner")?;
-                p.fd()?.try_clone()?
-            }
+        if matches!(self.attach, AttachKind::Kprobe) {
             // The kprobe path takes stacks as the incoming task and learns nothing.
-            AttachKind::Kprobe => return Ok(()),
-        };
-        let mut learners: ProgramArray<&mut MapData> = ProgramArray::try_from(self.map_mut(names::LEARNERS)?)?;
-        learners.set(0, &fd, 0).context("failed to hand the stack learner to the hook")?;
+            return Ok(());
+        }
+        let mut hooks = vec![(names::LEARNERS, "sched_switch", names::PROG_LEARN_BTF, names::PROG_LEARN_RAW)];
+        if self.waker {
+            hooks.push((names::WAKE_LEARNERS, "sched_waking", names::PROG_LEARN_WAKER_BTF, names::PROG_LEARN_WAKER_RAW));
+        }
+        let btf = self.btf.take();
+        for (array, tracepoint, btf_prog, raw_prog) in hooks {
+            let fd = match self.attach {
+                AttachKind::TpBtf => {
+                    let btf = btf.as_ref().ok_or_else(|| anyhow!("kernel BTF not kept"))?;
+                    let p: &mut BtfTracePoint = program(&mut self.ebpf, btf_prog)?.try_into()?;
+                    p.load(tracepoint, btf).with_context(|| format!("failed to load the {tracepoint} stack learner"))?;
+                    p.fd()?.try_clone()?
+                }
+                _ => {
+                    let p: &mut RawTracePoint = program(&mut self.ebpf, raw_prog)?.try_into()?;
+                    p.load().with_context(|| format!("failed to load the {tracepoint} stack learner"))?;
+                    p.fd()?.try_clone()?
+                }
+            };
+            let mut learners: ProgramArray<&mut MapData> = ProgramArray::try_from(self.map_mut(array)?)?;
+            learners.set(0, &fd, 0).with_context(|| format!("failed to hand the {tracepoint} stack learner to its hook"))?;
+        }
         Ok(())
     }
 
@@ -390,4 +416,21 @@ impl Tracer {
 
 
 
+}
+
+#[cfg(test)]
+mod tests {
+    use super::id_bitmap;
+
+    #[test]
+    fn pid_filter_bitmap_sets_one_bit_per_id_and_stops_at_the_largest() {
+        assert!(id_bitmap(&[]).is_empty());
+        let words = id_bitmap(&[0, 63, 64, 4_194_303]);
+        assert_eq!(words.len(), 4_194_303 / 64 + 1);
+        assert_eq!(words[0], 1 | 1 << 63);
+        assert_eq!(words[1], 1);
+        assert_eq!(*words.last().unwrap(), 1 << 63);
+        assert_eq!(words.iter().map(|w| w.count_ones()).sum::<u32>(), 4);
+        assert_eq!(id_bitmap(&[5, 999_999_999]), vec![1 << 5], "no task has an id that large");
+    }
 }

@@ -27,7 +27,7 @@ fn jframe(f: &Frame) -> JFrame<'_> {
     let resolved = f.symbol.is_some();
     JFrame {
         symbol: f.name(),
-        addr: format!("{:#x}", f.addr),
+        addr: Hex(f.addr),
         module: f.module.as_deref(),
         symbol_offset: f.offset.filter(|_| resolved),
         file_offset: f.offset.filter(|_| !resolved),
@@ -120,13 +120,23 @@ impl Serialize for Frames<'_> {
 #[derive(Serialize)]
 struct JFrame<'a> {
     symbol: &'a str,
-    addr: String,
+    addr: Hex,
     #[serde(skip_serializing_if = "Option::is_none")]
     module: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     symbol_offset: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     file_offset: Option<u64>,
+}
+
+/// An address as a `0x...` string, formatted straight into the output (a report
+/// can hold a million frames: no string each).
+struct Hex(u64);
+
+impl Serialize for Hex {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{:#x}", self.0))
+    }
 }
 
 fn status(s: &Stack) -> &'static str {
@@ -225,6 +235,7 @@ fn head(report: &Report) -> Value {
             "outside_block_time": report.counters.outside_block_time,
             "user_stacks_cut_at_junk": report.counters.user_stacks_cut,
             "kernel_stacks_reused": report.counters.kstacks_reused,
+            "waker_kernel_stacks_reused": report.counters.waker_kstacks_reused,
         },
         "records_total": report.records.len(),
     })
@@ -244,6 +255,9 @@ pub fn document(report: &Report, limit: usize) -> Value {
 /// Streams the document: the head's fields, then one record at a time, so memory
 /// stays flat however many records there are.
 fn stream(report: &Report, limit: usize, out: &mut dyn Write) -> io::Result<()> {
+    // The serializer writes many small pieces: buffered here, they are copies
+    // into a buffer of a known type rather than calls through `dyn Write`.
+    let mut out = io::BufWriter::with_capacity(1 << 18, out);
     let head = head(report);
     let text = serde_json::to_string(&head)?;
     // `head` is an object: reopen it to append "records".
@@ -253,9 +267,10 @@ fn stream(report: &Report, limit: usize, out: &mut dyn Write) -> io::Result<()> 
         if i > 0 {
             out.write_all(b",")?;
         }
-        serde_json::to_writer(&mut *out, &record(report, r))?;
+        serde_json::to_writer(&mut out, &record(report, r))?;
     }
-    out.write_all(b"]}")
+    out.write_all(b"]}")?;
+    out.flush()
 }
 
 impl Format for Json {

@@ -185,6 +185,8 @@ pub struct TaskOffsets {
     pub rt_priority: u32,
     /// `se.sum_exec_runtime`, for `topwaits threads`.
     pub sum_exec: u32,
+    /// `stack`, the base of the task's kernel stack.
+    pub stack: u32,
 }
 
 /// The offset of `inner` within the `outer` struct found at `base`, or `u32::MAX`
@@ -220,6 +222,7 @@ impl TaskOffsets {
             policy: get("policy").unwrap_or(u32::MAX),
             rt_priority: get("rt_priority").unwrap_or(u32::MAX),
             sum_exec: nested(&btf, get("se").ok(), "sched_entity", "sum_exec_runtime"),
+            stack: get("stack").unwrap_or(u32::MAX),
         })
     }
 
@@ -312,6 +315,7 @@ pub(crate) mod tests {
                 policy: u32::MAX,
                 rt_priority: u32::MAX,
                 sum_exec: u32::MAX,
+                stack: u32::MAX,
             }
         );
     }
@@ -385,6 +389,8 @@ pub(crate) mod tests {
         assert!(off.static_prio != u32::MAX && off.policy != u32::MAX);
         // se.sum_exec_runtime has been in every kernel with BTF.
         assert!(off.sum_exec != u32::MAX && off.sum_exec > off.state, "{off:?}");
+        // The stack pointer follows __state in every kernel with BTF.
+        assert!(off.stack != u32::MAX && off.stack > off.state, "{off:?}");
         eprintln!("running kernel: {off:?}");
     }
 }

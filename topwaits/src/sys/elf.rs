@@ -1,6 +1,7 @@
-//! Section names of ELF64 files, read from the headers alone (a binary with debug
-//! info can be hundreds of MiB): enough to tell a stripped library from one that
-//! keeps its symbol table.
+//! Section names and loaded segments of ELF64 files, read from the headers alone
+//! (a binary with debug info can be hundreds of MiB): enough to tell a stripped
+//! library from one that keeps its symbol table, and to turn a file offset into the
+//! address its symbols (and its separate debug file's) are given at.
 
 use std::io::{self, Read, Seek, SeekFrom};
 
@@ -8,16 +9,31 @@ fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
-/// The section names of a little-endian ELF64 file.
-pub fn section_names<R: Read + Seek>(f: &mut R) -> io::Result<Vec<String>> {
+fn u16_at(b: &[u8], o: usize) -> u64 {
+    u16::from_le_bytes([b[o], b[o + 1]]) as u64
+}
+
+fn u32_at(b: &[u8], o: usize) -> u64 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default()) as u64
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default())
+}
+
+/// The file header of a little-endian ELF64 file.
+fn file_header<R: Read>(f: &mut R) -> io::Result<[u8; 64]> {
     let mut eh = [0u8; 64];
     f.read_exact(&mut eh)?;
     if &eh[..6] != b"\x7fELF\x02\x01" {
         return Err(bad("not a little-endian ELF64 file"));
     }
-    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
-    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default()) as u64;
-    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+    Ok(eh)
+}
+
+/// The section names of a little-endian ELF64 file.
+pub fn section_names<R: Read + Seek>(f: &mut R) -> io::Result<Vec<String>> {
+    let eh = file_header(f)?;
     let (shoff, shentsize, shnum, shstrndx) = (u64_at(&eh, 0x28), u16_at(&eh, 0x3a), u16_at(&eh, 0x3c), u16_at(&eh, 0x3e));
     if shentsize < 64 || shnum > 65_535 || shstrndx >= shnum {
         return Err(bad("bad section header table"));
@@ -43,6 +59,41 @@ pub fn section_names<R: Read + Seek>(f: &mut R) -> io::Result<Vec<String>> {
         .collect())
 }
 
+/// A loaded segment (`PT_LOAD`): where its bytes lie in the file and in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+}
+
+/// The loaded segments of a little-endian ELF64 file.
+pub fn load_segments<R: Read + Seek>(f: &mut R) -> io::Result<Vec<Segment>> {
+    let eh = file_header(f)?;
+    let (phoff, phentsize, phnum) = (u64_at(&eh, 0x20), u16_at(&eh, 0x36), u16_at(&eh, 0x38));
+    if phentsize < 56 || phnum > 4096 {
+        return Err(bad("bad program header table"));
+    }
+    let mut table = vec![0u8; (phentsize * phnum) as usize];
+    f.seek(SeekFrom::Start(phoff))?;
+    f.read_exact(&mut table)?;
+    const PT_LOAD: u64 = 1;
+    Ok(table
+        .chunks_exact(phentsize as usize)
+        .filter(|h| u32_at(h, 0) == PT_LOAD)
+        .map(|h| Segment { offset: u64_at(h, 0x08), vaddr: u64_at(h, 0x10), filesz: u64_at(h, 0x20) })
+        .collect())
+}
+
+/// The address that the byte at file offset `off` is loaded at, if a segment
+/// holds it.
+pub fn vaddr_of(segments: &[Segment], off: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|s| s.offset <= off && off - s.offset < s.filesz)
+        .map(|s| off - s.offset + s.vaddr)
+}
+
 /// Whether the file at `path` keeps a symbol table (`.symtab`); `None` when it
 /// cannot be read as ELF.
 pub fn has_symtab(path: &str) -> Option<bool> {
@@ -64,5 +115,19 @@ mod tests {
         let bytes = std::fs::read(&me).unwrap();
         assert!(section_names(&mut io::Cursor::new(&bytes[..100])).is_err(), "truncated: an error, not a panic");
         assert_eq!(has_symtab("/nonexistent"), None);
+    }
+
+    #[test]
+    fn file_offsets_map_to_addresses_through_the_loaded_segments() {
+        let me = std::env::current_exe().unwrap();
+        let segs = load_segments(&mut std::fs::File::open(&me).unwrap()).unwrap();
+        assert!(segs.len() >= 2, "{segs:?}");
+        let text = segs[1];
+        assert_eq!(vaddr_of(&segs, text.offset + 5), Some(text.vaddr + 5));
+        let fake = [Segment { offset: 0x1000, vaddr: 0x401000, filesz: 0x100 }, Segment { offset: 0x2000, vaddr: 0x603000, filesz: 0x10 }];
+        assert_eq!(vaddr_of(&fake, 0x10ff), Some(0x4010ff));
+        assert_eq!(vaddr_of(&fake, 0x1100), None, "past the segment's file bytes");
+        assert_eq!(vaddr_of(&fake, 0x2008), Some(0x603008));
+        assert!(load_segments(&mut io::Cursor::new(b"junk".repeat(20))).is_err());
     }
 }

@@ -179,6 +179,23 @@ pub fn until_sleeping(tid: u32) {
     panic!("thread {tid} never went to sleep");
 }
 
+/// Waits (at most 2 s) until thread `tid` of this process sleeps in `read`: a
+/// thread that has just been started may still sleep elsewhere (waiting to be let
+/// go), and a byte written then would be read without a wait.
+pub fn until_reading(tid: u32) {
+    let path = format!("/proc/self/task/{tid}/syscall");
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        until_sleeping(tid);
+        let nr = std::fs::read_to_string(&path).unwrap_or_default();
+        if nr.split_whitespace().next() == Some(libc::SYS_read.to_string().as_str()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    panic!("thread {tid} never blocked in read");
+}
+
 pub fn now_wall_ns() -> i128 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i128
 }
@@ -293,7 +310,7 @@ pub fn our_loaded_programs() -> Vec<String> {
         .lines()
         .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "name").nth(1).map(String::from))
         .filter(|n| {
-            ["sched_switch_", "sched_waking_", "sched_wakeup_n", "sched_process_", "finish_task_sw", "sys_enter_fute", "sys_exit_futex", "learn_stack_"]
+            ["sched_switch_", "sched_waking_", "sched_wakeup_n", "sched_process_", "finish_task_sw", "sys_enter_fute", "sys_exit_futex", "learn_stack_", "learn_waker_"]
                 .iter()
                 .any(|p| n.starts_with(p))
         })

@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: overhead of topwaits against libbpf-tools offcputime and a
-//! bpftrace one-liner, measured in one run with interleaved rounds and medians, plus
+//! bpftrace one-liner, measured in one run with interleaved rounds and medians (and
+//! as the traced threads grow, in `scale_bench`), plus
 //! start-up time, report time and peak RSS for ~20,000 unique stacks, kernel map
 //! memory, the time of a `blocked` snapshot of 1,000 threads, and the share of
 //! unresolved user frames against offcputime's on a Python HTTP server. Prints a markdown table and writes it to target/bench.md.
@@ -31,16 +32,24 @@ pub struct Options {
 }
 
 /// One tracer configuration.
-struct Tracer {
-    name: &'static str,
+pub struct Tracer {
+    pub name: &'static str,
     cmd: Option<Vec<String>>,
+}
+
+impl Tracer {
+    pub fn new(name: &'static str, cmd: &[&str]) -> Tracer {
+        Tracer { name, cmd: Some(cmd.iter().map(|s| s.to_string()).collect()) }
+    }
 }
 
 const BPFTRACE_OFFCPU: &str = "tracepoint:sched:sched_switch { @start[args->prev_pid] = nsecs; \
 @stk[args->prev_pid] = kstack; $s = @start[args->next_pid]; if ($s) { \
 @off[@stk[args->next_pid], args->next_comm] = sum(nsecs - $s); delete(@start[args->next_pid]); } }";
 
-fn tracers(bin: &str) -> Vec<Tracer> {
+/// `idle`: a process that only sleeps, for the cost that `-p` puts on every other
+/// task's switches (all of them are filtered out).
+fn tracers(bin: &str, idle: u32) -> Vec<Tracer> {
     let tw = |extra: &[&str]| {
         let mut v = vec![bin.to_string()];
         v.extend(extra.iter().map(|s| s.to_string()));
@@ -49,6 +58,7 @@ fn tracers(bin: &str) -> Vec<Tracer> {
     vec![
         Tracer { name: "no tracer", cmd: None },
         Tracer { name: "topwaits", cmd: tw(&["-f"]) },
+        Tracer { name: "topwaits -p IDLE (every switch filtered out)", cmd: tw(&["-f", "-p", &idle.to_string()]) },
         Tracer { name: "topwaits --leaf-callers", cmd: tw(&["-f", "--leaf-callers"]) },
         Tracer { name: "topwaits --waker", cmd: tw(&["-f", "--waker"]) },
         Tracer { name: "topwaits --waker --chain 4", cmd: tw(&["-f", "--chain", "4"]) },
@@ -189,21 +199,30 @@ fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
         }
     });
     let deadline = t0 + Duration::from_secs(30);
+    // topwaits says when it has attached: wait for that line alone, since running
+    // bpftool meanwhile takes CPU from the start being measured.
+    let marked = cmd[0].ends_with("topwaits");
     let ready = loop {
-        if let Ok(l) = rx.try_recv() {
-            if l.starts_with("Tracing") {
+        if marked {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(l) if l.starts_with("Tracing") => break t0.elapsed(),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = child.kill();
+                    bail!("{} exited before attaching", cmd[0]);
+                }
+                _ => {}
+            }
+        } else {
+            let now: Vec<Prog> = progs()?;
+            if now.iter().any(|p| !before.contains(&p.id) && p.name.starts_with("sched_switch")) {
                 break t0.elapsed();
             }
-        }
-        let now: Vec<Prog> = progs()?;
-        if now.iter().any(|p| !before.contains(&p.id) && p.name.starts_with("sched_switch")) && !cmd[0].ends_with("topwaits") {
-            break t0.elapsed();
+            std::thread::sleep(Duration::from_millis(2));
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             bail!("{} did not attach within 30 s", cmd[0]);
         }
-        std::thread::sleep(Duration::from_millis(2));
     };
     let prog_ids = progs()?.into_iter().map(|p| p.id).filter(|id| !before.contains(id)).collect();
     let map_bytes = maps()?.into_iter().filter(|m| !maps_before.contains(&m.0)).map(|m| m.1).sum();
@@ -266,7 +285,7 @@ extern "C" {
     fn libc_wait4(pid: i32, status: *mut i32, options: i32, rusage: *mut i64) -> i32;
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -302,20 +321,9 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
         return Ok(());
     };
     let r = start(cmd, &[])?;
-    let snap = |ids: &BTreeSet<u64>| -> Result<Vec<Prog>> { Ok(progs()?.into_iter().filter(|p| ids.contains(&p.id)).collect()) };
-    let before = snap(&r.prog_ids)?;
+    let before = snapshot(&r.prog_ids)?;
     let secs = workload(kind)?;
-    let after = snap(&r.prog_ids)?;
-    let mut total_ns = 0u64;
-    let mut switches = 0u64;
-    for a in &after {
-        let b = before.iter().find(|b| b.id == a.id);
-        let (dt, dc) = b.map_or((a.run_time_ns, a.run_cnt), |b| (a.run_time_ns - b.run_time_ns, a.run_cnt - b.run_cnt));
-        total_ns += dt;
-        if a.name.starts_with("sched_switch") {
-            switches += dc;
-        }
-    }
+    let (total_ns, switches) = spent(&before, &snapshot(&r.prog_ids)?);
     eprintln!("bench:   {secs:.3} s, {switches} switches, {:.0} ns/switch", total_ns as f64 / switches.max(1) as f64);
     if switches > 0 {
         let cost = total_ns as f64 / switches as f64;
@@ -326,6 +334,41 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     if kind == "messaging" { s.messaging.push(secs) } else { s.pipe.push(secs) }
     stop(r)?;
     Ok(())
+}
+
+/// The statistics of the programs in `ids`.
+fn snapshot(ids: &BTreeSet<u64>) -> Result<Vec<Prog>> {
+    Ok(progs()?.into_iter().filter(|p| ids.contains(&p.id)).collect())
+}
+
+/// Run time of all programs between two snapshots, and the sched_switch runs.
+fn spent(before: &[Prog], after: &[Prog]) -> (u64, u64) {
+    let (mut total_ns, mut switches) = (0u64, 0u64);
+    for a in after {
+        let b = before.iter().find(|b| b.id == a.id);
+        let (dt, dc) = b.map_or((a.run_time_ns, a.run_cnt), |b| (a.run_time_ns - b.run_time_ns, a.run_cnt - b.run_cnt));
+        total_ns += dt;
+        if a.name.starts_with("sched_switch") {
+            switches += dc;
+        }
+    }
+    (total_ns, switches)
+}
+
+/// Per-switch cost of a tracer's programs while `work` runs.
+pub fn cost_during(t: &Tracer, work: impl FnOnce() -> Result<()>) -> Result<f64> {
+    let cmd = t.cmd.as_ref().ok_or_else(|| anyhow!("{} traces nothing", t.name))?;
+    let r = start(cmd, &[])?;
+    let before = snapshot(&r.prog_ids)?;
+    let worked = work();
+    let after = snapshot(&r.prog_ids);
+    stop(r)?;
+    worked?;
+    let (total_ns, switches) = spent(&before, &after?);
+    if switches == 0 {
+        bail!("{} saw no switches", t.name);
+    }
+    Ok(total_ns as f64 / switches as f64)
 }
 
 /// Starts topwaits with stdout to `out` and returns once it has attached.
@@ -499,16 +542,23 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
         }
         return Ok(out);
     }
-    let configs = tracers(bin);
+    let mut idle = Command::new("sleep").arg("1000000").spawn().context("failed to start sleep")?;
+    let configs = tracers(bin, idle.id());
     let mut samples: Vec<Samples> = configs.iter().map(|_| Samples::default()).collect();
-    for round in 0..opts.rounds {
-        for kind in ["messaging", "pipe"] {
-            for (i, t) in configs.iter().enumerate() {
-                eprintln!("bench: round {}/{} {kind} {}", round + 1, opts.rounds, t.name);
-                measure(t, kind, &mut samples[i])?;
+    let measured = (|| -> Result<()> {
+        for round in 0..opts.rounds {
+            for kind in ["messaging", "pipe"] {
+                for (i, t) in configs.iter().enumerate() {
+                    eprintln!("bench: round {}/{} {kind} {}", round + 1, opts.rounds, t.name);
+                    measure(t, kind, &mut samples[i])?;
+                }
             }
         }
-    }
+        Ok(())
+    })();
+    let _ = idle.kill();
+    let _ = idle.wait();
+    measured?;
     let base_msg = median(&mut samples[0].messaging.clone());
     let base_pipe = median(&mut samples[0].pipe.clone());
     let peer = configs.iter().position(|t| t.name.starts_with("libbpf-tools")).unwrap_or(0);
@@ -539,6 +589,7 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
         "\nMedians of {} interleaved rounds; workloads `perf bench sched messaging -g 5 -l 400` (baseline {base_msg:.3} s) and `perf bench sched pipe -l 40000` (baseline {base_pipe:.3} s). Per-switch cost is the run time of all of a tracer's BPF programs (kernel.bpf_stats_enabled) divided by its sched_switch program's runs.\n",
         opts.rounds
     ));
+    out.push_str(&crate::scale_bench::scale(bin, opts.rounds)?);
     out.push('\n');
     out.push_str(&full_load(bin)?);
     let (report_ms, rss_mib, records) = many_stacks(bin)?;

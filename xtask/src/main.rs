@@ -7,6 +7,7 @@ mod blocked_bench;
 mod docs;
 mod layering;
 mod licenses;
+mod scale_bench;
 mod setup;
 mod unknown_bench;
 
@@ -52,6 +53,9 @@ enum Cmd {
     /// The benchmark's many-stacks workload (used by `bench`).
     #[command(hide = true)]
     StackWorkload,
+    /// The benchmark's scale workload: this many sleeping threads (used by `bench`).
+    #[command(hide = true)]
+    ThreadWorkload { threads: usize },
 }
 
 /// The workspace root.
@@ -119,6 +123,10 @@ fn main() -> ExitCode {
         Cmd::Licenses { check } => licenses::run(check),
         Cmd::StackWorkload => {
             bench::stack_workload();
+            Ok(())
+        }
+        Cmd::ThreadWorkload { threads } => {
+            scale_bench::thread_workload(threads);
             Ok(())
         }
     };

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod deps;
 pub mod error;
 pub mod model;
+pub mod objects;
 pub mod open;
 pub mod profile;
 pub mod reduce;

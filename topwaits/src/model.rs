@@ -384,6 +384,8 @@ pub struct TraceInfo {
     pub waker: bool,
     /// What one record stands for (`--by`).
     pub by: crate::reduce::By,
+    /// `--state`: the state every recorded wait began in.
+    pub state_filter: Option<u32>,
 }
 
 impl TraceInfo {
@@ -398,6 +400,27 @@ pub struct Report {
     pub info: TraceInfo,
     pub counters: Counters,
     pub records: Vec<Record>,
+    /// The file-backed mappings of each process with user frames, for formats that
+    /// let other tools symbolize again (pprof). Empty where nobody asked.
+    pub objects: HashMap<u32, Vec<ObjectMap>>,
+}
+
+/// Where a file is mapped in a process: what pprof calls a mapping.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectMap {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    pub path: Arc<str>,
+    /// The ELF build id, in hex, when the file has one.
+    pub build_id: Option<Arc<str>>,
+}
+
+/// The mapping of `objects` (sorted by start) that holds `addr`.
+pub fn object_of(objects: &[ObjectMap], addr: u64) -> Option<&ObjectMap> {
+    let i = objects.partition_point(|m| m.start <= addr);
+    objects[..i].last().filter(|m| addr < m.end)
 }
 
 /// A comm for display: lossy UTF-8 with control characters escaped; `[empty]` when empty.

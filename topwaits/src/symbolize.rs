@@ -137,6 +137,11 @@ impl BlazeSymbolizer {
         }
     }
 
+    /// The file mappings of `tgid`: those kept while it lived, else read now.
+    pub fn file_maps(&self, tgid: u32) -> Vec<procfs::Mapping> {
+        self.maps.get(&tgid).cloned().unwrap_or_else(|| procfs::maps_of(tgid))
+    }
+
     /// Number of processes whose maps are kept.
     pub fn remembered(&self) -> usize {
         self.maps.len()

@@ -11,7 +11,7 @@ use crate::cli::{Config, Threads, ThreadsConfig};
 use crate::clock::{local_offset_s, monotonic_now, ClockPair};
 use crate::error::UserError;
 use crate::model::{Report, TraceInfo};
-use crate::report;
+use crate::report::{self, Format as _};
 use crate::symbolize::{resolve, BlazeSymbolizer};
 use crate::sys::{caps, procfs};
 
@@ -248,6 +248,7 @@ pub fn run(config: &Config) -> Result<()> {
     let mut targets = pidfds(&config.threads);
     let mut svg_file = OutputFile::create_opt(config.svg.as_deref())?;
     let mut timeline_file = OutputFile::create_opt(config.timeline.as_deref())?;
+    let mut pprof_file = OutputFile::create_opt(config.pprof.as_deref())?;
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
         crate::stderr::say!(
             "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
@@ -328,7 +329,7 @@ pub fn run(config: &Config) -> Result<()> {
         counters.user_stacks_cut = resolved.user_stacks_cut;
         // Records alike in all a report shows are one; the graphs keep threads apart.
         let records = crate::reduce::merge(resolved.records, crate::reduce::By::Thread);
-        let report = Report {
+        let mut report = Report {
             info: TraceInfo {
                 clock,
                 start_mono: interval_start,
@@ -338,14 +339,17 @@ pub fn run(config: &Config) -> Result<()> {
                 utc_offset_s: local_offset_s(clock.wall(start_mono)),
                 waker: config.waker,
                 by: crate::reduce::By::Thread,
+                state_filter: config.state,
             },
             counters,
             records,
+            objects: Default::default(),
         };
         let grouped = (config.by != crate::reduce::By::Thread).then(|| Report {
             info: TraceInfo { by: config.by, ..report.info.clone() },
             counters: report.counters,
             records: crate::reduce::merge(report.records.clone(), config.by),
+            objects: Default::default(),
         });
         write_quietly(|out| {
             let shown = grouped.as_ref().unwrap_or(&report);
@@ -365,6 +369,10 @@ pub fn run(config: &Config) -> Result<()> {
         if let Some(file) = timeline_file.take() {
             let t = report::timeline::Timeline { limit: config.timeline_limit };
             file.write(|out| t.write(&report, out))?;
+        }
+        if let Some(file) = pprof_file.take() {
+            report.objects = crate::objects::Objects::default().of_records(&report.records, |t| symbolizer.file_maps(t));
+            file.write(|out| report::pprof::Pprof.write(&report, out))?;
         }
         break;
     }

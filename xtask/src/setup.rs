@@ -97,5 +97,24 @@ pub fn setup() -> Result<()> {
             .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--no-default-features", "--features", "llvm-22"])
             .env("LLVM_PREFIX", "/usr/lib/llvm-22"))?;
     }
+    // 4. The independent readers the export tests check our files with.
+    test_tools()?;
     Ok(())
+}
+
+/// npm's pprof-format (a profile.proto reader), pinned.
+const PPROF_FORMAT: &str = "pprof-format@2.3.2";
+
+/// Installs the export tests' readers under `target/test-tools`.
+fn test_tools() -> Result<()> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-tools");
+    if dir.join("node_modules/pprof-format/package.json").exists() {
+        return Ok(());
+    }
+    eprintln!("setup: installing {PPROF_FORMAT} for the export tests");
+    std::fs::create_dir_all(&dir)?;
+    if !dir.join("package.json").exists() {
+        std::fs::write(dir.join("package.json"), "{\"private\": true}\n")?;
+    }
+    run(Command::new("npm").current_dir(&dir).args(["install", "--no-audit", "--no-fund", PPROF_FORMAT]))
 }

@@ -145,6 +145,13 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["interval", "wakeups"])]
     pub timeline: Option<PathBuf>,
 
+    /// Also write a pprof profile (gzip-compressed profile.proto) for go tool pprof,
+    /// Pyroscope or Parca: sample values off_cpu (ns), waits and max_wait (ns), with
+    /// -w also blocked and runq (ns); labels comm, pid, tid, state, waker; user
+    /// frames with their file's mapping and build id.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["interval", "wakeups"])]
+    pub pprof: Option<PathBuf>,
+
     /// Print one report per interval of SECS seconds, clearing the kernel aggregates
     /// after each, until the duration ends or Ctrl-C.
     #[arg(short = 'i', long, value_name = "SECS", value_parser = parse_duration)]
@@ -325,6 +332,7 @@ pub struct Config {
     pub value: ValueKind,
     pub svg: Option<PathBuf>,
     pub timeline: Option<PathBuf>,
+    pub pprof: Option<PathBuf>,
     pub interval: Option<Duration>,
     /// How many waits the timeline shows.
     pub timeline_limit: usize,
@@ -419,6 +427,7 @@ impl Config {
             value,
             svg: a.svg,
             timeline: a.timeline,
+            pprof: a.pprof,
             interval: a.interval,
             timeline_limit: a.top.filter(|&n| n > 0).unwrap_or(DEFAULT_TOP),
             open_waits: a.open_waits == OpenWaits::Yes,

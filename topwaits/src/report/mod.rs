@@ -4,6 +4,7 @@
 pub mod blocked;
 pub mod folded;
 pub mod json;
+pub mod pprof;
 pub mod svg;
 pub mod threads;
 pub mod timeline;
@@ -155,6 +156,7 @@ pub(crate) mod fixtures {
             utc_offset_s: 0,
             waker: false,
             by: crate::reduce::By::Thread,
+            state_filter: None,
         }
     }
 
@@ -237,6 +239,14 @@ pub(crate) mod fixtures {
                     threads: 1,
                 },
             ],
+            objects: [(100, vec![crate::model::ObjectMap {
+                start: 0x1000,
+                end: 0x9000,
+                offset: 0,
+                path: "/usr/bin/sleeper".into(),
+                build_id: Some("abcdef01".into()),
+            }])]
+            .into(),
         }
     }
 }

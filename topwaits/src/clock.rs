@@ -5,7 +5,7 @@
 pub type WallNs = i128;
 
 /// A CLOCK_MONOTONIC reading and the CLOCK_REALTIME reading taken at the same instant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ClockPair {
     pub mono_ns: u64,
     pub wall_ns: WallNs,

@@ -11,7 +11,9 @@ pub mod error;
 pub mod model;
 pub mod objects;
 pub mod open;
+pub mod outputs;
 pub mod profile;
+pub mod recording;
 pub mod reduce;
 pub mod report;
 pub mod rtapp;
@@ -48,7 +50,9 @@ pub fn main_entry() -> i32 {
     let result = match args.command.clone() {
         Some(cli::Command::Threads(t)) => cli::ThreadsConfig::from_args(t).map(|c| trace::run_threads(&c)),
         Some(cli::Command::Blocked(b)) => cli::BlockedConfig::from_args(b).map(|c| blocked::run(&c)),
-        None => cli::Config::from_args(args).map(|c| trace::run(&c)),
+        Some(cli::Command::Record(r)) => cli::Config::for_record(r).map(|c| trace::run(&c)),
+        Some(cli::Command::Report(r)) => cli::ReportConfig::from_args(r).map(|c| outputs::run_report(&c)),
+        None => cli::Config::from_args(args.trace).map(|c| trace::run(&c)),
     };
     let result = match result {
         Ok(r) => r,

@@ -55,7 +55,7 @@ pub struct RawRecord {
 }
 
 /// When a wait still in progress at the end of the trace began.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum OpenSince {
     /// Seen to begin during the trace, at this CLOCK_MONOTONIC ns.
     Exact(u64),
@@ -76,7 +76,7 @@ impl OpenSince {
 }
 
 /// How a wait ended, with `--waker`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum WakeKind {
     /// Woken by the recorded hops.
     Woken,
@@ -99,7 +99,7 @@ pub struct RawHop {
 }
 
 /// A symbolized waker.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hop {
     pub tgid: u32,
     pub tid: u32,
@@ -112,7 +112,7 @@ pub struct Hop {
 }
 
 /// The waker side of a record: the chain (hop 0 woke the target) and the split.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WakeInfo<H> {
     pub kind: WakeKind,
     pub hops: Vec<H>,
@@ -139,7 +139,7 @@ impl<H> WakeInfo<H> {
 }
 
 /// Event and loss counters, summed over CPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     pub switches: u64,
     pub recorded: u64,
@@ -253,7 +253,7 @@ impl Counters {
 }
 
 /// How the programs were attached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AttachKind {
     TpBtf,
     RawTp,
@@ -286,7 +286,7 @@ pub struct Capture {
 
 /// One symbolized frame. Names are shared: a report can hold hundreds of
 /// thousands of frames naming the same few thousand functions.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Frame {
     pub addr: u64,
     /// Function name, when one resolved.
@@ -325,7 +325,7 @@ impl Frame {
 }
 
 /// A symbolized stack, leaf first. Records with the same stack share its frames.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Stack {
     Frames(Arc<[Frame]>),
     /// Not captured, or does not exist.
@@ -349,7 +349,7 @@ impl Stack {
 }
 
 /// One symbolized record.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
     pub tgid: u32,
     pub tid: u32,
@@ -369,7 +369,7 @@ pub struct Record {
 }
 
 /// Facts about the trace itself, for headers, titles and JSON.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TraceInfo {
     pub clock: ClockPair,
     /// Monotonic time at which tracing was attached and at which it ended.
@@ -395,7 +395,7 @@ impl TraceInfo {
 }
 
 /// What the report writers format.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Report {
     pub info: TraceInfo,
     pub counters: Counters,
@@ -406,7 +406,7 @@ pub struct Report {
 }
 
 /// Where a file is mapped in a process: what pprof calls a mapping.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ObjectMap {
     pub start: u64,
     pub end: u64,

@@ -134,7 +134,8 @@ mod tests {
             crate::cli::Args::try_parse_from(
                 std::iter::once("topwaits").chain(args.iter().copied()),
             )
-            .unwrap(),
+            .unwrap()
+            .trace,
         )
         .unwrap()
     }

@@ -11,7 +11,7 @@ use crate::cli::{Config, Threads, ThreadsConfig};
 use crate::clock::{local_offset_s, monotonic_now, ClockPair};
 use crate::error::UserError;
 use crate::model::{Report, TraceInfo};
-use crate::report::{self, Format as _};
+use crate::report;
 use crate::symbolize::{resolve, BlazeSymbolizer};
 use crate::sys::{caps, procfs};
 
@@ -246,9 +246,12 @@ pub fn run(config: &Config) -> Result<()> {
     preflight(&config.threads)?;
     // Watched from before attaching: a process that exits meanwhile ends the trace.
     let mut targets = pidfds(&config.threads);
-    let mut svg_file = OutputFile::create_opt(config.svg.as_deref())?;
-    let mut timeline_file = OutputFile::create_opt(config.timeline.as_deref())?;
-    let mut pprof_file = OutputFile::create_opt(config.pprof.as_deref())?;
+    let mut files = Some(crate::outputs::ViewFiles::create(crate::outputs::Paths {
+        svg: config.svg.as_deref(),
+        timeline: config.timeline.as_deref(),
+        pprof: config.pprof.as_deref(),
+        record: config.record.as_deref(),
+    })?);
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
         crate::stderr::say!(
             "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
@@ -352,6 +355,9 @@ pub fn run(config: &Config) -> Result<()> {
             objects: Default::default(),
         });
         write_quietly(|out| {
+            if !config.print {
+                return Ok(());
+            }
             let shown = grouped.as_ref().unwrap_or(&report);
             if config.interval.is_some() {
                 interval_frame(out, &config.output, round, shown)?;
@@ -362,17 +368,11 @@ pub fn run(config: &Config) -> Result<()> {
             (interval_start, before) = (end_mono, capture.counters);
             continue;
         }
-        if let Some(file) = svg_file.take() {
-            let svg = report::svg::FlameSvg { value: config.value };
-            file.write(|out| svg.write(&report, out))?;
-        }
-        if let Some(file) = timeline_file.take() {
-            let t = report::timeline::Timeline { limit: config.timeline_limit };
-            file.write(|out| t.write(&report, out))?;
-        }
-        if let Some(file) = pprof_file.take() {
-            report.objects = crate::objects::Objects::default().of_records(&report.records, |t| symbolizer.file_maps(t));
-            file.write(|out| report::pprof::Pprof.write(&report, out))?;
+        if let Some(files) = files.take() {
+            if files.need_objects() {
+                report.objects = crate::objects::Objects::default().of_records(&report.records, |t| symbolizer.file_maps(t));
+            }
+            files.write(&report, config.value, config.timeline_limit)?;
         }
         break;
     }

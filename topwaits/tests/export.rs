@@ -113,3 +113,78 @@ fn pprof_samples_agree_with_the_json_report() {
     let off: u64 = own["file_offset"].as_str().unwrap().parse().unwrap();
     assert!(off > 0 && off < size, "file offset {off} inside the {size}-byte file");
 }
+
+#[inline(never)]
+fn tw_record_sleep() {
+    for _ in 0..4 {
+        nanosleep(Duration::from_millis(25));
+    }
+    std::hint::black_box(());
+}
+
+/// A child process that sleeps in a known function and exits before the trace ends.
+#[inline(never)]
+fn tw_record_child() {
+    nanosleep(Duration::from_millis(60));
+    std::hint::black_box(());
+}
+
+#[test]
+fn record_then_report_gives_the_same_json_without_root() {
+    require_bpf!();
+    let dir = std::env::temp_dir();
+    let file = dir.join(format!("tw-record-{}.twr", std::process::id()));
+    let w = Workload::spawn("tw-record", tw_record_sleep);
+    // System-wide, so that the forked child is traced too.
+    let tracer = Tracer::start(&["record", "-o", file.to_str().unwrap(), "--json", "-m", "1000"]);
+    w.go();
+    // SAFETY: the child only sleeps and _exits, both async-signal-safe.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        tw_record_child();
+        unsafe { libc::_exit(0) };
+    }
+    unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+    w.join();
+    tracer.signal(libc::SIGINT);
+    let direct = tracer.finish();
+    let doc = json(&direct);
+    assert!(direct.stderr.contains(&format!("Wrote {}", file.display())), "{}", direct.stderr);
+    assert!(!records_in(&doc, "tw_record_sleep").is_empty(), "the trace saw the sleeps: {doc:#}");
+    // Read back by an unprivileged user: no BPF, no /proc of the traced process.
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", BIN, "report"])
+        .arg(&file)
+        .arg("--json")
+        .output()
+        .expect("setpriv (util-linux) is needed");
+    assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), direct.stdout, "report prints the trace's JSON");
+    // The forked child, gone before the report, keeps its names.
+    let child_recs: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["tgid"].as_u64() == Some(child as u64)).collect();
+    assert!(
+        child_recs.iter().any(|r| stack_names(&r["user_stack"]).iter().any(|n| n.ends_with("tw_record_child"))),
+        "the exited child's sleep is named: {child_recs:#?}"
+    );
+    // Other views of the same file.
+    let top = run(&["report", file.to_str().unwrap(), "-n", "0"]);
+    assert!(top.status.success() && top.stdout.contains("tw_record_sleep"), "{}\n{}", top.stdout, top.stderr);
+    let folded = run(&["report", file.to_str().unwrap(), "-f"]);
+    assert!(folded.stdout.lines().any(|l| l.starts_with("tw-record;") && l.contains("tw_record_sleep")), "{}", folded.stdout);
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn report_refuses_what_is_not_a_record_in_one_line() {
+    let dir = std::env::temp_dir();
+    let file = dir.join(format!("tw-notrecord-{}.twr", std::process::id()));
+    std::fs::write(&file, b"{\"format\": \"topwaits-record\"}").unwrap();
+    let out = run(&["report", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("not a topwaits record file"), "{}", out.stderr);
+    let missing = run(&["report", "/nonexistent/x.twr"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(missing.stderr.contains("cannot open /nonexistent/x.twr"), "{}", missing.stderr);
+    let _ = std::fs::remove_file(&file);
+}

@@ -8,10 +8,14 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod blocked;
+mod record;
 mod threads;
 mod values;
+mod view;
 
 pub use blocked::{BlockedArgs, BlockedConfig};
+pub use record::{RecordArgs, ReportArgs, ReportConfig};
+pub use view::{ViewArgs, ViewConfig};
 pub use threads::{Calibration, ThreadsArgs, ThreadsConfig};
 pub use values::{AttachMode, By, OpenWaits, ValueKind};
 pub(crate) use values::parse_duration;
@@ -40,6 +44,14 @@ pub struct Args {
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+/// What to trace and how: the options of a trace, shared by `topwaits` and
+/// `topwaits record`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TraceArgs {
     /// Also capture who woke each wait (off-wake stacks), and split each wait into
     /// blocked time (until the wakeup) and run-queue time (after it).
     #[arg(short = 'w', long)]
@@ -105,22 +117,9 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_entries: u32,
 
-    /// Print folded stacks, one line per record, for flamegraph.pl or inferno.
-    #[arg(short = 'f', long, conflicts_with = "json")]
-    pub folded: bool,
 
-    /// Put a "-" frame between user and kernel frames.
-    #[arg(short = 'd', long)]
-    pub delimited: bool,
 
-    /// Print one JSON document (schema in topwaits(1) and the README).
-    #[arg(long)]
-    pub json: bool,
 
-    /// The value of each folded line and flame-graph width: total wait (µs, the
-    /// default), longest wait (µs) or count. Applies to -f and --svg.
-    #[arg(long, value_enum)]
-    pub value: Option<ValueKind>,
 
     /// Recover the caller of a leaf function that keeps no frame pointer (libc's
     /// syscall wrappers, whose callers frame-pointer walks skip): take a few words at
@@ -129,38 +128,15 @@ pub struct Args {
     #[arg(long, conflicts_with = "kernel_stacks_only")]
     pub leaf_callers: bool,
 
-    /// What one record of the top view and JSON stands for: a thread (the default),
-    /// the threads of a process with the same stacks (process), or every thread
-    /// of that name (comm). Folded lines are per comm, as bcc prints them.
-    #[arg(long, value_enum, value_name = "WHAT", conflicts_with = "folded")]
-    pub by: Option<By>,
 
-    /// Also write an interactive flame graph (SVG): off-CPU in blue, or with -w an
-    /// off-wake graph with the wakers in aqua above a grey divider.
-    #[arg(long, value_name = "FILE", conflicts_with = "interval")]
-    pub svg: Option<PathBuf>,
 
-    /// Also write a timeline (SVG) of the longest waits (as many as -n, default 20):
-    /// one row per thread, bars at their wall-clock times.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["interval", "wakeups"])]
-    pub timeline: Option<PathBuf>,
 
-    /// Also write a pprof profile (gzip-compressed profile.proto) for go tool pprof,
-    /// Pyroscope or Parca: sample values off_cpu (ns), waits and max_wait (ns), with
-    /// -w also blocked and runq (ns); labels comm, pid, tid, state, waker; user
-    /// frames with their file's mapping and build id.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["interval", "wakeups"])]
-    pub pprof: Option<PathBuf>,
 
     /// Print one report per interval of SECS seconds, clearing the kernel aggregates
     /// after each, until the duration ends or Ctrl-C.
     #[arg(short = 'i', long, value_name = "SECS", value_parser = parse_duration)]
     pub interval: Option<Duration>,
 
-    /// Show the N records with the longest waits (0 = all). Default: 20 in the top view,
-    /// all in JSON.
-    #[arg(short = 'n', long, value_name = "N")]
-    pub top: Option<usize>,
 
     /// How to attach: tp_btf (sched_switch with BTF), raw_tp, kprobe (finish_task_switch),
     /// or auto (tp_btf, else raw_tp).
@@ -176,6 +152,9 @@ pub struct Args {
     /// Seconds to trace (decimals allowed). Without it, trace until Ctrl-C.
     #[arg(value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
+
+    #[command(flatten)]
+    pub view: ViewArgs,
 }
 
 /// The first line of a clap error (`error: ...`), without the usage block that
@@ -215,6 +194,15 @@ pub enum Command {
     /// deadlocks. Read-only and instant: no tracing, no duration, the target never stops.
     #[command(after_help = blocked::BLOCKED_EXAMPLES)]
     Blocked(BlockedArgs),
+    /// Trace as topwaits does and save the symbolized trace to a file (-o), to show
+    /// later with `topwaits report`, anywhere and without root. Frames are named
+    /// now, so processes that exit before the report keep their names.
+    #[command(after_help = record::RECORD_EXAMPLES)]
+    Record(RecordArgs),
+    /// Show a trace saved by `topwaits record`: every view and file of a trace (top,
+    /// folded, JSON, --svg, --timeline, --pprof), without root.
+    #[command(after_help = record::REPORT_EXAMPLES)]
+    Report(ReportArgs),
 }
 
 
@@ -333,6 +321,10 @@ pub struct Config {
     pub svg: Option<PathBuf>,
     pub timeline: Option<PathBuf>,
     pub pprof: Option<PathBuf>,
+    /// `topwaits record -o FILE`: the record file.
+    pub record: Option<PathBuf>,
+    /// Print the view on stdout (a record prints one only when a format is asked).
+    pub print: bool,
     pub interval: Option<Duration>,
     /// How many waits the timeline shows.
     pub timeline_limit: usize,
@@ -357,6 +349,10 @@ pub enum ConfigError {
     ThreadsKprobe,
     #[error("--value applies to -f and --svg")]
     ValueWithoutGraph,
+    #[error("{0} writes one file for the whole trace: not with -i/--interval")]
+    FileWithInterval(&'static str),
+    #[error("{0} draws waits, not wakeups: not with --wakeups")]
+    FileWithWakeups(&'static str),
     #[error("--interval {:.1} s is longer than the duration {:.1} s", .interval.as_secs_f64(), .duration.as_secs_f64())]
     IntervalTooLong { interval: Duration, duration: Duration },
 }
@@ -366,7 +362,8 @@ pub const DEFAULT_TOP: usize = 20;
 
 impl Config {
     /// Checks options against each other.
-    pub fn from_args(a: Args) -> Result<Self, ConfigError> {
+    pub fn from_args(a: TraceArgs) -> Result<Self, ConfigError> {
+        let v = a.view;
         if a.min_block_time > a.max_block_time {
             return Err(ConfigError::MinAboveMax {
                 min: a.min_block_time,
@@ -386,30 +383,19 @@ impl Config {
             (_, true) => Stacks::KernelOnly,
             _ => Stacks::Both,
         };
-        if a.value.is_some() && !a.folded && a.svg.is_none() {
-            return Err(ConfigError::ValueWithoutGraph);
+        let v = v.config()?;
+        let files = [("--svg", v.svg.is_some()), ("--timeline", v.timeline.is_some()), ("--pprof", v.pprof.is_some())];
+        if let Some((name, _)) = files.iter().find(|f| f.1 && a.interval.is_some()) {
+            return Err(ConfigError::FileWithInterval(name));
+        }
+        if let Some((name, _)) = files[1..].iter().find(|f| f.1 && a.wakeups) {
+            return Err(ConfigError::FileWithWakeups(name));
         }
         if let (Some(i), Some(d)) = (a.interval, a.duration) {
             if i > d {
                 return Err(ConfigError::IntervalTooLong { interval: i, duration: d });
             }
         }
-        let value = a.value.unwrap_or(ValueKind::Total);
-        let output = if a.folded {
-            Output::Folded {
-                delimited: a.delimited,
-                value,
-            }
-        } else if a.json {
-            Output::Json {
-                limit: a.top.unwrap_or(0),
-            }
-        } else {
-            Output::Top {
-                limit: a.top.unwrap_or(DEFAULT_TOP),
-                delimited: a.delimited,
-            }
-        };
         Ok(Config {
             view: if a.wakeups { View::Wakeups } else { View::OffCpu },
             waker: a.waker || a.wakeups || a.chain > 1,
@@ -421,19 +407,35 @@ impl Config {
             state: a.state,
             stack_storage_size: a.stack_storage_size,
             max_entries: a.max_entries,
-            output,
+            output: v.output,
             attach: a.attach,
             duration: a.duration,
-            value,
-            svg: a.svg,
-            timeline: a.timeline,
-            pprof: a.pprof,
+            value: v.value,
+            svg: v.svg,
+            timeline: v.timeline,
+            pprof: v.pprof,
+            record: None,
+            print: true,
             interval: a.interval,
-            timeline_limit: a.top.filter(|&n| n > 0).unwrap_or(DEFAULT_TOP),
+            timeline_limit: v.timeline_limit,
             open_waits: a.open_waits == OpenWaits::Yes,
-            by: a.by.unwrap_or_default(),
+            by: v.by,
             leaf_callers: a.leaf_callers,
         })
+    }
+
+    /// The options of `topwaits record`: a trace that also writes the record file.
+    pub fn for_record(r: RecordArgs) -> Result<Self, ConfigError> {
+        let interval = r.trace.interval.is_some();
+        let v = &r.trace.view;
+        let print = v.folded || v.json || v.top.is_some();
+        let mut c = Config::from_args(r.trace)?;
+        if interval {
+            return Err(ConfigError::FileWithInterval("record"));
+        }
+        c.record = Some(r.output);
+        c.print = print;
+        Ok(c)
     }
 
     /// Human description of what is traced, for headers and titles.
@@ -505,7 +507,7 @@ mod tests {
     fn parse(args: &[&str]) -> Result<Config, String> {
         let a = Args::try_parse_from(std::iter::once("topwaits").chain(args.iter().copied()))
             .map_err(|e| e.kind().to_string())?;
-        Config::from_args(a).map_err(|e| e.to_string())
+        Config::from_args(a.trace).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -55,9 +55,9 @@ pub fn expected_attach() -> String {
 pub fn with_attach(args: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     if let Ok(a) = std::env::var("TOPWAITS_TEST_ATTACH") {
-        // `blocked` attaches nothing.
-        if !args.contains(&"--attach") && args.first() != Some(&"blocked") {
-            let at = usize::from(args.first() == Some(&"threads"));
+        // `blocked` and `report` attach nothing.
+        if !args.contains(&"--attach") && !matches!(args.first(), Some(&"blocked" | &"report")) {
+            let at = usize::from(matches!(args.first(), Some(&"threads" | &"record")));
             v.splice(at..at, ["--attach".to_string(), a]);
         }
     }

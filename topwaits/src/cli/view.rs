@@ -1,0 +1,88 @@
+//! How a trace is shown, shared by a trace and by `topwaits report`: the format
+//! on stdout (top view, folded, JSON) and the files written beside it.
+
+use std::path::PathBuf;
+
+use super::{By, ConfigError, Output, ValueKind, DEFAULT_TOP};
+
+/// How a trace is shown: the format on stdout and the files written beside it.
+/// The same options for a trace and for `topwaits report`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ViewArgs {
+    /// Print folded stacks, one line per record, for flamegraph.pl or inferno.
+    #[arg(short = 'f', long, conflicts_with = "json")]
+    pub folded: bool,
+    /// Put a "-" frame between user and kernel frames.
+    #[arg(short = 'd', long)]
+    pub delimited: bool,
+    /// Print one JSON document (schema in topwaits(1) and the README).
+    #[arg(long)]
+    pub json: bool,
+    /// Show the N records with the longest waits (0 = all). Default: 20 in the top view,
+    /// all in JSON.
+    #[arg(short = 'n', long, value_name = "N")]
+    pub top: Option<usize>,
+    /// The value of each folded line and flame-graph width: total wait (µs, the
+    /// default), longest wait (µs) or count. Applies to -f and --svg.
+    #[arg(long, value_enum)]
+    pub value: Option<ValueKind>,
+    /// What one record of the top view and JSON stands for: a thread (the default),
+    /// the threads of a process with the same stacks (process), or every thread
+    /// of that name (comm). Folded lines are per comm, as bcc prints them.
+    #[arg(long, value_enum, value_name = "WHAT", conflicts_with = "folded")]
+    pub by: Option<By>,
+    /// Also write an interactive flame graph (SVG): off-CPU in blue, or with -w an
+    /// off-wake graph with the wakers in aqua above a grey divider.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Also write a timeline (SVG) of the longest waits (as many as -n, default 20):
+    /// one row per thread, bars at their wall-clock times.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+    /// Also write a pprof profile (gzip-compressed profile.proto) for go tool pprof,
+    /// Pyroscope or Parca: sample values off_cpu (ns), waits and max_wait (ns), with
+    /// -w also blocked and runq (ns); labels comm, pid, tid, state, waker; user
+    /// frames with their file's mapping and build id.
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+}
+
+/// Validated view options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewConfig {
+    pub output: Output,
+    /// Number on folded lines and flame-graph widths.
+    pub value: ValueKind,
+    pub by: By,
+    pub svg: Option<PathBuf>,
+    pub timeline: Option<PathBuf>,
+    /// How many waits the timeline shows.
+    pub timeline_limit: usize,
+    pub pprof: Option<PathBuf>,
+}
+
+impl ViewArgs {
+    /// Checks the options against each other.
+    pub fn config(self) -> Result<ViewConfig, ConfigError> {
+        if self.value.is_some() && !self.folded && self.svg.is_none() {
+            return Err(ConfigError::ValueWithoutGraph);
+        }
+        let value = self.value.unwrap_or(ValueKind::Total);
+        let output = if self.folded {
+            Output::Folded { delimited: self.delimited, value }
+        } else if self.json {
+            Output::Json { limit: self.top.unwrap_or(0) }
+        } else {
+            Output::Top { limit: self.top.unwrap_or(DEFAULT_TOP), delimited: self.delimited }
+        };
+        Ok(ViewConfig {
+            output,
+            value,
+            by: self.by.unwrap_or_default(),
+            svg: self.svg,
+            timeline: self.timeline,
+            timeline_limit: self.top.filter(|&n| n > 0).unwrap_or(DEFAULT_TOP),
+            pprof: self.pprof,
+        })
+    }
+}

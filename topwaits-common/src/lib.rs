@@ -129,7 +129,9 @@ pub struct Settings {
     /// a waker's kernel stack is reused only when the hook runs on it (not on an
     /// interrupt stack). `u32::MAX` when unknown.
     pub off_stack: u32,
-    pub _pad: u32,
+    /// With `--events-over`: waits of at least this many microseconds are also sent
+    /// one by one through [`names::WAIT_EVENTS`] (0: none).
+    pub events_over_us: u32,
 }
 
 impl Settings {
@@ -161,7 +163,7 @@ impl Settings {
             self_tgid: 0,
             leaf_words: 0,
             off_stack: u32::MAX,
-            _pad: 0,
+            events_over_us: 0,
         }
     }
 }
@@ -280,6 +282,30 @@ pub struct Hop {
     pub kstack: u64,
     pub ustack: u64,
     pub comm: [u8; TASK_COMM_LEN],
+}
+
+/// One wait of at least `--events-over`, sent to user space at its end through the
+/// [`names::WAIT_EVENTS`] ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct WaitEvent {
+    /// CLOCK_MONOTONIC ns of the switch-out and the switch-in.
+    pub start: u64,
+    pub end: u64,
+    /// With `--waker`: when the wakeup came (0 when none was seen).
+    pub woken: u64,
+    /// Stack references (see [`STACK_STORED`]).
+    pub kstack: u64,
+    pub ustack: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    /// State at switch-out (0: preempted).
+    pub state: u32,
+    /// One of [`wake_kind`] (with `--waker`).
+    pub wake_kind: u32,
+    pub comm: [u8; TASK_COMM_LEN],
+    /// With `--waker`: the task that woke it.
+    pub waker: Hop,
 }
 
 /// The chain of the last wakeup of a task, keyed by its `task_struct` address in
@@ -438,8 +464,12 @@ pub mod counter {
     pub const KSTACK_REUSED: u32 = 14;
     /// Kernel stacks of wakers reused in place instead of unwound.
     pub const WAKER_KSTACK_REUSED: u32 = 15;
+    /// Long-wait events (`--events-over`) that did not fit into the full ring buffer.
+    pub const LOST_WAIT_EVENTS: u32 = 16;
+    /// Long-wait events sent.
+    pub const WAIT_EVENTS: u32 = 17;
     /// Number of counters (the size of the COUNTERS map).
-    pub const COUNT: u32 = 16;
+    pub const COUNT: u32 = 18;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -466,6 +496,7 @@ pub mod names {
     pub const DEPS: &str = "DEPS";
     pub const FUTEX_WAKING: &str = "FUTEX_WAKING";
     pub const EVENTS: &str = "EVENTS";
+    pub const WAIT_EVENTS: &str = "WAIT_EVENTS";
     pub const PROG_EXEC_BTF: &str = "sched_process_exec_btf";
     pub const PROG_EXEC_RAW: &str = "sched_process_exec_raw";
     pub const PROG_NEW_BTF: &str = "sched_wakeup_new_btf";
@@ -513,6 +544,7 @@ mod pod {
     unsafe impl aya::Pod for super::WakeVal {}
     unsafe impl aya::Pod for super::ThreadStats {}
     unsafe impl aya::Pod for super::DepKey {}
+    unsafe impl aya::Pod for super::WaitEvent {}
 }
 
 #[cfg(test)]
@@ -535,5 +567,6 @@ mod tests {
         assert_eq!(size_of::<WakeVal>(), 8 * 8);
         assert_eq!(size_of::<WaitKey>(), 8 * 2 + 4 * 2 + TASK_COMM_LEN);
         assert_eq!(size_of::<WaitVal>(), 8 * 4);
+        assert_eq!(size_of::<WaitEvent>(), 8 * 5 + 4 * 4 + TASK_COMM_LEN + size_of::<Hop>());
     }
 }

@@ -1,11 +1,12 @@
 //! topwaits' eBPF object: one module per hook, plus the maps and the shared
-//! accounting they use. Dependencies run one way: hooks → switch → wake →
+//! accounting they use. Dependencies run one way: hooks → switch → events → wake →
 //! threads → task → kstack/ustack/kcache → stackref → maps.
 #![no_std]
 #![no_main]
 // Its build output is shown only when it fails, so warnings must fail it.
 #![deny(unused)]
 
+mod events;
 mod finish_task_switch;
 mod futex;
 mod kcache;

@@ -127,6 +127,9 @@ pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, now: u64, stacks_now: bo
         ustack,
         comm: start.comm,
     };
+    if s.events_over_us != 0 && us >= s.events_over_us as u64 {
+        crate::events::send(task, &key, began, now, start.state, s.waker != 0);
+    }
     if s.waker != 0 {
         wake::account(task, &key, began, start.state, delta, now);
     } else {

@@ -98,6 +98,23 @@ pub struct RawHop {
     pub ustack: StackId,
 }
 
+/// A kernel comm (NUL-padded) as its bytes.
+pub fn comm_bytes(comm: &[u8]) -> Vec<u8> {
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    comm[..len].to_vec()
+}
+
+/// A kernel waker hop as a raw hop.
+pub fn raw_hop(h: &topwaits_common::Hop) -> RawHop {
+    RawHop {
+        tgid: h.tgid,
+        tid: h.tid,
+        comm: comm_bytes(&h.comm),
+        kstack: StackId::from_ref(h.kstack),
+        ustack: StackId::from_ref(h.ustack),
+    }
+}
+
 /// A symbolized waker.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hop {
@@ -159,6 +176,12 @@ pub struct Counters {
     /// Unique user stacks cut at their first address outside executable code (set
     /// by symbolization, per report; not a kernel counter).
     pub user_stacks_cut: u64,
+    /// Long waits sent as events (`--events-over`), and those the full ring buffer
+    /// could not take.
+    #[serde(default)]
+    pub wait_events: u64,
+    #[serde(default)]
+    pub lost_wait_events: u64,
 }
 
 impl Counters {
@@ -181,6 +204,8 @@ impl Counters {
             kstacks_reused: at(c::KSTACK_REUSED),
             waker_kstacks_reused: at(c::WAKER_KSTACK_REUSED),
             user_stacks_cut: 0,
+            wait_events: at(c::WAIT_EVENTS),
+            lost_wait_events: at(c::LOST_WAIT_EVENTS),
         }
     }
 
@@ -201,17 +226,19 @@ impl Counters {
             kstacks_reused: self.kstacks_reused.saturating_sub(earlier.kstacks_reused),
             waker_kstacks_reused: self.waker_kstacks_reused.saturating_sub(earlier.waker_kstacks_reused),
             user_stacks_cut: self.user_stacks_cut,
+            wait_events: self.wait_events.saturating_sub(earlier.wait_events),
+            lost_wait_events: self.lost_wait_events.saturating_sub(earlier.lost_wait_events),
         }
     }
 
     /// Everything lost, for a status line.
     pub fn lost_total(&self) -> u64 {
-        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full
+        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full + self.lost_wait_events
     }
 
     /// Whether anything was lost.
     pub fn any_loss(&self) -> bool {
-        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full > 0
+        self.lost_total() > 0
     }
 
     /// One warning line per kind of loss, each with the fix to apply.
@@ -243,6 +270,13 @@ impl Counters {
                 "{} wakeups did not fit into the full per-task wakeup map; their waits show [no waker seen]; \
                  narrow the trace with -p/-t/-u",
                 self.wake_full
+            ));
+        }
+        if self.lost_wait_events > 0 {
+            w.push(format!(
+                "{} long-wait events did not fit into the full event buffer (their waits are still in the \
+                 aggregate); raise --events-over",
+                self.lost_wait_events
             ));
         }
         if self.negative_deltas > 0 {
@@ -403,6 +437,28 @@ pub struct Report {
     /// The file-backed mappings of each process with user frames, for formats that
     /// let other tools symbolize again (pprof). Empty where nobody asked.
     pub objects: HashMap<u32, Vec<ObjectMap>>,
+    /// Each wait of at least `--events-over`, in the order they ended.
+    #[serde(default)]
+    pub events: Vec<Event>,
+}
+
+/// One long wait (`--events-over`): a record of one wait (`count` 1, `max_ns` its
+/// length, `max_end_mono` its end, `wake` its waker with `-w`), and its state.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Event {
+    pub record: Record,
+    /// State at switch-out (0: preempted).
+    pub state: u32,
+}
+
+impl Event {
+    pub fn start_mono(&self) -> u64 {
+        self.record.max_end_mono.saturating_sub(self.record.max_ns)
+    }
+
+    pub fn end_mono(&self) -> u64 {
+        self.record.max_end_mono
+    }
 }
 
 /// Where a file is mapped in a process: what pprof calls a mapping.

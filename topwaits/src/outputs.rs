@@ -14,6 +14,7 @@ pub struct ViewFiles {
     svg: Option<OutputFile>,
     timeline: Option<OutputFile>,
     pprof: Option<OutputFile>,
+    perfetto: Option<OutputFile>,
     record: Option<OutputFile>,
 }
 
@@ -22,6 +23,7 @@ pub struct Paths<'a> {
     pub svg: Option<&'a std::path::Path>,
     pub timeline: Option<&'a std::path::Path>,
     pub pprof: Option<&'a std::path::Path>,
+    pub perfetto: Option<&'a std::path::Path>,
     pub record: Option<&'a std::path::Path>,
 }
 
@@ -33,6 +35,7 @@ impl ViewFiles {
             svg: OutputFile::create_opt(p.svg)?,
             timeline: OutputFile::create_opt(p.timeline)?,
             pprof: OutputFile::create_opt(p.pprof)?,
+            perfetto: OutputFile::create_opt(p.perfetto)?,
             record: OutputFile::create_opt(p.record)?,
         })
     }
@@ -55,6 +58,9 @@ impl ViewFiles {
         if let Some(file) = self.pprof {
             file.write(|out| report::pprof::Pprof.write(report, out))?;
         }
+        if let Some(file) = self.perfetto {
+            file.write(|out| report::perfetto::Perfetto.write(report, out))?;
+        }
         if let Some(file) = self.record {
             file.write(|out| crate::recording::write(report, out))?;
         }
@@ -69,6 +75,7 @@ pub fn show(report: &Report, view: crate::cli::View, output: &crate::cli::Output
         counters: report.counters,
         records: crate::reduce::merge(report.records.clone(), by),
         objects: Default::default(),
+        events: report.events.clone(),
     });
     let format = report::for_output(view, output);
     crate::trace::write_quietly(|out| format.write(grouped.as_ref().unwrap_or(report), out))
@@ -81,9 +88,13 @@ pub fn run_report(c: &crate::cli::ReportConfig) -> Result<()> {
         svg: c.view.svg.as_deref(),
         timeline: c.view.timeline.as_deref(),
         pprof: c.view.pprof.as_deref(),
+        perfetto: c.view.perfetto.as_deref(),
         record: None,
     })?;
     let report = crate::recording::read(&c.file)?;
+    if c.view.perfetto.is_some() && report.events.is_empty() {
+        anyhow::bail!("{} holds no long-wait events for --perfetto: record with --events-over or --perfetto", c.file.display());
+    }
     if c.wakeups && !report.info.waker {
         anyhow::bail!("{} was recorded without wakers: --wakeups needs a trace recorded with -w", c.file.display());
     }

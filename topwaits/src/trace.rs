@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
-use crate::bpf::{ProcEvents, Tracer};
+use crate::bpf::{ProcEvents, Tracer, WaitEvents};
 use crate::cli::{Config, Threads, ThreadsConfig};
 use crate::clock::{local_offset_s, monotonic_now, ClockPair};
 use crate::error::UserError;
@@ -90,6 +90,7 @@ pub fn wait(
     duration: Option<Duration>,
     targets: &mut Vec<std::os::fd::OwnedFd>,
     events_slot: &mut Option<ProcEvents>,
+    waits_slot: &mut Option<WaitEvents>,
     on_event: &mut dyn FnMut(u32, u32),
     tick: &mut dyn FnMut(),
 ) -> Result<End> {
@@ -109,6 +110,11 @@ pub fn wait(
             // SAFETY: the ring buffer owns its map fd, which stays open and the same
             // for as long as the AsyncFd holds it.
             Some(e) => Some(unsafe { AsyncFd::register_with_interest(e, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
+            None => None,
+        };
+        let mut long = match waits_slot.take() {
+            // SAFETY: as for the process events above.
+            Some(w) => Some(unsafe { AsyncFd::register_with_interest(w, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
             None => None,
         };
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
@@ -134,8 +140,29 @@ pub fn wait(
                     None => std::future::pending().await,
                 }
             };
+            // Long-wait events wake no one: read when the kernel says the buffer
+            // is half full, else every 100 ms.
+            let long_pulled = async {
+                match long.as_mut() {
+                    Some(fd) => {
+                        let woken = match tokio::time::timeout(Duration::from_millis(100), fd.readable_mut()).await {
+                            Ok(Ok(mut guard)) => {
+                                guard.get_inner_mut().pull();
+                                guard.clear_ready();
+                                true
+                            }
+                            _ => false,
+                        };
+                        if !woken {
+                            fd.get_mut().pull();
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = &mut sleep => break End::Duration,
+                _ = long_pulled => {}
                 _ = int.recv() => break End::Signal("SIGINT"),
                 _ = term.recv() => break End::Signal("SIGTERM"),
                 _ = hup.recv() => break End::Signal("SIGHUP"),
@@ -162,6 +189,11 @@ pub fn wait(
             let mut inner = fd.into_inner();
             inner.drain(&mut *on_event);
             *events_slot = Some(inner);
+        }
+        if let Some(fd) = long {
+            let mut inner = fd.into_inner();
+            inner.pull();
+            *waits_slot = Some(inner);
         }
         Ok(end)
     })
@@ -250,6 +282,7 @@ pub fn run(config: &Config) -> Result<()> {
         svg: config.svg.as_deref(),
         timeline: config.timeline.as_deref(),
         pprof: config.pprof.as_deref(),
+        perfetto: config.perfetto.as_deref(),
         record: config.record.as_deref(),
     })?);
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
@@ -280,6 +313,7 @@ pub fn run(config: &Config) -> Result<()> {
         symbolizer.warm_kernel();
     }
     let mut events = tracer.take_events()?;
+    let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
     let t0 = std::time::Instant::now();
     let deadline = config.duration.map(|d| t0 + d);
@@ -299,7 +333,7 @@ pub fn run(config: &Config) -> Result<()> {
         };
         let end = {
             let tracer = &tracer;
-            wait(slice, &mut targets, &mut events, &mut |tgid, _kind| symbolizer.remember(tgid), &mut || {
+            wait(slice, &mut targets, &mut events, &mut long, &mut |tgid, _kind| symbolizer.remember(tgid), &mut || {
                 if let Ok(c) = tracer.counters() {
                     status.show(&c);
                 }
@@ -321,13 +355,28 @@ pub fn run(config: &Config) -> Result<()> {
         }
         let end_mono = monotonic_now();
         let open_at = config.open_waits.then_some(end_mono);
-        let mut capture = if finished { tracer.drain(open_at)? } else { tracer.drain_and_clear(open_at)? };
+        // Long waits sent until the programs were detached, as one-wait records.
+        let (event_raws, event_states): (Vec<_>, Vec<u32>) = long
+            .as_mut()
+            .map(|l| {
+                l.pull();
+                std::mem::take(&mut l.got)
+            })
+            .unwrap_or_default()
+            .iter()
+            .map(|e| crate::longwaits::raw(e, config.waker))
+            .unzip();
+        let mut capture = if finished { tracer.drain(open_at, &event_raws)? } else { tracer.drain_and_clear(open_at)? };
         if config.open_waits {
             let span = crate::open::Span { start: start_mono, end: end_mono };
             crate::open::add_waits_before_trace(config, &mut capture, &mut snapshots, span, std::process::id());
         }
         total = capture.counters;
-        let resolved = resolve(&capture, &mut symbolizer);
+        // Events are symbolized with the records, then split off again.
+        let aggregate = capture.records.len();
+        capture.records.extend(event_raws);
+        let mut resolved = resolve(&capture, &mut symbolizer);
+        let events = crate::longwaits::events(resolved.records.split_off(aggregate), &event_states);
         let mut counters = capture.counters.since(&before);
         counters.user_stacks_cut = resolved.user_stacks_cut;
         // Records alike in all a report shows are one; the graphs keep threads apart.
@@ -347,12 +396,14 @@ pub fn run(config: &Config) -> Result<()> {
             counters,
             records,
             objects: Default::default(),
+            events,
         };
         let grouped = (config.by != crate::reduce::By::Thread).then(|| Report {
             info: TraceInfo { by: config.by, ..report.info.clone() },
             counters: report.counters,
             records: crate::reduce::merge(report.records.clone(), config.by),
             objects: Default::default(),
+            events: report.events.clone(),
         });
         write_quietly(|out| {
             if !config.print {
@@ -456,7 +507,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         Some(d) => crate::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
-    wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut |_, _| {}, &mut || {})?;
+    wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut None, &mut |_, _| {}, &mut || {})?;
     second_interrupt_quits();
     // The window ends when the programs stop recording, not when detaching ends.
     let end_mono = window_end(monotonic_now(), deadline);

@@ -17,7 +17,9 @@ fn arg() -> impl Strategy<Value = String> {
         Just("--value".to_string()), Just("--attach".to_string()), Just("--stack-storage-size".to_string()),
         Just("--max-entries".to_string()), Just("threads".to_string()), Just("--rt-app".to_string()),
         Just("--rt-app-duration".to_string()), Just("blocked".to_string()), Just("-S".to_string()),
-        Just("--dot".to_string()), Just("--open-waits".to_string()), Just("no".to_string()), Just("0".to_string()), Just("1".to_string()), Just("-1".to_string()),
+        Just("--dot".to_string()), Just("record".to_string()), Just("report".to_string()), Just("-o".to_string()),
+        Just("--events-over".to_string()), Just("--perfetto".to_string()), Just("--pprof".to_string()),
+        Just("--open-waits".to_string()), Just("no".to_string()), Just("0".to_string()), Just("1".to_string()), Just("-1".to_string()),
         Just("1,2,3".to_string()), Just("0x2".to_string()), Just("18446744073709551616".to_string()),
         Just("nan".to_string()), Just("inf".to_string()), Just("1e9".to_string()), Just("raw_tp".to_string()),
         "[ -~]{0,12}",
@@ -35,8 +37,10 @@ proptest! {
             match a.command.clone() {
                 Some(Command::Threads(t)) => { let _ = ThreadsConfig::from_args(t); }
                 Some(Command::Blocked(b)) => { let _ = BlockedConfig::from_args(b); }
+                Some(Command::Record(r)) => { let _ = Config::for_record(r); }
+                Some(Command::Report(r)) => { let _ = topwaits::cli::ReportConfig::from_args(r); }
                 None => {
-                    if let Ok(c) = Config::from_args(a) {
+                    if let Ok(c) = Config::from_args(a.trace) {
                         // A valid config has consistent bounds.
                         prop_assert!(c.min_us <= c.max_us);
                         let s = c.settings();

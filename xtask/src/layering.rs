@@ -6,7 +6,7 @@
 mod tests {
     /// The eBPF crate's shared modules from top to bottom: each may use only the
     /// ones after it. Hook files (one per tracepoint) sit above all of them.
-    const ORDER: &[&str] = &["switch", "wake", "threads", "task", "kstack", "ustack", "kcache", "stackref", "maps"];
+    const ORDER: &[&str] = &["switch", "events", "wake", "threads", "task", "kstack", "ustack", "kcache", "stackref", "maps"];
 
     #[test]
     fn ebpf_modules_import_one_way() {

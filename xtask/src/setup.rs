@@ -109,12 +109,25 @@ const PPROF_FORMAT: &str = "pprof-format@2.3.2";
 fn test_tools() -> Result<()> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-tools");
     if dir.join("node_modules/pprof-format/package.json").exists() {
-        return Ok(());
+        return perfetto_reader();
     }
     eprintln!("setup: installing {PPROF_FORMAT} for the export tests");
     std::fs::create_dir_all(&dir)?;
     if !dir.join("package.json").exists() {
         std::fs::write(dir.join("package.json"), "{\"private\": true}\n")?;
     }
-    run(Command::new("npm").current_dir(&dir).args(["install", "--no-audit", "--no-fund", PPROF_FORMAT]))
+    run(Command::new("npm").current_dir(&dir).args(["install", "--no-audit", "--no-fund", PPROF_FORMAT]))?;
+    perfetto_reader()
+}
+
+/// Perfetto's Python package (its trace schema, read by protobuf), pinned.
+const PERFETTO: &str = "perfetto==0.59.1";
+
+fn perfetto_reader() -> Result<()> {
+    let have = Command::new("python3").args(["-c", "from perfetto.protos.perfetto.trace import perfetto_trace_pb2"]).output();
+    if have.is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    eprintln!("setup: installing {PERFETTO} and protobuf for the export tests");
+    run(Command::new("python3").args(["-m", "pip", "install", "-q", "--root-user-action=ignore", PERFETTO, "protobuf"]))
 }

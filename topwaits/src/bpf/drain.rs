@@ -5,16 +5,11 @@ use std::collections::HashMap;
 
 use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
-use topwaits_common::{counter, names, Chain, DepKey, Hop, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{counter, names, Chain, DepKey, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 use super::{batch, Tracer};
-use crate::model::{Capture, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
+use crate::model::{comm_bytes, raw_hop, Capture, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
 use crate::profile::{Edge, ThreadProfile, ThreadsCapture};
-
-pub(super) fn comm_bytes(comm: &[u8]) -> Vec<u8> {
-    let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-    comm[..len].to_vec()
-}
 
 pub(super) fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, max_end_ns: u64) -> RawRecord {
     RawRecord {
@@ -29,16 +24,6 @@ pub(super) fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, ma
         max_end_mono: max_end_ns,
         wake: None,
         open: None,
-    }
-}
-
-pub(super) fn raw_hop(h: &Hop) -> RawHop {
-    RawHop {
-        tgid: h.tgid,
-        tid: h.tid,
-        comm: comm_bytes(&h.comm),
-        kstack: StackId::from_ref(h.kstack),
-        ustack: StackId::from_ref(h.ustack),
     }
 }
 
@@ -71,7 +56,7 @@ impl Tracer {
     /// rows may name them. A wait added to a row between its read and its deletion
     /// is lost; the window is a few microseconds per row.
     pub fn drain_and_clear(&mut self, open_at: Option<u64>) -> Result<Capture> {
-        let capture = self.drain(open_at)?;
+        let capture = self.drain(open_at, &[])?;
         let waker = self.waker;
         let map = self.map_mut(if waker { names::WAKE_WAITS } else { names::WAITS })?;
         if waker {
@@ -126,7 +111,8 @@ impl Tracer {
 
     /// Reads the aggregate, the stacks it names, and the counters; with `open_at`,
     /// also the waits still in progress at that CLOCK_MONOTONIC time.
-    pub fn drain(&self, open_at: Option<u64>) -> Result<Capture> {
+    /// `extra`: more records whose stacks to read (long-wait events).
+    pub fn drain(&self, open_at: Option<u64>, extra: &[RawRecord]) -> Result<Capture> {
         let mut records = Vec::new();
         if self.waker {
             batch::each(self.map(names::WAKE_WAITS)?, |k: &WakeKey, v: &WakeVal| {
@@ -163,6 +149,7 @@ impl Tracer {
             let map = self.map(map)?;
             let wanted: std::collections::HashSet<u64> = records
                 .iter()
+                .chain(extra)
                 .flat_map(|r| {
                     let hops = r.wake.iter().flat_map(|w| &w.hops).map(|h| if user { h.ustack } else { h.kstack });
                     std::iter::once(if user { r.ustack } else { r.kstack }).chain(hops)

@@ -1,7 +1,8 @@
-//! The process-event ring buffer: tasks seen for the first time, and execs.
+//! The ring buffers: process events (tasks seen for the first time, and execs),
+//! and long-wait events (`--events-over`).
 
 use aya::maps::{MapData, RingBuf};
-use topwaits_common::ProcEvent;
+use topwaits_common::{ProcEvent, WaitEvent};
 
 /// Process events from the kernel: a task seen for the first time, or an exec.
 pub struct ProcEvents {
@@ -23,6 +24,33 @@ impl ProcEvents {
 }
 
 impl std::os::fd::AsRawFd for ProcEvents {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
+/// Long waits sent one by one (`--events-over`). The kernel wakes no reader per
+/// event: the buffer is drained on a timer, and when the kernel says it is half full.
+pub struct WaitEvents {
+    pub(super) ring: RingBuf<MapData>,
+    /// The events read so far, in the order they ended.
+    pub got: Vec<WaitEvent>,
+}
+
+impl WaitEvents {
+    /// Moves every pending event into [`WaitEvents::got`].
+    pub fn pull(&mut self) {
+        while let Some(item) = self.ring.next() {
+            if item.len() >= std::mem::size_of::<WaitEvent>() {
+                // SAFETY: the kernel writes whole WaitEvent records; the read is
+                // unaligned-safe.
+                self.got.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) });
+            }
+        }
+    }
+}
+
+impl std::os::fd::AsRawFd for WaitEvents {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.ring.as_raw_fd()
     }

@@ -8,7 +8,7 @@ mod batch;
 mod drain;
 mod events;
 
-pub use events::ProcEvents;
+pub use events::{ProcEvents, WaitEvents};
 
 use std::path::Path;
 
@@ -45,7 +45,13 @@ pub struct Tracer {
     btf: Option<Btf>,
     /// `-m`/`-M` in µs, which waits still in progress must pass too.
     block_us: (u64, u64),
+    /// Long waits are sent as events (`--events-over`).
+    wait_events: bool,
 }
+
+/// The long-wait event ring buffer: 8 MiB, about 75,000 events of 112 bytes,
+/// drained every 100 ms and whenever it is half full.
+const EVENT_BUFFER_BYTES: u32 = 8 << 20;
 
 /// Detaches and unloads every loaded program of an object.
 fn self_unload(ebpf: &mut Ebpf) {
@@ -84,6 +90,8 @@ struct Sizes {
     threads: u32,
     deps: u32,
     futex: u32,
+    /// Bytes of the long-wait event ring buffer (a page when unused).
+    wait_events: u32,
 }
 
 impl Sizes {
@@ -96,6 +104,7 @@ impl Sizes {
             threads: 1,
             deps: 1,
             futex: 1,
+            wait_events: 4096,
         }
     }
 }
@@ -125,6 +134,7 @@ fn load(
         .map_max_entries(names::DEPS, sizes.deps)
         .map_max_entries(names::FUTEX_WAKING, sizes.futex)
         .map_max_entries(names::PIDS, bitmap.len().max(1) as u32)
+        .map_max_entries(names::WAIT_EVENTS, sizes.wait_events)
         .load(OBJECT)
         .context("failed to load the eBPF object")?;
     let mut pids: Array<_, u64> = Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
@@ -201,6 +211,9 @@ impl Tracer {
         // Only the maps a mode uses get their full size.
         let mut sizes = Sizes::unused();
         sizes.stacks = config.stack_storage_size;
+        if config.events_over_us.is_some() {
+            sizes.wait_events = EVENT_BUFFER_BYTES;
+        }
         if config.waker {
             sizes.wake_waits = config.max_entries;
             sizes.last_wake = limits::START_ENTRIES;
@@ -261,6 +274,7 @@ impl Tracer {
             attached_mono,
             btf: kept_btf,
             block_us: (config.min_us, config.max_us),
+            wait_events: config.events_over_us.is_some(),
         })
     }
 
@@ -360,11 +374,23 @@ impl Tracer {
             attached_mono,
             btf: None,
             block_us: (0, u64::MAX),
+            wait_events: false,
         })
     }
 
 
     /// The process-event stream, if the settings asked for one. Taken once.
+    /// The long-wait event ring buffer, once (with `--events-over`).
+    pub fn take_wait_events(&mut self) -> Result<Option<events::WaitEvents>> {
+        if !self.wait_events {
+            return Ok(None);
+        }
+        let Some(map) = self.ebpf.take_map(names::WAIT_EVENTS) else {
+            return Ok(None);
+        };
+        Ok(Some(events::WaitEvents { ring: RingBuf::try_from(map)?, got: Vec::new() }))
+    }
+
     pub fn take_events(&mut self) -> Result<Option<ProcEvents>> {
         let Some(map) = self.ebpf.take_map(names::EVENTS) else {
             return Ok(None);

@@ -149,6 +149,12 @@ pub struct TraceArgs {
     #[arg(long, value_name = "WHEN", value_enum, default_value_t = OpenWaits::Yes)]
     pub open_waits: OpenWaits,
 
+    /// Also send each wait of at least USECS microseconds to user space as an event
+    /// (start, end, thread, state, stacks, and with -w its waker), for --perfetto
+    /// and JSON "events"; shorter waits stay aggregated in the kernel.
+    #[arg(long, value_name = "USECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub events_over: Option<u64>,
+
     /// Seconds to trace (decimals allowed). Without it, trace until Ctrl-C.
     #[arg(value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -321,6 +327,9 @@ pub struct Config {
     pub svg: Option<PathBuf>,
     pub timeline: Option<PathBuf>,
     pub pprof: Option<PathBuf>,
+    /// `--events-over`: waits this long or longer are also sent one by one.
+    pub events_over_us: Option<u64>,
+    pub perfetto: Option<PathBuf>,
     /// `topwaits record -o FILE`: the record file.
     pub record: Option<PathBuf>,
     /// Print the view on stdout (a record prints one only when a format is asked).
@@ -384,11 +393,17 @@ impl Config {
             _ => Stacks::Both,
         };
         let v = v.config()?;
-        let files = [("--svg", v.svg.is_some()), ("--timeline", v.timeline.is_some()), ("--pprof", v.pprof.is_some())];
+        let files = [
+            ("--events-over", a.events_over.is_some()),
+            ("--svg", v.svg.is_some()),
+            ("--timeline", v.timeline.is_some()),
+            ("--pprof", v.pprof.is_some()),
+            ("--perfetto", v.perfetto.is_some()),
+        ];
         if let Some((name, _)) = files.iter().find(|f| f.1 && a.interval.is_some()) {
             return Err(ConfigError::FileWithInterval(name));
         }
-        if let Some((name, _)) = files[1..].iter().find(|f| f.1 && a.wakeups) {
+        if let Some((name, _)) = files[2..].iter().find(|f| f.1 && a.wakeups) {
             return Err(ConfigError::FileWithWakeups(name));
         }
         if let (Some(i), Some(d)) = (a.interval, a.duration) {
@@ -414,6 +429,9 @@ impl Config {
             svg: v.svg,
             timeline: v.timeline,
             pprof: v.pprof,
+            // --perfetto draws the long waits: 1 ms and more unless told.
+            events_over_us: a.events_over.or(v.perfetto.is_some().then_some(1000)),
+            perfetto: v.perfetto,
             record: None,
             print: true,
             interval: a.interval,
@@ -491,6 +509,7 @@ impl Config {
         s.events = u32::from(self.stacks != Stacks::KernelOnly);
         s.self_tgid = std::process::id();
         s.leaf_words = if self.leaf_callers { topwaits_common::LEAF_WORDS } else { 0 };
+        s.events_over_us = self.events_over_us.map_or(0, |us| us.min(u32::MAX as u64) as u32);
         s
     }
 

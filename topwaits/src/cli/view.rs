@@ -45,6 +45,12 @@ pub struct ViewArgs {
     /// frames with their file's mapping and build id.
     #[arg(long, value_name = "FILE")]
     pub pprof: Option<PathBuf>,
+
+    /// Also write a Perfetto trace (ui.perfetto.dev): one track per thread, each
+    /// wait of at least --events-over (default 1000 µs) a slice named by its most
+    /// telling frame with its stacks, and with -w a flow arrow from its waker.
+    #[arg(long, value_name = "FILE")]
+    pub perfetto: Option<PathBuf>,
 }
 
 /// Validated view options.
@@ -59,6 +65,7 @@ pub struct ViewConfig {
     /// How many waits the timeline shows.
     pub timeline_limit: usize,
     pub pprof: Option<PathBuf>,
+    pub perfetto: Option<PathBuf>,
 }
 
 impl ViewArgs {
@@ -83,6 +90,7 @@ impl ViewArgs {
             timeline: self.timeline,
             timeline_limit: self.top.filter(|&n| n > 0).unwrap_or(DEFAULT_TOP),
             pprof: self.pprof,
+            perfetto: self.perfetto,
         })
     }
 }

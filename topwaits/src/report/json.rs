@@ -104,6 +104,7 @@ pub fn lost(c: &Counters) -> Value {
         "start_full": c.start_full,
         "negative_deltas": c.negative_deltas,
         "wakeup_map_full": c.wake_full,
+        "wait_events": c.lost_wait_events,
     })
 }
 
@@ -236,6 +237,7 @@ fn head(report: &Report) -> Value {
             "user_stacks_cut_at_junk": report.counters.user_stacks_cut,
             "kernel_stacks_reused": report.counters.kstacks_reused,
             "waker_kernel_stacks_reused": report.counters.waker_kstacks_reused,
+            "wait_events": report.counters.wait_events,
         },
         "records_total": report.records.len(),
     })
@@ -269,8 +271,28 @@ fn stream(report: &Report, limit: usize, out: &mut dyn Write) -> io::Result<()> 
         }
         serde_json::to_writer(&mut out, &record(report, r))?;
     }
-    out.write_all(b"]}")?;
+    out.write_all(b"]")?;
+    if !report.events.is_empty() {
+        out.write_all(b",\"events\":[")?;
+        for (i, e) in report.events.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut out, &JEvent { state: e.state, record: record(report, &e.record) })?;
+        }
+        out.write_all(b"]")?;
+    }
+    out.write_all(b"}")?;
     out.flush()
+}
+
+/// One long wait of `--events-over`: its state, then the fields of a record of
+/// one wait (`max_start`/`max_end` are its start and end).
+#[derive(Serialize)]
+struct JEvent<'a> {
+    state: u32,
+    #[serde(flatten)]
+    record: JRecord<'a>,
 }
 
 impl Format for Json {

@@ -4,6 +4,7 @@
 pub mod blocked;
 pub mod folded;
 pub mod json;
+pub mod perfetto;
 pub mod pprof;
 pub mod svg;
 pub mod threads;
@@ -247,6 +248,7 @@ pub(crate) mod fixtures {
                 build_id: Some("abcdef01".into()),
             }])]
             .into(),
+            events: Vec::new(),
         }
     }
 }

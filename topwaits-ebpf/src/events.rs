@@ -1,0 +1,56 @@
+//! Long-wait events (`--events-over`): each wait of at least the threshold is sent
+//! at its end through the `WAIT_EVENTS` ring buffer, with its stacks and waker,
+//! while shorter waits stay aggregated in the kernel. User space polls the buffer
+//! rather than being woken per event; it is woken only once the buffer is half full.
+
+use aya_ebpf::{macros::map, maps::RingBuf};
+use topwaits_common::{counter, wake_kind, Hop, WaitEvent, WaitKey};
+
+use crate::maps::{count, LAST_WAKE};
+
+/// Sized by user space at load (`--events-buffer`); this is the default.
+#[map(name = "WAIT_EVENTS")]
+pub static WAIT_EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+const BPF_RB_RING_SIZE: u64 = 1;
+
+/// Sends the wait of `task` (its record key `key`) that began at `began` and
+/// ends at `now`; with `waker`, names the task that woke it.
+#[inline(always)]
+pub fn send(task: u64, key: &WaitKey, began: u64, now: u64, state: u32, waker: bool) {
+    let Some(mut entry) = WAIT_EVENTS.reserve::<WaitEvent>(0) else {
+        count(counter::LOST_WAIT_EVENTS, 1);
+        return;
+    };
+    let e = entry.as_mut_ptr();
+    // SAFETY: a reserved ring-buffer record of the event's size, written field by
+    // field (a whole value would not fit on the BPF stack beside the hook's).
+    unsafe {
+        (*e).start = began;
+        (*e).end = now;
+        (*e).kstack = key.kstack;
+        (*e).ustack = key.ustack;
+        (*e).tgid = key.tgid;
+        (*e).tid = key.tid;
+        (*e).state = state;
+        (*e).comm = key.comm;
+        (*e).woken = 0;
+        (*e).wake_kind = if state == 0 { wake_kind::PREEMPTED } else { wake_kind::NO_WAKER };
+        (*e).waker = Hop::default();
+        if waker {
+            // SAFETY: a pointer from a map lookup; a torn read only mislabels the waker.
+            if let Some(c) = LAST_WAKE.get_ptr(&task).map(|c| &*c).filter(|c| c.ts >= began && c.ts <= now && c.len > 0) {
+                (*e).woken = c.ts;
+                (*e).wake_kind = wake_kind::WOKEN;
+                (*e).waker = c.hops[0];
+            }
+        }
+    }
+    let half = WAIT_EVENTS.query(BPF_RB_RING_SIZE) / 2;
+    let flags = if WAIT_EVENTS.query(BPF_RB_AVAIL_DATA) >= half { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
+    entry.submit(flags);
+    count(counter::WAIT_EVENTS, 1);
+}

@@ -35,6 +35,24 @@ pub mod proto {
         pub track_event: Option<TrackEvent>,
         #[prost(message, optional, tag = "60")]
         pub track_descriptor: Option<TrackDescriptor>,
+        #[prost(message, optional, tag = "6")]
+        pub clock_snapshot: Option<ClockSnapshot>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ClockSnapshot {
+        #[prost(message, repeated, tag = "1")]
+        pub clocks: Vec<Clock>,
+        #[prost(int32, optional, tag = "2")]
+        pub primary_trace_clock: Option<i32>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Clock {
+        #[prost(uint32, optional, tag = "1")]
+        pub clock_id: Option<u32>,
+        #[prost(uint64, optional, tag = "2")]
+        pub timestamp: Option<u64>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -103,6 +121,7 @@ pub mod proto {
     pub const INSTANT: i32 = 3;
     /// `BuiltinClock`: BPF timestamps are CLOCK_MONOTONIC.
     pub const CLOCK_MONOTONIC: u32 = 3;
+    pub const CLOCK_BOOTTIME: u32 = 6;
     /// `TracePacket.SequenceFlags`.
     pub const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 }
@@ -255,10 +274,23 @@ pub fn trace(report: &Report) -> Trace {
     for (i, e) in report.events.iter().enumerate() {
         wait_packets(e, i as u64 + 1, &mut tracks, &mut events);
     }
-    let mut packet = tracks.descriptors();
-    if let Some(first) = packet.first_mut() {
-        first.sequence_flags = Some(SEQ_INCREMENTAL_STATE_CLEARED);
-    }
+    // Timestamps are CLOCK_MONOTONIC: a clock snapshot at the trace's start makes
+    // it the trace's clock (readers otherwise expect BOOTTIME, and drop what they
+    // cannot convert).
+    let start = report.info.start_mono;
+    let snapshot = TracePacket {
+        timestamp: Some(start),
+        timestamp_clock_id: Some(CLOCK_MONOTONIC),
+        trusted_packet_sequence_id: Some(1),
+        sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+        clock_snapshot: Some(ClockSnapshot {
+            clocks: [CLOCK_MONOTONIC, CLOCK_BOOTTIME].iter().map(|&id| Clock { clock_id: Some(id), timestamp: Some(start) }).collect(),
+            primary_trace_clock: Some(CLOCK_MONOTONIC as i32),
+        }),
+        ..Default::default()
+    };
+    let mut packet = vec![snapshot];
+    packet.extend(tracks.descriptors());
     packet.extend(events);
     Trace { packet }
 }
@@ -306,6 +338,8 @@ mod tests {
         assert_eq!(state.string_value.as_deref(), Some("R (preempted)"));
         assert_eq!(evs.iter().filter(|(_, e)| e.r#type == Some(INSTANT)).count(), 1);
         assert_eq!(t.packet[0].sequence_flags, Some(SEQ_INCREMENTAL_STATE_CLEARED));
+        let snap = t.packet[0].clock_snapshot.as_ref().expect("a clock snapshot first");
+        assert_eq!(snap.primary_trace_clock, Some(CLOCK_MONOTONIC as i32));
     }
 
     fn encoded(r: &Report) -> Vec<u8> {

@@ -468,8 +468,11 @@ pub mod counter {
     pub const LOST_WAIT_EVENTS: u32 = 16;
     /// Long-wait events sent.
     pub const WAIT_EVENTS: u32 = 17;
+    /// Switch-outs of a traced task whose previous wait no switch-in ended: the
+    /// hook saw that wait begin but never the task's return to a CPU.
+    pub const UNENDED: u32 = 18;
     /// Number of counters (the size of the COUNTERS map).
-    pub const COUNT: u32 = 18;
+    pub const COUNT: u32 = 19;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.

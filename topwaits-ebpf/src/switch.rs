@@ -55,6 +55,11 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
     }
     if out.state & TASK_DEAD != 0 {
         // Its last switch: free the slots instead of starting a wait that never ends.
+        // SAFETY: a pointer from a map lookup; only this task's switches touch it.
+        if STARTS.get_ptr(&out.task).is_some_and(|st| unsafe { (*st).ts } != 0) {
+            // Its last wait never ended as far as the hook saw: it is lost.
+            count(counter::UNENDED, 1);
+        }
         let _ = STARTS.remove(&out.task);
         let _ = LAST_WAKE.remove(&out.task);
         crate::kcache::drop_task(out.task);
@@ -80,7 +85,13 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
     };
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
         // SAFETY: a pointer from a map lookup; only this task's switches touch it.
-        unsafe { *slot = rec };
+        unsafe {
+            if (*slot).ts != 0 {
+                // The last wait never ended as far as the hook saw: it is lost.
+                count(counter::UNENDED, 1);
+            }
+            *slot = rec
+        };
     } else if STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err() {
         count(counter::LOST_START_FULL, 1);
     } else {

@@ -182,6 +182,9 @@ pub struct Counters {
     pub wait_events: u64,
     #[serde(default)]
     pub lost_wait_events: u64,
+    /// Waits whose end (the task's switch-in) the hook never saw.
+    #[serde(default)]
+    pub unended: u64,
 }
 
 impl Counters {
@@ -206,6 +209,7 @@ impl Counters {
             user_stacks_cut: 0,
             wait_events: at(c::WAIT_EVENTS),
             lost_wait_events: at(c::LOST_WAIT_EVENTS),
+            unended: at(c::UNENDED),
         }
     }
 
@@ -228,12 +232,13 @@ impl Counters {
             user_stacks_cut: self.user_stacks_cut,
             wait_events: self.wait_events.saturating_sub(earlier.wait_events),
             lost_wait_events: self.lost_wait_events.saturating_sub(earlier.lost_wait_events),
+            unended: self.unended.saturating_sub(earlier.unended),
         }
     }
 
     /// Everything lost, for a status line.
     pub fn lost_total(&self) -> u64 {
-        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full + self.lost_wait_events
+        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full + self.lost_wait_events + self.unended
     }
 
     /// Whether anything was lost.
@@ -277,6 +282,13 @@ impl Counters {
                 "{} long-wait events did not fit into the full event buffer (their waits are still in the \
                  aggregate); raise --events-over",
                 self.lost_wait_events
+            ));
+        }
+        if self.unended > 0 {
+            w.push(format!(
+                "{} waits of traced threads began but the tracepoint never showed them back on a CPU, so \
+                 their time is missing (rare; seen under thousands of threads woken at once)",
+                self.unended
             ));
         }
         if self.negative_deltas > 0 {
@@ -534,6 +546,11 @@ mod tests {
         assert!(w[1].contains("--max-entries") && w[1].contains("5.000 ms"), "{}", w[1]);
         assert!(c.any_loss());
         assert!(Counters::default().warnings().is_empty());
+        let unseen = Counters { unended: 3, lost_wait_events: 2, ..Default::default() };
+        let w = unseen.warnings();
+        assert!(w.iter().any(|l| l.starts_with("3 waits") && l.contains("missing")), "{w:?}");
+        assert!(w.iter().any(|l| l.starts_with("2 long-wait events") && l.contains("--events-over")), "{w:?}");
+        assert_eq!(unseen.lost_total(), 5);
     }
 
     #[test]

@@ -105,6 +105,7 @@ pub fn lost(c: &Counters) -> Value {
         "negative_deltas": c.negative_deltas,
         "wakeup_map_full": c.wake_full,
         "wait_events": c.lost_wait_events,
+        "unended_waits": c.unended,
     })
 }
 

@@ -33,22 +33,13 @@ impl Objects {
         maps.sort_by_key(|m| m.start);
         maps.into_iter()
             .map(|m| {
-                let build_id = self.build_ids.entry(m.path.clone()).or_insert_with(|| build_id(&m.path)).clone();
+                let build_id =
+                    self.build_ids.entry(m.path.clone()).or_insert_with(|| crate::symbolize::build_id_hex(&m.path).map(Arc::from)).clone();
                 let path = self.paths.entry(m.path.clone()).or_insert_with(|| m.path.as_str().into()).clone();
                 ObjectMap { start: m.start, end: m.end, offset: m.offset, path, build_id }
             })
             .collect()
     }
-}
-
-/// The ELF build id of a file, in lower-case hex.
-fn build_id(path: &str) -> Option<Arc<str>> {
-    let id = blazesym::helper::read_elf_build_id(&path).ok()??;
-    Some(hex(&id).into())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -75,6 +66,5 @@ mod tests {
         assert!(id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
         assert_eq!(crate::model::object_of(m, 0x5fff).map(|o| o.offset), Some(0x1000));
         assert_eq!(crate::model::object_of(m, 0x6000), None);
-        assert_eq!(hex(&[0, 0xab]), "00ab");
     }
 }

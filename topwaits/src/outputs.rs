@@ -1,10 +1,10 @@
 //! The files a trace or a report writes beside stdout (`--svg`, `--timeline`,
-//! `--pprof`, and the record file): created before anything loads, so that a bad
+//! `--pprof`, `--perfetto`, and the record file): created before anything loads, so that a bad
 //! path fails at once, and written from the finished report.
 
 use anyhow::Result;
 
-use crate::cli::ValueKind;
+use crate::cli::{ValueKind, ViewConfig};
 use crate::model::Report;
 use crate::report::{self, Format as _};
 use crate::trace::OutputFile;
@@ -16,27 +16,22 @@ pub struct ViewFiles {
     pprof: Option<OutputFile>,
     perfetto: Option<OutputFile>,
     record: Option<OutputFile>,
-}
-
-/// Where each file goes, when asked for.
-pub struct Paths<'a> {
-    pub svg: Option<&'a std::path::Path>,
-    pub timeline: Option<&'a std::path::Path>,
-    pub pprof: Option<&'a std::path::Path>,
-    pub perfetto: Option<&'a std::path::Path>,
-    pub record: Option<&'a std::path::Path>,
+    value: ValueKind,
+    timeline_limit: usize,
 }
 
 impl ViewFiles {
-    /// Creates every file asked for, or fails in one line naming the first that
-    /// cannot be.
-    pub fn create(p: Paths<'_>) -> Result<Self> {
+    /// Creates every file the view asks for, and the record file if any, or fails
+    /// in one line naming the first that cannot be.
+    pub fn create(view: &ViewConfig, record: Option<&std::path::Path>) -> Result<Self> {
         Ok(ViewFiles {
-            svg: OutputFile::create_opt(p.svg)?,
-            timeline: OutputFile::create_opt(p.timeline)?,
-            pprof: OutputFile::create_opt(p.pprof)?,
-            perfetto: OutputFile::create_opt(p.perfetto)?,
-            record: OutputFile::create_opt(p.record)?,
+            svg: OutputFile::create_opt(view.svg.as_deref())?,
+            timeline: OutputFile::create_opt(view.timeline.as_deref())?,
+            pprof: OutputFile::create_opt(view.pprof.as_deref())?,
+            perfetto: OutputFile::create_opt(view.perfetto.as_deref())?,
+            record: OutputFile::create_opt(record)?,
+            value: view.value,
+            timeline_limit: view.timeline_limit,
         })
     }
 
@@ -46,13 +41,13 @@ impl ViewFiles {
     }
 
     /// Writes every file from the report (per thread, as the trace saw it).
-    pub fn write(self, report: &Report, value: ValueKind, timeline_limit: usize) -> Result<()> {
+    pub fn write(self, report: &Report) -> Result<()> {
         if let Some(file) = self.svg {
-            let svg = report::svg::FlameSvg { value };
+            let svg = report::svg::FlameSvg { value: self.value };
             file.write(|out| svg.write(report, out))?;
         }
         if let Some(file) = self.timeline {
-            let t = report::timeline::Timeline { limit: timeline_limit };
+            let t = report::timeline::Timeline { limit: self.timeline_limit };
             file.write(|out| t.write(report, out))?;
         }
         if let Some(file) = self.pprof {
@@ -70,13 +65,7 @@ impl ViewFiles {
 
 /// Prints a report's view on stdout, its records merged as `--by` asks.
 pub fn show(report: &Report, view: crate::cli::View, output: &crate::cli::Output, by: crate::cli::By) -> Result<()> {
-    let grouped = (by != crate::cli::By::Thread).then(|| Report {
-        info: crate::model::TraceInfo { by, ..report.info.clone() },
-        counters: report.counters,
-        records: crate::reduce::merge(report.records.clone(), by),
-        objects: Default::default(),
-        events: report.events.clone(),
-    });
+    let grouped = crate::reduce::grouped(report, by);
     let format = report::for_output(view, output);
     crate::trace::write_quietly(|out| format.write(grouped.as_ref().unwrap_or(report), out))
 }
@@ -84,13 +73,7 @@ pub fn show(report: &Report, view: crate::cli::View, output: &crate::cli::Output
 /// `topwaits report FILE`: shows a saved trace as the trace itself would have,
 /// with the files asked for, and the warnings of its losses.
 pub fn run_report(c: &crate::cli::ReportConfig) -> Result<()> {
-    let files = ViewFiles::create(Paths {
-        svg: c.view.svg.as_deref(),
-        timeline: c.view.timeline.as_deref(),
-        pprof: c.view.pprof.as_deref(),
-        perfetto: c.view.perfetto.as_deref(),
-        record: None,
-    })?;
+    let files = ViewFiles::create(&c.view, None)?;
     let report = crate::recording::read(&c.file)?;
     if c.view.perfetto.is_some() && report.events.is_empty() {
         anyhow::bail!("{} holds no long-wait events for --perfetto: record with --events-over or --perfetto", c.file.display());
@@ -100,7 +83,7 @@ pub fn run_report(c: &crate::cli::ReportConfig) -> Result<()> {
     }
     let view = if c.wakeups { crate::cli::View::Wakeups } else { crate::cli::View::OffCpu };
     show(&report, view, &c.view.output, c.view.by)?;
-    files.write(&report, c.view.value, c.view.timeline_limit)?;
+    files.write(&report)?;
     for w in report.counters.warnings() {
         crate::stderr::say!("topwaits: warning: {w}");
     }

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 pub use crate::cli::By;
-use crate::model::{Frame, Hop, Record, Stack, WakeKind};
+use crate::model::{Frame, Hop, Record, Report, Stack, TraceInfo, WakeKind};
 
 /// A stack as the reports print it (each frame's best name), as a 128-bit
 /// fingerprint: no string per frame is built, and stacks shared by records (one
@@ -109,6 +109,18 @@ fn absorb(into: &mut Record, r: Record) {
         a.max_blocked_ns = a.max_blocked_ns.max(b.max_blocked_ns);
         a.max_runq_ns = a.max_runq_ns.max(b.max_runq_ns);
     }
+}
+
+/// The report as `--by` shows it: its records merged per `by`, or none when `by`
+/// is per thread (the report already is).
+pub fn grouped(report: &Report, by: By) -> Option<Report> {
+    (by != By::Thread).then(|| Report {
+        info: TraceInfo { by, ..report.info.clone() },
+        counters: report.counters,
+        records: merge(report.records.clone(), by),
+        objects: Default::default(),
+        events: report.events.clone(),
+    })
 }
 
 /// Merges records that are the same under `by`, in first-seen order. A merged

@@ -156,11 +156,16 @@ fn module_name(path: &std::ffi::OsStr) -> String {
         .into_owned()
 }
 
+/// The ELF build id of the file at `path`, in lower-case hex, when it has one.
+pub fn build_id_hex(path: &str) -> Option<String> {
+    let id = blazesym::helper::read_elf_build_id(&path).ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// A module's separate debug file, by its build id under `/usr/lib/debug` (where
 /// distributions install them), and the module's loaded segments.
 fn debug_file(module: &str) -> Option<(PathBuf, Vec<elf::Segment>)> {
-    let id = blazesym::helper::read_elf_build_id(&module).ok()??;
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = build_id_hex(module)?;
     if hex.len() < 3 {
         return None;
     }
@@ -645,6 +650,15 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn build_ids_are_two_lower_case_hex_digits_a_byte() {
+        let me = std::env::current_exe().unwrap();
+        let id = build_id_hex(me.to_str().unwrap()).expect("test binaries are linked with a build id");
+        assert!(id.len() >= 16 && id.len() % 2 == 0, "{id}");
+        assert!(id.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)), "{id}");
+        assert_eq!(build_id_hex("/nonexistent/lib.so"), None);
+    }
     use crate::model::RawRecord;
 
     /// Names every address `k_<hex>` or `u<tgid>_<hex>`, and counts calls.

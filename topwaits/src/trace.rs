@@ -278,13 +278,7 @@ pub fn run(config: &Config) -> Result<()> {
     preflight(&config.threads)?;
     // Watched from before attaching: a process that exits meanwhile ends the trace.
     let mut targets = pidfds(&config.threads);
-    let mut files = Some(crate::outputs::ViewFiles::create(crate::outputs::Paths {
-        svg: config.svg.as_deref(),
-        timeline: config.timeline.as_deref(),
-        pprof: config.pprof.as_deref(),
-        perfetto: config.perfetto.as_deref(),
-        record: config.record.as_deref(),
-    })?);
+    let mut files = Some(crate::outputs::ViewFiles::create(&config.shown, config.record.as_deref())?);
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
         crate::stderr::say!(
             "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
@@ -317,7 +311,7 @@ pub fn run(config: &Config) -> Result<()> {
     let status = Status::new(config.duration);
     let t0 = std::time::Instant::now();
     let deadline = config.duration.map(|d| t0 + d);
-    let format = report::for_output(config.view, &config.output);
+    let format = report::for_output(config.view, &config.shown.output);
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
     let mut total = crate::model::Counters::default();
     let mut snapshots = crate::snapshot::Snapshotter::default();
@@ -398,20 +392,14 @@ pub fn run(config: &Config) -> Result<()> {
             objects: Default::default(),
             events,
         };
-        let grouped = (config.by != crate::reduce::By::Thread).then(|| Report {
-            info: TraceInfo { by: config.by, ..report.info.clone() },
-            counters: report.counters,
-            records: crate::reduce::merge(report.records.clone(), config.by),
-            objects: Default::default(),
-            events: report.events.clone(),
-        });
+        let grouped = crate::reduce::grouped(&report, config.shown.by);
         write_quietly(|out| {
             if !config.print {
                 return Ok(());
             }
             let shown = grouped.as_ref().unwrap_or(&report);
             if config.interval.is_some() {
-                interval_frame(out, &config.output, round, shown)?;
+                interval_frame(out, &config.shown.output, round, shown)?;
             }
             format.write(shown, out)
         })?;
@@ -423,7 +411,7 @@ pub fn run(config: &Config) -> Result<()> {
             if files.need_objects() {
                 report.objects = crate::objects::Objects::default().of_records(&report.records, |t| symbolizer.file_maps(t));
             }
-            files.write(&report, config.value, config.timeline_limit)?;
+            files.write(&report)?;
         }
         break;
     }

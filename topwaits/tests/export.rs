@@ -21,14 +21,7 @@ fn test_tools() -> Option<PathBuf> {
     } else {
         None
     };
-    match reason {
-        None => Some(dir),
-        Some(r) if std::env::var("TOPWAITS_REQUIRE_BPF").as_deref() == Ok("1") => panic!("the pprof reader is required in CI: {r}"),
-        Some(r) => {
-            eprintln!("skipped: {r}");
-            None
-        }
-    }
+    present(module_path!(), "the pprof reader", reason).then_some(dir)
 }
 
 /// The profile at `path` as the independent reader decodes it.
@@ -197,13 +190,8 @@ fn perfetto_reader() -> bool {
         .args(["-c", "from perfetto.protos.perfetto.trace import perfetto_trace_pb2"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var("TOPWAITS_REQUIRE_BPF").as_deref() == Ok("1") {
-            panic!("the Perfetto reader (pip perfetto, protobuf) is required in CI: run cargo xtask setup");
-        }
-        eprintln!("skipped: pip's perfetto package is not installed (run cargo xtask setup)");
-    }
-    ok
+    let missing = (!ok).then(|| "pip's perfetto package (and protobuf) is not installed: run cargo xtask setup".to_string());
+    present(module_path!(), "the Perfetto reader", missing)
 }
 
 /// One byte from `fd`. Its own frame: a frame-pointer walk from libc's frameless

@@ -117,10 +117,6 @@ pub struct TraceArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_entries: u32,
 
-
-
-
-
     /// Recover the caller of a leaf function that keeps no frame pointer (libc's
     /// syscall wrappers, whose callers frame-pointer walks skip): take a few words at
     /// the user stack pointer with each user stack and insert the one that checks
@@ -128,15 +124,10 @@ pub struct TraceArgs {
     #[arg(long, conflicts_with = "kernel_stacks_only")]
     pub leaf_callers: bool,
 
-
-
-
-
     /// Print one report per interval of SECS seconds, clearing the kernel aggregates
     /// after each, until the duration ends or Ctrl-C.
     #[arg(short = 'i', long, value_name = "SECS", value_parser = parse_duration)]
     pub interval: Option<Duration>,
-
 
     /// How to attach: tp_btf (sched_switch with BTF), raw_tp, kprobe (finish_task_switch),
     /// or auto (tp_btf, else raw_tp).
@@ -319,28 +310,19 @@ pub struct Config {
     pub state: Option<u32>,
     pub stack_storage_size: u32,
     pub max_entries: u32,
-    pub output: Output,
+    /// The format on stdout and the files beside it.
+    pub shown: ViewConfig,
     pub attach: AttachMode,
     pub duration: Option<Duration>,
-    /// Number on folded lines and flame-graph widths.
-    pub value: ValueKind,
-    pub svg: Option<PathBuf>,
-    pub timeline: Option<PathBuf>,
-    pub pprof: Option<PathBuf>,
     /// `--events-over`: waits this long or longer are also sent one by one.
     pub events_over_us: Option<u64>,
-    pub perfetto: Option<PathBuf>,
     /// `topwaits record -o FILE`: the record file.
     pub record: Option<PathBuf>,
     /// Print the view on stdout (a record prints one only when a format is asked).
     pub print: bool,
     pub interval: Option<Duration>,
-    /// How many waits the timeline shows.
-    pub timeline_limit: usize,
     /// Report waits still in progress at the end.
     pub open_waits: bool,
-    /// What one record stands for in the top view and JSON.
-    pub by: By,
     /// Take words at the user stack pointer for the callers of frameless leaves.
     pub leaf_callers: bool,
 }
@@ -422,22 +404,15 @@ impl Config {
             state: a.state,
             stack_storage_size: a.stack_storage_size,
             max_entries: a.max_entries,
-            output: v.output,
             attach: a.attach,
             duration: a.duration,
-            value: v.value,
-            svg: v.svg,
-            timeline: v.timeline,
-            pprof: v.pprof,
             // --perfetto draws the long waits: 1 ms and more unless told.
             events_over_us: a.events_over.or(v.perfetto.is_some().then_some(1000)),
-            perfetto: v.perfetto,
+            shown: v,
             record: None,
             print: true,
             interval: a.interval,
-            timeline_limit: v.timeline_limit,
             open_waits: a.open_waits == OpenWaits::Yes,
-            by: v.by,
             leaf_callers: a.leaf_callers,
         })
     }
@@ -536,7 +511,7 @@ mod tests {
         assert_eq!(c.stacks, Stacks::Both);
         assert_eq!((c.min_us, c.max_us), (1, u64::MAX));
         assert_eq!(c.stack_storage_size, 16384);
-        assert_eq!(c.output, Output::Top { limit: DEFAULT_TOP, delimited: false });
+        assert_eq!(c.shown.output, Output::Top { limit: DEFAULT_TOP, delimited: false });
         assert_eq!(c.duration, None);
         assert_eq!(c.target(), "all threads");
         assert!(c.open_waits, "waits still in progress are reported by default");
@@ -572,9 +547,9 @@ mod tests {
 
     #[test]
     fn by_defaults_to_thread_and_takes_process_or_comm() {
-        assert_eq!(parse(&[]).unwrap().by, By::Thread);
-        assert_eq!(parse(&["--by", "process", "--json"]).unwrap().by, By::Process);
-        assert_eq!(parse(&["--by", "comm", "--wakeups"]).unwrap().by, By::Comm);
+        assert_eq!(parse(&[]).unwrap().shown.by, By::Thread);
+        assert_eq!(parse(&["--by", "process", "--json"]).unwrap().shown.by, By::Process);
+        assert_eq!(parse(&["--by", "comm", "--wakeups"]).unwrap().shown.by, By::Comm);
         assert!(parse(&["--by", "cpu"]).is_err());
         use clap::ValueEnum as _;
         for b in By::value_variants() {
@@ -622,11 +597,11 @@ mod tests {
     fn outputs_and_stack_modes_map_to_settings() {
         use topwaits_common::{CAPTURE_KERNEL, CAPTURE_USER};
         let c = parse(&["-f", "-d", "--value", "count", "-K"]).unwrap();
-        assert_eq!(c.output, Output::Folded { delimited: true, value: ValueKind::Count });
+        assert_eq!(c.shown.output, Output::Folded { delimited: true, value: ValueKind::Count });
         assert_eq!(c.settings().stacks, CAPTURE_KERNEL);
         assert_eq!(parse(&["-U"]).unwrap().settings().stacks, CAPTURE_USER);
-        assert_eq!(parse(&["--json"]).unwrap().output, Output::Json { limit: 0 });
-        assert_eq!(parse(&["--json", "-n", "5"]).unwrap().output, Output::Json { limit: 5 });
+        assert_eq!(parse(&["--json"]).unwrap().shown.output, Output::Json { limit: 0 });
+        assert_eq!(parse(&["--json", "-n", "5"]).unwrap().shown.output, Output::Json { limit: 5 });
         assert!(parse(&["-u"]).unwrap().needs_task_flags());
         assert_eq!(parse(&["--attach", "raw_tp"]).unwrap().attach, AttachMode::RawTp);
     }

@@ -86,7 +86,7 @@ mod tests {
         let c = Config::from_args(r.trace).unwrap();
         assert!(c.waker);
         assert_eq!(c.duration, Some(std::time::Duration::from_secs(3)));
-        assert_eq!(c.output, Output::Json { limit: 0 });
+        assert_eq!(c.shown.output, Output::Json { limit: 0 });
         assert!(parse(&["record", "5"]).unwrap_err().contains("--output"), "the file is required");
     }
 

@@ -24,10 +24,17 @@ pub fn bpf_available(test: &str) -> bool {
     } else {
         None
     };
-    match reason {
+    present(test, "BPF", reason)
+}
+
+/// Whether what `test` needs (`what`) is here: `missing` says why not. With
+/// TOPWAITS_REQUIRE_BPF=1 (CI, where setup installs everything) a missing piece
+/// fails the test; elsewhere the test skips with the reason printed.
+pub fn present(test: &str, what: &str, missing: Option<String>) -> bool {
+    match missing {
         None => true,
         Some(r) if std::env::var("TOPWAITS_REQUIRE_BPF").as_deref() == Ok("1") => {
-            panic!("{test}: BPF is required (TOPWAITS_REQUIRE_BPF=1) but unavailable: {r}")
+            panic!("{test}: {what} is required (TOPWAITS_REQUIRE_BPF=1) but unavailable: {r}")
         }
         Some(r) => {
             eprintln!("skipped {test}: {r}");

@@ -482,7 +482,11 @@ fn kernel_stacks_reused_in_place_stay_exact() {
         let n = r["count"].as_u64().unwrap();
         if pipe_frame { on_pipe += n } else { on_sock += n }
     }
-    assert_eq!((on_pipe, on_sock), (PAIRS as u64, PAIRS as u64), "{doc:#}");
+    // Every read is on its own site's stack. A read whose end the hook never saw
+    // (lost.unended_waits, rare, see README Limitations) is missing, and counted.
+    let unended = doc["lost"]["unended_waits"].as_u64().unwrap();
+    assert!(on_pipe <= PAIRS as u64 && on_sock <= PAIRS as u64, "{doc:#}");
+    assert_eq!(on_pipe + on_sock + unended, 2 * PAIRS as u64, "{doc:#}");
     assert!(doc["counters"]["kernel_stacks_reused"].as_u64().unwrap() > 0, "{:#}", doc["counters"]);
     // SAFETY: closing fds this test opened.
     unsafe {

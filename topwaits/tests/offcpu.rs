@@ -100,7 +100,10 @@ fn many_short_sleeps_are_counted_exactly() {
         .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("nanosleep")))
         .map(|r| r["count"].as_u64().unwrap())
         .sum();
-    assert_eq!(count, slept, "{doc:#}");
+    // A sleep whose end the hook never saw is missing and counted as unended
+    // (rare; README Limitations): every sleep is either recorded or counted.
+    let unended = doc["lost"]["unended_waits"].as_u64().unwrap();
+    assert_eq!(count + unended, slept, "{doc:#}");
     for r in recs {
         assert!(r["max_us"].as_u64().unwrap() >= 3000);
     }
@@ -131,7 +134,9 @@ fn min_block_time_drops_short_waits() {
     for r in doc["records"].as_array().unwrap() {
         assert!(r["max_us"].as_u64().unwrap() >= 100_000);
     }
-    assert!(doc["counters"]["outside_block_time"].as_u64().unwrap() >= 20);
+    // Each short sleep dropped by -m, or (rarely) counted as unended.
+    let dropped = doc["counters"]["outside_block_time"].as_u64().unwrap() + doc["lost"]["unended_waits"].as_u64().unwrap();
+    assert!(dropped >= 20, "{doc:#}");
 }
 
 #[test]

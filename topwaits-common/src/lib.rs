@@ -132,6 +132,11 @@ pub struct Settings {
     /// With `--events-over`: waits of at least this many microseconds are also sent
     /// one by one through [`names::WAIT_EVENTS`] (0: none).
     pub events_over_us: u32,
+    /// Byte offset of `task_struct.se.prev_sum_exec_runtime`: `sum_exec_runtime` as
+    /// it was when the fair class last put the task on a CPU, so the difference is
+    /// how long it has run since. Ends a wait whose switch-in the hook did not see.
+    pub off_prev_sum_exec: u32,
+    pub _pad: u32,
 }
 
 impl Settings {
@@ -164,6 +169,8 @@ impl Settings {
             leaf_words: 0,
             off_stack: u32::MAX,
             events_over_us: 0,
+            off_prev_sum_exec: u32::MAX,
+            _pad: 0,
         }
     }
 }
@@ -471,8 +478,11 @@ pub mod counter {
     /// Switch-outs of a traced task whose previous wait no switch-in ended: the
     /// hook saw that wait begin but never the task's return to a CPU.
     pub const UNENDED: u32 = 18;
+    /// Waits like those of [`UNENDED`] that were ended anyway, at the switch-in
+    /// time the task's run time since then gives (fair-class tasks).
+    pub const ENDS_ESTIMATED: u32 = 19;
     /// Number of counters (the size of the COUNTERS map).
-    pub const COUNT: u32 = 19;
+    pub const COUNT: u32 = 20;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -557,7 +567,7 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 24);
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 26);
         assert_eq!(size_of::<ProcEvent>(), 8);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);

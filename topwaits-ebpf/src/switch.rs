@@ -55,10 +55,12 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
     }
     if out.state & TASK_DEAD != 0 {
         // Its last switch: free the slots instead of starting a wait that never ends.
-        // SAFETY: a pointer from a map lookup; only this task's switches touch it.
-        if STARTS.get_ptr(&out.task).is_some_and(|st| unsafe { (*st).ts } != 0) {
-            // Its last wait never ended as far as the hook saw: it is lost.
-            count(counter::UNENDED, 1);
+        if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
+            // SAFETY: a pointer from a map lookup; only this task's switches touch it.
+            let start = unsafe { &mut *slot };
+            if start.ts != 0 {
+                end_unseen(ctx, out, start, now, in_own_context);
+            }
         }
         let _ = STARTS.remove(&out.task);
         let _ = LAST_WAKE.remove(&out.task);
@@ -85,13 +87,11 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
     };
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
         // SAFETY: a pointer from a map lookup; only this task's switches touch it.
-        unsafe {
-            if (*slot).ts != 0 {
-                // The last wait never ended as far as the hook saw: it is lost.
-                count(counter::UNENDED, 1);
-            }
-            *slot = rec
-        };
+        let start = unsafe { &mut *slot };
+        if start.ts != 0 {
+            end_unseen(ctx, out, start, now, in_own_context);
+        }
+        *start = rec;
     } else if STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err() {
         count(counter::LOST_START_FULL, 1);
     } else {
@@ -112,6 +112,34 @@ pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, now: u64, stacks_now: bo
     if start.ts == 0 {
         return;
     }
+    end_wait(ctx, task, start, now, stacks_now);
+}
+
+/// A task switches out while its last wait is still open: the hook never saw the
+/// switch-in that ended it. Some kernels run no program for the switches out of
+/// certain tasks (seen: every switch out of a sandbox's PID 1), so the task that
+/// such a switch put on the CPU is missed. The wait is ended at the switch-in time
+/// its run time gives where that is known, and otherwise counted as lost.
+#[inline(always)]
+fn end_unseen<C: StackIdContext>(ctx: &C, out: &Outgoing, start: &mut SwitchOut, now: u64, in_own_context: bool) {
+    match crate::task::switched_in_at(out.task, now) {
+        // Only where the stacks were taken at switch-out: the other path takes them
+        // at a switch-in, and this one was missed.
+        Some(at) if in_own_context && at >= start.ts => {
+            count(counter::ENDS_ESTIMATED, 1);
+            end_wait(ctx, out.task, start, at, false);
+        }
+        _ => {
+            count(counter::UNENDED, 1);
+            start.ts = 0;
+        }
+    }
+}
+
+/// Adds the wait in `start` (not yet consumed), ending at `now`, to the aggregate
+/// and marks it consumed.
+#[inline(always)]
+fn end_wait<C: StackIdContext>(ctx: &C, task: u64, start: &mut SwitchOut, now: u64, stacks_now: bool) {
     let began = start.ts;
     // Mark as consumed rather than delete: no map delete on the hot path.
     start.ts = 0;

@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use topwaits_common::{CAPTURE_KERNEL, CAPTURE_USER, STACK_NONE, TASK_COMM_LEN};
 
-use crate::maps::SETTINGS;
+use crate::maps::{task_u32, task_u64, SETTINGS};
 use crate::kcache::Hook;
 use crate::{kstack, ustack};
 
@@ -69,4 +69,20 @@ pub fn capture_stacks<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> (u64,
         STACK_NONE
     };
     (kstack, user_stack(ctx))
+}
+
+/// When `task`, switching out at `now` and running since, came onto the CPU: its
+/// run time since the fair class last picked it (`sum_exec_runtime` less
+/// `prev_sum_exec_runtime`) before `now`. None for other classes, whose
+/// `prev_sum_exec_runtime` is not kept, or when BTF lacks the fields.
+#[inline(always)]
+pub fn switched_in_at(task: u64, now: u64) -> Option<u64> {
+    let s = SETTINGS.load();
+    // SCHED_NORMAL, SCHED_BATCH and SCHED_IDLE are the fair class's policies.
+    let policy = task_u32(task, s.off_policy)?;
+    if !matches!(policy, 0 | 3 | 5) {
+        return None;
+    }
+    let ran = task_u64(task, s.off_sum_exec)?.checked_sub(task_u64(task, s.off_prev_sum_exec)?)?;
+    now.checked_sub(ran)
 }

@@ -8,7 +8,7 @@ use aya_ebpf::{
 use topwaits_common::{counter, thread_state, DepKey, ThreadStats, TASK_COMM_LEN, TASK_DEAD, THREAD_EXITED, THREAD_STARTED};
 
 use crate::maps::{count, ended, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING, SETTINGS, THREADS};
-use crate::task::{comm_of, Outgoing};
+use crate::task::{comm_of, switched_in_at, Outgoing};
 
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
 const TASK_NOLOAD: u32 = 0x400;
@@ -84,6 +84,17 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
         if let Some(p) = slot(out.tgid, out.tid, &comm, now, 0) {
             // SAFETY: a pointer from a map lookup; only this thread's events touch it.
             let t = unsafe { &mut *p };
+            if t.state == thread_state::RUNQ || t.state == thread_state::SLEEP || t.state == thread_state::IO {
+                // Switching out while not seen running: the hook missed its switch-in
+                // (see `switch::end_unseen`). Run it from when its run time says.
+                if let Some(at) = switched_in_at(out.task, now).filter(|&at| at >= t.last_ts) {
+                    count(counter::ENDS_ESTIMATED, 1);
+                    close(t, at);
+                    t.state = thread_state::RUNNING;
+                    t.run_events += 1;
+                    t.exec_mark = task_u64(out.task, SETTINGS.load().off_prev_sum_exec).unwrap_or(0);
+                }
+            }
             if t.state == thread_state::RUNNING && t.exec_mark != 0 {
                 if let Some(exec) = task_u64(out.task, SETTINGS.load().off_sum_exec) {
                     t.cpu_ns += exec.saturating_sub(t.exec_mark);

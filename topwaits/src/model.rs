@@ -182,9 +182,14 @@ pub struct Counters {
     pub wait_events: u64,
     #[serde(default)]
     pub lost_wait_events: u64,
-    /// Waits whose end (the task's switch-in) the hook never saw.
+    /// Waits whose end (the task's switch-in) the hook never saw, and which could
+    /// not be dated from the task's run time, so are missing.
     #[serde(default)]
     pub unended: u64,
+    /// Waits whose switch-in the hook never saw, recorded with the end their task's
+    /// run time since that switch-in gives.
+    #[serde(default)]
+    pub ends_estimated: u64,
 }
 
 impl Counters {
@@ -210,6 +215,7 @@ impl Counters {
             wait_events: at(c::WAIT_EVENTS),
             lost_wait_events: at(c::LOST_WAIT_EVENTS),
             unended: at(c::UNENDED),
+            ends_estimated: at(c::ENDS_ESTIMATED),
         }
     }
 
@@ -233,6 +239,7 @@ impl Counters {
             wait_events: self.wait_events.saturating_sub(earlier.wait_events),
             lost_wait_events: self.lost_wait_events.saturating_sub(earlier.lost_wait_events),
             unended: self.unended.saturating_sub(earlier.unended),
+            ends_estimated: self.ends_estimated.saturating_sub(earlier.ends_estimated),
         }
     }
 
@@ -286,8 +293,9 @@ impl Counters {
         }
         if self.unended > 0 {
             w.push(format!(
-                "{} waits of traced threads began but the tracepoint never showed them back on a CPU, so \
-                 their time is missing (rare; seen under thousands of threads woken at once)",
+                "{} waits of traced threads began but the kernel ran no hook when they got back on a CPU, \
+                 and their end could not be told from their run time (not a fair-class task), so their \
+                 time is missing; see Limitations in the README",
                 self.unended
             ));
         }
@@ -546,7 +554,8 @@ mod tests {
         assert!(w[1].contains("--max-entries") && w[1].contains("5.000 ms"), "{}", w[1]);
         assert!(c.any_loss());
         assert!(Counters::default().warnings().is_empty());
-        let unseen = Counters { unended: 3, lost_wait_events: 2, ..Default::default() };
+        // Waits ended at an estimated switch-in are recorded: not a loss.
+        let unseen = Counters { unended: 3, lost_wait_events: 2, ends_estimated: 4, ..Default::default() };
         let w = unseen.warnings();
         assert!(w.iter().any(|l| l.starts_with("3 waits") && l.contains("missing")), "{w:?}");
         assert!(w.iter().any(|l| l.starts_with("2 long-wait events") && l.contains("--events-over")), "{w:?}");

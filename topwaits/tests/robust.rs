@@ -280,16 +280,14 @@ fn every_record_and_stack_of_a_large_trace_is_read_back() {
     let seen: std::collections::HashSet<u64> = all_recs.iter().filter_map(|r| r["tid"].as_u64()).collect();
     let unseen: Vec<u64> = all.iter().copied().filter(|t| !seen.contains(t)).collect();
     assert!(unseen.is_empty(), "threads without a record: {unseen:?}; lost: {}, counters: {}", doc["lost"], doc["counters"]);
-    // And every one slept in tw_nest. Rarely (about one thread in 7,000 here, on
-    // both attach paths) the hook sees a sleep's switch-out but no switch-in of
-    // that thread reaches it: that sleep cannot be timed, and must be counted.
+    // And every one slept in tw_nest, also a thread whose switch-in the kernel
+    // did not show (README Limitations: its wait is ended from its run time).
     let recs: Vec<&Value> = records_in(&doc, "tw_nest");
     let slept: std::collections::HashSet<u64> = recs.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
     let missing: Vec<u64> = all.iter().copied().filter(|t| !slept.contains(t)).collect();
-    let unended = doc["lost"]["unended_waits"].as_u64().unwrap();
     assert!(
-        missing.len() as u64 <= unended && missing.len() * 100 <= THREADS,
-        "threads whose sleep has no record: {missing:?}, but {unended} unended waits counted; lost: {}, counters: {}",
+        missing.is_empty() && doc["lost"]["unended_waits"] == 0,
+        "threads whose sleep has no record: {missing:?}; lost: {}, counters: {}",
         doc["lost"],
         doc["counters"]
     );

@@ -78,6 +78,7 @@ fn offsets_into(settings: &mut Settings, off: &btf::TaskOffsets) {
     settings.off_policy = off.policy;
     settings.off_rt_priority = off.rt_priority;
     settings.off_sum_exec = off.sum_exec;
+    settings.off_prev_sum_exec = off.prev_sum_exec;
     settings.off_stack = off.stack;
 }
 

@@ -239,6 +239,7 @@ fn head(report: &Report) -> Value {
             "kernel_stacks_reused": report.counters.kstacks_reused,
             "waker_kernel_stacks_reused": report.counters.waker_kstacks_reused,
             "wait_events": report.counters.wait_events,
+            "ends_estimated": report.counters.ends_estimated,
         },
         "records_total": report.records.len(),
     })

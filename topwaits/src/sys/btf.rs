@@ -185,6 +185,8 @@ pub struct TaskOffsets {
     pub rt_priority: u32,
     /// `se.sum_exec_runtime`, for `topwaits threads`.
     pub sum_exec: u32,
+    /// `se.prev_sum_exec_runtime`, to date a switch-in the hook missed.
+    pub prev_sum_exec: u32,
     /// `stack`, the base of the task's kernel stack.
     pub stack: u32,
 }
@@ -222,6 +224,7 @@ impl TaskOffsets {
             policy: get("policy").unwrap_or(u32::MAX),
             rt_priority: get("rt_priority").unwrap_or(u32::MAX),
             sum_exec: nested(&btf, get("se").ok(), "sched_entity", "sum_exec_runtime"),
+            prev_sum_exec: nested(&btf, get("se").ok(), "sched_entity", "prev_sum_exec_runtime"),
             stack: get("stack").unwrap_or(u32::MAX),
         })
     }
@@ -315,6 +318,7 @@ pub(crate) mod tests {
                 policy: u32::MAX,
                 rt_priority: u32::MAX,
                 sum_exec: u32::MAX,
+                prev_sum_exec: u32::MAX,
                 stack: u32::MAX,
             }
         );
@@ -325,13 +329,16 @@ pub(crate) mod tests {
         let mut b = Builder::new();
         b.ty("u64", 1, 0, false, 8, &[64]); // id 1
         let sum = b.str("sum_exec_runtime");
-        b.ty("sched_entity", KIND_STRUCT, 1, false, 256, &[sum, 1, 72 * 8]); // id 2
+        let prev = b.str("prev_sum_exec_runtime");
+        b.ty("sched_entity", KIND_STRUCT, 2, false, 256, &[sum, 1, 72 * 8, prev, 1, 80 * 8]); // id 2
         let names: Vec<u32> = ["__state", "flags", "pid", "tgid", "comm", "se"].iter().map(|n| b.str(n)).collect();
         let at = [24u32, 44, 1000, 1004, 2000, 128];
         let members: Vec<u32> = names.iter().zip(at).flat_map(|(&n, o)| [n, if o == 128 { 2 } else { 1 }, o * 8]).collect();
         b.ty("task_struct", KIND_STRUCT, 6, false, 4096, &members);
-        assert_eq!(TaskOffsets::from_bytes(&b.build()).unwrap().sum_exec, 128 + 72);
-        assert_eq!(TaskOffsets::from_bytes(&fake_task_btf()).unwrap().sum_exec, u32::MAX, "no se: unknown, not an error");
+        let off = TaskOffsets::from_bytes(&b.build()).unwrap();
+        assert_eq!((off.sum_exec, off.prev_sum_exec), (128 + 72, 128 + 80));
+        let off = TaskOffsets::from_bytes(&fake_task_btf()).unwrap();
+        assert_eq!((off.sum_exec, off.prev_sum_exec), (u32::MAX, u32::MAX), "no se: unknown, not an error");
     }
 
     #[test]
@@ -389,6 +396,7 @@ pub(crate) mod tests {
         assert!(off.static_prio != u32::MAX && off.policy != u32::MAX);
         // se.sum_exec_runtime has been in every kernel with BTF.
         assert!(off.sum_exec != u32::MAX && off.sum_exec > off.state, "{off:?}");
+        assert!(off.prev_sum_exec != u32::MAX && off.prev_sum_exec > off.sum_exec, "{off:?}");
         // The stack pointer follows __state in every kernel with BTF.
         assert!(off.stack != u32::MAX && off.stack > off.state, "{off:?}");
         eprintln!("running kernel: {off:?}");

@@ -136,7 +136,9 @@ pub struct Settings {
     /// it was when the fair class last put the task on a CPU, so the difference is
     /// how long it has run since. Ends a wait whose switch-in the hook did not see.
     pub off_prev_sum_exec: u32,
-    pub _pad: u32,
+    /// Byte offset of `task_struct.sched_info.pcount` (times the task got a CPU), or
+    /// `u32::MAX` without `CONFIG_SCHED_INFO`.
+    pub off_pcount: u32,
 }
 
 impl Settings {
@@ -170,7 +172,7 @@ impl Settings {
             off_stack: u32::MAX,
             events_over_us: 0,
             off_prev_sum_exec: u32::MAX,
-            _pad: 0,
+            off_pcount: u32::MAX,
         }
     }
 }
@@ -189,7 +191,10 @@ pub struct SwitchOut {
     pub tid: u32,
     /// State at switch-out (0 = preempted while runnable).
     pub state: u32,
-    pub _pad: u32,
+    /// The low 32 bits of `sched_info.pcount` at switch-out, or 0 when unknown: a
+    /// task whose count has moved on since has been back on a CPU, even if the hook
+    /// did not see it arrive.
+    pub arrivals: u32,
     pub comm: [u8; TASK_COMM_LEN],
 }
 

@@ -82,7 +82,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
         tid: out.tid,
         ustack,
         state: out.state,
-        _pad: 0,
+        arrivals: task_u32(out.task, SETTINGS.load().off_pcount).unwrap_or(0),
         comm: out.comm(),
     };
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {

@@ -345,7 +345,7 @@ pub fn run(config: &Config) -> Result<()> {
         if finished {
             second_interrupt_quits();
             // Events were recorded until the programs were detached.
-            tracer.stop();
+            tracer.stop(config.open_waits);
         }
         let end_mono = monotonic_now();
         let open_at = config.open_waits.then_some(end_mono);
@@ -500,7 +500,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     // The window ends when the programs stop recording, not when detaching ends.
     let end_mono = window_end(monotonic_now(), deadline);
     tracer.end_threads_at(end_mono)?;
-    tracer.stop();
+    tracer.stop(false);
     let mut capture = tracer.drain_threads(end_mono)?;
     drop(tracer);
     capture.threads.retain(|t| t.observed_ns() > 0);

@@ -76,14 +76,21 @@ impl Tracer {
     }
 
     /// The waits still in progress at `end_mono` (switched out during the trace and
-    /// not back), as one-wait records; and every thread seen switching out.
-    fn open_waits(&self, end_mono: u64, records: &mut Vec<RawRecord>, switched: &mut std::collections::HashSet<u32>) -> Result<()> {
+    /// not back), as one-wait records; and every thread seen switching out. Returns
+    /// how many waits looked open but were not: their thread had been back on a CPU
+    /// without the hook seeing it (see [`Tracer::stop`]).
+    fn open_waits(&self, end_mono: u64, records: &mut Vec<RawRecord>, switched: &mut std::collections::HashSet<u32>) -> Result<u64> {
+        let mut arrived = 0;
         let wakes: Option<BpfHashMap<&MapData, u64, Chain>> =
             if self.waker { Some(BpfHashMap::try_from(self.map(names::LAST_WAKE)?)?) } else { None };
         let (min_us, max_us) = self.block_us;
         batch::each(self.map(names::STARTS)?, |&task: &u64, st: &SwitchOut| {
             switched.insert(st.tid);
             if st.ts == 0 || st.ts > end_mono {
+                return;
+            }
+            if self.arrived_unseen(task, st) {
+                arrived += 1;
                 return;
             }
             let so_far = end_mono - st.ts;
@@ -106,7 +113,7 @@ impl Tracer {
             records.push(r);
         })
         .context("failed to read the per-task start map")?;
-        Ok(())
+        Ok(arrived)
     }
 
     /// Reads the aggregate, the stacks it names, and the counters; with `open_at`,
@@ -141,8 +148,14 @@ impl Tracer {
             .context("failed to read the aggregate map")?;
         }
         let mut switched = std::collections::HashSet::new();
+        let mut counters = self.counters()?;
         if let Some(end) = open_at {
-            self.open_waits(end, &mut records, &mut switched)?;
+            let arrived = self.open_waits(end, &mut records, &mut switched)?;
+            // Their end is unknown, so they are lost. Counted once, when the trace
+            // ends: an interval's open wait may still end from its run time.
+            if self.arrived_at_stop.is_some() {
+                counters.unended += arrived;
+            }
         }
         let mut stacks = HashMap::new();
         for (map, user) in [(names::KSTACKS, false), (names::USTACKS, true)] {
@@ -182,7 +195,7 @@ impl Tracer {
         Ok(Capture {
             records,
             stacks,
-            counters: self.counters()?,
+            counters,
             switched,
             ..Default::default()
         })

@@ -10,6 +10,7 @@ mod events;
 
 pub use events::{ProcEvents, WaitEvents};
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
@@ -17,7 +18,7 @@ use aya::maps::{Array, MapData, PerCpuArray, ProgramArray, RingBuf};
 use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
-use topwaits_common::{counter, limits, names, Settings};
+use topwaits_common::{counter, limits, names, Settings, SwitchOut};
 
 use attach::{
     attach_futex, attach_kprobe, attach_one_raw_tp, attach_one_tp_btf, attach_raw_tp, attach_tp_btf, program, Hooks,
@@ -47,6 +48,9 @@ pub struct Tracer {
     block_us: (u64, u64),
     /// Long waits are sent as events (`--events-over`).
     wait_events: bool,
+    /// Taken by [`Tracer::stop`]: the open waits (task, start) whose thread had
+    /// been back on a CPU by then, unseen by the hook; None while attached.
+    arrived_at_stop: Option<HashMap<u64, u64>>,
 }
 
 /// The long-wait event ring buffer: 8 MiB, about 75,000 events of 112 bytes,
@@ -79,6 +83,7 @@ fn offsets_into(settings: &mut Settings, off: &btf::TaskOffsets) {
     settings.off_rt_priority = off.rt_priority;
     settings.off_sum_exec = off.sum_exec;
     settings.off_prev_sum_exec = off.prev_sum_exec;
+    settings.off_pcount = off.pcount;
     settings.off_stack = off.stack;
 }
 
@@ -276,6 +281,7 @@ impl Tracer {
             btf: kept_btf,
             block_us: (config.min_us, config.max_us),
             wait_events: config.events_over_us.is_some(),
+            arrived_at_stop: None,
         })
     }
 
@@ -376,11 +382,10 @@ impl Tracer {
             btf: None,
             block_us: (0, u64::MAX),
             wait_events: false,
+            arrived_at_stop: None,
         })
     }
 
-
-    /// The process-event stream, if the settings asked for one. Taken once.
     /// The long-wait event ring buffer, once (with `--events-over`).
     pub fn take_wait_events(&mut self) -> Result<Option<events::WaitEvents>> {
         if !self.wait_events {
@@ -427,8 +432,43 @@ impl Tracer {
     }
 
     /// Detaches and unloads the programs, so that what is drained next is final.
-    pub fn stop(&mut self) {
+    /// Detaches and unloads the programs. With `open_waits`, first notes the waits
+    /// still open whose thread has been back on a CPU (see
+    /// [`Tracer::arrived_unseen`]): after detaching, a thread may run again
+    /// legitimately, so this is only known now.
+    pub fn stop(&mut self, open_waits: bool) {
+        if open_waits {
+            let mut arrived = HashMap::new();
+            let read = self.map(names::STARTS).and_then(|m| {
+                batch::each(m, |&task: &u64, st: &SwitchOut| {
+                    if st.ts != 0 && Self::arrived_now(st) {
+                        arrived.insert(task, st.ts);
+                    }
+                })
+            });
+            if let Err(e) = read {
+                log::warn!("could not read the per-task start map before detaching: {e:#}");
+            }
+            self.arrived_at_stop = Some(arrived);
+        }
         self_unload(&mut self.ebpf);
+    }
+
+    /// Whether the thread of an open wait has got a CPU since it began: its
+    /// `sched_info.pcount` moved on. The hook then missed that switch-in (README
+    /// Limitations), so the wait is not open, though its end is unknown. Threads
+    /// gone, or kernels without the count, say no.
+    fn arrived_now(st: &SwitchOut) -> bool {
+        st.arrivals != 0 && crate::sys::thread::arrivals(st.tgid, st.tid).is_some_and(|n| n as u32 != st.arrivals)
+    }
+
+    /// [`Tracer::arrived_now`] while attached; after [`Tracer::stop`], as it was
+    /// then.
+    fn arrived_unseen(&self, task: u64, st: &SwitchOut) -> bool {
+        match &self.arrived_at_stop {
+            Some(at_stop) => at_stop.get(&task) == Some(&st.ts),
+            None => Self::arrived_now(st),
+        }
     }
 
     /// Sums the per-CPU counters.
@@ -440,9 +480,6 @@ impl Tracer {
         }
         Ok(Counters::from_slots(&slots))
     }
-
-
-
 }
 
 #[cfg(test)]

@@ -187,6 +187,8 @@ pub struct TaskOffsets {
     pub sum_exec: u32,
     /// `se.prev_sum_exec_runtime`, to date a switch-in the hook missed.
     pub prev_sum_exec: u32,
+    /// `sched_info.pcount` (absent without `CONFIG_SCHED_INFO`).
+    pub pcount: u32,
     /// `stack`, the base of the task's kernel stack.
     pub stack: u32,
 }
@@ -225,6 +227,7 @@ impl TaskOffsets {
             rt_priority: get("rt_priority").unwrap_or(u32::MAX),
             sum_exec: nested(&btf, get("se").ok(), "sched_entity", "sum_exec_runtime"),
             prev_sum_exec: nested(&btf, get("se").ok(), "sched_entity", "prev_sum_exec_runtime"),
+            pcount: nested(&btf, get("sched_info").ok(), "sched_info", "pcount"),
             stack: get("stack").unwrap_or(u32::MAX),
         })
     }
@@ -319,6 +322,7 @@ pub(crate) mod tests {
                 rt_priority: u32::MAX,
                 sum_exec: u32::MAX,
                 prev_sum_exec: u32::MAX,
+                pcount: u32::MAX,
                 stack: u32::MAX,
             }
         );
@@ -397,6 +401,7 @@ pub(crate) mod tests {
         // se.sum_exec_runtime has been in every kernel with BTF.
         assert!(off.sum_exec != u32::MAX && off.sum_exec > off.state, "{off:?}");
         assert!(off.prev_sum_exec != u32::MAX && off.prev_sum_exec > off.sum_exec, "{off:?}");
+        assert!(off.pcount != u32::MAX && off.pcount > off.state, "{off:?}");
         // The stack pointer follows __state in every kernel with BTF.
         assert!(off.stack != u32::MAX && off.stack > off.state, "{off:?}");
         eprintln!("running kernel: {off:?}");

@@ -104,6 +104,12 @@ pub fn parse_exec_start(text: &str) -> Option<u64> {
     Some(ms * 1_000_000 + ns)
 }
 
+/// The third field of `schedstat`: how many times the thread has got a CPU
+/// (`sched_info.pcount`).
+pub fn parse_arrivals(text: &str) -> Option<u64> {
+    text.split_ascii_whitespace().nth(2)?.parse().ok()
+}
+
 /// One kernel frame as `/proc/.../stack` prints it: `[<0>] name+0x74/0xf0`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelFrame {
@@ -150,6 +156,11 @@ pub fn syscall(tgid: u32, tid: u32) -> std::io::Result<SyscallState> {
 /// Reads `se.exec_start` from `sched`.
 pub fn exec_start(tgid: u32, tid: u32) -> Option<u64> {
     parse_exec_start(&std::fs::read_to_string(dir(tgid, tid).join("sched")).ok()?)
+}
+
+/// Reads how many times the thread has got a CPU, from `schedstat`.
+pub fn arrivals(tgid: u32, tid: u32) -> Option<u64> {
+    parse_arrivals(&std::fs::read_to_string(dir(tgid, tid).join("schedstat")).ok()?)
 }
 
 /// Reads and parses `stack` (root only); the error says why not.
@@ -251,6 +262,9 @@ mod tests {
         assert_eq!(parse_exec_start("se.exec_start : 12.5\n"), Some(12_500_000));
         assert_eq!(parse_exec_start("se.exec_start : 7\n"), Some(7_000_000));
         assert_eq!(parse_exec_start("nothing here"), None);
+        assert_eq!(parse_arrivals("30139597312 6137465 9713\n"), Some(9713));
+        assert_eq!(parse_arrivals("1 2\n"), None);
+        assert_eq!(parse_arrivals("a b c\n"), None);
     }
 
     #[test]

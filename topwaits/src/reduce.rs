@@ -31,7 +31,7 @@ impl Fingerprints {
 }
 
 /// Hashes what [`Frame::describe`] prints, twice with different seeds.
-fn fingerprint(frames: &[Frame]) -> StackKey {
+fn fingerprint(frames: &[std::sync::Arc<Frame>]) -> StackKey {
     use std::hash::{Hash, Hasher};
     let mut halves = [0u64; 2];
     for (seed, half) in halves.iter_mut().enumerate() {
@@ -173,7 +173,7 @@ mod tests {
     fn records_alike_in_every_printed_field_merge_keeping_sum_count_and_max() {
         let mut rs = report().records;
         let mut twin = rs[0].clone();
-        twin.kernel = Stack::of(rs[0].kernel.frames().iter().map(|f| Frame { addr: f.addr + 8, ..f.clone() }).collect());
+        twin.kernel = Stack::of(rs[0].kernel.frames().iter().map(|f| Frame { addr: f.addr + 8, ..(**f).clone() }).collect());
         (twin.count, twin.total_ns, twin.max_ns, twin.max_end_mono) = (5, 900_000_000, 600_000_000, 4_200_000_000);
         rs.push(twin);
         let got = merge(rs, By::Thread);

@@ -2,6 +2,7 @@
 //! resolves each unique address once, and the trimming of tracing-machinery frames.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::path::{Path, PathBuf};
 
 use blazesym::symbolize::{
@@ -382,11 +383,11 @@ fn is_machinery(name: &str) -> bool {
 /// Drops the leaf-side frames that the BPF program, `bpf_trace_run*` and
 /// `__traceiter_*` add, together with any unresolved frame (the JIT-ed program)
 /// before them. Frames past the first real one are never touched.
-pub fn trim_machinery(frames: &mut Vec<Frame>) {
+pub fn trim_machinery<F: AsRef<Frame>>(frames: &mut Vec<F>) {
     let last = frames
         .iter()
         .take(8)
-        .rposition(|f| f.symbol.as_deref().is_some_and(is_machinery));
+        .rposition(|f| f.as_ref().symbol.as_deref().is_some_and(is_machinery));
     if let Some(i) = last {
         frames.drain(..=i);
     }
@@ -420,7 +421,7 @@ pub fn classify_interrupt(hop: &mut Hop) {
             Some(f) if f.symbol.as_deref().is_some_and(|n| n.starts_with("asm_")) => i + 2,
             _ => i + 1,
         };
-        hop.kernel = Stack::of(frames[..keep].to_vec());
+        hop.kernel = Stack::shared(frames[..keep].to_vec());
         hop.interrupt = true;
         hop.user = Stack::None;
         (hop.tgid, hop.tid) = (0, 0);
@@ -445,13 +446,13 @@ pub struct Resolved {
 
 /// Cuts a user stack at its first address outside executable code, keeping one
 /// `[unknown]` frame if nothing before it was code. Returns whether it cut.
-pub fn cut_at_junk(frames: &mut Vec<Frame>, is_code: impl Fn(u64) -> bool) -> bool {
-    let Some(i) = frames.iter().position(|f| !is_code(f.addr)) else {
+pub fn cut_at_junk<F: AsRef<Frame> + From<Frame>>(frames: &mut Vec<F>, is_code: impl Fn(u64) -> bool) -> bool {
+    let Some(i) = frames.iter().position(|f| !is_code(f.as_ref().addr)) else {
         return false;
     };
     frames.truncate(i.max(1));
     if i == 0 {
-        frames[0] = Frame::unknown(frames[0].addr);
+        frames[0] = Frame::unknown(frames[0].as_ref().addr).into();
     }
     true
 }
@@ -529,18 +530,19 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
         _ => None,
     };
     // Kernel: one batch for all unique addresses; user: one batch per process.
-    let mut kaddrs: Vec<u64> = Vec::new();
-    let mut per_proc: HashMap<u32, Vec<u64>> = HashMap::new();
+    // Sets, not lists: 20,000 stacks of 30 frames may hold a few hundred addresses.
+    let mut kset: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    let mut per_proc: HashMap<u32, std::collections::HashSet<u64>> = HashMap::new();
     for (space, id) in &wanted {
         let Some(addrs) = stack_of(space, id) else { continue };
         let lookups = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
         match space {
-            Space::Kernel => kaddrs.extend(lookups),
+            Space::Kernel => kset.extend(lookups),
             Space::User(t) => per_proc.entry(*t).or_default().extend(lookups),
         }
     }
+    let mut kaddrs: Vec<u64> = kset.into_iter().collect();
     kaddrs.sort_unstable();
-    kaddrs.dedup();
     let kframes: HashMap<u64, Frame> = if kaddrs.is_empty() {
         HashMap::new()
     } else {
@@ -550,15 +552,16 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     let mut tgids: Vec<_> = per_proc.keys().copied().collect();
     tgids.sort_unstable();
     for tgid in tgids {
-        let mut addrs = per_proc.remove(&tgid).unwrap_or_default();
+        let mut addrs: Vec<u64> = per_proc.remove(&tgid).unwrap_or_default().into_iter().collect();
         addrs.sort_unstable();
-        addrs.dedup();
         for f in sym.user(tgid, &addrs) {
             uframes.insert((tgid, f.addr), f);
         }
     }
-    // Each (space, stack id) is built once and shared by every record using it.
+    // Each (space, stack id) is built once and shared by every record using it,
+    // and each frame (space, address, leaf or not) once and shared by every stack.
     let mut built: HashMap<(Option<u32>, u64), Stack> = HashMap::new();
+    let mut shared_frames: HashMap<(Option<u32>, u64, bool), Arc<Frame>> = HashMap::new();
     let mut user_stacks_cut = 0u64;
     let sym: &dyn Symbolizer = sym;
     let mut build = |space: Space, id: &StackId| match id {
@@ -575,16 +578,21 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
                         None => Stack::Missing,
                     },
                     Some(addrs) => {
-                        let mut frames: Vec<Frame> = addrs
+                        let mut frames: Vec<Arc<Frame>> = addrs
                             .iter()
                             .enumerate()
                             .map(|(i, &a)| {
-                                let l = lookup_addr(i, a);
-                                let f = match space {
-                                    Space::Kernel => kframes.get(&l),
-                                    Space::User(t) => uframes.get(&(t, l)),
-                                };
-                                frame_at(i, a, f)
+                                shared_frames
+                                    .entry((key.0, a, i == 0))
+                                    .or_insert_with(|| {
+                                        let l = lookup_addr(i, a);
+                                        let f = match space {
+                                            Space::Kernel => kframes.get(&l),
+                                            Space::User(t) => uframes.get(&(t, l)),
+                                        };
+                                        Arc::new(frame_at(i, a, f))
+                                    })
+                                    .clone()
                             })
                             .collect();
                         match space {
@@ -595,7 +603,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
                                 }
                             }
                         }
-                        Stack::of(frames)
+                        Stack::shared(frames)
                     }
                 })
                 .clone()
@@ -857,6 +865,28 @@ pub(crate) mod tests {
         assert_eq!(recs[1].kernel, Stack::Missing);
         assert_eq!(recs[1].user, Stack::Missing, "an id absent from the stack map is missing");
         assert_eq!(recs[1].total_ns, 7);
+    }
+
+    /// Stacks share their frames: one per (process, address, leaf or not), so that
+    /// thousands of unique stacks through the same functions cost a pointer a slot.
+    #[test]
+    fn unique_stacks_share_their_frames() {
+        let capture = Capture {
+            records: vec![raw(11, StackId::Id(1), StackId::Id(3)), raw(12, StackId::Id(2), StackId::Id(4))],
+            stacks: [(1, vec![0x100, 0x200]), (2, vec![0x100, 0x300]), (3, vec![0x10, 0x20]), (4, vec![0x20, 0x30])]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let recs = resolve(&capture, &mut FakeSymbolizer::default()).records;
+        let (k0, k1) = (recs[0].kernel.frames(), recs[1].kernel.frames());
+        assert!(Arc::ptr_eq(&k0[0], &k1[0]), "the same leaf is one frame");
+        assert_eq!((k0[1].addr, k1[1].addr), (0x200, 0x300));
+        let (u0, u1) = (recs[0].user.frames(), recs[1].user.frames());
+        // 0x20 is a return address in one stack and the leaf in the other: looked
+        // up differently (one byte back for a return address), so two frames.
+        assert!(!Arc::ptr_eq(&u0[1], &u1[0]));
+        assert_eq!((u0[1].addr, u1[0].addr), (0x20, 0x20));
     }
 
     /// With `--leaf-callers`, the words after a user stack's frames go; the one

@@ -370,6 +370,8 @@ pub fn run(config: &Config) -> Result<()> {
         let aggregate = capture.records.len();
         capture.records.extend(event_raws);
         let mut resolved = resolve(&capture, &mut symbolizer);
+        // The raw rows and stacks are named now: free them for the report.
+        (capture.records, capture.stacks) = Default::default();
         let events = crate::longwaits::events(resolved.records.split_off(aggregate), &event_states);
         let mut counters = capture.counters.since(&before);
         counters.user_stacks_cut = resolved.user_stacks_cut;

@@ -40,7 +40,7 @@ fn push_stack(line: &mut Vec<String>, stack: &Stack, missing: &str, leaf_first: 
         Stack::Frames(f) => {
             // The same best name as every other format: `module+0xoffset` where no
             // symbol resolved (it holds no space or `;`).
-            let names = |f: &Frame| clean(&f.describe());
+            let names = |f: &std::sync::Arc<Frame>| clean(&f.describe());
             if leaf_first {
                 line.extend(f.iter().map(names));
             } else {

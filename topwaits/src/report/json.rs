@@ -35,7 +35,7 @@ fn jframe(f: &Frame) -> JFrame<'_> {
 }
 
 pub fn stack(s: &Stack) -> (Value, &'static str) {
-    (Value::Array(s.frames().iter().map(frame).collect()), status(s))
+    (Value::Array(s.frames().iter().map(|f| frame(f)).collect()), status(s))
 }
 
 /// One hop as a `waker` object, with the next hop nested as its own `waker`.
@@ -115,7 +115,7 @@ struct Frames<'a>(&'a Stack);
 
 impl Serialize for Frames<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.frames().iter().map(jframe))
+        s.collect_seq(self.0.frames().iter().map(|f| jframe(f)))
     }
 }
 

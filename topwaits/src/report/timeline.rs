@@ -53,7 +53,7 @@ pub fn telling_frame(r: &Record) -> String {
         .frames()
         .iter()
         .find(|f| !f.symbol.as_deref().is_some_and(is_scheduler))
-        .map(Frame::describe)
+        .map(|f| f.describe())
         .unwrap_or_else(|| "[no stack]".to_string())
 }
 
@@ -79,7 +79,7 @@ pub fn layout(report: &Report, limit: usize) -> (Vec<Bar>, Vec<String>) {
         .iter()
         .map(|(r, start)| {
             let end = report.info.clock.wall(r.max_end_mono);
-            let stack: Vec<String> = r.kernel.frames().iter().chain(r.user.frames()).map(Frame::describe).collect();
+            let stack: Vec<String> = r.kernel.frames().iter().chain(r.user.frames()).map(|f| f.describe()).collect();
             Bar {
                 row: rows[&(r.comm.clone(), r.tid)],
                 start: *start,

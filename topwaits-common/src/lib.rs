@@ -540,6 +540,8 @@ pub mod limits {
     pub const CACHED_PER_TASK: usize = 3;
     /// Capacity of the per-task start map.
     pub const START_ENTRIES: u32 = 65536;
+    /// Words of the `STARTED` map: one byte per hash of a task address (65,536).
+    pub const STARTED_WORDS: u32 = 8192;
     /// Capacity of the pid/tid filter map.
     pub const MAX_FILTER_IDS: u32 = 4096;
     /// Capacity of the wake-dependency map of `topwaits threads`.

@@ -3,7 +3,7 @@
 //! (as bcc offcputime does) and the outgoing task's fields come from BTF offsets.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_ktime_get_ns},
+    helpers::bpf_get_current_task,
     macros::kprobe,
     programs::ProbeContext,
 };
@@ -11,15 +11,15 @@ use topwaits_common::counter;
 
 use crate::{
     maps::{count, task_u32, SETTINGS},
-    switch::{switch_in, switch_out},
+    switch::{switch_in, switch_out, Clock},
     task::Outgoing,
 };
 
 #[kprobe]
 pub fn finish_task_switch_kprobe(ctx: ProbeContext) -> u32 {
     count(counter::SWITCHES, 1);
-    // SAFETY: helper calls without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let mut clock = Clock::new();
+    // SAFETY: a helper call without preconditions.
     let current = unsafe { bpf_get_current_task() };
     if let Some(prev) = ctx.arg::<u64>(0) {
         let s = SETTINGS.load();
@@ -30,8 +30,8 @@ pub fn finish_task_switch_kprobe(ctx: ProbeContext) -> u32 {
             state: task_u32(prev, s.off_state).unwrap_or(0),
             current: false,
         };
-        switch_out(&ctx, &out, now, false);
+        switch_out(&ctx, &out, &mut clock, false);
     }
-    switch_in(&ctx, current, now, true);
+    switch_in(&ctx, current, &mut clock, true);
     0
 }

@@ -35,6 +35,50 @@ pub static KSTACKS: HashMap<u64, KernelStack> =
 #[map(name = "STARTS")]
 pub static STARTS: HashMap<u64, SwitchOut> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
 
+/// One byte per hash of a `task_struct` address, set before a task first gets a
+/// `STARTS` entry and never cleared. A switch-in whose byte is 0 has no wait to end,
+/// and skips the hash lookup: under `-p`, that is nearly every switch on the machine.
+/// Bytes, not bits: two CPUs setting neighbours never race (a byte store is whole).
+#[map(name = "STARTED")]
+pub static STARTED: Array<u64> = Array::with_max_entries(limits::STARTED_WORDS, 0);
+
+/// Per-CPU: a task address passed through memory.
+#[map(name = "SCRATCH_ADDR")]
+pub static SCRATCH_ADDR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn started_byte(task: u64) -> Option<(u32, usize)> {
+    // At tp_btf the verifier types a task argument as a pointer, on which it allows
+    // no shift or mask: through a map value, the address becomes a number.
+    let slot = SCRATCH_ADDR.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch, used by this program run alone; volatile, so that the
+    // compiler does not hand the stored value straight back.
+    let addr = unsafe {
+        core::ptr::write_volatile(slot, task);
+        core::ptr::read_volatile(slot)
+    };
+    // task_struct objects lie kilobytes apart: bits from 6 up tell them apart.
+    let h = (addr >> 6) as u32 & (limits::STARTED_WORDS * 8 - 1);
+    Some((h / 8, (h % 8) as usize))
+}
+
+/// Marks `task` as possibly having a `STARTS` entry.
+#[inline(always)]
+pub fn mark_started(task: u64) {
+    let Some((word, byte)) = started_byte(task) else { return };
+    if let Some(w) = STARTED.get_ptr_mut(word) {
+        // SAFETY: a pointer into an array value of 8 bytes; byte < 8.
+        unsafe { *(w as *mut u8).add(byte) = 1 };
+    }
+}
+
+/// False when `task` certainly has no `STARTS` entry.
+#[inline(always)]
+pub fn maybe_started(task: u64) -> bool {
+    let Some((word, byte)) = started_byte(task) else { return true };
+    STARTED.get(word).is_none_or(|&w| (w >> (byte * 8)) & 0xff != 0)
+}
+
 /// The in-kernel aggregate, sized by `--max-entries` at load time.
 #[map(name = "WAITS")]
 pub static WAITS: HashMap<WaitKey, WaitVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);

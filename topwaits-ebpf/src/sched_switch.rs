@@ -2,14 +2,14 @@
 //! It runs as the outgoing task, so that task's stacks are taken here.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::bpf_get_current_pid_tgid,
     macros::{btf_tracepoint, raw_tracepoint},
     programs::{tracing::StackIdContext, BtfTracePointContext, RawTracePointContext},
 };
 
 use crate::{
     maps::count,
-    switch::{switch_in, switch_out},
+    switch::{switch_in, switch_out, Clock},
     task::Outgoing,
 };
 use topwaits_common::counter;
@@ -19,8 +19,7 @@ use topwaits_common::counter;
 #[inline(always)]
 fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, prev: u64, next: u64, prev_state: u64) {
     count(counter::SWITCHES, 1);
-    // SAFETY: a helper call without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let mut clock = Clock::new();
     let pid_tgid = bpf_get_current_pid_tgid();
     let out = Outgoing {
         task: prev,
@@ -31,11 +30,11 @@ fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, p
         current: true,
     };
     if crate::maps::SETTINGS.load().threads != 0 {
-        crate::threads::on_switch(&out, next, now);
+        crate::threads::on_switch(&out, next, clock.now());
         return;
     }
-    switch_out(ctx, &out, now, true);
-    switch_in(ctx, next, now, false);
+    switch_out(ctx, &out, &mut clock, true);
+    switch_in(ctx, next, &mut clock, false);
     crate::kcache::hand_to_learner(ctx, &crate::maps::LEARNERS);
 }
 

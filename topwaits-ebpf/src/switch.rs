@@ -2,13 +2,13 @@
 //! switch-out, stack capture where each path can afford it, and the delta added
 //! to the in-kernel aggregate at switch-in.
 
-use aya_ebpf::{bindings::BPF_NOEXIST, programs::tracing::StackIdContext};
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, programs::tracing::StackIdContext};
 use topwaits_common::{
     counter, thread_kind, SwitchOut, WaitKey, WaitVal, PF_KTHREAD, STACK_NONE, TASK_DEAD, TASK_NOLOAD,
     TASK_UNINTERRUPTIBLE,
 };
 
-use crate::maps::{count, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STARTS, WAITS};
+use crate::maps::{count, mark_started, maybe_started, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STARTS, WAITS};
 use crate::kcache::Hook;
 use crate::task::{capture_stacks, Outgoing};
 use crate::wake;
@@ -48,7 +48,7 @@ fn wanted(out: &Outgoing) -> bool {
 /// Records the start of a wait. `in_own_context`: the hook runs as the outgoing
 /// task, so its stacks are taken here.
 #[inline(always)]
-pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_context: bool) {
+pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock, in_own_context: bool) {
     if out.tid == 0 {
         // The idle task does not wait.
         return;
@@ -59,7 +59,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
             // SAFETY: a pointer from a map lookup; only this task's switches touch it.
             let start = unsafe { &mut *slot };
             if start.ts != 0 {
-                end_unseen(ctx, out, start, now, in_own_context);
+                end_unseen(ctx, out, start, clock.now(), in_own_context);
             }
         }
         let _ = STARTS.remove(&out.task);
@@ -70,6 +70,8 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
     if !wanted(out) {
         return;
     }
+    // Before the stacks are taken: the wait begins at the switch.
+    let now = clock.now();
     let (kstack, ustack) = if in_own_context {
         capture_stacks(ctx, Some((out.task, Hook::Switch)))
     } else {
@@ -92,7 +94,10 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
             end_unseen(ctx, out, start, now, in_own_context);
         }
         *start = rec;
-    } else if STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err() {
+    } else if {
+        mark_started(out.task);
+        STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err()
+    } {
         count(counter::LOST_START_FULL, 1);
     } else {
         // First sight of this task: user space keeps its process's maps.
@@ -103,7 +108,10 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, now: u64, in_own_c
 /// Ends the wait of `task`, which is switching in, and adds it to the aggregate.
 /// With `stacks_now`, the stacks are taken here (the hook runs as that task).
 #[inline(always)]
-pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, now: u64, stacks_now: bool) {
+pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, clock: &mut Clock, stacks_now: bool) {
+    if !maybe_started(task) {
+        return;
+    }
     let Some(slot) = STARTS.get_ptr_mut(&task) else {
         return;
     };
@@ -112,7 +120,27 @@ pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, now: u64, stacks_now: bo
     if start.ts == 0 {
         return;
     }
-    end_wait(ctx, task, start, now, stacks_now);
+    end_wait(ctx, task, start, clock.now(), stacks_now);
+}
+
+/// The time of this switch, read from the clock once and only when needed: a
+/// switch of tasks that are not traced never reads it.
+pub struct Clock(u64);
+
+impl Clock {
+    #[inline(always)]
+    pub fn new() -> Self {
+        Clock(0)
+    }
+
+    #[inline(always)]
+    pub fn now(&mut self) -> u64 {
+        if self.0 == 0 {
+            // SAFETY: a helper call without preconditions.
+            self.0 = unsafe { bpf_ktime_get_ns() };
+        }
+        self.0
+    }
 }
 
 /// A task switches out while its last wait is still open: the hook never saw the

@@ -231,7 +231,7 @@ impl Tracer {
             waking: config.waker,
             exec: settings.events != 0,
         };
-        let attached_mono = crate::clock::monotonic_now();
+        let mut attached_mono = crate::clock::monotonic_now();
         let mut kept_btf = None;
         let attach = match config.attach {
             AttachMode::TpBtf => {
@@ -263,8 +263,14 @@ impl Tracer {
                     }
                     Err(e) => {
                         warn!("tp_btf unavailable ({e:#}); falling back to raw_tp");
-                        // A half-attached tp_btf set must not stay attached.
+                        // A half-attached tp_btf set must not stay attached. And a
+                        // fresh object: a program array takes the type of the first
+                        // program loaded with it, so the raw_tp hooks that tail-call
+                        // through it would be refused (EINVAL).
                         self_unload(&mut ebpf);
+                        drop(ebpf);
+                        ebpf = load(loader_in_background(), &settings, &sizes, config.filter_ids())?;
+                        attached_mono = crate::clock::monotonic_now();
                         attach_raw_tp(&mut ebpf, hooks)?;
                         AttachKind::RawTp
                     }

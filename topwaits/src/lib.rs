@@ -33,6 +33,7 @@ use stderr::say;
 /// Parses the command line, runs, and returns the process exit code. Errors are
 /// printed as one line, with their causes joined by `: `.
 pub fn main_entry() -> i32 {
+    sys::heap::tune();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();

@@ -4,6 +4,7 @@
 pub mod btf;
 pub mod caps;
 pub mod elf;
+pub mod heap;
 pub mod kallsyms;
 pub mod memory;
 pub mod net;

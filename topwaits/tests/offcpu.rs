@@ -57,10 +57,10 @@ fn long_sleep_shows_its_maximum_stacks_and_end_time() {
 }
 
 #[test]
-fn raw_tp_gives_the_same_answer_as_tp_btf() {
+fn tp_btf_gives_the_same_answer_as_raw_tp() {
     require_bpf!();
-    let (doc, before, after, tid) = trace_long_sleep(&["--attach", "raw_tp"]);
-    assert_eq!(doc["attach"], "raw_tp");
+    let (doc, before, after, tid) = trace_long_sleep(&["--attach", "tp_btf"]);
+    assert_eq!(doc["attach"], "tp_btf");
     check_long_sleep(&doc, before, after, tid);
 }
 
@@ -344,7 +344,7 @@ fn no_program_stays_loaded_after_runs() {
     require_bpf!();
     let before = programs_left_after_exit();
     assert!(before.is_empty(), "left over before the test: {before:?}");
-    for args in [&["--json", "0.3"][..], &["--attach", "raw_tp", "-f", "0.3"], &["--attach", "kprobe", "0.3"], &["-p", "999999999", "1"], &["-w", "0.3"], &["threads", "0.3"]] {
+    for args in [&["--json", "0.3"][..], &["--attach", "tp_btf", "-f", "0.3"], &["--attach", "kprobe", "0.3"], &["-p", "999999999", "1"], &["-w", "0.3"], &["threads", "0.3"]] {
         let _ = run(args);
         let left = programs_left_after_exit();
         assert!(left.is_empty(), "{args:?} left programs: {left:?}");

@@ -329,7 +329,7 @@ fn auto_attach_logs_its_choice_at_info_level() {
     }
     let tracer = Tracer::start_env(&["-f", "0.3"], &[("RUST_LOG", "info")]);
     let out = tracer.finish();
-    assert!(out.stderr.contains("attached with tp_btf"), "{}", out.stderr);
+    assert!(out.stderr.contains("attached with raw_tp"), "{}", out.stderr);
 }
 
 #[test]

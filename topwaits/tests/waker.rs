@@ -118,10 +118,10 @@ fn pipe_consumer_is_woken_by_the_producer_write_path() {
 }
 
 #[test]
-fn pipe_consumer_waker_on_raw_tp() {
+fn pipe_consumer_waker_on_tp_btf() {
     require_bpf!();
-    let (doc, producer, _) = producer_consumer(&["-w", "--attach", "raw_tp"]);
-    assert_eq!(doc["attach"], "raw_tp");
+    let (doc, producer, _) = producer_consumer(&["-w", "--attach", "tp_btf"]);
+    assert_eq!(doc["attach"], "tp_btf");
     check_producer_woke_consumer(&doc, producer);
 }
 
@@ -272,9 +272,9 @@ fn waker_stacks_reused_in_place_stay_exact() {
 }
 
 #[test]
-fn waker_stacks_reused_in_place_stay_exact_on_raw_tp() {
+fn waker_stacks_reused_in_place_stay_exact_on_tp_btf() {
     require_bpf!();
-    check_waker_stack_reuse(&["--attach", "raw_tp"]);
+    check_waker_stack_reuse(&["--attach", "tp_btf"]);
 }
 
 /// A relay A -> B -> C over two pipes, A writing `rounds` bytes 40 ms apart, traced

@@ -104,15 +104,15 @@ fn main() -> ExitCode {
             licenses::run(true)?;
             // Unit tests first; then the kernel tests one at a time, so that their
             // workloads' timings and the programs-left-loaded check don't interfere;
-            // then the kernel suites again on the raw_tp attach path.
+            // then the kernel suites again on the tp_btf attach path (auto picks raw_tp).
             run(cargo().args(["test", "--lib", "--bins"]).args(&args))?;
             run(cargo().args(["test", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))?;
-            eprintln!("xtask: the kernel tests again with --attach raw_tp");
+            eprintln!("xtask: the kernel tests again with --attach tp_btf");
             run(cargo()
                 .args(["test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--test", "stuck", "--test", "stacks", "--"])
                 .arg("--test-threads=1")
                 .args(&args)
-                .env("TOPWAITS_TEST_ATTACH", "raw_tp"))?;
+                .env("TOPWAITS_TEST_ATTACH", "tp_btf"))?;
             // The binary the README tells users to copy is the small one, and its
             // build (the eBPF part rebuilt) prints no warnings.
             binary::quiet_build()?;

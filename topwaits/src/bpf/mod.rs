@@ -185,10 +185,9 @@ impl Tracer {
         let loader = loader_in_background();
         let btf_path = Path::new(btf::VMLINUX_BTF);
         let have_btf = btf_path.exists();
-        // aya parses the kernel's BTF once more to attach tp_btf: do that on another
-        // CPU while the offsets are read and the programs load (start-up time).
-        let attach_btf = (have_btf && matches!(config.attach, AttachMode::TpBtf | AttachMode::Auto))
-            .then(|| std::thread::spawn(Btf::from_sys_fs));
+        // aya parses the kernel's BTF once more to attach tp_btf: when asked for, do
+        // that on another CPU while the offsets are read and the programs load.
+        let attach_btf = (have_btf && config.attach == AttachMode::TpBtf).then(|| std::thread::spawn(Btf::from_sys_fs));
         let kernel_btf = move || -> Result<Btf> {
             match attach_btf {
                 Some(t) => t.join().map_err(|_| anyhow!("the BTF parser thread panicked"))?.map_err(Into::into),
@@ -250,32 +249,28 @@ impl Tracer {
                 attach_kprobe(&mut ebpf, hooks)?;
                 AttachKind::Kprobe
             }
-            AttachMode::Auto => {
-                let tried = if have_btf {
-                    kernel_btf().and_then(|btf| attach_tp_btf(&mut ebpf, &btf, hooks).map(|()| btf))
-                } else {
-                    Err(anyhow!("no kernel BTF"))
-                };
-                match tried {
-                    Ok(btf) => {
-                        kept_btf = Some(btf);
-                        AttachKind::TpBtf
-                    }
-                    Err(e) => {
-                        warn!("tp_btf unavailable ({e:#}); falling back to raw_tp");
-                        // A half-attached tp_btf set must not stay attached. And a
-                        // fresh object: a program array takes the type of the first
-                        // program loaded with it, so the raw_tp hooks that tail-call
-                        // through it would be refused (EINVAL).
-                        self_unload(&mut ebpf);
-                        drop(ebpf);
-                        ebpf = load(loader_in_background(), &settings, &sizes, config.filter_ids())?;
-                        attached_mono = crate::clock::monotonic_now();
-                        attach_raw_tp(&mut ebpf, hooks)?;
-                        AttachKind::RawTp
-                    }
+            // raw_tp first: it runs the same programs at the same cost as tp_btf
+            // (bpf_stats, `pipe`), and attaching it needs no second parse of the
+            // kernel's BTF, which halves the start-up's peak memory.
+            AttachMode::Auto => match attach_raw_tp(&mut ebpf, hooks) {
+                Ok(()) => AttachKind::RawTp,
+                Err(e) if !have_btf => return Err(e),
+                Err(e) => {
+                    warn!("raw_tp unavailable ({e:#}); falling back to tp_btf");
+                    // A half-attached set must not stay attached. And a fresh
+                    // object: a program array takes the type of the first program
+                    // loaded with it, so the other path's hooks that tail-call
+                    // through it would be refused (EINVAL).
+                    self_unload(&mut ebpf);
+                    drop(ebpf);
+                    ebpf = load(loader_in_background(), &settings, &sizes, config.filter_ids())?;
+                    attached_mono = crate::clock::monotonic_now();
+                    let btf = kernel_btf()?;
+                    attach_tp_btf(&mut ebpf, &btf, hooks)?;
+                    kept_btf = Some(btf);
+                    AttachKind::TpBtf
                 }
-            }
+            },
         };
         info!("attached with {}", attach.name());
         Ok(Tracer {
@@ -348,32 +343,35 @@ impl Tracer {
         sizes.deps = limits::DEPS_ENTRIES;
         sizes.futex = limits::START_ENTRIES;
         let mut ebpf = load(loader, &settings, &sizes, config.threads.ids())?;
-        let attached_mono = crate::clock::monotonic_now();
-        let tried = match config.attach {
-            AttachMode::RawTp => None,
-            mode => {
-                let res = Btf::from_sys_fs().map_err(anyhow::Error::from).and_then(|btf| {
-                    attach_one_tp_btf(&mut ebpf, &btf, names::PROG_NEW_BTF, "sched_wakeup_new")?;
-                    attach_tp_btf(&mut ebpf, &btf, THREADS_HOOKS)
-                });
-                match res {
-                    Ok(()) => Some(AttachKind::TpBtf),
-                    Err(e) if mode == AttachMode::TpBtf => return Err(e),
-                    Err(e) => {
-                        warn!("tp_btf unavailable ({e:#}); falling back to raw_tp");
-                        None
-                    }
-                }
-            }
+        let mut attached_mono = crate::clock::monotonic_now();
+        let attach_btf = |ebpf: &mut Ebpf| -> Result<()> {
+            let btf = Btf::from_sys_fs()?;
+            attach_one_tp_btf(ebpf, &btf, names::PROG_NEW_BTF, "sched_wakeup_new")?;
+            attach_tp_btf(ebpf, &btf, THREADS_HOOKS)
         };
-        let attach = match tried {
-            Some(kind) => kind,
-            None => {
-                self_unload(&mut ebpf);
-                attach_one_raw_tp(&mut ebpf, names::PROG_NEW_RAW, "sched_wakeup_new")?;
-                attach_raw_tp(&mut ebpf, THREADS_HOOKS)?;
-                AttachKind::RawTp
+        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> {
+            attach_one_raw_tp(ebpf, names::PROG_NEW_RAW, "sched_wakeup_new")?;
+            attach_raw_tp(ebpf, THREADS_HOOKS)
+        };
+        // As for the off-CPU trace: raw_tp first, tp_btf when it fails.
+        let attach = match config.attach {
+            AttachMode::TpBtf => {
+                attach_btf(&mut ebpf)?;
+                AttachKind::TpBtf
             }
+            mode => match attach_raw(&mut ebpf) {
+                Ok(()) => AttachKind::RawTp,
+                Err(e) if mode == AttachMode::RawTp => return Err(e),
+                Err(e) => {
+                    warn!("raw_tp unavailable ({e:#}); falling back to tp_btf");
+                    self_unload(&mut ebpf);
+                    drop(ebpf);
+                    ebpf = load(loader_in_background(), &settings, &sizes, config.threads.ids())?;
+                    attached_mono = crate::clock::monotonic_now();
+                    attach_btf(&mut ebpf)?;
+                    AttachKind::TpBtf
+                }
+            },
         };
         if let Some(t) = &tracefs {
             attach_futex(&mut ebpf, t)?;

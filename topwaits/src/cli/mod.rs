@@ -130,7 +130,7 @@ pub struct TraceArgs {
     pub interval: Option<Duration>,
 
     /// How to attach: tp_btf (sched_switch with BTF), raw_tp, kprobe (finish_task_switch),
-    /// or auto (tp_btf, else raw_tp).
+    /// or auto (raw_tp, else tp_btf).
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
     pub attach: AttachMode,
 

@@ -48,7 +48,7 @@ pub struct ThreadsArgs {
     #[arg(long, value_name = "CPUn|NS", requires = "rt_app", value_parser = parse_calibration)]
     pub rt_app_calibration: Option<Calibration>,
 
-    /// How to attach: tp_btf, raw_tp, or auto (tp_btf, else raw_tp).
+    /// How to attach: tp_btf, raw_tp, or auto (raw_tp, else tp_btf).
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
     pub attach: AttachMode,
 

@@ -55,7 +55,7 @@ pub(crate) use require_bpf;
 /// The attach path the kernel suites run with: `TOPWAITS_TEST_ATTACH` (set by
 /// `cargo xtask test` for its second pass), or the automatic choice.
 pub fn expected_attach() -> String {
-    std::env::var("TOPWAITS_TEST_ATTACH").unwrap_or_else(|_| "tp_btf".into())
+    std::env::var("TOPWAITS_TEST_ATTACH").unwrap_or_else(|_| "raw_tp".into())
 }
 
 /// Adds `--attach $TOPWAITS_TEST_ATTACH` unless the test chose a path itself.

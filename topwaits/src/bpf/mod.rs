@@ -150,6 +150,16 @@ fn load(
     Ok(ebpf)
 }
 
+/// For the other attach path after one failed: detaches and drops the half-attached
+/// object, then loads a fresh one. Not the same object: a program array takes the
+/// type of the first program loaded with it, so the other path's hooks that
+/// tail-call through it would be refused (EINVAL).
+fn reload(mut ebpf: Ebpf, settings: &Settings, sizes: &Sizes, ids: &[u32]) -> Result<Ebpf> {
+    self_unload(&mut ebpf);
+    drop(ebpf);
+    load(loader_in_background(), settings, sizes, ids)
+}
+
 /// No pid or tid reaches this (the kernel's `PID_MAX_LIMIT` on 64-bit), so the
 /// filter bitmap is at most 512 KiB.
 const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
@@ -257,13 +267,7 @@ impl Tracer {
                 Err(e) if !have_btf => return Err(e),
                 Err(e) => {
                     warn!("raw_tp unavailable ({e:#}); falling back to tp_btf");
-                    // A half-attached set must not stay attached. And a fresh
-                    // object: a program array takes the type of the first program
-                    // loaded with it, so the other path's hooks that tail-call
-                    // through it would be refused (EINVAL).
-                    self_unload(&mut ebpf);
-                    drop(ebpf);
-                    ebpf = load(loader_in_background(), &settings, &sizes, config.filter_ids())?;
+                    ebpf = reload(ebpf, &settings, &sizes, config.filter_ids())?;
                     attached_mono = crate::clock::monotonic_now();
                     let btf = kernel_btf()?;
                     attach_tp_btf(&mut ebpf, &btf, hooks)?;
@@ -364,9 +368,7 @@ impl Tracer {
                 Err(e) if mode == AttachMode::RawTp => return Err(e),
                 Err(e) => {
                     warn!("raw_tp unavailable ({e:#}); falling back to tp_btf");
-                    self_unload(&mut ebpf);
-                    drop(ebpf);
-                    ebpf = load(loader_in_background(), &settings, &sizes, config.threads.ids())?;
+                    ebpf = reload(ebpf, &settings, &sizes, config.threads.ids())?;
                     attached_mono = crate::clock::monotonic_now();
                     attach_btf(&mut ebpf)?;
                     AttachKind::TpBtf

@@ -486,8 +486,12 @@ pub mod counter {
     /// Waits like those of [`UNENDED`] that were ended anyway, at the switch-in
     /// time the task's run time since then gives (fair-class tasks).
     pub const ENDS_ESTIMATED: u32 = 19;
+    /// Kernel stacks reused (and counted in [`KSTACK_REUSED`] or
+    /// [`WAKER_KSTACK_REUSED`] too) from a layout another task learned at the same
+    /// call site.
+    pub const KSTACK_SHARED: u32 = 20;
     /// Number of counters (the size of the COUNTERS map).
-    pub const COUNT: u32 = 20;
+    pub const COUNT: u32 = 21;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -540,6 +544,10 @@ pub mod limits {
     pub const CACHED_PER_TASK: usize = 3;
     /// Capacity of the per-task start map.
     pub const START_ENTRIES: u32 = 65536;
+    /// Kernel stack layouts shared by all tasks, and the call sites they are kept
+    /// under (entries are allocated as stacks are learned).
+    pub const LAYOUTS: u32 = 16384;
+    pub const LAYOUT_SITES: u32 = 4096;
     /// Words of the `STARTED` map: one byte per hash of a task address (65,536).
     pub const STARTED_WORDS: u32 = 8192;
     /// Capacity of the pid/tid filter map.

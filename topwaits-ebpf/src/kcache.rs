@@ -10,9 +10,10 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, ProgramArray},
     EbpfContext,
 };
-use topwaits_common::{limits, limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED};
+use topwaits_common::{counter, limits, limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED};
 
-use crate::maps::{GROWS, KSTACKS, SCRATCH_STACK};
+use crate::layouts::{self, Site};
+use crate::maps::{count, GROWS, KSTACKS, SCRATCH_STACK};
 
 /// Kernel stacks are this large and aligned to it (x86-64 and arm64 without
 /// KASAN). With larger stacks the top is misplaced, slots are not all found, and
@@ -80,8 +81,6 @@ pub struct Scan {
     generation: u32,
     /// Found frames by return address (two buckets each): generation << 8 | frame + 1.
     index: [u16; 256],
-    /// The frames an entry's slots must hold, while it is checked.
-    want: [u64; 64],
     /// A cache entry being learned or refined.
     fresh: StackCache,
     /// A new cache value: the entry learned, then empty ones.
@@ -89,13 +88,19 @@ pub struct Scan {
     /// The site [`find`] looked up, and the top of the kernel stack.
     key: CacheKey,
     top: u64,
-    /// A stack just unwound, for the learner: anchor, frames and reference
-    /// (`pending` non-zero while one waits).
+    /// Work left for the learner (`pending`, one of [`LEARN`] and [`SEED`]): a
+    /// stack just unwound (anchor, frames and reference), or the id of a shared
+    /// layout to keep as the task's own.
     pending: u64,
     pending_base: u64,
     pending_frames: u64,
     pending_kstack: u64,
 }
+
+/// [`Scan::pending`]: learn the stack just unwound.
+const LEARN: u64 = 1;
+/// [`Scan::pending`]: keep the shared layout just reused as the task's own.
+const SEED: u64 = 2;
 
 /// Leaves the stack just unwound (in the stack scratch) for the learner, which
 /// the hook tail-calls when it is done (see [`learn_pending`]).
@@ -103,7 +108,7 @@ pub struct Scan {
 pub fn defer(st: *mut Scan, base: u64, n: usize, kstack: u64) {
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
-        (*st).pending = 1;
+        (*st).pending = LEARN;
         (*st).pending_base = base;
         (*st).pending_frames = n as u64;
         (*st).pending_kstack = kstack;
@@ -140,14 +145,16 @@ pub fn hand_to_learner<C: EbpfContext>(ctx: &C, learners: &ProgramArray) {
 pub fn learn_pending() {
     let Some((st, _, frames)) = scratch() else { return };
     // SAFETY: per-CPU scratch, used by this program run alone.
-    let (base, n, kstack) = unsafe {
-        if (*st).pending == 0 {
-            return;
-        }
+    let (what, base, n, kstack) = unsafe {
+        let what = (*st).pending;
         (*st).pending = 0;
-        ((*st).pending_base, (*st).pending_frames as usize, (*st).pending_kstack)
+        (what, (*st).pending_base, (*st).pending_frames as usize, (*st).pending_kstack)
     };
-    remember(st, base, frames, n, kstack);
+    match what {
+        LEARN => remember(st, base, frames, n, kstack),
+        SEED => seed(st, kstack),
+        _ => {}
+    }
 }
 
 #[map(name = "SCRATCH_SCAN")]
@@ -211,50 +218,40 @@ fn entry_in_place(top: u64, cache: &StackCache, frames: &KernelStack) -> bool {
         || read_word(top - ENTRY_SLOT_FROM_TOP) == Some(frames[(cache.frames as usize).wrapping_sub(1) & 63])
 }
 
-/// `bpf_loop` body: checks slot `k` of the entry in the scratch against the
-/// region, and notes a changed one.
-unsafe extern "C" fn check_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
-    let Some((st, region, _)) = scratch() else { return 1 };
-    // SAFETY: per-CPU scratch, used by this program run alone.
-    let st = unsafe { &mut *st };
-    let k = k as usize;
-    if k >= CACHE_SLOTS {
-        return 1;
-    }
-    let (off, owner) = (st.fresh.slots[k], st.fresh.owners[k] as usize & 63);
-    if region[(off as usize >> 3) & (REGION_WORDS - 1)] != st.want[owner] {
-        st.changed = 1;
-        return 1;
-    }
-    0
-}
-
 /// The stored reference of `cache` if its stack is still in place above `base`,
 /// else 0. Leaves the region it read in the scratch. Inlined: the program that
 /// runs it tail-calls the learner, and BPF does not mix that with subprograms.
+/// The slots are checked by a bounded loop in place, reading the entry and the
+/// stored frames where they lie: no copies, and no call per slot.
 #[inline(always)]
-fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> u64 {
-    if cache.len == 0 || cache.len as usize > CACHE_SLOTS {
+fn reuse(base: u64, top: u64, cache: &StackCache) -> u64 {
+    let len = cache.len as usize;
+    if len == 0 || len > CACHE_SLOTS {
         return 0;
     }
     // SAFETY: a value of a map lookup, only read.
     let Some(frames) = KSTACKS.get_ptr(&cache.kstack).map(|f| unsafe { &*f }) else {
         return 0;
     };
-    if read_region(base, cache.span as u64).is_none() {
+    let Some(region) = read_region(base, cache.span as u64) else {
         return 0;
-    }
-    // SAFETY: per-CPU scratch, used by this program run alone.
-    unsafe {
-        (*st).fresh = *cache;
-        (*st).want.copy_from_slice(&frames[..64]);
-        (*st).changed = 0;
-        bpf_loop(cache.len, check_slot as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
-        if (*st).changed == 0 && entry_in_place(top, cache, frames) {
-            cache.kstack
-        } else {
-            0
+    };
+    for k in 0..CACHE_SLOTS {
+        // A volatile read keeps the loop's own bound, which the compiler would
+        // otherwise drop as implied by the length check: the verifier needs it.
+        // SAFETY: reading a field of a map value.
+        if k >= unsafe { core::ptr::read_volatile(&cache.len) } as usize {
+            break;
         }
+        let (off, owner) = (cache.slots[k] as usize, cache.owners[k] as usize);
+        if region[(off >> 3) & (REGION_WORDS - 1)] != frames[owner & 63] {
+            return 0;
+        }
+    }
+    if entry_in_place(top, cache, frames) {
+        cache.kstack
+    } else {
+        0
     }
 }
 
@@ -412,12 +409,25 @@ fn learn(st: *mut Scan, base: u64, top: u64, n: usize, kstack: u64) -> bool {
 /// false, leaving `cache` alone, if a frame was left with no slot.
 #[inline(never)]
 fn refine(st: *mut Scan, base: u64, cache: &mut StackCache) -> bool {
-    if cache.len == 0 || read_region(base, cache.span as u64).is_none() {
-        return false;
-    }
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         (*st).fresh = *cache;
+        if !refine_fresh(st, base) {
+            return false;
+        }
+        *cache = (*st).fresh;
+    }
+    true
+}
+
+/// [`refine`] of the scratch entry in place.
+#[inline(always)]
+fn refine_fresh(st: *mut Scan, base: u64) -> bool {
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    unsafe {
+        if (*st).fresh.len == 0 || read_region(base, (*st).fresh.span as u64).is_none() {
+            return false;
+        }
         let n = (*st).fresh.frames as usize;
         if n <= FIRST || n >= CACHE_SLOTS {
             return false;
@@ -430,11 +440,7 @@ fn refine(st: *mut Scan, base: u64, cache: &mut StackCache) -> bool {
         if (*st).fresh.last_at_top != 0 {
             want &= !(1u64 << (n - 1));
         }
-        if (*st).kept & want != want {
-            return false;
-        }
-        *cache = (*st).fresh;
-        true
+        (*st).kept & want == want
     }
 }
 
@@ -497,18 +503,59 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
         (*st).top = top;
         (*st).key = key;
     }
-    let Some(e) = KCACHE.get_ptr(&task) else { return 0 };
-    // SAFETY: a pointer from a map lookup; only this task's hooks use its entry,
-    // and they do not run on two CPUs at once.
-    for c in unsafe { &*e } {
-        if c.site == key.site && c.user_ip == key.user_ip {
-            let k = reuse(st, base, top, c);
-            if k != 0 {
-                return k;
+    let mut known = false;
+    if let Some(e) = KCACHE.get_ptr(&task) {
+        // SAFETY: a pointer from a map lookup; only this task's hooks use its entry,
+        // and they do not run on two CPUs at once.
+        for c in unsafe { &*e } {
+            if c.site == key.site && c.user_ip == key.user_ip {
+                known = true;
+                let k = reuse(base, top, c);
+                if k != 0 {
+                    return k;
+                }
             }
         }
     }
+    if known {
+        return 0;
+    }
+    shared(st, base, top, &Site { site: key.site, user_ip: key.user_ip })
+}
+
+/// For a task that never had a stack at this call site: the stack of a layout
+/// another task learned there, if one is in place (and then left for the learner
+/// to keep as this task's own), else 0.
+#[inline(always)]
+fn shared(st: *mut Scan, base: u64, top: u64, site: &Site) -> u64 {
+    let Some(list) = layouts::candidates(site) else { return 0 };
+    for i in 0..layouts::CANDIDATES {
+        let id = layouts::candidate(list, i);
+        let Some(l) = layouts::layout(id) else { continue };
+        let k = reuse(base, top, l);
+        if k != 0 {
+            count(counter::KSTACK_SHARED, 1);
+            // SAFETY: per-CPU scratch, used by this program run alone.
+            unsafe {
+                (*st).pending = SEED;
+                (*st).pending_kstack = id;
+            }
+            return k;
+        }
+    }
     0
+}
+
+/// Keeps the shared layout `id`, just reused by the task at the site in the
+/// scratch, as that task's newest entry.
+#[inline(never)]
+fn seed(st: *mut Scan, id: u64) {
+    let Some(l) = layouts::layout(id) else { return };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    unsafe {
+        (*st).fresh = *l;
+        keep_fresh(st, KCACHE.get_ptr_mut(&(*st).key.task), CACHED_PER_TASK);
+    }
 }
 
 /// Remembers where the `n` frames of the stack just unwound (`frames`, stored as
@@ -540,17 +587,63 @@ pub fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack
                 // verification small.)
                 let c = &mut (*e)[same];
                 if entry_in_place(top, c, frames) && refine(st, base, c) {
+                    // Fewer slots serve other tasks too.
+                    layouts::publish(&Site { site: key.site, user_ip: key.user_ip }, c);
                     return;
                 }
             }
         }
-        if !learn(st, base, top, n, kstack) {
-            return;
+        let site = Site { site: key.site, user_ip: key.user_ip };
+        if !from_layout(st, base, frames, kstack, &site) {
+            if !learn(st, base, top, n, kstack) {
+                return;
+            }
+            layouts::publish(&site, &(*st).fresh);
         }
+        keep_fresh(st, entry, same);
+    }
+}
+
+/// Fills the scratch entry from a layout another task learned for `kstack` at
+/// `site`, with the slots that do not hold their frame in this task dropped
+/// (refined layouts are published, so the site's converge on the true slots);
+/// false if there is none or it does not cover every frame.
+#[inline(never)]
+fn from_layout(st: *mut Scan, base: u64, frames: &KernelStack, kstack: u64, site: &Site) -> bool {
+    let Some(list) = layouts::candidates(site) else { return false };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    let top = unsafe { (*st).top };
+    for i in 0..layouts::CANDIDATES {
+        let Some(l) = layouts::layout(layouts::candidate(list, i)) else { continue };
+        if l.kstack != kstack {
+            continue;
+        }
+        // SAFETY: per-CPU scratch, used by this program run alone.
+        unsafe {
+            (*st).fresh = *l;
+            if !entry_in_place(top, l, frames) || !refine_fresh(st, base) {
+                return false;
+            }
+            if (*st).fresh.len < l.len {
+                layouts::publish(site, &(*st).fresh);
+            }
+        }
+        return true;
+    }
+    false
+}
+
+/// Keeps the scratch entry as the task's (the task and site in the scratch key):
+/// in place of entry `same`, or as its newest, dropping the oldest.
+#[inline(always)]
+unsafe fn keep_fresh(st: *mut Scan, entry: Option<*mut [StackCache; CACHED_PER_TASK]>, same: usize) {
+    // Copies in place: the values would not fit on the BPF stack.
+    use core::ptr::{copy, copy_nonoverlapping, write_bytes};
+    // SAFETY: per-CPU scratch and the task's own map value, used by this run alone.
+    unsafe {
+        let key = (*st).key;
         (*st).fresh.site = key.site;
         (*st).fresh.user_ip = key.user_ip;
-        // Copies in place: the values would not fit on the BPF stack.
-        use core::ptr::{copy, copy_nonoverlapping, write_bytes};
         match entry {
             // Relearned in place, or the newest, dropping the oldest.
             Some(e) if same < CACHED_PER_TASK => copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[same], 1),

@@ -11,6 +11,7 @@ mod finish_task_switch;
 mod futex;
 mod kcache;
 mod kstack;
+mod layouts;
 mod learn_stack;
 mod learn_waker_stack;
 mod maps;

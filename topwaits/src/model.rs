@@ -173,6 +173,8 @@ pub struct Counters {
     pub kstacks_reused: u64,
     /// Kernel stacks of wakers reused in place rather than unwound.
     pub waker_kstacks_reused: u64,
+    /// Of those two, the stacks reused from a layout another task learned.
+    pub kstacks_shared: u64,
     /// Unique user stacks cut at their first address outside executable code (set
     /// by symbolization, per report; not a kernel counter).
     pub user_stacks_cut: u64,
@@ -211,6 +213,7 @@ impl Counters {
             wake_full: at(c::LOST_WAKE_FULL),
             kstacks_reused: at(c::KSTACK_REUSED),
             waker_kstacks_reused: at(c::WAKER_KSTACK_REUSED),
+            kstacks_shared: at(c::KSTACK_SHARED),
             user_stacks_cut: 0,
             wait_events: at(c::WAIT_EVENTS),
             lost_wait_events: at(c::LOST_WAIT_EVENTS),
@@ -235,6 +238,7 @@ impl Counters {
             wake_full: self.wake_full.saturating_sub(earlier.wake_full),
             kstacks_reused: self.kstacks_reused.saturating_sub(earlier.kstacks_reused),
             waker_kstacks_reused: self.waker_kstacks_reused.saturating_sub(earlier.waker_kstacks_reused),
+            kstacks_shared: self.kstacks_shared.saturating_sub(earlier.kstacks_shared),
             user_stacks_cut: self.user_stacks_cut,
             wait_events: self.wait_events.saturating_sub(earlier.wait_events),
             lost_wait_events: self.lost_wait_events.saturating_sub(earlier.lost_wait_events),

@@ -298,9 +298,10 @@ pub fn run(config: &Config) -> Result<()> {
         Some(d) => crate::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
     }
-    if let Err(e) = tracer.load_learner() {
+    match tracer.load_learner() {
+        Ok(()) => log::debug!("kernel stack learners in place"),
         // Stacks stay exact, only every one is unwound.
-        log::warn!("kernel stacks will not be reused: {e:#}");
+        Err(e) => log::warn!("kernel stacks will not be reused: {e:#}"),
     }
     let mut symbolizer = BlazeSymbolizer::default();
     if config.stacks != crate::cli::Stacks::UserOnly {

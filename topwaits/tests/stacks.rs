@@ -1,7 +1,11 @@
 //! Kernel tests of stacks a user can trust: a junk frame from a frame-pointer walk
-//! never poisons the symbols of its process, and is never named.
+//! never poisons the symbols of its process, and is never named; kernel stacks
+//! reused without an unwind (by the same thread or from another's layout) are
+//! the stacks an unwind gives.
 
 mod common;
+
+use std::time::Duration;
 
 use common::programs::Stuck;
 use common::*;
@@ -166,4 +170,150 @@ fn leaf_callers_name_the_caller_a_frame_pointer_walk_skips() {
         libc::close(r);
         libc::close(w);
     }
+}
+
+/// Reads one byte from `fd`, blocking: one user call site for every read, so that
+/// only the kernel stack tells a pipe wait from a socket wait. (libc's `read` keeps
+/// no frame pointer, so this frame itself is skipped in the user stack.)
+#[inline(never)]
+fn tw_blocking_read(fd: i32) {
+    let mut b = 0u8;
+    // SAFETY: reads one byte into a local.
+    let n = unsafe { libc::read(fd, (&mut b as *mut u8).cast(), 1) };
+    assert_eq!(n, 1, "read from fd {fd}");
+}
+
+/// A pipe and a Unix socket pair, as `[read end, write end]` each, closed on drop.
+struct TwoSites {
+    pipe: [i32; 2],
+    sock: [i32; 2],
+}
+
+impl TwoSites {
+    fn open() -> TwoSites {
+        let (mut pipe, mut sock) = ([0i32; 2], [0i32; 2]);
+        // SAFETY: plain syscalls filling local arrays.
+        unsafe {
+            assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+            assert_eq!(libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sock.as_mut_ptr()), 0);
+        }
+        TwoSites { pipe, sock }
+    }
+
+    /// The end of the pipe (`on_pipe`) or of the socket to read from, or to write to.
+    fn end(&self, on_pipe: bool, write: bool) -> i32 {
+        (if on_pipe { self.pipe } else { self.sock })[write as usize]
+    }
+
+    /// Lets thread `tid`, blocked reading, have its byte.
+    fn feed(&self, tid: u32, on_pipe: bool) {
+        nanosleep(Duration::from_millis(3));
+        // Only a read that blocked is a wait: the reader must be asleep in it.
+        until_reading(tid);
+        // SAFETY: writes one byte from a static.
+        assert_eq!(unsafe { libc::write(self.end(on_pipe, true), b"x".as_ptr().cast(), 1) }, 1);
+    }
+}
+
+impl Drop for TwoSites {
+    fn drop(&mut self) {
+        // SAFETY: closing fds this value opened.
+        unsafe {
+            for fd in self.pipe.into_iter().chain(self.sock) {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// Per traced thread, the reads recorded on the pipe's kernel stack and on the
+/// socket's; each read's stack must be one of the two.
+fn reads_by_stack(doc: &serde_json::Value, tid: u32) -> (u64, u64) {
+    let (mut on_pipe, mut on_sock) = (0, 0);
+    for r in doc["records"].as_array().unwrap().iter().filter(|r| r["tid"].as_u64() == Some(tid as u64)) {
+        let k = stack_names(&r["kernel_stack"]);
+        if !k.iter().any(|f| f == "ksys_read") {
+            continue;
+        }
+        let pipe_frame = k.iter().any(|f| f.contains("pipe_read"));
+        let sock_frame = k.iter().any(|f| f.contains("unix_stream_read"));
+        assert!(pipe_frame != sock_frame, "one of the two sites: {k:?}");
+        let n = r["count"].as_u64().unwrap();
+        if pipe_frame { on_pipe += n } else { on_sock += n }
+    }
+    (on_pipe, on_sock)
+}
+
+#[test]
+fn kernel_stacks_reused_in_place_stay_exact() {
+    require_bpf!();
+    // Reads in pairs, pipe then socket: the second read of a pair can reuse the
+    // first one's kernel stack, and the first of the next pair must not.
+    const PAIRS: usize = 12;
+    let sites = std::sync::Arc::new(TwoSites::open());
+    let order: Vec<bool> = (0..PAIRS * 2).map(|i| (i / 2) % 2 == 0).collect();
+    let (reads, s) = (order.clone(), sites.clone());
+    let w = Workload::spawn("tw-twosites", move || {
+        for on_pipe in reads {
+            tw_blocking_read(s.end(on_pipe, false));
+        }
+    });
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "--state", "1", "-t", &tid, "3"]);
+    w.go();
+    for &on_pipe in &order {
+        sites.feed(w.tid, on_pipe);
+    }
+    let tid_num = w.tid;
+    w.join();
+    let doc = json(&tracer.finish());
+    // Every read is recorded, each on its own site's stack.
+    assert_eq!(doc["lost"]["unended_waits"], 0, "{doc:#}");
+    assert_eq!(reads_by_stack(&doc, tid_num), (PAIRS as u64, PAIRS as u64), "{doc:#}");
+    assert!(doc["counters"]["kernel_stacks_reused"].as_u64().unwrap() > 0, "{:#}", doc["counters"]);
+}
+
+/// A layout one thread learned is checked in place by threads new to the same call
+/// site: where their stack is the same (a pipe read after a pipe read) it is
+/// reused, and where it differs (a socket read) it must not be.
+#[test]
+fn kernel_stack_layouts_shared_between_threads_stay_exact() {
+    require_bpf!();
+    // Thread by thread, in turn: what it reads and how often.
+    const PLAN: [(bool, u64); 6] = [(true, 4), (false, 1), (true, 1), (false, 2), (true, 1), (false, 1)];
+    let sites = std::sync::Arc::new(TwoSites::open());
+    let workers: Vec<Workload> = PLAN
+        .iter()
+        .enumerate()
+        .map(|(i, &(on_pipe, n))| {
+            let s = sites.clone();
+            Workload::spawn(&format!("tw-share-{i}"), move || {
+                for _ in 0..n {
+                    tw_blocking_read(s.end(on_pipe, false));
+                }
+            })
+        })
+        .collect();
+    let tids: Vec<String> = workers.iter().map(|w| w.tid.to_string()).collect();
+    let args = ["--json", "--state", "1", "-t", &tids.join(","), "4"];
+    let mut tracer = Tracer::start_env(&args, &[("RUST_LOG", "topwaits::trace=debug")]);
+    // The learners load after the trace starts; until then nothing is learned.
+    tracer.wait_for_line("kernel stack learners in place");
+    let mut done = Vec::new();
+    for (w, &(on_pipe, n)) in workers.into_iter().zip(&PLAN) {
+        w.go();
+        for _ in 0..n {
+            sites.feed(w.tid, on_pipe);
+        }
+        done.push(w.tid);
+        w.join();
+    }
+    let doc = json(&tracer.finish());
+    assert_eq!(doc["lost"]["unended_waits"], 0, "{doc:#}");
+    for (&tid, &(on_pipe, n)) in done.iter().zip(&PLAN) {
+        let want = if on_pipe { (n, 0) } else { (0, n) };
+        assert_eq!(reads_by_stack(&doc, tid), want, "thread {tid}: {doc:#}");
+    }
+    // The later threads' first reads found a layout learned by an earlier thread.
+    assert!(doc["counters"]["kernel_stacks_shared"].as_u64().unwrap() > 0, "{:#}", doc["counters"]);
 }

@@ -238,6 +238,7 @@ fn head(report: &Report) -> Value {
             "user_stacks_cut_at_junk": report.counters.user_stacks_cut,
             "kernel_stacks_reused": report.counters.kstacks_reused,
             "waker_kernel_stacks_reused": report.counters.waker_kstacks_reused,
+            "kernel_stacks_shared": report.counters.kstacks_shared,
             "wait_events": report.counters.wait_events,
             "ends_estimated": report.counters.ends_estimated,
         },

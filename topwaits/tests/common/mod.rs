@@ -133,6 +133,22 @@ impl Tracer {
         }
     }
 
+    /// Waits (at most 20 s) for a line of stderr that contains `needle`.
+    pub fn wait_for_line(&mut self, needle: &str) {
+        loop {
+            match self.stderr_rx.recv_timeout(Duration::from_secs(20)) {
+                Ok(line) => {
+                    self.stderr_head.push_str(&line);
+                    self.stderr_head.push('\n');
+                    if line.contains(needle) {
+                        return;
+                    }
+                }
+                Err(_) => panic!("no line with {needle:?} on stderr:\n{}", self.stderr_head),
+            }
+        }
+    }
+
     /// Waits for exit and collects the output.
     pub fn finish(mut self) -> Finished {
         let mut stdout = String::new();

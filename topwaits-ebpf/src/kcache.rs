@@ -81,6 +81,8 @@ pub struct Scan {
     generation: u32,
     /// Found frames by return address (two buckets each): generation << 8 | frame + 1.
     index: [u16; 256],
+    /// The frames an entry's slots must hold, while it is checked.
+    want: [u64; 64],
     /// A cache entry being learned or refined.
     fresh: StackCache,
     /// A new cache value: the entry learned, then empty ones.
@@ -218,40 +220,50 @@ fn entry_in_place(top: u64, cache: &StackCache, frames: &KernelStack) -> bool {
         || read_word(top - ENTRY_SLOT_FROM_TOP) == Some(frames[(cache.frames as usize).wrapping_sub(1) & 63])
 }
 
+/// `bpf_loop` body: checks slot `k` of the entry in the scratch against the
+/// region, and notes a changed one.
+unsafe extern "C" fn check_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
+    let Some((st, region, _)) = scratch() else { return 1 };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    let st = unsafe { &mut *st };
+    let k = k as usize;
+    if k >= CACHE_SLOTS {
+        return 1;
+    }
+    let (off, owner) = (st.fresh.slots[k], st.fresh.owners[k] as usize & 63);
+    if region[(off as usize >> 3) & (REGION_WORDS - 1)] != st.want[owner] {
+        st.changed = 1;
+        return 1;
+    }
+    0
+}
+
 /// The stored reference of `cache` if its stack is still in place above `base`,
 /// else 0. Leaves the region it read in the scratch. Inlined: the program that
 /// runs it tail-calls the learner, and BPF does not mix that with subprograms.
-/// The slots are checked by a bounded loop in place, reading the entry and the
-/// stored frames where they lie: no copies, and no call per slot.
 #[inline(always)]
-fn reuse(base: u64, top: u64, cache: &StackCache) -> u64 {
-    let len = cache.len as usize;
-    if len == 0 || len > CACHE_SLOTS {
+fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> u64 {
+    if cache.len == 0 || cache.len as usize > CACHE_SLOTS {
         return 0;
     }
     // SAFETY: a value of a map lookup, only read.
     let Some(frames) = KSTACKS.get_ptr(&cache.kstack).map(|f| unsafe { &*f }) else {
         return 0;
     };
-    let Some(region) = read_region(base, cache.span as u64) else {
+    if read_region(base, cache.span as u64).is_none() {
         return 0;
-    };
-    for k in 0..CACHE_SLOTS {
-        // A volatile read keeps the loop's own bound, which the compiler would
-        // otherwise drop as implied by the length check: the verifier needs it.
-        // SAFETY: reading a field of a map value.
-        if k >= unsafe { core::ptr::read_volatile(&cache.len) } as usize {
-            break;
-        }
-        let (off, owner) = (cache.slots[k] as usize, cache.owners[k] as usize);
-        if region[(off >> 3) & (REGION_WORDS - 1)] != frames[owner & 63] {
-            return 0;
-        }
     }
-    if entry_in_place(top, cache, frames) {
-        cache.kstack
-    } else {
-        0
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    unsafe {
+        (*st).fresh = *cache;
+        (*st).want.copy_from_slice(&frames[..64]);
+        (*st).changed = 0;
+        bpf_loop(cache.len, check_slot as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
+        if (*st).changed == 0 && entry_in_place(top, cache, frames) {
+            cache.kstack
+        } else {
+            0
+        }
     }
 }
 
@@ -510,7 +522,7 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
         for c in unsafe { &*e } {
             if c.site == key.site && c.user_ip == key.user_ip {
                 known = true;
-                let k = reuse(base, top, c);
+                let k = reuse(st, base, top, c);
                 if k != 0 {
                     return k;
                 }
@@ -532,7 +544,7 @@ fn shared(st: *mut Scan, base: u64, top: u64, site: &Site) -> u64 {
     for i in 0..layouts::CANDIDATES {
         let id = layouts::candidate(list, i);
         let Some(l) = layouts::layout(id) else { continue };
-        let k = reuse(base, top, l);
+        let k = reuse(st, base, top, l);
         if k != 0 {
             count(counter::KSTACK_SHARED, 1);
             // SAFETY: per-CPU scratch, used by this program run alone.

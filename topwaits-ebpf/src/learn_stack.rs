@@ -9,12 +9,12 @@ use aya_ebpf::{
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn learn_stack_btf(_ctx: BtfTracePointContext) -> i32 {
-    crate::kcache::learn_pending();
+    crate::klearn::learn_pending();
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn learn_stack_raw(_ctx: RawTracePointContext) -> i32 {
-    crate::kcache::learn_pending();
+    crate::klearn::learn_pending();
     0
 }

@@ -1,6 +1,6 @@
 //! topwaits' eBPF object: one module per hook, plus the maps and the shared
 //! accounting they use. Dependencies run one way: hooks → switch → events → wake →
-//! threads → task → kstack/ustack/kcache → stackref → maps.
+//! threads → task → kstack/ustack/kcache/klearn → layouts → stackref → maps.
 #![no_std]
 #![no_main]
 // Its build output is shown only when it fails, so warnings must fail it.
@@ -10,6 +10,7 @@ mod events;
 mod finish_task_switch;
 mod futex;
 mod kcache;
+mod klearn;
 mod kstack;
 mod layouts;
 mod learn_stack;

@@ -259,7 +259,7 @@ fn kernel_stacks_reused_in_place_stay_exact() {
         }
     });
     let tid = w.tid.to_string();
-    let tracer = Tracer::start(&["--json", "--state", "1", "-t", &tid, "3"]);
+    let tracer = Tracer::start_learned(&["--json", "--state", "1", "-t", &tid, "3"]);
     w.go();
     for &on_pipe in &order {
         sites.feed(w.tid, on_pipe);
@@ -298,10 +298,7 @@ fn kernel_stack_layouts_shared_between_threads_stay_exact() {
         })
         .collect();
     let tids: Vec<String> = workers.iter().map(|w| w.tid.to_string()).collect();
-    let args = ["--json", "--state", "1", "-t", &tids.join(","), "4"];
-    let mut tracer = Tracer::start_env(&args, &[("RUST_LOG", "topwaits::trace=debug")]);
-    // The learners load after the trace starts; until then nothing is learned.
-    tracer.wait_for_line("kernel stack learners in place");
+    let tracer = Tracer::start_learned(&["--json", "--state", "1", "-t", &tids.join(","), "4"]);
     let mut done = Vec::new();
     for (w, &(on_pipe, n)) in workers.into_iter().zip(&PLAN) {
         w.go();

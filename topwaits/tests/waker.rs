@@ -224,7 +224,7 @@ fn check_waker_stack_reuse(attach: &[&str]) {
     let mut args = vec!["--json", "-w", "--state", "1", "-t", &tid];
     args.extend_from_slice(attach);
     args.push("3");
-    let tracer = Tracer::start(&args);
+    let tracer = Tracer::start_learned(&args);
     let rt = reader.tid;
     let writer = Workload::spawn("tw-waker", move || {
         for on_pipe in order {

@@ -389,6 +389,10 @@ fn spawn_attached(bin: &str, args: &[&str], out: std::fs::File) -> Result<Child>
 
 /// Runs the 20,000-path workload under `topwaits -p` and returns (report ms, peak RSS MiB, records).
 fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
+    // A child's ru_maxrss starts from the peak RSS of the process that spawned it
+    // (the memory they shared until exec): a topwaits peak below this harness's
+    // own could not be told apart, so the harness must still be small here.
+    let harness_kib = own_peak_kib();
     let xtask = std::env::current_exe()?;
     let mut work = Command::new(&xtask).arg("stack-workload").stdin(Stdio::piped()).stdout(Stdio::null()).spawn()?;
     let pid = work.id().to_string();
@@ -401,9 +405,24 @@ fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
     work.wait()?;
     let r = Running { child, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0 };
     let (report, rss_kib) = end(r, false)?;
+    if rss_kib <= harness_kib {
+        bail!(
+            "the many-stacks case measured {rss_kib} KiB, no more than the bench's own peak RSS ({harness_kib} KiB) that topwaits inherits: run it before the bench reads anything large"
+        );
+    }
     let text = std::fs::read_to_string(&out_path)?;
     let records = text.matches("\"tgid\":").count();
     Ok((report.as_secs_f64() * 1e3, rss_kib as f64 / 1024.0, records))
+}
+
+/// This process's peak RSS (VmHWM) in KiB, 0 if unknown.
+fn own_peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The helper workload: 3^9 = 19,683 distinct call paths, each sleeping once.
@@ -543,6 +562,8 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
         }
         return Ok(out);
     }
+    // First, while this process is small (see `many_stacks`).
+    let (report_ms, rss_mib, records) = many_stacks(bin)?;
     let mut idle = Command::new("sleep").arg("1000000").spawn().context("failed to start sleep")?;
     let configs = tracers(bin, idle.id());
     let mut samples: Vec<Samples> = configs.iter().map(|_| Samples::default()).collect();
@@ -593,7 +614,6 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
     out.push_str(&crate::scale_bench::scale(bin, opts.rounds)?);
     out.push('\n');
     out.push_str(&full_load(bin)?);
-    let (report_ms, rss_mib, records) = many_stacks(bin)?;
     out.push_str(&format!(
         "\nMany stacks: 19,683 distinct call paths traced with `topwaits --json -p PID`: {records} records; report (drain, symbolize, write, from the workload's exit to topwaits' exit) {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"
     ));

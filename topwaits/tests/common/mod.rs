@@ -133,6 +133,14 @@ impl Tracer {
         }
     }
 
+    /// Starts, then waits until the kernel stack learners are loaded (they load
+    /// after the trace starts; until then every stack is unwound and none reused).
+    pub fn start_learned(args: &[&str]) -> Tracer {
+        let mut t = Self::start_env(args, &[("RUST_LOG", "topwaits::trace=debug")]);
+        t.wait_for_line("kernel stack learners in place");
+        t
+    }
+
     /// Waits (at most 20 s) for a line of stderr that contains `needle`.
     pub fn wait_for_line(&mut self, needle: &str) {
         loop {

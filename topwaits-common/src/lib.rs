@@ -500,6 +500,8 @@ pub mod names {
     pub const USTACKS: &str = "USTACKS";
     pub const KSTACKS: &str = "KSTACKS";
     pub const KCACHE: &str = "KCACHE";
+    pub const LAYOUTS: &str = "LAYOUTS";
+    pub const SITES: &str = "SITES";
     pub const LEARNERS: &str = "LEARNERS";
     pub const PROG_LEARN_BTF: &str = "learn_stack_btf";
     pub const PROG_LEARN_RAW: &str = "learn_stack_raw";

@@ -98,6 +98,10 @@ struct Sizes {
     futex: u32,
     /// Bytes of the long-wait event ring buffer (a page when unused).
     wait_events: u32,
+    /// Kernel stack reuse: per-task entries, shared layouts and their call sites.
+    kcache: u32,
+    layouts: u32,
+    sites: u32,
 }
 
 impl Sizes {
@@ -111,6 +115,9 @@ impl Sizes {
             deps: 1,
             futex: 1,
             wait_events: 4096,
+            kcache: 1,
+            layouts: 1,
+            sites: 1,
         }
     }
 }
@@ -141,6 +148,9 @@ fn load(
         .map_max_entries(names::FUTEX_WAKING, sizes.futex)
         .map_max_entries(names::PIDS, bitmap.len().max(1) as u32)
         .map_max_entries(names::WAIT_EVENTS, sizes.wait_events)
+        .map_max_entries(names::KCACHE, sizes.kcache)
+        .map_max_entries(names::LAYOUTS, sizes.layouts)
+        .map_max_entries(names::SITES, sizes.sites)
         .load(OBJECT)
         .context("failed to load the eBPF object")?;
     let mut pids: Array<_, u64> = Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
@@ -226,6 +236,9 @@ impl Tracer {
         // Only the maps a mode uses get their full size.
         let mut sizes = Sizes::unused();
         sizes.stacks = config.stack_storage_size;
+        sizes.kcache = limits::START_ENTRIES;
+        sizes.layouts = limits::LAYOUTS;
+        sizes.sites = limits::LAYOUT_SITES;
         if config.events_over_us.is_some() {
             sizes.wait_events = EVENT_BUFFER_BYTES;
         }

@@ -256,6 +256,34 @@ pub fn hold_signals(hold: bool) {
     }
 }
 
+/// Loads the kernel stack learners, whose verification takes tens of
+/// milliseconds, while this thread keeps reading the process events: a process
+/// first seen meanwhile gets its maps kept before it can exit.
+fn load_learners(tracer: &mut Tracer, events: &mut Option<ProcEvents>, remember: &mut dyn FnMut(u32)) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    let loaded = std::thread::scope(|s| {
+        let loading = s.spawn(|| {
+            let r = tracer.load_learner();
+            done.store(true, Ordering::Release);
+            r
+        });
+        while !done.load(Ordering::Acquire) {
+            if let Some(e) = events.as_mut() {
+                e.drain(|tgid, _| remember(tgid));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        loading.join()
+    });
+    match loaded {
+        Ok(Ok(())) => log::debug!("kernel stack learners in place"),
+        // Stacks stay exact, only every one is unwound.
+        Ok(Err(e)) => log::warn!("kernel stacks will not be reused: {e:#}"),
+        Err(_) => log::warn!("kernel stacks will not be reused: the loading thread panicked"),
+    }
+}
+
 /// Lets a second Ctrl-C during the report end the process at once.
 fn second_interrupt_quits() {
     // SAFETY: restoring the default disposition of a signal is always allowed.
@@ -298,16 +326,12 @@ pub fn run(config: &Config) -> Result<()> {
         Some(d) => crate::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
     }
-    match tracer.load_learner() {
-        Ok(()) => log::debug!("kernel stack learners in place"),
-        // Stacks stay exact, only every one is unwound.
-        Err(e) => log::warn!("kernel stacks will not be reused: {e:#}"),
-    }
     let mut symbolizer = BlazeSymbolizer::default();
     if config.stacks != crate::cli::Stacks::UserOnly {
         symbolizer.warm_kernel();
     }
     let mut events = tracer.take_events()?;
+    load_learners(&mut tracer, &mut events, &mut |tgid| symbolizer.remember(tgid));
     let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
     let t0 = std::time::Instant::now();

@@ -61,7 +61,7 @@ impl Hook {
 #[repr(C)]
 pub struct Scan {
     /// Scratch word that turns the anchor address into a plain number.
-    pub(crate) base: u64,
+    base: u64,
     /// The hash being computed.
     pub hash: u64,
     /// Lowest and highest return address of the frames with slots.
@@ -77,13 +77,13 @@ pub struct Scan {
     /// Set when more copies were found than fit.
     pub(crate) overflow: u32,
     /// Set when a checked slot no longer holds its return address.
-    pub(crate) changed: u32,
+    changed: u32,
     /// Numbers each learning scan, so that [`Scan::index`] needs no clearing.
     pub(crate) generation: u32,
     /// Found frames by return address (two buckets each): generation << 8 | frame + 1.
     pub(crate) index: [u16; 256],
     /// The frames an entry's slots must hold, while it is checked.
-    pub(crate) want: [u64; 64],
+    want: [u64; 64],
     /// A cache entry being learned or refined.
     pub(crate) fresh: StackCache,
     /// A new cache value: the entry learned, then empty ones.
@@ -325,7 +325,7 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
     if known {
         return 0;
     }
-    shared(st, base, top, &Site { site: key.site, user_ip: key.user_ip })
+    shared(st, base, top, &Site::of(&key))
 }
 
 /// For a task that never had a stack at this call site: the stack of a layout

@@ -246,6 +246,7 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
     unsafe {
         let top = (*st).top;
         let key = (*st).key;
+        let site = Site::of(&key);
         let entry = KCACHE.get_ptr_mut(&key.task);
         // The entry that held this stack at this site, if any.
         let mut same = CACHED_PER_TASK;
@@ -263,12 +264,11 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
                 let c = &mut (*e)[same];
                 if entry_in_place(top, c, frames) && refine(st, base, c) {
                     // Fewer slots serve other tasks too.
-                    layouts::publish(&Site { site: key.site, user_ip: key.user_ip }, c);
+                    layouts::publish(&site, c);
                     return;
                 }
             }
         }
-        let site = Site { site: key.site, user_ip: key.user_ip };
         if !from_layout(st, base, frames, kstack, &site) {
             if !learn(st, base, top, n, kstack) {
                 return;

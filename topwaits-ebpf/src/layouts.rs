@@ -11,7 +11,7 @@
 //! words, each written whole) is pointed at it.
 
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::HashMap};
-use topwaits_common::{limits, StackCache};
+use topwaits_common::{limits, CacheKey, StackCache};
 
 use crate::maps::GROWS;
 use crate::stackref;
@@ -25,6 +25,14 @@ pub const CANDIDATES: usize = 4;
 pub struct Site {
     pub site: u64,
     pub user_ip: u64,
+}
+
+impl Site {
+    /// The call site of a task's cache key.
+    #[inline(always)]
+    pub fn of(key: &CacheKey) -> Site {
+        Site { site: key.site, user_ip: key.user_ip }
+    }
 }
 
 /// Layouts by id (a hash of their stack and slot count); never updated or deleted.

@@ -122,10 +122,19 @@ impl Sizes {
     }
 }
 
-/// Starts `EbpfLoader::new()`, which parses the kernel's BTF, on another CPU, so
-/// that it overlaps with topwaits reading its own task_struct offsets.
+/// Builds aya's loader on a thread of its own. `EbpfLoader::new()` always parses
+/// the kernel's BTF, 20-35 ms of work here, to resolve CO-RE relocations, and aya
+/// 0.14 has no way to skip it; topwaits' object has no such relocations (a test
+/// checks). So the thread first hides that file from itself and the parse finds
+/// nothing. Where it cannot (no CAP_SYS_CHROOT), the parse still runs on another
+/// CPU while topwaits reads its `task_struct` offsets.
 fn loader_in_background() -> std::thread::JoinHandle<EbpfLoader<'static>> {
-    std::thread::spawn(EbpfLoader::new)
+    std::thread::spawn(|| {
+        if let Err(e) = btf::hide_from_this_thread() {
+            log::debug!("the eBPF loader parses the kernel's BTF: it could not be hidden ({e})");
+        }
+        EbpfLoader::new()
+    })
 }
 
 fn load(
@@ -503,7 +512,18 @@ impl Tracer {
 
 #[cfg(test)]
 mod tests {
-    use super::id_bitmap;
+    use super::{id_bitmap, OBJECT};
+    use crate::sys::{btf, elf};
+
+    /// The loader is built without the kernel's BTF (`loader_in_background`):
+    /// were the object to gain CO-RE relocations, they would go unresolved.
+    #[test]
+    fn the_object_has_no_core_relocations() {
+        let ext = elf::section_bytes(&mut std::io::Cursor::new(OBJECT), ".BTF.ext")
+            .unwrap()
+            .expect("the object keeps .BTF.ext");
+        assert_eq!(btf::core_relocation_bytes(&ext), Ok(0));
+    }
 
     #[test]
     fn pid_filter_bitmap_sets_one_bit_per_id_and_stops_at_the_largest() {

@@ -9,6 +9,19 @@ use thiserror::Error;
 /// Where the running kernel publishes its own BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
+/// Makes the kernel's BTF file invisible to the calling thread alone: the thread
+/// stops sharing its root directory with the rest of the process, then makes the
+/// BTF directory its root, in which no `/sys/kernel/btf/vmlinux` exists. For a
+/// thread that does one job and ends.
+pub fn hide_from_this_thread() -> std::io::Result<()> {
+    let dir = std::ffi::CString::new(VMLINUX_BTF.rsplit_once('/').map_or("/", |(d, _)| d)).map_err(std::io::Error::other)?;
+    // SAFETY: plain syscalls; `dir` is a NUL-terminated string that outlives the call.
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 || unsafe { libc::chroot(dir.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 const MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
@@ -37,12 +50,15 @@ struct TypeRec {
     extra: usize,
 }
 
-/// Parsed BTF: type records and the string section.
+/// Parsed BTF: where each type record starts, and the string section. Records are
+/// decoded when asked for: the kernel's BTF holds about 150,000 types, of which a
+/// lookup of `task_struct` decodes a few hundred.
 pub struct Btf<'a> {
     data: &'a [u8],
     strings: &'a [u8],
-    /// Index 0 is the void type; type ids index this vector directly.
-    types: Vec<TypeRec>,
+    /// The byte position in `data` of each type's header; type ids index this
+    /// vector directly, and index 0 (the void type) is unused.
+    types: Vec<u32>,
 }
 
 fn u16_at(d: &[u8], at: usize) -> Option<u16> {
@@ -66,12 +82,19 @@ fn extra_len(kind: u32, vlen: u32) -> Option<usize> {
     })
 }
 
+fn kind_of(info: u32) -> u32 {
+    (info >> 24) & 0x1f
+}
+
 impl<'a> Btf<'a> {
     /// Parses little-endian BTF as found in `/sys/kernel/btf/vmlinux`.
     pub fn parse(data: &'a [u8]) -> Result<Self, BtfError> {
         let bad = BtfError::Malformed;
         if u16_at(data, 0).ok_or(bad("header"))? != MAGIC {
             return Err(bad("bad magic or big-endian data"));
+        }
+        if u32::try_from(data.len()).is_err() {
+            return Err(bad("larger than 4 GiB"));
         }
         let hdr_len = u32_at(data, 4).ok_or(bad("header"))? as usize;
         let field = |at| u32_at(data, at).map(|v| v as usize).ok_or(bad("header"));
@@ -83,30 +106,15 @@ impl<'a> Btf<'a> {
         let type_sec = range(type_off, type_len).ok_or(bad("type section out of bounds"))?;
         let strings = range(str_off, str_len).ok_or(bad("string section out of bounds"))?;
         let base = hdr_len + type_off;
-        let mut types = vec![TypeRec {
-            kind: 0,
-            name_off: 0,
-            vlen: 0,
-            kind_flag: false,
-            size: 0,
-            extra: 0,
-        }];
+        // A type record takes at least 12 bytes.
+        let mut types = Vec::with_capacity(1 + type_sec.len() / 12);
+        types.push(0);
         let mut at = 0usize;
         while at < type_sec.len() {
-            let name_off = u32_at(type_sec, at).ok_or(bad("type header"))?;
             let info = u32_at(type_sec, at + 4).ok_or(bad("type header"))?;
-            let size = u32_at(type_sec, at + 8).ok_or(bad("type header"))?;
-            let kind = (info >> 24) & 0x1f;
-            let vlen = info & 0xffff;
-            let extra = extra_len(kind, vlen).ok_or(bad("unknown type kind"))?;
-            types.push(TypeRec {
-                kind,
-                name_off,
-                vlen,
-                kind_flag: info >> 31 != 0,
-                size,
-                extra: base + at + 12,
-            });
+            let extra = extra_len(kind_of(info), info & 0xffff).ok_or(bad("unknown type kind"))?;
+            // In range: `data` is under 4 GiB.
+            types.push((base + at) as u32);
             at = at + 12 + extra;
         }
         if at != type_sec.len() {
@@ -119,19 +127,40 @@ impl<'a> Btf<'a> {
         })
     }
 
+    /// The record of type `id`; every listed header lies within `data`.
+    fn rec(&self, id: usize) -> Option<TypeRec> {
+        let at = *self.types.get(id)? as usize;
+        let info = u32_at(self.data, at + 4)?;
+        Some(TypeRec {
+            kind: kind_of(info),
+            name_off: u32_at(self.data, at)?,
+            vlen: info & 0xffff,
+            kind_flag: info >> 31 != 0,
+            size: u32_at(self.data, at + 8)?,
+            extra: at + 12,
+        })
+    }
+
     fn name(&self, off: u32) -> &'a [u8] {
         let rest = self.strings.get(off as usize..).unwrap_or(&[]);
         let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
         &rest[..end]
     }
 
+    /// Whether the string at `off` is `want`, without measuring the string first.
+    fn name_is(&self, off: u32, want: &[u8]) -> bool {
+        let rest = self.strings.get(off as usize..).unwrap_or(&[]);
+        rest.starts_with(want) && rest.get(want.len()).is_none_or(|&b| b == 0)
+    }
+
     /// Byte offsets of every member of `struct name`, with the members of anonymous
     /// structs and unions flattened in. Bitfields are left out.
     pub fn member_offsets(&self, name: &str) -> Result<HashMap<String, u32>, BtfError> {
-        let id = self
-            .types
-            .iter()
-            .position(|t| t.kind == KIND_STRUCT && t.size > 0 && self.name(t.name_off) == name.as_bytes())
+        let id = (1..self.types.len())
+            .find(|&id| {
+                self.rec(id)
+                    .is_some_and(|t| t.kind == KIND_STRUCT && t.size > 0 && self.name_is(t.name_off, name.as_bytes()))
+            })
             .ok_or_else(|| BtfError::NoStruct(name.to_string()))?;
         let mut out = HashMap::new();
         self.walk(id, 0, 0, &mut out)?;
@@ -139,7 +168,7 @@ impl<'a> Btf<'a> {
     }
 
     fn walk(&self, id: usize, base_bits: u64, depth: usize, out: &mut HashMap<String, u32>) -> Result<(), BtfError> {
-        let t = self.types[id];
+        let t = self.rec(id).ok_or(BtfError::Malformed("type id"))?;
         for i in 0..t.vlen as usize {
             let at = t.extra + i * 12;
             let m = |k| u32_at(self.data, at + k).ok_or(BtfError::Malformed("member"));
@@ -152,7 +181,7 @@ impl<'a> Btf<'a> {
             let bits = base_bits + bits as u64;
             let mname = self.name(name_off);
             if mname.is_empty() {
-                if let Some(inner) = self.types.get(type_id as usize) {
+                if let Some(inner) = self.rec(type_id as usize) {
                     if (inner.kind == KIND_STRUCT || inner.kind == KIND_UNION) && depth < MAX_DEPTH {
                         self.walk(type_id as usize, bits, depth + 1, out)?;
                     }
@@ -167,6 +196,22 @@ impl<'a> Btf<'a> {
         }
         Ok(())
     }
+}
+
+/// How many bytes of CO-RE relocation records an eBPF object's `.BTF.ext` section
+/// holds: those the loader would resolve against the kernel's BTF. Its header is
+/// magic, version, flags, header length, then offset and length of the function,
+/// line and (when the header is long enough) CO-RE records.
+pub fn core_relocation_bytes(ext: &[u8]) -> Result<u32, BtfError> {
+    let bad = BtfError::Malformed;
+    if u16_at(ext, 0).ok_or(bad("BTF.ext header"))? != MAGIC {
+        return Err(bad("BTF.ext: bad magic or big-endian data"));
+    }
+    let hdr_len = u32_at(ext, 4).ok_or(bad("BTF.ext header"))?;
+    if hdr_len < 32 {
+        return Ok(0);
+    }
+    u32_at(ext, 28).ok_or(bad("BTF.ext header"))
 }
 
 /// The `task_struct` fields that the programs read.
@@ -232,11 +277,21 @@ impl TaskOffsets {
         })
     }
 
-    /// Reads the running kernel's BTF.
+    /// Reads the running kernel's BTF: mapped where the kernel allows it (6.16 on,
+    /// and only privately), which spares copying its 5-6 MiB, read otherwise.
     pub fn from_sys(path: &Path) -> anyhow::Result<Self> {
         use anyhow::Context as _;
-        let data = std::fs::read(path).with_context(|| format!("failed to read {}", path.display()))?;
-        Self::from_bytes(&data).with_context(|| format!("failed to parse {}", path.display()))
+        let file = std::fs::File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
+        // SAFETY: the kernel's BTF is read-only and never changes while mapped.
+        let parsed = match unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) } {
+            Ok(map) => Self::from_bytes(&map),
+            Err(_) => {
+                let mut data = Vec::with_capacity(file.metadata().map_or(0, |m| m.len() as usize));
+                std::io::Read::read_to_end(&mut &file, &mut data).with_context(|| format!("failed to read {}", path.display()))?;
+                Self::from_bytes(&data)
+            }
+        };
+        parsed.with_context(|| format!("failed to parse {}", path.display()))
     }
 }
 
@@ -372,6 +427,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn counts_the_core_relocation_bytes_of_btf_ext() {
+        let header = |hdr_len: u32, core_len: u32| {
+            let mut h = vec![0x9f, 0xeb, 1, 0];
+            for w in [hdr_len, 0, 8, 8, 8, 16, core_len] {
+                h.extend_from_slice(&w.to_le_bytes());
+            }
+            h
+        };
+        assert_eq!(core_relocation_bytes(&header(32, 0)), Ok(0));
+        assert_eq!(core_relocation_bytes(&header(32, 48)), Ok(48));
+        assert_eq!(core_relocation_bytes(&header(24, 48)), Ok(0), "a header without CO-RE fields has none");
+        assert!(core_relocation_bytes(&header(32, 0)[..20]).is_err(), "truncated");
+        assert!(core_relocation_bytes(b"\x00\x00junkjunkjunkjunkjunkjunkjunkjunk").is_err());
+    }
+
+    #[test]
     fn truncated_or_garbage_input_is_an_error_not_a_panic() {
         let data = fake_task_btf();
         for cut in 0..data.len() {
@@ -385,6 +456,22 @@ pub(crate) mod tests {
         }
         assert!(TaskOffsets::from_bytes(b"").is_err());
         assert!(matches!(Btf::parse(&data[..30]), Err(BtfError::Malformed(_))));
+    }
+
+    #[test]
+    fn hides_the_kernels_btf_from_one_thread_alone() {
+        let path = Path::new(VMLINUX_BTF);
+        if !path.exists() || unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("TOPWAITS_REQUIRE_BPF").is_none(), "needs root and {VMLINUX_BTF}");
+            eprintln!("skipped: needs root and {VMLINUX_BTF}");
+            return;
+        }
+        let seen = std::thread::spawn(|| {
+            hide_from_this_thread().unwrap();
+            (Path::new(VMLINUX_BTF).exists(), std::fs::read(VMLINUX_BTF).is_ok())
+        });
+        assert_eq!(seen.join().unwrap(), (false, false), "hidden from the thread");
+        assert!(path.exists() && TaskOffsets::from_sys(path).is_ok(), "the rest of the process still reads it");
     }
 
     #[test]

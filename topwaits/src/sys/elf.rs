@@ -1,7 +1,8 @@
-//! Section names and loaded segments of ELF64 files, read from the headers alone
-//! (a binary with debug info can be hundreds of MiB): enough to tell a stripped
-//! library from one that keeps its symbol table, and to turn a file offset into the
-//! address its symbols (and its separate debug file's) are given at.
+//! Section names, one section's bytes and loaded segments of ELF64 files, read from
+//! the headers and that section alone (a binary with debug info can be hundreds of
+//! MiB): enough to tell a stripped library from one that keeps its symbol table, to
+//! turn a file offset into the address its symbols (and its separate debug file's)
+//! are given at, and to read the eBPF object's BTF sections.
 
 use std::io::{self, Read, Seek, SeekFrom};
 
@@ -31,8 +32,9 @@ fn file_header<R: Read>(f: &mut R) -> io::Result<[u8; 64]> {
     Ok(eh)
 }
 
-/// The section names of a little-endian ELF64 file.
-pub fn section_names<R: Read + Seek>(f: &mut R) -> io::Result<Vec<String>> {
+/// The section headers of a little-endian ELF64 file, each with its name.
+fn sections<R: Read + Seek>(f: &mut R) -> io::Result<Vec<(String, [u8; 64])>> {
+    f.seek(SeekFrom::Start(0))?;
     let eh = file_header(f)?;
     let (shoff, shentsize, shnum, shstrndx) = (u64_at(&eh, 0x28), u16_at(&eh, 0x3a), u16_at(&eh, 0x3c), u16_at(&eh, 0x3e));
     if shentsize < 64 || shnum > 65_535 || shstrndx >= shnum {
@@ -41,22 +43,45 @@ pub fn section_names<R: Read + Seek>(f: &mut R) -> io::Result<Vec<String>> {
     let mut table = vec![0u8; (shentsize * shnum) as usize];
     f.seek(SeekFrom::Start(shoff))?;
     f.read_exact(&mut table)?;
-    let header = |i: u64| &table[(i * shentsize) as usize..((i + 1) * shentsize) as usize];
+    let header = |i: u64| -> [u8; 64] {
+        let at = (i * shentsize) as usize;
+        table[at..at + 64].try_into().unwrap_or([0; 64])
+    };
     let strs = header(shstrndx);
-    let (str_off, str_size) = (u64_at(strs, 0x18), u64_at(strs, 0x20));
-    if str_size > 16 << 20 {
-        return Err(bad("section name table too large"));
-    }
-    let mut names = vec![0u8; str_size as usize];
-    f.seek(SeekFrom::Start(str_off))?;
-    f.read_exact(&mut names)?;
+    let names = section_data(f, &strs, 16 << 20, "section name table too large")?;
     Ok((0..shnum)
         .map(|i| {
-            let at = (u32_at(header(i), 0) as usize).min(names.len());
+            let h = header(i);
+            let at = (u32_at(&h, 0) as usize).min(names.len());
             let end = names[at..].iter().position(|&b| b == 0).map_or(names.len(), |n| at + n);
-            String::from_utf8_lossy(&names[at..end]).into_owned()
+            (String::from_utf8_lossy(&names[at..end]).into_owned(), h)
         })
         .collect())
+}
+
+/// The section names of a little-endian ELF64 file.
+pub fn section_names<R: Read + Seek>(f: &mut R) -> io::Result<Vec<String>> {
+    Ok(sections(f)?.into_iter().map(|(name, _)| name).collect())
+}
+
+/// The bytes of the first section named `name`, if there is one.
+pub fn section_bytes<R: Read + Seek>(f: &mut R, name: &str) -> io::Result<Option<Vec<u8>>> {
+    match sections(f)?.into_iter().find(|(n, _)| n == name) {
+        Some((_, h)) => section_data(f, &h, 256 << 20, "section too large").map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The bytes of the section whose header is `h`, refused past `limit` bytes.
+fn section_data<R: Read + Seek>(f: &mut R, h: &[u8; 64], limit: u64, too_large: &str) -> io::Result<Vec<u8>> {
+    let (off, size) = (u64_at(h, 0x18), u64_at(h, 0x20));
+    if size > limit {
+        return Err(bad(too_large));
+    }
+    let mut bytes = vec![0u8; size as usize];
+    f.seek(SeekFrom::Start(off))?;
+    f.read_exact(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// A loaded segment (`PT_LOAD`): where its bytes lie in the file and in memory.
@@ -115,6 +140,17 @@ mod tests {
         let bytes = std::fs::read(&me).unwrap();
         assert!(section_names(&mut io::Cursor::new(&bytes[..100])).is_err(), "truncated: an error, not a panic");
         assert_eq!(has_symtab("/nonexistent"), None);
+    }
+
+    #[test]
+    fn reads_a_sections_bytes_by_name() {
+        let me = std::env::current_exe().unwrap();
+        let mut f = std::fs::File::open(&me).unwrap();
+        let interp = section_bytes(&mut f, ".interp").unwrap().expect("a dynamically linked test binary");
+        assert!(interp.starts_with(b"/") && interp.ends_with(b"\0"), "{interp:?}");
+        assert!(String::from_utf8_lossy(&interp).contains("ld-linux"), "{interp:?}");
+        assert_eq!(section_bytes(&mut f, ".no-such-section").unwrap(), None);
+        assert!(section_bytes(&mut io::Cursor::new(b"junk".repeat(20)), ".text").is_err());
     }
 
     #[test]

@@ -59,10 +59,10 @@ impl Hooks {
     }
 }
 
-/// Loads the hooks' programs at once, a thread each. The kernel verifies
-/// privileged programs in parallel, and with `--waker` the two large ones, for
-/// sched_switch and sched_waking, take about 35 and 15 ms.
-fn load_in_parallel(
+/// Loads programs at once, a thread each. The kernel verifies privileged programs
+/// in parallel, and with `--waker` the two large hooks, for sched_switch and
+/// sched_waking, take about 35 and 15 ms, their stack learners 35-50 ms each.
+pub(super) fn load_in_parallel(
     ebpf: &mut Ebpf,
     hooks: &[(&str, &'static str)],
     load: impl Fn(&mut Program, &'static str) -> Result<()> + Sync,

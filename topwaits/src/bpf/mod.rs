@@ -21,7 +21,8 @@ use log::{info, warn};
 use topwaits_common::{counter, limits, names, Settings, SwitchOut};
 
 use attach::{
-    attach_futex, attach_kprobe, attach_one_raw_tp, attach_one_tp_btf, attach_raw_tp, attach_tp_btf, program, Hooks,
+    attach_futex, attach_kprobe, attach_one_raw_tp, attach_one_tp_btf, attach_raw_tp, attach_tp_btf, load_in_parallel, program,
+    Hooks,
     THREADS_HOOKS,
 };
 use crate::cli::{AttachMode, Config, ThreadsConfig};
@@ -313,35 +314,40 @@ impl Tracer {
     }
 
     /// Loads the kernel-stack learners and hands them to the hooks, which tail-call
-    /// them: the `sched_switch` one, and with `--waker` the `sched_waking` one.
-    /// Done after attaching, so that their verification (about 15 ms each) does
-    /// not delay the start; until then every kernel stack is unwound.
+    /// them: the `sched_switch` one, and with `--waker` the `sched_waking` one,
+    /// verified at once. Done after attaching, so that their verification (35-50
+    /// ms each on a slow day) does not delay the start; until then every kernel
+    /// stack is unwound.
     pub fn load_learner(&mut self) -> Result<()> {
         if matches!(self.attach, AttachKind::Kprobe) {
             // The kprobe path takes stacks as the incoming task and learns nothing.
             return Ok(());
         }
-        let mut hooks = vec![(names::LEARNERS, "sched_switch", names::PROG_LEARN_BTF, names::PROG_LEARN_RAW)];
+        let tp_btf = matches!(self.attach, AttachKind::TpBtf);
+        let mut learners = vec![(names::LEARNERS, if tp_btf { names::PROG_LEARN_BTF } else { names::PROG_LEARN_RAW }, "sched_switch")];
         if self.waker {
-            hooks.push((names::WAKE_LEARNERS, "sched_waking", names::PROG_LEARN_WAKER_BTF, names::PROG_LEARN_WAKER_RAW));
+            let prog = if tp_btf { names::PROG_LEARN_WAKER_BTF } else { names::PROG_LEARN_WAKER_RAW };
+            learners.push((names::WAKE_LEARNERS, prog, "sched_waking"));
         }
+        let progs: Vec<_> = learners.iter().map(|&(_, prog, tp)| (prog, tp)).collect();
         let btf = self.btf.take();
-        for (array, tracepoint, btf_prog, raw_prog) in hooks {
-            let fd = match self.attach {
-                AttachKind::TpBtf => {
-                    let btf = btf.as_ref().ok_or_else(|| anyhow!("kernel BTF not kept"))?;
-                    let p: &mut BtfTracePoint = program(&mut self.ebpf, btf_prog)?.try_into()?;
-                    p.load(tracepoint, btf).with_context(|| format!("failed to load the {tracepoint} stack learner"))?;
-                    p.fd()?.try_clone()?
-                }
-                _ => {
-                    let p: &mut RawTracePoint = program(&mut self.ebpf, raw_prog)?.try_into()?;
-                    p.load().with_context(|| format!("failed to load the {tracepoint} stack learner"))?;
-                    p.fd()?.try_clone()?
-                }
-            };
-            let mut learners: ProgramArray<&mut MapData> = ProgramArray::try_from(self.map_mut(array)?)?;
-            learners.set(0, &fd, 0).with_context(|| format!("failed to hand the {tracepoint} stack learner to its hook"))?;
+        let loaded = if tp_btf {
+            let btf = btf.as_ref().ok_or_else(|| anyhow!("kernel BTF not kept"))?;
+            load_in_parallel(&mut self.ebpf, &progs, |p, tp| {
+                let p: &mut BtfTracePoint = p.try_into()?;
+                p.load(tp, btf).with_context(|| format!("failed to load the {tp} stack learner"))
+            })
+        } else {
+            load_in_parallel(&mut self.ebpf, &progs, |p, tp| {
+                let p: &mut RawTracePoint = p.try_into()?;
+                p.load().with_context(|| format!("failed to load the {tp} stack learner"))
+            })
+        };
+        loaded?;
+        for (array, prog, tp) in learners {
+            let fd = program(&mut self.ebpf, prog)?.fd()?.try_clone()?;
+            let mut slot: ProgramArray<&mut MapData> = ProgramArray::try_from(self.map_mut(array)?)?;
+            slot.set(0, &fd, 0).with_context(|| format!("failed to hand the {tp} stack learner to its hook"))?;
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod clock;
 pub mod deps;
 pub mod error;
+pub mod fasthash;
 pub mod longwaits;
 pub mod model;
 pub mod objects;

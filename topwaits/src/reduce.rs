@@ -1,7 +1,10 @@
 //! Merging symbolized records: records identical in everything a report shows are
 //! one record, and `--by process` / `--by comm` group threads. Pure; no I/O.
 
-use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crate::fasthash::{FastMap, FastSet};
 
 pub use crate::cli::By;
 use crate::model::{Frame, Hop, Record, Report, Stack, TraceInfo, WakeKind};
@@ -16,37 +19,59 @@ enum StackKey {
     Missing,
 }
 
-/// Fingerprints of the stacks seen so far, by the address of their frames.
+/// Fingerprints of the stacks seen so far, by the address of their frames, and
+/// digests of the frames seen so far, by theirs: frames are shared between stacks,
+/// so each distinct frame's name is hashed once.
 #[derive(Default)]
-struct Fingerprints(HashMap<usize, StackKey>);
+struct Fingerprints {
+    stacks: FastMap<usize, StackKey>,
+    frames: FastMap<usize, [u64; 2]>,
+}
 
 impl Fingerprints {
     fn of(&mut self, s: &Stack) -> StackKey {
         match s {
-            Stack::Frames(f) => *self.0.entry(f.as_ptr() as usize).or_insert_with(|| fingerprint(f)),
+            Stack::Frames(f) => match self.stacks.get(&(f.as_ptr() as usize)) {
+                Some(&k) => k,
+                None => {
+                    let k = self.fingerprint(f);
+                    self.stacks.insert(f.as_ptr() as usize, k);
+                    k
+                }
+            },
             Stack::None => StackKey::None,
             Stack::Missing => StackKey::Missing,
         }
     }
+
+    /// Hashes the frames' digests in order, twice with different seeds.
+    fn fingerprint(&mut self, frames: &[Arc<Frame>]) -> StackKey {
+        let mut halves = [0u64; 2].map(|_| std::collections::hash_map::DefaultHasher::new());
+        for (seed, h) in halves.iter_mut().enumerate() {
+            (seed, frames.len()).hash(h);
+        }
+        for f in frames {
+            let digest = *self.frames.entry(Arc::as_ptr(f) as usize).or_insert_with(|| frame_digest(f));
+            for (h, d) in halves.iter_mut().zip(digest) {
+                h.write_u64(d);
+            }
+        }
+        StackKey::Frames(halves[0].finish(), halves[1].finish())
+    }
 }
 
 /// Hashes what [`Frame::describe`] prints, twice with different seeds.
-fn fingerprint(frames: &[std::sync::Arc<Frame>]) -> StackKey {
-    use std::hash::{Hash, Hasher};
-    let mut halves = [0u64; 2];
-    for (seed, half) in halves.iter_mut().enumerate() {
+fn frame_digest(f: &Frame) -> [u64; 2] {
+    [0u8, 1].map(|seed| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (seed, frames.len()).hash(&mut h);
-        for f in frames {
-            match (&f.symbol, &f.module) {
-                (Some(sym), _) => (0u8, &**sym).hash(&mut h),
-                (None, Some(m)) => (1u8, &**m, f.offset).hash(&mut h),
-                (None, None) => 2u8.hash(&mut h),
-            }
+        seed.hash(&mut h);
+        match (&f.symbol, &f.module) {
+            (Some(sym), _) => (0u8, &**sym).hash(&mut h),
+            (None, Some(m)) => (1u8, &**m, f.offset).hash(&mut h),
+            (None, None) => 2u8.hash(&mut h),
         }
-        *half = h.finish();
-    }
-    StackKey::Frames(halves[0], halves[1])
+        h.finish()
+    })
 }
 
 /// A waker as the reports show it. An interrupt is named by its handler's stack
@@ -127,9 +152,9 @@ pub fn grouped(report: &Report, by: By) -> Option<Report> {
 /// record keeps the ids and comm of its heaviest thread (the process's main
 /// thread for `--by process`, when it is among them) and counts its threads.
 pub fn merge(records: Vec<Record>, by: By) -> Vec<Record> {
-    let mut slot: HashMap<Key, usize> = HashMap::with_capacity(records.len());
+    let mut slot: FastMap<Key, usize> = FastMap::with_capacity_and_hasher(records.len(), Default::default());
     let mut out: Vec<Record> = Vec::with_capacity(records.len());
-    let mut threads: Vec<HashSet<u32>> = Vec::new();
+    let mut threads: Vec<FastSet<u32>> = Vec::new();
     let mut weight: Vec<u64> = Vec::new();
     let mut fp = Fingerprints::default();
     for (i, r) in records.into_iter().enumerate() {

@@ -2,6 +2,8 @@
 //! resolves each unique address once, and the trimming of tracing-machinery frames.
 
 use std::collections::{BTreeMap, HashMap};
+
+use crate::fasthash::{FastMap, FastSet};
 use std::sync::Arc;
 use std::path::{Path, PathBuf};
 
@@ -46,7 +48,7 @@ pub struct BlazeSymbolizer {
     /// Memory maps read while each remembered process was alive.
     maps: HashMap<u32, Vec<procfs::Mapping>>,
     /// Every mapping, with its exec bit, of each process symbolized or remembered.
-    regions: HashMap<u32, Vec<Region>>,
+    regions: FastMap<u32, Vec<Region>>,
     /// Whether each module file keeps its symbol table (else its names are only
     /// in a separate debug file).
     symtab: HashMap<String, bool>,
@@ -81,7 +83,7 @@ impl Default for BlazeSymbolizer {
             symtab: HashMap::new(),
             debug_files: HashMap::new(),
             kernel_thread: None,
-            regions: HashMap::new(),
+            regions: FastMap::default(),
         }
     }
 }
@@ -301,7 +303,7 @@ impl Symbolizer for BlazeSymbolizer {
         let code: Vec<u64> = addrs.iter().copied().filter(|&a| self.is_code(tgid, a)).collect();
         // Symbol tables first: DWARF parsing costs seconds and hundreds of MiB on
         // large binaries, and the frames need no line numbers.
-        let mut named: HashMap<u64, Frame> = symbolize_each(&self.inner, &source(false), &code).into_iter().map(|f| (f.addr, f)).collect();
+        let mut named: FastMap<u64, Frame> = symbolize_each(&self.inner, &source(false), &code).into_iter().map(|f| (f.addr, f)).collect();
         // What is left lies in stripped code (Debian's libc keeps only its exported
         // symbols): a second pass reads the separate debug files (build id or
         // debug link under /usr/lib/debug) for those addresses alone. On a Python
@@ -447,7 +449,14 @@ pub struct Resolved {
 /// Cuts a user stack at its first address outside executable code, keeping one
 /// `[unknown]` frame if nothing before it was code. Returns whether it cut.
 pub fn cut_at_junk<F: AsRef<Frame> + From<Frame>>(frames: &mut Vec<F>, is_code: impl Fn(u64) -> bool) -> bool {
-    let Some(i) = frames.iter().position(|f| !is_code(f.as_ref().addr)) else {
+    let junk = frames.iter().position(|f| !is_code(f.as_ref().addr));
+    cut_at(frames, junk)
+}
+
+/// Cuts a user stack at frame `junk`, the first outside executable code, as
+/// [`cut_at_junk`] does. Returns whether it cut.
+fn cut_at<F: AsRef<Frame> + From<Frame>>(frames: &mut Vec<F>, junk: Option<usize>) -> bool {
+    let Some(i) = junk else {
         return false;
     };
     frames.truncate(i.max(1));
@@ -500,8 +509,8 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     // word that checks out as the leaf's caller goes in as frame 1; the rest go.
     // Checked per process, in one batch.
     // Per process: the stack ids, and each stack's frames and words.
-    let mut split: HashMap<u32, (Vec<u64>, Vec<(Vec<u64>, Vec<u64>)>)> = HashMap::new();
-    let mut seen: std::collections::HashSet<(u32, u64)> = std::collections::HashSet::new();
+    let mut split: FastMap<u32, (Vec<u64>, Vec<(Vec<u64>, Vec<u64>)>)> = FastMap::default();
+    let mut seen: FastSet<(u32, u64)> = FastSet::default();
     for (space, id) in &wanted {
         let (Space::User(t), StackId::Id(n)) = (space, id) else { continue };
         let Some(addrs) = capture.stacks.get(n) else { continue };
@@ -514,7 +523,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
         ids.push(*n);
         stacks.push((frames, words));
     }
-    let mut fixed: HashMap<(u32, u64), Vec<u64>> = HashMap::new();
+    let mut fixed: FastMap<(u32, u64), Vec<u64>> = FastMap::default();
     for (t, (ids, stacks)) in split {
         let callers = sym.leaf_callers(t, &stacks);
         for ((n, (mut frames, _)), caller) in ids.into_iter().zip(stacks).zip(callers) {
@@ -531,8 +540,8 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     };
     // Kernel: one batch for all unique addresses; user: one batch per process.
     // Sets, not lists: 20,000 stacks of 30 frames may hold a few hundred addresses.
-    let mut kset: std::collections::HashSet<u64> = std::collections::HashSet::new();
-    let mut per_proc: HashMap<u32, std::collections::HashSet<u64>> = HashMap::new();
+    let mut kset: FastSet<u64> = FastSet::default();
+    let mut per_proc: FastMap<u32, FastSet<u64>> = FastMap::default();
     for (space, id) in &wanted {
         let Some(addrs) = stack_of(space, id) else { continue };
         let lookups = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
@@ -543,12 +552,12 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     }
     let mut kaddrs: Vec<u64> = kset.into_iter().collect();
     kaddrs.sort_unstable();
-    let kframes: HashMap<u64, Frame> = if kaddrs.is_empty() {
-        HashMap::new()
+    let kframes: FastMap<u64, Frame> = if kaddrs.is_empty() {
+        FastMap::default()
     } else {
         sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect()
     };
-    let mut uframes: HashMap<(u32, u64), Frame> = HashMap::new();
+    let mut uframes: FastMap<(u32, u64), Frame> = FastMap::default();
     let mut tgids: Vec<_> = per_proc.keys().copied().collect();
     tgids.sort_unstable();
     for tgid in tgids {
@@ -560,8 +569,9 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     }
     // Each (space, stack id) is built once and shared by every record using it,
     // and each frame (space, address, leaf or not) once and shared by every stack.
-    let mut built: HashMap<(Option<u32>, u64), Stack> = HashMap::new();
-    let mut shared_frames: HashMap<(Option<u32>, u64, bool), Arc<Frame>> = HashMap::new();
+    let mut built: FastMap<(Option<u32>, u64), Stack> = FastMap::default();
+    // With each user frame, whether it lies in executable code.
+    let mut shared_frames: FastMap<(Option<u32>, u64, bool), (Arc<Frame>, bool)> = FastMap::default();
     let mut user_stacks_cut = 0u64;
     let sym: &dyn Symbolizer = sym;
     let mut build = |space: Space, id: &StackId| match id {
@@ -578,27 +588,29 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
                         None => Stack::Missing,
                     },
                     Some(addrs) => {
+                        let mut junk = None;
                         let mut frames: Vec<Arc<Frame>> = addrs
                             .iter()
                             .enumerate()
                             .map(|(i, &a)| {
-                                shared_frames
-                                    .entry((key.0, a, i == 0))
-                                    .or_insert_with(|| {
-                                        let l = lookup_addr(i, a);
-                                        let f = match space {
-                                            Space::Kernel => kframes.get(&l),
-                                            Space::User(t) => uframes.get(&(t, l)),
-                                        };
-                                        Arc::new(frame_at(i, a, f))
-                                    })
-                                    .clone()
+                                let (frame, code) = shared_frames.entry((key.0, a, i == 0)).or_insert_with(|| {
+                                    let l = lookup_addr(i, a);
+                                    let (f, code) = match space {
+                                        Space::Kernel => (kframes.get(&l), true),
+                                        Space::User(t) => (uframes.get(&(t, l)), sym.is_code(t, a)),
+                                    };
+                                    (Arc::new(frame_at(i, a, f)), code)
+                                });
+                                if !*code && junk.is_none() {
+                                    junk = Some(i);
+                                }
+                                frame.clone()
                             })
                             .collect();
                         match space {
                             Space::Kernel => trim_machinery(&mut frames),
-                            Space::User(t) => {
-                                if cut_at_junk(&mut frames, |a| sym.is_code(t, a)) {
+                            Space::User(_) => {
+                                if cut_at(&mut frames, junk) {
                                     user_stacks_cut += 1;
                                 }
                             }

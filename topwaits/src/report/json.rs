@@ -2,11 +2,18 @@
 
 use std::io::{self, Write};
 
+use std::cell::RefCell;
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+
+use serde::ser::{Error as _, SerializeSeq as _};
 use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::{by_longest, interrupt_handler, no_waker_label, take, Format};
 use crate::clock::rfc3339;
+use crate::fasthash::FastMap;
 use crate::reduce::By;
 use crate::model::{comm_text, Counters, Frame, Hop, OpenSince, Record, Report, Stack, WakeKind};
 
@@ -109,13 +116,37 @@ pub fn lost(c: &Counters) -> Value {
     })
 }
 
-/// Frames serialized straight from the model, without an intermediate value tree
-/// (records can number in the tens of thousands).
-struct Frames<'a>(&'a Stack);
+/// Each distinct frame's JSON, rendered at its first use and copied into every
+/// stack that has it: a report of 20,000 stacks holds about 400,000 frames but a
+/// few thousand distinct ones (frames are shared, see `symbolize::resolve`).
+/// Keyed by the frame's address, and keeping the frame so that the address stays
+/// its own.
+#[derive(Default)]
+struct FrameTexts(RefCell<FastMap<usize, (Arc<Frame>, Box<RawValue>)>>);
+
+/// A stack's frames serialized straight from the model, without an intermediate
+/// value tree (records can number in the tens of thousands).
+struct Frames<'a> {
+    stack: &'a Stack,
+    texts: &'a FrameTexts,
+}
 
 impl Serialize for Frames<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.frames().iter().map(|f| jframe(f)))
+        let frames = self.stack.frames();
+        let mut seq = s.serialize_seq(Some(frames.len()))?;
+        let mut texts = self.texts.0.borrow_mut();
+        for f in frames {
+            let text = match texts.entry(Arc::as_ptr(f) as usize) {
+                Entry::Occupied(e) => &e.into_mut().1,
+                Entry::Vacant(e) => {
+                    let text = serde_json::value::to_raw_value(&jframe(f)).map_err(S::Error::custom)?;
+                    &e.insert((f.clone(), text)).1
+                }
+            };
+            seq.serialize_element(&**text)?;
+        }
+        seq.end()
     }
 }
 
@@ -183,7 +214,7 @@ struct JRecord<'a> {
 }
 
 /// One record, ready to serialize.
-fn record<'a>(report: &Report, r: &'a Record) -> JRecord<'a> {
+fn record<'a>(report: &Report, r: &'a Record, texts: &'a FrameTexts) -> JRecord<'a> {
     let info = &report.info;
     let off = info.utc_offset_s;
     let mut wake = Value::Object(Default::default());
@@ -193,9 +224,9 @@ fn record<'a>(report: &Report, r: &'a Record) -> JRecord<'a> {
         tid: (info.by == By::Thread).then_some(r.tid),
         threads: r.threads,
         comm: comm_text(&r.comm),
-        kernel_stack: Frames(&r.kernel),
+        kernel_stack: Frames { stack: &r.kernel, texts },
         kernel_stack_status: status(&r.kernel),
-        user_stack: Frames(&r.user),
+        user_stack: Frames { stack: &r.user, texts },
         user_stack_status: status(&r.user),
         count: r.count,
         total_us: r.total_ns / 1000,
@@ -249,9 +280,10 @@ fn head(report: &Report) -> Value {
 /// The whole document as a value (for tests and small reports).
 pub fn document(report: &Report, limit: usize) -> Value {
     let mut v = head(report);
+    let texts = FrameTexts::default();
     let records: Vec<Value> = take(by_longest(&report.records), limit)
         .into_iter()
-        .map(|r| serde_json::to_value(record(report, r)).unwrap_or(Value::Null))
+        .map(|r| serde_json::to_value(record(report, r, &texts)).unwrap_or(Value::Null))
         .collect();
     v["records"] = Value::Array(records);
     v
@@ -268,11 +300,12 @@ fn stream(report: &Report, limit: usize, out: &mut dyn Write) -> io::Result<()> 
     // `head` is an object: reopen it to append "records".
     out.write_all(text[..text.len() - 1].as_bytes())?;
     out.write_all(b",\"records\":[")?;
+    let texts = FrameTexts::default();
     for (i, r) in take(by_longest(&report.records), limit).into_iter().enumerate() {
         if i > 0 {
             out.write_all(b",")?;
         }
-        serde_json::to_writer(&mut out, &record(report, r))?;
+        serde_json::to_writer(&mut out, &record(report, r, &texts))?;
     }
     out.write_all(b"]")?;
     if !report.events.is_empty() {
@@ -281,7 +314,7 @@ fn stream(report: &Report, limit: usize, out: &mut dyn Write) -> io::Result<()> 
             if i > 0 {
                 out.write_all(b",")?;
             }
-            serde_json::to_writer(&mut out, &JEvent { state: e.state, record: record(report, &e.record) })?;
+            serde_json::to_writer(&mut out, &JEvent { state: e.state, record: record(report, &e.record, &texts) })?;
         }
         out.write_all(b"]")?;
     }
@@ -398,6 +431,27 @@ mod tests {
             let streamed: Value = serde_json::from_slice(&out).unwrap();
             assert_eq!(streamed, document(&r, 0));
         }
+    }
+
+    /// Each distinct frame is rendered once: frames shared by records print the
+    /// same in each, and a frame at an address another frame had prints its own.
+    #[test]
+    fn shared_frames_render_once_and_distinct_frames_apart() {
+        let mut r = report();
+        let shared = r.records[0].user.frames()[1].clone();
+        let mut other = (*shared).clone();
+        other.symbol = Some("another_name".into());
+        r.records[1].user = Stack::shared(vec![shared.clone(), Arc::new(other), shared]);
+        let mut out = Vec::new();
+        Json { limit: 0 }.write(&r, &mut out).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        let names = |i: usize| -> Vec<String> {
+            v["records"][i]["user_stack"].as_array().unwrap().iter().map(|f| f["symbol"].as_str().unwrap().to_string()).collect()
+        };
+        assert_eq!(names(0)[1], "wait_here");
+        assert_eq!(names(1), ["wait_here", "another_name", "wait_here"]);
+        assert_eq!(v["records"][1]["user_stack"][0], v["records"][0]["user_stack"][1]);
+        assert_eq!(v["records"][1]["user_stack"][1]["addr"], v["records"][0]["user_stack"][1]["addr"]);
     }
 
     #[test]

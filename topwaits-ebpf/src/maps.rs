@@ -44,28 +44,35 @@ pub static STARTED: Array<u64> = Array::with_max_entries(limits::STARTED_WORDS, 
 
 /// Per-CPU: a task address passed through memory.
 #[map(name = "SCRATCH_ADDR")]
-pub static SCRATCH_ADDR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+static SCRATCH_ADDR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+/// A tp_btf task argument as a plain number. The verifier types it as a pointer,
+/// on which it allows no shift or mask (as [`started_byte`] does); through a map
+/// value, the address becomes a number. raw_tp arguments are numbers already, and
+/// their hooks skip this.
 #[inline(always)]
-fn started_byte(task: u64) -> Option<(u32, usize)> {
-    // At tp_btf the verifier types a task argument as a pointer, on which it allows
-    // no shift or mask: through a map value, the address becomes a number.
-    let slot = SCRATCH_ADDR.get_ptr_mut(0)?;
+pub fn as_number(task: u64) -> u64 {
+    let Some(slot) = SCRATCH_ADDR.get_ptr_mut(0) else { return 0 };
     // SAFETY: per-CPU scratch, used by this program run alone; volatile, so that the
     // compiler does not hand the stored value straight back.
-    let addr = unsafe {
+    unsafe {
         core::ptr::write_volatile(slot, task);
         core::ptr::read_volatile(slot)
-    };
+    }
+}
+
+/// `task`, a number (see [`as_number`]), as a word and byte of `STARTED`.
+#[inline(always)]
+fn started_byte(task: u64) -> (u32, usize) {
     // task_struct objects lie kilobytes apart: bits from 6 up tell them apart.
-    let h = (addr >> 6) as u32 & (limits::STARTED_WORDS * 8 - 1);
-    Some((h / 8, (h % 8) as usize))
+    let h = (task >> 6) as u32 & (limits::STARTED_WORDS * 8 - 1);
+    (h / 8, (h % 8) as usize)
 }
 
 /// Marks `task` as possibly having a `STARTS` entry.
 #[inline(always)]
 pub fn mark_started(task: u64) {
-    let Some((word, byte)) = started_byte(task) else { return };
+    let (word, byte) = started_byte(task);
     if let Some(w) = STARTED.get_ptr_mut(word) {
         // SAFETY: a pointer into an array value of 8 bytes; byte < 8.
         unsafe { *(w as *mut u8).add(byte) = 1 };
@@ -75,7 +82,7 @@ pub fn mark_started(task: u64) {
 /// False when `task` certainly has no `STARTS` entry.
 #[inline(always)]
 pub fn maybe_started(task: u64) -> bool {
-    let Some((word, byte)) = started_byte(task) else { return true };
+    let (word, byte) = started_byte(task);
     STARTED.get(word).is_none_or(|&w| (w >> (byte * 8)) & 0xff != 0)
 }
 

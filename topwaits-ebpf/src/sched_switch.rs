@@ -8,14 +8,15 @@ use aya_ebpf::{
 };
 
 use crate::{
-    maps::count,
+    maps::{as_number, count},
     switch::{switch_in, switch_out, Clock},
     task::Outgoing,
 };
 use topwaits_common::counter;
 
 /// Both attach kinds pass the tracepoint's arguments
-/// `(bool preempt, task_struct *prev, task_struct *next, unsigned int prev_state)`.
+/// `(bool preempt, task_struct *prev, task_struct *next, unsigned int prev_state)`;
+/// `prev` and `next` arrive here as numbers (see [`as_number`]).
 #[inline(always)]
 fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, prev: u64, next: u64, prev_state: u64) {
     count(counter::SWITCHES, 1);
@@ -40,7 +41,7 @@ fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, p
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
-    on_switch(&ctx, ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3));
+    on_switch(&ctx, ctx.arg(0), as_number(ctx.arg(1)), as_number(ctx.arg(2)), ctx.arg(3));
     0
 }
 

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use serde::ser::{Error as _, SerializeSeq as _};
+use serde::ser::{Error as _, SerializeMap as _, SerializeSeq as _};
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -45,60 +45,73 @@ pub fn stack(s: &Stack) -> (Value, &'static str) {
     (Value::Array(s.frames().iter().map(|f| frame(f)).collect()), status(s))
 }
 
-/// One hop as a `waker` object, with the next hop nested as its own `waker`.
-fn hop(hops: &[Hop]) -> Value {
-    let Some((h, rest)) = hops.split_first() else {
-        return Value::Null;
-    };
-    let (ks, kstatus) = stack(&h.kernel);
-    let (us, ustatus) = stack(&h.user);
-    let mut v = json!({
-        "tgid": h.tgid,
-        "tid": h.tid,
-        "comm": comm_text(&h.comm),
-        "context": if h.interrupt { "interrupt" } else { "task" },
-        "kernel_stack": ks,
-        "kernel_stack_status": kstatus,
-        "user_stack": us,
-        "user_stack_status": ustatus,
-        "waker": hop(rest),
-    });
-    if h.interrupt {
-        v["comm"] = json!("[interrupt]");
-        v["handler"] = json!(interrupt_handler(h));
-    }
-    v
+/// A record's `waker`: `null` without `--waker`, an object with empty stacks when
+/// no task woke it (its `context` says why), else the chain of hops, each nested
+/// as the `waker` of the one it woke.
+enum JWaker<'a> {
+    Null,
+    Nobody(WakeKind),
+    Hops(JHops<'a>),
 }
 
-/// The waker fields of a record: `waker` plus the blocked/run-queue split, where
-/// `blocked_us + runq_us == total_us` exactly.
-fn waker_fields(r: &Record, v: &mut Value) {
-    let Some(w) = &r.wake else {
-        v["waker"] = Value::Null;
-        return;
-    };
-    let total_us = r.total_ns / 1000;
-    let blocked_us = (w.blocked_ns / 1000).min(total_us);
-    v["blocked_us"] = json!(blocked_us);
-    v["runq_us"] = json!(total_us - blocked_us);
-    v["max_blocked_us"] = json!(w.max_blocked_ns / 1000);
-    v["max_runq_us"] = json!(w.max_runq_ns / 1000);
-    v["waker"] = if w.hops.is_empty() {
-        json!({
-            "tgid": 0, "tid": 0,
-            "comm": no_waker_label(w.kind),
-            "context": match w.kind {
-                WakeKind::Preempted => "preempted",
-                WakeKind::NotYet => "not_woken_yet",
-                _ => "none",
-            },
-            "kernel_stack": [], "kernel_stack_status": "none",
-            "user_stack": [], "user_stack_status": "none",
-            "waker": Value::Null,
-        })
-    } else {
-        hop(&w.hops)
-    };
+impl Serialize for JWaker<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            JWaker::Null => s.serialize_none(),
+            JWaker::Hops(h) => h.serialize(s),
+            JWaker::Nobody(kind) => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("tgid", &0)?;
+                m.serialize_entry("tid", &0)?;
+                m.serialize_entry("comm", no_waker_label(*kind))?;
+                let context = match kind {
+                    WakeKind::Preempted => "preempted",
+                    WakeKind::NotYet => "not_woken_yet",
+                    _ => "none",
+                };
+                m.serialize_entry("context", context)?;
+                for (field, status) in [("kernel_stack", "kernel_stack_status"), ("user_stack", "user_stack_status")] {
+                    m.serialize_entry(field, &[(); 0])?;
+                    m.serialize_entry(status, "none")?;
+                }
+                m.serialize_entry("waker", &())?;
+                m.end()
+            }
+        }
+    }
+}
+
+/// The first of `hops` as a `waker` object, with the rest nested as its own
+/// `waker` (`null` after the last).
+struct JHops<'a> {
+    hops: &'a [Hop],
+    texts: &'a FrameTexts,
+}
+
+impl Serialize for JHops<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Some((h, rest)) = self.hops.split_first() else {
+            return s.serialize_none();
+        };
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("tgid", &h.tgid)?;
+        m.serialize_entry("tid", &h.tid)?;
+        if h.interrupt {
+            m.serialize_entry("comm", "[interrupt]")?;
+        } else {
+            m.serialize_entry("comm", &comm_text(&h.comm))?;
+        }
+        m.serialize_entry("context", if h.interrupt { "interrupt" } else { "task" })?;
+        m.serialize_entry("kernel_stack", &Frames { stack: &h.kernel, texts: self.texts })?;
+        m.serialize_entry("kernel_stack_status", status(&h.kernel))?;
+        m.serialize_entry("user_stack", &Frames { stack: &h.user, texts: self.texts })?;
+        m.serialize_entry("user_stack_status", status(&h.user))?;
+        m.serialize_entry("waker", &JHops { hops: rest, texts: self.texts })?;
+        if h.interrupt {
+            m.serialize_entry("handler", &interrupt_handler(h))?;
+        }
+        m.end()
+    }
 }
 
 /// The `lost` object.
@@ -209,16 +222,25 @@ struct JRecord<'a> {
     open_since_estimated: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     began_before_trace: Option<bool>,
-    #[serde(flatten)]
-    wake: serde_json::Map<String, Value>,
+    /// With `--waker`: the blocked/run-queue split, where
+    /// `blocked_us + runq_us == total_us` exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocked_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runq_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_blocked_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_runq_us: Option<u64>,
+    waker: JWaker<'a>,
 }
 
 /// One record, ready to serialize.
 fn record<'a>(report: &Report, r: &'a Record, texts: &'a FrameTexts) -> JRecord<'a> {
     let info = &report.info;
     let off = info.utc_offset_s;
-    let mut wake = Value::Object(Default::default());
-    waker_fields(r, &mut wake);
+    let total_us = r.total_ns / 1000;
+    let blocked_us = r.wake.as_ref().map(|w| (w.blocked_ns / 1000).min(total_us));
     JRecord {
         tgid: (info.by != By::Comm).then_some(r.tgid),
         tid: (info.by == By::Thread).then_some(r.tid),
@@ -240,9 +262,14 @@ fn record<'a>(report: &Report, r: &'a Record, texts: &'a FrameTexts) -> JRecord<
         open_since: r.open.map(|o| o.mono().map(|t| rfc3339(info.clock.wall(t), off))),
         open_since_estimated: r.open.map(|o| !matches!(o, OpenSince::Exact(_))),
         began_before_trace: r.open.map(|o| !matches!(o, OpenSince::Exact(_))),
-        wake: match wake {
-            Value::Object(m) => m,
-            _ => Default::default(),
+        blocked_us,
+        runq_us: blocked_us.map(|b| total_us - b),
+        max_blocked_us: r.wake.as_ref().map(|w| w.max_blocked_ns / 1000),
+        max_runq_us: r.wake.as_ref().map(|w| w.max_runq_ns / 1000),
+        waker: match &r.wake {
+            None => JWaker::Null,
+            Some(w) if w.hops.is_empty() => JWaker::Nobody(w.kind),
+            Some(w) => JWaker::Hops(JHops { hops: &w.hops, texts }),
         },
     }
 }

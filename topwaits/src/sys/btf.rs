@@ -1,5 +1,7 @@
 //! A small, panic-free reader of kernel BTF that finds struct member offsets, so the
-//! eBPF programs can read `task_struct` fields without CO-RE relocations.
+//! eBPF programs can read `task_struct` fields without CO-RE relocations; with what
+//! lets aya's loader skip its own parse of that BTF: the count of an object's CO-RE
+//! relocations, and hiding the kernel's BTF from the loader's thread.
 
 use std::collections::HashMap;
 use std::path::Path;

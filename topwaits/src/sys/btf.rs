@@ -129,8 +129,12 @@ impl<'a> Btf<'a> {
         })
     }
 
-    /// The record of type `id`; every listed header lies within `data`.
+    /// The record of type `id`; every listed header lies within `data`. Type 0,
+    /// void, has none.
     fn rec(&self, id: usize) -> Option<TypeRec> {
+        if id == 0 {
+            return None;
+        }
         let at = *self.types.get(id)? as usize;
         let info = u32_at(self.data, at + 4)?;
         Some(TypeRec {

@@ -32,12 +32,6 @@ pub const FIRST: usize = 2;
 const PT_REGS: u64 = 168;
 pub(crate) const ENTRY_SLOT_FROM_TOP: u64 = PT_REGS + 8;
 const ORIG_AX_FROM_TOP: u64 = PT_REGS - 120;
-/// The words from the entry frame's slot up to `ip`, read at once: where in them
-/// the slot, `orig_ax` and `ip` are.
-const TOP_WORDS: usize = 18;
-const TOP_ENTRY: usize = 0;
-const TOP_ORIG_AX: usize = ((ENTRY_SLOT_FROM_TOP - ORIG_AX_FROM_TOP) / 8) as usize;
-const TOP_IP: usize = TOP_ORIG_AX + 1;
 /// Top bit of [`CacheKey::site`] for a syscall.
 const IN_SYSCALL: u64 = 1 << 63;
 
@@ -97,9 +91,6 @@ pub struct Scan {
     /// The site [`find`] looked up, and the top of the kernel stack.
     pub(crate) key: CacheKey,
     pub(crate) top: u64,
-    /// The words below the top that [`find`] read (`TOP_WORDS`; zero where
-    /// unreadable): the entry frame's slot and the syscall's registers.
-    below_top: [u64; TOP_WORDS],
     /// Work left for the learner (`pending`, one of [`LEARN`] and [`SEED`]): a
     /// stack just unwound (anchor, frames and reference), or the id of a shared
     /// layout to keep as the task's own.
@@ -204,29 +195,11 @@ fn read_word(addr: u64) -> Option<u64> {
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(addr as *const u64).ok() }
 }
 
-/// Whether the entry frame of `cache` is still in place below the top, as
-/// [`find`] read it.
+/// Whether the entry frame of `cache` is still in place below the top.
 #[inline(always)]
-pub(crate) fn entry_in_place(st: *const Scan, cache: &StackCache, frames: &KernelStack) -> bool {
-    // SAFETY: per-CPU scratch, used by this program run alone.
-    let slot = unsafe { (*st).below_top[TOP_ENTRY] };
-    cache.last_at_top == 0 || (slot != 0 && slot == frames[(cache.frames as usize).wrapping_sub(1) & 63])
-}
-
-/// Reads the words below the top of the kernel stack into the scratch, in one
-/// call: x86-64 only; elsewhere, and where the read fails, they stay zero.
-#[inline(always)]
-fn read_below_top(st: *mut Scan, top: u64) {
-    // SAFETY: per-CPU scratch, used by this program run alone; the helper checks
-    // the source address and writes at most the array's size (zeroes on failure).
-    unsafe {
-        let words = &raw mut (*st).below_top;
-        if !cfg!(bpf_target_arch = "x86_64")
-            || bpf_probe_read_kernel(words.cast(), (TOP_WORDS * 8) as u32, (top - ENTRY_SLOT_FROM_TOP) as *const _) != 0
-        {
-            *words = [0; TOP_WORDS];
-        }
-    }
+pub(crate) fn entry_in_place(top: u64, cache: &StackCache, frames: &KernelStack) -> bool {
+    cache.last_at_top == 0
+        || read_word(top - ENTRY_SLOT_FROM_TOP) == Some(frames[(cache.frames as usize).wrapping_sub(1) & 63])
 }
 
 /// `bpf_loop` body: checks slot `k` of the entry in the scratch against the
@@ -251,7 +224,7 @@ unsafe extern "C" fn check_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
 /// else 0. Leaves the region it read in the scratch. Inlined: the program that
 /// runs it tail-calls the learner, and BPF does not mix that with subprograms.
 #[inline(always)]
-fn reuse(st: *mut Scan, base: u64, cache: &StackCache) -> u64 {
+fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> u64 {
     if cache.len == 0 || cache.len as usize > CACHE_SLOTS {
         return 0;
     }
@@ -268,7 +241,7 @@ fn reuse(st: *mut Scan, base: u64, cache: &StackCache) -> u64 {
         (*st).want.copy_from_slice(&frames[..64]);
         (*st).changed = 0;
         bpf_loop(cache.len, check_slot as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
-        if (*st).changed == 0 && entry_in_place(st, cache, frames) {
+        if (*st).changed == 0 && entry_in_place(top, cache, frames) {
             cache.kstack
         } else {
             0
@@ -295,13 +268,15 @@ pub fn anchor<C: EbpfContext>(st: *mut Scan, ctx: &C) -> u64 {
 /// return address, which do not change with the random offset that syscall entry
 /// applies to the stack; otherwise the depth of the anchor.
 #[inline(always)]
-fn site(st: *const Scan, task: u64, base: u64, top: u64, hook: Hook) -> CacheKey {
-    // SAFETY: per-CPU scratch, used by this program run alone.
-    let (nr, ip) = unsafe { ((*st).below_top[TOP_ORIG_AX], (*st).below_top[TOP_IP]) };
-    // Kernel threads have zeroed registers (as has a failed read); interrupts and
-    // exceptions store -1 as the syscall number.
-    if ip != 0 && nr != u64::MAX {
-        return CacheKey { task, site: (nr & 0xffff) | IN_SYSCALL | hook.bit(), user_ip: ip };
+fn site(task: u64, base: u64, top: u64, hook: Hook) -> CacheKey {
+    if cfg!(bpf_target_arch = "x86_64") {
+        if let (Some(nr), Some(ip)) = (read_word(top - ORIG_AX_FROM_TOP), read_word(top - ORIG_AX_FROM_TOP + 8)) {
+            // Kernel threads have zeroed registers; interrupts and exceptions
+            // store -1 as the syscall number.
+            if ip != 0 && nr != u64::MAX {
+                return CacheKey { task, site: (nr & 0xffff) | IN_SYSCALL | hook.bit(), user_ip: ip };
+            }
+        }
     }
     CacheKey { task, site: (top - base) | hook.bit(), user_ip: 0 }
 }
@@ -327,8 +302,7 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
         return 0;
     }
     let top = (base | (THREAD_SIZE - 1)) + 1;
-    read_below_top(st, top);
-    let key = site(st, task, base, top, hook);
+    let key = site(task, base, top, hook);
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         (*st).top = top;
@@ -341,7 +315,7 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
         for c in unsafe { &*e } {
             if c.site == key.site && c.user_ip == key.user_ip {
                 known = true;
-                let k = reuse(st, base, c);
+                let k = reuse(st, base, top, c);
                 if k != 0 {
                     return k;
                 }
@@ -351,19 +325,19 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
     if known {
         return 0;
     }
-    shared(st, base, &Site::of(&key))
+    shared(st, base, top, &Site::of(&key))
 }
 
 /// For a task that never had a stack at this call site: the stack of a layout
 /// another task learned there, if one is in place (and then left for the learner
 /// to keep as this task's own), else 0.
 #[inline(always)]
-fn shared(st: *mut Scan, base: u64, site: &Site) -> u64 {
+fn shared(st: *mut Scan, base: u64, top: u64, site: &Site) -> u64 {
     let Some(list) = layouts::candidates(site) else { return 0 };
     for i in 0..layouts::CANDIDATES {
         let id = layouts::candidate(list, i);
         let Some(l) = layouts::layout(id) else { continue };
-        let k = reuse(st, base, l);
+        let k = reuse(st, base, top, l);
         if k != 0 {
             count(counter::KSTACK_SHARED, 1);
             // SAFETY: per-CPU scratch, used by this program run alone.

@@ -262,7 +262,7 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
                 // (One call, wherever the entry is, keeps the program and its
                 // verification small.)
                 let c = &mut (*e)[same];
-                if entry_in_place(st, c, frames) && refine(st, base, c) {
+                if entry_in_place(top, c, frames) && refine(st, base, c) {
                     // Fewer slots serve other tasks too.
                     layouts::publish(&site, c);
                     return;
@@ -286,6 +286,8 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
 #[inline(never)]
 fn from_layout(st: *mut Scan, base: u64, frames: &KernelStack, kstack: u64, site: &Site) -> bool {
     let Some(list) = layouts::candidates(site) else { return false };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    let top = unsafe { (*st).top };
     for i in 0..layouts::CANDIDATES {
         let Some(l) = layouts::layout(layouts::candidate(list, i)) else { continue };
         if l.kstack != kstack {
@@ -294,7 +296,7 @@ fn from_layout(st: *mut Scan, base: u64, frames: &KernelStack, kstack: u64, site
         // SAFETY: per-CPU scratch, used by this program run alone.
         unsafe {
             (*st).fresh = *l;
-            if !entry_in_place(st, l, frames) || !refine_fresh(st, base) {
+            if !entry_in_place(top, l, frames) || !refine_fresh(st, base) {
                 return false;
             }
             if (*st).fresh.len < l.len {

@@ -67,19 +67,29 @@ pub(super) fn load_in_parallel(
     hooks: &[(&str, &'static str)],
     load: impl Fn(&mut Program, &'static str) -> Result<()> + Sync,
 ) -> Result<()> {
-    let mut todo: Vec<(&mut Program, &'static str)> = ebpf
+    let mut todo: Vec<(&mut Program, &str, &'static str)> = ebpf
         .programs_mut()
-        .filter_map(|(name, p)| hooks.iter().find(|(prog, _)| *prog == name).map(|&(_, tp)| (p, tp)))
+        .filter_map(|(name, p)| hooks.iter().find(|(prog, _)| *prog == name).map(|&(prog, tp)| (p, prog, tp)))
         .collect();
     if todo.len() != hooks.len() {
         let missing = hooks.iter().map(|(prog, _)| *prog).collect::<Vec<_>>().join(", ");
         return Err(anyhow!("programs missing from the eBPF object (one of {missing})"));
     }
-    let load = &load;
+    // Each program's verification, for `RUST_LOG=debug`: start-up is mostly this.
+    let load = &|p: &mut Program, name: &str, tp: &'static str| -> Result<()> {
+        let t0 = std::time::Instant::now();
+        load(p, tp)?;
+        if log::log_enabled!(log::Level::Debug) {
+            let insns = p.info().ok().and_then(|i| i.verified_instruction_count());
+            let insns = insns.map_or_else(|| "an unknown number of".to_string(), |n| n.to_string());
+            log::debug!("program {name} ({tp}) loaded in {:.1} ms: {insns} instructions verified", t0.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(())
+    };
     std::thread::scope(|s| {
         let last = todo.pop();
-        let others: Vec<_> = todo.into_iter().map(|(p, tp)| s.spawn(move || load(p, tp))).collect();
-        let mut result = last.map_or(Ok(()), |(p, tp)| load(p, tp));
+        let others: Vec<_> = todo.into_iter().map(|(p, name, tp)| s.spawn(move || load(p, name, tp))).collect();
+        let mut result = last.map_or(Ok(()), |(p, name, tp)| load(p, name, tp));
         for h in others {
             let r = h.join().unwrap_or_else(|_| Err(anyhow!("a program loader thread panicked")));
             result = result.and(r);

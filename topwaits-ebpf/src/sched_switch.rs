@@ -39,13 +39,18 @@ fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, p
     crate::kcache::hand_to_learner(ctx, &crate::maps::LEARNERS);
 }
 
+// Inlined into the program's entry, whatever the body's size: were it a function
+// of its own, every stack taken here would have one more frame below the anchor
+// than `kcache::FIRST` allows, and no kernel stack would ever be reused.
 #[btf_tracepoint(function = "sched_switch")]
+#[inline(always)]
 pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
     on_switch(&ctx, ctx.arg(0), as_number(ctx.arg(1)), as_number(ctx.arg(2)), ctx.arg(3));
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
+#[inline(always)]
 pub fn sched_switch_raw(ctx: RawTracePointContext) -> i32 {
     on_switch(&ctx, ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3));
     0

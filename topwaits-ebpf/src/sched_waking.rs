@@ -12,8 +12,11 @@ use crate::kcache::hand_to_learner;
 use crate::maps::WAKE_LEARNERS;
 use crate::wake::record_wakeup;
 
-/// Both attach kinds pass `(struct task_struct *p)`.
+/// Both attach kinds pass `(struct task_struct *p)`. Inlined into the program's
+/// entry, as `sched_switch`'s hooks are, so that a waker's stack has the frames
+/// below the anchor that `kcache::FIRST` counts.
 #[btf_tracepoint(function = "sched_waking")]
+#[inline(always)]
 pub fn sched_waking_btf(ctx: BtfTracePointContext) -> i32 {
     record_wakeup(&ctx, ctx.arg(0));
     hand_to_learner(&ctx, &WAKE_LEARNERS);
@@ -21,6 +24,7 @@ pub fn sched_waking_btf(ctx: BtfTracePointContext) -> i32 {
 }
 
 #[raw_tracepoint(tracepoint = "sched_waking")]
+#[inline(always)]
 pub fn sched_waking_raw(ctx: RawTracePointContext) -> i32 {
     record_wakeup(&ctx, ctx.arg(0));
     hand_to_learner(&ctx, &WAKE_LEARNERS);

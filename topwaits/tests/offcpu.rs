@@ -27,7 +27,7 @@ fn trace_long_sleep(extra: &[&str]) -> (serde_json::Value, i128, i128, u32) {
 }
 
 fn check_long_sleep(doc: &serde_json::Value, before: i128, after: i128, tid: u32) {
-    let recs = records_in(doc, "tw_known_long_sleep");
+    let recs = calls_in(doc, "tw_known_long_sleep");
     assert_eq!(recs.len(), 1, "one record for the sleep: {doc:#}");
     let r = recs[0];
     assert_eq!(r["tid"].as_u64(), Some(tid as u64));
@@ -129,7 +129,7 @@ fn mixed_sleeps(args: &[&str]) -> serde_json::Value {
 fn min_block_time_drops_short_waits() {
     require_bpf!();
     let doc = mixed_sleeps(&["-m", "100000"]);
-    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
     assert!(records_in(&doc, "tw_known_short_sleeps").is_empty(), "{doc:#}");
     for r in doc["records"].as_array().unwrap() {
         assert!(r["max_us"].as_u64().unwrap() >= 100_000);
@@ -143,7 +143,7 @@ fn min_block_time_drops_short_waits() {
 fn max_block_time_drops_long_waits() {
     require_bpf!();
     let doc = mixed_sleeps(&["-M", "50000"]);
-    assert!(records_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
+    assert!(calls_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
     let short: u64 = records_in(&doc, "tw_known_short_sleeps").iter().map(|r| r["count"].as_u64().unwrap()).sum();
     assert!(short >= 20, "{doc:#}");
 }
@@ -153,19 +153,19 @@ fn state_filter_matches_the_switch_out_state() {
     require_bpf!();
     // nanosleep sleeps TASK_INTERRUPTIBLE (1).
     let doc = mixed_sleeps(&["--state", "1"]);
-    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
     let doc = mixed_sleeps(&["--state", "2"]);
-    assert!(records_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
+    assert!(calls_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
     assert!(records_in(&doc, "tw_known_short_sleeps").is_empty(), "{doc:#}");
     let doc = mixed_sleeps(&["--state", "0"]);
-    assert!(records_in(&doc, "tw_known_long_sleep").is_empty(), "preempted-only must exclude sleeps: {doc:#}");
+    assert!(calls_in(&doc, "tw_known_long_sleep").is_empty(), "preempted-only must exclude sleeps: {doc:#}");
 }
 
 #[test]
 fn user_and_kernel_stack_only_modes() {
     require_bpf!();
     let doc = mixed_sleeps(&["-U"]);
-    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
     for r in doc["records"].as_array().unwrap() {
         assert_eq!(r["kernel_stack_status"], "none");
     }
@@ -192,7 +192,7 @@ fn pid_filter_keeps_only_that_process() {
     let doc = json(&tracer.finish());
     let recs = doc["records"].as_array().unwrap();
     assert!(recs.iter().all(|r| r["tgid"].as_u64() == Some(std::process::id() as u64)), "{doc:#}");
-    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1);
+    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1);
     assert!(recs.iter().all(|r| r["comm"] != "sleep"));
 }
 
@@ -302,7 +302,7 @@ fn sigint_ends_early_and_still_reports() {
     let out = tracer.finish();
     assert!(started.elapsed() < Duration::from_secs(15));
     let doc = json(&out);
-    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
 }
 
 #[test]
@@ -315,7 +315,7 @@ fn sigterm_ends_early_and_still_reports() {
     w.join();
     tracer.signal(libc::SIGTERM);
     let doc = json(&tracer.finish());
-    assert_eq!(records_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
     assert!(doc["duration_s"].as_f64().unwrap() < 30.0);
 }
 

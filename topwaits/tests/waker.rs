@@ -134,7 +134,7 @@ fn waits_without_a_waker_stay_in_the_report() {
     w.go();
     w.join();
     let doc = json(&tracer.finish());
-    let recs = records_in(&doc, "tw_known_long_sleep");
+    let recs = calls_in(&doc, "tw_known_long_sleep");
     assert_eq!(recs.len(), 1, "{doc:#}");
     // A nanosleep ends by a timer: an interrupt, not the task it happened to hit.
     let waker = &recs[0]["waker"];
@@ -172,7 +172,7 @@ fn interrupt_wakers_are_one_record_per_handler_path() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     spin.join();
     let doc = json(&tracer.finish());
-    let recs = records_in(&doc, "tw_known_long_sleep");
+    let recs = calls_in(&doc, "tw_known_long_sleep");
     let irq: Vec<&Value> = recs.iter().copied().filter(|r| r["waker"]["context"] == "interrupt").collect();
     let count: u64 = irq.iter().map(|r| r["count"].as_u64().unwrap()).sum();
     assert!(count >= 100, "timer wakeups seen: {count}: {doc:#}");

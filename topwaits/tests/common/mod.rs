@@ -301,6 +301,14 @@ pub fn records_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The records of waits in a call that `func` made (its sleep, read, ...): those
+/// with `func` in the user stack below the leaf. A wait with `func` itself as the
+/// leaf is the thread preempted, or faulting, in `func`'s own code, which a busy
+/// VM makes now and then.
+pub fn calls_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
+    records_in(doc, func).into_iter().filter(|r| !stack_names(&r["user_stack"]).first().is_some_and(|s| s.contains(func))).collect()
+}
+
 pub fn stack_names(stack: &Value) -> Vec<String> {
     stack
         .as_array()

@@ -346,7 +346,7 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
 fn verified_insns(pid: u32) -> u64 {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return 0 };
     dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .filter(|info| info.lines().any(|l| l.starts_with("prog_id:")))
+        .filter(|info| fdinfo_field(info, "prog_id").is_some())
         .filter_map(|info| fdinfo_field(&info, "verified_insns"))
         .sum()
 }

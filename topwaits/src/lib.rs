@@ -67,7 +67,7 @@ pub fn main_entry() -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            say!("topwaits: error: {e:#}");
+            say!("topwaits: error: {}", stderr::error_line(&e));
             1
         }
     }

@@ -279,7 +279,7 @@ fn load_learners(tracer: &mut Tracer, events: &mut Option<ProcEvents>, remember:
     match loaded {
         Ok(Ok(())) => log::debug!("kernel stack learners in place"),
         // Stacks stay exact, only every one is unwound.
-        Ok(Err(e)) => log::warn!("kernel stacks will not be reused: {e:#}"),
+        Ok(Err(e)) => log::warn!("kernel stacks will not be reused: {}", crate::stderr::error_line(&e)),
         Err(_) => log::warn!("kernel stacks will not be reused: the loading thread panicked"),
     }
 }

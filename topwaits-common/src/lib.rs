@@ -139,6 +139,11 @@ pub struct Settings {
     /// Byte offset of `task_struct.sched_info.pcount` (times the task got a CPU), or
     /// `u32::MAX` without `CONFIG_SCHED_INFO`.
     pub off_pcount: u32,
+    /// Non-zero when the kernel has BTF: the per-task stack-reuse entries are task
+    /// storage, reached through a helper the verifier types with the kernel's BTF.
+    /// Without it the programs never reach that code (the verifier drops it, as
+    /// this is a constant) and every kernel stack is unwound.
+    pub task_storage: u32,
 }
 
 impl Settings {
@@ -173,6 +178,7 @@ impl Settings {
             events_over_us: 0,
             off_prev_sum_exec: u32::MAX,
             off_pcount: u32::MAX,
+            task_storage: 0,
         }
     }
 }

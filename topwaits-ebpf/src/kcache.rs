@@ -7,14 +7,15 @@
 
 use aya_ebpf::{
     helpers::{bpf_loop, generated::bpf_probe_read_kernel},
-    macros::map,
-    maps::{HashMap, PerCpuArray, ProgramArray},
+    macros::{btf_map, map},
+    maps::{PerCpuArray, ProgramArray},
     EbpfContext,
 };
-use topwaits_common::{counter, limits, limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS};
+use topwaits_common::{counter, limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS};
 
 use crate::layouts::{self, Site};
-use crate::maps::{count, GROWS, KSTACKS, SCRATCH_STACK};
+use crate::maps::{count, KSTACKS, SCRATCH_STACK};
+use crate::taskmap::TaskStorage;
 
 /// Kernel stacks are this large and aligned to it (x86-64 and arm64 without
 /// KASAN). With larger stacks the top is misplaced, slots are not all found, and
@@ -86,8 +87,6 @@ pub struct Scan {
     want: [u64; 64],
     /// A cache entry being learned or refined.
     pub(crate) fresh: StackCache,
-    /// A new cache value: the entry learned, then empty ones.
-    pub(crate) fresh_set: [StackCache; CACHED_PER_TASK],
     /// The site [`find`] looked up, and the top of the kernel stack.
     pub(crate) key: CacheKey,
     pub(crate) top: u64,
@@ -148,20 +147,21 @@ static SCRATCH_SCAN: PerCpuArray<Scan> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "SCRATCH_REGION")]
 static SCRATCH_REGION: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
-/// Where each task's kernel stacks lay (see `StackCache`), keyed by `task_struct`
-/// address: the stacks last learned, newest first, each with its call site (one
+/// Where each task's kernel stacks lay (see `StackCache`), in the task's own
+/// storage (only its own hooks use it, as the running task): the stacks last learned, newest first, each with its call site (one
 /// site often alternates between two stacks: a read that blocks, and one
 /// preempted on its way out). Per task rather than an LRU of task and site: an LRU
 /// that all tasks share is preallocated, and once more tasks block than it holds,
 /// every switch evicts, unwinds and learns again (10,000 sleeping threads cost 4x
-/// the per-switch time of 10). Entries follow the tasks, like `STARTS`.
-#[map(name = "KCACHE")]
-pub(crate) static KCACHE: HashMap<u64, [StackCache; CACHED_PER_TASK]> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
+/// the per-switch time of 10). Task storage rather than a hash map keyed by task:
+/// no hashing, no bucket to miss in cache, and no limit on tasks.
+#[btf_map(name = "KCACHE")]
+pub(crate) static KCACHE: TaskStorage<[StackCache; CACHED_PER_TASK]> = TaskStorage::new();
 
-/// Frees a task's entry at its last switch.
+/// Frees the running task's entry at its last switch.
 #[inline(always)]
-pub fn drop_task(task: u64) {
-    let _ = KCACHE.remove(&task);
+pub fn drop_task() {
+    KCACHE.remove_current();
 }
 
 /// The per-CPU scratch of the callbacks. `Scan` stays a raw pointer (never `&mut`)
@@ -309,7 +309,7 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
         (*st).key = key;
     }
     let mut known = false;
-    if let Some(e) = KCACHE.get_ptr(&task) {
+    if let Some(e) = KCACHE.current() {
         // SAFETY: a pointer from a map lookup; only this task's hooks use its entry,
         // and they do not run on two CPUs at once.
         for c in unsafe { &*e } {

@@ -229,7 +229,7 @@ fn seed(st: *mut Scan, id: u64) {
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         (*st).fresh = *l;
-        keep_fresh(st, KCACHE.get_ptr_mut(&(*st).key.task), CACHED_PER_TASK);
+        keep_fresh(st, KCACHE.current(), CACHED_PER_TASK);
     }
 }
 
@@ -247,7 +247,7 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
         let top = (*st).top;
         let key = (*st).key;
         let site = Site::of(&key);
-        let entry = KCACHE.get_ptr_mut(&key.task);
+        let entry = KCACHE.current();
         // The entry that held this stack at this site, if any.
         let mut same = CACHED_PER_TASK;
         if let Some(e) = entry {
@@ -313,7 +313,7 @@ fn from_layout(st: *mut Scan, base: u64, frames: &KernelStack, kstack: u64, site
 #[inline(always)]
 unsafe fn keep_fresh(st: *mut Scan, entry: Option<*mut [StackCache; CACHED_PER_TASK]>, same: usize) {
     // Copies in place: the values would not fit on the BPF stack.
-    use core::ptr::{copy, copy_nonoverlapping, write_bytes};
+    use core::ptr::{copy, copy_nonoverlapping};
     // SAFETY: per-CPU scratch and the task's own map value, used by this run alone.
     unsafe {
         let key = (*st).key;
@@ -326,10 +326,11 @@ unsafe fn keep_fresh(st: *mut Scan, entry: Option<*mut [StackCache; CACHED_PER_T
                 copy(&raw const (*e)[0], &raw mut (*e)[1], CACHED_PER_TASK - 1);
                 copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[0], 1);
             }
+            // The task's first stack: its entry is created zeroed (empty slots).
             None => {
-                copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*st).fresh_set[0], 1);
-                write_bytes(&raw mut (*st).fresh_set[1], 0, CACHED_PER_TASK - 1);
-                let _ = KCACHE.insert(&key.task, &(*st).fresh_set, 0);
+                if let Some(e) = KCACHE.current_or_zeroed() {
+                    copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[0], 1);
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 //! topwaits' eBPF object: one module per hook, plus the maps and the shared
 //! accounting they use. Dependencies run one way: hooks → switch → events → wake →
-//! threads → task → kstack/ustack/kcache/klearn → layouts → stackref → maps.
+//! threads → task → kstack/ustack/kcache/klearn → layouts → stackref → taskmap →
+//! maps.
 #![no_std]
 #![no_main]
 // Its build output is shown only when it fails, so warnings must fail it.
@@ -23,6 +24,7 @@ mod sched_wakeup_new;
 mod stackref;
 mod switch;
 mod task;
+mod taskmap;
 mod threads;
 mod ustack;
 mod wake;

@@ -86,6 +86,7 @@ fn offsets_into(settings: &mut Settings, off: &btf::TaskOffsets) {
     settings.off_prev_sum_exec = off.prev_sum_exec;
     settings.off_pcount = off.pcount;
     settings.off_stack = off.stack;
+    settings.task_storage = 1;
 }
 
 /// Map capacities for one mode. Maps a mode does not use hold one entry.
@@ -99,8 +100,8 @@ struct Sizes {
     futex: u32,
     /// Bytes of the long-wait event ring buffer (a page when unused).
     wait_events: u32,
-    /// Kernel stack reuse: per-task entries, shared layouts and their call sites.
-    kcache: u32,
+    /// Kernel stack reuse: shared layouts and their call sites (per-task
+    /// entries are task storage, which has no size).
     layouts: u32,
     sites: u32,
 }
@@ -116,7 +117,6 @@ impl Sizes {
             deps: 1,
             futex: 1,
             wait_events: 4096,
-            kcache: 1,
             layouts: 1,
             sites: 1,
         }
@@ -158,9 +158,11 @@ fn load(
         .map_max_entries(names::FUTEX_WAKING, sizes.futex)
         .map_max_entries(names::PIDS, bitmap.len().max(1) as u32)
         .map_max_entries(names::WAIT_EVENTS, sizes.wait_events)
-        .map_max_entries(names::KCACHE, sizes.kcache)
         .map_max_entries(names::LAYOUTS, sizes.layouts)
         .map_max_entries(names::SITES, sizes.sites)
+        // KCACHE is task storage, which aya 0.14 cannot wrap in user space; only
+        // the programs use it.
+        .allow_unsupported_maps()
         .load(OBJECT)
         .context("failed to load the eBPF object")?;
     let mut pids: Array<_, u64> = Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
@@ -246,7 +248,6 @@ impl Tracer {
         // Only the maps a mode uses get their full size.
         let mut sizes = Sizes::unused();
         sizes.stacks = config.stack_storage_size;
-        sizes.kcache = limits::START_ENTRIES;
         sizes.layouts = limits::LAYOUTS;
         sizes.sites = limits::LAYOUT_SITES;
         if config.events_over_us.is_some() {
@@ -289,7 +290,7 @@ impl Tracer {
                 Ok(()) => AttachKind::RawTp,
                 Err(e) if !have_btf => return Err(e),
                 Err(e) => {
-                    warn!("raw_tp unavailable ({e:#}); falling back to tp_btf");
+                    warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::stderr::error_line(&e));
                     ebpf = reload(ebpf, &settings, &sizes, config.filter_ids())?;
                     attached_mono = crate::clock::monotonic_now();
                     let btf = kernel_btf()?;
@@ -363,7 +364,7 @@ impl Tracer {
         let tracefs = match Tracefs::open() {
             Ok(t) => Some(t),
             Err(e) => {
-                warn!("{e:#}; futex dependencies are unavailable");
+                warn!("{}; futex dependencies are unavailable", crate::stderr::error_line(&e));
                 None
             }
         };
@@ -395,7 +396,7 @@ impl Tracer {
                 Ok(()) => AttachKind::RawTp,
                 Err(e) if mode == AttachMode::RawTp => return Err(e),
                 Err(e) => {
-                    warn!("raw_tp unavailable ({e:#}); falling back to tp_btf");
+                    warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::stderr::error_line(&e));
                     ebpf = reload(ebpf, &settings, &sizes, config.threads.ids())?;
                     attached_mono = crate::clock::monotonic_now();
                     attach_btf(&mut ebpf)?;
@@ -481,7 +482,7 @@ impl Tracer {
                 })
             });
             if let Err(e) = read {
-                log::warn!("could not read the per-task start map before detaching: {e:#}");
+                log::warn!("could not read the per-task start map before detaching: {}", crate::stderr::error_line(&e));
             }
             self.arrived_at_stop = Some(arrived);
         }

@@ -144,6 +144,7 @@ pub struct Settings {
     /// Without it the programs never reach that code (the verifier drops it, as
     /// this is a constant) and every kernel stack is unwound.
     pub task_storage: u32,
+    pub _pad: u32,
 }
 
 impl Settings {
@@ -179,6 +180,7 @@ impl Settings {
             off_prev_sum_exec: u32::MAX,
             off_pcount: u32::MAX,
             task_storage: 0,
+            _pad: 0,
         }
     }
 }
@@ -590,7 +592,7 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 26);
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 28);
         assert_eq!(size_of::<ProcEvent>(), 8);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);

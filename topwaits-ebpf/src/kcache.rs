@@ -83,8 +83,6 @@ pub struct Scan {
     pub(crate) generation: u32,
     /// Found frames by return address (two buckets each): generation << 8 | frame + 1.
     pub(crate) index: [u16; 256],
-    /// The frames an entry's slots must hold, while it is checked.
-    want: [u64; 64],
     /// A cache entry being learned or refined.
     pub(crate) fresh: StackCache,
     /// The site [`find`] looked up, and the top of the kernel stack.
@@ -202,20 +200,35 @@ pub(crate) fn entry_in_place(top: u64, cache: &StackCache, frames: &KernelStack)
         || read_word(top - ENTRY_SLOT_FROM_TOP) == Some(frames[(cache.frames as usize).wrapping_sub(1) & 63])
 }
 
-/// `bpf_loop` body: checks slot `k` of the entry in the scratch against the
-/// region, and notes a changed one.
-unsafe extern "C" fn check_slot(k: u64, _ctx: *mut core::ffi::c_void) -> i64 {
-    let Some((st, region, _)) = scratch() else { return 1 };
-    // SAFETY: per-CPU scratch, used by this program run alone.
-    let st = unsafe { &mut *st };
+/// What [`check_slot`] compares, on the BPF stack (`bpf_loop` passes only a stack
+/// pointer to its callback): pointers to the entry, the stored frames and the
+/// region just read, so that neither the entry nor the frames are copied first.
+/// The verdict goes to map memory (`changed`), whose writes the verifier does not
+/// track: a flag on the stack would make it walk the loop body once per value.
+#[repr(C)]
+struct Check {
+    cache: *const StackCache,
+    frames: *const KernelStack,
+    region: *const [u64; REGION_WORDS],
+    changed: *mut u32,
+}
+
+/// `bpf_loop` body: checks slot `k` of the entry against the region, and notes a
+/// changed one.
+unsafe extern "C" fn check_slot(k: u64, ctx: *mut core::ffi::c_void) -> i64 {
     let k = k as usize;
     if k >= CACHE_SLOTS {
         return 1;
     }
-    let (off, owner) = (st.fresh.slots[k], st.fresh.owners[k] as usize & 63);
-    if region[(off as usize >> 3) & (REGION_WORDS - 1)] != st.want[owner] {
-        st.changed = 1;
-        return 1;
+    // SAFETY: `ctx` is the `Check` that `reuse` passed, on its stack; its pointers
+    // are map values, alive for the whole program run.
+    unsafe {
+        let c = &mut *ctx.cast::<Check>();
+        let (off, owner) = ((*c.cache).slots[k], (*c.cache).owners[k] as usize & 63);
+        if (*c.region)[(off as usize >> 3) & (REGION_WORDS - 1)] != (*c.frames)[owner] {
+            *c.changed = 1;
+            return 1;
+        }
     }
     0
 }
@@ -232,20 +245,22 @@ fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> u64 {
     let Some(frames) = KSTACKS.get_ptr(&cache.kstack).map(|f| unsafe { &*f }) else {
         return 0;
     };
-    if read_region(base, cache.span as u64).is_none() {
+    let Some(region) = read_region(base, cache.span as u64) else {
         return 0;
-    }
+    };
     // SAFETY: per-CPU scratch, used by this program run alone.
-    unsafe {
-        (*st).fresh = *cache;
-        (*st).want.copy_from_slice(&frames[..64]);
+    let changed = unsafe {
         (*st).changed = 0;
-        bpf_loop(cache.len, check_slot as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
-        if (*st).changed == 0 && entry_in_place(top, cache, frames) {
-            cache.kstack
-        } else {
-            0
-        }
+        &raw mut (*st).changed
+    };
+    let mut check = Check { cache, frames, region, changed };
+    // SAFETY: the callback reads `check` through the pointer, for this call only.
+    unsafe { bpf_loop(cache.len, check_slot as *mut core::ffi::c_void, (&raw mut check).cast(), 0) };
+    // SAFETY: as above; volatile, as the callback wrote it behind the compiler's back.
+    if unsafe { core::ptr::read_volatile(changed) } == 0 && entry_in_place(top, cache, frames) {
+        cache.kstack
+    } else {
+        0
     }
 }
 

@@ -144,7 +144,12 @@ pub struct Settings {
     /// Without it the programs never reach that code (the verifier drops it, as
     /// this is a constant) and every kernel stack is unwound.
     pub task_storage: u32,
-    pub _pad: u32,
+    /// Non-zero: a thread's row is held in its start entry while its waits keep the
+    /// same stacks, and written to the aggregate only when they change or the
+    /// thread exits; user space adds the rows still held when it drains, once,
+    /// after detaching. Off when the aggregate is drained while tracing
+    /// (`--interval`), and with `--waker`.
+    pub hold_rows: u32,
 }
 
 impl Settings {
@@ -180,7 +185,7 @@ impl Settings {
             off_prev_sum_exec: u32::MAX,
             off_pcount: u32::MAX,
             task_storage: 0,
-            _pad: 0,
+            hold_rows: 0,
         }
     }
 }
@@ -204,6 +209,10 @@ pub struct SwitchOut {
     /// did not see it arrive.
     pub arrivals: u32,
     pub comm: [u8; TASK_COMM_LEN],
+    /// With [`Settings::hold_rows`]: the thread's row not yet in the aggregate
+    /// (`held.count` 0: none), keyed by `row`.
+    pub row: WaitKey,
+    pub held: WaitVal,
 }
 
 /// Most stack slots that [`StackCache`] can check in place; stacks of this many
@@ -287,6 +296,19 @@ pub struct WaitVal {
     pub max_ns: u64,
     /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the longest wait ended.
     pub max_end_ns: u64,
+}
+
+impl WaitVal {
+    /// Adds the waits of `other`, a value of the same key, to this one.
+    #[inline(always)]
+    pub fn absorb(&mut self, other: &WaitVal) {
+        self.total_ns += other.total_ns;
+        self.count += other.count;
+        if other.max_ns > self.max_ns {
+            self.max_ns = other.max_ns;
+            self.max_end_ns = other.max_end_ns;
+        }
+    }
 }
 
 /// Most waker hops a record can carry (`--chain`).
@@ -498,8 +520,12 @@ pub mod counter {
     /// [`WAKER_KSTACK_REUSED`] too) from a layout another task learned at the same
     /// call site.
     pub const KSTACK_SHARED: u32 = 20;
+    /// Waits counted in [`RECORDED`] as they were added to a held row (see
+    /// [`Settings::hold_rows`]) that then did not fit into the full aggregate map
+    /// (and are counted in [`LOST_AGG_FULL`] too).
+    pub const HELD_LOST: u32 = 21;
     /// Number of counters (the size of the COUNTERS map).
-    pub const COUNT: u32 = 21;
+    pub const COUNT: u32 = 22;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -591,6 +617,15 @@ mod tests {
     use core::mem::size_of;
 
     #[test]
+    fn absorbing_a_value_adds_totals_and_counts_and_keeps_the_longer_max() {
+        let mut a = WaitVal { total_ns: 10, count: 2, max_ns: 7, max_end_ns: 100 };
+        a.absorb(&WaitVal { total_ns: 5, count: 1, max_ns: 5, max_end_ns: 200 });
+        assert_eq!(a, WaitVal { total_ns: 15, count: 3, max_ns: 7, max_end_ns: 100 });
+        a.absorb(&WaitVal { total_ns: 9, count: 1, max_ns: 9, max_end_ns: 300 });
+        assert_eq!(a, WaitVal { total_ns: 24, count: 4, max_ns: 9, max_end_ns: 300 });
+    }
+
+    #[test]
     fn shared_types_have_no_padding() {
         assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 28);
         assert_eq!(size_of::<ProcEvent>(), 8);
@@ -598,7 +633,7 @@ mod tests {
         assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<StackCache>(), 8 * 5 + 3 * CACHE_SLOTS);
         assert_eq!(size_of::<CacheKey>(), 8 * 3);
-        assert_eq!(size_of::<SwitchOut>(), 8 * 3 + 4 * 4 + TASK_COMM_LEN);
+        assert_eq!(size_of::<SwitchOut>(), 8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<WaitKey>() + size_of::<WaitVal>());
         assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);
         assert_eq!(size_of::<Chain>(), 16 + MAX_CHAIN * size_of::<Hop>());
         assert_eq!(size_of::<WakeKey>(), size_of::<WaitKey>() + 8 + MAX_CHAIN * size_of::<Hop>());

@@ -184,28 +184,36 @@ pub fn count(index: u32, n: u64) {
 
 const EEXIST: i32 = 17;
 
+/// Folds into `key`'s value in an aggregate map, or inserts `fresh`; false when
+/// the map is full.
+#[inline(always)]
+pub fn fold_or_insert<K, V>(map: &HashMap<K, V>, key: &K, fresh: &V, fold: impl Fn(*mut V)) -> bool {
+    if let Some(v) = map.get_ptr_mut(key) {
+        fold(v);
+        return true;
+    }
+    match map.insert(key, fresh, BPF_NOEXIST as u64) {
+        Ok(()) => true,
+        // Created on another CPU in between: fold into that one.
+        Err(e) if e == -EEXIST => {
+            if let Some(v) = map.get_ptr_mut(key) {
+                fold(v);
+            }
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// Adds one wait to an aggregate map: folds it into the existing value, or inserts
 /// `fresh`. A full map counts the wait and its `delta_ns` as lost.
 #[inline(always)]
 pub fn upsert<K, V>(map: &HashMap<K, V>, key: &K, fresh: &V, delta_ns: u64, fold: impl Fn(*mut V)) {
-    if let Some(v) = map.get_ptr_mut(key) {
-        fold(v);
+    if fold_or_insert(map, key, fresh, fold) {
         count(counter::RECORDED, 1);
-        return;
-    }
-    match map.insert(key, fresh, BPF_NOEXIST as u64) {
-        Ok(()) => count(counter::RECORDED, 1),
-        // Created on another CPU in between: fold into that one.
-        Err(e) if e == -EEXIST && map.get_ptr_mut(key).is_some() => {
-            if let Some(v) = map.get_ptr_mut(key) {
-                fold(v);
-            }
-            count(counter::RECORDED, 1);
-        }
-        Err(_) => {
-            count(counter::LOST_AGG_FULL, 1);
-            count(counter::LOST_AGG_FULL_NS, delta_ns);
-        }
+    } else {
+        count(counter::LOST_AGG_FULL, 1);
+        count(counter::LOST_AGG_FULL_NS, delta_ns);
     }
 }
 

@@ -4,11 +4,13 @@
 
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, programs::tracing::StackIdContext};
 use topwaits_common::{
-    counter, thread_kind, SwitchOut, WaitKey, WaitVal, PF_KTHREAD, STACK_NONE, TASK_DEAD, TASK_NOLOAD,
+    counter, thread_kind, SwitchOut, WaitKey, WaitVal, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD,
     TASK_UNINTERRUPTIBLE,
 };
 
-use crate::maps::{count, mark_started, maybe_started, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STARTS, WAITS};
+use crate::maps::{
+    count, fold_or_insert, mark_started, maybe_started, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STARTS, WAITS,
+};
 use crate::kcache::Hook;
 use crate::task::{capture_stacks, Outgoing};
 use crate::wake;
@@ -61,6 +63,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
             if start.ts != 0 {
                 end_unseen(ctx, out, start, clock.now(), in_own_context);
             }
+            write_held(start);
         }
         let _ = STARTS.remove(&out.task);
         let _ = LAST_WAKE.remove(&out.task);
@@ -77,25 +80,37 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
     } else {
         (STACK_NONE, STACK_NONE)
     };
-    let rec = SwitchOut {
-        ts: now,
-        kstack,
-        tgid: out.tgid,
-        tid: out.tid,
-        ustack,
-        state: out.state,
-        arrivals: task_u32(out.task, SETTINGS.load().off_pcount).unwrap_or(0),
-        comm: out.comm(),
-    };
+    let arrivals = task_u32(out.task, SETTINGS.load().off_pcount).unwrap_or(0);
+    let comm = out.comm();
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
         // SAFETY: a pointer from a map lookup; only this task's switches touch it.
         let start = unsafe { &mut *slot };
         if start.ts != 0 {
             end_unseen(ctx, out, start, now, in_own_context);
         }
-        *start = rec;
+        // The wait's own fields: a held row stays.
+        start.ts = now;
+        start.kstack = kstack;
+        start.ustack = ustack;
+        start.tgid = out.tgid;
+        start.tid = out.tid;
+        start.state = out.state;
+        start.arrivals = arrivals;
+        start.comm = comm;
     } else if {
         mark_started(out.task);
+        let rec = SwitchOut {
+            ts: now,
+            kstack,
+            tgid: out.tgid,
+            tid: out.tid,
+            ustack,
+            state: out.state,
+            arrivals,
+            comm,
+            row: NO_ROW,
+            held: WaitVal { total_ns: 0, count: 0, max_ns: 0, max_end_ns: 0 },
+        };
         STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err()
     } {
         count(counter::LOST_START_FULL, 1);
@@ -199,8 +214,66 @@ fn end_wait<C: StackIdContext>(ctx: &C, task: u64, start: &mut SwitchOut, now: u
     }
     if s.waker != 0 {
         wake::account(task, &key, began, start.state, delta, now);
+    } else if s.hold_rows != 0 {
+        hold(start, &key, delta, now);
     } else {
         add(&key, delta, now);
+    }
+}
+
+/// The key of no row.
+const NO_ROW: WaitKey = WaitKey { kstack: 0, ustack: 0, tgid: 0, tid: 0, comm: [0; TASK_COMM_LEN] };
+
+/// Whether two keys name the same row, compared a word at a time.
+#[inline(always)]
+fn same_row(a: &WaitKey, b: &WaitKey) -> bool {
+    // SAFETY: unaligned reads of the two 8-byte halves of each 16-byte name.
+    let half = |k: &WaitKey, i: usize| unsafe { core::ptr::read_unaligned(k.comm.as_ptr().add(8 * i).cast::<u64>()) };
+    a.kstack == b.kstack
+        && a.ustack == b.ustack
+        && a.tid == b.tid
+        && a.tgid == b.tgid
+        && half(a, 0) == half(b, 0)
+        && half(a, 1) == half(b, 1)
+}
+
+/// Adds one wait to the row the thread holds in its start entry (see
+/// `Settings::hold_rows`): nearly every wait of a thread has the stacks of its last
+/// one, and such a wait then costs no lookup in the aggregate. A wait with other
+/// stacks first writes the held row to the aggregate.
+#[inline(always)]
+fn hold(start: &mut SwitchOut, key: &WaitKey, delta: u64, now: u64) {
+    count(counter::RECORDED, 1);
+    if start.held.count != 0 && same_row(&start.row, key) {
+        fold(&raw mut start.held, delta, now);
+        return;
+    }
+    write_held(start);
+    start.row = *key;
+    start.held = WaitVal {
+        total_ns: delta,
+        count: 1,
+        max_ns: delta,
+        max_end_ns: now,
+    };
+}
+
+/// Writes the thread's held row, if any, to the aggregate. Its waits were counted
+/// as recorded when held: a full map counts them lost, and `HELD_LOST` lets user
+/// space take them out of the recorded count again.
+#[inline(always)]
+fn write_held(start: &mut SwitchOut) {
+    if start.held.count == 0 {
+        return;
+    }
+    let held = start.held;
+    start.held.count = 0;
+    // SAFETY: a pointer from a map lookup; the row names this thread, whose
+    // switches run on one CPU at a time.
+    if !fold_or_insert(&WAITS, &start.row, &held, |v| unsafe { (*v).absorb(&held) }) {
+        count(counter::LOST_AGG_FULL, held.count);
+        count(counter::LOST_AGG_FULL_NS, held.total_ns);
+        count(counter::HELD_LOST, held.count);
     }
 }
 

@@ -201,7 +201,9 @@ impl Counters {
         let at = |i: u32| s.get(i as usize).copied().unwrap_or(0);
         Counters {
             switches: at(c::SWITCHES),
-            recorded: at(c::RECORDED),
+            // Waits of held rows that did not fit into the aggregate were counted
+            // when held (see `Settings::hold_rows`).
+            recorded: at(c::RECORDED).saturating_sub(at(c::HELD_LOST)),
             outside_block_time: at(c::OUTSIDE_BLOCK_TIME),
             lost_kernel_stacks: at(c::LOST_KERNEL_STACK),
             lost_user_stacks: at(c::LOST_USER_STACK),

@@ -109,6 +109,48 @@ fn many_short_sleeps_are_counted_exactly() {
     }
 }
 
+/// A thread's waits with the stacks of its last one are added to a row it holds,
+/// which is written to the aggregate when its stacks change and when the thread
+/// exits: none may go missing on either path.
+#[test]
+fn rows_of_a_thread_that_changes_call_sites_and_exits_are_all_counted() {
+    require_bpf!();
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    let slept = std::sync::Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let w = {
+        let slept = slept.clone();
+        Workload::spawn("tw-alternate", move || {
+            for _ in 0..6 {
+                let before = voluntary_switches();
+                tw_known_short_sleeps(3, Duration::from_millis(2));
+                slept[0].fetch_add(voluntary_switches() - before, SeqCst);
+                let before = voluntary_switches();
+                tw_known_long_sleep(Duration::from_millis(2));
+                slept[1].fetch_add(voluntary_switches() - before, SeqCst);
+            }
+        })
+    };
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "-t", &tid]);
+    w.go();
+    w.join();
+    // Time for the thread's last switch, which writes its held row.
+    std::thread::sleep(Duration::from_millis(200));
+    tracer.signal(libc::SIGINT);
+    let doc = json(&tracer.finish());
+    assert_eq!(doc["lost"]["aggregate_full"], 0, "{doc:#}");
+    for (i, func) in ["tw_known_short_sleeps", "tw_known_long_sleep"].into_iter().enumerate() {
+        let counted: u64 = calls_in(&doc, func)
+            .iter()
+            .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("nanosleep")))
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum();
+        let slept = slept[i].load(SeqCst);
+        assert!(slept >= [18, 6][i], "the kernel counted {slept} voluntary switches in {func}");
+        assert_eq!(counted, slept, "{func}: {doc:#}");
+    }
+}
+
 /// One thread sleeping 300 ms once and 20 × 2 ms, for the block-time filters.
 fn mixed_sleeps(args: &[&str]) -> serde_json::Value {
     let w = Workload::spawn("tw-mixed", || {

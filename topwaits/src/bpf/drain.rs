@@ -27,6 +27,17 @@ pub(super) fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, ma
     }
 }
 
+/// Adds the rows that threads still held in their start entries (`count` 0: none)
+/// to the rows read from the aggregate: a thread's held row may extend one it
+/// wrote there before.
+fn add_held(rows: &mut HashMap<WaitKey, WaitVal>, held: impl IntoIterator<Item = (WaitKey, WaitVal)>) {
+    for (key, val) in held {
+        if val.count != 0 {
+            rows.entry(key).or_default().absorb(&val);
+        }
+    }
+}
+
 impl Tracer {
     /// Reads the thread profiles, closing open states at `end_mono`, and the edges.
     pub fn drain_threads(&self, end_mono: u64) -> Result<ThreadsCapture> {
@@ -141,6 +152,17 @@ impl Tracer {
                 records.push(r);
             })
             .context("failed to read the aggregate map")?;
+        } else if self.holds_rows {
+            let mut rows = HashMap::new();
+            batch::each(self.map(names::WAITS)?, |k: &WaitKey, v: &WaitVal| {
+                rows.insert(*k, *v);
+            })
+            .context("failed to read the aggregate map")?;
+            let mut held = Vec::new();
+            batch::each(self.map(names::STARTS)?, |_: &u64, st: &SwitchOut| held.push((st.row, st.held)))
+                .context("failed to read the rows held in the per-task start map")?;
+            add_held(&mut rows, held);
+            records.extend(rows.iter().map(|(k, v)| raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns)));
         } else {
             batch::each(self.map(names::WAITS)?, |k: &WaitKey, v: &WaitVal| {
                 records.push(raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
@@ -221,5 +243,32 @@ fn open_wake(st: &SwitchOut, chain: Option<&Chain>, end_mono: u64) -> WakeInfo<R
         runq_ns: so_far - blocked,
         max_blocked_ns: blocked,
         max_runq_ns: so_far - blocked,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(tid: u32, kstack: u64) -> WaitKey {
+        WaitKey { kstack, ustack: 0, tgid: 1, tid, comm: [b'a'; 16] }
+    }
+
+    #[test]
+    fn held_rows_extend_the_aggregate_or_add_rows_and_empty_ones_are_skipped() {
+        let mut rows = HashMap::new();
+        rows.insert(key(2, 10), WaitVal { total_ns: 100, count: 2, max_ns: 60, max_end_ns: 1_000 });
+        let held = [
+            // Same thread and stacks as an aggregate row, with a longer wait.
+            (key(2, 10), WaitVal { total_ns: 90, count: 1, max_ns: 90, max_end_ns: 2_000 }),
+            // A row only held so far.
+            (key(3, 10), WaitVal { total_ns: 5, count: 1, max_ns: 5, max_end_ns: 3_000 }),
+            // A start entry with nothing held (its stale figures must not count).
+            (key(4, 10), WaitVal { total_ns: 7, count: 0, max_ns: 7, max_end_ns: 4_000 }),
+        ];
+        add_held(&mut rows, held);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[&key(2, 10)], WaitVal { total_ns: 190, count: 3, max_ns: 90, max_end_ns: 2_000 });
+        assert_eq!(rows[&key(3, 10)], WaitVal { total_ns: 5, count: 1, max_ns: 5, max_end_ns: 3_000 });
     }
 }

@@ -49,6 +49,9 @@ pub struct Tracer {
     block_us: (u64, u64),
     /// Long waits are sent as events (`--events-over`).
     wait_events: bool,
+    /// Threads hold their latest row in their start entry (`Settings::hold_rows`):
+    /// the final drain adds those rows.
+    holds_rows: bool,
     /// Taken by [`Tracer::stop`]: the open waits (task, start) whose thread had
     /// been back on a CPU by then, unseen by the hook; None while attached.
     arrived_at_stop: Option<HashMap<u64, u64>>,
@@ -310,6 +313,7 @@ impl Tracer {
             btf: kept_btf,
             block_us: (config.min_us, config.max_us),
             wait_events: config.events_over_us.is_some(),
+            holds_rows: settings.hold_rows != 0,
             arrived_at_stop: None,
         })
     }
@@ -417,6 +421,7 @@ impl Tracer {
             btf: None,
             block_us: (0, u64::MAX),
             wait_events: false,
+            holds_rows: false,
             arrived_at_stop: None,
         })
     }

@@ -112,7 +112,8 @@ pub struct TraceArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_storage_size: u32,
 
-    /// Number of unique (thread, stack) records the kernel aggregate can hold.
+    /// Number of unique (thread, stack) records the kernel aggregate can hold (the
+    /// row each thread is still adding to at the end is kept apart, on top).
     #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_MAX_ENTRIES,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_entries: u32,
@@ -485,6 +486,9 @@ impl Config {
         s.self_tgid = std::process::id();
         s.leaf_words = if self.leaf_callers { topwaits_common::LEAF_WORDS } else { 0 };
         s.events_over_us = self.events_over_us.map_or(0, |us| us.min(u32::MAX as u64) as u32);
+        // Rows held by their threads are drained once, after detaching: not with
+        // intervals, which drain and clear the aggregate while tracing.
+        s.hold_rows = u32::from(self.interval.is_none() && !self.waker);
         s
     }
 

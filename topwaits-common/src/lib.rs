@@ -259,12 +259,12 @@ pub struct StackCache {
     pub owners: [u8; CACHE_SLOTS],
 }
 
-/// Where a task entered the hook, which a [`StackCache`] must match to be checked.
+/// Where a task entered the hook, which a [`StackCache`] must match to be checked;
+/// also the key of the layouts kept per call site for all tasks. (Whose entry it
+/// is needs no field: a task's entries are its own storage.)
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheKey {
-    /// `task_struct` address.
-    pub task: u64,
     /// In a syscall (x86-64): its number with the top bit set. Otherwise the depth
     /// of the hook's argument array below the top of the kernel stack. Bit 62 is
     /// set for a waker's stack at `sched_waking`, so that a task's stacks as waker
@@ -632,7 +632,7 @@ mod tests {
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<StackCache>(), 8 * 5 + 3 * CACHE_SLOTS);
-        assert_eq!(size_of::<CacheKey>(), 8 * 3);
+        assert_eq!(size_of::<CacheKey>(), 8 * 2);
         assert_eq!(size_of::<SwitchOut>(), 8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<WaitKey>() + size_of::<WaitVal>());
         assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);
         assert_eq!(size_of::<Chain>(), 16 + MAX_CHAIN * size_of::<Hop>());

@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use topwaits_common::{counter, limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS};
 
-use crate::layouts::{self, Site};
+use crate::layouts;
 use crate::maps::{count, KSTACKS, SCRATCH_STACK};
 use crate::taskmap::TaskStorage;
 
@@ -146,9 +146,9 @@ static SCRATCH_SCAN: PerCpuArray<Scan> = PerCpuArray::with_max_entries(1, 0);
 static SCRATCH_REGION: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Where each task's kernel stacks lay (see `StackCache`), in the task's own
-/// storage (only its own hooks use it, as the running task): the stacks last learned, newest first, each with its call site (one
-/// site often alternates between two stacks: a read that blocks, and one
-/// preempted on its way out). Per task rather than an LRU of task and site: an LRU
+/// storage (only its own hooks use it, as the running task): the stacks last
+/// learned, newest first, each with its call site (one site often alternates
+/// between two stacks: a read that blocks, and one preempted on its way out). Per task rather than an LRU of task and site: an LRU
 /// that all tasks share is preallocated, and once more tasks block than it holds,
 /// every switch evicts, unwinds and learns again (10,000 sleeping threads cost 4x
 /// the per-switch time of 10). Task storage rather than a hash map keyed by task:
@@ -300,17 +300,17 @@ pub fn anchor<C: EbpfContext>(st: *mut Scan, ctx: &C) -> u64 {
 /// return address, which do not change with the random offset that syscall entry
 /// applies to the stack; otherwise the depth of the anchor.
 #[inline(always)]
-fn site(task: u64, base: u64, top: u64, hook: Hook) -> CacheKey {
+fn site(base: u64, top: u64, hook: Hook) -> CacheKey {
     if cfg!(bpf_target_arch = "x86_64") {
         if let (Some(nr), Some(ip)) = (read_word(top - ORIG_AX_FROM_TOP), read_word(top - ORIG_AX_FROM_TOP + 8)) {
             // Kernel threads have zeroed registers; interrupts and exceptions
             // store -1 as the syscall number.
             if ip != 0 && nr != u64::MAX {
-                return CacheKey { task, site: (nr & 0xffff) | IN_SYSCALL | hook.bit(), user_ip: ip };
+                return CacheKey { site: (nr & 0xffff) | IN_SYSCALL | hook.bit(), user_ip: ip };
             }
         }
     }
-    CacheKey { task, site: (top - base) | hook.bit(), user_ip: 0 }
+    CacheKey { site: (top - base) | hook.bit(), user_ip: 0 }
 }
 
 /// Whether `base` (the anchor) lies on `task`'s own kernel stack, as it does at
@@ -334,7 +334,7 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
         return 0;
     }
     let top = (base | (THREAD_SIZE - 1)) + 1;
-    let key = site(task, base, top, hook);
+    let key = site(base, top, hook);
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         (*st).top = top;
@@ -357,14 +357,14 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
     if known {
         return 0;
     }
-    shared(st, base, top, &Site::of(&key))
+    shared(st, base, top, &key)
 }
 
 /// For a task that never had a stack at this call site: the stack of a layout
 /// another task learned there, if one is in place (and then left for the learner
 /// to keep as this task's own), else 0.
 #[inline(always)]
-fn shared(st: *mut Scan, base: u64, top: u64, site: &Site) -> u64 {
+fn shared(st: *mut Scan, base: u64, top: u64, site: &CacheKey) -> u64 {
     let Some(list) = layouts::candidates(site) else { return 0 };
     for i in 0..layouts::CANDIDATES {
         let id = layouts::candidate(list, i);

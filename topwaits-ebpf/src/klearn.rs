@@ -5,13 +5,13 @@
 //! programs, tail-called at the end of the hooks.
 
 use aya_ebpf::helpers::bpf_loop;
-use topwaits_common::{limits::CACHED_PER_TASK, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED};
+use topwaits_common::{limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED};
 
 use crate::kcache::{
     entry_in_place, read_region, scratch, Scan, ENTRY_SLOT_FROM_TOP, FIRST, KCACHE, LEARN, REGION_BYTES, REGION_WORDS,
     SEED,
 };
-use crate::layouts::{self, Site};
+use crate::layouts;
 
 /// The learner's work: remembers the stack the hook left. Runs as a separate
 /// program, tail-called at the end of the hook, so that its verification is not
@@ -246,7 +246,6 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
     unsafe {
         let top = (*st).top;
         let key = (*st).key;
-        let site = Site::of(&key);
         let entry = KCACHE.current();
         // The entry that held this stack at this site, if any.
         let mut same = CACHED_PER_TASK;
@@ -264,16 +263,16 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
                 let c = &mut (*e)[same];
                 if entry_in_place(top, c, frames) && refine(st, base, c) {
                     // Fewer slots serve other tasks too.
-                    layouts::publish(&site, c);
+                    layouts::publish(&key, c);
                     return;
                 }
             }
         }
-        if !from_layout(st, base, frames, kstack, &site) {
+        if !from_layout(st, base, frames, kstack, &key) {
             if !learn(st, base, top, n, kstack) {
                 return;
             }
-            layouts::publish(&site, &(*st).fresh);
+            layouts::publish(&key, &(*st).fresh);
         }
         keep_fresh(st, entry, same);
     }
@@ -284,7 +283,7 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
 /// (refined layouts are published, so the site's converge on the true slots);
 /// false if there is none or it does not cover every frame.
 #[inline(never)]
-fn from_layout(st: *mut Scan, base: u64, frames: &KernelStack, kstack: u64, site: &Site) -> bool {
+fn from_layout(st: *mut Scan, base: u64, frames: &KernelStack, kstack: u64, site: &CacheKey) -> bool {
     let Some(list) = layouts::candidates(site) else { return false };
     // SAFETY: per-CPU scratch, used by this program run alone.
     let top = unsafe { (*st).top };
@@ -308,7 +307,7 @@ fn from_layout(st: *mut Scan, base: u64, frames: &KernelStack, kstack: u64, site
     false
 }
 
-/// Keeps the scratch entry as the task's (the task and site in the scratch key):
+/// Keeps the scratch entry as the running task's (the site in the scratch key):
 /// in place of entry `same`, or as its newest, dropping the oldest.
 #[inline(always)]
 unsafe fn keep_fresh(st: *mut Scan, entry: Option<*mut [StackCache; CACHED_PER_TASK]>, same: usize) {

@@ -19,21 +19,6 @@ use crate::stackref;
 /// Layouts kept per call site, newest first.
 pub const CANDIDATES: usize = 4;
 
-/// A call site without the task: what [`topwaits_common::CacheKey`] holds besides it.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct Site {
-    pub site: u64,
-    pub user_ip: u64,
-}
-
-impl Site {
-    /// The call site of a task's cache key.
-    #[inline(always)]
-    pub fn of(key: &CacheKey) -> Site {
-        Site { site: key.site, user_ip: key.user_ip }
-    }
-}
 
 /// Layouts by id (a hash of their stack and slot count); never updated or deleted.
 #[map(name = "LAYOUTS")]
@@ -41,11 +26,11 @@ static LAYOUTS: HashMap<u64, StackCache> = HashMap::with_max_entries(limits::LAY
 
 /// The ids of the layouts last learned at each call site, newest first (0: none).
 #[map(name = "SITES")]
-static SITES: HashMap<Site, [u64; CANDIDATES]> = HashMap::with_max_entries(limits::LAYOUT_SITES, GROWS);
+static SITES: HashMap<CacheKey, [u64; CANDIDATES]> = HashMap::with_max_entries(limits::LAYOUT_SITES, GROWS);
 
 /// The candidate layouts of `site`, if any task learned one there.
 #[inline(always)]
-pub fn candidates(site: &Site) -> Option<*const [u64; CANDIDATES]> {
+pub fn candidates(site: &CacheKey) -> Option<*const [u64; CANDIDATES]> {
     SITES.get_ptr(site)
 }
 
@@ -69,7 +54,7 @@ pub fn layout(id: u64) -> Option<&'static StackCache> {
 /// Stores `layout` (slots for this stack valid in every task, see the module
 /// note) and makes it the newest candidate of `site`. A full map keeps what it has.
 #[inline(always)]
-pub fn publish(site: &Site, layout: &StackCache) {
+pub fn publish(site: &CacheKey, layout: &StackCache) {
     let id = stackref::mix(layout.kstack, layout.len as u64 + 1) | 1;
     // EEXIST: another task stored the same stack with as many slots; either serves.
     if LAYOUTS.insert(&id, layout, BPF_NOEXIST as u64).is_err() && LAYOUTS.get_ptr(&id).is_none() {

@@ -299,6 +299,12 @@ pub struct WaitVal {
 }
 
 impl WaitVal {
+    /// One wait of `delta_ns` that ended at `end_ns`.
+    #[inline(always)]
+    pub const fn one(delta_ns: u64, end_ns: u64) -> WaitVal {
+        WaitVal { total_ns: delta_ns, count: 1, max_ns: delta_ns, max_end_ns: end_ns }
+    }
+
     /// Adds the waits of `other`, a value of the same key, to this one.
     #[inline(always)]
     pub fn absorb(&mut self, other: &WaitVal) {

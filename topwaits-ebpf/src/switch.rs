@@ -109,7 +109,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
             arrivals,
             comm,
             row: NO_ROW,
-            held: WaitVal { total_ns: 0, count: 0, max_ns: 0, max_end_ns: 0 },
+            held: WaitVal::default(),
         };
         STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err()
     } {
@@ -244,18 +244,14 @@ fn same_row(a: &WaitKey, b: &WaitKey) -> bool {
 #[inline(always)]
 fn hold(start: &mut SwitchOut, key: &WaitKey, delta: u64, now: u64) {
     count(counter::RECORDED, 1);
+    let one = WaitVal::one(delta, now);
     if start.held.count != 0 && same_row(&start.row, key) {
-        fold(&raw mut start.held, delta, now);
+        start.held.absorb(&one);
         return;
     }
     write_held(start);
     start.row = *key;
-    start.held = WaitVal {
-        total_ns: delta,
-        count: 1,
-        max_ns: delta,
-        max_end_ns: now,
-    };
+    start.held = one;
 }
 
 /// Writes the thread's held row, if any, to the aggregate. Its waits were counted
@@ -277,28 +273,11 @@ fn write_held(start: &mut SwitchOut) {
     }
 }
 
-/// Folds one wait into an existing aggregate value.
-#[inline(always)]
-fn fold(v: *mut WaitVal, delta: u64, now: u64) {
-    // SAFETY: a pointer from a map lookup; the key names one thread, which switches
-    // in on one CPU at a time, so nothing else writes this value meanwhile.
-    let v = unsafe { &mut *v };
-    v.total_ns += delta;
-    v.count += 1;
-    if delta > v.max_ns {
-        v.max_ns = delta;
-        v.max_end_ns = now;
-    }
-}
-
 /// Adds one wait of `delta` ns ending at `now` to the aggregate.
 #[inline(always)]
 fn add(key: &WaitKey, delta: u64, now: u64) {
-    let fresh = WaitVal {
-        total_ns: delta,
-        count: 1,
-        max_ns: delta,
-        max_end_ns: now,
-    };
-    upsert(&WAITS, key, &fresh, delta, |v| fold(v, delta, now));
+    let one = WaitVal::one(delta, now);
+    // SAFETY: a pointer from a map lookup; the key names one thread, which switches
+    // in on one CPU at a time, so nothing else writes this value meanwhile.
+    upsert(&WAITS, key, &one, delta, |v| unsafe { (*v).absorb(&one) });
 }

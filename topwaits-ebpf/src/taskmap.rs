@@ -53,17 +53,23 @@ impl<T> TaskStorage<T> {
         core::ptr::from_ref(self).cast_mut().cast()
     }
 
-    /// The running task's value, if it has one.
+    /// The running task's value, or null; `flags` as the helper takes them.
     #[inline(always)]
-    pub fn current(&self) -> Option<*mut T> {
+    fn get(&self, flags: u64) -> Option<*mut T> {
         let task = Self::task();
         if task.is_null() {
             return None;
         }
         // SAFETY: the helper takes the task pointer the kernel just gave, and
-        // returns the task's value or null.
-        let p = unsafe { bpf_task_storage_get(self.as_ptr(), task, core::ptr::null_mut(), 0) };
+        // returns the task's value or null; a null initial value creates a zeroed one.
+        let p = unsafe { bpf_task_storage_get(self.as_ptr(), task, core::ptr::null_mut(), flags) };
         (!p.is_null()).then_some(p.cast())
+    }
+
+    /// The running task's value, if it has one.
+    #[inline(always)]
+    pub fn current(&self) -> Option<*mut T> {
+        self.get(0)
     }
 
     /// The running task's value, created (zeroed) if it has none; None when the
@@ -71,15 +77,7 @@ impl<T> TaskStorage<T> {
     /// task storage (the helper then refuses, rather than deadlock).
     #[inline(always)]
     pub fn current_or_zeroed(&self) -> Option<*mut T> {
-        let task = Self::task();
-        if task.is_null() {
-            return None;
-        }
-        // SAFETY: as in `current`; a null initial value creates a zeroed one.
-        let p = unsafe {
-            bpf_task_storage_get(self.as_ptr(), task, core::ptr::null_mut(), BPF_LOCAL_STORAGE_GET_F_CREATE as u64)
-        };
-        (!p.is_null()).then_some(p.cast())
+        self.get(BPF_LOCAL_STORAGE_GET_F_CREATE as u64)
     }
 
     /// Frees the running task's value now rather than when the task is freed.
@@ -87,7 +85,7 @@ impl<T> TaskStorage<T> {
     pub fn remove_current(&self) {
         let task = Self::task();
         if !task.is_null() {
-            // SAFETY: as in `current`.
+            // SAFETY: as in `get`.
             let _ = unsafe { bpf_task_storage_delete(self.as_ptr(), task) };
         }
     }

@@ -539,7 +539,6 @@ pub mod names {
     pub const SETTINGS: &str = "SETTINGS";
     pub const USTACKS: &str = "USTACKS";
     pub const KSTACKS: &str = "KSTACKS";
-    pub const KCACHE: &str = "KCACHE";
     pub const LAYOUTS: &str = "LAYOUTS";
     pub const SITES: &str = "SITES";
     pub const LEARNERS: &str = "LEARNERS";

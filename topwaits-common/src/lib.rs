@@ -356,17 +356,28 @@ pub struct WaitEvent {
     pub waker: Hop,
 }
 
-/// The chain of the last wakeup of a task, keyed by its `task_struct` address in
-/// [`names::LAST_WAKE`]: hop 0 woke it, hop 1 had last woken hop 0, and so on.
+/// A wakeup chain: hop 0 woke the task, hop 1 had last woken hop 0, and so on.
+/// Kept once per distinct chain in [`names::CHAINS`], under a 64-bit hash of its
+/// hops with [`STACK_STORED`] set, so that keys and per-task entries carry that
+/// 8-byte reference instead of the hops.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Hops {
+    /// Valid hops; the rest are zero.
+    pub len: u32,
+    pub _pad: u32,
+    pub hops: [Hop; MAX_CHAIN],
+}
+
+/// The last wakeup of a task, keyed by its `task_struct` address in
+/// [`names::LAST_WAKE`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chain {
     /// `bpf_ktime_get_ns()` of the wakeup.
     pub ts: u64,
-    /// Valid hops.
-    pub len: u32,
-    pub _pad: u32,
-    pub hops: [Hop; MAX_CHAIN],
+    /// The chain's reference in [`names::CHAINS`].
+    pub chain: u64,
 }
 
 /// Values of [`WakeKey::kind`].
@@ -386,9 +397,10 @@ pub struct WakeKey {
     pub target: WaitKey,
     /// One of [`wake_kind`].
     pub kind: u32,
-    /// Valid hops; the rest are zero.
-    pub len: u32,
-    pub hops: [Hop; MAX_CHAIN],
+    pub _pad: u32,
+    /// With [`wake_kind::WOKEN`], the chain's reference in [`names::CHAINS`]; 0
+    /// otherwise.
+    pub chain: u64,
 }
 
 /// Aggregate value with `--waker`: the wait split at the wakeup into the time
@@ -530,8 +542,11 @@ pub mod counter {
     /// [`Settings::hold_rows`]) that then did not fit into the full aggregate map
     /// (and are counted in [`LOST_AGG_FULL`] too).
     pub const HELD_LOST: u32 = 21;
+    /// Wakeups whose chain did not fit into the full [`super::names::CHAINS`] map
+    /// (their waits show no waker).
+    pub const LOST_CHAINS_FULL: u32 = 22;
     /// Number of counters (the size of the COUNTERS map).
-    pub const COUNT: u32 = 22;
+    pub const COUNT: u32 = 23;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -552,6 +567,7 @@ pub mod names {
     pub const PIDS: &str = "PIDS";
     pub const CONTROL: &str = "CONTROL";
     pub const LAST_WAKE: &str = "LAST_WAKE";
+    pub const CHAINS: &str = "CHAINS";
     pub const WAKE_WAITS: &str = "WAKE_WAITS";
     pub const PROG_WAKING_BTF: &str = "sched_waking_btf";
     pub const PROG_WAKING_RAW: &str = "sched_waking_raw";
@@ -609,6 +625,7 @@ mod pod {
     unsafe impl aya::Pod for super::WaitVal {}
     unsafe impl aya::Pod for super::Hop {}
     unsafe impl aya::Pod for super::Chain {}
+    unsafe impl aya::Pod for super::Hops {}
     unsafe impl aya::Pod for super::WakeKey {}
     unsafe impl aya::Pod for super::WakeVal {}
     unsafe impl aya::Pod for super::ThreadStats {}
@@ -640,8 +657,9 @@ mod tests {
         assert_eq!(size_of::<CacheKey>(), 8 * 2);
         assert_eq!(size_of::<SwitchOut>(), 8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<WaitKey>() + size_of::<WaitVal>());
         assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);
-        assert_eq!(size_of::<Chain>(), 16 + MAX_CHAIN * size_of::<Hop>());
-        assert_eq!(size_of::<WakeKey>(), size_of::<WaitKey>() + 8 + MAX_CHAIN * size_of::<Hop>());
+        assert_eq!(size_of::<Hops>(), 8 + MAX_CHAIN * size_of::<Hop>());
+        assert_eq!(size_of::<Chain>(), 16);
+        assert_eq!(size_of::<WakeKey>(), size_of::<WaitKey>() + 16);
         assert_eq!(size_of::<WakeVal>(), 8 * 8);
         assert_eq!(size_of::<WaitKey>(), 8 * 2 + 4 * 2 + TASK_COMM_LEN);
         assert_eq!(size_of::<WaitVal>(), 8 * 4);

@@ -6,7 +6,7 @@
 use aya_ebpf::{macros::map, maps::RingBuf};
 use topwaits_common::{counter, wake_kind, Hop, WaitEvent, WaitKey};
 
-use crate::maps::{count, LAST_WAKE};
+use crate::maps::{count, CHAINS, LAST_WAKE};
 
 /// Sized by user space at load (`--events-buffer`); this is the default.
 #[map(name = "WAIT_EVENTS")]
@@ -42,10 +42,12 @@ pub fn send(task: u64, key: &WaitKey, began: u64, now: u64, state: u32, waker: b
         (*e).waker = Hop::default();
         if waker {
             // SAFETY: a pointer from a map lookup; a torn read only mislabels the waker.
-            if let Some(c) = LAST_WAKE.get_ptr(&task).map(|c| &*c).filter(|c| c.ts >= began && c.ts <= now && c.len > 0) {
+            if let Some(c) = LAST_WAKE.get_ptr(&task).map(|c| &*c).filter(|c| c.ts >= began && c.ts <= now) {
                 (*e).woken = c.ts;
                 (*e).wake_kind = wake_kind::WOKEN;
-                (*e).waker = c.hops[0];
+                if let Some(h) = CHAINS.get_ptr(&c.chain) {
+                    (*e).waker = (*h).hops[0];
+                }
             }
         }
     }

@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     Global,
 };
-use topwaits_common::{counter, limits, Chain, DepKey, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{counter, limits, Chain, DepKey, Hops, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 /// Options from user space; overridden at load time.
 #[unsafe(no_mangle)]
@@ -128,6 +128,11 @@ pub fn ended(now: u64) -> bool {
 #[map(name = "LAST_WAKE")]
 pub static LAST_WAKE: HashMap<u64, Chain> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
 
+/// Waker chains, each kept once under its reference (see `Hops`); sized like the
+/// aggregate with `--waker`, to 1 otherwise.
+#[map(name = "CHAINS")]
+pub static CHAINS: HashMap<u64, Hops> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
+
 /// The aggregate with `--waker` (sized to 1 otherwise).
 #[map(name = "WAKE_WAITS")]
 pub static WAKE_WAITS: HashMap<WakeKey, WakeVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
@@ -157,8 +162,8 @@ pub fn proc_event(tgid: u32, kind: u32) {
 }
 
 /// Per-CPU scratch space for values too large for the 512-byte BPF stack.
-#[map(name = "SCRATCH_CHAIN")]
-pub static SCRATCH_CHAIN: PerCpuArray<Chain> = PerCpuArray::with_max_entries(1, 0);
+#[map(name = "SCRATCH_HOPS")]
+pub static SCRATCH_HOPS: PerCpuArray<Hops> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "SCRATCH_STACK")]
 pub static SCRATCH_STACK: PerCpuArray<KernelStack> = PerCpuArray::with_max_entries(1, 0);
 /// User stacks are taken here: the kernel stack's scratch may still be needed by

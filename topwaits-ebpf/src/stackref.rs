@@ -1,5 +1,6 @@
-//! Stack references, shared by kernel and user stacks: a 64-bit hash of a stack's
-//! frames (with `STACK_STORED` set), and keeping the frames in a map under it.
+//! Stack references, shared by kernel and user stacks (and waker chains): a
+//! 64-bit hash of a stack's frames (with `STACK_STORED` set), and keeping the
+//! frames in a map under it.
 
 use aya_ebpf::{bindings::BPF_NOEXIST, maps::HashMap};
 use topwaits_common::{KernelStack, STACK_STORED};
@@ -29,10 +30,11 @@ pub fn hash(frames: &KernelStack, n: usize, seed: u64) -> u64 {
     h | STACK_STORED
 }
 
-/// Keeps `frames` in `map` under reference `key` (unless kept already) and returns
-/// the reference, or the errno of a lost stack, counted in `lost`.
+/// Keeps `frames` (a stack, or a waker chain) in `map` under reference `key`
+/// (unless kept already) and returns the reference, or the errno of a lost
+/// value, counted in `lost`.
 #[inline(always)]
-pub fn keep(map: &HashMap<u64, KernelStack>, key: u64, frames: &KernelStack, lost: u32) -> u64 {
+pub fn keep<V>(map: &HashMap<u64, V>, key: u64, frames: &V, lost: u32) -> u64 {
     if map.get_ptr(&key).is_some() {
         return key;
     }

@@ -1,19 +1,43 @@
-//! Waker accounting for `--waker`: the chain a wakeup leaves on the woken task, and
-//! the split of each wait at its wakeup into blocked and run-queue time.
+//! Waker accounting for `--waker`: the chain a wakeup leaves on the woken task
+//! (kept once in `CHAINS`, referred to by hash), and the split of each wait at its wakeup into blocked and run-queue time.
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
     programs::tracing::StackIdContext,
 };
-use topwaits_common::{counter, wake_kind, Hop, WaitKey, WakeVal, MAX_CHAIN};
+use topwaits_common::{counter, wake_kind, Chain, Hop, Hops, WaitKey, WakeVal, MAX_CHAIN, STACK_STORED};
 
-use crate::maps::{count, upsert, LAST_WAKE, SCRATCH_CHAIN, SCRATCH_KEY, SETTINGS, STARTS, WAKE_WAITS};
+use crate::maps::{count, upsert, CHAINS, LAST_WAKE, SCRATCH_HOPS, SCRATCH_KEY, SETTINGS, STARTS, WAKE_WAITS};
+use crate::stackref;
 use crate::kcache::Hook;
 use crate::task::capture_stacks;
 
-/// At `sched_waking(p)`: stores, against `p`, the waker as hop 0 followed by the
-/// first `chain - 1` hops of the waker's own last wakeup.
+/// The seed of chain references, apart from the stacks' (see `stackref::hash`).
+const CHAIN_SEED: u64 = 0x4528_21e6_38d0_1377;
+
+/// The reference of the first `len` hops of `h`: a hash of their words.
+#[inline(always)]
+fn chain_ref(h: &Hops) -> u64 {
+    let mut x = CHAIN_SEED ^ h.len as u64;
+    for (i, hop) in h.hops.iter().enumerate() {
+        if i as u32 >= h.len {
+            break;
+        }
+        let comm = |k: usize| u64::from_ne_bytes([
+            hop.comm[k], hop.comm[k + 1], hop.comm[k + 2], hop.comm[k + 3],
+            hop.comm[k + 4], hop.comm[k + 5], hop.comm[k + 6], hop.comm[k + 7],
+        ]);
+        for w in [(hop.tgid as u64) << 32 | hop.tid as u64, hop.kstack, hop.ustack, comm(0), comm(8)] {
+            x = stackref::mix(x, w);
+        }
+    }
+    x | STACK_STORED
+}
+
+/// At `sched_waking(p)`: stores, against `p`, the time and the reference of its
+/// chain: the waker as hop 0 followed by the first `chain - 1` hops of the
+/// waker's own last wakeup.
 #[inline(always)]
 pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
     let s = SETTINGS.load();
@@ -31,18 +55,18 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
             _ => return,
         }
     }
-    let Some(scratch) = SCRATCH_CHAIN.get_ptr_mut(0) else {
+    let Some(scratch) = SCRATCH_HOPS.get_ptr_mut(0) else {
         return;
     };
     // SAFETY: per-CPU scratch, used by this program run alone.
-    let c = unsafe { &mut *scratch };
+    let h = unsafe { &mut *scratch };
     // SAFETY: helper calls without preconditions.
-    c.ts = unsafe { bpf_ktime_get_ns() };
+    let ts = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: a helper call without preconditions.
     let me = unsafe { bpf_get_current_task() };
     let (kstack, ustack) = capture_stacks(ctx, Some((me, Hook::Waking)));
-    c.hops[0] = Hop {
+    h.hops[0] = Hop {
         tgid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
         kstack,
@@ -50,23 +74,29 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
     let mut len = 1u32;
-    let prev = if s.chain > 1 { LAST_WAKE.get_ptr(&me) } else { None };
+    // SAFETY: pointers from map lookups; a torn read only mislabels a hop.
+    let prev = if s.chain > 1 { LAST_WAKE.get_ptr(&me).and_then(|c| CHAINS.get_ptr(unsafe { &(*c).chain })) } else { None };
     for i in 1..MAX_CHAIN {
-        c.hops[i] = Hop::default();
+        h.hops[i] = Hop::default();
         if let Some(p) = prev {
-            // SAFETY: a pointer from a map lookup; a torn read only mislabels a hop.
+            // SAFETY: as above.
             let p = unsafe { &*p };
             if (i as u32) < s.chain && ((i - 1) as u32) < p.len {
-                c.hops[i] = p.hops[i - 1];
+                h.hops[i] = p.hops[i - 1];
                 len += 1;
             }
         }
     }
-    c.len = len;
+    h.len = len;
+    let chain = stackref::keep(&CHAINS, chain_ref(h), h, counter::LOST_CHAINS_FULL);
+    if chain & STACK_STORED == 0 {
+        return;
+    }
+    let last = Chain { ts, chain };
     if let Some(slot) = LAST_WAKE.get_ptr_mut(&woken) {
         // SAFETY: a pointer from a map lookup.
-        unsafe { *slot = *c };
-    } else if LAST_WAKE.insert(&woken, &*c, BPF_NOEXIST as u64).is_err() {
+        unsafe { *slot = last };
+    } else if LAST_WAKE.insert(&woken, &last, BPF_NOEXIST as u64).is_err() {
         count(counter::LOST_WAKE_FULL, 1);
     }
 }
@@ -80,26 +110,13 @@ pub fn account(task: u64, target: &WaitKey, began: u64, state: u32, delta: u64, 
     // SAFETY: per-CPU scratch, used by this program run alone.
     let key = unsafe { &mut *kp };
     key.target = *target;
-    let mut blocked = delta;
     key.kind = if state == 0 { wake_kind::PREEMPTED } else { wake_kind::NO_WAKER };
-    key.len = 0;
-    if state == 0 {
-        blocked = 0;
-    }
-    let chain = LAST_WAKE.get_ptr(&task);
+    key.chain = 0;
+    let mut blocked = if state == 0 { 0 } else { delta };
     // SAFETY: a pointer from a map lookup.
-    let chain = chain.map(|c| unsafe { &*c }).filter(|c| c.ts >= began && c.ts <= now);
-    for i in 0..MAX_CHAIN {
-        key.hops[i] = Hop::default();
-        if let Some(c) = chain {
-            if (i as u32) < c.len {
-                key.hops[i] = c.hops[i];
-            }
-        }
-    }
-    if let Some(c) = chain {
+    if let Some(c) = LAST_WAKE.get_ptr(&task).map(|c| unsafe { *c }).filter(|c| c.ts >= began && c.ts <= now) {
         key.kind = wake_kind::WOKEN;
-        key.len = c.len;
+        key.chain = c.chain;
         blocked = c.ts - began;
     }
     let runq = delta - blocked;

@@ -169,6 +169,8 @@ pub struct Counters {
     pub negative_deltas: u64,
     pub wakings: u64,
     pub wake_full: u64,
+    /// Wakeups whose chain did not fit into the full chain map.
+    pub chains_full: u64,
     /// Kernel stacks of waits reused in place rather than unwound.
     pub kstacks_reused: u64,
     /// Kernel stacks of wakers reused in place rather than unwound.
@@ -213,6 +215,7 @@ impl Counters {
             negative_deltas: at(c::NEGATIVE_DELTA),
             wakings: at(c::WAKINGS),
             wake_full: at(c::LOST_WAKE_FULL),
+            chains_full: at(c::LOST_CHAINS_FULL),
             kstacks_reused: at(c::KSTACK_REUSED),
             waker_kstacks_reused: at(c::WAKER_KSTACK_REUSED),
             kstacks_shared: at(c::KSTACK_SHARED),
@@ -238,6 +241,7 @@ impl Counters {
             negative_deltas: self.negative_deltas.saturating_sub(earlier.negative_deltas),
             wakings: self.wakings.saturating_sub(earlier.wakings),
             wake_full: self.wake_full.saturating_sub(earlier.wake_full),
+            chains_full: self.chains_full.saturating_sub(earlier.chains_full),
             kstacks_reused: self.kstacks_reused.saturating_sub(earlier.kstacks_reused),
             waker_kstacks_reused: self.waker_kstacks_reused.saturating_sub(earlier.waker_kstacks_reused),
             kstacks_shared: self.kstacks_shared.saturating_sub(earlier.kstacks_shared),
@@ -251,7 +255,7 @@ impl Counters {
 
     /// Everything lost, for a status line.
     pub fn lost_total(&self) -> u64 {
-        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full + self.lost_wait_events + self.unended
+        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full + self.chains_full + self.lost_wait_events + self.unended
     }
 
     /// Whether anything was lost.
@@ -288,6 +292,13 @@ impl Counters {
                 "{} wakeups did not fit into the full per-task wakeup map; their waits show [no waker seen]; \
                  narrow the trace with -p/-t/-u",
                 self.wake_full
+            ));
+        }
+        if self.chains_full > 0 {
+            w.push(format!(
+                "{} wakeups had a waker chain that did not fit into the full chain map; their waits show \
+                 [no waker seen]; raise --max-entries or narrow the trace with -p/-t/-u",
+                self.chains_full
             ));
         }
         if self.lost_wait_events > 0 {

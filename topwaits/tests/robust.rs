@@ -157,6 +157,21 @@ fn a_full_aggregate_map_is_counted_with_its_time() {
     assert_eq!(counted, doc["counters"]["recorded"].as_u64().unwrap());
 }
 
+#[test]
+fn a_full_waker_chain_map_is_counted_and_reported_once() {
+    require_bpf!();
+    // Four chains for a machine's worth of wakers: most wakeups find the chain map
+    // full. Their waits are still aggregated, as woken by nobody seen.
+    let out = busy_trace(&["--json", "--waker", "--max-entries", "4", "1.5"]);
+    let doc = json(&out);
+    assert!(doc["lost"]["chain_map_full"].as_u64().unwrap() > 0, "{}", doc["lost"]);
+    assert_eq!(warning_lines(&out.stderr, "full chain map").len(), 1, "{}", out.stderr);
+    assert!(warning_lines(&out.stderr, "full chain map")[0].contains("--max-entries"), "{}", out.stderr);
+    let closed: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["open"] == false).collect();
+    let counted: u64 = closed.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, doc["counters"]["recorded"].as_u64().unwrap(), "every recorded wait is in a record");
+}
+
 fn set_name(name: &[u8]) {
     let mut buf = [0u8; 16];
     let n = name.len().min(15);

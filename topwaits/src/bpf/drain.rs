@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
-use topwaits_common::{counter, names, Chain, DepKey, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{counter, names, Chain, DepKey, Hops, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 use super::{batch, Tracer};
 use crate::model::{comm_bytes, raw_hop, Capture, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
@@ -90,7 +90,13 @@ impl Tracer {
     /// not back), as one-wait records; and every thread seen switching out. Returns
     /// how many waits looked open but were not: their thread had been back on a CPU
     /// without the hook seeing it (see [`Tracer::stop`]).
-    fn open_waits(&self, end_mono: u64, records: &mut Vec<RawRecord>, switched: &mut std::collections::HashSet<u32>) -> Result<u64> {
+    fn open_waits(
+        &self,
+        end_mono: u64,
+        chains: &HashMap<u64, Hops>,
+        records: &mut Vec<RawRecord>,
+        switched: &mut std::collections::HashSet<u32>,
+    ) -> Result<u64> {
         let mut arrived = 0;
         let wakes: Option<BpfHashMap<&MapData, u64, Chain>> =
             if self.waker { Some(BpfHashMap::try_from(self.map(names::LAST_WAKE)?)?) } else { None };
@@ -119,7 +125,7 @@ impl Tracer {
             r.open = Some(OpenSince::Exact(st.ts));
             if let Some(wakes) = &wakes {
                 let chain = wakes.get(&task, 0).ok().filter(|c| c.ts >= st.ts && c.ts <= end_mono);
-                r.wake = Some(open_wake(st, chain.as_ref(), end_mono));
+                r.wake = Some(open_wake(st, chain.map(|c| (c.ts, hops_of(chains, c.chain))), end_mono));
             }
             records.push(r);
         })
@@ -132,7 +138,12 @@ impl Tracer {
     /// `extra`: more records whose stacks to read (long-wait events).
     pub fn drain(&self, open_at: Option<u64>, extra: &[RawRecord]) -> Result<Capture> {
         let mut records = Vec::new();
+        let mut chains = HashMap::new();
         if self.waker {
+            batch::each(self.map(names::CHAINS)?, |&id: &u64, h: &Hops| {
+                chains.insert(id, *h);
+            })
+            .context("failed to read the waker chain map")?;
             batch::each(self.map(names::WAKE_WAITS)?, |k: &WakeKey, v: &WakeVal| {
                 let mut r = raw_record(&k.target, v.total_ns, v.count, v.max_ns, v.max_end_ns);
                 let kind = match k.kind {
@@ -140,10 +151,9 @@ impl Tracer {
                     topwaits_common::wake_kind::PREEMPTED => WakeKind::Preempted,
                     _ => WakeKind::NoWaker,
                 };
-                let len = (k.len as usize).min(k.hops.len());
                 r.wake = Some(WakeInfo {
                     kind,
-                    hops: k.hops[..len].iter().map(raw_hop).collect(),
+                    hops: if kind == WakeKind::Woken { hops_of(&chains, k.chain) } else { Vec::new() },
                     blocked_ns: v.blocked_ns,
                     runq_ns: v.runq_ns,
                     max_blocked_ns: v.max_blocked_ns,
@@ -172,7 +182,7 @@ impl Tracer {
         let mut switched = std::collections::HashSet::new();
         let mut counters = self.counters()?;
         if let Some(end) = open_at {
-            let arrived = self.open_waits(end, &mut records, &mut switched)?;
+            let arrived = self.open_waits(end, &chains, &mut records, &mut switched)?;
             // Their end is unknown, so they are lost. Counted once, when the trace
             // ends: an interval's open wait may still end from its run time.
             if self.arrived_at_stop.is_some() {
@@ -224,16 +234,20 @@ impl Tracer {
     }
 }
 
+/// The hops of the chain `id` refers to; none if the map lacks it (entries are
+/// never deleted, so only a reference of a lost chain could miss).
+fn hops_of(chains: &HashMap<u64, Hops>, id: u64) -> Vec<RawHop> {
+    chains.get(&id).map_or_else(Vec::new, |h| h.hops[..(h.len as usize).min(h.hops.len())].iter().map(raw_hop).collect())
+}
+
 /// The waker side of a wait still in progress: preempted (on the run queue all
 /// along), woken and on the run queue since the wakeup, or not woken yet.
-fn open_wake(st: &SwitchOut, chain: Option<&Chain>, end_mono: u64) -> WakeInfo<RawHop> {
+/// `woken`: the time of the wakeup and its chain's hops.
+fn open_wake(st: &SwitchOut, woken: Option<(u64, Vec<RawHop>)>, end_mono: u64) -> WakeInfo<RawHop> {
     let so_far = end_mono - st.ts;
-    let (kind, hops, blocked) = match chain {
+    let (kind, hops, blocked) = match woken {
         _ if st.state == 0 => (WakeKind::Preempted, Vec::new(), 0),
-        Some(c) => {
-            let len = (c.len as usize).min(c.hops.len());
-            (WakeKind::Woken, c.hops[..len].iter().map(raw_hop).collect(), c.ts - st.ts)
-        }
+        Some((ts, hops)) => (WakeKind::Woken, hops, ts - st.ts),
         None => (WakeKind::NotYet, Vec::new(), so_far),
     };
     WakeInfo {
@@ -270,5 +284,23 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[&key(2, 10)], WaitVal { total_ns: 190, count: 3, max_ns: 90, max_end_ns: 2_000 });
         assert_eq!(rows[&key(3, 10)], WaitVal { total_ns: 5, count: 1, max_ns: 5, max_end_ns: 3_000 });
+    }
+
+    #[test]
+    fn chain_references_resolve_to_their_valid_hops_and_a_missing_one_to_none() {
+        let hop = |tid| topwaits_common::Hop { tgid: 1, tid, kstack: 0, ustack: 0, comm: [b'w'; 16] };
+        let mut chains = HashMap::new();
+        let mut two = Hops { len: 2, ..Default::default() };
+        two.hops[0] = hop(7);
+        two.hops[1] = hop(8);
+        // A stale third hop beyond `len` must not show.
+        two.hops[2] = hop(9);
+        chains.insert(0x8000_0000_0000_0042, two);
+        // A length past the array is clamped rather than trusted.
+        chains.insert(0x8000_0000_0000_0043, Hops { len: 99, ..Default::default() });
+        let tids = |id| hops_of(&chains, id).iter().map(|h| h.tid).collect::<Vec<_>>();
+        assert_eq!(tids(0x8000_0000_0000_0042), [7, 8]);
+        assert_eq!(tids(0x8000_0000_0000_0043).len(), topwaits_common::MAX_CHAIN);
+        assert!(tids(0x8000_0000_0000_0044).is_empty());
     }
 }

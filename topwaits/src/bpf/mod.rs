@@ -98,6 +98,7 @@ struct Sizes {
     waits: u32,
     wake_waits: u32,
     last_wake: u32,
+    chains: u32,
     threads: u32,
     deps: u32,
     futex: u32,
@@ -116,6 +117,7 @@ impl Sizes {
             waits: 1,
             wake_waits: 1,
             last_wake: 1,
+            chains: 1,
             threads: 1,
             deps: 1,
             futex: 1,
@@ -156,6 +158,7 @@ fn load(
         .map_max_entries(names::WAITS, sizes.waits)
         .map_max_entries(names::WAKE_WAITS, sizes.wake_waits)
         .map_max_entries(names::LAST_WAKE, sizes.last_wake)
+        .map_max_entries(names::CHAINS, sizes.chains)
         .map_max_entries(names::THREADS, sizes.threads)
         .map_max_entries(names::DEPS, sizes.deps)
         .map_max_entries(names::FUTEX_WAKING, sizes.futex)
@@ -259,6 +262,9 @@ impl Tracer {
         if config.waker {
             sizes.wake_waits = config.max_entries;
             sizes.last_wake = limits::START_ENTRIES;
+            // A chain per distinct waker and stacks: no more than the rows that
+            // name them, except with --chain > 1, where every wakeup keeps one.
+            sizes.chains = config.max_entries;
         } else {
             sizes.waits = config.max_entries;
         }

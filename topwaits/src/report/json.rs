@@ -124,6 +124,7 @@ pub fn lost(c: &Counters) -> Value {
         "start_full": c.start_full,
         "negative_deltas": c.negative_deltas,
         "wakeup_map_full": c.wake_full,
+        "chain_map_full": c.chains_full,
         "wait_events": c.lost_wait_events,
         "unended_waits": c.unended,
     })

@@ -213,6 +213,11 @@ pub struct SwitchOut {
     /// (`held.count` 0: none), keyed by `row`.
     pub row: WaitKey,
     pub held: WaitVal,
+    /// With `--waker`: when the task was last woken (`bpf_ktime_get_ns()`, 0:
+    /// never) and that wakeup's chain (its reference in [`names::CHAINS`]). A
+    /// wakeup from before `ts` belongs to an earlier wait.
+    pub woken: u64,
+    pub chain: u64,
 }
 
 /// Most stack slots that [`StackCache`] can check in place; stacks of this many
@@ -370,7 +375,9 @@ pub struct Hops {
 }
 
 /// The last wakeup of a task, keyed by its `task_struct` address in
-/// [`names::LAST_WAKE`].
+/// [`names::LAST_WAKE`] with `--chain` above 1 (a waker's own last wakeup gives a
+/// chain its next hops, and wakers need not be traced). A traced task's last
+/// wakeup is also in its start entry ([`SwitchOut::woken`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chain {
@@ -655,7 +662,7 @@ mod tests {
         assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<StackCache>(), 8 * 5 + 3 * CACHE_SLOTS);
         assert_eq!(size_of::<CacheKey>(), 8 * 2);
-        assert_eq!(size_of::<SwitchOut>(), 8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<WaitKey>() + size_of::<WaitVal>());
+        assert_eq!(size_of::<SwitchOut>(), 8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<WaitKey>() + size_of::<WaitVal>() + 8 * 2);
         assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);
         assert_eq!(size_of::<Hops>(), 8 + MAX_CHAIN * size_of::<Hop>());
         assert_eq!(size_of::<Chain>(), 16);

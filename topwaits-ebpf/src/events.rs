@@ -6,7 +6,7 @@
 use aya_ebpf::{macros::map, maps::RingBuf};
 use topwaits_common::{counter, wake_kind, Hop, WaitEvent, WaitKey};
 
-use crate::maps::{count, CHAINS, LAST_WAKE};
+use crate::maps::{count, CHAINS};
 
 /// Sized by user space at load (`--events-buffer`); this is the default.
 #[map(name = "WAIT_EVENTS")]
@@ -17,10 +17,11 @@ const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 const BPF_RB_RING_SIZE: u64 = 1;
 
-/// Sends the wait of `task` (its record key `key`) that began at `began` and
-/// ends at `now`; with `waker`, names the task that woke it.
+/// Sends the wait with record key `key` that began at `began` and ends at `now`;
+/// with `waker`, names the task that woke it (from the task's last wakeup at
+/// `woken`, whose chain is `chain`).
 #[inline(always)]
-pub fn send(task: u64, key: &WaitKey, began: u64, now: u64, state: u32, waker: bool) {
+pub fn send(key: &WaitKey, began: u64, now: u64, state: u32, waker: bool, woken: u64, chain: u64) {
     let Some(mut entry) = WAIT_EVENTS.reserve::<WaitEvent>(0) else {
         count(counter::LOST_WAIT_EVENTS, 1);
         return;
@@ -41,11 +42,11 @@ pub fn send(task: u64, key: &WaitKey, began: u64, now: u64, state: u32, waker: b
         (*e).wake_kind = if state == 0 { wake_kind::PREEMPTED } else { wake_kind::NO_WAKER };
         (*e).waker = Hop::default();
         if waker {
-            // SAFETY: a pointer from a map lookup; a torn read only mislabels the waker.
-            if let Some(c) = LAST_WAKE.get_ptr(&task).map(|c| &*c).filter(|c| c.ts >= began && c.ts <= now) {
-                (*e).woken = c.ts;
+            if woken >= began && woken <= now && chain != 0 {
+                (*e).woken = woken;
                 (*e).wake_kind = wake_kind::WOKEN;
-                if let Some(h) = CHAINS.get_ptr(&c.chain) {
+                if let Some(h) = CHAINS.get_ptr(&chain) {
+                    // A pointer from a map lookup; chains are never changed.
                     (*e).waker = (*h).hops[0];
                 }
             }

@@ -122,8 +122,8 @@ pub fn ended(now: u64) -> bool {
     CONTROL.get(0).is_some_and(|&end| end != 0 && now >= end)
 }
 
-/// The chain of each task's last wakeup, keyed by `task_struct` address
-/// (sized to 1 unless `--waker`). Preallocated: a burst of first wakeups (800 new
+/// Each task's last wakeup, keyed by `task_struct` address (sized to 1 unless
+/// `--chain` is above 1). Preallocated: a burst of first wakeups (800 new
 /// tasks at once) outran the allocator of a growing map and lost 2% of the wakers.
 #[map(name = "LAST_WAKE")]
 pub static LAST_WAKE: HashMap<u64, Chain> = HashMap::with_max_entries(limits::START_ENTRIES, 0);

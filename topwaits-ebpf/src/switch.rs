@@ -110,6 +110,8 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
             comm,
             row: NO_ROW,
             held: WaitVal::default(),
+            woken: 0,
+            chain: 0,
         };
         STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err()
     } {
@@ -135,7 +137,7 @@ pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, clock: &mut Clock, stack
     if start.ts == 0 {
         return;
     }
-    end_wait(ctx, task, start, clock.now(), stacks_now);
+    end_wait(ctx, start, clock.now(), stacks_now);
 }
 
 /// The time of this switch, read from the clock once and only when needed: a
@@ -170,7 +172,7 @@ fn end_unseen<C: StackIdContext>(ctx: &C, out: &Outgoing, start: &mut SwitchOut,
         // at a switch-in, and this one was missed.
         Some(at) if in_own_context && at >= start.ts => {
             count(counter::ENDS_ESTIMATED, 1);
-            end_wait(ctx, out.task, start, at, false);
+            end_wait(ctx, start, at, false);
         }
         _ => {
             count(counter::UNENDED, 1);
@@ -182,7 +184,7 @@ fn end_unseen<C: StackIdContext>(ctx: &C, out: &Outgoing, start: &mut SwitchOut,
 /// Adds the wait in `start` (not yet consumed), ending at `now`, to the aggregate
 /// and marks it consumed.
 #[inline(always)]
-fn end_wait<C: StackIdContext>(ctx: &C, task: u64, start: &mut SwitchOut, now: u64, stacks_now: bool) {
+fn end_wait<C: StackIdContext>(ctx: &C, start: &mut SwitchOut, now: u64, stacks_now: bool) {
     let began = start.ts;
     // Mark as consumed rather than delete: no map delete on the hot path.
     start.ts = 0;
@@ -210,10 +212,10 @@ fn end_wait<C: StackIdContext>(ctx: &C, task: u64, start: &mut SwitchOut, now: u
         comm: start.comm,
     };
     if s.events_over_us != 0 && us >= s.events_over_us as u64 {
-        crate::events::send(task, &key, began, now, start.state, s.waker != 0);
+        crate::events::send(&key, began, now, start.state, s.waker != 0, start.woken, start.chain);
     }
     if s.waker != 0 {
-        wake::account(task, &key, began, start.state, delta, now);
+        wake::account(&key, began, start.state, delta, now, start.woken, start.chain);
     } else if s.hold_rows != 0 {
         hold(start, &key, delta, now);
     } else {

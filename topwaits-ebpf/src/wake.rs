@@ -46,14 +46,13 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
         crate::threads::on_wake(woken);
         return;
     }
-    if s.chain <= 1 {
+    let start = STARTS.get_ptr_mut(&woken);
+    // SAFETY: a pointer from a map lookup.
+    let traced = start.is_some_and(|st| unsafe { (*st).ts } != 0);
+    if s.chain <= 1 && !traced {
         // Only a wait being traced needs its waker; deeper chains need every
         // task's last wakeup, since any task may wake a traced one later.
-        match STARTS.get_ptr(&woken) {
-            // SAFETY: a pointer from a map lookup.
-            Some(st) if unsafe { (*st).ts } != 0 => {}
-            _ => return,
-        }
+        return;
     }
     let Some(scratch) = SCRATCH_HOPS.get_ptr_mut(0) else {
         return;
@@ -92,6 +91,19 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
     if chain & STACK_STORED == 0 {
         return;
     }
+    if let Some(st) = start {
+        // SAFETY: a pointer from a map lookup. The chain is written before the time
+        // that makes it current, so a reader that sees the new time (x86-64 keeps
+        // stores in order) sees the new chain; elsewhere a torn read only
+        // mislabels one wait's waker.
+        unsafe {
+            core::ptr::write_volatile(&raw mut (*st).chain, chain);
+            core::ptr::write_volatile(&raw mut (*st).woken, ts);
+        }
+    }
+    if s.chain <= 1 {
+        return;
+    }
     let last = Chain { ts, chain };
     if let Some(slot) = LAST_WAKE.get_ptr_mut(&woken) {
         // SAFETY: a pointer from a map lookup.
@@ -103,7 +115,8 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
 
 /// At switch-in: builds the waker key for the wait that began at `began` and adds it.
 #[inline(always)]
-pub fn account(task: u64, target: &WaitKey, began: u64, state: u32, delta: u64, now: u64) {
+/// `woken` and `chain`: the task's last wakeup, from its start entry.
+pub fn account(target: &WaitKey, began: u64, state: u32, delta: u64, now: u64, woken: u64, chain: u64) {
     let Some(kp) = SCRATCH_KEY.get_ptr_mut(0) else {
         return;
     };
@@ -113,11 +126,10 @@ pub fn account(task: u64, target: &WaitKey, began: u64, state: u32, delta: u64, 
     key.kind = if state == 0 { wake_kind::PREEMPTED } else { wake_kind::NO_WAKER };
     key.chain = 0;
     let mut blocked = if state == 0 { 0 } else { delta };
-    // SAFETY: a pointer from a map lookup.
-    if let Some(c) = LAST_WAKE.get_ptr(&task).map(|c| unsafe { *c }).filter(|c| c.ts >= began && c.ts <= now) {
+    if woken >= began && woken <= now && chain != 0 {
         key.kind = wake_kind::WOKEN;
-        key.chain = c.chain;
-        blocked = c.ts - began;
+        key.chain = chain;
+        blocked = woken - began;
     }
     let runq = delta - blocked;
     let fold = |v: *mut WakeVal| {

@@ -381,3 +381,46 @@ fn wakeup_view_attributes_the_consumer_wait_to_the_producer() {
         .iter()
         .any(|r| stack_names(&r["waker"]["kernel_stack"]).iter().any(|f| f.contains("pipe_write"))));
 }
+
+#[test]
+fn a_wait_still_open_at_the_end_is_not_given_the_waker_of_the_wait_before() {
+    require_bpf!();
+    let ((pr, pw), (qr, qw)) = (pipe(), pipe());
+    let first_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = first_done.clone();
+    let reader = Workload::spawn("tw-reopened", move || {
+        assert!(read_byte(pr));
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Blocks until the trace has ended and the pipe is closed.
+        read_byte(qr);
+    });
+    let rtid = reader.tid;
+    let arg = rtid.to_string();
+    let tracer = Tracer::start(&["--json", "-w", "-t", &arg, "1"]);
+    reader.go();
+    until_reading(rtid);
+    tw_waker_write(pw);
+    while !first_done.load(std::sync::atomic::Ordering::SeqCst) {
+        nanosleep(Duration::from_micros(200));
+    }
+    until_reading(rtid);
+    let doc = json(&tracer.finish());
+    // SAFETY: closing fds this test opened; the reader's last read then returns.
+    unsafe {
+        libc::close(qw);
+        libc::close(pw);
+    }
+    reader.join();
+    let mine: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["tid"].as_u64() == Some(rtid as u64)).collect();
+    let me = tid() as u64;
+    let woken: Vec<&&Value> = mine.iter().filter(|r| r["open"] == false && r["waker"]["tid"].as_u64() == Some(me)).collect();
+    assert_eq!(woken.len(), 1, "the first read, woken by this thread's write: {doc:#}");
+    let open: Vec<&&Value> = mine.iter().filter(|r| r["open"] == true).collect();
+    assert_eq!(open.len(), 1, "the second read, still blocked: {doc:#}");
+    assert_eq!(open[0]["waker"]["context"], "not_woken_yet", "{:#}", open[0]);
+    // SAFETY: closing the read ends, no longer used.
+    unsafe {
+        libc::close(pr);
+        libc::close(qr);
+    }
+}

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
-use topwaits_common::{counter, names, Chain, DepKey, Hops, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{counter, names, DepKey, Hops, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 use super::{batch, Tracer};
 use crate::model::{comm_bytes, raw_hop, Capture, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
@@ -98,8 +98,6 @@ impl Tracer {
         switched: &mut std::collections::HashSet<u32>,
     ) -> Result<u64> {
         let mut arrived = 0;
-        let wakes: Option<BpfHashMap<&MapData, u64, Chain>> =
-            if self.waker { Some(BpfHashMap::try_from(self.map(names::LAST_WAKE)?)?) } else { None };
         let (min_us, max_us) = self.block_us;
         batch::each(self.map(names::STARTS)?, |&task: &u64, st: &SwitchOut| {
             switched.insert(st.tid);
@@ -123,9 +121,9 @@ impl Tracer {
             };
             let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
             r.open = Some(OpenSince::Exact(st.ts));
-            if let Some(wakes) = &wakes {
-                let chain = wakes.get(&task, 0).ok().filter(|c| c.ts >= st.ts && c.ts <= end_mono);
-                r.wake = Some(open_wake(st, chain.map(|c| (c.ts, hops_of(chains, c.chain))), end_mono));
+            if self.waker {
+                let woken = (st.chain != 0 && st.woken >= st.ts && st.woken <= end_mono).then(|| (st.woken, hops_of(chains, st.chain)));
+                r.wake = Some(open_wake(st, woken, end_mono));
             }
             records.push(r);
         })

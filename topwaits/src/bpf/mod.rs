@@ -261,7 +261,11 @@ impl Tracer {
         }
         if config.waker {
             sizes.wake_waits = config.max_entries;
-            sizes.last_wake = limits::START_ENTRIES;
+            // Only deeper chains need every task's last wakeup; a traced task's is
+            // in its start entry.
+            if config.chain > 1 {
+                sizes.last_wake = limits::START_ENTRIES;
+            }
             // A chain per distinct waker and stacks: no more than the rows that
             // name them, except with --chain > 1, where every wakeup keeps one.
             sizes.chains = config.max_entries;

@@ -5,12 +5,12 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::programs::{BtfTracePoint, KProbe, Program, RawTracePoint, TracePoint};
+use aya::programs::{BtfTracePoint, KProbe, Program, ProgramError, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf};
 use log::info;
 use topwaits_common::names;
 
-use crate::error::UserError;
+use crate::error::{verifier_verdict, UserError};
 use crate::sys::{kallsyms, tracefs::Tracefs};
 
 /// Where the kernel exposes the kprobe PMU; absent when CONFIG_KPROBES is unset.
@@ -18,14 +18,14 @@ const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
 
 pub(super) fn attach_one_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<()> {
     let p: &mut BtfTracePoint = program(ebpf, prog)?.try_into()?;
-    p.load(tp, btf).with_context(|| format!("failed to load the tp_btf {tp} program"))?;
+    loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))?;
     p.attach().with_context(|| format!("failed to attach tp_btf/{tp}"))?;
     Ok(())
 }
 
 pub(super) fn attach_one_raw_tp(ebpf: &mut Ebpf, prog: &str, tp: &str) -> Result<()> {
     let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
-    p.load().with_context(|| format!("failed to load the raw_tp {tp} program"))?;
+    loaded(p.load(), || format!("the raw_tp {tp} program"))?;
     p.attach(tp).with_context(|| format!("failed to attach raw_tp/{tp}"))?;
     Ok(())
 }
@@ -102,7 +102,7 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, hooks: Hooks) -> Result<
     let hooks = hooks.list(names::PROG_WAKING_BTF, names::PROG_EXEC_BTF, names::PROG_SWITCH_BTF);
     load_in_parallel(ebpf, &hooks, |p, tp| {
         let p: &mut BtfTracePoint = p.try_into()?;
-        p.load(tp, btf).with_context(|| format!("failed to load the tp_btf {tp} program"))
+        loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))
     })?;
     for (prog, tp) in hooks {
         let p: &mut BtfTracePoint = program(ebpf, prog)?.try_into()?;
@@ -115,7 +115,7 @@ pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
     let hooks = hooks.list(names::PROG_WAKING_RAW, names::PROG_EXEC_RAW, names::PROG_SWITCH_RAW);
     load_in_parallel(ebpf, &hooks, |p, tp| {
         let p: &mut RawTracePoint = p.try_into()?;
-        p.load().with_context(|| format!("failed to load the raw_tp {tp} program"))
+        loaded(p.load(), || format!("the raw_tp {tp} program"))
     })?;
     for (prog, tp) in hooks {
         let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
@@ -127,7 +127,7 @@ pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
 pub(super) fn attach_kprobe(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
     let prog: &mut KProbe = program(ebpf, names::PROG_FINISH_KPROBE)?.try_into()?;
     // Load first: the program must pass the verifier even where kprobes cannot attach.
-    prog.load().context("failed to load the finish_task_switch kprobe program")?;
+    loaded(prog.load(), || "the finish_task_switch kprobe program".to_string())?;
     let symbol = kallsyms::find_function_in_sys("finish_task_switch")
         .context("failed to read /proc/kallsyms")?
         .ok_or(UserError::NoKprobeTarget)?;
@@ -159,12 +159,30 @@ pub(super) fn attach_futex(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<()> {
             continue;
         }
         let p: &mut TracePoint = program(ebpf, prog_name)?.try_into()?;
-        p.load().with_context(|| format!("failed to load {prog_name}"))?;
+        loaded(p.load(), || format!("the {prog_name} program"))?;
         for e in present {
             p.attach("syscalls", e).with_context(|| format!("failed to attach syscalls/{e}"))?;
         }
     }
     Ok(())
+}
+
+/// A program's load, with a rejection by the verifier said on one line (its
+/// verdict; the whole log, often thousands of lines, goes to `RUST_LOG=debug`).
+/// `what` names the program in the message.
+pub(super) fn loaded(r: Result<(), ProgramError>, what: impl FnOnce() -> String) -> Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(ProgramError::LoadError { io_error, verifier_log }) => {
+            let (what, log) = (what(), verifier_log.to_string());
+            log::debug!("the verifier's log of {what}:\n{log}");
+            Err(UserError::Rejected { what, errno: io_error.to_string(), verdict: verifier_verdict(&log) }.into())
+        }
+        Err(e) => {
+            let what = what();
+            Err(anyhow::Error::new(e).context(format!("failed to load {what}")))
+        }
+    }
 }
 
 pub(super) fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {

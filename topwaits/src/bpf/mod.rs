@@ -350,12 +350,12 @@ impl Tracer {
             let btf = btf.as_ref().ok_or_else(|| anyhow!("kernel BTF not kept"))?;
             load_in_parallel(&mut self.ebpf, &progs, |p, tp| {
                 let p: &mut BtfTracePoint = p.try_into()?;
-                p.load(tp, btf).with_context(|| format!("failed to load the {tp} stack learner"))
+                attach::loaded(p.load(tp, btf), || format!("the {tp} stack learner"))
             })
         } else {
             load_in_parallel(&mut self.ebpf, &progs, |p, tp| {
                 let p: &mut RawTracePoint = p.try_into()?;
-                p.load().with_context(|| format!("failed to load the {tp} stack learner"))
+                attach::loaded(p.load(), || format!("the {tp} stack learner"))
             })
         };
         loaded?;

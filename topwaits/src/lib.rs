@@ -9,6 +9,7 @@ pub mod clock;
 pub mod deps;
 pub mod error;
 pub mod fasthash;
+pub mod interrupts;
 pub mod longwaits;
 pub mod model;
 pub mod objects;

@@ -395,42 +395,6 @@ pub fn trim_machinery<F: AsRef<Frame>>(frames: &mut Vec<F>) {
     }
 }
 
-/// Frames that mark a kernel stack as taken in interrupt (hard or soft) context.
-fn is_interrupt_entry(name: &str) -> bool {
-    name.starts_with("asm_sysvec_")
-        || name.starts_with("asm_common_interrupt")
-        || name.starts_with("sysvec_")
-        || name.starts_with("__sysvec_")
-        || name == "common_interrupt"
-        || name == "handle_softirqs"
-        || name == "__do_softirq"
-        || name == "irq_exit_rcu"
-        || name == "__irq_exit_rcu"
-        || name == "hrtimer_interrupt"
-}
-
-/// Marks a waker hop whose kernel stack ran in interrupt context, and cuts its
-/// stack after the outermost interrupt-entry frame: the rest belongs to whatever
-/// task the interrupt hit, as do its user stack and its ids, which are dropped.
-pub fn classify_interrupt(hop: &mut Hop) {
-    let Stack::Frames(frames) = &hop.kernel else {
-        return;
-    };
-    let last = frames.iter().rposition(|f| f.symbol.as_deref().is_some_and(is_interrupt_entry));
-    if let Some(i) = last {
-        // Keep the asm_ entry frame itself if it directly follows.
-        let keep = match frames.get(i + 1) {
-            Some(f) if f.symbol.as_deref().is_some_and(|n| n.starts_with("asm_")) => i + 2,
-            _ => i + 1,
-        };
-        hop.kernel = Stack::shared(frames[..keep].to_vec());
-        hop.interrupt = true;
-        hop.user = Stack::None;
-        (hop.tgid, hop.tid) = (0, 0);
-        hop.comm.clear();
-    }
-}
-
 /// Where one stack id lives, for batching.
 enum Space {
     Kernel,
@@ -630,7 +594,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             user: build(Space::User(h.tgid), &h.ustack),
             interrupt: false,
         };
-        classify_interrupt(&mut hop);
+        crate::interrupts::classify_interrupt(&mut hop);
         hop
     };
     let mut out = Vec::with_capacity(capture.records.len());
@@ -810,46 +774,6 @@ pub(crate) mod tests {
         deep.push(frame(Some("bpf_trace_run4")));
         trim_machinery(&mut deep);
         assert_eq!(deep.len(), 10, "only the leaf end is trimmed");
-    }
-
-    fn hop_with(kernel: &[&str]) -> Hop {
-        Hop {
-            tgid: 5,
-            tid: 6,
-            comm: b"busy".to_vec(),
-            kernel: Stack::of(kernel.iter().map(|n| frame(Some(n))).collect()),
-            user: Stack::of(vec![frame(Some("main"))]),
-            interrupt: false,
-        }
-    }
-
-    #[test]
-    fn timer_interrupt_wakeups_are_labelled_and_cut_at_the_entry() {
-        let mut h = hop_with(&[
-            "try_to_wake_up",
-            "hrtimer_wakeup",
-            "__hrtimer_run_queues",
-            "hrtimer_interrupt",
-            "__sysvec_apic_timer_interrupt",
-            "sysvec_apic_timer_interrupt",
-            "asm_sysvec_apic_timer_interrupt",
-            "pv_native_safe_halt",
-            "default_idle",
-        ]);
-        classify_interrupt(&mut h);
-        assert!(h.interrupt);
-        assert_eq!(h.user, Stack::None);
-        let names: Vec<_> = h.kernel.frames().iter().map(|f| f.name().to_string()).collect();
-        assert_eq!(names.last().map(String::as_str), Some("asm_sysvec_apic_timer_interrupt"));
-        assert!(!names.contains(&"default_idle".to_string()));
-    }
-
-    #[test]
-    fn task_context_wakeups_stay_as_they_are() {
-        let mut h = hop_with(&["try_to_wake_up", "pipe_write", "vfs_write", "ksys_write"]);
-        let before = h.clone();
-        classify_interrupt(&mut h);
-        assert_eq!(h, before);
     }
 
     #[test]

@@ -195,6 +195,56 @@ fn interrupt_wakers_are_one_record_per_handler_path() {
     assert!(irq.len() <= 4, "{} interrupt records for one timer path: {doc:#}", irq.len());
 }
 
+/// A loopback TCP send wakes its receiver from the softirq that the sender runs
+/// itself when it re-enables bottom halves: the sender is the waker, with its
+/// whole stack down to its own write, not an anonymous `[interrupt]`.
+#[test]
+fn a_loopback_tcp_receiver_is_woken_by_the_sender_not_an_interrupt() {
+    use std::os::fd::AsRawFd;
+    require_bpf!();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    client.set_nodelay(true).unwrap();
+    let (r, w) = (server.as_raw_fd(), client.as_raw_fd());
+    let consumer = Workload::spawn("tw-consumer", move || {
+        for _ in 0..ROUNDS {
+            assert!(tw_consumer_read(r));
+        }
+    });
+    let producer = Workload::spawn("tw-producer", move || {
+        for _ in 0..ROUNDS {
+            nanosleep(Duration::from_millis(40));
+            tw_producer_write(w);
+        }
+    });
+    let ctid = consumer.tid.to_string();
+    let tracer = Tracer::start(&["--json", "-w", "-t", &ctid, "1.5"]);
+    let producer_tid = producer.tid as u64;
+    consumer.go();
+    producer.go();
+    producer.join();
+    consumer.join();
+    let doc = json(&tracer.finish());
+    let reads: Vec<&Value> = records_in(&doc, "tw_consumer_read")
+        .into_iter()
+        .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("tcp_recvmsg")))
+        .collect();
+    let by_producer: Vec<&&Value> = reads.iter().filter(|r| r["waker"]["tid"].as_u64() == Some(producer_tid)).collect();
+    let count: u64 = by_producer.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert!(count >= ROUNDS as u64 - 1, "the sender woke the receiver {count} times of {ROUNDS}: {doc:#}");
+    for r in &by_producer {
+        let w = &r["waker"];
+        assert_eq!((w["context"].as_str(), w["comm"].as_str()), (Some("task"), Some("tw-producer")), "{w:#}");
+        let wk = stack_names(&w["kernel_stack"]);
+        assert!(wk.iter().any(|f| f == "handle_softirqs" || f == "__do_softirq"), "woken from the softirq: {wk:?}");
+        assert!(wk.iter().any(|f| f.contains("tcp_sendmsg")), "down to the sender's own send: {wk:?}");
+        let wu = stack_names(&w["user_stack"]);
+        assert!(wu.iter().any(|f| f.contains("tw_producer_write")), "the sender's user stack: {wu:?}");
+    }
+    drop((server, client));
+}
+
 /// Writes one byte to `fd` from one user call site, whichever file it is: only
 /// the kernel stack tells a pipe wakeup from a socket wakeup. (Its body differs
 /// from `tw_producer_write`'s, so that a release build does not merge the two.)

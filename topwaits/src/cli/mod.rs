@@ -157,8 +157,10 @@ pub struct TraceArgs {
 }
 
 /// The first line of a clap error (`error: ...`), without the usage block that
-/// follows it, plus the pointer to `--help`.
+/// follows it, with clap's tips (the option meant by a misspelt one), plus the
+/// pointer to `--help`.
 pub fn one_line(rendered: &str) -> String {
+    let tips: Vec<&str> = rendered.lines().filter_map(|l| l.trim().strip_prefix("tip: ")).collect();
     let mut lines = rendered.lines().skip_while(|l| l.trim().is_empty());
     let mut line = lines.next().unwrap_or("error: invalid arguments").trim_end().to_string();
     // "the following required arguments were not provided:" lists them on the
@@ -168,6 +170,9 @@ pub fn one_line(rendered: &str) -> String {
         if !listed.is_empty() {
             line = format!("{} {}", line, listed.join(", "));
         }
+    }
+    for tip in tips {
+        line = format!("{line}; {tip}");
     }
     format!("{line} (see --help)")
 }
@@ -642,6 +647,15 @@ mod tests {
         }
         assert_eq!(plural(1, "record"), "1 record");
         assert_eq!(plural(0, "record"), "0 records");
+    }
+
+    #[test]
+    fn a_misspelt_option_names_the_one_meant() {
+        let e = Args::try_parse_from(["topwaits", "threads", "--rtapp", "x.json", "1"]).unwrap_err();
+        let line = one_line(&e.render().to_string());
+        assert_eq!(line, "error: unexpected argument '--rtapp' found; a similar argument exists: '--rt-app' (see --help)");
+        let e = Args::try_parse_from(["topwaits", "--wakr", "1"]).unwrap_err();
+        assert!(one_line(&e.render().to_string()).contains("a similar argument exists: '--waker'"));
     }
 
     #[test]

@@ -1,0 +1,367 @@
+//! The blazesym [`Symbolizer`]: kernel frames from kallsyms, user frames from
+//! `/proc/PID` (kept for processes that exit), debug files, and build ids.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use blazesym::symbolize::{
+    source::{Elf, Kernel, Process, Source},
+    Input, Symbolized, Symbolizer as Blaze,
+};
+use blazesym::MaybeDefault;
+
+use crate::fasthash::FastMap;
+use crate::model::Frame;
+use crate::sys::{elf, procfs};
+use crate::unwind::{self, Region};
+
+use super::Symbolizer;
+
+/// blazesym: kernel frames from kallsyms, user frames from `/proc/PID`, and the
+/// module and file offset from `/proc/PID/maps` when no symbol resolves.
+///
+/// Processes can exit before the trace ends. [`BlazeSymbolizer::remember`], called
+/// while a process lives, keeps its memory maps (and perf map) so that its frames
+/// still resolve by the files' paths after it is gone.
+pub struct BlazeSymbolizer {
+    inner: Blaze,
+    /// Memory maps read while each remembered process was alive.
+    maps: HashMap<u32, Vec<procfs::Mapping>>,
+    /// Every mapping, with its exec bit, of each process symbolized or remembered.
+    regions: FastMap<u32, Vec<Region>>,
+    /// Whether each module file keeps its symbol table (else its names are only
+    /// in a separate debug file).
+    symtab: HashMap<String, bool>,
+    /// Each stripped module's debug file found by build id, with the module's
+    /// loaded segments.
+    debug_files: HashMap<String, Option<(PathBuf, Vec<elf::Segment>)>>,
+    /// The thread that resolves kernel frames, once [`BlazeSymbolizer::warm_kernel`]
+    /// has started it: requests out, frames back.
+    kernel_thread: Option<(std::sync::mpsc::Sender<Vec<u64>>, std::sync::mpsc::Receiver<Vec<Frame>>)>,
+}
+
+fn new_blaze() -> Blaze {
+    Blaze::builder().enable_code_info(false).enable_inlined_fns(false).build()
+}
+
+fn symbolize_kernel(blaze: &Blaze, addrs: &[u64]) -> Vec<Frame> {
+    let src = Source::Kernel(Kernel {
+        kallsyms: MaybeDefault::Default,
+        vmlinux: MaybeDefault::None,
+        kaslr_offset: Some(0),
+        debug_syms: false,
+        ..Default::default()
+    });
+    symbolize_each(blaze, &src, addrs)
+}
+
+impl Default for BlazeSymbolizer {
+    fn default() -> Self {
+        BlazeSymbolizer {
+            inner: new_blaze(),
+            maps: HashMap::new(),
+            symtab: HashMap::new(),
+            debug_files: HashMap::new(),
+            kernel_thread: None,
+            regions: FastMap::default(),
+        }
+    }
+}
+
+fn alive(tgid: u32) -> bool {
+    Path::new("/proc").join(tgid.to_string()).join("maps").exists()
+}
+
+impl BlazeSymbolizer {
+    /// Keeps what symbolizing `tgid` needs, in case it exits before the end. Call
+    /// again after an exec, when its maps change.
+    pub fn remember(&mut self, tgid: u32) {
+        if tgid == 0 {
+            return;
+        }
+        let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else {
+            // Gone already: keep what we had.
+            return;
+        };
+        let maps = procfs::parse_maps(&text[..]);
+        if maps.is_empty() {
+            // A kernel thread: nothing to keep.
+            return;
+        }
+        self.maps.insert(tgid, maps);
+        self.regions.insert(tgid, procfs::parse_regions(&text[..]));
+        let mut cache = blazesym::symbolize::cache::Process::new(tgid.into());
+        cache.cache_vmas = true;
+        cache.cache_perf_map = true;
+        if let Err(e) = self.inner.cache(&blazesym::symbolize::cache::Cache::Process(cache)) {
+            log::debug!("could not cache the maps of {tgid}: {e}");
+        }
+    }
+
+    /// Starts reading the kernel's symbols on a thread of their own (about 45 ms
+    /// for `/proc/kallsyms`), so that it happens while the trace runs rather than
+    /// in the report at its end, and without delaying the events of processes that
+    /// must be remembered before they exit. Kernel frames are then resolved there.
+    pub fn warm_kernel(&mut self) {
+        let (req_tx, req_rx) = std::sync::mpsc::channel::<Vec<u64>>();
+        let (resp_tx, resp_rx) = std::sync::mpsc::channel::<Vec<Frame>>();
+        let spawned = std::thread::Builder::new().name("kallsyms".into()).spawn(move || {
+            let blaze = new_blaze();
+            // Any kernel address: the whole table is read and kept on first use.
+            let _ = symbolize_kernel(&blaze, &[0xffff_ffff_8100_0000]);
+            for addrs in req_rx {
+                if resp_tx.send(symbolize_kernel(&blaze, &addrs)).is_err() {
+                    break;
+                }
+            }
+        });
+        if spawned.is_ok() {
+            self.kernel_thread = Some((req_tx, resp_rx));
+        }
+    }
+
+    /// The file mappings of `tgid`: those kept while it lived, else read now.
+    pub fn file_maps(&self, tgid: u32) -> Vec<procfs::Mapping> {
+        self.maps.get(&tgid).cloned().unwrap_or_else(|| procfs::maps_of(tgid))
+    }
+
+    /// Number of processes whose maps are kept.
+    pub fn remembered(&self) -> usize {
+        self.maps.len()
+    }
+}
+
+fn module_name(path: &std::ffi::OsStr) -> String {
+    Path::new(path)
+        .file_name()
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The ELF build id of the file at `path`, in lower-case hex, when it has one.
+pub fn build_id_hex(path: &str) -> Option<String> {
+    let id = blazesym::helper::read_elf_build_id(&path).ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A module's separate debug file, by its build id under `/usr/lib/debug` (where
+/// distributions install them), and the module's loaded segments.
+fn debug_file(module: &str) -> Option<(PathBuf, Vec<elf::Segment>)> {
+    let hex = build_id_hex(module)?;
+    if hex.len() < 3 {
+        return None;
+    }
+    let path = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
+    let segments = elf::load_segments(&mut std::fs::File::open(module).ok()?).ok()?;
+    path.exists().then_some((path, segments))
+}
+
+/// Names addresses in modules without a symbol table from their debug files'
+/// symbol tables. A debug file keeps its module's addresses but not its file
+/// layout, so each address goes in as where the module's segments load it. Only
+/// the symbol table is read: blazesym's own search (`fallback`, for modules whose
+/// debug file is not found by build id) also loads the DWARF sections, which took a
+/// tenth of a 20,000-stack report.
+fn from_debug_files(
+    blaze: &Blaze,
+    found: &mut HashMap<String, Option<(PathBuf, Vec<elf::Segment>)>>,
+    maps: &[procfs::Mapping],
+    addrs: &[u64],
+    fallback: &Source<'_>,
+) -> Vec<Frame> {
+    let mut by_module: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for &a in addrs {
+        if let Some(m) = procfs::mapping_of(maps, a) {
+            by_module.entry(&m.path).or_default().push(a);
+        }
+    }
+    let mut out = Vec::new();
+    let mut rest = Vec::new();
+    for (module, addrs) in by_module {
+        let Some((dbg, segments)) = found.entry(module.to_string()).or_insert_with(|| debug_file(module)) else {
+            rest.extend(addrs);
+            continue;
+        };
+        let placed: Vec<(u64, u64)> = addrs
+            .iter()
+            .filter_map(|&a| {
+                let m = procfs::mapping_of(maps, a)?;
+                Some((a, elf::vaddr_of(segments, a - m.start + m.offset)?))
+            })
+            .collect();
+        let vaddrs: Vec<u64> = placed.iter().map(|p| p.1).collect();
+        let mut elf_src = Elf::new(dbg.as_path());
+        elf_src.debug_syms = false;
+        let src = Source::Elf(elf_src);
+        let syms = blaze.symbolize(&src, Input::VirtOffset(&vaddrs)).ok();
+        let originals: Vec<u64> = placed.iter().map(|p| p.0).collect();
+        let name: std::sync::Arc<str> = module_name(module.as_ref()).into();
+        out.extend(to_frames(&originals, syms).into_iter().map(|mut f| {
+            if f.symbol.is_some() {
+                f.module = Some(name.clone());
+            }
+            f
+        }));
+    }
+    if !rest.is_empty() {
+        out.extend(symbolize_each(blaze, fallback, &rest));
+    }
+    out
+}
+
+fn to_frames(addrs: &[u64], syms: Option<Vec<Symbolized<'_>>>) -> Vec<Frame> {
+    let Some(syms) = syms else {
+        return addrs.iter().map(|&a| Frame::unknown(a)).collect();
+    };
+    addrs
+        .iter()
+        .zip(syms)
+        .map(|(&addr, s)| match s {
+            // Past the end of a symbol of known size, the address is in some other
+            // function that the symbol table does not name (a stripped binary's
+            // internal code): not this one.
+            Symbolized::Sym(sym) if sym.size.is_some_and(|size| sym.offset >= size) => Frame::unknown(addr),
+            Symbolized::Sym(sym) => Frame {
+                addr,
+                symbol: Some(sym.name.as_ref().into()),
+                module: sym.module.as_deref().map(|m| module_name(m).into()),
+                offset: Some(sym.offset as u64),
+            },
+            Symbolized::Unknown(_) => Frame::unknown(addr),
+        })
+        .collect()
+}
+
+/// Symbolizes a batch, and where the batch fails as a whole (one address in a file
+/// blazesym cannot read fails them all), each address on its own.
+fn symbolize_each(blaze: &Blaze, src: &Source<'_>, addrs: &[u64]) -> Vec<Frame> {
+    match blaze.symbolize(src, Input::AbsAddr(addrs)) {
+        Ok(syms) => to_frames(addrs, Some(syms)),
+        Err(e) => {
+            log::debug!("symbolizing {} addresses failed ({e}); retrying one at a time", addrs.len());
+            addrs
+                .iter()
+                .flat_map(|&a| to_frames(&[a], blaze.symbolize(src, Input::AbsAddr(&[a])).ok()))
+                .collect()
+        }
+    }
+}
+
+impl Symbolizer for BlazeSymbolizer {
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame> {
+        if let Some((tx, rx)) = &self.kernel_thread {
+            if tx.send(addrs.to_vec()).is_ok() {
+                if let Ok(frames) = rx.recv() {
+                    return frames;
+                }
+            }
+        }
+        symbolize_kernel(&self.inner, addrs)
+    }
+
+    fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+        let live = alive(tgid);
+        let cached = self.maps.contains_key(&tgid);
+        if live && cached {
+            // Cached maps are not re-read by blazesym: refresh them (dlopen, ...).
+            self.remember(tgid);
+        }
+        let source = |debug_syms: bool| {
+            let mut proc_src = Process::new(tgid.into());
+            proc_src.perf_map = true;
+            // With cached maps, files are opened by path (the process may be gone).
+            proc_src.map_files = !cached;
+            proc_src.debug_syms = debug_syms;
+            Source::Process(proc_src)
+        };
+        if !self.regions.contains_key(&tgid) {
+            self.regions.insert(tgid, procfs::regions_of(tgid));
+        }
+        // Only addresses in executable mappings are code; the rest (junk from a
+        // frame-pointer walk through code without frame pointers) are never named.
+        let code: Vec<u64> = addrs.iter().copied().filter(|&a| self.is_code(tgid, a)).collect();
+        // Symbol tables first: DWARF parsing costs seconds and hundreds of MiB on
+        // large binaries, and the frames need no line numbers.
+        let mut named: FastMap<u64, Frame> = symbolize_each(&self.inner, &source(false), &code).into_iter().map(|f| (f.addr, f)).collect();
+        // What is left lies in stripped code (Debian's libc keeps only its exported
+        // symbols): a second pass reads the separate debug files (build id or
+        // debug link under /usr/lib/debug) for those addresses alone. On a Python
+        // HTTP server this took unresolved user frames from 34% of the off-CPU
+        // time to none.
+        let stripped: Vec<u64> = code.iter().copied().filter(|a| named.get(a).is_none_or(|f| f.symbol.is_none())).collect();
+        // Unresolved code needs the maps, read once here: for the debug-file pass
+        // and for `module+0xoffset`. Kept maps were just refreshed if the process
+        // lives; they are read only for a process never remembered.
+        let read;
+        let maps: Option<&[procfs::Mapping]> = match (stripped.is_empty(), self.maps.get(&tgid)) {
+            (true, _) => None,
+            (false, Some(m)) => Some(m),
+            (false, None) => {
+                read = procfs::maps_of(tgid);
+                Some(&read)
+            }
+        };
+        if let Some(maps) = maps {
+            // Only modules without a symbol table of their own: for the others
+            // the debug file adds nothing but DWARF to parse (a Rust binary's
+            // takes seconds).
+            let symtab = &mut self.symtab;
+            let debug: Vec<u64> = stripped
+                .iter()
+                .copied()
+                .filter(|&a| {
+                    procfs::mapping_of(maps, a).is_some_and(|m| {
+                        !*symtab.entry(m.path.clone()).or_insert_with(|| crate::sys::elf::has_symtab(&m.path).unwrap_or(true))
+                    })
+                })
+                .collect();
+            if !debug.is_empty() {
+                for f in from_debug_files(&self.inner, &mut self.debug_files, maps, &debug, &source(true)) {
+                    if f.symbol.is_some() {
+                        named.insert(f.addr, f);
+                    }
+                }
+            }
+        }
+        let mut frames: Vec<Frame> = addrs.iter().map(|&a| named.remove(&a).unwrap_or_else(|| Frame::unknown(a))).collect();
+        if let Some(maps) = maps {
+            for f in frames.iter_mut().filter(|f| f.symbol.is_none() && self.is_code(tgid, f.addr)) {
+                if let Some((module, off)) = procfs::locate(maps, f.addr) {
+                    f.module = Some(module.into());
+                    f.offset = Some(off);
+                }
+            }
+        }
+        frames
+    }
+
+    fn leaf_callers(&mut self, tgid: u32, stacks: &[(Vec<u64>, Vec<u64>)]) -> Vec<Option<u64>> {
+        let regions = self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
+        let mem = crate::sys::memory::ProcessMemory { pid: tgid };
+        // One walker per process: the code pages it reads are read once.
+        let mut walker = unwind::Walker::new(regions, &mem, unwind::Arch::native());
+        stacks.iter().map(|(frames, words)| unwind::leaf_caller(frames, words, |w, pc| walker.calls_leaf(w, pc))).collect()
+    }
+
+    fn is_code(&self, tgid: u32, addr: u64) -> bool {
+        match self.regions.get(&tgid) {
+            Some(r) if !r.is_empty() => unwind::region_of(r, addr).is_some_and(|m| m.exec),
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_ids_are_two_lower_case_hex_digits_a_byte() {
+        let me = std::env::current_exe().unwrap();
+        let id = build_id_hex(me.to_str().unwrap()).expect("test binaries are linked with a build id");
+        assert!(id.len() >= 16 && id.len() % 2 == 0, "{id}");
+        assert!(id.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)), "{id}");
+        assert_eq!(build_id_hex("/nonexistent/lib.so"), None);
+    }
+}

@@ -220,6 +220,15 @@ pub struct SwitchOut {
     pub chain: u64,
 }
 
+/// Whether a task's last wakeup, at `woken` with chain reference `chain` (see
+/// [`SwitchOut::woken`]), is the one that ended its wait from `began` to `end`:
+/// a wakeup from before `began` belongs to an earlier wait, and a reference of 0
+/// means no chain was kept. The kernel side and the drain of open waits share it.
+#[inline(always)]
+pub const fn woke_wait(woken: u64, chain: u64, began: u64, end: u64) -> bool {
+    chain != 0 && woken >= began && woken <= end
+}
+
 /// Most stack slots that [`StackCache`] can check in place; stacks of this many
 /// frames or more are never cached.
 pub const CACHE_SLOTS: usize = 48;
@@ -644,6 +653,14 @@ mod pod {
 mod tests {
     use super::*;
     use core::mem::size_of;
+
+    #[test]
+    fn a_wakeup_ends_a_wait_only_from_within_it_and_with_a_chain() {
+        assert!(woke_wait(100, 7, 100, 200) && woke_wait(200, 7, 100, 200));
+        assert!(!woke_wait(99, 7, 100, 200), "a wakeup of an earlier wait");
+        assert!(!woke_wait(201, 7, 100, 200), "after the wait ended");
+        assert!(!woke_wait(150, 0, 100, 200), "no chain kept");
+    }
 
     #[test]
     fn absorbing_a_value_adds_totals_and_counts_and_keeps_the_longer_max() {

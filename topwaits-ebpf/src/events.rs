@@ -42,7 +42,7 @@ pub fn send(key: &WaitKey, began: u64, now: u64, state: u32, waker: bool, woken:
         (*e).wake_kind = if state == 0 { wake_kind::PREEMPTED } else { wake_kind::NO_WAKER };
         (*e).waker = Hop::default();
         if waker {
-            if woken >= began && woken <= now && chain != 0 {
+            if topwaits_common::woke_wait(woken, chain, began, now) {
                 (*e).woken = woken;
                 (*e).wake_kind = wake_kind::WOKEN;
                 if let Some(h) = CHAINS.get_ptr(&chain) {

@@ -126,7 +126,7 @@ pub fn account(target: &WaitKey, began: u64, state: u32, delta: u64, now: u64, w
     key.kind = if state == 0 { wake_kind::PREEMPTED } else { wake_kind::NO_WAKER };
     key.chain = 0;
     let mut blocked = if state == 0 { 0 } else { delta };
-    if woken >= began && woken <= now && chain != 0 {
+    if topwaits_common::woke_wait(woken, chain, began, now) {
         key.kind = wake_kind::WOKEN;
         key.chain = chain;
         blocked = woken - began;

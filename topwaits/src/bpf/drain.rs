@@ -122,7 +122,7 @@ impl Tracer {
             let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
             r.open = Some(OpenSince::Exact(st.ts));
             if self.waker {
-                let woken = (st.chain != 0 && st.woken >= st.ts && st.woken <= end_mono).then(|| (st.woken, hops_of(chains, st.chain)));
+                let woken = topwaits_common::woke_wait(st.woken, st.chain, st.ts, end_mono).then(|| (st.woken, hops_of(chains, st.chain)));
                 r.wake = Some(open_wake(st, woken, end_mono));
             }
             records.push(r);

@@ -14,6 +14,7 @@ pub mod longwaits;
 pub mod model;
 pub mod objects;
 pub mod open;
+pub mod outfile;
 pub mod outputs;
 pub mod profile;
 pub mod recording;

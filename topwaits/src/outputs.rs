@@ -7,7 +7,7 @@ use anyhow::Result;
 use crate::cli::{ValueKind, ViewConfig};
 use crate::model::Report;
 use crate::report::{self, Format as _};
-use crate::trace::OutputFile;
+use crate::outfile::OutputFile;
 
 /// The files of one view, each created and still empty.
 pub struct ViewFiles {

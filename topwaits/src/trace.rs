@@ -468,35 +468,6 @@ pub fn interval_frame(out: &mut dyn Write, output: &crate::cli::Output, round: u
     }
 }
 
-/// An output file, created before anything loads so that a bad path fails at once
-/// rather than after the trace.
-pub struct OutputFile {
-    path: std::path::PathBuf,
-    file: std::fs::File,
-}
-
-impl OutputFile {
-    /// Creates (truncates) the file, or fails in one line naming it.
-    pub fn create(path: &std::path::Path) -> Result<Self> {
-        let file = std::fs::File::create(path).with_context(|| format!("failed to create {}", path.display()))?;
-        Ok(OutputFile { path: path.to_path_buf(), file })
-    }
-
-    /// Creates the file of an optional option.
-    pub fn create_opt(path: Option<&std::path::Path>) -> Result<Option<Self>> {
-        path.map(Self::create).transpose()
-    }
-
-    /// Writes the file through a buffered writer, naming it in errors and on stderr.
-    pub fn write(self, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
-        let mut w = BufWriter::new(self.file);
-        f(&mut w).and_then(|()| w.flush()).with_context(|| format!("failed to write {}", self.path.display()))?;
-        crate::stderr::say!("Wrote {}", self.path.display());
-        Ok(())
-    }
-}
-
-
 /// The end of a threads window: now, or the deadline set ahead if that has passed
 /// (the kernel stopped recording at it).
 pub fn window_end(now: u64, deadline: Option<u64>) -> u64 {
@@ -507,7 +478,7 @@ pub fn window_end(now: u64, deadline: Option<u64>) -> u64 {
 pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
     hold_signals(true);
     preflight(&config.threads)?;
-    let rt_app_file = OutputFile::create_opt(config.rt_app.as_deref())?;
+    let rt_app_file = crate::outfile::OutputFile::create_opt(config.rt_app.as_deref())?;
     let mut tracer = Tracer::start_threads(config)?;
     let start_mono = tracer.attached_mono();
     // The kernel ends the window at the requested instant, even if this process
@@ -557,8 +528,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         let demand = if config.rt_app_wanted { crate::rtapp::Demand::Wanted } else { crate::rtapp::Demand::OnCpu };
         let replay = crate::rtapp::Replay { duration_s: secs, demand, calibration: config.rt_app_calibration };
         let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
-        let mut file = file.file;
-        file.write_all(doc.render().as_bytes()).with_context(|| format!("failed to write {}", path.display()))?;
+        file.write_quiet(|out| out.write_all(doc.render().as_bytes()))?;
         crate::stderr::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
     }
     write_quietly(|out| {

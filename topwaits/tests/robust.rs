@@ -408,7 +408,7 @@ fn bad_output_paths_fail_before_tracing() {
         assert!(!out.stderr.contains("Tracing"), "{args:?}: {}", out.stderr);
         let lines: Vec<&str> = out.stderr.lines().collect();
         assert_eq!(lines.len(), 1, "{args:?}: {}", out.stderr);
-        assert!(lines[0].contains("failed to create /nonexistent/dir/"), "{}", lines[0]);
+        assert!(lines[0].contains("cannot write /nonexistent/dir/"), "{}", lines[0]);
     }
 }
 

@@ -385,7 +385,7 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
         crate::stderr::say!("topwaits: warning: not root: kernel stacks, syscalls and other processes' memory are unreadable");
     }
     crate::trace::check_targets(&config.threads)?;
-    let dot = crate::trace::OutputFile::create_opt(config.dot.as_deref())?;
+    let dot = crate::outfile::OutputFile::create_opt(config.dot.as_deref())?;
     let target = config.threads.describe();
     let report = collect(config, target)?;
     for w in &report.warnings {

@@ -46,15 +46,51 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads a record file, or fails in one line saying why (not a record file, or a
-/// version this topwaits does not read).
+/// The gzip magic number every record file starts with.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// A reader that counts the bytes it hands on, to say where a damaged file broke.
+struct Counted<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+/// Reads a record file, or fails in one line saying why (not a record file, a
+/// damaged one and where, or a version this topwaits does not read).
 pub fn read(path: &Path) -> Result<Report> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut text = Vec::new();
-    flate2::read::GzDecoder::new(io::BufReader::new(file))
-        .read_to_end(&mut text)
-        .map_err(|_| anyhow!("{} is not a topwaits record file (not gzip-compressed)", path.display()))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let text = decompress(io::BufReader::new(file), size).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     parse(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// The decompressed text of a record file of `size` bytes read from `input`.
+fn decompress(mut input: impl io::BufRead, size: u64) -> Result<Vec<u8>> {
+    let head = input.fill_buf().context("cannot read")?;
+    if head.is_empty() {
+        bail!("not a topwaits record file (it is empty)");
+    }
+    // A one-byte file that could begin a gzip stream is truncated, not foreign.
+    if !GZIP_MAGIC.starts_with(&head[..head.len().min(2)]) {
+        bail!("not a topwaits record file (not gzip-compressed)");
+    }
+    let mut counted = Counted { inner: input, read: 0 };
+    let mut text = Vec::new();
+    let got = flate2::read::MultiGzDecoder::new(&mut counted).read_to_end(&mut text);
+    if let Err(e) = got {
+        let how = if e.kind() == io::ErrorKind::UnexpectedEof { "truncated" } else { "corrupt" };
+        // The decoder reads ahead in blocks: the damage lies at or before this byte.
+        bail!("damaged record file: {how} (the gzip stream breaks by byte {} of {size}: {e})", counted.read);
+    }
+    Ok(text)
 }
 
 /// The report in a record file's decompressed text.
@@ -117,5 +153,42 @@ mod tests {
         let e = read(&dir).unwrap_err().to_string();
         let _ = std::fs::remove_file(&dir);
         assert!(e.contains("not gzip-compressed"), "{e}");
+    }
+
+    fn recorded() -> Vec<u8> {
+        let mut buf = Vec::new();
+        write(&offwake_report(), &mut buf).unwrap();
+        buf
+    }
+
+    fn damage(bytes: &[u8]) -> String {
+        format!("{:#}", decompress(bytes, bytes.len() as u64).and_then(|t| parse(&t)).unwrap_err())
+    }
+
+    /// Regression: a truncated or bit-flipped record said "not gzip-compressed".
+    #[test]
+    fn a_truncated_record_says_so_with_where_it_breaks() {
+        let whole = recorded();
+        for cut in [whole.len() - 1, whole.len() / 2, 12] {
+            let e = damage(&whole[..cut]);
+            assert!(e.contains("damaged record file: truncated") && e.contains(&format!("of {cut}")), "{cut}: {e}");
+            assert!(!e.contains("not gzip") && !e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_is_corrupt_not_a_foreign_file() {
+        let whole = recorded();
+        // In the compressed data, and in the checksum at the end.
+        for at in [whole.len() / 3, whole.len() - 6] {
+            let mut bad = whole.clone();
+            bad[at] ^= 0x10;
+            let e = damage(&bad);
+            assert!(e.contains("damaged record file"), "byte {at}: {e}");
+            assert!(!e.contains("not gzip"), "{e}");
+        }
+        assert!(damage(b"").contains("empty"));
+        assert!(damage(b"\x1f").contains("truncated"));
+        assert!(damage(b"\x1f\x00").contains("not gzip"));
     }
 }

@@ -67,7 +67,8 @@ fn pprof_samples_agree_with_the_json_report() {
     let p = decode_pprof(&tools, &path);
     let _ = std::fs::remove_file(&path);
     let types: Vec<String> = p["sample_types"].as_array().unwrap().iter().map(|t| t[0].as_str().unwrap().to_string()).collect();
-    assert_eq!(types, ["off_cpu", "waits", "max_wait"]);
+    assert_eq!(types, ["off_cpu", "waits"]);
+    assert_eq!(p["default_sample_type"].as_str(), Some("off_cpu"));
     // Every JSON record is one sample with the same values and frames.
     let records = doc["records"].as_array().unwrap();
     let samples = p["samples"].as_array().unwrap();
@@ -82,7 +83,8 @@ fn pprof_samples_agree_with_the_json_report() {
         let key = (r["tid"].to_string(), frames.iter().map(|f| f.0).collect::<Vec<_>>());
         let s = by_stack.get(&key).and_then(|v| v.first()).unwrap_or_else(|| panic!("no sample for {r:#}"));
         let values: Vec<u64> = s["values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().parse().unwrap()).collect();
-        assert_eq!(values, [r["total_ns"].as_u64().unwrap(), r["count"].as_u64().unwrap(), r["max_ns"].as_u64().unwrap()], "{r:#}");
+        assert_eq!(values, [r["total_ns"].as_u64().unwrap(), r["count"].as_u64().unwrap()], "{r:#}");
+        assert_eq!(s["labels"]["max_wait"].as_str().unwrap(), r["max_ns"].to_string(), "{r:#}");
         for (f, (_, name)) in s["frames"].as_array().unwrap().iter().zip(&frames) {
             if let Some(name) = name {
                 assert_eq!(f["name"].as_str(), Some(name.as_str()), "{s:#}");
@@ -107,6 +109,57 @@ fn pprof_samples_agree_with_the_json_report() {
     assert!(id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()), "build id {id:?}");
     let off: u64 = own["file_offset"].as_str().unwrap().parse().unwrap();
     assert!(off > 0 && off < size, "file offset {off} inside the {size}-byte file");
+}
+
+/// `go tool pprof` (Debian's golang-go, installed by `cargo xtask setup`), the
+/// reader most users will open the file with.
+fn go_pprof() -> bool {
+    let have = std::process::Command::new("go").args(["tool", "-n", "pprof"]).output().is_ok_and(|o| o.status.success());
+    present(module_path!(), "go tool pprof", (!have).then(|| "go (golang-go) is not installed; run cargo xtask setup".to_string()))
+}
+
+#[inline(never)]
+fn tw_go_pprof_sleep() {
+    for _ in 0..5 {
+        nanosleep(Duration::from_millis(40));
+    }
+    std::hint::black_box(());
+}
+
+/// Regression: with -w the last sample type (run-queue time) was what `go tool
+/// pprof` showed, and `max_wait` was a value that pprof summed into nonsense.
+#[test]
+fn go_tool_pprof_shows_the_off_cpu_time_by_default_with_the_right_total() {
+    require_bpf!();
+    if !go_pprof() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("tw-gopprof-{}.pb.gz", std::process::id()));
+    let w = Workload::spawn("tw-gopprof", tw_go_pprof_sleep);
+    let tid = w.tid.to_string();
+    let tracer = Tracer::start(&["--json", "-w", "--pprof", path.to_str().unwrap(), "-t", &tid]);
+    w.go();
+    w.join();
+    tracer.signal(libc::SIGINT);
+    let doc = json(&tracer.finish());
+    let total: u64 = doc["records"].as_array().unwrap().iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
+    assert!(total >= 200_000_000, "five 40 ms sleeps: {total} ns");
+    let out = std::process::Command::new("go")
+        .args(["tool", "pprof", "-symbolize=none", "-top", "-unit=ns"])
+        .arg(&path)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .expect("go runs");
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "go tool pprof failed: {}{text}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.lines().any(|l| l.trim() == "Type: off_cpu"), "{text}");
+    let shown: u64 = text
+        .lines()
+        .find_map(|l| l.split("% of ").nth(1)?.strip_suffix("ns total")?.parse().ok())
+        .unwrap_or_else(|| panic!("no total in {text}"));
+    assert_eq!(shown, total, "{text}");
+    assert!(text.contains("tw_go_pprof_sleep"), "{text}");
 }
 
 #[inline(never)]

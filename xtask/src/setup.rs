@@ -19,6 +19,7 @@ const PACKAGES: &[&str] = &[
     "rt-app",           // tests: the generated reproducer must run under rt-app 1.0
     "chromium",         // tests: the SVGs render in headless Chromium
     "libc6-dbg",        // tests, bench: libc's internal frames named from its debug file
+    "golang-go",        // tests: go tool pprof reads the pprof files as users will
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

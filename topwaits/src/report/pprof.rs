@@ -124,8 +124,12 @@ pub mod proto {
 }
 
 /// The sample values, in order: (type, unit). The waker split comes with `-w`.
-pub const VALUES: [(&str, &str); 3] = [("off_cpu", "nanoseconds"), ("waits", "count"), ("max_wait", "nanoseconds")];
+/// pprof adds up a value over the samples it merges, so the longest wait, which
+/// adds up to nothing meaningful, is a numeric label ([`MAX_WAIT`]) instead.
+pub const VALUES: [(&str, &str); 2] = [("off_cpu", "nanoseconds"), ("waits", "count")];
 pub const WAKER_VALUES: [(&str, &str); 2] = [("blocked", "nanoseconds"), ("runq", "nanoseconds")];
+/// The label of a sample's longest wait, in nanoseconds.
+pub const MAX_WAIT: &str = "max_wait";
 
 /// The name pprof shows for the kernel's mapping.
 const KERNEL: &str = "[kernel.kallsyms]";
@@ -254,6 +258,10 @@ impl Builder {
         proto::Label { key: self.string(key), num, ..Default::default() }
     }
 
+    fn ns_label(&mut self, key: &str, ns: u64) -> proto::Label {
+        proto::Label { num_unit: self.string("nanoseconds"), ..self.num_label(key, ns as i64) }
+    }
+
     fn value_type(&mut self, (t, unit): (&str, &str)) -> proto::ValueType {
         proto::ValueType { r#type: self.string(t), unit: self.string(unit) }
     }
@@ -292,12 +300,12 @@ pub fn profile(report: &Report) -> proto::Profile {
         // Leaf first: the kernel frames, then the user frames.
         let mut location_id: Vec<u64> = r.kernel.frames().iter().map(|f| b.location(f, None, true)).collect();
         location_id.extend(r.user.frames().iter().map(|f| b.location(f, object_of(objects, f.addr), false)));
-        let mut value = vec![r.total_ns as i64, r.count as i64, r.max_ns as i64];
+        let mut value = vec![r.total_ns as i64, r.count as i64];
         if waker {
             let (blocked, runq) = r.wake.as_ref().map_or((0, 0), |w| (w.blocked_ns, w.runq_ns));
             value.extend([blocked as i64, runq as i64]);
         }
-        let mut label = vec![b.label("comm", &comm_text(&r.comm)), b.num_label("pid", r.tgid.into())];
+        let mut label = vec![b.label("comm", &comm_text(&r.comm)), b.num_label("pid", r.tgid.into()), b.ns_label(MAX_WAIT, r.max_ns)];
         if r.threads <= 1 {
             label.push(b.num_label("tid", r.tid.into()));
         }
@@ -315,6 +323,8 @@ pub fn profile(report: &Report) -> proto::Profile {
     }
     let comment = b.string(&format!("topwaits: {} of {}", if waker { "off-wake time" } else { "off-CPU time" }, report.info.target));
     let period_type = Some(b.value_type(VALUES[0]));
+    // Clients show the last sample type unless told: the off-CPU time is the one.
+    let default_sample_type = b.string(VALUES[0].0);
     proto::Profile {
         sample_type,
         sample: samples,
@@ -327,7 +337,7 @@ pub fn profile(report: &Report) -> proto::Profile {
         period_type,
         period: 1,
         comment: vec![comment],
-        default_sample_type: 0,
+        default_sample_type,
     }
 }
 
@@ -362,7 +372,10 @@ mod tests {
         assert_eq!(types, VALUES.to_vec());
         assert_eq!(p.sample.len(), 2);
         let smp = &p.sample[0];
-        assert_eq!(smp.value, vec![1_000_500_000, 10, 250_000_000]);
+        assert_eq!(smp.value, vec![1_000_500_000, 10]);
+        assert_eq!(s(&p, p.default_sample_type), "off_cpu");
+        let max = smp.label.iter().find(|l| s(&p, l.key) == MAX_WAIT).unwrap();
+        assert_eq!((max.num, s(&p, max.num_unit)), (250_000_000, "nanoseconds"));
         let loc = |id: u64| p.location.iter().find(|l| l.id == id).unwrap();
         let names: Vec<&str> =
             smp.location_id.iter().map(|&id| s(&p, p.function.iter().find(|f| f.id == loc(id).line[0].function_id).unwrap().name)).collect();
@@ -387,9 +400,10 @@ mod tests {
     #[test]
     fn offwake_adds_the_split_and_the_waker() {
         let p = decoded(&offwake_report());
-        assert_eq!(p.sample_type.len(), 5);
-        assert_eq!(s(&p, p.sample_type[3].r#type), "blocked");
-        assert_eq!(p.sample[0].value[3..], [1_000_000_000, 500_000]);
+        assert_eq!(p.sample_type.len(), 4);
+        assert_eq!(s(&p, p.sample_type[2].r#type), "blocked");
+        assert_eq!(p.sample[0].value[2..], [1_000_000_000, 500_000]);
+        assert_eq!(s(&p, p.default_sample_type), "off_cpu", "not the run-queue time, the last type");
         assert_eq!(label(&p, &p.sample[0], "waker").map(|l| l.0), Some("writer"));
         assert_eq!(label(&p, &p.sample[1], "state").map(|l| l.0), Some("R"), "a preemption");
     }

@@ -12,7 +12,7 @@ const byId = (list) => new Map(list.map((x) => [String(x.id), x]));
 const locs = byId(p.location), maps = byId(p.mapping), fns = byId(p.function);
 console.log(JSON.stringify({
   sample_types: p.sampleType.map((t) => [s(t.type), s(t.unit)]),
-  default_sample_type: Number(p.defaultSampleType),
+  default_sample_type: s(p.defaultSampleType),
   duration_nanos: String(p.durationNanos),
   samples: p.sample.map((sm) => ({
     values: sm.value.map(String),

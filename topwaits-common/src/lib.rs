@@ -440,15 +440,19 @@ pub mod proc_event {
     pub const SEEN: u32 = 1;
     /// A process replaced its image (exec).
     pub const EXEC: u32 = 2;
+    /// A traced process was forked: until it execs it maps what its parent does.
+    pub const FORK: u32 = 3;
 }
 
 /// A record in the `EVENTS` ring buffer.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProcEvent {
     pub tgid: u32,
     /// One of [`proc_event`].
     pub kind: u32,
+    /// With [`proc_event::FORK`], the process that forked `tgid`; else 0.
+    pub parent: u32,
 }
 
 /// Values of [`ThreadStats::state`].
@@ -594,6 +598,8 @@ pub mod names {
     pub const WAIT_EVENTS: &str = "WAIT_EVENTS";
     pub const PROG_EXEC_BTF: &str = "sched_process_exec_btf";
     pub const PROG_EXEC_RAW: &str = "sched_process_exec_raw";
+    pub const PROG_FORK_BTF: &str = "sched_process_fork_btf";
+    pub const PROG_FORK_RAW: &str = "sched_process_fork_raw";
     pub const PROG_NEW_BTF: &str = "sched_wakeup_new_btf";
     pub const PROG_NEW_RAW: &str = "sched_wakeup_new_raw";
     pub const PROG_FUTEX_ENTER: &str = "sys_enter_futex";
@@ -674,7 +680,7 @@ mod tests {
     #[test]
     fn shared_types_have_no_padding() {
         assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 28);
-        assert_eq!(size_of::<ProcEvent>(), 8);
+        assert_eq!(size_of::<ProcEvent>(), 12);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<StackCache>(), 8 * 5 + 3 * CACHE_SLOTS);

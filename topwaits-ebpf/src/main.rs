@@ -18,6 +18,7 @@ mod learn_stack;
 mod learn_waker_stack;
 mod maps;
 mod sched_process_exec;
+mod sched_process_fork;
 mod sched_switch;
 mod sched_waking;
 mod sched_wakeup_new;

@@ -156,7 +156,13 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 /// Tells user space about a process, if the settings ask for it.
 #[inline(always)]
 pub fn proc_event(tgid: u32, kind: u32) {
-    if SETTINGS.load().events != 0 && EVENTS.output::<ProcEvent>(&ProcEvent { tgid, kind }, 0).is_err() {
+    send_proc_event(&ProcEvent { tgid, kind, parent: 0 });
+}
+
+/// Sends one process event, if the settings ask for them.
+#[inline(always)]
+pub fn send_proc_event(ev: &ProcEvent) {
+    if SETTINGS.load().events != 0 && EVENTS.output::<ProcEvent>(ev, 0).is_err() {
         count(counter::LOST_EVENTS, 1);
     }
 }

@@ -91,7 +91,7 @@ pub fn wait(
     targets: &mut Vec<std::os::fd::OwnedFd>,
     events_slot: &mut Option<ProcEvents>,
     waits_slot: &mut Option<WaitEvents>,
-    on_event: &mut dyn FnMut(u32, u32),
+    on_event: &mut dyn FnMut(topwaits_common::ProcEvent),
     tick: &mut dyn FnMut(),
 ) -> Result<End> {
     use tokio::io::unix::AsyncFd;
@@ -259,7 +259,7 @@ pub fn hold_signals(hold: bool) {
 /// Loads the kernel stack learners, whose verification takes tens of
 /// milliseconds, while this thread keeps reading the process events: a process
 /// first seen meanwhile gets its maps kept before it can exit.
-fn load_learners(tracer: &mut Tracer, events: &mut Option<ProcEvents>, remember: &mut dyn FnMut(u32)) {
+fn load_learners(tracer: &mut Tracer, events: &mut Option<ProcEvents>, remember: &mut dyn FnMut(topwaits_common::ProcEvent)) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let done = AtomicBool::new(false);
     let loaded = std::thread::scope(|s| {
@@ -270,7 +270,7 @@ fn load_learners(tracer: &mut Tracer, events: &mut Option<ProcEvents>, remember:
         });
         while !done.load(Ordering::Acquire) {
             if let Some(e) = events.as_mut() {
-                e.drain(|tgid, _| remember(tgid));
+                e.drain(&mut *remember);
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -331,7 +331,7 @@ pub fn run(config: &Config) -> Result<()> {
         symbolizer.warm_kernel();
     }
     let mut events = tracer.take_events()?;
-    load_learners(&mut tracer, &mut events, &mut |tgid| symbolizer.remember(tgid));
+    load_learners(&mut tracer, &mut events, &mut |e| symbolizer.on_event(e));
     let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
     let t0 = std::time::Instant::now();
@@ -352,7 +352,7 @@ pub fn run(config: &Config) -> Result<()> {
         };
         let end = {
             let tracer = &tracer;
-            wait(slice, &mut targets, &mut events, &mut long, &mut |tgid, _kind| symbolizer.remember(tgid), &mut || {
+            wait(slice, &mut targets, &mut events, &mut long, &mut |e| symbolizer.on_event(e), &mut || {
                 if let Ok(c) = tracer.counters() {
                     status.show(&c);
                 }
@@ -493,7 +493,7 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         Some(d) => crate::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
-    wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut None, &mut |_, _| {}, &mut || {})?;
+    wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut None, &mut |_| {}, &mut || {})?;
     second_interrupt_quits();
     // The window ends when the programs stop recording, not when detaching ends.
     let end_mono = window_end(monotonic_now(), deadline);

@@ -303,6 +303,18 @@ struct Samples {
     startup_ms: Vec<f64>,
     map_kib: Vec<f64>,
     verified: Vec<f64>,
+    /// The tracer process's own CPU over the messaging workload, in % of a core.
+    user_cpu_messaging: Vec<f64>,
+}
+
+/// CPU time, in ns, of every thread of `pid`: the scheduler's exact sums in
+/// /proc/PID/task/*/schedstat, not tick-sampled times.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 fn set_bpf_stats(on: bool) -> Result<()> {
@@ -323,8 +335,16 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
         return Ok(());
     };
     let r = start(cmd, &[])?;
+    // Start-up work on threads of the tracer's own (topwaits reads the kernel's
+    // symbols) is over before its CPU is counted.
+    settle(r.child.id());
     let before = snapshot(&r.prog_ids)?;
+    let (cpu0, t0) = (cpu_ns(r.child.id()), Instant::now());
     let secs = workload(kind)?;
+    let user_cpu = (cpu_ns(r.child.id()) - cpu0) as f64 / t0.elapsed().as_nanos() as f64 * 100.0;
+    if kind == "messaging" {
+        s.user_cpu_messaging.push(user_cpu);
+    }
     let (total_ns, switches) = spent(&before, &snapshot(&r.prog_ids)?);
     // Read now: topwaits loads its stack learners after attaching.
     s.verified.push(verified_insns(r.child.id()) as f64);
@@ -338,6 +358,18 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     if kind == "messaging" { s.messaging.push(secs) } else { s.pipe.push(secs) }
     stop(r)?;
     Ok(())
+}
+
+/// Waits (at most 5 s) until process `pid` uses under 1 ms of CPU in 200 ms.
+fn settle(pid: u32) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        let before = cpu_ns(pid);
+        std::thread::sleep(Duration::from_millis(200));
+        if cpu_ns(pid).saturating_sub(before) < 1_000_000 {
+            return;
+        }
+    }
 }
 
 /// Instructions the verifier processed to load the BPF programs that process
@@ -605,16 +637,25 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
     let peer = configs.iter().position(|t| t.name.starts_with("libbpf-tools")).unwrap_or(0);
     let peer_msg = median(&mut samples[peer].cost_messaging.clone());
     let peer_pipe = median(&mut samples[peer].cost_pipe.clone());
+    // The messaging slowdown of every round, each against the same round's run
+    // without a tracer (read before the medians below sort the samples).
+    let by_round = |s: &Samples| -> String {
+        s.messaging.iter().zip(&samples[0].messaging).map(|(t, b)| format!("{:.3}x", t / b)).collect::<Vec<_>>().join(", ")
+    };
+    let mut rounds = String::from("\nMessaging slowdown in each round (against that round's run without a tracer):\n");
+    for (t, s) in configs.iter().zip(&samples).skip(1) {
+        rounds.push_str(&format!("- {}: {}\n", t.name, by_round(s)));
+    }
     let mut out = String::new();
     out.push_str(&machine());
     out.push_str(
-        "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | pipe slowdown | start-up (ms) | verified insns | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | pipe slowdown | tracer's own CPU, messaging (% of a core) | start-up (ms) | verified insns | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (t, s) in configs.iter().zip(samples.iter_mut()) {
         let (cm, cp) = (median(&mut s.cost_messaging), median(&mut s.cost_pipe));
         let fmt = |v: f64, f: &dyn Fn(f64) -> String| if v.is_nan() { "-".to_string() } else { f(v) };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} | {} | {} | {} |\n",
             t.name,
             fmt(cm, &|v| format!("{v:.0}")),
             fmt(cm / peer_msg, &|v| format!("{v:.2}x")),
@@ -622,6 +663,7 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
             fmt(cp / peer_pipe, &|v| format!("{v:.2}x")),
             median(&mut s.messaging) / base_msg,
             median(&mut s.pipe) / base_pipe,
+            fmt(median(&mut s.user_cpu_messaging), &|v| format!("{v:.2}%")),
             fmt(median(&mut s.startup_ms), &|v| format!("{v:.0}")),
             fmt(median(&mut s.verified), &|v| if v > 0.0 { format!("{v:.0}") } else { "-".to_string() }),
             fmt(median(&mut s.map_kib), &|v| format!("{v:.0}")),
@@ -631,6 +673,7 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
         "\nMedians of {} interleaved rounds; workloads `perf bench sched messaging -g 5 -l 400` (baseline {base_msg:.3} s) and `perf bench sched pipe -l 40000` (baseline {base_pipe:.3} s). Per-switch cost is the run time of all of a tracer's BPF programs (kernel.bpf_stats_enabled) divided by its sched_switch program's runs. Verified insns: the instructions the kernel's verifier processed to load all of a tracer's programs (`verified_insns` in their fdinfo), the work most of its start-up goes to.\n",
         opts.rounds
     ));
+    out.push_str(&rounds);
     out.push_str(&crate::scale_bench::scale(bin, opts.rounds)?);
     out.push('\n');
     out.push_str(&full_load(bin)?);

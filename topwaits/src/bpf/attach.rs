@@ -45,14 +45,16 @@ pub(super) struct Hooks {
 
 impl Hooks {
     /// The hooks' (program, tracepoint) pairs in the order they attach: sched_switch
-    /// last, so that every event it sees had the others in place.
-    fn list(self, waking: &'static str, exec: &'static str, switch: &'static str) -> Vec<(&'static str, &'static str)> {
-        let mut list = Vec::with_capacity(3);
+    /// last, so that every event it sees had the others in place. Process events
+    /// are two hooks: exec and fork.
+    fn list(self, waking: &'static str, exec: [&'static str; 2], switch: &'static str) -> Vec<(&'static str, &'static str)> {
+        let mut list = Vec::with_capacity(4);
         if self.waking {
             list.push((waking, "sched_waking"));
         }
         if self.exec {
-            list.push((exec, "sched_process_exec"));
+            list.push((exec[0], "sched_process_exec"));
+            list.push((exec[1], "sched_process_fork"));
         }
         list.push((switch, "sched_switch"));
         list
@@ -99,7 +101,7 @@ pub(super) fn load_in_parallel(
 }
 
 pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, hooks: Hooks) -> Result<()> {
-    let hooks = hooks.list(names::PROG_WAKING_BTF, names::PROG_EXEC_BTF, names::PROG_SWITCH_BTF);
+    let hooks = hooks.list(names::PROG_WAKING_BTF, [names::PROG_EXEC_BTF, names::PROG_FORK_BTF], names::PROG_SWITCH_BTF);
     load_in_parallel(ebpf, &hooks, |p, tp| {
         let p: &mut BtfTracePoint = p.try_into()?;
         loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))
@@ -112,7 +114,7 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, hooks: Hooks) -> Result<
 }
 
 pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
-    let hooks = hooks.list(names::PROG_WAKING_RAW, names::PROG_EXEC_RAW, names::PROG_SWITCH_RAW);
+    let hooks = hooks.list(names::PROG_WAKING_RAW, [names::PROG_EXEC_RAW, names::PROG_FORK_RAW], names::PROG_SWITCH_RAW);
     load_in_parallel(ebpf, &hooks, |p, tp| {
         let p: &mut RawTracePoint = p.try_into()?;
         loaded(p.load(), || format!("the raw_tp {tp} program"))
@@ -136,12 +138,13 @@ pub(super) fn attach_kprobe(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
         return Err(UserError::NoKprobes(KPROBE_PMU.to_string()).into());
     }
     prog.attach(&symbol, 0).with_context(|| format!("failed to attach a kprobe to {symbol}"))?;
-    // Wakers and execs come from tracepoints on every path.
+    // Wakers, execs and forks come from tracepoints on every path.
     if hooks.waking {
         attach_one_raw_tp(ebpf, names::PROG_WAKING_RAW, "sched_waking")?;
     }
     if hooks.exec {
         attach_one_raw_tp(ebpf, names::PROG_EXEC_RAW, "sched_process_exec")?;
+        attach_one_raw_tp(ebpf, names::PROG_FORK_RAW, "sched_process_fork")?;
     }
     Ok(())
 }

@@ -1,23 +1,23 @@
-//! The ring buffers: process events (tasks seen for the first time, and execs),
+//! The ring buffers: process events (tasks seen for the first time, forks and execs),
 //! and long-wait events (`--events-over`).
 
 use aya::maps::{MapData, RingBuf};
 use topwaits_common::{ProcEvent, WaitEvent};
 
-/// Process events from the kernel: a task seen for the first time, or an exec.
+/// Process events from the kernel: a task seen for the first time, a fork or an exec.
 pub struct ProcEvents {
     pub(super) ring: RingBuf<MapData>,
 }
 
 impl ProcEvents {
-    /// Hands every pending event to `f` as (tgid, kind).
-    pub fn drain(&mut self, mut f: impl FnMut(u32, u32)) {
+    /// Hands every pending event to `f`, in the order the kernel wrote them.
+    pub fn drain(&mut self, mut f: impl FnMut(ProcEvent)) {
         while let Some(item) = self.ring.next() {
             if item.len() >= std::mem::size_of::<ProcEvent>() {
                 // SAFETY: the kernel writes whole ProcEvent records; the read is
                 // unaligned-safe.
                 let ev: ProcEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-                f(ev.tgid, ev.kind);
+                f(ev);
             }
         }
     }

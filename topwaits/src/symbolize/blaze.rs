@@ -15,6 +15,7 @@ use crate::model::Frame;
 use crate::sys::{elf, procfs};
 use crate::unwind::{self, Region};
 
+use super::lineage::Lineage;
 use super::Symbolizer;
 
 /// blazesym: kernel frames from kallsyms, user frames from `/proc/PID`, and the
@@ -27,6 +28,8 @@ pub struct BlazeSymbolizer {
     inner: Blaze,
     /// Memory maps read while each remembered process was alive.
     maps: HashMap<u32, Vec<procfs::Mapping>>,
+    /// Whose maps name each process's frames (forked ones share their parent's).
+    lineage: Lineage,
     /// Every mapping, with its exec bit, of each process symbolized or remembered.
     regions: FastMap<u32, Vec<Region>>,
     /// Whether each module file keeps its symbol table (else its names are only
@@ -60,6 +63,7 @@ impl Default for BlazeSymbolizer {
         BlazeSymbolizer {
             inner: new_blaze(),
             maps: HashMap::new(),
+            lineage: Lineage::default(),
             symtab: HashMap::new(),
             debug_files: HashMap::new(),
             kernel_thread: None,
@@ -73,20 +77,36 @@ fn alive(tgid: u32) -> bool {
 }
 
 impl BlazeSymbolizer {
-    /// Keeps what symbolizing `tgid` needs, in case it exits before the end. Call
-    /// again after an exec, when its maps change.
-    pub fn remember(&mut self, tgid: u32) {
+    /// Takes a process event from the kernel: keeps the maps of a process seen
+    /// for the first time or that exec'd, and lets a forked one share its
+    /// parent's (see [`Lineage`]).
+    pub fn on_event(&mut self, ev: topwaits_common::ProcEvent) {
+        let mut lineage = std::mem::take(&mut self.lineage);
+        lineage.on_event(ev, &mut |t| self.remember(t), &alive);
+        self.lineage = lineage;
+    }
+
+    /// Processes whose maps were read during the trace, and forked ones that
+    /// shared their parent's instead.
+    pub fn lineage_counts(&self) -> (usize, usize) {
+        self.lineage.counts()
+    }
+
+    /// Keeps what symbolizing `tgid` needs, in case it exits before the end, and
+    /// says whether it has maps (a kernel thread has none). Call again after an
+    /// exec, when its maps change.
+    pub fn remember(&mut self, tgid: u32) -> bool {
         if tgid == 0 {
-            return;
+            return false;
         }
         let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else {
             // Gone already: keep what we had.
-            return;
+            return self.maps.contains_key(&tgid);
         };
         let maps = procfs::parse_maps(&text[..]);
         if maps.is_empty() {
             // A kernel thread: nothing to keep.
-            return;
+            return false;
         }
         self.maps.insert(tgid, maps);
         self.regions.insert(tgid, procfs::parse_regions(&text[..]));
@@ -96,6 +116,7 @@ impl BlazeSymbolizer {
         if let Err(e) = self.inner.cache(&blazesym::symbolize::cache::Cache::Process(cache)) {
             log::debug!("could not cache the maps of {tgid}: {e}");
         }
+        true
     }
 
     /// Starts reading the kernel's symbols on a thread of their own (about 45 ms
@@ -120,9 +141,24 @@ impl BlazeSymbolizer {
         }
     }
 
-    /// The file mappings of `tgid`: those kept while it lived, else read now.
+    /// The file mappings of `tgid`: those kept while it lived, else read now, else
+    /// those of the process it shared maps with.
     pub fn file_maps(&self, tgid: u32) -> Vec<procfs::Mapping> {
-        self.maps.get(&tgid).cloned().unwrap_or_else(|| procfs::maps_of(tgid))
+        if let Some(m) = self.maps.get(&tgid) {
+            return m.clone();
+        }
+        let source = self.source_of(tgid);
+        self.maps.get(&source).cloned().unwrap_or_else(|| procfs::maps_of(source))
+    }
+
+    /// Whose maps name `tgid`'s frames: its own while it runs, else those of the
+    /// process it shared them with (forked, never exec'd).
+    fn source_of(&self, tgid: u32) -> u32 {
+        if alive(tgid) {
+            tgid
+        } else {
+            self.lineage.source_of(tgid)
+        }
     }
 
     /// Number of processes whose maps are kept.
@@ -261,11 +297,13 @@ impl Symbolizer for BlazeSymbolizer {
     }
 
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+        let asked = tgid;
+        let tgid = self.source_of(tgid);
         let live = alive(tgid);
         let cached = self.maps.contains_key(&tgid);
         if live && cached {
             // Cached maps are not re-read by blazesym: refresh them (dlopen, ...).
-            self.remember(tgid);
+            let _ = self.remember(tgid);
         }
         let source = |debug_syms: bool| {
             let mut proc_src = Process::new(tgid.into());
@@ -277,6 +315,11 @@ impl Symbolizer for BlazeSymbolizer {
         };
         if !self.regions.contains_key(&tgid) {
             self.regions.insert(tgid, procfs::regions_of(tgid));
+        }
+        if asked != tgid {
+            // [`Symbolizer::is_code`] is asked about the process itself.
+            let shared = self.regions.get(&tgid).cloned().unwrap_or_default();
+            self.regions.insert(asked, shared);
         }
         // Only addresses in executable mappings are code; the rest (junk from a
         // frame-pointer walk through code without frame pointers) are never named.

@@ -3,6 +3,7 @@
 //! tested with a fake. The blazesym implementation is in `blaze`.
 
 mod blaze;
+mod lineage;
 
 pub use blaze::{build_id_hex, BlazeSymbolizer};
 

@@ -1,0 +1,44 @@
+//! Hook: the `sched_process_fork` tracepoint (tp_btf and raw_tp). A forked process
+//! maps what its parent does until it execs, so user space shares the parent's
+//! maps with it instead of reading its own: under fork-heavy work (`perf bench
+//! sched messaging` forks 40 processes a group) that reading was most of the
+//! user side's CPU.
+
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid,
+    macros::{btf_tracepoint, raw_tracepoint},
+    programs::{BtfTracePointContext, RawTracePointContext},
+};
+use topwaits_common::{proc_event::FORK, ProcEvent};
+
+use crate::maps::{send_proc_event, task_u32, thread_wanted, SETTINGS};
+
+/// Tells user space about a new process (not a thread) that the filters trace.
+#[inline(always)]
+fn on_fork(child: u64) {
+    let s = SETTINGS.load();
+    if s.events == 0 {
+        return;
+    }
+    let (Some(pid), Some(tgid)) = (task_u32(child, s.off_pid), task_u32(child, s.off_tgid)) else {
+        return;
+    };
+    if pid != tgid || !thread_wanted(tgid, pid) {
+        return;
+    }
+    send_proc_event(&ProcEvent { tgid, kind: FORK, parent: (bpf_get_current_pid_tgid() >> 32) as u32 });
+}
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_process_fork_btf(ctx: BtfTracePointContext) -> i32 {
+    // sched_process_fork's arguments are (parent, child) task pointers.
+    on_fork(ctx.arg(1));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_process_fork_raw(ctx: RawTracePointContext) -> i32 {
+    // The same pointers as tp_btf's.
+    on_fork(ctx.arg(1));
+    0
+}

@@ -1,0 +1,254 @@
+//! Whose memory maps name a process's frames: its own, read while it lives, or,
+//! for a forked process that has not exec'd, its parent's. Reading a process's
+//! maps is the user side's main cost during a trace (the kernel formats every
+//! mapping's path); a fork-heavy workload such as `perf bench sched messaging`
+//! starts hundreds of processes a second that all map what their parent maps.
+//!
+//! A process's maps read at its exec are not yet whole: the dynamic loader maps
+//! the libraries after it. Such a process is read again before a fork of it
+//! shares its maps, and once it has run for [`SETTLE`] (at its next event), so
+//! that its library frames are named after it exits.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use topwaits_common::{proc_event, ProcEvent};
+
+/// Which processes' maps were read, and which forked ones share another's.
+#[derive(Default, Debug)]
+pub struct Lineage {
+    /// Read: with maps (a user process) or without (a kernel thread).
+    read: HashMap<u32, bool>,
+    /// A forked process → the read process whose maps it shares.
+    shares: HashMap<u32, u32>,
+    /// The reverse of `shares`.
+    sharers: HashMap<u32, HashSet<u32>>,
+    /// Processes read at their exec, when: read again once the loader is done.
+    fresh: Vec<(u32, Instant)>,
+}
+
+/// How long after an exec a process's libraries are taken to be mapped.
+pub const SETTLE: Duration = Duration::from_millis(50);
+
+impl Lineage {
+    fn known(&self, tgid: u32) -> bool {
+        self.read.contains_key(&tgid) || self.shares.contains_key(&tgid)
+    }
+
+    /// Reads `tgid`'s own maps with `read` (which says whether it has any), ending
+    /// any sharing.
+    fn read_own(&mut self, tgid: u32, read: &mut dyn FnMut(u32) -> bool) {
+        if let Some(from) = self.shares.remove(&tgid) {
+            if let Some(set) = self.sharers.get_mut(&from) {
+                set.remove(&tgid);
+            }
+        }
+        let found = read(tgid);
+        self.read.insert(tgid, found);
+    }
+
+    /// Takes one process event: reads with `read` what must be read now, and no
+    /// more. `alive` says whether a process still runs.
+    pub fn on_event(&mut self, ev: ProcEvent, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+        self.on_event_at(ev, Instant::now(), read, alive);
+    }
+
+    /// [`Lineage::on_event`] at a given instant (tests).
+    pub fn on_event_at(&mut self, ev: ProcEvent, now: Instant, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+        self.settle(now, read, alive);
+        match ev.kind {
+            proc_event::FORK => {
+                let parent_fresh = self.fresh.iter().position(|&(t, _)| t == ev.parent);
+                if let Some(i) = parent_fresh {
+                    // Its children share what it maps now, libraries included.
+                    self.fresh.swap_remove(i);
+                    self.read_own(ev.parent, read);
+                } else if !self.known(ev.parent) {
+                    self.read_own(ev.parent, read);
+                }
+                let from = self.shares.get(&ev.parent).copied().unwrap_or(ev.parent);
+                if self.read.get(&from) == Some(&true) && !self.read.contains_key(&ev.tgid) {
+                    self.shares.insert(ev.tgid, from);
+                    self.sharers.entry(from).or_default().insert(ev.tgid);
+                }
+            }
+            proc_event::EXEC => {
+                self.rehome(ev.tgid, read, alive);
+                self.read_own(ev.tgid, read);
+                if self.read.get(&ev.tgid) == Some(&true) && !self.fresh.iter().any(|&(t, _)| t == ev.tgid) {
+                    self.fresh.push((ev.tgid, now));
+                }
+            }
+            _ => {
+                if !self.known(ev.tgid) {
+                    self.read_own(ev.tgid, read);
+                }
+            }
+        }
+    }
+
+    /// Reads again the processes that exec'd at least [`SETTLE`] ago and still run.
+    fn settle(&mut self, now: Instant, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+        if self.fresh.first().is_none_or(|&(_, at)| now.duration_since(at) < SETTLE) {
+            return;
+        }
+        let (due, young): (Vec<_>, Vec<_>) = self.fresh.drain(..).partition(|&(_, at)| now.duration_since(at) >= SETTLE);
+        self.fresh = young;
+        for (t, _) in due {
+            if alive(t) {
+                self.read_own(t, read);
+            }
+        }
+    }
+
+    /// Before `tgid` execs (its maps change), the processes sharing its maps get a
+    /// source of their own: the first that still runs is read, and the others
+    /// share it. With none left running, their sharing ends: their frames are left
+    /// unnamed rather than named from the new image.
+    fn rehome(&mut self, tgid: u32, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+        let Some(set) = self.sharers.remove(&tgid) else { return };
+        let mut rest: Vec<u32> = set.into_iter().collect();
+        rest.sort_unstable();
+        for &t in &rest {
+            self.shares.remove(&t);
+        }
+        let Some(i) = rest.iter().position(|&t| alive(t)) else { return };
+        let heir = rest.swap_remove(i);
+        self.read_own(heir, read);
+        if self.read.get(&heir) == Some(&true) {
+            for t in rest {
+                self.shares.insert(t, heir);
+                self.sharers.entry(heir).or_default().insert(t);
+            }
+        }
+    }
+
+    /// The process whose maps name `tgid`'s frames once it is gone: the one it
+    /// shared maps with, else itself.
+    pub fn source_of(&self, tgid: u32) -> u32 {
+        self.shares.get(&tgid).copied().unwrap_or(tgid)
+    }
+
+    /// Processes whose maps were read, and forked ones sharing them.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.read.len(), self.shares.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: u32, tgid: u32, parent: u32) -> ProcEvent {
+        ProcEvent { tgid, kind, parent }
+    }
+
+    /// Runs events against fake processes: `with_maps` are user processes, the
+    /// rest kernel threads; `dead` have exited. Returns every read, in order.
+    fn run(l: &mut Lineage, events: &[ProcEvent], with_maps: &[u32], dead: &[u32]) -> Vec<u32> {
+        run_at(l, &events.iter().map(|&e| (e, 0)).collect::<Vec<_>>(), with_maps, dead)
+    }
+
+    /// [`run`] with each event at a time in milliseconds.
+    fn run_at(l: &mut Lineage, events: &[(ProcEvent, u64)], with_maps: &[u32], dead: &[u32]) -> Vec<u32> {
+        let t0 = Instant::now();
+        let mut reads = Vec::new();
+        for &(e, ms) in events {
+            l.on_event_at(
+                e,
+                t0 + Duration::from_millis(ms),
+                &mut |t| {
+                    reads.push(t);
+                    with_maps.contains(&t)
+                },
+                &|t| !dead.contains(&t),
+            );
+        }
+        reads
+    }
+
+    const SEEN: u32 = proc_event::SEEN;
+    const FORK: u32 = proc_event::FORK;
+    const EXEC: u32 = proc_event::EXEC;
+
+    #[test]
+    fn forked_children_share_their_parents_maps_without_a_read() {
+        let mut l = Lineage::default();
+        let mut events = vec![ev(SEEN, 10, 0)];
+        for c in 100..300 {
+            events.extend([ev(FORK, c, 10), ev(SEEN, c, 0)]);
+        }
+        // A grandchild shares the same maps, read once.
+        events.extend([ev(FORK, 500, 150), ev(SEEN, 500, 0)]);
+        let reads = run(&mut l, &events, &[10], &[]);
+        assert_eq!(reads, [10]);
+        assert_eq!(l.source_of(150), 10);
+        assert_eq!(l.source_of(500), 10);
+        assert_eq!(l.counts(), (1, 201));
+    }
+
+    #[test]
+    fn a_parent_first_seen_at_its_fork_is_read_then() {
+        let mut l = Lineage::default();
+        let reads = run(&mut l, &[ev(FORK, 101, 10), ev(FORK, 102, 10), ev(SEEN, 10, 0), ev(SEEN, 101, 0)], &[10], &[]);
+        assert_eq!(reads, [10]);
+        assert_eq!(l.source_of(102), 10);
+    }
+
+    #[test]
+    fn threads_and_repeated_sightings_read_once() {
+        let mut l = Lineage::default();
+        let reads = run(&mut l, &[ev(SEEN, 10, 0), ev(SEEN, 10, 0), ev(SEEN, 2, 0), ev(SEEN, 2, 0)], &[10], &[]);
+        assert_eq!(reads, [10, 2], "a kernel thread without maps is not read again either");
+    }
+
+    #[test]
+    fn a_process_read_at_its_exec_is_read_again_before_its_forks_share_its_maps() {
+        let mut l = Lineage::default();
+        let reads = run(&mut l, &[ev(EXEC, 10, 0), ev(FORK, 11, 10), ev(FORK, 12, 10)], &[10], &[]);
+        assert_eq!(reads, [10, 10], "once at the exec, once, whole, at the first fork");
+        assert_eq!(l.source_of(12), 10);
+    }
+
+    #[test]
+    fn a_process_read_at_its_exec_is_read_again_once_settled_if_it_still_runs() {
+        let mut l = Lineage::default();
+        let events = [(ev(EXEC, 10, 0), 0), (ev(EXEC, 20, 0), 0), (ev(SEEN, 30, 0), 10), (ev(SEEN, 40, 0), 60), (ev(SEEN, 50, 0), 200)];
+        let reads = run_at(&mut l, &events, &[10, 20, 30, 40, 50], &[20]);
+        assert_eq!(reads, [10, 20, 30, 10, 40, 50], "10 again after SETTLE; 20 is gone");
+    }
+
+    #[test]
+    fn a_child_that_execs_gets_its_own_maps() {
+        let mut l = Lineage::default();
+        let reads = run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(EXEC, 11, 0), ev(SEEN, 11, 0)], &[10, 11], &[]);
+        assert_eq!(reads, [10, 11]);
+        assert_eq!(l.source_of(11), 11);
+    }
+
+    #[test]
+    fn children_of_a_kernel_thread_are_read_themselves() {
+        let mut l = Lineage::default();
+        let reads = run(&mut l, &[ev(FORK, 50, 2), ev(SEEN, 50, 0)], &[], &[]);
+        assert_eq!(reads, [2, 50]);
+        assert_eq!(l.source_of(50), 50);
+    }
+
+    #[test]
+    fn a_parent_that_execs_hands_its_old_maps_to_a_living_child() {
+        let mut l = Lineage::default();
+        let events = [ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(FORK, 12, 10), ev(FORK, 13, 10), ev(EXEC, 10, 0)];
+        // 11 is gone; 12 still runs and maps the old image: read once, shared by 13.
+        let reads = run(&mut l, &events, &[10, 12, 13], &[11]);
+        assert_eq!(reads, [10, 12, 10]);
+        assert_eq!((l.source_of(11), l.source_of(12), l.source_of(13)), (12, 12, 12));
+    }
+
+    #[test]
+    fn with_no_living_child_the_old_maps_are_not_lent_out() {
+        let mut l = Lineage::default();
+        let reads = run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(EXEC, 10, 0)], &[10], &[11]);
+        assert_eq!(reads, [10, 10]);
+        assert_eq!(l.source_of(11), 11, "never named from the new image");
+    }
+}

@@ -2,11 +2,7 @@
 //! It runs as the incoming task, so the waiting task's stacks are taken at switch-in
 //! (as bcc offcputime does) and the outgoing task's fields come from BTF offsets.
 
-use aya_ebpf::{
-    helpers::bpf_get_current_task,
-    macros::kprobe,
-    programs::ProbeContext,
-};
+use aya_ebpf::{helpers::bpf_get_current_task, macros::kprobe, programs::ProbeContext};
 use topwaits_common::counter;
 
 use crate::{

@@ -196,8 +196,7 @@ fn read_word(addr: u64) -> Option<u64> {
 /// Whether the entry frame of `cache` is still in place below the top.
 #[inline(always)]
 pub(crate) fn entry_in_place(top: u64, cache: &StackCache, frames: &KernelStack) -> bool {
-    cache.last_at_top == 0
-        || read_word(top - ENTRY_SLOT_FROM_TOP) == Some(frames[(cache.frames as usize).wrapping_sub(1) & 63])
+    cache.last_at_top == 0 || read_word(top - ENTRY_SLOT_FROM_TOP) == Some(frames[(cache.frames as usize).wrapping_sub(1) & 63])
 }
 
 /// What [`check_slot`] compares, on the BPF stack (`bpf_loop` passes only a stack
@@ -214,12 +213,8 @@ struct Check {
 }
 
 impl Check {
-    const CLEARED: Check = Check {
-        cache: core::ptr::null(),
-        frames: core::ptr::null(),
-        region: core::ptr::null(),
-        changed: core::ptr::null_mut(),
-    };
+    const CLEARED: Check =
+        Check { cache: core::ptr::null(), frames: core::ptr::null(), region: core::ptr::null(), changed: core::ptr::null_mut() };
 }
 
 /// `bpf_loop` body: checks slot `k` of the entry against the region, and notes a

@@ -8,8 +8,7 @@ use aya_ebpf::helpers::bpf_loop;
 use topwaits_common::{limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED};
 
 use crate::kcache::{
-    entry_in_place, read_region, scratch, Scan, ENTRY_SLOT_FROM_TOP, FIRST, KCACHE, LEARN, REGION_BYTES, REGION_WORDS,
-    SEED,
+    entry_in_place, read_region, scratch, Scan, ENTRY_SLOT_FROM_TOP, FIRST, KCACHE, LEARN, REGION_BYTES, REGION_WORDS, SEED,
 };
 use crate::layouts;
 
@@ -164,11 +163,7 @@ fn learn(st: *mut Scan, base: u64, top: u64, n: usize, kstack: u64) -> bool {
     unsafe {
         (*st).next = FIRST as u32;
         (*st).frames = n as u32;
-        (*st).top_off = if cfg!(bpf_target_arch = "x86_64") {
-            (top - base).wrapping_sub(ENTRY_SLOT_FROM_TOP) as u32
-        } else {
-            u32::MAX
-        };
+        (*st).top_off = if cfg!(bpf_target_arch = "x86_64") { (top - base).wrapping_sub(ENTRY_SLOT_FROM_TOP) as u32 } else { u32::MAX };
         (*st).overflow = 0;
         (*st).generation = (*st).generation.wrapping_add(1);
         (*st).fresh.kstack = kstack;

@@ -19,7 +19,6 @@ use crate::stackref;
 /// Layouts kept per call site, newest first.
 pub const CANDIDATES: usize = 4;
 
-
 /// Layouts by id (a hash of their stack and slot count); never updated or deleted.
 #[map(name = "LAYOUTS")]
 static LAYOUTS: HashMap<u64, StackCache> = HashMap::with_max_entries(limits::LAYOUTS, GROWS);

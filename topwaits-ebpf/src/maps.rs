@@ -6,7 +6,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     Global,
 };
-use topwaits_common::{counter, limits, Chain, DepKey, Hops, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{
+    counter, limits, Chain, DepKey, Hops, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal,
+};
 
 /// Options from user space; overridden at load time.
 #[unsafe(no_mangle)]
@@ -20,15 +22,13 @@ pub const GROWS: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
 /// User stacks of waits and wakers by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated, like `KSTACKS`.
 #[map(name = "USTACKS")]
-pub static USTACKS: HashMap<u64, KernelStack> =
-    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
+pub static USTACKS: HashMap<u64, KernelStack> = HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
 
 /// Kernel stacks of waits by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated: an entry is
 /// 1 KiB and only the first sight of a stack inserts one.
 #[map(name = "KSTACKS")]
-pub static KSTACKS: HashMap<u64, KernelStack> =
-    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
+pub static KSTACKS: HashMap<u64, KernelStack> = HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
 
 /// Per-task switch-out state, keyed by `task_struct` address. An entry is marked
 /// consumed at switch-in rather than deleted, and freed at the task's last switch.

@@ -4,14 +4,13 @@
 
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, programs::tracing::StackIdContext};
 use topwaits_common::{
-    counter, thread_kind, SwitchOut, WaitKey, WaitVal, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD,
-    TASK_UNINTERRUPTIBLE,
+    counter, thread_kind, SwitchOut, WaitKey, WaitVal, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD, TASK_UNINTERRUPTIBLE,
 };
 
+use crate::kcache::Hook;
 use crate::maps::{
     count, fold_or_insert, mark_started, maybe_started, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STARTS, WAITS,
 };
-use crate::kcache::Hook;
 use crate::task::{capture_stacks, Outgoing};
 use crate::wake;
 
@@ -75,11 +74,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
     }
     // Before the stacks are taken: the wait begins at the switch.
     let now = clock.now();
-    let (kstack, ustack) = if in_own_context {
-        capture_stacks(ctx, Some((out.task, Hook::Switch)))
-    } else {
-        (STACK_NONE, STACK_NONE)
-    };
+    let (kstack, ustack) = if in_own_context { capture_stacks(ctx, Some((out.task, Hook::Switch))) } else { (STACK_NONE, STACK_NONE) };
     let arrivals = task_u32(out.task, SETTINGS.load().off_pcount).unwrap_or(0);
     let comm = out.comm();
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
@@ -199,18 +194,8 @@ fn end_wait<C: StackIdContext>(ctx: &C, start: &mut SwitchOut, now: u64, stacks_
         count(counter::OUTSIDE_BLOCK_TIME, 1);
         return;
     }
-    let (kstack, ustack) = if stacks_now {
-        capture_stacks(ctx, None)
-    } else {
-        (start.kstack, start.ustack)
-    };
-    let key = WaitKey {
-        kstack,
-        tgid: start.tgid,
-        tid: start.tid,
-        ustack,
-        comm: start.comm,
-    };
+    let (kstack, ustack) = if stacks_now { capture_stacks(ctx, None) } else { (start.kstack, start.ustack) };
+    let key = WaitKey { kstack, tgid: start.tgid, tid: start.tid, ustack, comm: start.comm };
     if s.events_over_us != 0 && us >= s.events_over_us as u64 {
         crate::events::send(&key, began, now, start.state, s.waker != 0, start.woken, start.chain);
     }

@@ -8,8 +8,8 @@ use aya_ebpf::{
 };
 use topwaits_common::{CAPTURE_KERNEL, CAPTURE_USER, STACK_NONE, TASK_COMM_LEN};
 
-use crate::maps::{task_u32, task_u64, SETTINGS};
 use crate::kcache::Hook;
+use crate::maps::{task_u32, task_u64, SETTINGS};
 use crate::{kstack, ustack};
 
 /// The task leaving the CPU, as the hook saw it.
@@ -63,11 +63,7 @@ fn user_stack<C: EbpfContext>(ctx: &C) -> u64 {
 /// hooks that do not run at the tracepoint pass none.
 #[inline(always)]
 pub fn capture_stacks<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> (u64, u64) {
-    let kstack = if SETTINGS.load().stacks & CAPTURE_KERNEL != 0 {
-        kstack::of_current(ctx, at)
-    } else {
-        STACK_NONE
-    };
+    let kstack = if SETTINGS.load().stacks & CAPTURE_KERNEL != 0 { kstack::of_current(ctx, at) } else { STACK_NONE };
     (kstack, user_stack(ctx))
 }
 

@@ -28,14 +28,7 @@ fn slot(tgid: u32, tid: u32, comm: &[u8; TASK_COMM_LEN], now: u64, flags: u32) -
     if let Some(p) = THREADS.get_ptr_mut(&tid) {
         return Some(p);
     }
-    let fresh = ThreadStats {
-        tgid,
-        tid,
-        comm: *comm,
-        last_ts: now,
-        flags,
-        ..Default::default()
-    };
+    let fresh = ThreadStats { tgid, tid, comm: *comm, last_ts: now, flags, ..Default::default() };
     if THREADS.insert(&tid, &fresh, BPF_NOEXIST as u64).is_err() && THREADS.get_ptr_mut(&tid).is_none() {
         count(counter::LOST_THREADS_FULL, 1);
         return None;
@@ -152,12 +145,7 @@ pub fn on_wake(woken: u64) {
     }
     // SAFETY: the value is a plain u32 that is only tested for presence.
     let futex = unsafe { FUTEX_WAKING.get(&wtid) }.is_some();
-    let key = DepKey {
-        waker: wtid,
-        sleeper: tid,
-        futex: u32::from(futex),
-        _pad: 0,
-    };
+    let key = DepKey { waker: wtid, sleeper: tid, futex: u32::from(futex), _pad: 0 };
     if let Some(c) = DEPS.get_ptr_mut(&key) {
         // SAFETY: a pointer from a map lookup; a lost increment under a race is
         // acceptable for a dependency count.

@@ -8,9 +8,9 @@ use aya_ebpf::{
 };
 use topwaits_common::{counter, wake_kind, Chain, Hop, Hops, WaitKey, WakeVal, MAX_CHAIN, STACK_STORED};
 
+use crate::kcache::Hook;
 use crate::maps::{count, upsert, CHAINS, LAST_WAKE, SCRATCH_HOPS, SCRATCH_KEY, SETTINGS, STARTS, WAKE_WAITS};
 use crate::stackref;
-use crate::kcache::Hook;
 use crate::task::capture_stacks;
 
 /// The seed of chain references, apart from the stacks' (see `stackref::hash`).
@@ -24,10 +24,18 @@ fn chain_ref(h: &Hops) -> u64 {
         if i as u32 >= h.len {
             break;
         }
-        let comm = |k: usize| u64::from_ne_bytes([
-            hop.comm[k], hop.comm[k + 1], hop.comm[k + 2], hop.comm[k + 3],
-            hop.comm[k + 4], hop.comm[k + 5], hop.comm[k + 6], hop.comm[k + 7],
-        ]);
+        let comm = |k: usize| {
+            u64::from_ne_bytes([
+                hop.comm[k],
+                hop.comm[k + 1],
+                hop.comm[k + 2],
+                hop.comm[k + 3],
+                hop.comm[k + 4],
+                hop.comm[k + 5],
+                hop.comm[k + 6],
+                hop.comm[k + 7],
+            ])
+        };
         for w in [(hop.tgid as u64) << 32 | hop.tid as u64, hop.kstack, hop.ustack, comm(0), comm(8)] {
             x = stackref::mix(x, w);
         }
@@ -65,13 +73,8 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
     // SAFETY: a helper call without preconditions.
     let me = unsafe { bpf_get_current_task() };
     let (kstack, ustack) = capture_stacks(ctx, Some((me, Hook::Waking)));
-    h.hops[0] = Hop {
-        tgid: (pid_tgid >> 32) as u32,
-        tid: pid_tgid as u32,
-        kstack,
-        ustack,
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
-    };
+    h.hops[0] =
+        Hop { tgid: (pid_tgid >> 32) as u32, tid: pid_tgid as u32, kstack, ustack, comm: bpf_get_current_comm().unwrap_or([0; 16]) };
     let mut len = 1u32;
     // SAFETY: pointers from map lookups; a torn read only mislabels a hop.
     let prev = if s.chain > 1 { LAST_WAKE.get_ptr(&me).and_then(|c| CHAINS.get_ptr(unsafe { &(*c).chain })) } else { None };

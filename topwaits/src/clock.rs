@@ -27,10 +27,7 @@ impl ClockPair {
             let w1 = now_ns(libc::CLOCK_REALTIME);
             let m = now_ns(libc::CLOCK_MONOTONIC);
             let w2 = now_ns(libc::CLOCK_REALTIME);
-            let pair = ClockPair {
-                mono_ns: m as u64,
-                wall_ns: w1 + (w2 - w1) / 2,
-            };
+            let pair = ClockPair { mono_ns: m as u64, wall_ns: w1 + (w2 - w1) / 2 };
             if best.is_none_or(|(gap, _)| w2 - w1 < gap) {
                 best = Some((w2 - w1, pair));
             }
@@ -93,12 +90,7 @@ pub fn rfc3339(at: WallNs, offset_s: i32) -> String {
     let ((y, mo, d), h, mi, s, frac) = parts(at, offset_s);
     let sign = if offset_s < 0 { '-' } else { '+' };
     let off = offset_s.unsigned_abs();
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:06}{sign}{:02}:{:02}",
-        frac / 1000,
-        off / 3600,
-        off / 60 % 60
-    )
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:06}{sign}{:02}:{:02}", frac / 1000, off / 3600, off / 60 % 60)
 }
 
 /// Local `HH:MM:SS.mmm` (millisecond precision), for the top view.
@@ -119,10 +111,7 @@ mod tests {
 
     #[test]
     fn converts_monotonic_to_wall_exactly() {
-        let pair = ClockPair {
-            mono_ns: 5_000_000_000,
-            wall_ns: 1_700_000_000_123_456_789,
-        };
+        let pair = ClockPair { mono_ns: 5_000_000_000, wall_ns: 1_700_000_000_123_456_789 };
         assert_eq!(pair.wall(5_000_000_000), 1_700_000_000_123_456_789);
         assert_eq!(pair.wall(6_500_000_001), 1_700_000_001_623_456_790);
         assert_eq!(pair.wall(4_000_000_000), 1_699_999_999_123_456_789);

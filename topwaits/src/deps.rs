@@ -40,11 +40,7 @@ pub const CONSUMER_SHARE: (u64, u64) = (1, 4);
 /// traced thread's number of sleeps. Edges to untraced threads are dropped.
 pub fn driving(edges: &[Edge], sleeps: &std::collections::HashMap<u32, u64>) -> Vec<Edge> {
     let (num, den) = CONSUMER_SHARE;
-    edges
-        .iter()
-        .filter(|e| e.futex && sleeps.get(&e.sleeper).is_some_and(|&s| e.count * den >= s * num))
-        .copied()
-        .collect()
+    edges.iter().filter(|e| e.futex && sleeps.get(&e.sleeper).is_some_and(|&s| e.count * den >= s * num)).copied().collect()
 }
 
 /// Reduces edges to groups, in the order the producers were chosen.
@@ -60,11 +56,7 @@ pub fn reduce(edges: &[Edge]) -> Vec<Group> {
     let mut order: Vec<(u32, &BTreeSet<u32>, u64)> = sets.iter().map(|(w, (s, c))| (*w, s, *c)).collect();
     order.sort_by(|a, b| {
         let root = |w: u32| !woken.contains(&w);
-        root(b.0)
-            .cmp(&root(a.0))
-            .then(b.2.cmp(&a.2))
-            .then(b.1.len().cmp(&a.1.len()))
-            .then(a.0.cmp(&b.0))
+        root(b.0).cmp(&root(a.0)).then(b.2.cmp(&a.2)).then(b.1.len().cmp(&a.1.len())).then(a.0.cmp(&b.0))
     });
     let mut placed: BTreeSet<u32> = BTreeSet::new();
     let mut groups = Vec::new();
@@ -78,10 +70,7 @@ pub fn reduce(edges: &[Edge]) -> Vec<Group> {
         }
         placed.insert(waker);
         placed.extend(consumers.iter().copied());
-        groups.push(Group {
-            producer: waker,
-            consumers,
-        });
+        groups.push(Group { producer: waker, consumers });
     }
     groups
 }
@@ -91,21 +80,11 @@ mod tests {
     use super::*;
 
     fn edges(list: &[(u32, u32, u64)]) -> Vec<Edge> {
-        list.iter()
-            .map(|&(waker, sleeper, count)| Edge {
-                waker,
-                sleeper,
-                count,
-                futex: true,
-            })
-            .collect()
+        list.iter().map(|&(waker, sleeper, count)| Edge { waker, sleeper, count, futex: true }).collect()
     }
 
     fn group(producer: u32, consumers: &[u32]) -> Group {
-        Group {
-            producer,
-            consumers: consumers.to_vec(),
-        }
+        Group { producer, consumers: consumers.to_vec() }
     }
 
     #[test]
@@ -151,12 +130,7 @@ mod tests {
     #[test]
     fn no_dependencies_no_groups() {
         assert!(reduce(&[]).is_empty());
-        let not_futex = vec![Edge {
-            waker: 1,
-            sleeper: 2,
-            count: 100,
-            futex: false,
-        }];
+        let not_futex = vec![Edge { waker: 1, sleeper: 2, count: 100, futex: false }];
         assert!(reduce(&not_futex).is_empty(), "only futex edges form groups");
         assert!(reduce(&edges(&[(5, 5, 3)])).is_empty(), "self-wakes are ignored");
     }

@@ -14,7 +14,9 @@ pub enum UserError {
     NoSuchTid(u32),
     #[error("kernel BTF is missing ({path}), which {what} needs; use a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf { path: String, what: &'static str },
-    #[error("kprobes are not available on this kernel (CONFIG_KPROBES is not set: {0} is missing); use --attach tp_btf or --attach raw_tp")]
+    #[error(
+        "kprobes are not available on this kernel (CONFIG_KPROBES is not set: {0} is missing); use --attach tp_btf or --attach raw_tp"
+    )]
     NoKprobes(String),
     #[error("no attachable finish_task_switch symbol in /proc/kallsyms; use --attach tp_btf or --attach raw_tp")]
     NoKprobeTarget,
@@ -26,9 +28,7 @@ pub enum UserError {
 /// closing statistics, with the instruction it stopped at when the line before
 /// names one (`150: (bf) r9 = r4`). Empty when the log holds no message.
 pub fn verifier_verdict(log: &str) -> String {
-    let stats = |l: &str| {
-        ["verification time", "stack depth", "processed "].iter().any(|p| l.starts_with(p))
-    };
+    let stats = |l: &str| ["verification time", "stack depth", "processed "].iter().any(|p| l.starts_with(p));
     let lines: Vec<&str> = log.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with(';')).collect();
     let Some(i) = lines.iter().rposition(|l| !stats(l)) else { return String::new() };
     let message = lines[i];
@@ -52,7 +52,11 @@ mod tests {
         let log = "0: R1=ctx() R10=fp0\n; if ret == 0 { @ helpers.rs:216\n150: (bf) r9 = r4   ; frame1: R4=0\nR4 !read_ok\n\
                    verification time 104114 usec\nstack depth 16+120\nprocessed 20190 insns (limit 1000000) max_states_per_insn 10\n";
         assert_eq!(verifier_verdict(log), "R4 !read_ok at 150: (bf) r9 = r4");
-        let e = UserError::Rejected { what: "the sched_switch stack learner".into(), errno: "Permission denied (os error 13)".into(), verdict: verifier_verdict(log) };
+        let e = UserError::Rejected {
+            what: "the sched_switch stack learner".into(),
+            errno: "Permission denied (os error 13)".into(),
+            verdict: verifier_verdict(log),
+        };
         assert_eq!(
             e.to_string(),
             "the kernel's verifier rejected the sched_switch stack learner (Permission denied (os error 13)): R4 !read_ok at 150: (bf) r9 = r4; RUST_LOG=debug prints its whole log"

@@ -153,7 +153,8 @@ mod tests {
     fn a_hard_interrupt_inside_a_task_run_softirq_is_still_an_interrupt() {
         // A timer interrupt that hit while the task ran its softirqs, and woke
         // someone itself.
-        let mut frames = vec!["try_to_wake_up", "hrtimer_wakeup", "hrtimer_interrupt", "sysvec_apic_timer_interrupt", "asm_sysvec_apic_timer_interrupt"];
+        let mut frames =
+            vec!["try_to_wake_up", "hrtimer_wakeup", "hrtimer_interrupt", "sysvec_apic_timer_interrupt", "asm_sysvec_apic_timer_interrupt"];
         frames.extend_from_slice(&LOOPBACK_SEND[2..]);
         let mut h = hop_with(&frames);
         classify_interrupt(&mut h);

@@ -37,9 +37,7 @@ use stderr::say;
 /// printed as one line, with their causes joined by `: `.
 pub fn main_entry() -> i32 {
     sys::heap::tune();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format_timestamp(None)
-        .init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).format_timestamp(None).init();
     let args = match cli::Args::try_parse() {
         Ok(a) => a,
         Err(e) if !e.use_stderr() => {

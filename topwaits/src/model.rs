@@ -106,13 +106,7 @@ pub fn comm_bytes(comm: &[u8]) -> Vec<u8> {
 
 /// A kernel waker hop as a raw hop.
 pub fn raw_hop(h: &topwaits_common::Hop) -> RawHop {
-    RawHop {
-        tgid: h.tgid,
-        tid: h.tid,
-        comm: comm_bytes(&h.comm),
-        kstack: StackId::from_ref(h.kstack),
-        ustack: StackId::from_ref(h.ustack),
-    }
+    RawHop { tgid: h.tgid, tid: h.tid, comm: comm_bytes(&h.comm), kstack: StackId::from_ref(h.kstack), ustack: StackId::from_ref(h.ustack) }
 }
 
 /// A symbolized waker.
@@ -255,7 +249,15 @@ impl Counters {
 
     /// Everything lost, for a status line.
     pub fn lost_total(&self) -> u64 {
-        self.lost_kernel_stacks + self.lost_user_stacks + self.aggregate_full + self.start_full + self.negative_deltas + self.wake_full + self.chains_full + self.lost_wait_events + self.unended
+        self.lost_kernel_stacks
+            + self.lost_user_stacks
+            + self.aggregate_full
+            + self.start_full
+            + self.negative_deltas
+            + self.wake_full
+            + self.chains_full
+            + self.lost_wait_events
+            + self.unended
     }
 
     /// Whether anything was lost.
@@ -282,10 +284,7 @@ impl Counters {
             ));
         }
         if self.start_full > 0 {
-            w.push(format!(
-                "{} switch-outs did not fit into the full per-task start map; narrow the trace with -p/-t/-u",
-                self.start_full
-            ));
+            w.push(format!("{} switch-outs did not fit into the full per-task start map; narrow the trace with -p/-t/-u", self.start_full));
         }
         if self.wake_full > 0 {
             w.push(format!(
@@ -377,12 +376,7 @@ impl AsRef<Frame> for Frame {
 impl Frame {
     /// A frame with only an address.
     pub fn unknown(addr: u64) -> Self {
-        Frame {
-            addr,
-            symbol: None,
-            module: None,
-            offset: None,
-        }
+        Frame { addr, symbol: None, module: None, offset: None }
     }
 
     /// The bare function name, or `[unknown]`.
@@ -573,12 +567,7 @@ mod tests {
 
     #[test]
     fn warnings_name_the_fix() {
-        let c = Counters {
-            lost_kernel_stacks: 3,
-            aggregate_full: 2,
-            aggregate_full_ns: 5_000_000,
-            ..Default::default()
-        };
+        let c = Counters { lost_kernel_stacks: 3, aggregate_full: 2, aggregate_full_ns: 5_000_000, ..Default::default() };
         let w = c.warnings();
         assert_eq!(w.len(), 2);
         assert!(w[0].contains("--stack-storage-size"), "{}", w[0]);

@@ -16,11 +16,7 @@ fn wanted(config: &Config, s: &Snapshot) -> bool {
         'D' => 2,
         _ => return false,
     };
-    if matches!(
-        config.threads,
-        Threads::All | Threads::UserOnly | Threads::KernelOnly
-    ) && bit != 2
-    {
+    if matches!(config.threads, Threads::All | Threads::UserOnly | Threads::KernelOnly) && bit != 2 {
         return false;
     }
     if config.state.is_some_and(|mask| mask & bit == 0) {
@@ -44,13 +40,7 @@ pub struct Span {
 /// Adds, as open records, the waits of the target's threads that have been blocked
 /// since before the trace began (they never switched out during it). Process `me`
 /// (topwaits itself) is left out.
-pub fn add_waits_before_trace(
-    config: &Config,
-    capture: &mut Capture,
-    snap: &mut Snapshotter,
-    span: Span,
-    me: u32,
-) {
+pub fn add_waits_before_trace(config: &Config, capture: &mut Capture, snap: &mut Snapshotter, span: Span, me: u32) {
     let (start_mono, end_mono) = (span.start, span.end);
     // Snapshot ids (bit 62, not bit 63) never meet the kernel's stack references.
     let mut next_id = SNAPSHOT_STACK;
@@ -130,14 +120,7 @@ mod tests {
     use clap::Parser as _;
 
     fn config(args: &[&str]) -> Config {
-        Config::from_args(
-            crate::cli::Args::try_parse_from(
-                std::iter::once("topwaits").chain(args.iter().copied()),
-            )
-            .unwrap()
-            .trace,
-        )
-        .unwrap()
+        Config::from_args(crate::cli::Args::try_parse_from(std::iter::once("topwaits").chain(args.iter().copied())).unwrap().trace).unwrap()
     }
 
     fn snap(state: char, flags: u32) -> Snapshot {
@@ -170,10 +153,7 @@ mod tests {
         let d_only = config(&["-p", "1", "--state", "2"]);
         assert!(!wanted(&d_only, &snap('S', 0)));
         assert!(wanted(&d_only, &snap('D', 0)));
-        assert!(
-            !wanted(&config(&["-p", "1", "--state", "0"]), &snap('S', 0)),
-            "preempted-only wants no sleepers"
-        );
+        assert!(!wanted(&config(&["-p", "1", "--state", "0"]), &snap('S', 0)), "preempted-only wants no sleepers");
         let k = topwaits_common::PF_KTHREAD;
         assert!(!wanted(&config(&["-u"]), &snap('D', k)));
         assert!(wanted(&config(&["-k"]), &snap('D', k)));
@@ -199,33 +179,16 @@ mod tests {
         skipped.switched.insert(tid);
         add_waits_before_trace(&cfg, &mut skipped, &mut Snapshotter::default(), span, 0);
         let mut own = Capture::default();
-        add_waits_before_trace(
-            &cfg,
-            &mut own,
-            &mut Snapshotter::default(),
-            span,
-            std::process::id(),
-        );
+        add_waits_before_trace(&cfg, &mut own, &mut Snapshotter::default(), span, std::process::id());
         t.join().unwrap();
         assert_eq!(capture.records.len(), 1, "{:?}", capture.records);
         let r = &capture.records[0];
         assert_eq!((r.tid, r.count, r.max_end_mono), (tid, 1, end));
-        assert!(
-            matches!(r.open, Some(OpenSince::Estimated(_))),
-            "{:?}",
-            r.open
-        );
+        assert!(matches!(r.open, Some(OpenSince::Estimated(_))), "{:?}", r.open);
         // ~100 ms asleep before `end`, less whatever delay the busy test process
         // put between the thread's message and its sleep; the start is estimated.
-        assert!(
-            (50_000_000..250_000_000).contains(&r.max_ns),
-            "about 100 ms so far: {}",
-            r.max_ns
-        );
-        assert!(
-            skipped.records.is_empty(),
-            "a thread seen switching has its open wait from the kernel"
-        );
+        assert!((50_000_000..250_000_000).contains(&r.max_ns), "about 100 ms so far: {}", r.max_ns);
+        assert!(skipped.records.is_empty(), "a thread seen switching has its open wait from the kernel");
         assert!(own.records.is_empty(), "topwaits never reports itself");
     }
 }

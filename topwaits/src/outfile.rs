@@ -241,7 +241,12 @@ impl Drop for OutputFile {
 fn check_replaceable(target: &Path, dir: &Path, caller: Caller) -> Result<()> {
     let (Ok(d), Ok(t)) = (fs::metadata(dir), fs::symlink_metadata(target)) else { return Ok(()) };
     if d.mode() & 0o1000 != 0 && !caller.may_replace_in_sticky(t.uid(), d.uid()) {
-        bail!("cannot write {}: it belongs to uid {} in the sticky directory {}, so only its owner may replace it", target.display(), t.uid(), dir.display());
+        bail!(
+            "cannot write {}: it belongs to uid {} in the sticky directory {}, so only its owner may replace it",
+            target.display(),
+            t.uid(),
+            dir.display()
+        );
     }
     Ok(())
 }
@@ -252,12 +257,7 @@ fn temporary(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)> {
     let mut last = io::Error::other("no temporary name left");
     for n in 0..100u32 {
         let tmp = dir.join(format!(".{name}.topwaits-{}-{n}.tmp", std::process::id()));
-        match fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(NEW_MODE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
+        match fs::OpenOptions::new().write(true).create_new(true).mode(NEW_MODE).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp)
         {
             Ok(f) => return Ok((tmp, f)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
@@ -401,7 +401,10 @@ mod tests {
         let through_proc = PathBuf::from(format!("/proc/self/fd/{}", fds[1]));
         assert_eq!(plan(&through_proc, me()).unwrap(), Plan::Stream(through_proc.clone()));
         // SAFETY: the fds made above.
-        unsafe { libc::close(fds[0]); libc::close(fds[1]) };
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1])
+        };
         fs::remove_dir_all(&d).unwrap();
     }
 

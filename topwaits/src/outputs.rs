@@ -6,8 +6,8 @@ use anyhow::Result;
 
 use crate::cli::{ValueKind, ViewConfig};
 use crate::model::Report;
-use crate::report::{self, Format as _};
 use crate::outfile::OutputFile;
+use crate::report::{self, Format as _};
 
 /// The files of one view, each created and still empty.
 pub struct ViewFiles {

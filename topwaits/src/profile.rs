@@ -166,7 +166,6 @@ mod tests {
         assert_eq!(p.observed_ns(), 150, "a dead thread accrues nothing more");
     }
 
-
     #[test]
     fn charged_cpu_time_leaves_out_steal_and_an_open_run_counts_fully() {
         use topwaits_common::{thread_state, ThreadStats};

@@ -84,11 +84,7 @@ struct HopKey {
 }
 
 fn hop_key(h: &Hop, fp: &mut Fingerprints) -> HopKey {
-    HopKey {
-        ids: (!h.interrupt).then(|| (h.tgid, h.tid, h.comm.clone())),
-        kernel: fp.of(&h.kernel),
-        user: fp.of(&h.user),
-    }
+    HopKey { ids: (!h.interrupt).then(|| (h.tgid, h.tid, h.comm.clone())), kernel: fp.of(&h.kernel), user: fp.of(&h.user) }
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -259,7 +255,8 @@ mod tests {
             h.user = Stack::None;
             h
         };
-        let wake = |h: Hop| WakeInfo { kind: WakeKind::Woken, hops: vec![h], blocked_ns: 10, runq_ns: 1, max_blocked_ns: 10, max_runq_ns: 1 };
+        let wake =
+            |h: Hop| WakeInfo { kind: WakeKind::Woken, hops: vec![h], blocked_ns: 10, runq_ns: 1, max_blocked_ns: 10, max_runq_ns: 1 };
         r.wake = Some(wake(irq(0, "swapper/0")));
         let mut hit_task = r.clone();
         hit_task.wake = Some(wake(irq(4242, "stress-ng")));

@@ -62,15 +62,7 @@ pub struct Snapshotter {
 fn kernel_frames(tgid: u32, tid: u32) -> Result<Vec<Frame>, String> {
     thread::kernel_stack(tgid, tid)
         .map(|frames| {
-            frames
-                .into_iter()
-                .map(|f| Frame {
-                    addr: 0,
-                    symbol: Some(f.name.into()),
-                    module: None,
-                    offset: Some(f.offset),
-                })
-                .collect()
+            frames.into_iter().map(|f| Frame { addr: 0, symbol: Some(f.name.into()), module: None, offset: Some(f.offset) }).collect()
         })
         .map_err(|e| e.to_string())
 }
@@ -103,10 +95,7 @@ impl Snapshotter {
         if pc == 0 {
             return Vec::new();
         }
-        let regions = self
-            .regions
-            .entry(tgid)
-            .or_insert_with(|| procfs::regions_of(tgid));
+        let regions = self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
         let mem = ProcessMemory { pid: tgid };
         Walker::new(regions, &mem, Arch::native()).walk(pc, sp)
     }
@@ -121,48 +110,26 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
-            tx.send((
-                unsafe { libc::gettid() } as u32,
-                crate::clock::monotonic_now(),
-            ))
-            .unwrap();
+            tx.send((unsafe { libc::gettid() } as u32, crate::clock::monotonic_now())).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(300));
         });
         let (tid, began) = rx.recv().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let s = Snapshotter::default()
-            .take(std::process::id(), tid)
-            .expect("the thread lives");
+        let s = Snapshotter::default().take(std::process::id(), tid).expect("the thread lives");
         t.join().unwrap();
         assert_eq!(s.state, 'S');
         assert!(s.blocked());
         let since = s.since.expect("an estimate");
-        assert!(
-            (since as i64 - began as i64).abs() < 20_000_000,
-            "since {since} vs {began}"
-        );
+        assert!((since as i64 - began as i64).abs() < 20_000_000, "since {since} vs {began}");
         // The rest needs root (syscall, stack); without it the reasons are kept.
         if unsafe { libc::geteuid() } == 0 {
             let k = s.kernel.expect("root reads kernel stacks");
             assert!(k.iter().any(|f| f.name().contains("nanosleep")), "{k:?}");
-            assert!(
-                matches!(s.syscall, Ok(SyscallState::In(_))),
-                "{:?}",
-                s.syscall
-            );
-            assert!(
-                s.user.len() >= 2,
-                "pc and at least one caller: {:x?}",
-                s.user
-            );
+            assert!(matches!(s.syscall, Ok(SyscallState::In(_))), "{:?}", s.syscall);
+            assert!(s.user.len() >= 2, "pc and at least one caller: {:x?}", s.user);
         } else {
             assert!(s.kernel.is_err());
         }
-        assert!(
-            Snapshotter::default()
-                .take(std::process::id(), u32::MAX - 1)
-                .is_none(),
-            "a missing thread"
-        );
+        assert!(Snapshotter::default().take(std::process::id(), u32::MAX - 1).is_none(), "a missing thread");
     }
 }

@@ -66,9 +66,7 @@ mod tests {
 
     #[test]
     fn distinct_causes_all_stay_in_order() {
-        let e = anyhow::anyhow!("No such file or directory (os error 2)")
-            .context("failed to read /proc/42/maps")
-            .context("symbolizing");
+        let e = anyhow::anyhow!("No such file or directory (os error 2)").context("failed to read /proc/42/maps").context("symbolizing");
         assert_eq!(error_line(&e), "symbolizing: failed to read /proc/42/maps: No such file or directory (os error 2)");
     }
 }

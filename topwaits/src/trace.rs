@@ -96,10 +96,7 @@ pub fn wait(
 ) -> Result<End> {
     use tokio::io::unix::AsyncFd;
     use tokio::signal::unix::{signal, SignalKind};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("failed to start the async runtime")?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("failed to start the async runtime")?;
     rt.block_on(async {
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
@@ -210,11 +207,7 @@ impl Status {
     fn new(total: Option<Duration>) -> Self {
         // SAFETY: isatty has no preconditions.
         let on = unsafe { libc::isatty(2) } == 1;
-        Status {
-            on,
-            started: std::time::Instant::now(),
-            total,
-        }
+        Status { on, started: std::time::Instant::now(), total }
     }
 
     fn show(&self, c: &crate::model::Counters) {
@@ -510,7 +503,8 @@ pub fn run_threads(config: &ThreadsConfig) -> Result<()> {
         warnings.push(format!("{} thread events did not fit into the full thread map; narrow the trace with -p/-t", capture.lost_threads));
     }
     if capture.lost_deps > 0 {
-        warnings.push(format!("{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t", capture.lost_deps));
+        warnings
+            .push(format!("{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t", capture.lost_deps));
     }
     for w in &warnings {
         crate::stderr::say!("topwaits: warning: {w}");

@@ -102,14 +102,7 @@ pub struct Walker<'a> {
 impl<'a> Walker<'a> {
     /// `regions` sorted by start, as `/proc/PID/maps` lists them.
     pub fn new(regions: &'a [Region], mem: &'a dyn Memory, arch: Arch) -> Self {
-        Walker {
-            regions,
-            pages: Pages {
-                mem,
-                pages: HashMap::new(),
-            },
-            arch,
-        }
+        Walker { regions, pages: Pages { mem, pages: HashMap::new() }, arch }
     }
 
     fn region(&self, addr: u64) -> Option<&Region> {
@@ -135,13 +128,7 @@ impl<'a> Walker<'a> {
                         insn & 0xfc00_0000 == 0x9400_0000 || insn & 0xffff_fc1f == 0xd63f_0000
                     })
             }
-            Arch::X86_64 => {
-                addr >= 7
-                    && self
-                        .pages
-                        .bytes(addr - 7, 7)
-                        .is_some_and(|b| follows_x86_call(&b))
-            }
+            Arch::X86_64 => addr >= 7 && self.pages.bytes(addr - 7, 7).is_some_and(|b| follows_x86_call(&b)),
         }
     }
 
@@ -268,8 +255,7 @@ pub fn follows_x86_call(b: &[u8]) -> bool {
     if n < 7 {
         return false;
     }
-    let call_ff =
-        |at: usize, modrm_ok: &dyn Fn(u8) -> bool| b[n - at] == 0xff && modrm_ok(b[n - at + 1]);
+    let call_ff = |at: usize, modrm_ok: &dyn Fn(u8) -> bool| b[n - at] == 0xff && modrm_ok(b[n - at + 1]);
     let reg2 = |m: u8| (m >> 3) & 7 == 2;
     b[n - 5] == 0xe8
         // FF D0+r: call reg; FF 10+r: call [reg] (not SIB 14, not rip 15).
@@ -339,21 +325,9 @@ mod tests {
 
     fn regions() -> Vec<Region> {
         vec![
-            Region {
-                start: CODE,
-                end: CODE + 0x2000,
-                exec: true,
-            },
-            Region {
-                start: DATA,
-                end: DATA + 0x2000,
-                exec: false,
-            },
-            Region {
-                start: STACK_LO,
-                end: STACK_HI,
-                exec: false,
-            },
+            Region { start: CODE, end: CODE + 0x2000, exec: true },
+            Region { start: DATA, end: DATA + 0x2000, exec: false },
+            Region { start: STACK_LO, end: STACK_HI, exec: false },
         ]
     }
 
@@ -435,10 +409,7 @@ mod tests {
         let (m, pc, sp) = stack();
         let regions = regions();
         let mut w = Walker::new(&regions, &m, Arch::X86_64);
-        assert_eq!(
-            w.walk(pc, sp),
-            vec![pc, CODE + 0x200, CODE + 0x300, CODE + 0x400]
-        );
+        assert_eq!(w.walk(pc, sp), vec![pc, CODE + 0x200, CODE + 0x300, CODE + 0x400]);
     }
 
     #[test]
@@ -459,14 +430,9 @@ mod tests {
     fn a_pc_outside_code_gives_no_stack_and_unreadable_memory_stops_cleanly() {
         let (m, _, sp) = stack();
         let regions = regions();
-        assert!(Walker::new(&regions, &m, Arch::X86_64)
-            .walk(DATA + 4, sp)
-            .is_empty());
+        assert!(Walker::new(&regions, &m, Arch::X86_64).walk(DATA + 4, sp).is_empty());
         // sp outside any mapping: only the pc.
-        assert_eq!(
-            Walker::new(&regions, &m, Arch::X86_64).walk(CODE + 0x10, 0x10),
-            vec![CODE + 0x10]
-        );
+        assert_eq!(Walker::new(&regions, &m, Arch::X86_64).walk(CODE + 0x10, 0x10), vec![CODE + 0x10]);
         let empty = Fake::default();
         let regions = regions.clone();
         let got = Walker::new(&regions, &empty, Arch::Other).walk(CODE + 0x10, 0x6000_0000);

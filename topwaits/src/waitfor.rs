@@ -79,16 +79,9 @@ pub fn analyze(edges: &[Edge], alive: &BTreeSet<u32>) -> Graph {
 /// The index of a cycle, added if new. It is rotated to start at its lowest id so
 /// that every thread of it finds the same one.
 fn cycle_index(cycles: &mut Vec<Cycle>, ring: &[Edge]) -> usize {
-    let lowest = ring
-        .iter()
-        .enumerate()
-        .min_by_key(|(_, e)| e.waiter)
-        .map_or(0, |(i, _)| i);
+    let lowest = ring.iter().enumerate().min_by_key(|(_, e)| e.waiter).map_or(0, |(i, _)| i);
     let rotated: Vec<&Edge> = ring[lowest..].iter().chain(&ring[..lowest]).collect();
-    let c = Cycle {
-        threads: rotated.iter().map(|e| e.waiter).collect(),
-        locks: rotated.iter().map(|e| e.lock.clone()).collect(),
-    };
+    let c = Cycle { threads: rotated.iter().map(|e| e.waiter).collect(), locks: rotated.iter().map(|e| e.lock.clone()).collect() };
     match cycles.iter().position(|x| *x == c) {
         Some(i) => i,
         None => {
@@ -103,11 +96,7 @@ mod tests {
     use super::*;
 
     fn e(waiter: u32, owner: u32, lock: &str) -> Edge {
-        Edge {
-            waiter,
-            owner,
-            lock: lock.to_string(),
-        }
+        Edge { waiter, owner, lock: lock.to_string() }
     }
 
     fn alive(ids: &[u32]) -> BTreeSet<u32> {
@@ -119,10 +108,7 @@ mod tests {
         let g = analyze(&[e(3, 2, "A"), e(2, 1, "B")], &alive(&[1, 2, 3]));
         assert!(g.cycles.is_empty());
         let from3 = g.chains.iter().find(|c| c.edges[0].waiter == 3).unwrap();
-        assert_eq!(
-            from3.edges.iter().map(|x| x.owner).collect::<Vec<_>>(),
-            [2, 1]
-        );
+        assert_eq!(from3.edges.iter().map(|x| x.owner).collect::<Vec<_>>(), [2, 1]);
         assert_eq!(from3.end, End::Root(1));
         let from2 = g.chains.iter().find(|c| c.edges[0].waiter == 2).unwrap();
         assert_eq!(from2.end, End::Root(1));
@@ -131,10 +117,7 @@ mod tests {
 
     #[test]
     fn an_abba_deadlock_is_one_cycle_with_both_threads_and_locks() {
-        let g = analyze(
-            &[e(20, 10, "mutex B"), e(10, 20, "mutex A")],
-            &alive(&[10, 20]),
-        );
+        let g = analyze(&[e(20, 10, "mutex B"), e(10, 20, "mutex A")], &alive(&[10, 20]));
         assert_eq!(g.cycles.len(), 1);
         assert_eq!(g.cycles[0].threads, [10, 20]);
         assert_eq!(g.cycles[0].locks, ["mutex A", "mutex B"]);
@@ -143,10 +126,7 @@ mod tests {
 
     #[test]
     fn a_thread_waiting_into_a_cycle_ends_in_it() {
-        let g = analyze(
-            &[e(1, 2, "x"), e(2, 3, "y"), e(3, 2, "z"), e(9, 1, "w")],
-            &alive(&[1, 2, 3, 9]),
-        );
+        let g = analyze(&[e(1, 2, "x"), e(2, 3, "y"), e(3, 2, "z"), e(9, 1, "w")], &alive(&[1, 2, 3, 9]));
         assert_eq!(g.cycles.len(), 1);
         assert_eq!(g.cycles[0].threads, [2, 3]);
         let from9 = g.chains.iter().find(|c| c.edges[0].waiter == 9).unwrap();
@@ -163,13 +143,7 @@ mod tests {
     #[test]
     fn self_deadlock_and_duplicate_edges() {
         let g = analyze(&[e(4, 4, "m"), e(4, 4, "m")], &alive(&[4]));
-        assert_eq!(
-            g.cycles,
-            [Cycle {
-                threads: vec![4],
-                locks: vec!["m".into()]
-            }]
-        );
+        assert_eq!(g.cycles, [Cycle { threads: vec![4], locks: vec!["m".into()] }]);
         assert_eq!(g.chains.len(), 1);
         assert!(analyze(&[], &alive(&[1])).chains.is_empty());
     }

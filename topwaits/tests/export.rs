@@ -103,7 +103,8 @@ fn pprof_samples_agree_with_the_json_report() {
     assert!((6..=8).contains(&waits), "six sleeps: {sleep:#}");
     let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
     let size = std::fs::metadata(&exe).unwrap().len();
-    let own = sleep["frames"].as_array().unwrap().iter().find(|f| f["name"].as_str().is_some_and(|n| n.ends_with("tw_pprof_sleep"))).unwrap();
+    let own =
+        sleep["frames"].as_array().unwrap().iter().find(|f| f["name"].as_str().is_some_and(|n| n.ends_with("tw_pprof_sleep"))).unwrap();
     assert_eq!(own["file"].as_str(), exe.to_str(), "{own:#}");
     let id = own["build_id"].as_str().unwrap();
     assert!(id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()), "build id {id:?}");
@@ -302,7 +303,8 @@ fn perfetto_slices_and_flows_agree_with_the_json_events() {
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["lost"]["wait_events"], 0);
     // The reader's three reads, each ended by the writer, as JSON events.
-    let events: Vec<&Value> = doc["events"].as_array().expect("events with --events-over").iter().filter(|e| e["tid"].as_u64() == Some(rtid as u64)).collect();
+    let events: Vec<&Value> =
+        doc["events"].as_array().expect("events with --events-over").iter().filter(|e| e["tid"].as_u64() == Some(rtid as u64)).collect();
     assert_eq!(events.len(), 3, "three long reads: {events:#?}");
     for e in &events {
         assert!(e["max_us"].as_u64().unwrap() >= 20_000);
@@ -312,7 +314,13 @@ fn perfetto_slices_and_flows_agree_with_the_json_events() {
     assert!(doc["counters"]["wait_events"].as_u64().unwrap() >= 3);
     // The same three waits as slices on the reader's track, with the same lengths.
     let track_of = |tid: u32| {
-        t["threads"].as_object().unwrap().iter().find(|(_, v)| v["tid"].as_u64() == Some(tid as u64)).map(|(k, _)| k.clone()).expect("a track per thread")
+        t["threads"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(_, v)| v["tid"].as_u64() == Some(tid as u64))
+            .map(|(k, _)| k.clone())
+            .expect("a track per thread")
     };
     let (rtrack, wtrack) = (track_of(rtid), track_of(wtid));
     assert_eq!(t["threads"][&rtrack]["name"], "tw-pf-reader");
@@ -321,11 +329,8 @@ fn perfetto_slices_and_flows_agree_with_the_json_events() {
     };
     let ts = |e: &Value| e["ts"].as_str().unwrap().parse::<u64>().unwrap();
     let (begins, ends) = (on(&rtrack, "TYPE_SLICE_BEGIN"), on(&rtrack, "TYPE_SLICE_END"));
-    let reads: Vec<(Value, Value)> = begins
-        .into_iter()
-        .zip(ends)
-        .filter(|(b, _)| b["notes"]["user_stack"].as_str().is_some_and(|s| s.contains("tw_pf_read")))
-        .collect();
+    let reads: Vec<(Value, Value)> =
+        begins.into_iter().zip(ends).filter(|(b, _)| b["notes"]["user_stack"].as_str().is_some_and(|s| s.contains("tw_pf_read"))).collect();
     assert_eq!(reads.len(), 3, "{t:#}");
     let mut lengths: Vec<u64> = reads.iter().map(|(b, e)| ts(e) - ts(b)).collect();
     let mut want: Vec<u64> = events.iter().map(|e| e["max_ns"].as_u64().unwrap()).collect();

@@ -38,10 +38,7 @@ fn check_long_sleep(doc: &serde_json::Value, before: i128, after: i128, tid: u32
     assert_eq!(r["total_us"], r["max_us"]);
     let kernel = stack_names(&r["kernel_stack"]);
     assert!(kernel.iter().any(|f| f.contains("nanosleep")), "kernel frames: {kernel:?}");
-    assert!(
-        !kernel.iter().any(|f| f.starts_with("bpf_") || f.starts_with("__traceiter")),
-        "tracing machinery must be trimmed: {kernel:?}"
-    );
+    assert!(!kernel.iter().any(|f| f.starts_with("bpf_") || f.starts_with("__traceiter")), "tracing machinery must be trimmed: {kernel:?}");
     let end = parse_rfc3339(r["max_end"].as_str().unwrap());
     assert!(before <= end && end <= after, "max_end {end} outside [{before}, {after}]");
     let start = parse_rfc3339(r["max_start"].as_str().unwrap());
@@ -393,11 +390,7 @@ fn top_view_shows_the_wait_window_and_frames() {
     w.join();
     let out = tracer.finish();
     assert!(out.status.success(), "{}", out.stderr);
-    let block = out
-        .stdout
-        .split("\n\n")
-        .find(|b| b.contains("tw_known_long_sleep"))
-        .unwrap_or_else(|| panic!("{}", out.stdout));
+    let block = out.stdout.split("\n\n").find(|b| b.contains("tw_known_long_sleep")).unwrap_or_else(|| panic!("{}", out.stdout));
     assert!(block.contains(&format!("tw-top  pid {}  tid {tid}", std::process::id())), "{block}");
     assert!(block.contains("longest 3"), "{block}");
     assert!(block.contains(" -> "), "{block}");
@@ -408,7 +401,14 @@ fn no_program_stays_loaded_after_runs() {
     require_bpf!();
     let before = programs_left_after_exit();
     assert!(before.is_empty(), "left over before the test: {before:?}");
-    for args in [&["--json", "0.3"][..], &["--attach", "tp_btf", "-f", "0.3"], &["--attach", "kprobe", "0.3"], &["-p", "999999999", "1"], &["-w", "0.3"], &["threads", "0.3"]] {
+    for args in [
+        &["--json", "0.3"][..],
+        &["--attach", "tp_btf", "-f", "0.3"],
+        &["--attach", "kprobe", "0.3"],
+        &["-p", "999999999", "1"],
+        &["-w", "0.3"],
+        &["threads", "0.3"],
+    ] {
         let _ = run(args);
         let left = programs_left_after_exit();
         assert!(left.is_empty(), "{args:?} left programs: {left:?}");

@@ -87,7 +87,8 @@ fn another_users_link_elsewhere_is_replaced_never_followed_for_every_output() {
         assert!(meta.file_type().is_file(), "{args:?}: the link was not replaced by the file");
         assert!(meta.len() > 0 && meta.uid() == 0, "{args:?}: {meta:?}");
         // Nothing is left beside it.
-        let strays: Vec<_> = fs::read_dir(&d).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+        let strays: Vec<_> =
+            fs::read_dir(&d).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
         assert!(strays.is_empty(), "{args:?} left {strays:?}");
     }
     fs::remove_dir_all(&d).unwrap();

@@ -21,7 +21,10 @@ fn cpu_ns(pid: u32) -> u64 {
 }
 
 fn perf() -> bool {
-    let have = Command::new("perf").args(["bench", "sched", "messaging", "-h"]).output().is_ok_and(|o| !o.stdout.is_empty() || !o.stderr.is_empty());
+    let have = Command::new("perf")
+        .args(["bench", "sched", "messaging", "-h"])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty() || !o.stderr.is_empty());
     present(module_path!(), "perf (linux-perf)", (!have).then(|| "perf is not installed; run cargo xtask setup".to_string()))
 }
 
@@ -51,7 +54,12 @@ fn the_user_side_stays_within_one_percent_of_a_core_under_messaging() {
     tracer.signal(libc::SIGINT);
     let doc = json(&tracer.finish());
     let share = (cpu1 - cpu0) as f64 / wall.as_nanos() as f64;
-    eprintln!("topwaits used {:.2} ms of CPU over {:.2} s of messaging: {:.3}% of a core", (cpu1 - cpu0) as f64 / 1e6, wall.as_secs_f64(), share * 100.0);
+    eprintln!(
+        "topwaits used {:.2} ms of CPU over {:.2} s of messaging: {:.3}% of a core",
+        (cpu1 - cpu0) as f64 / 1e6,
+        wall.as_secs_f64(),
+        share * 100.0
+    );
     assert!(share <= BUDGET, "the user side used {:.2}% of a core, over the {:.0}% budget", share * 100.0, BUDGET * 100.0);
     // The benchmark's 200 processes exited before the report: their frames are
     // still resolved to their files (named, or module+offset in a stripped
@@ -66,5 +74,9 @@ fn the_user_side_stays_within_one_percent_of_a_core_under_messaging() {
         }
     }
     assert!(all > 0, "the trace saw the benchmark");
-    assert!(resolved as f64 >= 0.999 * all as f64, "{:.2}% of the exited processes' wait time has a resolved first user frame", 100.0 * resolved as f64 / all as f64);
+    assert!(
+        resolved as f64 >= 0.999 * all as f64,
+        "{:.2}% of the exited processes' wait time has a resolved first user frame",
+        100.0 * resolved as f64 / all as f64
+    );
 }

@@ -72,7 +72,14 @@ fn jit_code_is_symbolized_through_the_perf_map() {
     let len = 4096;
     // SAFETY: a fresh anonymous mapping, written before it is executed.
     let mem = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     assert_ne!(mem, libc::MAP_FAILED);
     unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), mem.cast::<u8>(), code.len()) };
@@ -249,7 +256,11 @@ fn tw_leaf_b() {
 #[inline(never)]
 fn tw_nest(depth: usize, b: bool) {
     if depth == 0 {
-        if b { tw_leaf_b() } else { tw_leaf_a() }
+        if b {
+            tw_leaf_b()
+        } else {
+            tw_leaf_a()
+        }
     } else {
         tw_nest(std::hint::black_box(depth - 1), b);
     }

@@ -239,7 +239,11 @@ fn reads_by_stack(doc: &serde_json::Value, tid: u32) -> (u64, u64) {
         let sock_frame = k.iter().any(|f| f.contains("unix_stream_read"));
         assert!(pipe_frame != sock_frame, "one of the two sites: {k:?}");
         let n = r["count"].as_u64().unwrap();
-        if pipe_frame { on_pipe += n } else { on_sock += n }
+        if pipe_frame {
+            on_pipe += n
+        } else {
+            on_sock += n
+        }
     }
     (on_pipe, on_sock)
 }

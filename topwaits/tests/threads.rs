@@ -159,7 +159,8 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
     let pid = std::process::id().to_string();
     let file_arg = file.to_string_lossy().to_string();
     let calibration = ns_per_loop.to_string();
-    let out = run(&["threads", "-p", &pid, "--json", "--rt-app", &file_arg, "--rt-app-duration", "4", "--rt-app-calibration", &calibration, "2"]);
+    let out =
+        run(&["threads", "-p", &pid, "--json", "--rt-app", &file_arg, "--rt-app-duration", "4", "--rt-app-calibration", &calibration, "2"]);
     stop_workload(&shared, handles);
     let doc = json(&out);
     let dur_us = doc["duration_s"].as_f64().unwrap() * 1e6;
@@ -179,7 +180,10 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
         assert!(cpu <= run && cpu as f64 >= 0.5 * run as f64, "charged CPU time within time on a CPU: {t:#}");
         let stolen = t["stolen_us"].as_u64().unwrap();
         assert!(stolen.abs_diff(run - cpu) <= 1, "stolen is run less CPU, to the µs: {t:#}");
-        let total = t["run_us"].as_u64().unwrap() + t["preempt_us"].as_u64().unwrap() + t["sleep_us"].as_u64().unwrap() + t["io_us"].as_u64().unwrap();
+        let total = t["run_us"].as_u64().unwrap()
+            + t["preempt_us"].as_u64().unwrap()
+            + t["sleep_us"].as_u64().unwrap()
+            + t["io_us"].as_u64().unwrap();
         // A thread is observed from its first event after attaching, so its states
         // cover most of the window and never more than it.
         let total = total as f64;
@@ -208,13 +212,7 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
     assert_eq!(repro["global"]["calibration"], ns_per_loop, "{text}");
 
     // It runs under the real rt-app, which we trace: the round trip.
-    let mut child = Command::new(&rtapp)
-        .arg(&file)
-        .current_dir(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Command::new(&rtapp).arg(&file).current_dir(&dir).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     // Trace once its task threads run.
     let rpid = child.id().to_string();
     let task_dir = format!("/proc/{rpid}/task");
@@ -233,9 +231,8 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
     let replay = json(&traced);
     let rdur = replay["duration_s"].as_f64().unwrap() * 1e6;
     let rthreads = replay["threads"].as_array().unwrap();
-    let by_prefix = |prefix: &str| -> Vec<&Value> {
-        rthreads.iter().filter(|t| t["comm"].as_str().unwrap_or("").starts_with(prefix)).collect()
-    };
+    let by_prefix =
+        |prefix: &str| -> Vec<&Value> { rthreads.iter().filter(|t| t["comm"].as_str().unwrap_or("").starts_with(prefix)).collect() };
     let rp = by_prefix(&ptask);
     let rc = by_prefix(&ctask);
     assert_eq!(rp.len(), 1, "one producer in the replay: {replay:#}");
@@ -343,30 +340,41 @@ fn rt_app_model_keeps_brief_threads_brief_and_rare_wakes_out_of_groups() {
     let stop = Arc::new(AtomicBool::new(false));
     let sleeper = {
         let (word, stop) = (word.clone(), stop.clone());
-        std::thread::Builder::new().name("tw-ticker".into()).spawn(move || {
-            let me = tid();
-            while !stop.load(Ordering::Relaxed) {
-                futex_wait_ms(&word, 1);
-            }
-            me
-        }).unwrap()
+        std::thread::Builder::new()
+            .name("tw-ticker".into())
+            .spawn(move || {
+                let me = tid();
+                while !stop.load(Ordering::Relaxed) {
+                    futex_wait_ms(&word, 1);
+                }
+                me
+            })
+            .unwrap()
     };
     let poker = {
         let (word, stop) = (word.clone(), stop.clone());
-        std::thread::Builder::new().name("tw-poker".into()).spawn(move || {
-            let me = tid();
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(60));
-                futex_wake(&word);
-            }
-            me
-        }).unwrap()
+        std::thread::Builder::new()
+            .name("tw-poker".into())
+            .spawn(move || {
+                let me = tid();
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(60));
+                    futex_wake(&word);
+                }
+                me
+            })
+            .unwrap()
     };
     std::thread::sleep(Duration::from_millis(300));
-    let brief = std::thread::Builder::new().name("tw-brief".into()).spawn(|| {
-        busy(Duration::from_micros(500));
-        tid()
-    }).unwrap().join().unwrap();
+    let brief = std::thread::Builder::new()
+        .name("tw-brief".into())
+        .spawn(|| {
+            busy(Duration::from_micros(500));
+            tid()
+        })
+        .unwrap()
+        .join()
+        .unwrap();
     let doc = json(&tracer.finish());
     stop.store(true, Ordering::Relaxed);
     let (sleeper, poker) = (sleeper.join().unwrap(), poker.join().unwrap());
@@ -384,7 +392,12 @@ fn rt_app_model_keeps_brief_threads_brief_and_rare_wakes_out_of_groups() {
     let wakes = futex_edge(&doc, poker, sleeper);
     let sleeps = thread_of(&doc, sleeper)["sleep_events"].as_u64().unwrap();
     assert!(wakes >= 3 && wakes * 4 < sleeps, "{wakes} futex wakes in {sleeps} sleeps: {doc:#}");
-    let consumers: Vec<u64> = doc["groups"].as_array().unwrap().iter().flat_map(|g| g["consumers"].as_array().unwrap().iter().filter_map(Value::as_u64)).collect();
+    let consumers: Vec<u64> = doc["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["consumers"].as_array().unwrap().iter().filter_map(Value::as_u64))
+        .collect();
     assert!(!consumers.contains(&(sleeper as u64)), "a rarely woken thread is no consumer: {doc:#}");
     assert!(repro["tasks"][format!("t{sleeper}")].is_object(), "it replays as an independent thread: {text}");
     replay_under_rt_app(&file, &dir);
@@ -400,20 +413,35 @@ fn fifo_hogs_do_not_stretch_the_window() {
     let file = dir.join("fifo.json");
     let pid = std::process::id().to_string();
     let file_arg = file.to_string_lossy().to_string();
-    let tracer = Tracer::start(&["threads", "-p", &pid, "--json", "--rt-app", &file_arg, "--rt-app-duration", "1", "--rt-app-calibration", "30", "2"]);
+    let tracer = Tracer::start(&[
+        "threads",
+        "-p",
+        &pid,
+        "--json",
+        "--rt-app",
+        &file_arg,
+        "--rt-app-duration",
+        "1",
+        "--rt-app-calibration",
+        "30",
+        "2",
+    ]);
     let ncpu = std::thread::available_parallelism().map_or(2, |n| n.get());
     let until = Instant::now() + Duration::from_millis(2600);
     let hogs: Vec<_> = (0..ncpu)
         .map(|i| {
-            std::thread::Builder::new().name(format!("tw-fifo{i}")).spawn(move || {
-                let param = libc::sched_param { sched_priority: 10 };
-                // SAFETY: setting this thread's own policy.
-                let ok = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0;
-                while Instant::now() < until {
-                    std::hint::spin_loop();
-                }
-                ok
-            }).unwrap()
+            std::thread::Builder::new()
+                .name(format!("tw-fifo{i}"))
+                .spawn(move || {
+                    let param = libc::sched_param { sched_priority: 10 };
+                    // SAFETY: setting this thread's own policy.
+                    let ok = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0;
+                    while Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                    ok
+                })
+                .unwrap()
         })
         .collect();
     let doc = json(&tracer.finish());
@@ -461,11 +489,7 @@ fn rt_app_ns_per_loop(rtapp: &str, dir: &std::path::Path) -> u32 {
     let cpu = cpu_ns(usage.ru_utime) + cpu_ns(usage.ru_stime);
     let log = std::fs::read_to_string(dir.join("probe-probe-0.log")).unwrap();
     // Columns: idx perf(loops) run(µs) ...
-    let loops: f64 = log
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .sum();
+    let loops: f64 = log.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).sum();
     assert!(loops > 1e6 && cpu > 5e8, "rt-app probe: {loops} loops in {cpu} ns:\n{log}");
     (cpu / loops).round().max(1.0) as u32
 }

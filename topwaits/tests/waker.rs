@@ -183,7 +183,20 @@ fn interrupt_wakers_are_one_record_per_handler_path() {
     // What the JSON shows of a record, less its numbers: no two may be equal.
     let shown = |r: &Value| {
         let mut r = r.clone();
-        for k in ["count", "total_us", "max_us", "avg_us", "total_ns", "max_ns", "max_start", "max_end", "blocked_us", "runq_us", "max_blocked_us", "max_runq_us"] {
+        for k in [
+            "count",
+            "total_us",
+            "max_us",
+            "avg_us",
+            "total_ns",
+            "max_ns",
+            "max_start",
+            "max_end",
+            "blocked_us",
+            "runq_us",
+            "max_blocked_us",
+            "max_runq_us",
+        ] {
             r.as_object_mut().unwrap().remove(k);
         }
         r.to_string()
@@ -303,7 +316,11 @@ fn check_waker_stack_reuse(attach: &[&str]) {
         assert!(pipe_waker != sock_waker, "one of the two sites: {waker:?}");
         assert_eq!(pipe_wait, pipe_waker, "a {} wait woken by {waker:?}", if pipe_wait { "pipe" } else { "socket" });
         let n = r["count"].as_u64().unwrap();
-        if pipe_wait { on_pipe += n } else { on_sock += n }
+        if pipe_wait {
+            on_pipe += n
+        } else {
+            on_sock += n
+        }
     }
     assert_eq!((on_pipe, on_sock), (PAIRS as u64, PAIRS as u64), "{doc:#}");
     assert!(doc["counters"]["waker_kernel_stacks_reused"].as_u64().unwrap() > 0, "{:#}", doc["counters"]);
@@ -427,9 +444,7 @@ fn wakeup_view_attributes_the_consumer_wait_to_the_producer() {
     }
     let blocked: u64 = rows.iter().map(|r| r["blocked_us"].as_u64().unwrap()).sum();
     assert!(blocked > 30_000 * (ROUNDS as u64 - 1), "blocked {blocked} us: {doc:#}");
-    assert!(rows
-        .iter()
-        .any(|r| stack_names(&r["waker"]["kernel_stack"]).iter().any(|f| f.contains("pipe_write"))));
+    assert!(rows.iter().any(|r| stack_names(&r["waker"]["kernel_stack"]).iter().any(|f| f.contains("pipe_write"))));
 }
 
 #[test]

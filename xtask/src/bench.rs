@@ -229,12 +229,7 @@ fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
     let map_bytes = maps()?.into_iter().filter(|m| !maps_before.contains(&m.0)).map(|m| m.1).sum();
     // Keep draining stderr so the tracer never blocks on it.
     std::thread::spawn(move || while rx.recv().is_ok() {});
-    Ok(Running {
-        child,
-        startup: ready,
-        prog_ids,
-        map_bytes,
-    })
+    Ok(Running { child, startup: ready, prog_ids, map_bytes })
 }
 
 /// Stops a tracer with SIGINT; returns (time to exit, peak RSS in KiB).
@@ -331,7 +326,11 @@ fn ensure_tracefs() {
 fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     let Some(cmd) = &t.cmd else {
         let secs = workload(kind)?;
-        if kind == "messaging" { s.messaging.push(secs) } else { s.pipe.push(secs) }
+        if kind == "messaging" {
+            s.messaging.push(secs)
+        } else {
+            s.pipe.push(secs)
+        }
         return Ok(());
     };
     let r = start(cmd, &[])?;
@@ -351,11 +350,19 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     eprintln!("bench:   {secs:.3} s, {switches} switches, {:.0} ns/switch", total_ns as f64 / switches.max(1) as f64);
     if switches > 0 {
         let cost = total_ns as f64 / switches as f64;
-        if kind == "messaging" { s.cost_messaging.push(cost) } else { s.cost_pipe.push(cost) }
+        if kind == "messaging" {
+            s.cost_messaging.push(cost)
+        } else {
+            s.cost_pipe.push(cost)
+        }
     }
     s.startup_ms.push(r.startup.as_secs_f64() * 1e3);
     s.map_kib.push(r.map_bytes as f64 / 1024.0);
-    if kind == "messaging" { s.messaging.push(secs) } else { s.pipe.push(secs) }
+    if kind == "messaging" {
+        s.messaging.push(secs)
+    } else {
+        s.pipe.push(secs)
+    }
     stop(r)?;
     Ok(())
 }
@@ -469,11 +476,7 @@ fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
 /// This process's peak RSS (VmHWM) in KiB, 0 if unknown.
 fn own_peak_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
 }
 
 /// The helper workload: 3^9 = 19,683 distinct call paths, each sleeping once.
@@ -574,7 +577,8 @@ fn soak(bin: &str, secs: u64) -> Result<String> {
     while t0.elapsed() < Duration::from_secs(secs) {
         workload("pipe")?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+        let kib: u64 =
+            status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
         rss.push(kib);
     }
     let map_kib = r.map_bytes / 1024;

@@ -69,12 +69,14 @@ fn complete_pids(shell: Shell, script: &str) -> String {
             out
         }
         Shell::Zsh => script.replace(":PID:'", ":PID:_pids'"),
-        Shell::Fish => script
-            .lines()
-            .map(|l| if l.contains(" -l pid ") { format!("{l} -a '(__fish_complete_pids)'") } else { l.to_string() })
-            .collect::<Vec<_>>()
-            .join("\n")
-            + "\n",
+        Shell::Fish => {
+            script
+                .lines()
+                .map(|l| if l.contains(" -l pid ") { format!("{l} -a '(__fish_complete_pids)'") } else { l.to_string() })
+                .collect::<Vec<_>>()
+                .join("\n")
+                + "\n"
+        }
         _ => script.to_string(),
     }
 }

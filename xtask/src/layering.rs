@@ -11,8 +11,7 @@ mod tests {
     /// Whether `text` holds `form` as a whole name (`crate::task` is not in
     /// `crate::taskmap`).
     fn uses(text: &str, form: &str) -> bool {
-        text.match_indices(form)
-            .any(|(i, _)| !text[i + form.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+        text.match_indices(form).any(|(i, _)| !text[i + form.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_'))
     }
 
     #[test]

@@ -15,8 +15,19 @@ pub const FILE: &str = "THIRD-PARTY-LICENSES.md";
 /// Licences a dependency may use. Each needs only its text and notices shipped with
 /// the binary, except CDDL-1.0 (see [`SOURCE_REQUIRED`]).
 const ALLOWED: &[&str] = &[
-    "MIT", "Apache-2.0", "Apache-2.0 WITH LLVM-exception", "BSD-2-Clause", "BSD-3-Clause", "0BSD", "ISC", "Zlib",
-    "Unicode-3.0", "Unicode-DFS-2016", "Unlicense", "BSL-1.0", "CDDL-1.0",
+    "MIT",
+    "Apache-2.0",
+    "Apache-2.0 WITH LLVM-exception",
+    "BSD-2-Clause",
+    "BSD-3-Clause",
+    "0BSD",
+    "ISC",
+    "Zlib",
+    "Unicode-3.0",
+    "Unicode-DFS-2016",
+    "Unlicense",
+    "BSL-1.0",
+    "CDDL-1.0",
 ];
 
 /// Licences whose code, shipped in a binary, obliges the shipper to tell
@@ -63,26 +74,18 @@ pub fn identifiers(expr: &str) -> Vec<String> {
 /// some choice of each OR.
 pub fn allowed(expr: &str) -> bool {
     let flat = expr.replace('/', " OR ");
-    flat.split(" AND ")
-        .all(|term| identifiers(term).iter().any(|id| ALLOWED.contains(&id.as_str())))
+    flat.split(" AND ").all(|term| identifiers(term).iter().any(|id| ALLOWED.contains(&id.as_str())))
 }
 
 /// The crates `SHIPPED` depends on for the host target, from `cargo metadata`.
 pub fn collect(meta: &Value) -> Result<Vec<Crate>> {
-    let packages: HashMap<&str, &Value> = meta["packages"]
-        .as_array()
-        .context("no packages")?
-        .iter()
-        .filter_map(|p| Some((p["id"].as_str()?, p)))
-        .collect();
-    let nodes: HashMap<&str, &Value> = meta["resolve"]["nodes"]
-        .as_array()
-        .context("no resolve graph")?
-        .iter()
-        .filter_map(|n| Some((n["id"].as_str()?, n)))
-        .collect();
+    let packages: HashMap<&str, &Value> =
+        meta["packages"].as_array().context("no packages")?.iter().filter_map(|p| Some((p["id"].as_str()?, p))).collect();
+    let nodes: HashMap<&str, &Value> =
+        meta["resolve"]["nodes"].as_array().context("no resolve graph")?.iter().filter_map(|n| Some((n["id"].as_str()?, n))).collect();
     let members: BTreeSet<&str> = meta["workspace_members"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-    let mut todo: Vec<&str> = packages.iter().filter(|(_, p)| SHIPPED.contains(&p["name"].as_str().unwrap_or(""))).map(|(id, _)| *id).collect();
+    let mut todo: Vec<&str> =
+        packages.iter().filter(|(_, p)| SHIPPED.contains(&p["name"].as_str().unwrap_or(""))).map(|(id, _)| *id).collect();
     let mut seen = BTreeSet::new();
     while let Some(id) = todo.pop() {
         if !seen.insert(id) {
@@ -155,7 +158,8 @@ pub fn render(crates: &[Crate]) -> String {
          **Redistributing the binary:** ship this file with it (it carries the licence texts and\n\
          notices the MIT, Apache-2.0, BSD, ISC, Zlib and Unicode licences ask for).\n\n",
     );
-    let source: Vec<&Crate> = crates.iter().filter(|c| identifiers(&c.license).iter().any(|i| SOURCE_REQUIRED.contains(&i.as_str()))).collect();
+    let source: Vec<&Crate> =
+        crates.iter().filter(|c| identifiers(&c.license).iter().any(|i| SOURCE_REQUIRED.contains(&i.as_str()))).collect();
     for c in &source {
         s.push_str(&format!(
             "{} {} is under {}: whoever ships the binary must also tell recipients where its source code\n\
@@ -171,7 +175,12 @@ pub fn render(crates: &[Crate]) -> String {
     }
     s.push_str("\n| crate | version | licence |\n|---|---|---|\n");
     for c in crates {
-        s.push_str(&format!("| {} | {} | {} |\n", c.name, c.version, if c.license.is_empty() { "see its licence file" } else { &c.license }));
+        s.push_str(&format!(
+            "| {} | {} | {} |\n",
+            c.name,
+            c.version,
+            if c.license.is_empty() { "see its licence file" } else { &c.license }
+        ));
     }
     let mut texts: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for c in crates {
@@ -181,8 +190,10 @@ pub fn render(crates: &[Crate]) -> String {
     }
     let bare: Vec<&Crate> = crates.iter().filter(|c| c.texts.is_empty()).collect();
     if !bare.is_empty() {
-        s.push_str("\nThese crates ship no licence file in their packages; the standard texts of their licences,\n\
-                    reproduced below for other crates, apply with their authors' copyright:\n\n");
+        s.push_str(
+            "\nThese crates ship no licence file in their packages; the standard texts of their licences,\n\
+                    reproduced below for other crates, apply with their authors' copyright:\n\n",
+        );
         for c in bare {
             let who = if c.authors.is_empty() { "its authors".to_string() } else { c.authors.join(", ") };
             s.push_str(&format!("- {} {}: {}, copyright {}\n", c.name, c.version, c.license, who));
@@ -246,7 +257,14 @@ mod tests {
     }
 
     fn krate(name: &str, license: &str) -> Crate {
-        Crate { name: name.into(), version: "1.0.0".into(), license: license.into(), repository: String::new(), authors: vec![], texts: vec![("LICENSE".into(), format!("{license} text"))] }
+        Crate {
+            name: name.into(),
+            version: "1.0.0".into(),
+            license: license.into(),
+            repository: String::new(),
+            authors: vec![],
+            texts: vec![("LICENSE".into(), format!("{license} text"))],
+        }
     }
 
     #[test]

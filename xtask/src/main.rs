@@ -109,7 +109,10 @@ fn main() -> ExitCode {
             run(cargo().args(["test", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))?;
             eprintln!("xtask: the kernel tests again with --attach tp_btf");
             run(cargo()
-                .args(["test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--test", "stuck", "--test", "stacks", "--test", "quiet", "--"])
+                .args([
+                    "test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--test", "stuck", "--test",
+                    "stacks", "--test", "quiet", "--",
+                ])
                 .arg("--test-threads=1")
                 .args(&args)
                 .env("TOPWAITS_TEST_ATTACH", "tp_btf"))?;

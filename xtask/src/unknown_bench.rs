@@ -124,7 +124,13 @@ pub fn user_stacks(bin: &str) -> Result<String> {
     children.0.push(Command::new("python3").args(["-c", &client]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?);
     let pid = children.0[0].id().to_string();
     let topwaits = |extra: &[&str]| {
-        Command::new(bin).args(["--json", "--open-waits", "no"]).args(extra).args(["-p", &pid, WINDOW]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()
+        Command::new(bin)
+            .args(["--json", "--open-waits", "no"])
+            .args(extra)
+            .args(["-p", &pid, WINDOW])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
     };
     let (ours, leaf) = (topwaits(&[])?, topwaits(&["--leaf-callers"])?);
     let peer = Command::new("/usr/sbin/offcputime").args(["-p", &pid, WINDOW]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;

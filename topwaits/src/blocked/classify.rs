@@ -105,10 +105,7 @@ const TABLE: &[(u64, &str, Option<usize>)] = &[
 
 /// The name of syscall `nr`, and its fd argument; `None` for one not in the table.
 pub fn syscall_info(nr: u64) -> Option<SyscallInfo> {
-    TABLE
-        .iter()
-        .find(|(n, ..)| *n == nr)
-        .map(|&(_, name, fd_arg)| SyscallInfo { name, fd_arg })
+    TABLE.iter().find(|(n, ..)| *n == nr).map(|&(_, name, fd_arg)| SyscallInfo { name, fd_arg })
 }
 
 /// The number of a syscall by name, for this machine's ABI.
@@ -155,19 +152,10 @@ pub type Holder = (u32, Vec<u8>, &'static str);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaitOn {
     /// A futex at `addr`; `owner` where the lock records one.
-    Futex {
-        addr: u64,
-        kind: FutexKind,
-        owner: Option<u32>,
-        private: bool,
-    },
+    Futex { addr: u64, kind: FutexKind, owner: Option<u32>, private: bool },
     /// A file descriptor: what it is, and for a pipe or socket, the other processes
     /// that hold it (pid, comm, access `r`/`w`/`rw`).
-    Fd {
-        fd: u64,
-        target: String,
-        holders: Vec<(u32, Vec<u8>, &'static str)>,
-    },
+    Fd { fd: u64, target: String, holders: Vec<(u32, Vec<u8>, &'static str)> },
     /// Several file descriptors at once (`via` poll, ppoll or an epoll set): each
     /// fd with what it is; `more` counts those left out of a long list.
     Poll { via: &'static str, fds: Vec<(u64, String)>, more: usize },
@@ -185,9 +173,7 @@ impl WaitOn {
     /// How reports name it.
     pub fn describe(&self) -> String {
         match self {
-            WaitOn::Futex {
-                addr, kind, owner, ..
-            } => {
+            WaitOn::Futex { addr, kind, owner, .. } => {
                 let what = match kind {
                     FutexKind::Mutex => "mutex".to_string(),
                     FutexKind::LikelyMutex => "mutex (by its layout)".to_string(),
@@ -221,11 +207,7 @@ impl WaitOn {
     /// The lock's name in the wait-for graph.
     pub fn lock_name(&self) -> String {
         match self {
-            WaitOn::Futex {
-                addr,
-                kind: FutexKind::PiLock,
-                ..
-            } => format!("PI lock {addr:#x}"),
+            WaitOn::Futex { addr, kind: FutexKind::PiLock, .. } => format!("PI lock {addr:#x}"),
             WaitOn::Futex { owner: Some(o), kind: FutexKind::Join, .. } => format!("exit of tid {o}"),
             WaitOn::Futex { addr, .. } => format!("mutex {addr:#x}"),
             other => other.describe(),
@@ -248,12 +230,7 @@ const NAMED: &[(&str, &str)] = &[
 ];
 
 /// Parts of the function names of glibc's mutex lock path.
-const MUTEX_FRAMES: &[&str] = &[
-    "mutex_lock",
-    "mutex_timedlock",
-    "mutex_clocklock",
-    "lll_lock_wait",
-];
+const MUTEX_FRAMES: &[&str] = &["mutex_lock", "mutex_timedlock", "mutex_clocklock", "lll_lock_wait"];
 
 /// What [`futex`] can ask about threads.
 pub struct Threads<'a> {
@@ -270,15 +247,8 @@ pub fn futex(s: &Syscall, tid: u32, frames: &[&str], read_u32: &dyn Fn(u64) -> O
     let private = op & FUTEX_PRIVATE != 0;
     let cmd = op & 127;
     if matches!(cmd, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
-        let owner = read_u32(addr)
-            .map(|w| w & FUTEX_TID_MASK)
-            .filter(|&o| o != 0);
-        return WaitOn::Futex {
-            addr,
-            kind: FutexKind::PiLock,
-            owner,
-            private,
-        };
+        let owner = read_u32(addr).map(|w| w & FUTEX_TID_MASK).filter(|&o| o != 0);
+        return WaitOn::Futex { addr, kind: FutexKind::PiLock, owner, private };
     }
     if !matches!(cmd, FUTEX_WAIT | FUTEX_WAIT_BITSET | FUTEX_WAIT_REQUEUE_PI) {
         return WaitOn::Other(format!("futex op {cmd}"));
@@ -291,12 +261,7 @@ pub fn futex(s: &Syscall, tid: u32, frames: &[&str], read_u32: &dyn Fn(u64) -> O
     for name in frames.iter().take(4) {
         if MUTEX_FRAMES.iter().any(|m| name.contains(m)) {
             let owner = read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid);
-            return WaitOn::Futex {
-                addr,
-                kind: FutexKind::Mutex,
-                owner,
-                private,
-            };
+            return WaitOn::Futex { addr, kind: FutexKind::Mutex, owner, private };
         }
         if let Some((_, what)) = NAMED.iter().find(|(part, _)| name.contains(part)) {
             let (kind, owner) = if *what == "thread join" { (FutexKind::Join, joined) } else { (FutexKind::Named(what), None) };
@@ -309,23 +274,11 @@ pub fn futex(s: &Syscall, tid: u32, frames: &[&str], read_u32: &dyn Fn(u64) -> O
     // No telling frame: glibc's lock path waits for the value 2 ("locked, with
     // waiters"); take the owner field only if it names a live thread.
     if val == 2 && read_u32(addr).is_some_and(|w| w != 0) {
-        if let Some(owner) =
-            read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid && (threads.live)(o))
-        {
-            return WaitOn::Futex {
-                addr,
-                kind: FutexKind::LikelyMutex,
-                owner: Some(owner),
-                private,
-            };
+        if let Some(owner) = read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid && (threads.live)(o)) {
+            return WaitOn::Futex { addr, kind: FutexKind::LikelyMutex, owner: Some(owner), private };
         }
     }
-    WaitOn::Futex {
-        addr,
-        kind: FutexKind::Unknown,
-        owner: None,
-        private,
-    }
+    WaitOn::Futex { addr, kind: FutexKind::Unknown, owner: None, private }
 }
 
 /// Classifies a wait that is not on a futex, from the syscall alone.
@@ -345,26 +298,17 @@ pub const MAX_POLL_FDS: usize = 16;
 /// The fds of a `struct pollfd` array (8 bytes each: an `int` fd, then two
 /// `short`s); negative fds, which poll ignores, are left out.
 pub fn pollfds(bytes: &[u8]) -> Vec<u64> {
-    bytes
-        .chunks_exact(8)
-        .filter_map(|c| u64::try_from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).ok())
-        .collect()
+    bytes.chunks_exact(8).filter_map(|c| u64::try_from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).ok()).collect()
 }
 
 /// The fds an epoll set watches, from the `tfd:` lines of its `/proc/PID/fdinfo/FD`.
 pub fn epoll_fds(fdinfo: &str) -> Vec<u64> {
-    fdinfo
-        .lines()
-        .filter_map(|l| l.trim_start().strip_prefix("tfd:")?.split_whitespace().next()?.parse().ok())
-        .collect()
+    fdinfo.lines().filter_map(|l| l.trim_start().strip_prefix("tfd:")?.split_whitespace().next()?.parse().ok()).collect()
 }
 
 /// The access mode of an fd from the `flags:` line of `/proc/PID/fdinfo/FD`.
 pub fn fd_access(fdinfo: &str) -> &'static str {
-    let flags = fdinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("flags:"))
-        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok());
+    let flags = fdinfo.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok());
     match flags.map(|f| f & 3) {
         Some(0) => "r",
         Some(1) => "w",
@@ -380,12 +324,7 @@ mod tests {
     const ANY: Threads = Threads { live: &|_| true, sibling: &|_| false };
 
     fn call(op: u64, val: u64) -> Syscall {
-        Syscall {
-            nr: 202,
-            args: [0x1000, op, val, 0, 0, 0],
-            sp: 0,
-            pc: 0,
-        }
+        Syscall { nr: 202, args: [0x1000, op, val, 0, 0, 0], sp: 0, pc: 0 }
     }
 
     /// Memory with a lock word at 0x1000 and an owner field at 0x1008.
@@ -399,133 +338,39 @@ mod tests {
 
     #[test]
     fn glibc_mutex_names_its_owner() {
-        let w = futex(
-            &call(128, 2),
-            7,
-            &["__lll_lock_wait", "pthread_mutex_lock", "worker"],
-            &mem(2, 42),
-            &ANY,
-        );
-        assert_eq!(
-            w,
-            WaitOn::Futex {
-                addr: 0x1000,
-                kind: FutexKind::Mutex,
-                owner: Some(42),
-                private: true
-            }
-        );
+        let w = futex(&call(128, 2), 7, &["__lll_lock_wait", "pthread_mutex_lock", "worker"], &mem(2, 42), &ANY);
+        assert_eq!(w, WaitOn::Futex { addr: 0x1000, kind: FutexKind::Mutex, owner: Some(42), private: true });
         assert_eq!(w.describe(), "mutex 0x1000 held by tid 42");
         assert_eq!(w.lock_name(), "mutex 0x1000");
     }
 
     #[test]
     fn a_mutex_without_owner_says_so() {
-        let w = futex(
-            &call(128, 2),
-            7,
-            &["___pthread_mutex_lock"],
-            &mem(2, 0),
-            &ANY,
-        );
+        let w = futex(&call(128, 2), 7, &["___pthread_mutex_lock"], &mem(2, 0), &ANY);
         assert_eq!(w.describe(), "mutex 0x1000, owner not recorded");
-        let own = futex(
-            &call(128, 2),
-            7,
-            &["pthread_mutex_lock"],
-            &mem(2, 7),
-            &ANY,
-        );
-        assert!(
-            matches!(own, WaitOn::Futex { owner: None, .. }),
-            "a thread never waits on itself: {own:?}"
-        );
+        let own = futex(&call(128, 2), 7, &["pthread_mutex_lock"], &mem(2, 7), &ANY);
+        assert!(matches!(own, WaitOn::Futex { owner: None, .. }), "a thread never waits on itself: {own:?}");
     }
 
     #[test]
     fn condvars_and_semaphores_have_no_owner() {
-        let w = futex(
-            &call(137, 0),
-            7,
-            &[
-                "__futex_abstimed_wait_common",
-                "__pthread_cond_wait",
-                "consumer",
-            ],
-            &mem(2, 42),
-            &ANY,
-        );
-        assert_eq!(
-            w,
-            WaitOn::Futex {
-                addr: 0x1000,
-                kind: FutexKind::Named("condition variable"),
-                owner: None,
-                private: true
-            }
-        );
+        let w = futex(&call(137, 0), 7, &["__futex_abstimed_wait_common", "__pthread_cond_wait", "consumer"], &mem(2, 42), &ANY);
+        assert_eq!(w, WaitOn::Futex { addr: 0x1000, kind: FutexKind::Named("condition variable"), owner: None, private: true });
         assert!(w.describe().contains("no owner"), "{}", w.describe());
-        let s = futex(
-            &call(128, 0),
-            7,
-            &["do_futex_wait", "__new_sem_wait_slow64", "sem_wait"],
-            &mem(0, 0),
-            &ANY,
-        );
-        assert!(
-            matches!(
-                s,
-                WaitOn::Futex {
-                    kind: FutexKind::Named("semaphore"),
-                    ..
-                }
-            ),
-            "{s:?}"
-        );
+        let s = futex(&call(128, 0), 7, &["do_futex_wait", "__new_sem_wait_slow64", "sem_wait"], &mem(0, 0), &ANY);
+        assert!(matches!(s, WaitOn::Futex { kind: FutexKind::Named("semaphore"), .. }), "{s:?}");
     }
 
     #[test]
     fn layout_alone_needs_a_live_owner() {
         let w = futex(&call(128, 2), 7, &[], &mem(2, 42), &Threads { live: &|t| t == 42, sibling: &|_| false });
-        assert!(
-            matches!(
-                w,
-                WaitOn::Futex {
-                    kind: FutexKind::LikelyMutex,
-                    owner: Some(42),
-                    ..
-                }
-            ),
-            "{w:?}"
-        );
+        assert!(matches!(w, WaitOn::Futex { kind: FutexKind::LikelyMutex, owner: Some(42), .. }), "{w:?}");
         let dead = futex(&call(128, 2), 7, &[], &mem(2, 42), &Threads { live: &|_| false, sibling: &|_| false });
-        assert!(
-            matches!(
-                dead,
-                WaitOn::Futex {
-                    kind: FutexKind::Unknown,
-                    owner: None,
-                    ..
-                }
-            ),
-            "{dead:?}"
-        );
+        assert!(matches!(dead, WaitOn::Futex { kind: FutexKind::Unknown, owner: None, .. }), "{dead:?}");
         let other_value = futex(&call(128, 0), 7, &[], &mem(2, 42), &ANY);
-        assert!(matches!(
-            other_value,
-            WaitOn::Futex {
-                kind: FutexKind::Unknown,
-                ..
-            }
-        ));
+        assert!(matches!(other_value, WaitOn::Futex { kind: FutexKind::Unknown, .. }));
         let unreadable = futex(&call(128, 2), 7, &[], &|_| None, &ANY);
-        assert!(matches!(
-            unreadable,
-            WaitOn::Futex {
-                kind: FutexKind::Unknown,
-                ..
-            }
-        ));
+        assert!(matches!(unreadable, WaitOn::Futex { kind: FutexKind::Unknown, .. }));
     }
 
     #[test]
@@ -543,22 +388,8 @@ mod tests {
 
     #[test]
     fn pi_futex_word_holds_the_owner() {
-        let w = futex(
-            &call(6 | 128, 0),
-            7,
-            &[],
-            &mem(0x8000_0000 | 99, 0),
-            &ANY,
-        );
-        assert_eq!(
-            w,
-            WaitOn::Futex {
-                addr: 0x1000,
-                kind: FutexKind::PiLock,
-                owner: Some(99),
-                private: true
-            }
-        );
+        let w = futex(&call(6 | 128, 0), 7, &[], &mem(0x8000_0000 | 99, 0), &ANY);
+        assert_eq!(w, WaitOn::Futex { addr: 0x1000, kind: FutexKind::PiLock, owner: Some(99), private: true });
         assert_eq!(w.lock_name(), "PI lock 0x1000");
     }
 
@@ -566,23 +397,14 @@ mod tests {
     fn other_waits_by_syscall() {
         #[cfg(target_arch = "x86_64")]
         {
-            assert_eq!(
-                syscall_info(0),
-                Some(SyscallInfo {
-                    name: "read",
-                    fd_arg: Some(0)
-                })
-            );
+            assert_eq!(syscall_info(0), Some(SyscallInfo { name: "read", fd_arg: Some(0) }));
             assert_eq!(by_syscall(syscall_info(230), 230), WaitOn::Sleep);
             assert_eq!(by_syscall(syscall_info(61), 61), WaitOn::Child);
             assert_eq!(by_syscall(syscall_info(7), 7), WaitOn::Poll { via: "poll", fds: vec![], more: 0 });
             assert_eq!(by_syscall(syscall_info(1), 1).describe(), "in write");
         }
         assert_eq!(by_syscall(None, 9999).describe(), "in syscall 9999");
-        assert_eq!(
-            futex(&call(3, 0), 1, &[], &|_| None, &ANY),
-            WaitOn::Other("futex op 3".into())
-        );
+        assert_eq!(futex(&call(3, 0), 1, &[], &|_| None, &ANY), WaitOn::Other("futex op 3".into()));
     }
 
     #[test]

@@ -85,10 +85,7 @@ impl Report {
 
     /// `comm` of any thread the report knows.
     pub fn comm(&self, tid: u32) -> Vec<u8> {
-        self.thread(tid)
-            .map(|t| t.snap.comm.clone())
-            .or_else(|| self.others.get(&tid).map(|o| o.comm.clone()))
-            .unwrap_or_default()
+        self.thread(tid).map(|t| t.snap.comm.clone()).or_else(|| self.others.get(&tid).map(|o| o.comm.clone())).unwrap_or_default()
     }
 }
 
@@ -109,9 +106,7 @@ fn holders_of(inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<classify::Holder>> {
             if !inodes.contains(&inode) {
                 continue;
             }
-            let access = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))
-                .map(|t| classify::fd_access(&t))
-                .unwrap_or("?");
+            let access = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).map(|t| classify::fd_access(&t)).unwrap_or("?");
             let comm = thread::stat(pid, pid).map(|s| s.comm).unwrap_or_default();
             let list = out.entry(inode).or_default();
             if !list.iter().any(|(p, _, a)| *p == pid && *a == access) {
@@ -149,7 +144,6 @@ fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
         })
         .collect()
 }
-
 
 /// Adds what each socket is (protocol, addresses, state, or path) to the fd targets
 /// of the waits, from each process's network namespace, read once per process.
@@ -189,30 +183,15 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
         Ok(SyscallState::In(c)) => c.clone(),
         Ok(SyscallState::Running) => return (None, WaitOn::NoSyscall("running".into())),
         Ok(SyscallState::Blocked { .. }) => {
-            let at = s
-                .kernel
-                .as_ref()
-                .ok()
-                .and_then(|k| k.first())
-                .map(|f| f.name().to_string());
-            return (
-                None,
-                WaitOn::NoSyscall(format!(
-                    "not in a syscall (in the kernel at {})",
-                    at.as_deref().unwrap_or("?")
-                )),
-            );
+            let at = s.kernel.as_ref().ok().and_then(|k| k.first()).map(|f| f.name().to_string());
+            return (None, WaitOn::NoSyscall(format!("not in a syscall (in the kernel at {})", at.as_deref().unwrap_or("?"))));
         }
         Err(e) => return (None, WaitOn::NoSyscall(format!("syscall unknown: {e}"))),
     };
     let info = classify::syscall_info(call.nr);
     let wait = match info {
         Some(i) if i.name == "futex" => {
-            let names: Vec<&str> = user
-                .frames()
-                .iter()
-                .filter_map(|f| f.symbol.as_deref())
-                .collect();
+            let names: Vec<&str> = user.frames().iter().filter_map(|f| f.symbol.as_deref()).collect();
             let mem = ProcessMemory { pid: s.tgid };
             let read_u32 = |addr: u64| {
                 let mut b = [0u8; 4];
@@ -279,8 +258,7 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
     }
     let taken_mono = monotonic_now();
     if snaps.iter().any(|s| s.kernel.is_err()) {
-        warnings
-            .push("some kernel stacks could not be read (/proc/TID/stack needs root)".to_string());
+        warnings.push("some kernel stacks could not be read (/proc/TID/stack needs root)".to_string());
     }
     let mut sym = BlazeSymbolizer::default();
     let users = user_stacks(&snaps, &mut sym);
@@ -293,13 +271,7 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
                 Ok(f) => Stack::of(f.clone()),
                 Err(_) => Stack::Missing,
             };
-            Blocked {
-                snap,
-                kernel,
-                user,
-                syscall,
-                wait,
-            }
+            Blocked { snap, kernel, user, syscall, wait }
         })
         .collect();
     // Pipes and sockets: who else holds them.
@@ -312,20 +284,9 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
         .collect();
     let holders = holders_of(&inodes);
     for t in &mut threads {
-        if let WaitOn::Fd {
-            target, holders: h, ..
-        } = &mut t.wait
-        {
+        if let WaitOn::Fd { target, holders: h, .. } = &mut t.wait {
             if let Some((_, inode)) = thread::special_inode(target) {
-                *h = holders
-                    .get(&inode)
-                    .map(|v| {
-                        v.iter()
-                            .filter(|(p, ..)| *p != t.snap.tgid)
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                *h = holders.get(&inode).map(|v| v.iter().filter(|(p, ..)| *p != t.snap.tgid).cloned().collect()).unwrap_or_default();
             }
         }
     }
@@ -334,11 +295,7 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
     let edges: Vec<Edge> = threads
         .iter()
         .filter_map(|t| match &t.wait {
-            WaitOn::Futex { owner: Some(o), .. } => Some(Edge {
-                waiter: t.snap.tid,
-                owner: *o,
-                lock: t.wait.lock_name(),
-            }),
+            WaitOn::Futex { owner: Some(o), .. } => Some(Edge { waiter: t.snap.tid, owner: *o, lock: t.wait.lock_name() }),
             _ => None,
         })
         .collect();
@@ -350,15 +307,7 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
         }
         if let Some(tgid) = procfs::tgid_of(e.owner) {
             if let Some(st) = thread::stat(tgid, e.owner) {
-                others.insert(
-                    e.owner,
-                    Other {
-                        tgid,
-                        tid: e.owner,
-                        comm: st.comm,
-                        state: st.state,
-                    },
-                );
+                others.insert(e.owner, Other { tgid, tid: e.owner, comm: st.comm, state: st.state });
             }
         }
     }

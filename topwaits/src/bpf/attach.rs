@@ -31,10 +31,7 @@ pub(super) fn attach_one_raw_tp(ebpf: &mut Ebpf, prog: &str, tp: &str) -> Result
 }
 
 /// `topwaits threads` follows wakeups and needs no process events.
-pub(super) const THREADS_HOOKS: Hooks = Hooks {
-    waking: true,
-    exec: false,
-};
+pub(super) const THREADS_HOOKS: Hooks = Hooks { waking: true, exec: false };
 
 /// Which hooks besides sched_switch a mode needs.
 #[derive(Clone, Copy)]
@@ -69,10 +66,8 @@ pub(super) fn load_in_parallel(
     hooks: &[(&str, &'static str)],
     load: impl Fn(&mut Program, &'static str) -> Result<()> + Sync,
 ) -> Result<()> {
-    let mut todo: Vec<(&mut Program, &str, &'static str)> = ebpf
-        .programs_mut()
-        .filter_map(|(name, p)| hooks.iter().find(|(prog, _)| *prog == name).map(|&(prog, tp)| (p, prog, tp)))
-        .collect();
+    let mut todo: Vec<(&mut Program, &str, &'static str)> =
+        ebpf.programs_mut().filter_map(|(name, p)| hooks.iter().find(|(prog, _)| *prog == name).map(|&(prog, tp)| (p, prog, tp))).collect();
     if todo.len() != hooks.len() {
         let missing = hooks.iter().map(|(prog, _)| *prog).collect::<Vec<_>>().join(", ");
         return Err(anyhow!("programs missing from the eBPF object (one of {missing})"));
@@ -130,9 +125,8 @@ pub(super) fn attach_kprobe(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
     let prog: &mut KProbe = program(ebpf, names::PROG_FINISH_KPROBE)?.try_into()?;
     // Load first: the program must pass the verifier even where kprobes cannot attach.
     loaded(prog.load(), || "the finish_task_switch kprobe program".to_string())?;
-    let symbol = kallsyms::find_function_in_sys("finish_task_switch")
-        .context("failed to read /proc/kallsyms")?
-        .ok_or(UserError::NoKprobeTarget)?;
+    let symbol =
+        kallsyms::find_function_in_sys("finish_task_switch").context("failed to read /proc/kallsyms")?.ok_or(UserError::NoKprobeTarget)?;
     info!("kprobe target: {symbol}");
     if !Path::new(KPROBE_PMU).exists() {
         return Err(UserError::NoKprobes(KPROBE_PMU.to_string()).into());

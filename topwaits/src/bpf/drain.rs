@@ -47,12 +47,7 @@ impl Tracer {
         })
         .context("failed to read the thread map")?;
         batch::each(self.map(names::DEPS)?, |k: &DepKey, &count: &u64| {
-            out.edges.push(Edge {
-                waker: k.waker,
-                sleeper: k.sleeper,
-                count,
-                futex: k.futex != 0,
-            });
+            out.edges.push(Edge { waker: k.waker, sleeper: k.sleeper, count, futex: k.futex != 0 });
         })
         .context("failed to read the dependency map")?;
         out.counters = self.counters()?;
@@ -112,13 +107,7 @@ impl Tracer {
             if !(min_us..=max_us).contains(&(so_far / 1000)) {
                 return;
             }
-            let key = WaitKey {
-                kstack: st.kstack,
-                tgid: st.tgid,
-                tid: st.tid,
-                ustack: st.ustack,
-                comm: st.comm,
-            };
+            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack: st.ustack, comm: st.comm };
             let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
             r.open = Some(OpenSince::Exact(st.ts));
             if self.waker {
@@ -222,13 +211,7 @@ impl Tracer {
                 }
             }
         }
-        Ok(Capture {
-            records,
-            stacks,
-            counters,
-            switched,
-            ..Default::default()
-        })
+        Ok(Capture { records, stacks, counters, switched, ..Default::default() })
     }
 }
 
@@ -248,14 +231,7 @@ fn open_wake(st: &SwitchOut, woken: Option<(u64, Vec<RawHop>)>, end_mono: u64) -
         Some((ts, hops)) => (WakeKind::Woken, hops, ts - st.ts),
         None => (WakeKind::NotYet, Vec::new(), so_far),
     };
-    WakeInfo {
-        kind,
-        hops,
-        blocked_ns: blocked,
-        runq_ns: so_far - blocked,
-        max_blocked_ns: blocked,
-        max_runq_ns: so_far - blocked,
-    }
+    WakeInfo { kind, hops, blocked_ns: blocked, runq_ns: so_far - blocked, max_blocked_ns: blocked, max_runq_ns: so_far - blocked }
 }
 
 #[cfg(test)]

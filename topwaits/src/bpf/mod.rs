@@ -20,15 +20,14 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
 use topwaits_common::{counter, limits, names, Settings, SwitchOut};
 
-use attach::{
-    attach_futex, attach_kprobe, attach_one_raw_tp, attach_one_tp_btf, attach_raw_tp, attach_tp_btf, load_in_parallel, program,
-    Hooks,
-    THREADS_HOOKS,
-};
 use crate::cli::{AttachMode, Config, ThreadsConfig};
 use crate::error::UserError;
 use crate::model::{AttachKind, Counters};
 use crate::sys::{btf, tracefs::Tracefs};
+use attach::{
+    attach_futex, attach_kprobe, attach_one_raw_tp, attach_one_tp_btf, attach_raw_tp, attach_tp_btf, load_in_parallel, program, Hooks,
+    THREADS_HOOKS,
+};
 
 /// The eBPF object, built by build.rs and embedded so the binary is self-contained.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/topwaits"));
@@ -143,12 +142,7 @@ fn loader_in_background() -> std::thread::JoinHandle<EbpfLoader<'static>> {
     })
 }
 
-fn load(
-    loader: std::thread::JoinHandle<EbpfLoader<'static>>,
-    settings: &Settings,
-    sizes: &Sizes,
-    ids: &[u32],
-) -> Result<Ebpf> {
+fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Settings, sizes: &Sizes, ids: &[u32]) -> Result<Ebpf> {
     let bitmap = id_bitmap(ids);
     let mut loader = loader.join().map_err(|_| anyhow!("the eBPF loader thread panicked"))?;
     let mut ebpf = loader
@@ -208,11 +202,7 @@ fn id_bitmap(ids: &[u32]) -> Vec<u64> {
 fn task_offsets(what: &'static str) -> Result<btf::TaskOffsets> {
     let path = Path::new(btf::VMLINUX_BTF);
     if !path.exists() {
-        return Err(UserError::NoBtf {
-            path: btf::VMLINUX_BTF.into(),
-            what,
-        }
-        .into());
+        return Err(UserError::NoBtf { path: btf::VMLINUX_BTF.into(), what }.into());
     }
     btf::TaskOffsets::from_sys(path)
 }
@@ -241,11 +231,7 @@ impl Tracer {
             if have_btf {
                 Ok(())
             } else {
-                Err(UserError::NoBtf {
-                    path: btf::VMLINUX_BTF.into(),
-                    what,
-                }
-                .into())
+                Err(UserError::NoBtf { path: btf::VMLINUX_BTF.into(), what }.into())
             }
         };
         if config.needs_task_flags() {
@@ -273,10 +259,7 @@ impl Tracer {
             sizes.waits = config.max_entries;
         }
         let mut ebpf = load(loader, &settings, &sizes, config.filter_ids())?;
-        let hooks = Hooks {
-            waking: config.waker,
-            exec: settings.events != 0,
-        };
+        let hooks = Hooks { waking: config.waker, exec: settings.events != 0 };
         let mut attached_mono = crate::clock::monotonic_now();
         let mut kept_btf = None;
         let attach = match config.attach {
@@ -451,9 +434,7 @@ impl Tracer {
         let Some(map) = self.ebpf.take_map(names::EVENTS) else {
             return Ok(None);
         };
-        Ok(Some(ProcEvents {
-            ring: RingBuf::try_from(map)?,
-        }))
+        Ok(Some(ProcEvents { ring: RingBuf::try_from(map)? }))
     }
 
     /// When events may first have been recorded.
@@ -541,9 +522,7 @@ mod tests {
     /// were the object to gain CO-RE relocations, they would go unresolved.
     #[test]
     fn the_object_has_no_core_relocations() {
-        let ext = elf::section_bytes(&mut std::io::Cursor::new(OBJECT), ".BTF.ext")
-            .unwrap()
-            .expect("the object keeps .BTF.ext");
+        let ext = elf::section_bytes(&mut std::io::Cursor::new(OBJECT), ".BTF.ext").unwrap().expect("the object keeps .BTF.ext");
         assert_eq!(btf::core_relocation_bytes(&ext), Ok(0));
     }
 

@@ -67,28 +67,18 @@ impl BlockedConfig {
     pub fn from_args(a: BlockedArgs) -> Result<Self, ConfigError> {
         let threads = pid_or_tid(a.pid, a.tid, Threads::All)?;
         let sleeping = a.sleeping || threads != Threads::All;
-        Ok(BlockedConfig {
-            threads,
-            sleeping,
-            json: a.json,
-            dot: a.dot,
-        })
+        Ok(BlockedConfig { threads, sleeping, json: a.json, dot: a.dot })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::{Args, Command};
+    use super::*;
     use clap::Parser as _;
 
     fn parse(args: &[&str]) -> Result<BlockedConfig, String> {
-        let a = Args::try_parse_from(
-            ["topwaits", "blocked"]
-                .into_iter()
-                .chain(args.iter().copied()),
-        )
-        .map_err(|e| e.kind().to_string())?;
+        let a = Args::try_parse_from(["topwaits", "blocked"].into_iter().chain(args.iter().copied())).map_err(|e| e.kind().to_string())?;
         let Some(Command::Blocked(b)) = a.command else {
             return Err("not the blocked subcommand".into());
         };
@@ -117,10 +107,7 @@ mod tests {
     fn bad_ids_are_rejected() {
         assert!(parse(&["-p", "1", "-t", "2"]).is_err());
         assert!(parse(&["-p", "x"]).is_err());
-        assert_eq!(
-            parse(&["-p", "0"]).unwrap_err(),
-            "-p/-t ids must be positive, got 0"
-        );
+        assert_eq!(parse(&["-p", "0"]).unwrap_err(), "-p/-t ids must be positive, got 0");
         assert!(parse(&["5"]).is_err(), "a snapshot takes no duration");
     }
 }

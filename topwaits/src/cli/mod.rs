@@ -15,12 +15,12 @@ mod view;
 
 pub use blocked::{BlockedArgs, BlockedConfig};
 pub use record::{RecordArgs, ReportArgs, ReportConfig};
-pub use view::{ViewArgs, ViewConfig};
+use thiserror::Error;
 pub use threads::{Calibration, ThreadsArgs, ThreadsConfig};
-pub use values::{AttachMode, By, OpenWaits, ValueKind};
 pub(crate) use values::parse_duration;
 use values::parse_mask;
-use thiserror::Error;
+pub use values::{AttachMode, By, OpenWaits, ValueKind};
+pub use view::{ViewArgs, ViewConfig};
 
 use topwaits_common::limits;
 
@@ -209,7 +209,6 @@ pub enum Command {
     Report(ReportArgs),
 }
 
-
 /// The selection of `-p`/`-t`, else `otherwise` (every thread, or `-u`/`-k`).
 pub(crate) fn pid_or_tid(pid: Vec<u32>, tid: Vec<u32>, otherwise: Threads) -> Result<Threads, ConfigError> {
     Ok(if !pid.is_empty() {
@@ -242,7 +241,6 @@ pub(crate) fn filter_kind(t: &Threads) -> u32 {
         _ => thread_filter::ALL,
     }
 }
-
 
 /// Which threads to trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -363,10 +361,7 @@ impl Config {
     pub fn from_args(a: TraceArgs) -> Result<Self, ConfigError> {
         let v = a.view;
         if a.min_block_time > a.max_block_time {
-            return Err(ConfigError::MinAboveMax {
-                min: a.min_block_time,
-                max: a.max_block_time,
-            });
+            return Err(ConfigError::MinAboveMax { min: a.min_block_time, max: a.max_block_time });
         }
         let otherwise = if a.user_threads_only {
             Threads::UserOnly
@@ -509,8 +504,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Config, String> {
-        let a = Args::try_parse_from(std::iter::once("topwaits").chain(args.iter().copied()))
-            .map_err(|e| e.kind().to_string())?;
+        let a = Args::try_parse_from(std::iter::once("topwaits").chain(args.iter().copied())).map_err(|e| e.kind().to_string())?;
         Config::from_args(a.trace).map_err(|e| e.to_string())
     }
 
@@ -543,7 +537,9 @@ mod tests {
 
     #[test]
     fn mutually_exclusive_options_are_rejected() {
-        for bad in [&["-u", "-k"][..], &["-U", "-K"], &["-p", "1", "-t", "2"], &["-p", "1", "-u"], &["-f", "--json"], &["-f", "--by", "comm"]] {
+        for bad in
+            [&["-u", "-k"][..], &["-U", "-K"], &["-p", "1", "-t", "2"], &["-p", "1", "-u"], &["-f", "--json"], &["-f", "--by", "comm"]]
+        {
             assert_eq!(parse(bad).unwrap_err(), "an argument cannot be used with one or more of the other specified arguments", "{bad:?}");
         }
     }
@@ -563,7 +559,11 @@ mod tests {
         assert!(parse(&["--by", "cpu"]).is_err());
         use clap::ValueEnum as _;
         for b in By::value_variants() {
-            assert_eq!(b.to_possible_value().map(|v| v.get_name().to_string()).as_deref(), Some(b.name()), "JSON names --by's values as the option does");
+            assert_eq!(
+                b.to_possible_value().map(|v| v.get_name().to_string()).as_deref(),
+                Some(b.name()),
+                "JSON names --by's values as the option does"
+            );
         }
     }
 
@@ -587,10 +587,7 @@ mod tests {
 
     #[test]
     fn min_above_max_is_an_error() {
-        assert_eq!(
-            parse(&["-m", "100", "-M", "10"]).unwrap_err(),
-            "--min-block-time 100 is above --max-block-time 10"
-        );
+        assert_eq!(parse(&["-m", "100", "-M", "10"]).unwrap_err(), "--min-block-time 100 is above --max-block-time 10");
         assert!(parse(&["-m", "10", "-M", "10"]).is_ok());
     }
 

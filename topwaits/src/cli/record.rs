@@ -59,7 +59,12 @@ impl ReportConfig {
     pub fn from_args(a: ReportArgs) -> Result<Self, ConfigError> {
         let view = a.view.config()?;
         if a.wakeups {
-            if let Some(name) = [("--timeline", view.timeline.is_some()), ("--pprof", view.pprof.is_some()), ("--perfetto", view.perfetto.is_some())].iter().find(|f| f.1).map(|f| f.0) {
+            if let Some(name) =
+                [("--timeline", view.timeline.is_some()), ("--pprof", view.pprof.is_some()), ("--perfetto", view.perfetto.is_some())]
+                    .iter()
+                    .find(|f| f.1)
+                    .map(|f| f.0)
+            {
                 return Err(ConfigError::FileWithWakeups(name));
             }
         }

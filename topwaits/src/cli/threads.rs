@@ -114,10 +114,7 @@ const MAX_NS_PER_LOOP: u32 = 1_000_000;
 fn parse_calibration(s: &str) -> Result<Calibration, String> {
     let t = s.trim();
     if let Some(cpu) = t.strip_prefix("CPU").or_else(|| t.strip_prefix("cpu")) {
-        return cpu
-            .parse()
-            .map(Calibration::Cpu)
-            .map_err(|_| format!("'{s}' is not a CPU: write CPU0, CPU1, ..."));
+        return cpu.parse().map(Calibration::Cpu).map_err(|_| format!("'{s}' is not a CPU: write CPU0, CPU1, ..."));
     }
     match t.parse::<u32>() {
         Ok(ns) if (1..=MAX_NS_PER_LOOP).contains(&ns) => Ok(Calibration::NsPerLoop(ns)),
@@ -127,8 +124,8 @@ fn parse_calibration(s: &str) -> Result<Calibration, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::{Args, Command};
+    use super::*;
     use clap::Parser as _;
 
     /// Regression: `--help` described the JSON as `{"threads","dependencies"}`,
@@ -158,7 +155,8 @@ mod tests {
         assert!(Args::try_parse_from(["topwaits", "threads", "--rt-app-duration", "4"]).is_err(), "needs --rt-app");
         assert!(Args::try_parse_from(["topwaits", "threads", "-p", "1", "-t", "2"]).is_err());
         let calibration = |v: &str| {
-            let a = Args::try_parse_from(["topwaits", "threads", "--rt-app", "x.json", "--rt-app-calibration", v]).map_err(|e| e.to_string())?;
+            let a = Args::try_parse_from(["topwaits", "threads", "--rt-app", "x.json", "--rt-app-calibration", v])
+                .map_err(|e| e.to_string())?;
             let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
             Ok::<_, String>(ThreadsConfig::from_args(t).unwrap().rt_app_calibration)
         };

@@ -25,15 +25,8 @@ fn who(report: &Report, tid: u32) -> String {
 
 fn syscall_text(t: &Blocked) -> Option<String> {
     let (info, call) = t.syscall.as_ref()?;
-    let name = info
-        .map(|i| i.name.to_string())
-        .unwrap_or_else(|| format!("syscall {}", call.nr));
-    let args: Vec<String> = call
-        .args
-        .iter()
-        .take(3)
-        .map(|a| format!("{a:#x}"))
-        .collect();
+    let name = info.map(|i| i.name.to_string()).unwrap_or_else(|| format!("syscall {}", call.nr));
+    let args: Vec<String> = call.args.iter().take(3).map(|a| format!("{a:#x}")).collect();
     Some(format!("{name}({}, ...)", args.join(", ")))
 }
 
@@ -54,25 +47,16 @@ fn write_stack(out: &mut dyn Write, label: &str, s: &Stack) -> io::Result<()> {
 /// How long a thread has been blocked, marked as an estimate.
 fn blocked_for(report: &Report, t: &Blocked) -> String {
     match (t.blocked_ns(report.taken_mono), t.snap.since) {
-        (Some(ns), Some(since)) => format!(
-            "blocked ~{} (estimated, since {})",
-            secs(ns),
-            hms_millis(report.clock.wall(since), report.utc_offset_s)
-        ),
+        (Some(ns), Some(since)) => {
+            format!("blocked ~{} (estimated, since {})", secs(ns), hms_millis(report.clock.wall(since), report.utc_offset_s))
+        }
         _ => "blocked for an unknown time".to_string(),
     }
 }
 
 fn write_thread(out: &mut dyn Write, report: &Report, t: &Blocked) -> io::Result<()> {
     let s = &t.snap;
-    writeln!(
-        out,
-        "{}  pid {}  state {}  {}",
-        who(report, s.tid),
-        s.tgid,
-        s.state,
-        blocked_for(report, t)
-    )?;
+    writeln!(out, "{}  pid {}  state {}  {}", who(report, s.tid), s.tgid, s.state, blocked_for(report, t))?;
     let what = match &t.wait {
         WaitOn::Sleep => "sleeps for a set time".to_string(),
         WaitOn::Child => "waits for a child process".to_string(),
@@ -83,12 +67,7 @@ fn write_thread(out: &mut dyn Write, report: &Report, t: &Blocked) -> io::Result
     writeln!(out, "    {what}")?;
     if let WaitOn::Fd { holders, .. } = &t.wait {
         for (pid, comm, access) in holders {
-            writeln!(
-                out,
-                "      also open in {} (pid {pid}) for {}",
-                comm_text(comm),
-                access_word(access)
-            )?;
+            writeln!(out, "      also open in {} (pid {pid}) for {}", comm_text(comm), access_word(access))?;
         }
     }
     if let Some(text) = syscall_text(t) {
@@ -145,46 +124,22 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out)?;
     }
     for (i, c) in report.graph.cycles.iter().enumerate() {
-        writeln!(
-            out,
-            "DEADLOCK #{}: {} threads, {} locks",
-            i + 1,
-            c.threads.len(),
-            c.locks.len()
-        )?;
+        writeln!(out, "DEADLOCK #{}: {} threads, {} locks", i + 1, c.threads.len(), c.locks.len())?;
         for (k, (&tid, lock)) in c.threads.iter().zip(&c.locks).enumerate() {
             let next = c.threads[(k + 1) % c.threads.len()];
-            writeln!(
-                out,
-                "  {} waits on {lock}, held by {}",
-                who(report, tid),
-                who(report, next)
-            )?;
+            writeln!(out, "  {} waits on {lock}, held by {}", who(report, tid), who(report, next))?;
         }
         writeln!(out)?;
     }
     if report.threads.is_empty() {
-        writeln!(
-            out,
-            "No thread is blocked{}.",
-            if report.target == "all threads" {
-                " in D state (use -S for S state too)"
-            } else {
-                ""
-            }
-        )?;
+        writeln!(out, "No thread is blocked{}.", if report.target == "all threads" { " in D state (use -S for S state too)" } else { "" })?;
     }
     Ok(())
 }
 
 fn wait_json(w: &WaitOn) -> Value {
     let mut v = match w {
-        WaitOn::Futex {
-            addr,
-            kind,
-            owner,
-            private,
-        } => json!({
+        WaitOn::Futex { addr, kind, owner, private } => json!({
             "kind": "futex",
             "futex": format!("{addr:#x}"),
             "lock": match kind {
@@ -198,11 +153,7 @@ fn wait_json(w: &WaitOn) -> Value {
             "owner_tid": owner,
             "private": private,
         }),
-        WaitOn::Fd {
-            fd,
-            target,
-            holders,
-        } => json!({
+        WaitOn::Fd { fd, target, holders } => json!({
             "kind": "fd",
             "fd": fd,
             "target": target,
@@ -290,39 +241,17 @@ fn quoted(s: &str) -> String {
 pub fn write_dot(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "digraph waitfor {{")?;
     writeln!(out, "  rankdir=LR; node [shape=box, fontname=monospace];")?;
-    let mut tids: Vec<u32> = report
-        .edges
-        .iter()
-        .flat_map(|e| [e.waiter, e.owner])
-        .collect();
+    let mut tids: Vec<u32> = report.edges.iter().flat_map(|e| [e.waiter, e.owner]).collect();
     tids.sort_unstable();
     tids.dedup();
     for tid in tids {
-        let label = format!(
-            "{}\ntid {tid}\n{}",
-            comm_text(&report.comm(tid)),
-            report.doing(tid)
-        );
+        let label = format!("{}\ntid {tid}\n{}", comm_text(&report.comm(tid)), report.doing(tid));
         writeln!(out, "  t{tid} [label={}];", quoted(&label))?;
     }
     for e in &report.edges {
-        let in_cycle = report
-            .graph
-            .cycles
-            .iter()
-            .any(|c| c.threads.contains(&e.waiter) && c.threads.contains(&e.owner));
-        let colour = if in_cycle {
-            ", color=red, fontcolor=red"
-        } else {
-            ""
-        };
-        writeln!(
-            out,
-            "  t{} -> t{} [label={}{colour}];",
-            e.waiter,
-            e.owner,
-            quoted(&e.lock)
-        )?;
+        let in_cycle = report.graph.cycles.iter().any(|c| c.threads.contains(&e.waiter) && c.threads.contains(&e.owner));
+        let colour = if in_cycle { ", color=red, fontcolor=red" } else { "" };
+        writeln!(out, "  t{} -> t{} [label={}{colour}];", e.waiter, e.owner, quoted(&e.lock))?;
     }
     writeln!(out, "}}")
 }
@@ -349,31 +278,19 @@ mod tests {
                 syscall: Err("n/a".into()),
             },
             kernel: crate::report::fixtures::frames(&["futex_wait", "do_futex"]),
-            user: crate::report::fixtures::frames(&[
-                "__lll_lock_wait",
-                "pthread_mutex_lock",
-                "worker",
-            ]),
+            user: crate::report::fixtures::frames(&["__lll_lock_wait", "pthread_mutex_lock", "worker"]),
             syscall: None,
             wait,
         }
     }
 
     fn mutex(addr: u64, owner: u32) -> WaitOn {
-        WaitOn::Futex {
-            addr,
-            kind: FutexKind::Mutex,
-            owner: Some(owner),
-            private: true,
-        }
+        WaitOn::Futex { addr, kind: FutexKind::Mutex, owner: Some(owner), private: true }
     }
 
     /// An ABBA deadlock between 101 and 102.
     fn abba() -> Report {
-        let threads = vec![
-            thread(101, "alpha", mutex(0xb0, 102)),
-            thread(102, "beta", mutex(0xa0, 101)),
-        ];
+        let threads = vec![thread(101, "alpha", mutex(0xb0, 102)), thread(102, "beta", mutex(0xa0, 101))];
         let edges: Vec<Edge> = threads
             .iter()
             .map(|t| Edge {
@@ -387,10 +304,7 @@ mod tests {
             .collect();
         let graph = analyze(&edges, &[101, 102].into_iter().collect());
         Report {
-            clock: ClockPair {
-                mono_ns: 1_000_000_000,
-                wall_ns: 1_700_000_000_000_000_000,
-            },
+            clock: ClockPair { mono_ns: 1_000_000_000, wall_ns: 1_700_000_000_000_000_000 },
             taken_mono: 13_500_000_000,
             utc_offset_s: 0,
             target: "PID 100".into(),
@@ -407,7 +321,12 @@ mod tests {
         let mut out = Vec::new();
         write_text(&abba(), &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.starts_with("Blocked threads of PID 100 at 2023-11-14 22:13:32.500: 2 blocked, 2 waiting on a lock with an owner, 1 deadlock.\n"), "{text}");
+        assert!(
+            text.starts_with(
+                "Blocked threads of PID 100 at 2023-11-14 22:13:32.500: 2 blocked, 2 waiting on a lock with an owner, 1 deadlock.\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("alpha (tid 101)  pid 100  state S  blocked ~12.500 s (estimated, since 22:13:20.000)\n    waits on mutex 0xb0 held by tid 102\n"), "{text}");
         assert!(text.contains("DEADLOCK #1: 2 threads, 2 locks\n  alpha (tid 101) waits on mutex 0xb0, held by beta (tid 102)\n  beta (tid 102) waits on mutex 0xa0, held by alpha (tid 101)\n"), "{text}");
         assert!(text.contains("      pthread_mutex_lock\n"), "{text}");
@@ -423,11 +342,7 @@ mod tests {
         assert_eq!(v["threads"][0]["waits_on"]["lock"], "mutex");
         assert_eq!(v["threads"][0]["blocked_us"], 12_500_000);
         assert_eq!(v["cycles"][0]["threads"], json!([101, 102]));
-        assert_eq!(
-            v["cycles"][0]["locks"],
-            json!(["mutex 0xb0", "mutex 0xa0"]),
-            "101 waits on 0xb0, 102 on 0xa0"
-        );
+        assert_eq!(v["cycles"][0]["locks"], json!(["mutex 0xb0", "mutex 0xa0"]), "101 waits on 0xb0, 102 on 0xa0");
         assert_eq!(v["chains"][0]["end"]["kind"], "cycle");
     }
 
@@ -439,10 +354,7 @@ mod tests {
         write_dot(&r, &mut out).unwrap();
         let dot = String::from_utf8(out).unwrap();
         assert!(dot.starts_with("digraph waitfor {"), "{dot}");
-        assert!(
-            dot.contains("t101 -> t102 [label=\"mutex 0xb0\", color=red, fontcolor=red];"),
-            "{dot}"
-        );
+        assert!(dot.contains("t101 -> t102 [label=\"mutex 0xb0\", color=red, fontcolor=red];"), "{dot}");
         assert!(dot.contains("we\\\"ird"), "{dot}");
         assert!(dot.trim_end().ends_with('}'));
     }
@@ -452,24 +364,11 @@ mod tests {
         let mut r = abba();
         r.threads.truncate(1);
         r.edges.truncate(1);
-        r.others.insert(
-            102,
-            crate::blocked::Other {
-                tgid: 100,
-                tid: 102,
-                comm: b"beta".to_vec(),
-                state: 'R',
-            },
-        );
+        r.others.insert(102, crate::blocked::Other { tgid: 100, tid: 102, comm: b"beta".to_vec(), state: 'R' });
         r.graph = analyze(&r.edges, &[101, 102].into_iter().collect());
         let mut out = Vec::new();
         write_text(&r, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(
-            text.contains(
-                "alpha (tid 101) -> [mutex 0xb0] -> beta (tid 102); beta (tid 102) is running\n"
-            ),
-            "{text}"
-        );
+        assert!(text.contains("alpha (tid 101) -> [mutex 0xb0] -> beta (tid 102); beta (tid 102) is running\n"), "{text}");
     }
 }

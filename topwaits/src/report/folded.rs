@@ -197,10 +197,7 @@ mod tests {
              try_to_wake_up;hrtimer_wakeup;asm_sysvec_apic_timer_interrupt;[interrupt] 1000500\n"
         );
         let got = render(Folded { delimited: true, value: ValueKind::Total }, &offwake_report());
-        assert!(
-            got.contains("clock_nanosleep;-;do_nanosleep") && got.contains("vfs_write;-;write;produce"),
-            "{got}"
-        );
+        assert!(got.contains("clock_nanosleep;-;do_nanosleep") && got.contains("vfs_write;-;write;produce"), "{got}");
         assert!(!got.contains("asm_sysvec_apic_timer_interrupt;-"), "no delimiter without a user stack: {got}");
     }
 

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use super::{by_longest, interrupt_handler, no_waker_label, take, Format};
 use crate::clock::rfc3339;
 use crate::fasthash::FastMap;
-use crate::reduce::By;
 use crate::model::{comm_text, Counters, Frame, Hop, OpenSince, Record, Report, Stack, WakeKind};
+use crate::reduce::By;
 
 /// Schema version of the document.
 pub const VERSION: u32 = 2;

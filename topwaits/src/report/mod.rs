@@ -29,14 +29,8 @@ pub fn for_output(view: View, output: &Output) -> Box<dyn Format> {
         return Box::new(wakeups::Wakeups { output: output.clone() });
     }
     match output {
-        Output::Top { limit, delimited } => Box::new(top::Top {
-            limit: *limit,
-            delimited: *delimited,
-        }),
-        Output::Folded { delimited, value } => Box::new(folded::Folded {
-            delimited: *delimited,
-            value: *value,
-        }),
+        Output::Top { limit, delimited } => Box::new(top::Top { limit: *limit, delimited: *delimited }),
+        Output::Folded { delimited, value } => Box::new(folded::Folded { delimited: *delimited, value: *value }),
         Output::Json { limit } => Box::new(json::Json { limit: *limit }),
     }
 }
@@ -105,13 +99,7 @@ pub fn no_waker_label(kind: WakeKind) -> &'static str {
 /// Records ordered by longest wait, then total, then tid: the "top waits" order.
 pub fn by_longest(records: &[Record]) -> Vec<&Record> {
     let mut v: Vec<&Record> = records.iter().collect();
-    v.sort_by(|a, b| {
-        b.max_ns
-            .cmp(&a.max_ns)
-            .then(b.total_ns.cmp(&a.total_ns))
-            .then(a.tid.cmp(&b.tid))
-            .then(a.comm.cmp(&b.comm))
-    });
+    v.sort_by(|a, b| b.max_ns.cmp(&a.max_ns).then(b.total_ns.cmp(&a.total_ns)).then(a.tid.cmp(&b.tid)).then(a.comm.cmp(&b.comm)));
     v
 }
 
@@ -131,12 +119,7 @@ pub(crate) mod fixtures {
     use crate::model::*;
 
     pub fn frame(name: &str, addr: u64) -> Frame {
-        Frame {
-            addr,
-            symbol: Some(name.into()),
-            module: None,
-            offset: Some(0),
-        }
+        Frame { addr, symbol: Some(name.into()), module: None, offset: Some(0) }
     }
 
     pub fn frames(names: &[&str]) -> Stack {
@@ -146,10 +129,7 @@ pub(crate) mod fixtures {
     pub fn info() -> TraceInfo {
         TraceInfo {
             // mono 1 s == 2023-11-14T22:13:20Z
-            clock: ClockPair {
-                mono_ns: 1_000_000_000,
-                wall_ns: 1_700_000_000_000_000_000,
-            },
+            clock: ClockPair { mono_ns: 1_000_000_000, wall_ns: 1_700_000_000_000_000_000 },
             start_mono: 1_000_000_000,
             end_mono: 6_000_000_000,
             attach: AttachKind::TpBtf,
@@ -162,14 +142,7 @@ pub(crate) mod fixtures {
     }
 
     pub fn hop(comm: &str, tid: u32, kernel: &[&str], user: &[&str]) -> Hop {
-        Hop {
-            tgid: 100,
-            tid,
-            comm: comm.as_bytes().to_vec(),
-            kernel: frames(kernel),
-            user: frames(user),
-            interrupt: false,
-        }
+        Hop { tgid: 100, tid, comm: comm.as_bytes().to_vec(), kernel: frames(kernel), user: frames(user), interrupt: false }
     }
 
     /// The fixture report with `--waker --chain 2`: the sleeper was woken by a
@@ -204,12 +177,7 @@ pub(crate) mod fixtures {
     pub fn report() -> Report {
         Report {
             info: info(),
-            counters: Counters {
-                switches: 1000,
-                recorded: 12,
-                lost_kernel_stacks: 1,
-                ..Default::default()
-            },
+            counters: Counters { switches: 1000, recorded: 12, lost_kernel_stacks: 1, ..Default::default() },
             records: vec![
                 Record {
                     tgid: 100,
@@ -240,13 +208,16 @@ pub(crate) mod fixtures {
                     threads: 1,
                 },
             ],
-            objects: [(100, vec![crate::model::ObjectMap {
-                start: 0x1000,
-                end: 0x9000,
-                offset: 0,
-                path: "/usr/bin/sleeper".into(),
-                build_id: Some("abcdef01".into()),
-            }])]
+            objects: [(
+                100,
+                vec![crate::model::ObjectMap {
+                    start: 0x1000,
+                    end: 0x9000,
+                    offset: 0,
+                    path: "/usr/bin/sleeper".into(),
+                    build_id: Some("abcdef01".into()),
+                }],
+            )]
             .into(),
             events: Vec::new(),
         }

@@ -303,7 +303,8 @@ mod tests {
 
     fn with_events() -> Report {
         let mut r = offwake_report();
-        r.events = r.records.iter().map(|rec| Event { record: Record { count: 1, total_ns: rec.max_ns, ..rec.clone() }, state: 1 }).collect();
+        r.events =
+            r.records.iter().map(|rec| Event { record: Record { count: 1, total_ns: rec.max_ns, ..rec.clone() }, state: 1 }).collect();
         r.events[1].state = 0;
         r
     }

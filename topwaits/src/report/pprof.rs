@@ -243,7 +243,11 @@ impl Builder {
             return id;
         }
         let id = self.locations.len() as u64 + 1;
-        let file = if kernel { KERNEL.to_string() } else { mapping.map(|m| m.path.to_string()).or_else(|| f.module.as_deref().map(str::to_string)).unwrap_or_default() };
+        let file = if kernel {
+            KERNEL.to_string()
+        } else {
+            mapping.map(|m| m.path.to_string()).or_else(|| f.module.as_deref().map(str::to_string)).unwrap_or_default()
+        };
         let line = if name.is_empty() { vec![] } else { vec![proto::Line { function_id: self.function(&name, &file), line: 0 }] };
         self.locations.push(proto::Location { id, mapping_id, address: f.addr, line });
         self.location_ids.insert(key, id);
@@ -377,8 +381,11 @@ mod tests {
         let max = smp.label.iter().find(|l| s(&p, l.key) == MAX_WAIT).unwrap();
         assert_eq!((max.num, s(&p, max.num_unit)), (250_000_000, "nanoseconds"));
         let loc = |id: u64| p.location.iter().find(|l| l.id == id).unwrap();
-        let names: Vec<&str> =
-            smp.location_id.iter().map(|&id| s(&p, p.function.iter().find(|f| f.id == loc(id).line[0].function_id).unwrap().name)).collect();
+        let names: Vec<&str> = smp
+            .location_id
+            .iter()
+            .map(|&id| s(&p, p.function.iter().find(|f| f.id == loc(id).line[0].function_id).unwrap().name))
+            .collect();
         assert_eq!(names, ["__schedule", "schedule", "do_nanosleep", "clock_nanosleep", "wait_here", "main"]);
         assert_eq!(label(&p, smp, "comm"), Some(("sleeper", 0)));
         assert_eq!(label(&p, smp, "pid").map(|l| l.1), Some(100));
@@ -387,7 +394,10 @@ mod tests {
         // User frames carry their file's mapping; kernel frames the kernel's.
         let user = loc(smp.location_id[3]);
         let m = p.mapping.iter().find(|m| m.id == user.mapping_id).unwrap();
-        assert_eq!((s(&p, m.filename), s(&p, m.build_id), m.memory_start, m.memory_limit), ("/usr/bin/sleeper", "abcdef01", 0x1000, 0x9000));
+        assert_eq!(
+            (s(&p, m.filename), s(&p, m.build_id), m.memory_start, m.memory_limit),
+            ("/usr/bin/sleeper", "abcdef01", 0x1000, 0x9000)
+        );
         assert_eq!(user.address, 0x1000);
         let kernel = p.mapping.iter().find(|m| m.id == loc(smp.location_id[0]).mapping_id).unwrap();
         assert_eq!(s(&p, kernel.filename), KERNEL);

@@ -129,12 +129,8 @@ pub(crate) mod tests {
             let title = g.children().find(|c| c.has_tag_name("title")).and_then(|t| t.text()).map(String::from);
             let fill = g.children().find(|c| c.has_tag_name("rect")).and_then(|r| r.attribute("fill")).map(String::from);
             if let (Some(t), Some(f)) = (title, fill) {
-                let nums: Vec<u8> = f
-                    .trim_start_matches("rgb(")
-                    .trim_end_matches(')')
-                    .split(',')
-                    .filter_map(|x| x.trim().parse().ok())
-                    .collect();
+                let nums: Vec<u8> =
+                    f.trim_start_matches("rgb(").trim_end_matches(')').split(',').filter_map(|x| x.trim().parse().ok()).collect();
                 if nums.len() == 3 {
                     out.push((t, (nums[0], nums[1], nums[2])));
                 }

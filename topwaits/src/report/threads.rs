@@ -124,10 +124,8 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
         .collect();
     let mut edges: Vec<&Edge> = r.edges.iter().collect();
     edges.sort();
-    let deps: Vec<Value> = edges
-        .iter()
-        .map(|e| json!({ "waker": e.waker, "sleeper": e.sleeper, "count": e.count, "futex": e.futex }))
-        .collect();
+    let deps: Vec<Value> =
+        edges.iter().map(|e| json!({ "waker": e.waker, "sleeper": e.sleeper, "count": e.count, "futex": e.futex })).collect();
     let groups: Vec<Value> = r.groups.iter().map(|g| json!({ "producer": g.producer, "consumers": g.consumers })).collect();
     json!({
         "version": VERSION,
@@ -165,10 +163,7 @@ mod tests {
         let mut threads = vec![t(11, 20, "consumer"), t(10, 90, "producer")];
         threads[0].exited = true;
         threads[1].cpu_ns = Some(87_500_000);
-        let edges = vec![
-            Edge { waker: 10, sleeper: 11, count: 7, futex: true },
-            Edge { waker: 11, sleeper: 10, count: 1, futex: false },
-        ];
+        let edges = vec![Edge { waker: 10, sleeper: 11, count: 7, futex: true }, Edge { waker: 11, sleeper: 10, count: 1, futex: false }];
         let groups = vec![Group { producer: 10, consumers: vec![11] }];
         (threads, edges, groups)
     }

@@ -37,9 +37,7 @@ fn is_scheduler(name: &str) -> bool {
 
 /// Libraries whose frames are wrappers rather than reasons.
 fn is_runtime_lib(f: &Frame) -> bool {
-    f.module
-        .as_deref()
-        .is_some_and(|m| m.starts_with("libc.so") || m.starts_with("libpthread") || m.starts_with("ld-linux"))
+    f.module.as_deref().is_some_and(|m| m.starts_with("libc.so") || m.starts_with("libpthread") || m.starts_with("ld-linux"))
 }
 
 /// The most telling frame: the first user frame outside libc, else the first user
@@ -62,10 +60,7 @@ pub fn layout(report: &Report, limit: usize) -> (Vec<Bar>, Vec<String>) {
     let recs = take(by_longest(&report.records), limit);
     let mut rows: BTreeMap<(Vec<u8>, u32), usize> = BTreeMap::new();
     // Rows ordered by the earliest longest-wait start of each thread.
-    let mut order: Vec<(&Record, WallNs)> = recs
-        .iter()
-        .map(|r| (*r, report.info.clock.wall(r.max_end_mono) - r.max_ns as i128))
-        .collect();
+    let mut order: Vec<(&Record, WallNs)> = recs.iter().map(|r| (*r, report.info.clock.wall(r.max_end_mono) - r.max_ns as i128)).collect();
     order.sort_by_key(|(r, start)| (*start, r.tid));
     let mut names = Vec::new();
     for (r, _) in &order {

@@ -58,14 +58,14 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
         writeln!(out, "#{rank:<3} {}", open_header(r, since, info))?;
     } else {
         writeln!(
-        out,
-        "#{rank:<3} longest {}  {} -> {}   count {}  total {}  avg {}",
-        ms(r.max_ns),
-        hms_millis(start, info.utc_offset_s),
-        hms_millis(end, info.utc_offset_s),
-        r.count,
-        ms(r.total_ns),
-        ms(avg)
+            out,
+            "#{rank:<3} longest {}  {} -> {}   count {}  total {}  avg {}",
+            ms(r.max_ns),
+            hms_millis(start, info.utc_offset_s),
+            hms_millis(end, info.utc_offset_s),
+            r.count,
+            ms(r.total_ns),
+            ms(avg)
         )?;
     }
     writeln!(out, "    {}", who(r, info.by))?;

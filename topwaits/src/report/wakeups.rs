@@ -11,8 +11,8 @@ use super::json::{lost, stack, VERSION};
 use super::{hop_name, interrupt_handler, named, take, Format};
 use crate::cli::{Output, ValueKind};
 use crate::clock::{hms_millis, rfc3339};
-use crate::reduce::By;
 use crate::model::{comm_text, Hop, Record, Report, Stack, WakeKind};
+use crate::reduce::By;
 
 /// One row: a waker (name, ids and stacks) waking one target.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -259,13 +259,8 @@ mod tests {
     #[test]
     fn folded_puts_the_waker_at_the_bottom_and_the_target_on_top() {
         let mut out = Vec::new();
-        Wakeups { output: Output::Folded { delimited: false, value: ValueKind::Total } }
-            .write(&offwake_report(), &mut out)
-            .unwrap();
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "writer;main;produce;write;vfs_write;pipe_write;try_to_wake_up;sleeper 1000000\n"
-        );
+        Wakeups { output: Output::Folded { delimited: false, value: ValueKind::Total } }.write(&offwake_report(), &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "writer;main;produce;write;vfs_write;pipe_write;try_to_wake_up;sleeper 1000000\n");
     }
 
     #[test]

@@ -168,11 +168,7 @@ impl BlazeSymbolizer {
 }
 
 fn module_name(path: &std::ffi::OsStr) -> String {
-    Path::new(path)
-        .file_name()
-        .unwrap_or(path)
-        .to_string_lossy()
-        .into_owned()
+    Path::new(path).file_name().unwrap_or(path).to_string_lossy().into_owned()
 }
 
 /// The ELF build id of the file at `path`, in lower-case hex, when it has one.
@@ -276,10 +272,7 @@ fn symbolize_each(blaze: &Blaze, src: &Source<'_>, addrs: &[u64]) -> Vec<Frame> 
         Ok(syms) => to_frames(addrs, Some(syms)),
         Err(e) => {
             log::debug!("symbolizing {} addresses failed ({e}); retrying one at a time", addrs.len());
-            addrs
-                .iter()
-                .flat_map(|&a| to_frames(&[a], blaze.symbolize(src, Input::AbsAddr(&[a])).ok()))
-                .collect()
+            addrs.iter().flat_map(|&a| to_frames(&[a], blaze.symbolize(src, Input::AbsAddr(&[a])).ok())).collect()
         }
     }
 }

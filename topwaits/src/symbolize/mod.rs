@@ -46,10 +46,7 @@ fn is_machinery(name: &str) -> bool {
 /// `__traceiter_*` add, together with any unresolved frame (the JIT-ed program)
 /// before them. Frames past the first real one are never touched.
 pub fn trim_machinery<F: AsRef<Frame>>(frames: &mut Vec<F>) {
-    let last = frames
-        .iter()
-        .take(8)
-        .rposition(|f| f.as_ref().symbol.as_deref().is_some_and(is_machinery));
+    let last = frames.iter().take(8).rposition(|f| f.as_ref().symbol.as_deref().is_some_and(is_machinery));
     if let Some(i) = last {
         frames.drain(..=i);
     }
@@ -176,11 +173,8 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     }
     let mut kaddrs: Vec<u64> = kset.into_iter().collect();
     kaddrs.sort_unstable();
-    let kframes: FastMap<u64, Frame> = if kaddrs.is_empty() {
-        FastMap::default()
-    } else {
-        sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect()
-    };
+    let kframes: FastMap<u64, Frame> =
+        if kaddrs.is_empty() { FastMap::default() } else { sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect() };
     let mut uframes: FastMap<(u32, u64), Frame> = FastMap::default();
     let mut tgids: Vec<_> = per_proc.keys().copied().collect();
     tgids.sort_unstable();
@@ -329,18 +323,8 @@ pub(crate) mod tests {
                 .iter()
                 .map(|&a| match self.names.get(&a) {
                     Some(n) if n == "?" => Frame::unknown(a),
-                    Some(n) => Frame {
-                        addr: a,
-                        symbol: Some(n.as_str().into()),
-                        module: Some("app".into()),
-                        offset: Some(4),
-                    },
-                    None => Frame {
-                        addr: a,
-                        symbol: Some(format!("u{tgid}_{a:x}").into()),
-                        module: Some("app".into()),
-                        offset: Some(4),
-                    },
+                    Some(n) => Frame { addr: a, symbol: Some(n.as_str().into()), module: Some("app".into()), offset: Some(4) },
+                    None => Frame { addr: a, symbol: Some(format!("u{tgid}_{a:x}").into()), module: Some("app".into()), offset: Some(4) },
                 })
                 .collect()
         }
@@ -372,12 +356,7 @@ pub(crate) mod tests {
     }
 
     fn frame(name: Option<&str>) -> Frame {
-        Frame {
-            addr: 1,
-            symbol: name.map(Into::into),
-            module: None,
-            offset: None,
-        }
+        Frame { addr: 1, symbol: name.map(Into::into), module: None, offset: None }
     }
 
     #[test]
@@ -462,9 +441,7 @@ pub(crate) mod tests {
     fn unique_stacks_share_their_frames() {
         let capture = Capture {
             records: vec![raw(11, StackId::Id(1), StackId::Id(3)), raw(12, StackId::Id(2), StackId::Id(4))],
-            stacks: [(1, vec![0x100, 0x200]), (2, vec![0x100, 0x300]), (3, vec![0x10, 0x20]), (4, vec![0x20, 0x30])]
-                .into_iter()
-                .collect(),
+            stacks: [(1, vec![0x100, 0x200]), (2, vec![0x100, 0x300]), (3, vec![0x10, 0x20]), (4, vec![0x20, 0x30])].into_iter().collect(),
             ..Default::default()
         };
         let recs = resolve(&capture, &mut FakeSymbolizer::default()).records;
@@ -485,12 +462,9 @@ pub(crate) mod tests {
         use topwaits_common::LEAF_WORD;
         let capture = Capture {
             records: vec![raw(11, StackId::None, StackId::Id(1)), raw(12, StackId::None, StackId::Id(2))],
-            stacks: [
-                (1, vec![0x10, 0x30, 0x77 | LEAF_WORD, 0x21 | LEAF_WORD]),
-                (2, vec![0x10, 0x30, 0x55 | LEAF_WORD]),
-            ]
-            .into_iter()
-            .collect(),
+            stacks: [(1, vec![0x10, 0x30, 0x77 | LEAF_WORD, 0x21 | LEAF_WORD]), (2, vec![0x10, 0x30, 0x55 | LEAF_WORD])]
+                .into_iter()
+                .collect(),
             ..Default::default()
         };
         let mut sym = FakeSymbolizer { callers: vec![0x21], ..Default::default() };

@@ -122,11 +122,7 @@ impl<'a> Btf<'a> {
         if at != type_sec.len() {
             return Err(bad("type section ends inside a type"));
         }
-        Ok(Btf {
-            data,
-            strings,
-            types,
-        })
+        Ok(Btf { data, strings, types })
     }
 
     /// The record of type `id`; every listed header lies within `data`. Type 0,
@@ -163,10 +159,7 @@ impl<'a> Btf<'a> {
     /// structs and unions flattened in. Bitfields are left out.
     pub fn member_offsets(&self, name: &str) -> Result<HashMap<String, u32>, BtfError> {
         let id = (1..self.types.len())
-            .find(|&id| {
-                self.rec(id)
-                    .is_some_and(|t| t.kind == KIND_STRUCT && t.size > 0 && self.name_is(t.name_off, name.as_bytes()))
-            })
+            .find(|&id| self.rec(id).is_some_and(|t| t.kind == KIND_STRUCT && t.size > 0 && self.name_is(t.name_off, name.as_bytes())))
             .ok_or_else(|| BtfError::NoStruct(name.to_string()))?;
         let mut out = HashMap::new();
         self.walk(id, 0, 0, &mut out)?;
@@ -179,11 +172,7 @@ impl<'a> Btf<'a> {
             let at = t.extra + i * 12;
             let m = |k| u32_at(self.data, at + k).ok_or(BtfError::Malformed("member"));
             let (name_off, type_id, raw_off) = (m(0)?, m(4)?, m(8)?);
-            let (bits, bitfield) = if t.kind_flag {
-                (raw_off & 0x00ff_ffff, raw_off >> 24 != 0)
-            } else {
-                (raw_off, false)
-            };
+            let (bits, bitfield) = if t.kind_flag { (raw_off & 0x00ff_ffff, raw_off >> 24 != 0) } else { (raw_off, false) };
             let bits = base_bits + bits as u64;
             let mname = self.name(name_off);
             if mname.is_empty() {
@@ -248,11 +237,7 @@ pub struct TaskOffsets {
 /// when either is unknown.
 fn nested(btf: &Btf, base: Option<u32>, outer: &str, inner: &str) -> u32 {
     let Some(base) = base else { return u32::MAX };
-    btf.member_offsets(outer)
-        .ok()
-        .and_then(|m| m.get(inner).copied())
-        .and_then(|o| base.checked_add(o))
-        .unwrap_or(u32::MAX)
+    btf.member_offsets(outer).ok().and_then(|m| m.get(inner).copied()).and_then(|o| base.checked_add(o)).unwrap_or(u32::MAX)
 }
 
 impl TaskOffsets {
@@ -260,12 +245,7 @@ impl TaskOffsets {
     pub fn from_bytes(data: &[u8]) -> Result<Self, BtfError> {
         let btf = Btf::parse(data)?;
         let m = btf.member_offsets("task_struct")?;
-        let get = |name: &str| {
-            m.get(name).copied().ok_or_else(|| BtfError::NoMember {
-                strukt: "task_struct".into(),
-                member: name.into(),
-            })
-        };
+        let get = |name: &str| m.get(name).copied().ok_or_else(|| BtfError::NoMember { strukt: "task_struct".into(), member: name.into() });
         Ok(TaskOffsets {
             pid: get("pid")?,
             tgid: get("tgid")?,
@@ -313,10 +293,7 @@ pub(crate) mod tests {
 
     impl Builder {
         pub(crate) fn new() -> Self {
-            Builder {
-                strings: vec![0],
-                types: Vec::new(),
-            }
+            Builder { strings: vec![0], types: Vec::new() }
         }
         pub(crate) fn str(&mut self, s: &str) -> u32 {
             if s.is_empty() {
@@ -420,16 +397,10 @@ pub(crate) mod tests {
         let x = b.str("x");
         b.ty("task_struct", KIND_STRUCT, 1, false, 8, &[x, 1, 0]);
         let data = b.build();
-        assert_eq!(
-            TaskOffsets::from_bytes(&data).unwrap_err().to_string(),
-            "BTF struct task_struct has no member pid"
-        );
+        assert_eq!(TaskOffsets::from_bytes(&data).unwrap_err().to_string(), "BTF struct task_struct has no member pid");
         let mut b = Builder::new();
         b.ty("int", 1, 0, false, 4, &[32]);
-        assert_eq!(
-            TaskOffsets::from_bytes(&b.build()).unwrap_err(),
-            BtfError::NoStruct("task_struct".into())
-        );
+        assert_eq!(TaskOffsets::from_bytes(&b.build()).unwrap_err(), BtfError::NoStruct("task_struct".into()));
     }
 
     #[test]

@@ -113,10 +113,7 @@ pub fn load_segments<R: Read + Seek>(f: &mut R) -> io::Result<Vec<Segment>> {
 /// The address that the byte at file offset `off` is loaded at, if a segment
 /// holds it.
 pub fn vaddr_of(segments: &[Segment], off: u64) -> Option<u64> {
-    segments
-        .iter()
-        .find(|s| s.offset <= off && off - s.offset < s.filesz)
-        .map(|s| off - s.offset + s.vaddr)
+    segments.iter().find(|s| s.offset <= off && off - s.offset < s.filesz).map(|s| off - s.offset + s.vaddr)
 }
 
 /// Whether the file at `path` keeps a symbol table (`.symtab`); `None` when it

@@ -85,10 +85,7 @@ mod tests {
     fn finds_an_isra_clone_and_never_a_cold_split() {
         let text = "ffff0 t finish_task_switch.cold\nffff0 t finish_task_switch.isra.0.cold\n\
                     ffff1 t finish_task_switch.isra.0\nffff2 t finish_task_switch_x\n";
-        assert_eq!(
-            find_function(text.as_bytes(), "finish_task_switch").as_deref(),
-            Some("finish_task_switch.isra.0")
-        );
+        assert_eq!(find_function(text.as_bytes(), "finish_task_switch").as_deref(), Some("finish_task_switch.isra.0"));
     }
 
     #[test]

@@ -7,18 +7,11 @@ pub struct ProcessMemory {
 
 impl crate::unwind::Memory for ProcessMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
+        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
         // SAFETY: the local iovec covers `buf`, which we own; the kernel checks the
         // remote range and fails or reads short without touching anything else.
-        let n =
-            unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
         n.max(0) as usize
     }
 }
@@ -31,16 +24,10 @@ mod tests {
     #[test]
     fn reads_this_process_and_fails_cleanly_elsewhere() {
         let data: [u8; 8] = *b"topwaits";
-        let mem = ProcessMemory {
-            pid: std::process::id(),
-        };
+        let mem = ProcessMemory { pid: std::process::id() };
         let mut buf = [0u8; 8];
         assert_eq!(mem.read(data.as_ptr() as u64, &mut buf), 8);
         assert_eq!(&buf, b"topwaits");
-        assert_eq!(
-            mem.read(8, &mut buf),
-            0,
-            "an unmapped address reads nothing"
-        );
+        assert_eq!(mem.read(8, &mut buf), 0, "an unmapped address reads nothing");
     }
 }

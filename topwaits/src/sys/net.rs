@@ -68,10 +68,13 @@ pub fn parse_unix(text: &str) -> HashMap<u64, String> {
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let inode: u64 = f.get(6)?.parse().ok()?;
-            Some((inode, match f.get(7) {
-                Some(path) => format!("Unix {path}"),
-                None => "Unix".to_string(),
-            }))
+            Some((
+                inode,
+                match f.get(7) {
+                    Some(path) => format!("Unix {path}"),
+                    None => "Unix".to_string(),
+                },
+            ))
         })
         .collect()
 }

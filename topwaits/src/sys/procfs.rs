@@ -6,10 +6,7 @@ use std::path::Path;
 
 /// `Tgid:` from `/proc/ID/status` text.
 pub fn status_tgid<R: BufRead>(reader: R) -> Option<u32> {
-    reader
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse().ok()))
+    reader.lines().map_while(Result::ok).find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse().ok()))
 }
 
 /// The thread-group id of a live task, or `None` when no such task exists.
@@ -45,19 +42,11 @@ pub fn parse_maps<R: BufRead>(reader: R) -> Vec<Mapping> {
             continue;
         }
         let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) = (
-            u64::from_str_radix(s, 16),
-            u64::from_str_radix(e, 16),
-            u64::from_str_radix(offset, 16),
-        ) else {
+        let (Ok(start), Ok(end), Ok(offset)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(offset, 16))
+        else {
             continue;
         };
-        out.push(Mapping {
-            start,
-            end,
-            offset,
-            path: path.to_string(),
-        });
+        out.push(Mapping { start, end, offset, path: path.to_string() });
     }
     out
 }

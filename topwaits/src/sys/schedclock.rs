@@ -19,9 +19,7 @@ const MAX_BRACKET_NS: i64 = 200_000;
 impl SchedClock {
     /// A clock with known offsets (for tests).
     pub fn with_offsets(offsets: &[(u32, i64)]) -> Self {
-        SchedClock {
-            offsets: offsets.iter().map(|&(c, o)| (c, Some(o))).collect(),
-        }
+        SchedClock { offsets: offsets.iter().map(|&(c, o)| (c, Some(o))).collect() }
     }
 
     /// The CLOCK_MONOTONIC time of `exec_start` on `cpu`, measuring that CPU first
@@ -37,10 +35,7 @@ impl SchedClock {
 /// Measures one CPU's offset on a helper thread, so that this thread's CPU
 /// affinity stays as it was.
 fn measure(cpu: u32) -> Option<i64> {
-    std::thread::spawn(move || measure_here(cpu))
-        .join()
-        .ok()
-        .flatten()
+    std::thread::spawn(move || measure_here(cpu)).join().ok().flatten()
 }
 
 fn measure_here(cpu: u32) -> Option<i64> {
@@ -85,11 +80,7 @@ mod tests {
         let mut c = SchedClock::with_offsets(&[(0, 1_000), (1, 5_000_000)]);
         assert_eq!(c.to_mono(10_000, 0), Some(11_000));
         assert_eq!(c.to_mono(10_000, 1), Some(5_010_000));
-        assert_eq!(
-            c.to_mono(u64::MAX / 4, 0),
-            None,
-            "a start in the future is no estimate"
-        );
+        assert_eq!(c.to_mono(u64::MAX / 4, 0), None, "a start in the future is no estimate");
     }
 
     #[test]
@@ -125,9 +116,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(150));
         let start = crate::sys::thread::exec_start(me, tid).unwrap();
         let cpu = crate::sys::thread::stat(me, tid).unwrap().cpu;
-        let mapped = SchedClock::default()
-            .to_mono(start, cpu)
-            .expect("this CPU can be measured");
+        let mapped = SchedClock::default().to_mono(start, cpu).expect("this CPU can be measured");
         let gap = clock_gap() - gap_before;
         sleeper.join().unwrap();
         // 20 ms for the mapping and the clocks' granularity, plus the steal and

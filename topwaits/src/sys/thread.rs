@@ -32,12 +32,7 @@ pub fn parse_stat(text: &[u8]) -> Option<Stat> {
     let state = fields.first()?.chars().next()?;
     let flags = fields.get(6)?.parse().ok()?;
     let cpu = fields.get(36)?.parse().ok()?;
-    Some(Stat {
-        state,
-        comm,
-        cpu,
-        flags,
-    })
+    Some(Stat { state, comm, cpu, flags })
 }
 
 /// What `/proc/.../syscall` says.
@@ -69,21 +64,13 @@ pub fn parse_syscall(text: &str) -> Option<SyscallState> {
     let f: Vec<&str> = text.split_ascii_whitespace().collect();
     match f.as_slice() {
         ["running"] => Some(SyscallState::Running),
-        ["-1", sp, pc] => Some(SyscallState::Blocked {
-            sp: hex(sp)?,
-            pc: hex(pc)?,
-        }),
+        ["-1", sp, pc] => Some(SyscallState::Blocked { sp: hex(sp)?, pc: hex(pc)? }),
         [nr, a @ .., sp, pc] if a.len() == 6 => {
             let mut args = [0u64; 6];
             for (slot, v) in args.iter_mut().zip(a) {
                 *slot = hex(v)?;
             }
-            Some(SyscallState::In(Syscall {
-                nr: nr.parse().ok()?,
-                args,
-                sp: hex(sp)?,
-                pc: hex(pc)?,
-            }))
+            Some(SyscallState::In(Syscall { nr: nr.parse().ok()?, args, sp: hex(sp)?, pc: hex(pc)? }))
         }
         _ => None,
     }
@@ -93,9 +80,7 @@ pub fn parse_syscall(text: &str) -> Option<SyscallState> {
 /// when the thread last ran (for a sleeper, about when it went to sleep). The kernel
 /// prints it as milliseconds with six decimals; it is read as integers, exactly.
 pub fn parse_exec_start(text: &str) -> Option<u64> {
-    let line = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("se.exec_start"))?;
+    let line = text.lines().find(|l| l.trim_start().starts_with("se.exec_start"))?;
     let v = line.split(':').nth(1)?.trim();
     let (ms, frac) = v.split_once('.').unwrap_or((v, "0"));
     let frac = format!("{frac:0<6}");
@@ -124,10 +109,7 @@ pub fn parse_kernel_stack(text: &str) -> Vec<KernelFrame> {
             let sym = l.split_once("] ").map(|(_, s)| s).unwrap_or(l).trim();
             let (name, rest) = sym.split_once('+').unwrap_or((sym, "0x0/0x0"));
             let off = rest.split('/').next().and_then(hex).unwrap_or(0);
-            (!name.is_empty()).then(|| KernelFrame {
-                name: name.to_string(),
-                offset: off,
-            })
+            (!name.is_empty()).then(|| KernelFrame { name: name.to_string(), offset: off })
         })
         .collect()
 }
@@ -145,12 +127,7 @@ pub fn stat(tgid: u32, tid: u32) -> Option<Stat> {
 /// Reads and parses `syscall` (root only); the error says why not.
 pub fn syscall(tgid: u32, tid: u32) -> std::io::Result<SyscallState> {
     let text = std::fs::read_to_string(dir(tgid, tid).join("syscall"))?;
-    parse_syscall(&text).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("unexpected syscall text {text:?}"),
-        )
-    })
+    parse_syscall(&text).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unexpected syscall text {text:?}")))
 }
 
 /// Reads `se.exec_start` from `sched`.
@@ -165,27 +142,19 @@ pub fn arrivals(tgid: u32, tid: u32) -> Option<u64> {
 
 /// Reads and parses `stack` (root only); the error says why not.
 pub fn kernel_stack(tgid: u32, tid: u32) -> std::io::Result<Vec<KernelFrame>> {
-    Ok(parse_kernel_stack(&std::fs::read_to_string(
-        dir(tgid, tid).join("stack"),
-    )?))
+    Ok(parse_kernel_stack(&std::fs::read_to_string(dir(tgid, tid).join("stack"))?))
 }
 
 /// What file descriptor `fd` of a process is: a path, `pipe:[123]`, `socket:[456]`,
 /// `anon_inode:[eventpoll]`, ...
 pub fn fd_target(tgid: u32, fd: u64) -> Option<String> {
-    std::fs::read_link(format!("/proc/{tgid}/fd/{fd}"))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned())
+    std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).ok().map(|p| p.to_string_lossy().into_owned())
 }
 
 /// The numeric entries of a `/proc` directory (processes, or a process's threads).
 pub fn numeric_entries(path: &str) -> Vec<u32> {
-    let mut v: Vec<u32> = std::fs::read_dir(path)
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut v: Vec<u32> =
+        std::fs::read_dir(path).map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()).unwrap_or_default();
     v.sort_unstable();
     v
 }
@@ -232,24 +201,9 @@ mod tests {
     #[test]
     fn syscall_forms() {
         assert_eq!(parse_syscall("running\n"), Some(SyscallState::Running));
-        assert_eq!(
-            parse_syscall("-1 0x7ffd0 0x401000\n"),
-            Some(SyscallState::Blocked {
-                sp: 0x7ffd0,
-                pc: 0x401000
-            })
-        );
-        let s = parse_syscall("202 0x55d0 0x80 0x2 0x0 0x0 0x0 0x7ffd091cc918 0x7ff3708aa503\n")
-            .unwrap();
-        assert_eq!(
-            s,
-            SyscallState::In(Syscall {
-                nr: 202,
-                args: [0x55d0, 0x80, 2, 0, 0, 0],
-                sp: 0x7ffd091cc918,
-                pc: 0x7ff3708aa503
-            })
-        );
+        assert_eq!(parse_syscall("-1 0x7ffd0 0x401000\n"), Some(SyscallState::Blocked { sp: 0x7ffd0, pc: 0x401000 }));
+        let s = parse_syscall("202 0x55d0 0x80 0x2 0x0 0x0 0x0 0x7ffd091cc918 0x7ff3708aa503\n").unwrap();
+        assert_eq!(s, SyscallState::In(Syscall { nr: 202, args: [0x55d0, 0x80, 2, 0, 0, 0], sp: 0x7ffd091cc918, pc: 0x7ff3708aa503 }));
         assert_eq!(parse_syscall("202 0x1 0x2"), None);
         assert_eq!(parse_syscall(""), None);
         assert_eq!(parse_syscall("x 0x1 0x2 0x3 0x4 0x5 0x6 0x7 0x8"), None);
@@ -257,7 +211,8 @@ mod tests {
 
     #[test]
     fn exec_start_is_exact_nanoseconds() {
-        let text = "sleep (123, #threads: 1)\n---\nse.exec_start                                :        297983.186865\nse.vruntime : 1.0\n";
+        let text =
+            "sleep (123, #threads: 1)\n---\nse.exec_start                                :        297983.186865\nse.vruntime : 1.0\n";
         assert_eq!(parse_exec_start(text), Some(297_983_186_865));
         assert_eq!(parse_exec_start("se.exec_start : 12.5\n"), Some(12_500_000));
         assert_eq!(parse_exec_start("se.exec_start : 7\n"), Some(7_000_000));
@@ -269,24 +224,10 @@ mod tests {
 
     #[test]
     fn kernel_stack_lines() {
-        let f = parse_kernel_stack(
-            "[<0>] hrtimer_nanosleep+0x74/0xf0\n[<0>] do_syscall_64+0x71/0x280\n[<0>] weird\n\n",
-        );
+        let f = parse_kernel_stack("[<0>] hrtimer_nanosleep+0x74/0xf0\n[<0>] do_syscall_64+0x71/0x280\n[<0>] weird\n\n");
         assert_eq!(f.len(), 3);
-        assert_eq!(
-            f[0],
-            KernelFrame {
-                name: "hrtimer_nanosleep".into(),
-                offset: 0x74
-            }
-        );
-        assert_eq!(
-            f[2],
-            KernelFrame {
-                name: "weird".into(),
-                offset: 0
-            }
-        );
+        assert_eq!(f[0], KernelFrame { name: "hrtimer_nanosleep".into(), offset: 0x74 });
+        assert_eq!(f[2], KernelFrame { name: "weird".into(), offset: 0 });
     }
 
     #[test]

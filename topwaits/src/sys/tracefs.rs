@@ -42,10 +42,7 @@ impl Tracefs {
     pub fn open() -> Result<Tracefs> {
         for root in [TRACEFS, DEBUGFS_TRACING] {
             if Path::new(root).join("events").is_dir() {
-                return Ok(Tracefs {
-                    root: root.into(),
-                    mounted_here: false,
-                });
+                return Ok(Tracefs { root: root.into(), mounted_here: false });
             }
         }
         let target = std::ffi::CString::new(TRACEFS)?;
@@ -59,10 +56,7 @@ impl Tracefs {
                 std::io::Error::last_os_error()
             );
         }
-        Ok(Tracefs {
-            root: TRACEFS.into(),
-            mounted_here: true,
-        })
+        Ok(Tracefs { root: TRACEFS.into(), mounted_here: true })
     }
 
     /// Whether a tracepoint exists.

@@ -126,11 +126,7 @@ impl Tracer {
                 }
             }
         }
-        Tracer {
-            child,
-            stderr_rx: rx,
-            stderr_head: head,
-        }
+        Tracer { child, stderr_rx: rx, stderr_head: head }
     }
 
     /// Starts, then waits until the kernel stack learners are loaded (they load
@@ -234,10 +230,7 @@ pub fn now_wall_ns() -> i128 {
 /// Sleeps with nanosleep(2) from a frame-pointer-built function.
 #[inline(never)]
 pub fn nanosleep(d: Duration) {
-    let ts = libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    };
+    let ts = libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long };
     unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
     std::hint::black_box(());
 }
@@ -293,12 +286,7 @@ impl Workload {
 
 /// Records whose user stack names `func`.
 pub fn records_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
-    doc["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| stack_names(&r["user_stack"]).iter().any(|s| s.contains(func)))
-        .collect()
+    doc["records"].as_array().unwrap().iter().filter(|r| stack_names(&r["user_stack"]).iter().any(|s| s.contains(func))).collect()
 }
 
 /// The records of waits in a call that `func` made (its sleep, read, ...): those
@@ -310,10 +298,7 @@ pub fn calls_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
 }
 
 pub fn stack_names(stack: &Value) -> Vec<String> {
-    stack
-        .as_array()
-        .map(|a| a.iter().map(|f| f["symbol"].as_str().unwrap_or("").to_string()).collect())
-        .unwrap_or_default()
+    stack.as_array().map(|a| a.iter().map(|f| f["symbol"].as_str().unwrap_or("").to_string()).collect()).unwrap_or_default()
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS.ffffff+HH:MM` into Unix nanoseconds.
@@ -349,9 +334,19 @@ pub fn our_loaded_programs() -> Vec<String> {
         .lines()
         .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "name").nth(1).map(String::from))
         .filter(|n| {
-            ["sched_switch_", "sched_waking_", "sched_wakeup_n", "sched_process_", "finish_task_sw", "sys_enter_fute", "sys_exit_futex", "learn_stack_", "learn_waker_"]
-                .iter()
-                .any(|p| n.starts_with(p))
+            [
+                "sched_switch_",
+                "sched_waking_",
+                "sched_wakeup_n",
+                "sched_process_",
+                "finish_task_sw",
+                "sys_enter_fute",
+                "sys_exit_futex",
+                "learn_stack_",
+                "learn_waker_",
+            ]
+            .iter()
+            .any(|p| n.starts_with(p))
         })
         .collect()
 }

@@ -43,12 +43,8 @@ impl Stuck {
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
         assert!(line.starts_with("ready"), "workload said {line:?}");
-        let ready = line
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let ready =
+            line.split_whitespace().skip(1).filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Stuck { child, stdin, stdout, ready }
     }
 
@@ -74,4 +70,3 @@ impl Drop for Stuck {
         let _ = self.child.wait();
     }
 }
-

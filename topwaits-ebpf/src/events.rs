@@ -41,14 +41,12 @@ pub fn send(key: &WaitKey, began: u64, now: u64, state: u32, waker: bool, woken:
         (*e).woken = 0;
         (*e).wake_kind = if state == 0 { wake_kind::PREEMPTED } else { wake_kind::NO_WAKER };
         (*e).waker = Hop::default();
-        if waker {
-            if topwaits_common::woke_wait(woken, chain, began, now) {
-                (*e).woken = woken;
-                (*e).wake_kind = wake_kind::WOKEN;
-                if let Some(h) = CHAINS.get_ptr(&chain) {
-                    // A pointer from a map lookup; chains are never changed.
-                    (*e).waker = (*h).hops[0];
-                }
+        if waker && topwaits_common::woke_wait(woken, chain, began, now) {
+            (*e).woken = woken;
+            (*e).wake_kind = wake_kind::WOKEN;
+            if let Some(h) = CHAINS.get_ptr(&chain) {
+                // A pointer from a map lookup; chains are never changed.
+                (*e).waker = (*h).hops[0];
             }
         }
     }

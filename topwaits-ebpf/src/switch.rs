@@ -92,7 +92,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
         start.state = out.state;
         start.arrivals = arrivals;
         start.comm = comm;
-    } else if {
+    } else {
         mark_started(out.task);
         let rec = SwitchOut {
             ts: now,
@@ -108,12 +108,12 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
             woken: 0,
             chain: 0,
         };
-        STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err()
-    } {
-        count(counter::LOST_START_FULL, 1);
-    } else {
-        // First sight of this task: user space keeps its process's maps.
-        proc_event(out.tgid, topwaits_common::proc_event::SEEN);
+        if STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err() {
+            count(counter::LOST_START_FULL, 1);
+        } else {
+            // First sight of this task: user space keeps its process's maps.
+            proc_event(out.tgid, topwaits_common::proc_event::SEEN);
+        }
     }
 }
 

@@ -118,7 +118,7 @@ fn stop_workload(shared: &Arc<Shared>, handles: Vec<std::thread::JoinHandle<()>>
     }
 }
 
-fn thread_of<'a>(doc: &'a Value, tid: u32) -> &'a Value {
+fn thread_of(doc: &Value, tid: u32) -> &Value {
     doc["threads"]
         .as_array()
         .unwrap()
@@ -327,6 +327,7 @@ fn futex_wake(word: &std::sync::atomic::AtomicU32) {
 /// * a thread whose sleeps a waker ended by futex only ~1 in 60 times was made
 ///   that waker's consumer;
 /// * a 1 s trace (a 1.01 s window) gave `duration: 2`.
+///
 /// The generated file must then run under rt-app.
 #[test]
 fn rt_app_model_keeps_brief_threads_brief_and_rare_wakes_out_of_groups() {
@@ -479,6 +480,8 @@ fn rt_app_ns_per_loop(rtapp: &str, dir: &std::path::Path) -> u32 {
             "global": {"duration": 2, "calibration": 30, "logdir": "./", "log_basename": "probe"}}"#,
     )
     .unwrap();
+    // Reaped below by wait4, for its rusage.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(rtapp).arg(&conf).current_dir(dir).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.

@@ -34,7 +34,8 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up, then run every test: unit tests and the kernel tests.
+    /// Set up, then run every test: the lints (rustfmt, clippy), unit tests and the
+    /// kernel tests.
     Test {
         /// Extra arguments for `cargo test`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -90,6 +91,14 @@ pub fn as_root(program: &str) -> Command {
     }
 }
 
+/// The lints `test` runs first: formatting, and clippy over every crate and
+/// target with warnings as errors (the eBPF crate is checked as a host program).
+fn lints() -> Result<()> {
+    eprintln!("xtask: cargo fmt --check, then clippy -D warnings");
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--quiet", "--", "-D", "warnings"]))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
@@ -102,6 +111,7 @@ fn main() -> ExitCode {
         }),
         Cmd::Test { args } => setup::setup().and_then(|()| {
             licenses::run(true)?;
+            lints()?;
             // Unit tests first; then the kernel tests one at a time, so that their
             // workloads' timings and the programs-left-loaded check don't interfere;
             // then the kernel suites again on the tp_btf attach path (auto picks raw_tp).

@@ -79,6 +79,13 @@ pub fn setup() -> Result<()> {
         eprintln!("setup: adding rust-src to nightly");
         run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
     }
+    // rustfmt and clippy for the lints `test` runs.
+    for (tool, component) in [("fmt", "rustfmt"), ("clippy", "clippy")] {
+        if output_ok(Command::new("cargo").args([tool, "--version"])).is_none() {
+            eprintln!("setup: adding {component}");
+            run(Command::new("rustup").args(["component", "add", component]))?;
+        }
+    }
     // 2. Debian packages.
     let missing = missing_packages();
     if !missing.is_empty() {

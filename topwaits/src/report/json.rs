@@ -136,7 +136,10 @@ pub fn lost(c: &Counters) -> Value {
 /// Keyed by the frame's address, and keeping the frame so that the address stays
 /// its own.
 #[derive(Default)]
-struct FrameTexts(RefCell<FastMap<usize, (Arc<Frame>, Box<RawValue>)>>);
+struct FrameTexts(RefCell<FastMap<usize, FrameText>>);
+
+/// A frame and its JSON text.
+type FrameText = (Arc<Frame>, Box<RawValue>);
 
 /// A stack's frames serialized straight from the model, without an intermediate
 /// value tree (records can number in the tens of thousands).
@@ -326,7 +329,7 @@ fn stream(report: &Report, limit: usize, out: &mut dyn Write) -> io::Result<()> 
     let head = head(report);
     let text = serde_json::to_string(&head)?;
     // `head` is an object: reopen it to append "records".
-    out.write_all(text[..text.len() - 1].as_bytes())?;
+    out.write_all(&text.as_bytes()[..text.len() - 1])?;
     out.write_all(b",\"records\":[")?;
     let texts = FrameTexts::default();
     for (i, r) in take(by_longest(&report.records), limit).into_iter().enumerate() {

@@ -46,8 +46,8 @@ pub fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()>
     writeln!(out, "Threads of {} over {:.2} s, by run time (times in ms):", r.target, r.duration_s)?;
     writeln!(
         out,
-        "{:>7} {:>7} {:<16} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>7} {:>5} {:<12} {}",
-        "TID", "PID", "COMM", "RUN", "STEAL", "RUNS", "RUNQ", "SLEEP", "IO", "SLEEPS", "NICE", "POLICY", "NOTES"
+        "{:>7} {:>7} {:<16} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>7} {:>5} {:<12} NOTES",
+        "TID", "PID", "COMM", "RUN", "STEAL", "RUNS", "RUNQ", "SLEEP", "IO", "SLEEPS", "NICE", "POLICY"
     )?;
     for t in by_run(r.threads) {
         let mut notes = Vec::new();

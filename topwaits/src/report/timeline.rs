@@ -199,7 +199,7 @@ impl Timeline {
                 writeln!(out, r#"<text x="{:.2}" y="{}" fill="white" font-size="11">{}</text>"#, x1 + 3.0, y + 12.0, esc(&text))?;
             } else {
                 let lx = (x2 + 3.0).max(free_x[b.row]);
-                let room = ((next_start[i] - lx) / 6.5).min(40.0).max(0.0) as usize;
+                let room = ((next_start[i] - lx) / 6.5).clamp(0.0, 40.0) as usize;
                 if room >= 4 {
                     let text = truncate(&b.label, room);
                     writeln!(out, r##"<text x="{lx:.2}" y="{}" fill="#333" font-size="11">{}</text>"##, y + 12.0, esc(&text))?;

@@ -40,8 +40,11 @@ pub struct BlazeSymbolizer {
     debug_files: HashMap<String, Option<(PathBuf, Vec<elf::Segment>)>>,
     /// The thread that resolves kernel frames, once [`BlazeSymbolizer::warm_kernel`]
     /// has started it: requests out, frames back.
-    kernel_thread: Option<(std::sync::mpsc::Sender<Vec<u64>>, std::sync::mpsc::Receiver<Vec<Frame>>)>,
+    kernel_thread: Option<KernelThread>,
 }
+
+/// The kernel symbolizing thread's channels: addresses out, frames back.
+type KernelThread = (std::sync::mpsc::Sender<Vec<u64>>, std::sync::mpsc::Receiver<Vec<Frame>>);
 
 fn new_blaze() -> Blaze {
     Blaze::builder().enable_code_info(false).enable_inlined_fns(false).build()
@@ -306,9 +309,7 @@ impl Symbolizer for BlazeSymbolizer {
             proc_src.debug_syms = debug_syms;
             Source::Process(proc_src)
         };
-        if !self.regions.contains_key(&tgid) {
-            self.regions.insert(tgid, procfs::regions_of(tgid));
-        }
+        self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
         if asked != tgid {
             // [`Symbolizer::is_code`] is asked about the process itself.
             let shared = self.regions.get(&tgid).cloned().unwrap_or_default();
@@ -396,7 +397,7 @@ mod tests {
     fn build_ids_are_two_lower_case_hex_digits_a_byte() {
         let me = std::env::current_exe().unwrap();
         let id = build_id_hex(me.to_str().unwrap()).expect("test binaries are linked with a build id");
-        assert!(id.len() >= 16 && id.len() % 2 == 0, "{id}");
+        assert!(id.len() >= 16 && id.len().is_multiple_of(2), "{id}");
         assert!(id.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)), "{id}");
         assert_eq!(build_id_hex("/nonexistent/lib.so"), None);
     }

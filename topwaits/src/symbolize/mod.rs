@@ -14,6 +14,13 @@ use topwaits_common::LEAF_WORD;
 use crate::fasthash::{FastMap, FastSet};
 use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
 
+/// A user stack's frames and the words found at its stack pointer.
+type FramesAndWords = (Vec<u64>, Vec<u64>);
+
+/// A frame's identity in one report: its address space (`None` for the kernel),
+/// address, and whether it is a leaf.
+type FrameKey = (Option<u32>, u64, bool);
+
 /// Resolves addresses to frames, one batch at a time, in the order given.
 pub trait Symbolizer {
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame>;
@@ -130,7 +137,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     // word that checks out as the leaf's caller goes in as frame 1; the rest go.
     // Checked per process, in one batch.
     // Per process: the stack ids, and each stack's frames and words.
-    let mut split: FastMap<u32, (Vec<u64>, Vec<(Vec<u64>, Vec<u64>)>)> = FastMap::default();
+    let mut split: FastMap<u32, (Vec<u64>, Vec<FramesAndWords>)> = FastMap::default();
     let mut seen: FastSet<(u32, u64)> = FastSet::default();
     for (space, id) in &wanted {
         let (Space::User(t), StackId::Id(n)) = (space, id) else { continue };
@@ -189,7 +196,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     // and each frame (space, address, leaf or not) once and shared by every stack.
     let mut built: FastMap<(Option<u32>, u64), Stack> = FastMap::default();
     // With each user frame, whether it lies in executable code.
-    let mut shared_frames: FastMap<(Option<u32>, u64, bool), (Arc<Frame>, bool)> = FastMap::default();
+    let mut shared_frames: FastMap<FrameKey, (Arc<Frame>, bool)> = FastMap::default();
     let mut user_stacks_cut = 0u64;
     let sym: &dyn Symbolizer = sym;
     let mut build = |space: Space, id: &StackId| match id {
@@ -281,7 +288,6 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             threads: 1,
         });
     }
-    drop(build);
     Resolved { records: out, user_stacks_cut }
 }
 

@@ -183,7 +183,7 @@ impl<'a> Btf<'a> {
                 }
                 continue;
             }
-            if bitfield || bits % 8 != 0 {
+            if bitfield || !bits.is_multiple_of(8) {
                 continue;
             }
             let bytes = u32::try_from(bits / 8).map_err(|_| BtfError::Malformed("member offset"))?;
@@ -330,7 +330,7 @@ pub(crate) mod tests {
         let mut b = Builder::new();
         b.ty("int", 1, 0, false, 4, &[32]); // id 1
         let (pid, bf) = (b.str("pid"), b.str("bits"));
-        b.ty("", KIND_UNION, 2, true, 4, &[pid, 1, 0, bf, 1, (3 << 24) | 0]); // id 2
+        b.ty("", KIND_UNION, 2, true, 4, &[pid, 1, 0, bf, 1, (3 << 24)]); // id 2
         let names: Vec<u32> = ["__state", "flags", "tgid", "comm"].iter().map(|n| b.str(n)).collect();
         b.ty(
             "task_struct",

@@ -10,22 +10,23 @@ pub mod deps;
 pub mod error;
 pub mod fasthash;
 pub mod interrupts;
+#[cfg(test)]
+mod layering;
 pub mod longwaits;
 pub mod model;
 pub mod objects;
 pub mod open;
 pub mod outfile;
-pub mod outputs;
 pub mod profile;
 pub mod recording;
 pub mod reduce;
 pub mod report;
 pub mod rtapp;
+pub mod run;
 pub mod snapshot;
 mod stderr;
 pub mod symbolize;
 pub mod sys;
-pub mod trace;
 pub mod unwind;
 pub mod waitfor;
 
@@ -51,11 +52,11 @@ pub fn main_entry() -> i32 {
         }
     };
     let result = match args.command.clone() {
-        Some(cli::Command::Threads(t)) => cli::ThreadsConfig::from_args(t).map(|c| trace::run_threads(&c)),
-        Some(cli::Command::Blocked(b)) => cli::BlockedConfig::from_args(b).map(|c| blocked::run(&c)),
-        Some(cli::Command::Record(r)) => cli::Config::for_record(r).map(|c| trace::run(&c)),
-        Some(cli::Command::Report(r)) => cli::ReportConfig::from_args(r).map(|c| outputs::run_report(&c)),
-        None => cli::Config::from_args(args.trace).map(|c| trace::run(&c)),
+        Some(cli::Command::Threads(t)) => cli::ThreadsConfig::from_args(t).map(|c| run::threads::run(&c)),
+        Some(cli::Command::Blocked(b)) => cli::BlockedConfig::from_args(b).map(|c| run::blocked::run(&c)),
+        Some(cli::Command::Record(r)) => cli::Config::for_record(r).map(|c| run::trace::run(&c)),
+        Some(cli::Command::Report(r)) => cli::ReportConfig::from_args(r).map(|c| run::report::run(&c)),
+        None => cli::Config::from_args(args.trace).map(|c| run::trace::run(&c)),
     };
     let result = match result {
         Ok(r) => r,

@@ -462,7 +462,7 @@ pub struct TraceInfo {
     /// Wakers were captured (`--waker`, `--chain`, `--wakeups`).
     pub waker: bool,
     /// What one record stands for (`--by`).
-    pub by: crate::reduce::By,
+    pub by: crate::cli::By,
     /// `--state`: the state every recorded wait began in.
     pub state_filter: Option<u32>,
 }

@@ -9,6 +9,7 @@ mod layering;
 mod licenses;
 mod scale_bench;
 mod setup;
+mod tracers;
 mod unknown_bench;
 
 use std::path::PathBuf;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context as _, Result};
 
-use crate::bench::{cost_during, Tracer};
+use crate::tracers::{cost_during, median, Tracer};
 
 /// Wakeups per second the thread workload aims at, whatever its thread count: the
 /// load stays the same, so only the number of threads (and map entries) changes.
@@ -97,7 +97,7 @@ pub fn scale(bin: &str, rounds: usize) -> Result<String> {
                     None => wide_cost(t)?,
                 });
             }
-            costs.push(crate::bench::median(&mut v));
+            costs.push(median(&mut v));
         }
         out.push_str(&format!("| {name} |"));
         for c in &costs {

@@ -327,31 +327,6 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
     })
 }
 
-/// Runs `topwaits blocked`: the snapshot, printed as text or JSON, and the graph
-/// written for Graphviz. Every output file is opened before any work.
-pub fn run(config: &BlockedConfig) -> Result<()> {
-    if !crate::sys::caps::this_process_is_privileged() {
-        crate::stderr::say!("topwaits: warning: not root: kernel stacks, syscalls and other processes' memory are unreadable");
-    }
-    crate::trace::check_targets(&config.threads)?;
-    let dot = crate::outfile::OutputFile::create_opt(config.dot.as_deref())?;
-    let target = config.threads.describe();
-    let report = collect(config, target)?;
-    for w in &report.warnings {
-        crate::stderr::say!("topwaits: warning: {w}");
-    }
-    if let Some(file) = dot {
-        file.write(|w| crate::report::blocked::write_dot(&report, w))?;
-    }
-    crate::trace::write_quietly(|out| {
-        if config.json {
-            crate::report::blocked::write_json(&report, out)
-        } else {
-            crate::report::blocked::write_text(&report, out)
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -132,7 +132,7 @@ impl Tracer {
     /// Starts, then waits until the kernel stack learners are loaded (they load
     /// after the trace starts; until then every stack is unwound and none reused).
     pub fn start_learned(args: &[&str]) -> Tracer {
-        let mut t = Self::start_env(args, &[("RUST_LOG", "topwaits::trace=debug")]);
+        let mut t = Self::start_env(args, &[("RUST_LOG", "topwaits::run::trace=debug")]);
         t.wait_for_line("kernel stack learners in place");
         t
     }

@@ -1,6 +1,6 @@
 //! The files a trace or a report writes beside stdout (`--svg`, `--timeline`,
-//! `--pprof`, `--perfetto`, and the record file): created before anything loads, so that a bad
-//! path fails at once, and written from the finished report.
+//! `--pprof`, `--perfetto`, and the record file): prepared before anything loads,
+//! so that a bad path fails at once, and written from the finished report.
 
 use anyhow::Result;
 
@@ -61,31 +61,4 @@ impl ViewFiles {
         }
         Ok(())
     }
-}
-
-/// Prints a report's view on stdout, its records merged as `--by` asks.
-pub fn show(report: &Report, view: crate::cli::View, output: &crate::cli::Output, by: crate::cli::By) -> Result<()> {
-    let grouped = crate::reduce::grouped(report, by);
-    let format = report::for_output(view, output);
-    crate::trace::write_quietly(|out| format.write(grouped.as_ref().unwrap_or(report), out))
-}
-
-/// `topwaits report FILE`: shows a saved trace as the trace itself would have,
-/// with the files asked for, and the warnings of its losses.
-pub fn run_report(c: &crate::cli::ReportConfig) -> Result<()> {
-    let files = ViewFiles::create(&c.view, None)?;
-    let report = crate::recording::read(&c.file)?;
-    if c.view.perfetto.is_some() && report.events.is_empty() {
-        anyhow::bail!("{} holds no long-wait events for --perfetto: record with --events-over or --perfetto", c.file.display());
-    }
-    if c.wakeups && !report.info.waker {
-        anyhow::bail!("{} was recorded without wakers: --wakeups needs a trace recorded with -w", c.file.display());
-    }
-    let view = if c.wakeups { crate::cli::View::Wakeups } else { crate::cli::View::OffCpu };
-    show(&report, view, &c.view.output, c.view.by)?;
-    files.write(&report)?;
-    for w in report.counters.warnings() {
-        crate::stderr::say!("topwaits: warning: {w}");
-    }
-    Ok(())
 }

@@ -1,0 +1,32 @@
+//! `topwaits blocked`: a snapshot of the threads blocked right now, on what and
+//! held by whom, with no trace at all.
+
+use anyhow::Result;
+
+use crate::blocked::collect;
+use crate::cli::BlockedConfig;
+
+/// Runs `topwaits blocked`: the snapshot, printed as text or JSON, and the graph
+/// written for Graphviz. Every output file is opened before any work.
+pub fn run(config: &BlockedConfig) -> Result<()> {
+    if !crate::sys::caps::this_process_is_privileged() {
+        crate::stderr::say!("topwaits: warning: not root: kernel stacks, syscalls and other processes' memory are unreadable");
+    }
+    super::check_targets(&config.threads)?;
+    let dot = crate::outfile::OutputFile::create_opt(config.dot.as_deref())?;
+    let target = config.threads.describe();
+    let report = collect(config, target)?;
+    for w in &report.warnings {
+        crate::stderr::say!("topwaits: warning: {w}");
+    }
+    if let Some(file) = dot {
+        file.write(|w| crate::report::blocked::write_dot(&report, w))?;
+    }
+    super::write_quietly(|out| {
+        if config.json {
+            crate::report::blocked::write_json(&report, out)
+        } else {
+            crate::report::blocked::write_text(&report, out)
+        }
+    })
+}

@@ -1,0 +1,108 @@
+//! One report from what the kernel held at the end of a trace or an interval:
+//! symbolize the drained rows and the long-wait events together, split the events
+//! off again, merge rows alike in all a report shows, and count what the interval
+//! added. Pure: tests feed it a fabricated capture and a fake symbolizer.
+
+use crate::model::{Capture, Counters, RawRecord, Report, TraceInfo};
+use crate::reduce::{self, By};
+use crate::symbolize::{resolve, Symbolizer};
+
+/// The long waits the kernel sent one by one (`--events-over`), as one-wait rows,
+/// with the thread state each began in.
+#[derive(Default)]
+pub struct Events {
+    pub rows: Vec<RawRecord>,
+    pub states: Vec<u32>,
+}
+
+/// The report of one interval. `before` holds the counters at the interval's
+/// start; `info` the trace's facts. The capture's rows and stacks are consumed.
+pub fn report(mut capture: Capture, events: Events, before: &Counters, info: TraceInfo, sym: &mut dyn Symbolizer) -> Report {
+    // Events are symbolized with the records, then split off again.
+    let aggregate = capture.records.len();
+    capture.records.extend(events.rows);
+    let mut resolved = resolve(&capture, sym);
+    let events = crate::longwaits::events(resolved.records.split_off(aggregate), &events.states);
+    let mut counters = capture.counters.since(before);
+    counters.user_stacks_cut = resolved.user_stacks_cut;
+    // Records alike in all a report shows are one; the graphs keep threads apart.
+    let records = reduce::merge(resolved.records, By::Thread);
+    Report { info: TraceInfo { by: By::Thread, ..info }, counters, records, objects: Default::default(), events }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ClockPair;
+    use crate::model::{AttachKind, StackId};
+    use crate::symbolize::tests::FakeSymbolizer;
+
+    fn row(tid: u32, kstack: u64, total_ns: u64, count: u64, max_ns: u64) -> RawRecord {
+        RawRecord {
+            tgid: 10,
+            tid,
+            comm: b"w".to_vec(),
+            kstack: StackId::Id(kstack),
+            ustack: StackId::Id(7),
+            total_ns,
+            count,
+            max_ns,
+            max_end_mono: 50,
+            wake: None,
+            open: None,
+        }
+    }
+
+    fn info() -> TraceInfo {
+        TraceInfo {
+            clock: ClockPair::sample(),
+            start_mono: 0,
+            end_mono: 100,
+            attach: AttachKind::RawTp,
+            target: "all threads".into(),
+            utc_offset_s: 0,
+            waker: false,
+            by: By::Process,
+            state_filter: None,
+        }
+    }
+
+    fn capture(records: Vec<RawRecord>, recorded: u64) -> Capture {
+        let mut c = Capture::default();
+        c.stacks.insert(1, vec![0x100, 0x200]);
+        c.stacks.insert(2, vec![0x101, 0x200]);
+        c.stacks.insert(7, vec![0x7000]);
+        c.records = records;
+        c.counters.recorded = recorded;
+        c
+    }
+
+    #[test]
+    fn rows_alike_in_every_shown_field_become_one_record_and_events_split_off() {
+        let mut sym = FakeSymbolizer::default();
+        // Two kernel stacks that name the same frames: one record for the thread.
+        sym.names.insert(0x100, "schedule".into());
+        sym.names.insert(0x101, "schedule".into());
+        let rows = vec![row(11, 1, 30, 3, 20), row(11, 2, 5, 1, 5), row(12, 1, 8, 1, 8)];
+        let events = Events { rows: vec![row(11, 1, 20, 1, 20)], states: vec![1] };
+        let r = report(capture(rows, 6), events, &Counters::default(), info(), &mut sym);
+        assert_eq!(r.records.len(), 2, "{:#?}", r.records);
+        let t11 = r.records.iter().find(|x| x.tid == 11).unwrap();
+        assert_eq!((t11.total_ns, t11.count, t11.max_ns), (35, 4, 20));
+        assert_eq!(r.events.len(), 1);
+        assert_eq!((r.events[0].record.max_ns, r.events[0].state), (20, 1));
+        assert_eq!(r.events[0].record.kernel.frames()[0].symbol.as_deref(), Some("schedule"));
+        assert_eq!(r.info.by, By::Thread, "a trace's records are per thread; --by groups them when shown");
+        // One batch for the kernel, one per process, events included.
+        assert_eq!((sym.kernel_calls, sym.user_calls), (1, 1));
+    }
+
+    #[test]
+    fn counters_are_what_the_interval_added() {
+        let mut sym = FakeSymbolizer::default();
+        let before = Counters { recorded: 4, ..Default::default() };
+        let r = report(capture(vec![row(11, 1, 30, 3, 20)], 10), Events::default(), &before, info(), &mut sym);
+        assert_eq!(r.counters.recorded, 6);
+        assert!(r.events.is_empty());
+    }
+}

@@ -1,0 +1,62 @@
+//! One runner per subcommand, each reading top to bottom in the order data flows:
+//! validated options → load → wait → drain → symbolize → merge → report. `trace`
+//! runs a trace and `record` (a trace with a record file), `threads`, `blocked`
+//! and `report` their own; what they share (checks before loading, waiting,
+//! the status line, the files beside stdout, stdout itself) is here.
+
+pub mod blocked;
+mod files;
+pub mod interval;
+pub mod report;
+mod status;
+pub mod threads;
+pub mod trace;
+mod wait;
+
+use std::io::{self, BufWriter, Write};
+
+use anyhow::{Context as _, Result};
+
+use crate::cli::Threads;
+use crate::error::UserError;
+use crate::sys::{caps, procfs};
+
+/// Checks privilege and that every named pid/tid exists, before anything loads.
+pub fn preflight(threads: &Threads) -> Result<(), UserError> {
+    if !caps::this_process_is_privileged() {
+        return Err(UserError::NoPrivilege);
+    }
+    check_targets(threads)
+}
+
+/// Checks that every pid of `-p` is a live process and every tid of `-t` a live thread.
+pub fn check_targets(threads: &Threads) -> Result<(), UserError> {
+    match threads {
+        Threads::Pids(ids) => {
+            for &id in ids {
+                match procfs::tgid_of(id) {
+                    None => return Err(UserError::NoSuchPid(id)),
+                    Some(tgid) if tgid != id => return Err(UserError::NotAProcess { id, tgid }),
+                    Some(_) => {}
+                }
+            }
+        }
+        Threads::Tids(ids) => {
+            if let Some(&id) = ids.iter().find(|&&id| procfs::tgid_of(id).is_none()) {
+                return Err(UserError::NoSuchTid(id));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Writes with a broken pipe (e.g. `| head`) treated as a quiet success.
+pub fn write_quietly(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match f(&mut out).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("failed to write the report"),
+    }
+}

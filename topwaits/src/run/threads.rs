@@ -1,0 +1,83 @@
+//! `topwaits threads`: the per-thread profile, the wake dependencies, and the
+//! rt-app reproducer.
+
+use anyhow::Result;
+
+use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait};
+use super::{preflight, write_quietly};
+use crate::bpf::Tracer;
+use crate::cli::ThreadsConfig;
+use crate::clock::monotonic_now;
+
+/// The end of a threads window: now, or the deadline set ahead if that has passed
+/// (the kernel stopped recording at it).
+pub fn window_end(now: u64, deadline: Option<u64>) -> u64 {
+    deadline.map_or(now, |d| d.min(now))
+}
+
+/// Runs `topwaits threads`: the profile, the dependencies, and the rt-app file.
+pub fn run(config: &ThreadsConfig) -> Result<()> {
+    hold_signals(true);
+    preflight(&config.threads)?;
+    let rt_app_file = crate::outfile::OutputFile::create_opt(config.rt_app.as_deref())?;
+    let mut tracer = Tracer::start_threads(config)?;
+    let start_mono = tracer.attached_mono();
+    // The kernel ends the window at the requested instant, even if this process
+    // cannot run then (SCHED_FIFO threads hogging every CPU once made a 2 s trace
+    // a 2.51 s window).
+    let deadline = config.duration.map(|d| start_mono + d.as_nanos() as u64);
+    if let Some(end) = deadline {
+        tracer.end_threads_at(end)?;
+    }
+    let target = config.threads.describe();
+    match config.duration {
+        Some(d) => crate::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
+        None => crate::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
+    }
+    wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut None, &mut |_| {}, &mut || {})?;
+    second_interrupt_quits();
+    // The window ends when the programs stop recording, not when detaching ends.
+    let end_mono = window_end(monotonic_now(), deadline);
+    tracer.end_threads_at(end_mono)?;
+    tracer.stop(false);
+    let mut capture = tracer.drain_threads(end_mono)?;
+    drop(tracer);
+    capture.threads.retain(|t| t.observed_ns() > 0);
+    let sleeps: std::collections::HashMap<u32, u64> = capture.threads.iter().map(|t| (t.tid, t.sleep_events)).collect();
+    let groups = crate::deps::reduce(&crate::deps::driving(&capture.edges, &sleeps));
+    let duration_s = end_mono.saturating_sub(start_mono) as f64 / 1e9;
+    let mut warnings = Vec::new();
+    if capture.lost_threads > 0 {
+        warnings.push(format!("{} thread events did not fit into the full thread map; narrow the trace with -p/-t", capture.lost_threads));
+    }
+    if capture.lost_deps > 0 {
+        warnings
+            .push(format!("{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t", capture.lost_deps));
+    }
+    for w in &warnings {
+        crate::stderr::say!("topwaits: warning: {w}");
+    }
+    let report = crate::report::threads::ThreadsReport {
+        threads: &capture.threads,
+        edges: &capture.edges,
+        groups: &groups,
+        duration_s,
+        target: &target,
+        warnings: &warnings,
+    };
+    if let (Some(path), Some(file)) = (&config.rt_app, rt_app_file) {
+        let secs = config.rt_app_duration.unwrap_or_else(|| crate::rtapp::replay_seconds(duration_s));
+        let demand = if config.rt_app_wanted { crate::rtapp::Demand::Wanted } else { crate::rtapp::Demand::OnCpu };
+        let replay = crate::rtapp::Replay { duration_s: secs, demand, calibration: config.rt_app_calibration };
+        let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
+        file.write_quiet(|out| out.write_all(doc.render().as_bytes()))?;
+        crate::stderr::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
+    }
+    write_quietly(|out| {
+        if config.json {
+            crate::report::threads::write_json(&report, out)
+        } else {
+            crate::report::threads::write_table(&report, out)
+        }
+    })
+}

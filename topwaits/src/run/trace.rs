@@ -1,0 +1,201 @@
+//! `topwaits` and `topwaits record`: one trace from start to report, or one report
+//! per `--interval`: checks, load, wait, drain, symbolize, merge, print, and the
+//! files beside stdout (`record -o` among them).
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::files::ViewFiles;
+use super::interval;
+use super::status::Status;
+use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait, End};
+use super::{preflight, write_quietly};
+use crate::bpf::{ProcEvents, Tracer};
+use crate::cli::Config;
+use crate::clock::{local_offset_s, monotonic_now, ClockPair};
+use crate::model::{Report, TraceInfo};
+use crate::reduce::By;
+use crate::report;
+use crate::symbolize::BlazeSymbolizer;
+
+/// Loads the kernel stack learners, whose verification takes tens of
+/// milliseconds, while this thread keeps reading the process events: a process
+/// first seen meanwhile gets its maps kept before it can exit.
+fn load_learners(tracer: &mut Tracer, events: &mut Option<ProcEvents>, remember: &mut dyn FnMut(topwaits_common::ProcEvent)) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    let loaded = std::thread::scope(|s| {
+        let loading = s.spawn(|| {
+            let r = tracer.load_learner();
+            done.store(true, Ordering::Release);
+            r
+        });
+        while !done.load(Ordering::Acquire) {
+            if let Some(e) = events.as_mut() {
+                e.drain(&mut *remember);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        loading.join()
+    });
+    match loaded {
+        Ok(Ok(())) => log::debug!("kernel stack learners in place"),
+        // Stacks stay exact, only every one is unwound.
+        Ok(Err(e)) => log::warn!("kernel stacks will not be reused: {}", crate::stderr::error_line(&e)),
+        Err(_) => log::warn!("kernel stacks will not be reused: the loading thread panicked"),
+    }
+}
+
+/// Runs one whole trace, or one report per `--interval`.
+pub fn run(config: &Config) -> Result<()> {
+    hold_signals(true);
+    preflight(&config.threads)?;
+    // Watched from before attaching: a process that exits meanwhile ends the trace.
+    let mut targets = pidfds(&config.threads);
+    let mut files = Some(ViewFiles::create(&config.shown, config.record.as_deref())?);
+    if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
+        crate::stderr::say!(
+            "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
+            std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into())
+        );
+    }
+    let clock = ClockPair::sample();
+    let mut tracer = Tracer::start(config)?;
+    let start_mono = tracer.attached_mono();
+    let target = config.target();
+    let what = match config.view {
+        crate::cli::View::Wakeups => "wakeups",
+        crate::cli::View::OffCpu if config.waker => "off-CPU waits and their wakers",
+        crate::cli::View::OffCpu => "off-CPU waits",
+    };
+    match config.duration {
+        Some(d) => crate::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
+        None => crate::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
+    }
+    let mut symbolizer = BlazeSymbolizer::default();
+    if config.stacks != crate::cli::Stacks::UserOnly {
+        symbolizer.warm_kernel();
+    }
+    let mut events = tracer.take_events()?;
+    load_learners(&mut tracer, &mut events, &mut |e| symbolizer.on_event(e));
+    let mut long = tracer.take_wait_events()?;
+    let status = Status::new(config.duration);
+    let t0 = std::time::Instant::now();
+    let deadline = config.duration.map(|d| t0 + d);
+    let format = report::for_output(config.view, &config.shown.output);
+    let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
+    let mut total = crate::model::Counters::default();
+    let mut snapshots = crate::snapshot::Snapshotter::default();
+    for round in 0usize.. {
+        // Interval ends are on a fixed grid from the start, so the time spent
+        // reporting one interval does not delay the next.
+        let now = std::time::Instant::now();
+        let left = deadline.map(|d| d.saturating_duration_since(now));
+        let next = config.interval.map(|i| (t0 + i * (round as u32 + 1)).saturating_duration_since(now));
+        let slice = match (next, left) {
+            (Some(i), Some(l)) => Some(i.min(l)),
+            (i, l) => i.or(l),
+        };
+        let end = {
+            let tracer = &tracer;
+            wait(slice, &mut targets, &mut events, &mut long, &mut |e| symbolizer.on_event(e), &mut || {
+                if let Ok(c) = tracer.counters() {
+                    status.show(&c);
+                }
+            })?
+        };
+        status.clear();
+        let finished = config.interval.is_none()
+            || matches!(end, End::Signal(_) | End::TargetsExited)
+            || deadline.is_some_and(|d| std::time::Instant::now() >= d);
+        match end {
+            End::Signal(s) => log::info!("{s}: ending the trace early"),
+            End::TargetsExited => crate::stderr::say!("topwaits: {target}: every traced process has exited; ending the trace"),
+            End::Duration => {}
+        }
+        if finished {
+            second_interrupt_quits();
+            // Events were recorded until the programs were detached.
+            tracer.stop(config.open_waits);
+        }
+        let end_mono = monotonic_now();
+        let open_at = config.open_waits.then_some(end_mono);
+        // Long waits sent until the programs were detached, as one-wait records.
+        let (rows, states): (Vec<_>, Vec<u32>) = long
+            .as_mut()
+            .map(|l| {
+                l.pull();
+                std::mem::take(&mut l.got)
+            })
+            .unwrap_or_default()
+            .iter()
+            .map(|e| crate::longwaits::raw(e, config.waker))
+            .unzip();
+        let mut capture = if finished { tracer.drain(open_at, &rows)? } else { tracer.drain_and_clear(open_at)? };
+        if config.open_waits {
+            let span = crate::open::Span { start: start_mono, end: end_mono };
+            crate::open::add_waits_before_trace(config, &mut capture, &mut snapshots, span, std::process::id());
+        }
+        total = capture.counters;
+        let info = TraceInfo {
+            clock,
+            start_mono: interval_start,
+            end_mono,
+            attach: tracer.attach_kind(),
+            target: target.clone(),
+            utc_offset_s: local_offset_s(clock.wall(start_mono)),
+            waker: config.waker,
+            by: By::Thread,
+            state_filter: config.state,
+        };
+        let mut report = interval::report(capture, interval::Events { rows, states }, &before, info, &mut symbolizer);
+        let grouped = crate::reduce::grouped(&report, config.shown.by);
+        write_quietly(|out| {
+            if !config.print {
+                return Ok(());
+            }
+            let shown = grouped.as_ref().unwrap_or(&report);
+            if config.interval.is_some() {
+                interval_frame(out, &config.shown.output, round, shown)?;
+            }
+            format.write(shown, out)
+        })?;
+        if !finished {
+            (interval_start, before) = (end_mono, total);
+            continue;
+        }
+        if let Some(files) = files.take() {
+            if files.need_objects() {
+                report.objects = crate::objects::Objects::default().of_records(&report.records, |t| symbolizer.file_maps(t));
+            }
+            files.write(&report)?;
+        }
+        break;
+    }
+    drop(tracer);
+    // Losses are said once, for the whole trace, with their fixes.
+    for w in total.warnings() {
+        crate::stderr::say!("topwaits: warning: {w}");
+    }
+    Ok(())
+}
+
+/// What separates interval reports: a header with the interval's wall-clock end in
+/// the top view, a blank line between folded blocks, nothing in JSON (one document
+/// per line).
+pub fn interval_frame(out: &mut dyn Write, output: &crate::cli::Output, round: usize, report: &Report) -> io::Result<()> {
+    use crate::cli::Output;
+    match output {
+        Output::Top { .. } => writeln!(
+            out,
+            "{}=== interval ending {} {} ===",
+            if round > 0 { "\n" } else { "" },
+            crate::clock::date(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s),
+            crate::clock::hms_millis(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s)
+        ),
+        Output::Folded { .. } if round > 0 => writeln!(out),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,183 @@
+//! Waiting while the kernel traces: for the duration, a signal, or the end of every
+//! `-p` process, with the process events handed on as they arrive. Signals are held
+//! from before attaching, so that none is lost between attaching and waiting.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+
+use crate::bpf::{ProcEvents, WaitEvents};
+use crate::cli::Threads;
+
+/// Why tracing ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum End {
+    Duration,
+    Signal(&'static str),
+    /// Every process of `-p` has exited.
+    TargetsExited,
+}
+
+/// Process file descriptors of the `-p` processes: each becomes readable when its
+/// process exits. A process already gone gets none.
+pub fn pidfds(threads: &Threads) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    let Threads::Pids(pids) = threads else { return Vec::new() };
+    pids.iter()
+        .filter_map(|&p| {
+            // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p as libc::pid_t, 0) };
+            // SAFETY: a non-negative return is a new fd that nothing else owns.
+            (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+        })
+        .collect()
+}
+
+/// The index of the first pidfd that is readable (its process exited); pending
+/// while none is, or there are none.
+fn first_ready(
+    fds: &[tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>],
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<(std::io::Result<()>, usize)> {
+    for (i, fd) in fds.iter().enumerate() {
+        if let std::task::Poll::Ready(r) = fd.poll_read_ready(cx) {
+            return std::task::Poll::Ready((r.map(drop), i));
+        }
+    }
+    std::task::Poll::Pending
+}
+
+/// Waits for the duration, or SIGINT, SIGTERM or SIGHUP, or (with `targets`, the
+/// pidfds of `-p`) until every target process has exited, handing process events
+/// to `on_event` as they arrive and calling `tick` once a second.
+pub fn wait(
+    duration: Option<Duration>,
+    targets: &mut Vec<std::os::fd::OwnedFd>,
+    events_slot: &mut Option<ProcEvents>,
+    waits_slot: &mut Option<WaitEvents>,
+    on_event: &mut dyn FnMut(topwaits_common::ProcEvent),
+    tick: &mut dyn FnMut(),
+) -> Result<End> {
+    use tokio::io::unix::AsyncFd;
+    use tokio::signal::unix::{signal, SignalKind};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("failed to start the async runtime")?;
+    rt.block_on(async {
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        // Handled from here on: one that came while attaching is delivered now.
+        hold_signals(false);
+        let mut events = match events_slot.take() {
+            // SAFETY: the ring buffer owns its map fd, which stays open and the same
+            // for as long as the AsyncFd holds it.
+            Some(e) => Some(unsafe { AsyncFd::register_with_interest(e, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
+            None => None,
+        };
+        let mut long = match waits_slot.take() {
+            // SAFETY: as for the process events above.
+            Some(w) => Some(unsafe { AsyncFd::register_with_interest(w, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
+            None => None,
+        };
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let sleep = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(sleep);
+        let watch = !targets.is_empty();
+        let mut alive = Vec::new();
+        for fd in targets.drain(..) {
+            // SAFETY: the AsyncFd owns the pidfd, which stays open and the same for
+            // as long as it is registered.
+            alive.push(unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?);
+        }
+        let end = loop {
+            let readable = async {
+                match events.as_mut() {
+                    Some(fd) => fd.readable_mut().await.map(Some),
+                    None => std::future::pending().await,
+                }
+            };
+            // Long-wait events wake no one: read when the kernel says the buffer
+            // is half full, else every 100 ms.
+            let long_pulled = async {
+                match long.as_mut() {
+                    Some(fd) => {
+                        let woken = match tokio::time::timeout(Duration::from_millis(100), fd.readable_mut()).await {
+                            Ok(Ok(mut guard)) => {
+                                guard.get_inner_mut().pull();
+                                guard.clear_ready();
+                                true
+                            }
+                            _ => false,
+                        };
+                        if !woken {
+                            fd.get_mut().pull();
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut sleep => break End::Duration,
+                _ = long_pulled => {}
+                _ = int.recv() => break End::Signal("SIGINT"),
+                _ = term.recv() => break End::Signal("SIGTERM"),
+                _ = hup.recv() => break End::Signal("SIGHUP"),
+                _ = ticker.tick() => tick(),
+                (res, i) = std::future::poll_fn(|cx| first_ready(&alive, cx)) => {
+                    res?;
+                    alive.swap_remove(i);
+                    if watch && alive.is_empty() {
+                        break End::TargetsExited;
+                    }
+                }
+                guard = readable => {
+                    if let Some(mut guard) = guard? {
+                        guard.get_inner_mut().drain(&mut *on_event);
+                        guard.clear_ready();
+                    }
+                }
+            }
+        };
+        // Processes still alive are watched again in the next interval.
+        targets.extend(alive.into_iter().map(AsyncFd::into_inner));
+        // Hand the event stream back for the next interval, with what is pending.
+        if let Some(fd) = events {
+            let mut inner = fd.into_inner();
+            inner.drain(&mut *on_event);
+            *events_slot = Some(inner);
+        }
+        if let Some(fd) = long {
+            let mut inner = fd.into_inner();
+            inner.pull();
+            *waits_slot = Some(inner);
+        }
+        Ok(end)
+    })
+}
+
+/// Holds (blocks) or releases SIGINT, SIGTERM and SIGHUP on this thread. They are
+/// held from before attaching until [`wait`] handles them, so that a Ctrl-C right
+/// after the "Tracing..." line still ends the trace with a report.
+pub fn hold_signals(hold: bool) {
+    // SAFETY: sigset operations on a local set, and a mask change of this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        let how = if hold { libc::SIG_BLOCK } else { libc::SIG_UNBLOCK };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
+/// Lets a second Ctrl-C during the report end the process at once.
+pub fn second_interrupt_quits() {
+    // SAFETY: restoring the default disposition of a signal is always allowed.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+}

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
+use super::Format;
 use crate::blocked::classify::WaitOn;
 use crate::blocked::{Blocked, Report};
 use crate::clock::{date, hms_millis, rfc3339};
@@ -87,8 +88,36 @@ fn access_word(a: &str) -> &'static str {
     }
 }
 
+/// The text view of `topwaits blocked`: every blocked thread, then the chains and
+/// the deadlocks.
+pub struct Text;
+
+/// `topwaits blocked --json`: one document of threads, edges, chains and cycles.
+pub struct Json;
+
+/// `topwaits blocked --dot`: the wait-for graph for Graphviz.
+pub struct Dot;
+
+impl Format<Report> for Text {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        write_text(report, out)
+    }
+}
+
+impl Format<Report> for Json {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        write_json(report, out)
+    }
+}
+
+impl Format<Report> for Dot {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        write_dot(report, out)
+    }
+}
+
 /// The text view: every blocked thread, then the chains and the deadlocks.
-pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     let wall = report.clock.wall(report.taken_mono);
     writeln!(
         out,
@@ -200,7 +229,7 @@ fn thread_json(report: &Report, t: &Blocked) -> Value {
 }
 
 /// One JSON document: threads, edges, chains, cycles, owners outside the list.
-pub fn write_json(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+fn write_json(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     let chains: Vec<Value> = report
         .graph
         .chains
@@ -238,7 +267,7 @@ fn quoted(s: &str) -> String {
 
 /// The wait-for graph: a node per thread in it, an edge per lock from waiter to
 /// owner, deadlock edges in red.
-pub fn write_dot(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+fn write_dot(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "digraph waitfor {{")?;
     writeln!(out, "  rankdir=LR; node [shape=box, fontname=monospace];")?;
     let mut tids: Vec<u32> = report.edges.iter().flat_map(|e| [e.waiter, e.owner]).collect();

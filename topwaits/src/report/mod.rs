@@ -1,5 +1,6 @@
-//! Output formats. Each format is one file implementing [`Format`], writing a
-//! [`Report`] into any `Write`.
+//! Output formats. Each format is one file implementing [`Format`], writing what
+//! it shows (a trace's [`Report`], a `threads` profile, a `blocked` snapshot) into
+//! any `Write`.
 
 pub mod blocked;
 pub mod folded;
@@ -18,9 +19,9 @@ use crate::cli::{Output, View};
 use crate::model::{comm_text, Hop, Record, Report, WakeKind};
 use crate::reduce::By;
 
-/// One output format.
-pub trait Format {
-    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()>;
+/// One output format of `D`: a trace's report unless said otherwise.
+pub trait Format<D: ?Sized = Report> {
+    fn write(&self, data: &D, out: &mut dyn Write) -> io::Result<()>;
 }
 
 /// The format an [`Output`] choice names, for a view.

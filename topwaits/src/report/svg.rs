@@ -11,6 +11,7 @@ use inferno::flamegraph::{
 };
 
 use super::folded::line_frames;
+use super::Format;
 use crate::cli::ValueKind;
 use crate::model::Report;
 
@@ -93,8 +94,10 @@ impl FlameSvg {
         }
         (lines, map)
     }
+}
 
-    pub fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+impl Format for FlameSvg {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let (lines, mut map) = self.lines(report);
         let mut opts = flamegraph::Options::default();
         opts.title = self.title(report);

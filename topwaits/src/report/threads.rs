@@ -5,6 +5,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
+use super::Format;
 use crate::deps::Group;
 use crate::model::comm_text;
 use crate::profile::{Edge, ThreadProfile};
@@ -42,7 +43,25 @@ fn role(r: &ThreadsReport<'_>, tid: u32) -> String {
     String::new()
 }
 
-pub fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
+/// The table view of `topwaits threads`.
+pub struct Table;
+
+/// The JSON document of `topwaits threads --json`.
+pub struct Json;
+
+impl<'a> Format<ThreadsReport<'a>> for Table {
+    fn write(&self, r: &ThreadsReport<'a>, out: &mut dyn Write) -> io::Result<()> {
+        write_table(r, out)
+    }
+}
+
+impl<'a> Format<ThreadsReport<'a>> for Json {
+    fn write(&self, r: &ThreadsReport<'a>, out: &mut dyn Write) -> io::Result<()> {
+        write_json(r, out)
+    }
+}
+
+fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "Threads of {} over {:.2} s, by run time (times in ms):", r.target, r.duration_s)?;
     writeln!(
         out,
@@ -138,7 +157,7 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
     })
 }
 
-pub fn write_json(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
+fn write_json(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
     serde_json::to_writer(&mut *out, &document(r))?;
     writeln!(out)
 }

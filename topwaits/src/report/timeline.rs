@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use super::{by_longest, take};
+use super::{by_longest, take, Format};
 use crate::clock::{hms_millis, WallNs};
 use crate::model::{comm_text, Frame, Record, Report};
 
@@ -122,8 +122,8 @@ pub struct Timeline {
     pub limit: usize,
 }
 
-impl Timeline {
-    pub fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+impl Format for Timeline {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let (bars, names) = layout(report, self.limit);
         let info = &report.info;
         let t0 = info.clock.wall(info.start_mono).min(bars.iter().map(|b| b.start).min().unwrap_or(i128::MAX));

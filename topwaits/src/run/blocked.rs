@@ -5,6 +5,7 @@ use anyhow::Result;
 
 use crate::blocked::collect;
 use crate::cli::BlockedConfig;
+use crate::report::{blocked, Format};
 
 /// Runs `topwaits blocked`: the snapshot, printed as text or JSON, and the graph
 /// written for Graphviz. Every output file is opened before any work.
@@ -20,13 +21,8 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
         crate::stderr::say!("topwaits: warning: {w}");
     }
     if let Some(file) = dot {
-        file.write(|w| crate::report::blocked::write_dot(&report, w))?;
+        file.write(|w| blocked::Dot.write(&report, w))?;
     }
-    super::write_quietly(|out| {
-        if config.json {
-            crate::report::blocked::write_json(&report, out)
-        } else {
-            crate::report::blocked::write_text(&report, out)
-        }
-    })
+    let format: &dyn Format<_> = if config.json { &blocked::Json } else { &blocked::Text };
+    super::write_quietly(|out| format.write(&report, out))
 }

@@ -8,6 +8,7 @@ use super::{preflight, write_quietly};
 use crate::bpf::Tracer;
 use crate::cli::ThreadsConfig;
 use crate::clock::monotonic_now;
+use crate::report::{threads, Format};
 
 /// The end of a threads window: now, or the deadline set ahead if that has passed
 /// (the kernel stopped recording at it).
@@ -73,11 +74,6 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         file.write_quiet(|out| out.write_all(doc.render().as_bytes()))?;
         crate::stderr::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
     }
-    write_quietly(|out| {
-        if config.json {
-            crate::report::threads::write_json(&report, out)
-        } else {
-            crate::report::threads::write_table(&report, out)
-        }
-    })
+    let format: &dyn Format<_> = if config.json { &threads::Json } else { &threads::Table };
+    write_quietly(|out| format.write(&report, out))
 }

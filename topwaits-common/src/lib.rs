@@ -72,6 +72,56 @@ pub mod thread_kind {
     pub const KERNEL: u32 = 2;
 }
 
+/// Byte offsets of the `task_struct` fields the programs read, from the kernel's
+/// BTF; `u32::MAX` where a field is unknown (the programs then do without it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskOffsets {
+    pub pid: u32,
+    pub tgid: u32,
+    pub flags: u32,
+    /// `__state` since 5.14, `state` before.
+    pub state: u32,
+    pub comm: u32,
+    /// Scheduling parameters, for `topwaits threads`.
+    pub prio: u32,
+    pub static_prio: u32,
+    pub policy: u32,
+    pub rt_priority: u32,
+    /// `se.sum_exec_runtime`: the CPU time the scheduler charged the task, which
+    /// leaves out time the hypervisor stole from the vCPU.
+    pub sum_exec: u32,
+    /// `se.prev_sum_exec_runtime`: `sum_exec_runtime` as it was when the fair class
+    /// last put the task on a CPU, so the difference is how long it has run since.
+    /// Ends a wait whose switch-in the hook did not see.
+    pub prev_sum_exec: u32,
+    /// `sched_info.pcount` (times the task got a CPU); absent without
+    /// `CONFIG_SCHED_INFO`.
+    pub pcount: u32,
+    /// `stack`, the base of the task's kernel stack: a waker's kernel stack is
+    /// reused only when the hook runs on it (not on an interrupt stack).
+    pub stack: u32,
+}
+
+impl TaskOffsets {
+    /// No field known.
+    pub const UNKNOWN: TaskOffsets = TaskOffsets {
+        pid: u32::MAX,
+        tgid: u32::MAX,
+        flags: u32::MAX,
+        state: u32::MAX,
+        comm: u32::MAX,
+        prio: u32::MAX,
+        static_prio: u32::MAX,
+        policy: u32::MAX,
+        rt_priority: u32::MAX,
+        sum_exec: u32::MAX,
+        prev_sum_exec: u32::MAX,
+        pcount: u32::MAX,
+        stack: u32::MAX,
+    };
+}
+
 /// Everything user space tells the programs, as one read-only global named
 /// [`names::SETTINGS`]. Checked against the other options before loading.
 #[repr(C)]
@@ -91,54 +141,25 @@ pub struct Settings {
     pub state_filter: u32,
     /// State mask; 0 means "preempted while runnable".
     pub state_mask: u32,
-    /// Byte offset of `task_struct.flags` (from BTF), or `u32::MAX` when unknown.
-    pub off_flags: u32,
-    /// Byte offset of `task_struct.pid`, used only by the kprobe path.
-    pub off_pid: u32,
-    /// Byte offset of `task_struct.tgid`, used only by the kprobe path.
-    pub off_tgid: u32,
-    /// Byte offset of `task_struct.__state`, used only by the kprobe path.
-    pub off_state: u32,
-    /// Byte offset of `task_struct.comm`, used only by the kprobe path.
-    pub off_comm: u32,
     /// Non-zero: capture wakers at sched_waking and aggregate into `WAKE_WAITS`.
     pub waker: u32,
     /// Number of waker hops to keep, 1..=[`MAX_CHAIN`].
     pub chain: u32,
     /// Non-zero: per-thread scheduling profile (`topwaits threads`) instead of stacks.
     pub threads: u32,
-    /// Byte offsets of `task_struct.prio`, `static_prio`, `policy`, `rt_priority`.
-    pub off_prio: u32,
-    pub off_static_prio: u32,
-    pub off_policy: u32,
-    pub off_rt_priority: u32,
     /// Byte offset of `op` in the `sys_enter_futex` tracepoint record.
     pub off_futex_op: u32,
-    /// Non-zero: tell user space (ring buffer `EVENTS`) when a task is first seen or
-    /// execs, so it can keep a process's memory maps for after it exits.
+    /// Non-zero: tell user space (ring buffer `EVENTS`) when a task is first seen,
+    /// forks or execs, so it can keep a process's memory maps for after it exits.
     pub events: u32,
-    /// Byte offset of `task_struct.se.sum_exec_runtime`: the CPU time the scheduler
-    /// charged the task, which leaves out time the hypervisor stole from the vCPU.
-    pub off_sum_exec: u32,
     /// topwaits' own process id: its threads are never recorded.
     pub self_tgid: u32,
     /// With `--leaf-callers`: how many words at the user stack pointer to append
     /// to each user stack as [`LEAF_WORD`] candidates (0: none).
     pub leaf_words: u32,
-    /// Byte offset of `task_struct.stack`, the base of the task's kernel stack:
-    /// a waker's kernel stack is reused only when the hook runs on it (not on an
-    /// interrupt stack). `u32::MAX` when unknown.
-    pub off_stack: u32,
     /// With `--events-over`: waits of at least this many microseconds are also sent
     /// one by one through [`names::WAIT_EVENTS`] (0: none).
     pub events_over_us: u32,
-    /// Byte offset of `task_struct.se.prev_sum_exec_runtime`: `sum_exec_runtime` as
-    /// it was when the fair class last put the task on a CPU, so the difference is
-    /// how long it has run since. Ends a wait whose switch-in the hook did not see.
-    pub off_prev_sum_exec: u32,
-    /// Byte offset of `task_struct.sched_info.pcount` (times the task got a CPU), or
-    /// `u32::MAX` without `CONFIG_SCHED_INFO`.
-    pub off_pcount: u32,
     /// Non-zero when the kernel has BTF: the per-task stack-reuse entries are task
     /// storage, reached through a helper the verifier types with the kernel's BTF.
     /// Without it the programs never reach that code (the verifier drops it, as
@@ -150,6 +171,8 @@ pub struct Settings {
     /// after detaching. Off when the aggregate is drained while tracing
     /// (`--interval`), and with `--waker`.
     pub hold_rows: u32,
+    /// Where the `task_struct` fields the programs read lie.
+    pub task: TaskOffsets,
 }
 
 impl Settings {
@@ -163,29 +186,17 @@ impl Settings {
             stacks: CAPTURE_KERNEL | CAPTURE_USER,
             state_filter: 0,
             state_mask: 0,
-            off_flags: u32::MAX,
-            off_pid: u32::MAX,
-            off_tgid: u32::MAX,
-            off_state: u32::MAX,
-            off_comm: u32::MAX,
             waker: 0,
             chain: 1,
             threads: 0,
-            off_prio: u32::MAX,
-            off_static_prio: u32::MAX,
-            off_policy: u32::MAX,
-            off_rt_priority: u32::MAX,
             off_futex_op: 24,
             events: 0,
-            off_sum_exec: u32::MAX,
             self_tgid: 0,
             leaf_words: 0,
-            off_stack: u32::MAX,
             events_over_us: 0,
-            off_prev_sum_exec: u32::MAX,
-            off_pcount: u32::MAX,
             task_storage: 0,
             hold_rows: 0,
+            task: TaskOffsets::UNKNOWN,
         }
     }
 }
@@ -679,7 +690,8 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 28);
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 15 + size_of::<TaskOffsets>());
+        assert_eq!(size_of::<TaskOffsets>(), 4 * 13);
         assert_eq!(size_of::<ProcEvent>(), 12);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);

@@ -9,7 +9,7 @@ use topwaits_common::{counter, wake_kind, Hop, WaitEvent, WaitKey};
 use crate::maps::{count, CHAINS};
 
 /// Sized by user space at load (`--events-buffer`); this is the default.
-#[map(name = "WAIT_EVENTS")]
+#[map]
 pub static WAIT_EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 
 const BPF_RB_NO_WAKEUP: u64 = 1;

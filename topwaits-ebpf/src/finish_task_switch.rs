@@ -21,9 +21,9 @@ pub fn finish_task_switch_kprobe(ctx: ProbeContext) -> u32 {
         let s = SETTINGS.load();
         let out = Outgoing {
             task: prev,
-            tgid: task_u32(prev, s.off_tgid).unwrap_or(0),
-            tid: task_u32(prev, s.off_pid).unwrap_or(0),
-            state: task_u32(prev, s.off_state).unwrap_or(0),
+            tgid: task_u32(prev, s.task.tgid).unwrap_or(0),
+            tid: task_u32(prev, s.task.pid).unwrap_or(0),
+            state: task_u32(prev, s.task.state).unwrap_or(0),
             current: false,
         };
         switch_out(&ctx, &out, &mut clock, false);

@@ -138,11 +138,11 @@ pub fn hand_to_learner<C: EbpfContext>(ctx: &C, learners: &ProgramArray) {
     }
 }
 
-#[map(name = "SCRATCH_SCAN")]
+#[map]
 static SCRATCH_SCAN: PerCpuArray<Scan> = PerCpuArray::with_max_entries(1, 0);
 
 /// A copy of the kernel stack above the anchor, per CPU.
-#[map(name = "SCRATCH_REGION")]
+#[map]
 static SCRATCH_REGION: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Where each task's kernel stacks lay (see `StackCache`), in the task's own
@@ -153,7 +153,7 @@ static SCRATCH_REGION: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_
 /// every switch evicts, unwinds and learns again (10,000 sleeping threads cost 4x
 /// the per-switch time of 10). Task storage rather than a hash map keyed by task:
 /// no hashing, no bucket to miss in cache, and no limit on tasks.
-#[btf_map(name = "KCACHE")]
+#[btf_map]
 pub(crate) static KCACHE: TaskStorage<[StackCache; CACHED_PER_TASK]> = TaskStorage::new();
 
 /// Frees the running task's entry at its last switch.

@@ -75,7 +75,7 @@ pub fn of_current<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> u64 {
         return ENOMEM;
     };
     let base = kcache::anchor(st, ctx);
-    if hook == Hook::Waking && !kcache::on_task_stack(task, base, SETTINGS.load().off_stack) {
+    if hook == Hook::Waking && !kcache::on_task_stack(task, base, SETTINGS.load().task.stack) {
         return unwound(ctx);
     }
     let hit = kcache::find(st, base, task, hook);

@@ -20,11 +20,11 @@ use crate::stackref;
 pub const CANDIDATES: usize = 4;
 
 /// Layouts by id (a hash of their stack and slot count); never updated or deleted.
-#[map(name = "LAYOUTS")]
+#[map]
 static LAYOUTS: HashMap<u64, StackCache> = HashMap::with_max_entries(limits::LAYOUTS, GROWS);
 
 /// The ids of the layouts last learned at each call site, newest first (0: none).
-#[map(name = "SITES")]
+#[map]
 static SITES: HashMap<CacheKey, [u64; CANDIDATES]> = HashMap::with_max_entries(limits::LAYOUT_SITES, GROWS);
 
 /// The candidate layouts of `site`, if any task learned one there.

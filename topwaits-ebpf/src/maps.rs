@@ -21,29 +21,29 @@ pub const GROWS: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
 
 /// User stacks of waits and wakers by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated, like `KSTACKS`.
-#[map(name = "USTACKS")]
+#[map]
 pub static USTACKS: HashMap<u64, KernelStack> = HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
 
 /// Kernel stacks of waits by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated: an entry is
 /// 1 KiB and only the first sight of a stack inserts one.
-#[map(name = "KSTACKS")]
+#[map]
 pub static KSTACKS: HashMap<u64, KernelStack> = HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
 
 /// Per-task switch-out state, keyed by `task_struct` address. An entry is marked
 /// consumed at switch-in rather than deleted, and freed at the task's last switch.
-#[map(name = "STARTS")]
+#[map]
 pub static STARTS: HashMap<u64, SwitchOut> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
 
 /// One byte per hash of a `task_struct` address, set before a task first gets a
 /// `STARTS` entry and never cleared. A switch-in whose byte is 0 has no wait to end,
 /// and skips the hash lookup: under `-p`, that is nearly every switch on the machine.
 /// Bytes, not bits: two CPUs setting neighbours never race (a byte store is whole).
-#[map(name = "STARTED")]
+#[map]
 pub static STARTED: Array<u64> = Array::with_max_entries(limits::STARTED_WORDS, 0);
 
 /// Per-CPU: a task address passed through memory.
-#[map(name = "SCRATCH_ADDR")]
+#[map]
 static SCRATCH_ADDR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// A tp_btf task argument as a plain number. The verifier types it as a pointer,
@@ -87,25 +87,25 @@ pub fn maybe_started(task: u64) -> bool {
 }
 
 /// The in-kernel aggregate, sized by `--max-entries` at load time.
-#[map(name = "WAITS")]
+#[map]
 pub static WAITS: HashMap<WaitKey, WaitVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// Slot 0: the learner program of the attach path in use (`learn_stack`), set by
 /// user space once it has loaded it, after attaching.
-#[map(name = "LEARNERS")]
+#[map]
 pub static LEARNERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 /// Slot 0: the learner of wakers' stacks (`learn_waker_stack`), for the
 /// `sched_waking` hook. A separate array: a tracing program may tail-call only
 /// programs attached to a function of the same prototype.
-#[map(name = "WAKE_LEARNERS")]
+#[map]
 pub static WAKE_LEARNERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 /// The pids or tids of `-p`/`-t`, as a bitmap: bit `id % 64` of word `id / 64`,
 /// sized by user space to the largest id. The verifier inlines an array lookup, so
 /// the test costs a few instructions where a hash lookup cost a hash and a
 /// bucket walk: every switch on the machine pays it.
-#[map(name = "PIDS")]
+#[map]
 pub static PIDS: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Slot 0: when the trace ends (CLOCK_MONOTONIC ns; 0 while open-ended). From then
@@ -113,7 +113,7 @@ pub static PIDS: Array<u64> = Array::with_max_entries(1, 0);
 /// closes at one known instant: the end of the requested duration, even when
 /// topwaits itself cannot run then (SCHED_FIFO hogs), and however long detaching
 /// takes (hundreds of ms on a busy VM).
-#[map(name = "CONTROL")]
+#[map]
 pub static CONTROL: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Whether the trace has ended by `now` (see [`CONTROL`]).
@@ -125,32 +125,32 @@ pub fn ended(now: u64) -> bool {
 /// Each task's last wakeup, keyed by `task_struct` address (sized to 1 unless
 /// `--chain` is above 1). Preallocated: a burst of first wakeups (800 new
 /// tasks at once) outran the allocator of a growing map and lost 2% of the wakers.
-#[map(name = "LAST_WAKE")]
+#[map]
 pub static LAST_WAKE: HashMap<u64, Chain> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
 
 /// Waker chains, each kept once under its reference (see `Hops`); sized like the
 /// aggregate with `--waker`, to 1 otherwise.
-#[map(name = "CHAINS")]
+#[map]
 pub static CHAINS: HashMap<u64, Hops> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// The aggregate with `--waker` (sized to 1 otherwise).
-#[map(name = "WAKE_WAITS")]
+#[map]
 pub static WAKE_WAITS: HashMap<WakeKey, WakeVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// Per-thread profiles of `topwaits threads`, keyed by tid (sized to 1 otherwise).
-#[map(name = "THREADS")]
+#[map]
 pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
 
 /// Wake dependencies between traced threads (sized to 1 unless `threads`).
-#[map(name = "DEPS")]
+#[map]
 pub static DEPS: HashMap<DepKey, u64> = HashMap::with_max_entries(limits::DEPS_ENTRIES, GROWS);
 
 /// Threads currently inside a futex wake operation, keyed by tid.
-#[map(name = "FUTEX_WAKING")]
+#[map]
 pub static FUTEX_WAKING: HashMap<u32, u32> = HashMap::with_max_entries(limits::START_ENTRIES, 0);
 
 /// Process events for user space (first sight of a task, exec).
-#[map(name = "EVENTS")]
+#[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 
 /// Tells user space about a process, if the settings ask for it.
@@ -168,19 +168,19 @@ pub fn send_proc_event(ev: &ProcEvent) {
 }
 
 /// Per-CPU scratch space for values too large for the 512-byte BPF stack.
-#[map(name = "SCRATCH_HOPS")]
+#[map]
 pub static SCRATCH_HOPS: PerCpuArray<Hops> = PerCpuArray::with_max_entries(1, 0);
-#[map(name = "SCRATCH_STACK")]
+#[map]
 pub static SCRATCH_STACK: PerCpuArray<KernelStack> = PerCpuArray::with_max_entries(1, 0);
 /// User stacks are taken here: the kernel stack's scratch may still be needed by
 /// the learner program after the user stack is taken.
-#[map(name = "SCRATCH_USTACK")]
+#[map]
 pub static SCRATCH_USTACK: PerCpuArray<KernelStack> = PerCpuArray::with_max_entries(1, 0);
-#[map(name = "SCRATCH_KEY")]
+#[map]
 pub static SCRATCH_KEY: PerCpuArray<WakeKey> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU event and loss counters, indexed by `topwaits_common::counter`.
-#[map(name = "COUNTERS")]
+#[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
 /// Adds `n` to one per-CPU counter.

@@ -20,7 +20,7 @@ fn on_fork(child: u64) {
     if s.events == 0 {
         return;
     }
-    let (Some(pid), Some(tgid)) = (task_u32(child, s.off_pid), task_u32(child, s.off_tgid)) else {
+    let (Some(pid), Some(tgid)) = (task_u32(child, s.task.pid), task_u32(child, s.task.tgid)) else {
         return;
     };
     if pid != tgid || !thread_wanted(tgid, pid) {

@@ -22,7 +22,7 @@ fn wanted(out: &Outgoing) -> bool {
         return false;
     }
     if s.thread_kind != thread_kind::ALL {
-        let Some(flags) = task_u32(out.task, s.off_flags) else {
+        let Some(flags) = task_u32(out.task, s.task.flags) else {
             return false;
         };
         let kthread = flags & PF_KTHREAD != 0;
@@ -75,7 +75,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
     // Before the stacks are taken: the wait begins at the switch.
     let now = clock.now();
     let (kstack, ustack) = if in_own_context { capture_stacks(ctx, Some((out.task, Hook::Switch))) } else { (STACK_NONE, STACK_NONE) };
-    let arrivals = task_u32(out.task, SETTINGS.load().off_pcount).unwrap_or(0);
+    let arrivals = task_u32(out.task, SETTINGS.load().task.pcount).unwrap_or(0);
     let comm = out.comm();
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
         // SAFETY: a pointer from a map lookup; only this task's switches touch it.

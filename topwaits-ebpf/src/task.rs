@@ -40,7 +40,7 @@ impl Outgoing {
 #[inline(always)]
 pub fn comm_of(task: u64) -> [u8; TASK_COMM_LEN] {
     let mut comm = [0u8; TASK_COMM_LEN];
-    let off = SETTINGS.load().off_comm;
+    let off = SETTINGS.load().task.comm;
     if off != u32::MAX {
         // SAFETY: bpf_probe_read_kernel_buf checks the address.
         let _ = unsafe { bpf_probe_read_kernel_buf((task + off as u64) as *const u8, &mut comm) };
@@ -75,10 +75,10 @@ pub fn capture_stacks<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> (u64,
 pub fn switched_in_at(task: u64, now: u64) -> Option<u64> {
     let s = SETTINGS.load();
     // SCHED_NORMAL, SCHED_BATCH and SCHED_IDLE are the fair class's policies.
-    let policy = task_u32(task, s.off_policy)?;
+    let policy = task_u32(task, s.task.policy)?;
     if !matches!(policy, 0 | 3 | 5) {
         return None;
     }
-    let ran = task_u64(task, s.off_sum_exec)?.checked_sub(task_u64(task, s.off_prev_sum_exec)?)?;
+    let ran = task_u64(task, s.task.sum_exec)?.checked_sub(task_u64(task, s.task.prev_sum_exec)?)?;
     now.checked_sub(ran)
 }

@@ -18,7 +18,7 @@ const TASK_NOLOAD: u32 = 0x400;
 #[inline(always)]
 fn traced_ids(task: u64) -> Option<(u32, u32)> {
     let s = SETTINGS.load();
-    let (tgid, tid) = (task_u32(task, s.off_tgid)?, task_u32(task, s.off_pid)?);
+    let (tgid, tid) = (task_u32(task, s.task.tgid)?, task_u32(task, s.task.pid)?);
     (tid != 0 && thread_wanted(tgid, tid)).then_some((tgid, tid))
 }
 
@@ -52,16 +52,16 @@ fn close(t: &mut ThreadStats, now: u64) {
 #[inline(always)]
 fn sched_params(t: &mut ThreadStats, task: u64) {
     let s = SETTINGS.load();
-    if let Some(v) = task_u32(task, s.off_prio) {
+    if let Some(v) = task_u32(task, s.task.prio) {
         t.prio = v as i32;
     }
-    if let Some(v) = task_u32(task, s.off_static_prio) {
+    if let Some(v) = task_u32(task, s.task.static_prio) {
         t.static_prio = v as i32;
     }
-    if let Some(v) = task_u32(task, s.off_policy) {
+    if let Some(v) = task_u32(task, s.task.policy) {
         t.policy = v;
     }
-    if let Some(v) = task_u32(task, s.off_rt_priority) {
+    if let Some(v) = task_u32(task, s.task.rt_priority) {
         t.rt_priority = v;
     }
 }
@@ -85,11 +85,11 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
                     close(t, at);
                     t.state = thread_state::RUNNING;
                     t.run_events += 1;
-                    t.exec_mark = task_u64(out.task, SETTINGS.load().off_prev_sum_exec).unwrap_or(0);
+                    t.exec_mark = task_u64(out.task, SETTINGS.load().task.prev_sum_exec).unwrap_or(0);
                 }
             }
             if t.state == thread_state::RUNNING && t.exec_mark != 0 {
-                if let Some(exec) = task_u64(out.task, SETTINGS.load().off_sum_exec) {
+                if let Some(exec) = task_u64(out.task, SETTINGS.load().task.sum_exec) {
                     t.cpu_ns += exec.saturating_sub(t.exec_mark);
                 }
             }
@@ -117,7 +117,7 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
         close(t, now);
         t.state = thread_state::RUNNING;
         t.run_events += 1;
-        t.exec_mark = task_u64(next, SETTINGS.load().off_sum_exec).unwrap_or(0);
+        t.exec_mark = task_u64(next, SETTINGS.load().task.sum_exec).unwrap_or(0);
     }
 }
 

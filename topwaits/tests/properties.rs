@@ -4,6 +4,7 @@
 use clap::Parser;
 use proptest::prelude::*;
 use topwaits::cli::{Args, BlockedConfig, Command, Config, ThreadsConfig};
+use topwaits::sys::btf::FromBtf as _;
 use topwaits::sys::{btf, caps, kallsyms, procfs, thread, tracefs};
 use topwaits::unwind::{Arch, Memory, Region, Walker};
 

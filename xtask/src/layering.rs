@@ -1,6 +1,8 @@
-//! A check that the eBPF crate's shared modules import one way (hooks above the
-//! accounting, the accounting above the task helpers and maps), so that no import
-//! cycle comes back. Run as a unit test.
+//! Checks of the eBPF crate's sources, run as unit tests: its shared modules import
+//! one way (hooks above the accounting, the accounting above the task helpers and
+//! maps), so that no import cycle comes back; and every name user space looks up
+//! (`topwaits_common::names`) is a map, global or program of the crate, named by
+//! its identifier and never by a second literal.
 
 #[cfg(test)]
 mod tests {
@@ -35,5 +37,38 @@ mod tests {
             checked += 1;
         }
         assert_eq!(checked, ORDER.len());
+    }
+
+    /// `names`' constants: (constant, value).
+    fn names() -> Vec<(String, String)> {
+        let common = std::fs::read_to_string(crate::root().join("topwaits-common/src/lib.rs")).unwrap();
+        let block = &common[common.find("pub mod names {").unwrap()..];
+        let block = &block[..block.find("\n}").unwrap()];
+        block
+            .lines()
+            .filter_map(|l| {
+                let rest = l.trim().strip_prefix("pub const ")?;
+                let (name, value) = rest.split_once(": &str = \"")?;
+                Some((name.to_string(), value.trim_end_matches("\";").to_string()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_name_user_space_uses_is_an_identifier_of_the_ebpf_crate() {
+        let dir = crate::root().join("topwaits-ebpf/src");
+        let text: String =
+            std::fs::read_dir(&dir).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect::<Vec<_>>().join("\n");
+        assert!(!text.contains("map(name"), "a map named by a literal: name it by its identifier (#[map]), as names:: spells it");
+        let list = names();
+        assert!(list.len() > 30, "names read: {list:?}");
+        for (constant, value) in list {
+            let found = if constant.starts_with("PROG_") {
+                text.contains(&format!("fn {value}("))
+            } else {
+                text.contains(&format!("static {value}:"))
+            };
+            assert!(found, "names::{constant} is {value:?}, which the eBPF crate does not define");
+        }
     }
 }

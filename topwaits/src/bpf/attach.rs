@@ -16,13 +16,6 @@ use crate::sys::{kallsyms, tracefs::Tracefs};
 /// Where the kernel exposes the kprobe PMU; absent when CONFIG_KPROBES is unset.
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
 
-pub(super) fn attach_one_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<()> {
-    let p: &mut BtfTracePoint = program(ebpf, prog)?.try_into()?;
-    loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))?;
-    p.attach().with_context(|| format!("failed to attach tp_btf/{tp}"))?;
-    Ok(())
-}
-
 pub(super) fn attach_one_raw_tp(ebpf: &mut Ebpf, prog: &str, tp: &str) -> Result<()> {
     let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
     loaded(p.load(), || format!("the raw_tp {tp} program"))?;
@@ -30,31 +23,52 @@ pub(super) fn attach_one_raw_tp(ebpf: &mut Ebpf, prog: &str, tp: &str) -> Result
     Ok(())
 }
 
-/// `topwaits threads` follows wakeups and needs no process events.
-pub(super) const THREADS_HOOKS: Hooks = Hooks { waking: true, exec: false };
-
-/// Which hooks besides sched_switch a mode needs.
-#[derive(Clone, Copy)]
-pub(super) struct Hooks {
-    pub waking: bool,
-    pub exec: bool,
+/// One tracepoint hook: its tracepoint, and its program on each attach path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Hook {
+    pub tracepoint: &'static str,
+    pub btf: &'static str,
+    pub raw: &'static str,
 }
 
-impl Hooks {
-    /// The hooks' (program, tracepoint) pairs in the order they attach: sched_switch
-    /// last, so that every event it sees had the others in place. Process events
-    /// are two hooks: exec and fork.
-    fn list(self, waking: &'static str, exec: [&'static str; 2], switch: &'static str) -> Vec<(&'static str, &'static str)> {
-        let mut list = Vec::with_capacity(4);
-        if self.waking {
-            list.push((waking, "sched_waking"));
+pub(super) const SWITCH: Hook = Hook { tracepoint: "sched_switch", btf: names::PROG_SWITCH_BTF, raw: names::PROG_SWITCH_RAW };
+pub(super) const WAKING: Hook = Hook { tracepoint: "sched_waking", btf: names::PROG_WAKING_BTF, raw: names::PROG_WAKING_RAW };
+pub(super) const EXEC: Hook = Hook { tracepoint: "sched_process_exec", btf: names::PROG_EXEC_BTF, raw: names::PROG_EXEC_RAW };
+pub(super) const FORK: Hook = Hook { tracepoint: "sched_process_fork", btf: names::PROG_FORK_BTF, raw: names::PROG_FORK_RAW };
+pub(super) const WAKEUP_NEW: Hook = Hook { tracepoint: "sched_wakeup_new", btf: names::PROG_NEW_BTF, raw: names::PROG_NEW_RAW };
+
+/// The hooks a mode attaches, in order: sched_switch last, so that every event it
+/// sees had the others in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Plan(Vec<Hook>);
+
+impl Plan {
+    /// A trace: wakers with `waker`, process events (exec and fork) with `events`.
+    pub fn trace(waker: bool, events: bool) -> Plan {
+        let mut hooks = Vec::with_capacity(4);
+        if waker {
+            hooks.push(WAKING);
         }
-        if self.exec {
-            list.push((exec[0], "sched_process_exec"));
-            list.push((exec[1], "sched_process_fork"));
+        if events {
+            hooks.extend([EXEC, FORK]);
         }
-        list.push((switch, "sched_switch"));
-        list
+        hooks.push(SWITCH);
+        Plan(hooks)
+    }
+
+    /// `topwaits threads`: new threads, wakeups and switches; no process events.
+    pub fn threads() -> Plan {
+        Plan(vec![WAKEUP_NEW, WAKING, SWITCH])
+    }
+
+    /// (program, tracepoint) pairs on tp_btf (`btf`) or raw_tp.
+    fn pairs(&self, btf: bool) -> Vec<(&'static str, &'static str)> {
+        self.0.iter().map(|h| (if btf { h.btf } else { h.raw }, h.tracepoint)).collect()
+    }
+
+    /// The hooks besides sched_switch, which the kprobe path attaches by raw_tp.
+    fn besides_switch(&self) -> impl Iterator<Item = &Hook> {
+        self.0.iter().filter(|h| **h != SWITCH)
     }
 }
 
@@ -95,8 +109,8 @@ pub(super) fn load_in_parallel(
     })
 }
 
-pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, hooks: Hooks) -> Result<()> {
-    let hooks = hooks.list(names::PROG_WAKING_BTF, [names::PROG_EXEC_BTF, names::PROG_FORK_BTF], names::PROG_SWITCH_BTF);
+pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan) -> Result<()> {
+    let hooks = plan.pairs(true);
     load_in_parallel(ebpf, &hooks, |p, tp| {
         let p: &mut BtfTracePoint = p.try_into()?;
         loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))
@@ -108,8 +122,8 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, hooks: Hooks) -> Result<
     Ok(())
 }
 
-pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
-    let hooks = hooks.list(names::PROG_WAKING_RAW, [names::PROG_EXEC_RAW, names::PROG_FORK_RAW], names::PROG_SWITCH_RAW);
+pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, plan: &Plan) -> Result<()> {
+    let hooks = plan.pairs(false);
     load_in_parallel(ebpf, &hooks, |p, tp| {
         let p: &mut RawTracePoint = p.try_into()?;
         loaded(p.load(), || format!("the raw_tp {tp} program"))
@@ -121,7 +135,7 @@ pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn attach_kprobe(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
+pub(super) fn attach_kprobe(ebpf: &mut Ebpf, plan: &Plan) -> Result<()> {
     let prog: &mut KProbe = program(ebpf, names::PROG_FINISH_KPROBE)?.try_into()?;
     // Load first: the program must pass the verifier even where kprobes cannot attach.
     loaded(prog.load(), || "the finish_task_switch kprobe program".to_string())?;
@@ -133,12 +147,8 @@ pub(super) fn attach_kprobe(ebpf: &mut Ebpf, hooks: Hooks) -> Result<()> {
     }
     prog.attach(&symbol, 0).with_context(|| format!("failed to attach a kprobe to {symbol}"))?;
     // Wakers, execs and forks come from tracepoints on every path.
-    if hooks.waking {
-        attach_one_raw_tp(ebpf, names::PROG_WAKING_RAW, "sched_waking")?;
-    }
-    if hooks.exec {
-        attach_one_raw_tp(ebpf, names::PROG_EXEC_RAW, "sched_process_exec")?;
-        attach_one_raw_tp(ebpf, names::PROG_FORK_RAW, "sched_process_fork")?;
+    for hook in plan.besides_switch() {
+        attach_one_raw_tp(ebpf, hook.raw, hook.tracepoint)?;
     }
     Ok(())
 }
@@ -184,4 +194,25 @@ pub(super) fn loaded(r: Result<(), ProgramError>, what: impl FnOnce() -> String)
 
 pub(super) fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
     ebpf.program_mut(name).ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_mode_attaches_its_hooks_with_sched_switch_last() {
+        assert_eq!(Plan::trace(false, false).0, [SWITCH]);
+        assert_eq!(Plan::trace(true, true).0, [WAKING, EXEC, FORK, SWITCH]);
+        assert_eq!(Plan::threads().0, [WAKEUP_NEW, WAKING, SWITCH]);
+        assert_eq!(
+            Plan::trace(false, true).pairs(true),
+            [
+                (names::PROG_EXEC_BTF, "sched_process_exec"),
+                (names::PROG_FORK_BTF, "sched_process_fork"),
+                (names::PROG_SWITCH_BTF, "sched_switch")
+            ]
+        );
+        assert_eq!(Plan::trace(true, false).besides_switch().collect::<Vec<_>>(), [&WAKING]);
+    }
 }

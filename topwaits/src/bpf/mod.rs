@@ -23,11 +23,9 @@ use topwaits_common::{counter, limits, names, Settings, SwitchOut};
 use crate::cli::{AttachMode, Config, ThreadsConfig};
 use crate::error::UserError;
 use crate::model::{AttachKind, Counters};
-use crate::sys::{btf, tracefs::Tracefs};
-use attach::{
-    attach_futex, attach_kprobe, attach_one_raw_tp, attach_one_tp_btf, attach_raw_tp, attach_tp_btf, load_in_parallel, program, Hooks,
-    THREADS_HOOKS,
-};
+use crate::sys::btf::{self, FromBtf as _};
+use crate::sys::tracefs::Tracefs;
+use attach::{attach_futex, attach_kprobe, attach_raw_tp, attach_tp_btf, load_in_parallel, program, Plan};
 
 /// The eBPF object, built by build.rs and embedded so the binary is self-contained.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/topwaits"));
@@ -75,19 +73,7 @@ fn self_unload(ebpf: &mut Ebpf) {
 }
 
 fn offsets_into(settings: &mut Settings, off: &btf::TaskOffsets) {
-    settings.off_flags = off.flags;
-    settings.off_pid = off.pid;
-    settings.off_tgid = off.tgid;
-    settings.off_state = off.state;
-    settings.off_comm = off.comm;
-    settings.off_prio = off.prio;
-    settings.off_static_prio = off.static_prio;
-    settings.off_policy = off.policy;
-    settings.off_rt_priority = off.rt_priority;
-    settings.off_sum_exec = off.sum_exec;
-    settings.off_prev_sum_exec = off.prev_sum_exec;
-    settings.off_pcount = off.pcount;
-    settings.off_stack = off.stack;
+    settings.task = *off;
     settings.task_storage = 1;
 }
 
@@ -259,30 +245,30 @@ impl Tracer {
             sizes.waits = config.max_entries;
         }
         let mut ebpf = load(loader, &settings, &sizes, config.filter_ids())?;
-        let hooks = Hooks { waking: config.waker, exec: settings.events != 0 };
+        let plan = Plan::trace(config.waker, settings.events != 0);
         let mut attached_mono = crate::clock::monotonic_now();
         let mut kept_btf = None;
         let attach = match config.attach {
             AttachMode::TpBtf => {
                 need_btf("--attach tp_btf")?;
                 let btf = kernel_btf()?;
-                attach_tp_btf(&mut ebpf, &btf, hooks)?;
+                attach_tp_btf(&mut ebpf, &btf, &plan)?;
                 kept_btf = Some(btf);
                 AttachKind::TpBtf
             }
             AttachMode::RawTp => {
-                attach_raw_tp(&mut ebpf, hooks)?;
+                attach_raw_tp(&mut ebpf, &plan)?;
                 AttachKind::RawTp
             }
             AttachMode::Kprobe => {
                 need_btf("--attach kprobe (task_struct offsets)")?;
-                attach_kprobe(&mut ebpf, hooks)?;
+                attach_kprobe(&mut ebpf, &plan)?;
                 AttachKind::Kprobe
             }
             // raw_tp first: it runs the same programs at the same cost as tp_btf
             // (bpf_stats, `pipe`), and attaching it needs no second parse of the
             // kernel's BTF, which halves the start-up's peak memory.
-            AttachMode::Auto => match attach_raw_tp(&mut ebpf, hooks) {
+            AttachMode::Auto => match attach_raw_tp(&mut ebpf, &plan) {
                 Ok(()) => AttachKind::RawTp,
                 Err(e) if !have_btf => return Err(e),
                 Err(e) => {
@@ -290,7 +276,7 @@ impl Tracer {
                     ebpf = reload(ebpf, &settings, &sizes, config.filter_ids())?;
                     attached_mono = crate::clock::monotonic_now();
                     let btf = kernel_btf()?;
-                    attach_tp_btf(&mut ebpf, &btf, hooks)?;
+                    attach_tp_btf(&mut ebpf, &btf, &plan)?;
                     kept_btf = Some(btf);
                     AttachKind::TpBtf
                 }
@@ -376,13 +362,9 @@ impl Tracer {
         let mut attached_mono = crate::clock::monotonic_now();
         let attach_btf = |ebpf: &mut Ebpf| -> Result<()> {
             let btf = Btf::from_sys_fs()?;
-            attach_one_tp_btf(ebpf, &btf, names::PROG_NEW_BTF, "sched_wakeup_new")?;
-            attach_tp_btf(ebpf, &btf, THREADS_HOOKS)
+            attach_tp_btf(ebpf, &btf, &Plan::threads())
         };
-        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> {
-            attach_one_raw_tp(ebpf, names::PROG_NEW_RAW, "sched_wakeup_new")?;
-            attach_raw_tp(ebpf, THREADS_HOOKS)
-        };
+        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> { attach_raw_tp(ebpf, &Plan::threads()) };
         // As for the off-CPU trace: raw_tp first, tp_btf when it fails.
         let attach = match config.attach {
             AttachMode::TpBtf => {

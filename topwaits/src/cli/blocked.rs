@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{pid_or_tid, ConfigError, Threads};
+use super::{ConfigError, TargetArgs, Threads};
 
 pub(super) const BLOCKED_EXAMPLES: &str = "\
 Examples:
@@ -15,32 +15,12 @@ Examples:
 /// Options of `topwaits blocked`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BlockedArgs {
-    /// Only the threads of these processes (comma-separated PIDs); threads in S and D
-    /// state are listed.
-    #[arg(
-        short = 'p',
-        long = "pid",
-        value_name = "PID",
-        value_hint = clap::ValueHint::Other,
-        value_delimiter = ',',
-        num_args = 1,
-        conflicts_with = "tid"
-    )]
-    pub pid: Vec<u32>,
-
-    /// Only these threads (comma-separated TIDs).
-    #[arg(
-        short = 't',
-        long = "tid",
-        value_name = "TID",
-        value_hint = clap::ValueHint::Other,
-        value_delimiter = ',',
-        num_args = 1
-    )]
-    pub tid: Vec<u32>,
+    #[command(flatten)]
+    pub target: TargetArgs,
 
     /// System-wide, also list threads in interruptible sleep (S). Without -p/-t the
-    /// default is threads in uninterruptible sleep (D) only.
+    /// default is threads in uninterruptible sleep (D) only; with them, threads in S
+    /// and D state are both listed.
     #[arg(short = 'S', long)]
     pub sleeping: bool,
 
@@ -65,7 +45,7 @@ pub struct BlockedConfig {
 
 impl BlockedConfig {
     pub fn from_args(a: BlockedArgs) -> Result<Self, ConfigError> {
-        let threads = pid_or_tid(a.pid, a.tid, Threads::All)?;
+        let threads = a.target.threads(Threads::All)?;
         let sleeping = a.sleeping || threads != Threads::All;
         Ok(BlockedConfig { threads, sleeping, json: a.json, dot: a.dot })
     }

@@ -9,12 +9,14 @@ use clap::{Parser, Subcommand};
 
 mod blocked;
 mod record;
+mod target;
 mod threads;
 mod values;
 mod view;
 
 pub use blocked::{BlockedArgs, BlockedConfig};
 pub use record::{RecordArgs, ReportArgs, ReportConfig};
+pub use target::{AttachArgs, TargetArgs};
 use thiserror::Error;
 pub use threads::{Calibration, ThreadsArgs, ThreadsConfig};
 pub(crate) use values::parse_duration;
@@ -66,22 +68,15 @@ pub struct TraceArgs {
     #[arg(long)]
     pub wakeups: bool,
 
-    /// Trace only these processes (comma-separated PIDs).
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_hint = clap::ValueHint::Other, value_delimiter = ',', num_args = 1,
-          conflicts_with_all = ["tid", "user_threads_only", "kernel_threads_only"])]
-    pub pid: Vec<u32>,
-
-    /// Trace only these threads (comma-separated TIDs).
-    #[arg(short = 't', long = "tid", value_name = "TID", value_hint = clap::ValueHint::Other, value_delimiter = ',', num_args = 1,
-          conflicts_with_all = ["user_threads_only", "kernel_threads_only"])]
-    pub tid: Vec<u32>,
+    #[command(flatten)]
+    pub target: TargetArgs,
 
     /// Trace user threads only (no kernel threads).
-    #[arg(short = 'u', long, conflicts_with = "kernel_threads_only")]
+    #[arg(short = 'u', long, conflicts_with_all = ["kernel_threads_only", "pid", "tid"])]
     pub user_threads_only: bool,
 
     /// Trace kernel threads only (no user threads).
-    #[arg(short = 'k', long)]
+    #[arg(short = 'k', long, conflicts_with_all = ["pid", "tid"])]
     pub kernel_threads_only: bool,
 
     /// Show user-space stacks only (no kernel stacks).
@@ -131,10 +126,8 @@ pub struct TraceArgs {
     #[arg(short = 'i', long, value_name = "SECS", value_parser = parse_duration)]
     pub interval: Option<Duration>,
 
-    /// How to attach: tp_btf (sched_switch with BTF), raw_tp, kprobe (finish_task_switch),
-    /// or auto (raw_tp, else tp_btf).
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
-    pub attach: AttachMode,
+    #[command(flatten)]
+    pub attach: AttachArgs,
 
     /// Include waits still in progress when the trace ends, with their time so far
     /// (yes, the default), or only waits that ended during the trace, as bcc's
@@ -370,7 +363,7 @@ impl Config {
         } else {
             Threads::All
         };
-        let threads = pid_or_tid(a.pid, a.tid, otherwise)?;
+        let threads = a.target.threads(otherwise)?;
         let stacks = match (a.user_stacks_only, a.kernel_stacks_only) {
             (true, _) => Stacks::UserOnly,
             (_, true) => Stacks::KernelOnly,
@@ -406,7 +399,7 @@ impl Config {
             state: a.state,
             stack_storage_size: a.stack_storage_size,
             max_entries: a.max_entries,
-            attach: a.attach,
+            attach: a.attach.attach,
             duration: a.duration,
             // --perfetto draws the long waits: 1 ms and more unless told.
             events_over_us: a.events_over.or(v.perfetto.is_some().then_some(1000)),

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{filter_kind, parse_duration, pid_or_tid, AttachMode, ConfigError, Threads};
+use super::{filter_kind, parse_duration, AttachArgs, AttachMode, ConfigError, TargetArgs, Threads};
 
 pub(super) const THREADS_EXAMPLES: &str = "\
 Examples:
@@ -15,13 +15,8 @@ Examples:
 /// Options of `topwaits threads`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ThreadsArgs {
-    /// Profile only these processes (comma-separated PIDs).
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_hint = clap::ValueHint::Other, value_delimiter = ',', num_args = 1, conflicts_with = "tid")]
-    pub pid: Vec<u32>,
-
-    /// Profile only these threads (comma-separated TIDs).
-    #[arg(short = 't', long = "tid", value_name = "TID", value_hint = clap::ValueHint::Other, value_delimiter = ',', num_args = 1)]
-    pub tid: Vec<u32>,
+    #[command(flatten)]
+    pub target: TargetArgs,
 
     /// Print one JSON document: version, duration_s, target, warnings, threads,
     /// dependencies and groups (schema in topwaits-threads(1) and the README).
@@ -48,9 +43,8 @@ pub struct ThreadsArgs {
     #[arg(long, value_name = "CPUn|NS", requires = "rt_app", value_parser = parse_calibration)]
     pub rt_app_calibration: Option<Calibration>,
 
-    /// How to attach: tp_btf, raw_tp, or auto (raw_tp, else tp_btf).
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
-    pub attach: AttachMode,
+    #[command(flatten)]
+    pub attach: AttachArgs,
 
     /// Seconds to trace (decimals allowed). Without it, trace until Ctrl-C.
     #[arg(value_name = "DURATION", value_parser = parse_duration)]
@@ -72,10 +66,10 @@ pub struct ThreadsConfig {
 
 impl ThreadsConfig {
     pub fn from_args(a: ThreadsArgs) -> Result<Self, ConfigError> {
-        if a.attach == AttachMode::Kprobe {
+        if a.attach.attach == AttachMode::Kprobe {
             return Err(ConfigError::ThreadsKprobe);
         }
-        let threads = pid_or_tid(a.pid, a.tid, Threads::All)?;
+        let threads = a.target.threads(Threads::All)?;
         Ok(ThreadsConfig {
             threads,
             json: a.json,
@@ -83,7 +77,7 @@ impl ThreadsConfig {
             rt_app_duration: a.rt_app_duration,
             rt_app_wanted: a.rt_app_wanted,
             rt_app_calibration: a.rt_app_calibration.unwrap_or(Calibration::Cpu(0)),
-            attach: a.attach,
+            attach: a.attach.attach,
             duration: a.duration,
         })
     }

@@ -209,29 +209,8 @@ pub fn core_relocation_bytes(ext: &[u8]) -> Result<u32, BtfError> {
     u32_at(ext, 28).ok_or(bad("BTF.ext header"))
 }
 
-/// The `task_struct` fields that the programs read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TaskOffsets {
-    pub pid: u32,
-    pub tgid: u32,
-    pub flags: u32,
-    /// `__state` since 5.14, `state` before.
-    pub state: u32,
-    pub comm: u32,
-    /// Scheduling parameters, for `topwaits threads`; absent fields are `u32::MAX`.
-    pub prio: u32,
-    pub static_prio: u32,
-    pub policy: u32,
-    pub rt_priority: u32,
-    /// `se.sum_exec_runtime`, for `topwaits threads`.
-    pub sum_exec: u32,
-    /// `se.prev_sum_exec_runtime`, to date a switch-in the hook missed.
-    pub prev_sum_exec: u32,
-    /// `sched_info.pcount` (absent without `CONFIG_SCHED_INFO`).
-    pub pcount: u32,
-    /// `stack`, the base of the task's kernel stack.
-    pub stack: u32,
-}
+/// The `task_struct` fields that the programs read, as they are handed to them.
+pub use topwaits_common::TaskOffsets;
 
 /// The offset of `inner` within the `outer` struct found at `base`, or `u32::MAX`
 /// when either is unknown.
@@ -240,9 +219,17 @@ fn nested(btf: &Btf, base: Option<u32>, outer: &str, inner: &str) -> u32 {
     btf.member_offsets(outer).ok().and_then(|m| m.get(inner).copied()).and_then(|o| base.checked_add(o)).unwrap_or(u32::MAX)
 }
 
-impl TaskOffsets {
+/// Reading [`TaskOffsets`] from the kernel's BTF.
+pub trait FromBtf: Sized {
     /// Finds the offsets in raw BTF bytes.
-    pub fn from_bytes(data: &[u8]) -> Result<Self, BtfError> {
+    fn from_bytes(data: &[u8]) -> Result<Self, BtfError>;
+
+    /// Reads the running kernel's BTF at `path`.
+    fn from_sys(path: &Path) -> anyhow::Result<Self>;
+}
+
+impl FromBtf for TaskOffsets {
+    fn from_bytes(data: &[u8]) -> Result<Self, BtfError> {
         let btf = Btf::parse(data)?;
         let m = btf.member_offsets("task_struct")?;
         let get = |name: &str| m.get(name).copied().ok_or_else(|| BtfError::NoMember { strukt: "task_struct".into(), member: name.into() });
@@ -263,9 +250,9 @@ impl TaskOffsets {
         })
     }
 
-    /// Reads the running kernel's BTF: mapped where the kernel allows it (6.16 on,
-    /// and only privately), which spares copying its 5-6 MiB, read otherwise.
-    pub fn from_sys(path: &Path) -> anyhow::Result<Self> {
+    /// Mapped where the kernel allows it (6.16 on, and only privately), which
+    /// spares copying its 5-6 MiB, read otherwise.
+    fn from_sys(path: &Path) -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let file = std::fs::File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
         // SAFETY: the kernel's BTF is read-only and never changes while mapped.

@@ -1,5 +1,6 @@
 //! `cargo xtask completions`: shell completions (bash, zsh, fish) and man pages,
-//! generated from topwaits' own clap definitions and the README's JSON schemas.
+//! generated from topwaits' own clap definitions and the JSON schemas of
+//! docs/JSON.md.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -14,8 +15,8 @@ use clap_complete::Shell;
 #[path = "../../topwaits/src/cli/mod.rs"]
 mod cli;
 
-/// The README, whose JSON schema sections the man pages carry.
-const README: &str = include_str!("../../README.md");
+/// The JSON schemas, whose sections the man pages carry.
+const SCHEMAS: &str = include_str!("../../docs/JSON.md");
 
 pub fn generate(out: &Path) -> Result<()> {
     let comp = out.join("completions");
@@ -82,7 +83,7 @@ fn complete_pids(shell: Shell, script: &str) -> String {
 }
 
 /// One man page: clap's sections, the examples verbatim, and the JSON schema from
-/// the README section under `heading`.
+/// the docs/JSON.md section under `heading`.
 fn page(cmd: &clap::Command, heading: &str) -> Result<Vec<u8>> {
     let man = clap_mangen::Man::new(cmd.clone());
     let mut out = Vec::new();
@@ -101,7 +102,7 @@ fn page(cmd: &clap::Command, heading: &str) -> Result<Vec<u8>> {
         }
         writeln!(out, ".fi")?;
     }
-    let schema = section(README, heading).with_context(|| format!("README has no section {heading}"))?;
+    let schema = section(SCHEMAS, heading).with_context(|| format!("docs/JSON.md has no section {heading}"))?;
     writeln!(out, ".SH JSON OUTPUT")?;
     out.extend_from_slice(markdown_to_roff(schema).as_bytes());
     if cmd.get_version().is_some() {
@@ -110,7 +111,7 @@ fn page(cmd: &clap::Command, heading: &str) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The body of the README section under `heading`, up to the next heading of the
+/// The body of the Markdown section under `heading`, up to the next heading of the
 /// same or a higher level.
 fn section<'a>(text: &'a str, heading: &str) -> Option<&'a str> {
     let level = heading.chars().take_while(|&c| c == '#').count();
@@ -134,7 +135,7 @@ fn escape(line: &str) -> String {
     }
 }
 
-/// The README's small Markdown (paragraphs, `field | meaning` tables and code
+/// The schemas' small Markdown (paragraphs, `field | meaning` tables and code
 /// blocks) as roff: tables become tagged paragraphs, code stays verbatim.
 fn markdown_to_roff(md: &str) -> String {
     let mut out = String::new();
@@ -236,7 +237,7 @@ mod tests {
         }
         assert!(bash.contains("ls /proc | grep -E '^[0-9]+$'"));
         let zsh = std::fs::read_to_string(dir.join("completions/_topwaits")).unwrap();
-        assert!(zsh.contains("--pid=[Trace only these processes (comma-separated PIDs)]:PID:_pids'"), "{zsh}");
+        assert!(zsh.contains("--pid=[Only these processes (comma-separated PIDs)]:PID:_pids'"), "{zsh}");
         assert!(!zsh.contains(":PID:_default") && !zsh.contains(":TID:_default"));
         let fish = std::fs::read_to_string(dir.join("completions/topwaits.fish")).unwrap();
         assert_eq!(fish.matches("-l pid ").count(), fish.matches("__fish_complete_pids").count());

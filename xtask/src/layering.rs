@@ -71,4 +71,43 @@ mod tests {
             assert!(found, "names::{constant} is {value:?}, which the eBPF crate does not define");
         }
     }
+
+    /// The module map of docs/DESIGN.md names every module of topwaits/src and
+    /// every hook file of the eBPF crate, so it cannot fall behind the tree.
+    #[test]
+    fn the_design_documents_module_map_matches_the_tree() {
+        let design = std::fs::read_to_string(crate::root().join("docs/DESIGN.md")).unwrap();
+        let map = &design[design.find("## Module map").expect("a module map")..];
+        let map = &map[..map.find("\n## ").unwrap_or(map.len())];
+        let mut missing = Vec::new();
+        for dir in [
+            "topwaits/src",
+            "topwaits/src/run",
+            "topwaits/src/report",
+            "topwaits/src/cli",
+            "topwaits/src/sys",
+            "topwaits/src/symbolize",
+            "topwaits/src/bpf",
+            "topwaits/src/blocked",
+        ] {
+            for e in std::fs::read_dir(crate::root().join(dir)).unwrap() {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                let stem = name.trim_end_matches(".rs");
+                if ["mod", "lib", "main", "layering"].contains(&stem) {
+                    continue;
+                }
+                if !uses(map, stem) {
+                    missing.push(format!("{dir}/{name}"));
+                }
+            }
+        }
+        for e in std::fs::read_dir(crate::root().join("topwaits-ebpf/src")).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            let stem = name.trim_end_matches(".rs");
+            if stem != "main" && !uses(map, stem) {
+                missing.push(format!("topwaits-ebpf/src/{name}"));
+            }
+        }
+        assert!(missing.is_empty(), "docs/DESIGN.md's module map does not name: {missing:?}");
+    }
 }

@@ -19,7 +19,7 @@ pub struct ThreadsArgs {
     pub target: TargetArgs,
 
     /// Print one JSON document: version, duration_s, target, warnings, threads,
-    /// dependencies and groups (schema in topwaits-threads(1) and the README).
+    /// dependencies and groups (schema in topwaits-threads(1) and docs/JSON.md).
     #[arg(long)]
     pub json: bool,
 

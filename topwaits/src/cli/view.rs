@@ -15,7 +15,7 @@ pub struct ViewArgs {
     /// Put a "-" frame between user and kernel frames.
     #[arg(short = 'd', long)]
     pub delimited: bool,
-    /// Print one JSON document (schema in topwaits(1) and the README).
+    /// Print one JSON document (schema in topwaits(1) and docs/JSON.md).
     #[arg(long)]
     pub json: bool,
     /// Show the N records with the longest waits (0 = all). Default: 20 in the top view,

@@ -1,4 +1,4 @@
-//! One JSON document per report; the schema is documented in the README.
+//! One JSON document per report; the schema is documented in docs/JSON.md and topwaits(1).
 
 use std::io::{self, Write};
 

@@ -231,6 +231,7 @@ pub fn cpu_ns(pid: u32) -> u64 {
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
 }
+
 /// Waits (at most 5 s) until process `pid` uses under 1 ms of CPU in 200 ms.
 pub fn settle(pid: u32) {
     let t0 = Instant::now();

@@ -20,6 +20,7 @@ const ORDER: &[&str] = &[
     "symbolize",
     "interrupts",
     "bpf",
+    "cfi",
     "profile",
     "model",
     "cli",

@@ -4,6 +4,7 @@
 
 pub mod blocked;
 pub mod bpf;
+pub mod cfi;
 pub mod cli;
 pub mod clock;
 pub mod deps;

@@ -72,6 +72,14 @@ pub fn section_bytes<R: Read + Seek>(f: &mut R, name: &str) -> io::Result<Option
     }
 }
 
+/// The address and bytes of the first section named `name`, if there is one.
+pub fn section_with_addr<R: Read + Seek>(f: &mut R, name: &str) -> io::Result<Option<(u64, Vec<u8>)>> {
+    match sections(f)?.into_iter().find(|(n, _)| n == name) {
+        Some((_, h)) => Ok(Some((u64_at(&h, 0x10), section_data(f, &h, 256 << 20, "section too large")?))),
+        None => Ok(None),
+    }
+}
+
 /// The bytes of the section whose header is `h`, refused past `limit` bytes.
 fn section_data<R: Read + Seek>(f: &mut R, h: &[u8; 64], limit: u64, too_large: &str) -> io::Result<Vec<u8>> {
     let (off, size) = (u64_at(h, 0x18), u64_at(h, 0x20));

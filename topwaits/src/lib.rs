@@ -1,6 +1,8 @@
 //! topwaits: a Linux off-CPU and wakeup profiler. The binary is glue; the work lives
-//! in these modules, and data flows one way: kernel maps → `bpf` → `model` →
-//! `symbolize` → `reduce` → `report`.
+//! in these modules, and data flows one way: options (`cli`) → kernel maps (`bpf`)
+//! → `model` → `symbolize` → `reduce` → `report`, each subcommand's runner in `run`
+//! reading top to bottom in that order. Modules import only those below them in
+//! the layer order that `layering` checks.
 
 pub mod blocked;
 pub mod bpf;
@@ -52,14 +54,7 @@ pub fn main_entry() -> i32 {
             return 2;
         }
     };
-    let result = match args.command.clone() {
-        Some(cli::Command::Threads(t)) => cli::ThreadsConfig::from_args(t).map(|c| run::threads::run(&c)),
-        Some(cli::Command::Blocked(b)) => cli::BlockedConfig::from_args(b).map(|c| run::blocked::run(&c)),
-        Some(cli::Command::Record(r)) => cli::Config::for_record(r).map(|c| run::trace::run(&c)),
-        Some(cli::Command::Report(r)) => cli::ReportConfig::from_args(r).map(|c| run::report::run(&c)),
-        None => cli::Config::from_args(args.trace).map(|c| run::trace::run(&c)),
-    };
-    let result = match result {
+    let result = match run::command(args) {
         Ok(r) => r,
         Err(e) => {
             say!("topwaits: error: {e}");

@@ -17,9 +17,21 @@ use std::io::{self, BufWriter, Write};
 
 use anyhow::{Context as _, Result};
 
-use crate::cli::Threads;
+use crate::cli::{self, ConfigError, Threads};
 use crate::error::UserError;
 use crate::sys::{caps, procfs};
+
+/// Validates the options of the subcommand asked for and runs it: a bad option is
+/// the outer error (exit code 2), a failed run the inner one (exit code 1).
+pub fn command(args: cli::Args) -> Result<Result<()>, ConfigError> {
+    Ok(match args.command {
+        Some(cli::Command::Threads(t)) => threads::run(&cli::ThreadsConfig::from_args(t)?),
+        Some(cli::Command::Blocked(b)) => blocked::run(&cli::BlockedConfig::from_args(b)?),
+        Some(cli::Command::Record(r)) => trace::run(&cli::Config::for_record(r)?),
+        Some(cli::Command::Report(r)) => report::run(&cli::ReportConfig::from_args(r)?),
+        None => trace::run(&cli::Config::from_args(args.trace)?),
+    })
+}
 
 /// Checks privilege and that every named pid/tid exists, before anything loads.
 pub fn preflight(threads: &Threads) -> Result<(), UserError> {

@@ -54,6 +54,35 @@ fn exited_processes_keep_their_symbols() {
     assert!(share >= 0.95, "only {:.1}% of the exited children's wait is symbolized: {recs:#?}", share * 100.0);
 }
 
+/// Regression: a process exec'd during the trace was read at its exec, before the
+/// dynamic loader had mapped its libraries, so once it exited its frames in libc
+/// were `[unknown]`. Debian's `sleep` (no frame pointers: one user frame, in libc)
+/// run three times, each exiting well before the trace ends.
+#[test]
+fn a_process_execd_and_gone_during_the_trace_keeps_its_library_frames() {
+    require_bpf!();
+    let tracer = Tracer::start(&["--json", "-m", "1000", "2"]);
+    let mut pids = Vec::new();
+    for _ in 0..3 {
+        let mut child = std::process::Command::new("sleep").arg("0.2").spawn().expect("sleep runs");
+        pids.push(u64::from(child.id()));
+        assert!(child.wait().unwrap().success());
+    }
+    let doc = json(&tracer.finish());
+    let recs: Vec<&Value> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| pids.contains(&r["tgid"].as_u64().unwrap()) && r["max_us"].as_u64().unwrap() >= 150_000)
+        .collect();
+    assert_eq!(recs.len(), 3, "each sleep's 0.2 s wait: {doc:#}");
+    for r in recs {
+        let leaf = &r["user_stack"][0];
+        assert_eq!(leaf["module"], "libc.so.6", "{r:#}");
+        assert!(leaf["symbol"].as_str().is_some_and(|s| s.contains("nanosleep")), "{r:#}");
+    }
+}
+
 /// The sleep that generated code calls into.
 #[inline(never)]
 extern "C" fn tw_jit_target() {

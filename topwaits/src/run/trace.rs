@@ -23,7 +23,11 @@ use crate::symbolize::BlazeSymbolizer;
 /// Loads the kernel stack learners, whose verification takes tens of
 /// milliseconds, while this thread keeps reading the process events: a process
 /// first seen meanwhile gets its maps kept before it can exit.
-fn load_learners(tracer: &mut Tracer, events: &mut Option<ProcEvents>, remember: &mut dyn FnMut(topwaits_common::ProcEvent)) {
+fn load_learners(
+    tracer: &mut Tracer,
+    events: &mut Option<ProcEvents>,
+    remember: &mut dyn FnMut(Option<topwaits_common::ProcEvent>) -> bool,
+) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let done = AtomicBool::new(false);
     let loaded = std::thread::scope(|s| {
@@ -34,7 +38,9 @@ fn load_learners(tracer: &mut Tracer, events: &mut Option<ProcEvents>, remember:
         });
         while !done.load(Ordering::Acquire) {
             if let Some(e) = events.as_mut() {
-                e.drain(&mut *remember);
+                e.drain(|ev| {
+                    remember(Some(ev));
+                });
             }
             std::thread::sleep(Duration::from_millis(2));
         }

@@ -9,6 +9,9 @@ use anyhow::{Context as _, Result};
 use crate::bpf::{ProcEvents, WaitEvents};
 use crate::cli::Threads;
 
+/// How often a process read at its exec is checked for being due to be read again.
+pub const BEAT: Duration = Duration::from_millis(20);
+
 /// Why tracing ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum End {
@@ -49,13 +52,15 @@ fn first_ready(
 
 /// Waits for the duration, or SIGINT, SIGTERM or SIGHUP, or (with `targets`, the
 /// pidfds of `-p`) until every target process has exited, handing process events
-/// to `on_event` as they arrive and calling `tick` once a second.
+/// to `on_event` as they arrive and calling `tick` once a second. `on_event` says
+/// whether it awaits a beat (it is called with `None` every [`BEAT`] until it
+/// says no more): a process read at its exec is read again once its loader is done.
 pub fn wait(
     duration: Option<Duration>,
     targets: &mut Vec<std::os::fd::OwnedFd>,
     events_slot: &mut Option<ProcEvents>,
     waits_slot: &mut Option<WaitEvents>,
-    on_event: &mut dyn FnMut(topwaits_common::ProcEvent),
+    on_event: &mut dyn FnMut(Option<topwaits_common::ProcEvent>) -> bool,
     tick: &mut dyn FnMut(),
 ) -> Result<End> {
     use tokio::io::unix::AsyncFd;
@@ -78,6 +83,9 @@ pub fn wait(
             Some(w) => Some(unsafe { AsyncFd::register_with_interest(w, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
             None => None,
         };
+        let mut beat = tokio::time::interval(BEAT);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut want_beat = false;
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let sleep = async {
@@ -128,6 +136,7 @@ pub fn wait(
                 _ = term.recv() => break End::Signal("SIGTERM"),
                 _ = hup.recv() => break End::Signal("SIGHUP"),
                 _ = ticker.tick() => tick(),
+                _ = beat.tick(), if want_beat => want_beat = on_event(None),
                 (res, i) = std::future::poll_fn(|cx| first_ready(&alive, cx)) => {
                     res?;
                     alive.swap_remove(i);
@@ -137,7 +146,7 @@ pub fn wait(
                 }
                 guard = readable => {
                     if let Some(mut guard) = guard? {
-                        guard.get_inner_mut().drain(&mut *on_event);
+                        guard.get_inner_mut().drain(|e| want_beat = on_event(Some(e)));
                         guard.clear_ready();
                     }
                 }
@@ -148,7 +157,9 @@ pub fn wait(
         // Hand the event stream back for the next interval, with what is pending.
         if let Some(fd) = events {
             let mut inner = fd.into_inner();
-            inner.drain(&mut *on_event);
+            inner.drain(|e| {
+                on_event(Some(e));
+            });
             *events_slot = Some(inner);
         }
         if let Some(fd) = long {

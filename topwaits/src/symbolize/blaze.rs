@@ -82,11 +82,16 @@ fn alive(tgid: u32) -> bool {
 impl BlazeSymbolizer {
     /// Takes a process event from the kernel: keeps the maps of a process seen
     /// for the first time or that exec'd, and lets a forked one share its
-    /// parent's (see [`Lineage`]).
-    pub fn on_event(&mut self, ev: topwaits_common::ProcEvent) {
+    /// parent's (see [`Lineage`]); with `None`, reads again the processes whose
+    /// loader is done since their exec. Says whether some still await that.
+    pub fn on_event(&mut self, ev: Option<topwaits_common::ProcEvent>) -> bool {
         let mut lineage = std::mem::take(&mut self.lineage);
-        lineage.on_event(ev, &mut |t| self.remember(t), &alive);
+        match ev {
+            Some(ev) => lineage.on_event(ev, &mut |t| self.remember(t), &alive),
+            None => lineage.settle_due(&mut |t| self.remember(t), &alive),
+        }
         self.lineage = lineage;
+        self.lineage.awaiting()
     }
 
     /// Processes whose maps were read during the trace, and forked ones that

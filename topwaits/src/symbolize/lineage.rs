@@ -6,7 +6,8 @@
 //!
 //! A process's maps read at its exec are not yet whole: the dynamic loader maps
 //! the libraries after it. Such a process is read again before a fork of it
-//! shares its maps, and once it has run for [`SETTLE`] (at its next event), so
+//! shares its maps, and once it has run for [`SETTLE`] (checked at each event, and
+//! every few milliseconds while one awaits it), so
 //! that its library frames are named after it exits.
 
 use std::collections::{HashMap, HashSet};
@@ -85,6 +86,16 @@ impl Lineage {
                 }
             }
         }
+    }
+
+    /// Reads again, now, the processes due (see [`Lineage::settle`]).
+    pub fn settle_due(&mut self, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+        self.settle(Instant::now(), read, alive);
+    }
+
+    /// Whether a process read at its exec awaits being read again.
+    pub fn awaiting(&self) -> bool {
+        !self.fresh.is_empty()
     }
 
     /// Reads again the processes that exec'd at least [`SETTLE`] ago and still run.
@@ -216,6 +227,33 @@ mod tests {
         let events = [(ev(EXEC, 10, 0), 0), (ev(EXEC, 20, 0), 0), (ev(SEEN, 30, 0), 10), (ev(SEEN, 40, 0), 60), (ev(SEEN, 50, 0), 200)];
         let reads = run_at(&mut l, &events, &[10, 20, 30, 40, 50], &[20]);
         assert_eq!(reads, [10, 20, 30, 10, 40, 50], "10 again after SETTLE; 20 is gone");
+    }
+
+    #[test]
+    fn a_process_read_at_its_exec_awaits_a_beat_until_read_again() {
+        let mut l = Lineage::default();
+        assert!(!l.awaiting());
+        run(&mut l, &[ev(EXEC, 10, 0)], &[10], &[]);
+        assert!(l.awaiting());
+        let mut reads = Vec::new();
+        l.settle_due(
+            &mut |t| {
+                reads.push(t);
+                true
+            },
+            &|_| true,
+        );
+        assert!(reads.is_empty() && l.awaiting(), "not yet: {reads:?}");
+        std::thread::sleep(SETTLE);
+        l.settle_due(
+            &mut |t| {
+                reads.push(t);
+                true
+            },
+            &|_| true,
+        );
+        assert_eq!(reads, [10]);
+        assert!(!l.awaiting());
     }
 
     #[test]

@@ -135,7 +135,8 @@ pub fn plan(path: &Path, caller: Caller) -> Result<Plan> {
             continue;
         }
         return if t.is_file() {
-            Ok(Plan::Replace { target: at, mode: Some(meta.mode() & 0o7777) })
+            // The permission bits only: a profile never inherits set-id bits.
+            Ok(Plan::Replace { target: at, mode: Some(meta.mode() & 0o777) })
         } else if t.is_fifo() || t.is_char_device() {
             Ok(Plan::Stream(at))
         } else if t.is_dir() {
@@ -327,7 +328,11 @@ mod tests {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
         write(&p, me(), "new").unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "new");
-        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o600);
+        // Set-id bits are not carried over to what replaces a file.
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o4755)).unwrap();
+        write(&p, me(), "newer").unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o755);
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -179,38 +179,26 @@ pub enum Step {
 /// call itself is found one byte back). `read` reads a word of the stack.
 pub fn step(table: &Table, bias: u64, regs: Regs, leaf: bool, read: impl Fn(u64) -> Option<u64>) -> Step {
     let at = regs.pc.wrapping_sub(bias).wrapping_sub(u64::from(!leaf));
-    let cfa = match table.lookup(at) {
+    let (cfa, bp_at) = match table.lookup(at) {
         Rule::End => return Step::End,
         Rule::Stop => return Step::Cut,
-        Rule::Plt { threshold } => regs.sp.wrapping_add(if (at & 15) as u8 >= threshold { 16 } else { 8 }),
-        Rule::Cfa { base, offset, .. } => {
+        Rule::Plt { threshold } => (regs.sp.wrapping_add(if (at & 15) as u8 >= threshold { 16 } else { 8 }), None),
+        Rule::Cfa { base, offset, bp_at } => {
             let from = if base == Base::Sp { regs.sp } else { regs.bp };
-            from.wrapping_add_signed(offset.into())
+            (from.wrapping_add_signed(offset.into()), bp_at)
         }
     };
-    let bp = match table.lookup(at) {
-        Rule::Cfa { bp_at: Some(off), .. } => match read(cfa.wrapping_add_signed(off.into())) {
+    let bp = match bp_at {
+        Some(off) => match read(cfa.wrapping_add_signed(off.into())) {
             Some(v) => v,
             None => return Step::Cut,
         },
-        _ => regs.bp,
+        None => regs.bp,
     };
     match read(cfa.wrapping_sub(8)) {
         Some(0) | None => Step::Cut,
         Some(pc) => Step::Caller(Regs { pc, sp: cfa, bp }),
     }
-}
-
-/// Compiles a C file in a scratch directory for tests; the path of the binary.
-#[cfg(test)]
-pub(crate) fn compile_c(tag: &str, source: &str, flags: &[&str]) -> Option<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("tw-cfi-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let src = dir.join("prog.c");
-    std::fs::write(&src, source).ok()?;
-    let exe = dir.join("prog");
-    let out = std::process::Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src).output().ok()?;
-    out.status.success().then_some(exe)
 }
 
 /// The table of the ELF file at `path`, or None when it has no `.eh_frame`.
@@ -222,6 +210,17 @@ pub fn table_of_file(path: &std::path::Path) -> Result<Option<Table>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Compiles a C file in a scratch directory for tests; the path of the binary.
+    fn compile_c(tag: &str, source: &str, flags: &[&str]) -> Option<std::path::PathBuf> {
+        let dir = std::env::temp_dir().join(format!("tw-cfi-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let src = dir.join("prog.c");
+        std::fs::write(&src, source).ok()?;
+        let exe = dir.join("prog");
+        let out = std::process::Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src).output().ok()?;
+        out.status.success().then_some(exe)
+    }
 
     const PROG: &str = r#"
         #include <unistd.h>

@@ -94,12 +94,6 @@ impl BlazeSymbolizer {
         self.lineage.awaiting()
     }
 
-    /// Processes whose maps were read during the trace, and forked ones that
-    /// shared their parent's instead.
-    pub fn lineage_counts(&self) -> (usize, usize) {
-        self.lineage.counts()
-    }
-
     /// Keeps what symbolizing `tgid` needs, in case it exits before the end, and
     /// says whether it has maps (a kernel thread has none). Call again after an
     /// exec, when its maps change.

@@ -139,11 +139,6 @@ impl Lineage {
     pub fn source_of(&self, tgid: u32) -> u32 {
         self.shares.get(&tgid).copied().unwrap_or(tgid)
     }
-
-    /// Processes whose maps were read, and forked ones sharing them.
-    pub fn counts(&self) -> (usize, usize) {
-        (self.read.len(), self.shares.len())
-    }
 }
 
 #[cfg(test)]
@@ -195,7 +190,7 @@ mod tests {
         assert_eq!(reads, [10]);
         assert_eq!(l.source_of(150), 10);
         assert_eq!(l.source_of(500), 10);
-        assert_eq!(l.counts(), (1, 201));
+        assert_eq!((l.read.len(), l.shares.len()), (1, 201), "one read, 201 sharing it");
     }
 
     #[test]

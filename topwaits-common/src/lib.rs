@@ -2,6 +2,8 @@
 //! values (all `#[repr(C)]`, padding-free), map and program names, and counter indices.
 #![no_std]
 
+pub mod unwind;
+
 /// Length of `task_struct.comm`, including the terminating NUL.
 pub const TASK_COMM_LEN: usize = 16;
 
@@ -171,6 +173,10 @@ pub struct Settings {
     /// after detaching. Off when the aggregate is drained while tracing
     /// (`--interval`), and with `--waker`.
     pub hold_rows: u32,
+    /// Non-zero: user stacks are walked from the binaries' unwind tables (see
+    /// [`unwind`]) instead of by frame pointers with `bpf_get_stack`.
+    pub cfi: u32,
+    pub pad: u32,
     /// Where the `task_struct` fields the programs read lie.
     pub task: TaskOffsets,
 }
@@ -196,6 +202,8 @@ impl Settings {
             events_over_us: 0,
             task_storage: 0,
             hold_rows: 0,
+            cfi: 0,
+            pad: 0,
             task: TaskOffsets::UNKNOWN,
         }
     }
@@ -453,6 +461,9 @@ pub mod proc_event {
     pub const EXEC: u32 = 2;
     /// A traced process was forked: until it execs it maps what its parent does.
     pub const FORK: u32 = 3;
+    /// The user stack walker met code in none of the process's mappings (a
+    /// library loaded since, or JIT code): its maps are read again.
+    pub const MAPS: u32 = 4;
 }
 
 /// A record in the `EVENTS` ring buffer.
@@ -583,6 +594,9 @@ pub mod counter {
 /// Map, program and global names, shared so the two sides cannot drift apart.
 pub mod names {
     pub const SETTINGS: &str = "SETTINGS";
+    pub const UNWIND_NODES: &str = "UNWIND_NODES";
+    pub const UNWIND_FILES: &str = "UNWIND_FILES";
+    pub const UNWIND_PROCS: &str = "UNWIND_PROCS";
     pub const USTACKS: &str = "USTACKS";
     pub const KSTACKS: &str = "KSTACKS";
     pub const LAYOUTS: &str = "LAYOUTS";
@@ -642,6 +656,10 @@ pub mod limits {
     pub const STARTED_WORDS: u32 = 8192;
     /// Capacity of the pid/tid filter map.
     pub const MAX_FILTER_IDS: u32 = 4096;
+    /// Unwind tree nodes (512 bytes each, allocated as tables load: 32 MiB at
+    /// most) and processes (2 KiB each) the user stack walker keeps.
+    pub const UNWIND_NODES: u32 = 65536;
+    pub const UNWIND_PROCS: u32 = 16384;
     /// Capacity of the wake-dependency map of `topwaits threads`.
     pub const DEPS_ENTRIES: u32 = 16384;
 }
@@ -664,6 +682,9 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadStats {}
     unsafe impl aya::Pod for super::DepKey {}
     unsafe impl aya::Pod for super::WaitEvent {}
+    unsafe impl aya::Pod for super::unwind::ExecMap {}
+    unsafe impl aya::Pod for super::unwind::ProcMaps {}
+    unsafe impl aya::Pod for super::unwind::FileInfo {}
 }
 
 #[cfg(test)]
@@ -690,7 +711,10 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 15 + size_of::<TaskOffsets>());
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 17 + size_of::<TaskOffsets>());
+        assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
+        assert_eq!(size_of::<unwind::ProcMaps>(), 8 + 32 * unwind::MAX_MAPS);
+        assert_eq!(size_of::<unwind::FileInfo>(), 8);
         assert_eq!(size_of::<TaskOffsets>(), 4 * 13);
         assert_eq!(size_of::<ProcEvent>(), 12);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);

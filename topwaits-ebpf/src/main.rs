@@ -1,6 +1,6 @@
 //! topwaits' eBPF object: one module per hook, plus the maps and the shared
 //! accounting they use. Dependencies run one way: hooks → switch → events → wake →
-//! threads → task → kstack/ustack/kcache/klearn → layouts → stackref → taskmap →
+//! threads → task → kstack/ustack/kcache/klearn → uwalk/layouts → stackref → taskmap →
 //! maps.
 // Built for the BPF target it is freestanding; on the host (clippy, `cargo check
 // --workspace`) it is checked as a plain program, with std's panic handler.
@@ -33,6 +33,7 @@ mod task;
 mod taskmap;
 mod threads;
 mod ustack;
+mod uwalk;
 mod wake;
 
 /// GPL, so that the GPL-only helpers (stack ids, probe reads, ...) are allowed.

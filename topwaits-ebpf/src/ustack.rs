@@ -9,10 +9,11 @@ use aya_ebpf::{
     },
     EbpfContext,
 };
-use topwaits_common::{counter, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE};
+use topwaits_common::{counter, unwind::cut, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE};
 
 use crate::maps::{count, SCRATCH_USTACK, SETTINGS, USTACKS};
 use crate::stackref;
+use crate::uwalk::{self, Walked};
 
 /// Where the user stack pointer sits in `struct pt_regs` (x86-64: `sp`, the 20th
 /// word), and the link register that holds a leaf's caller on arm64 (`regs[30]`).
@@ -66,6 +67,10 @@ fn append_leaf_words(frames: &mut [u64; KSTACK_DEPTH], n: usize) -> usize {
     len
 }
 
+/// The seed of user stacks' hashes, unlike the kernel stacks' so that the two
+/// kinds never share a reference.
+const USER_SEED: u64 = 0x1319_8a2e_0370_7344;
+
 const EFAULT: i64 = 14;
 const EPERM: i64 = 1;
 const ENOMEM: u64 = 12;
@@ -79,6 +84,20 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
     let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
+    let mut loading = false;
+    if SETTINGS.load().cfi != 0 {
+        match uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, buf) {
+            Walked::Frames(n) => {
+                // SAFETY: the per-CPU buffer the walk just filled, used by this run alone.
+                let frames = unsafe { &*buf };
+                let key = stackref::hash(frames, n, USER_SEED);
+                return stackref::keep(&USTACKS, key, frames, counter::LOST_USER_STACK);
+            }
+            // Its frames by frame pointers until its maps are known, marked so.
+            Walked::NoMaps => loading = true,
+            Walked::NotUser => {}
+        }
+    }
     // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
     let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), BYTES, BPF_F_USER_STACK as u64) };
     if ret == 0 || ret == -EFAULT || (ret == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) {
@@ -91,9 +110,7 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
     }
     // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
     let frames = unsafe { &mut *buf };
-    let n = append_leaf_words(frames, ret as usize / 8);
-    // The seed differs from the kernel stacks' so that the two kinds never share a
-    // reference.
-    let key = stackref::hash(frames, n, 0x1319_8a2e_0370_7344);
+    let n = if loading { uwalk::mark(buf, ret as usize / 8, cut::LOADING) } else { append_leaf_words(frames, ret as usize / 8) };
+    let key = stackref::hash(frames, n, USER_SEED);
     stackref::keep(&USTACKS, key, frames, counter::LOST_USER_STACK)
 }

@@ -419,6 +419,14 @@ impl Stack {
         Stack::Frames(frames.into())
     }
 
+    /// Whether this user stack was cut short: its outermost frame is the mark
+    /// saying why (`topwaits_common::unwind::CUT_MARK`; kernel addresses also
+    /// have bit 63 set, user addresses neither).
+    pub fn is_cut(&self) -> bool {
+        use topwaits_common::{unwind::CUT_MARK, LEAF_WORD};
+        self.frames().last().is_some_and(|f| f.addr & (CUT_MARK | LEAF_WORD) == CUT_MARK)
+    }
+
     pub fn frames(&self) -> &[Arc<Frame>] {
         match self {
             Stack::Frames(f) => f,

@@ -53,8 +53,8 @@ mod tests {
         let maps = |tgid: u32| {
             assert_eq!(tgid, 100, "only the process with user frames is asked");
             vec![
-                Mapping { start: 0x5000, end: 0x6000, offset: 0x1000, path: exe.clone() },
-                Mapping { start: 0x1000, end: 0x2000, offset: 0, path: "/nonexistent/lib.so".into() },
+                Mapping { start: 0x5000, end: 0x6000, offset: 0x1000, path: exe.clone(), ..Default::default() },
+                Mapping { start: 0x1000, end: 0x2000, offset: 0, path: "/nonexistent/lib.so".into(), ..Default::default() },
             ]
         };
         let got = Objects::default().of_records(&report().records, maps);

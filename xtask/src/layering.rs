@@ -8,7 +8,8 @@
 mod tests {
     /// The eBPF crate's shared modules from top to bottom: each may use only the
     /// ones after it. Hook files (one per tracepoint) sit above all of them.
-    const ORDER: &[&str] = &["switch", "events", "wake", "threads", "task", "kstack", "ustack", "kcache", "stackref", "taskmap", "maps"];
+    const ORDER: &[&str] =
+        &["switch", "events", "wake", "threads", "task", "kstack", "ustack", "kcache", "uwalk", "stackref", "taskmap", "maps"];
 
     /// Whether `text` holds `form` as a whole name (`crate::task` is not in
     /// `crate::taskmap`).
@@ -89,6 +90,7 @@ mod tests {
             "topwaits/src/symbolize",
             "topwaits/src/bpf",
             "topwaits/src/blocked",
+            "topwaits/src/cfi",
         ] {
             for e in std::fs::read_dir(crate::root().join(dir)).unwrap() {
                 let name = e.unwrap().file_name().to_string_lossy().into_owned();

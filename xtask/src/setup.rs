@@ -20,6 +20,7 @@ const PACKAGES: &[&str] = &[
     "chromium",     // tests: the SVGs render in headless Chromium
     "libc6-dbg",    // tests, bench: libc's internal frames named from its debug file
     "golang-go",    // tests: go tool pprof reads the pprof files as users will
+    "sqlite3",      // tests: a distribution binary without frame pointers, unwound from its CFI
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

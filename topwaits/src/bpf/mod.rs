@@ -7,8 +7,10 @@ mod attach;
 mod batch;
 mod drain;
 mod events;
+mod unwind;
 
 pub use events::{ProcEvents, WaitEvents};
+pub use unwind::UnwindMaps;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -49,6 +51,8 @@ pub struct Tracer {
     /// Threads hold their latest row in their start entry (`Settings::hold_rows`):
     /// the final drain adds those rows.
     holds_rows: bool,
+    /// User stacks are walked from unwind tables (`--unwind cfi`).
+    cfi: bool,
     /// Taken by [`Tracer::stop`]: the open waits (task, start) whose thread had
     /// been back on a CPU by then, unseen by the hook; None while attached.
     arrived_at_stop: Option<HashMap<u64, u64>>,
@@ -93,6 +97,9 @@ struct Sizes {
     /// entries are task storage, which has no size).
     layouts: u32,
     sites: u32,
+    /// The user stack walker's tree nodes and processes (with `--unwind cfi`).
+    unwind_nodes: u32,
+    unwind_procs: u32,
 }
 
 impl Sizes {
@@ -109,6 +116,8 @@ impl Sizes {
             wait_events: 4096,
             layouts: 1,
             sites: 1,
+            unwind_nodes: 1,
+            unwind_procs: 1,
         }
     }
 }
@@ -146,6 +155,8 @@ fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Setting
         .map_max_entries(names::WAIT_EVENTS, sizes.wait_events)
         .map_max_entries(names::LAYOUTS, sizes.layouts)
         .map_max_entries(names::SITES, sizes.sites)
+        .map_max_entries(names::UNWIND_NODES, sizes.unwind_nodes)
+        .map_max_entries(names::UNWIND_PROCS, sizes.unwind_procs)
         // KCACHE is task storage, which aya 0.14 cannot wrap in user space; only
         // the programs use it.
         .allow_unsupported_maps()
@@ -231,6 +242,10 @@ impl Tracer {
         if config.events_over_us.is_some() {
             sizes.wait_events = EVENT_BUFFER_BYTES;
         }
+        if settings.cfi != 0 {
+            sizes.unwind_nodes = limits::UNWIND_NODES;
+            sizes.unwind_procs = limits::UNWIND_PROCS;
+        }
         if config.waker {
             sizes.wake_waits = config.max_entries;
             // Only deeper chains need every task's last wakeup; a traced task's is
@@ -293,6 +308,7 @@ impl Tracer {
             block_us: (config.min_us, config.max_us),
             wait_events: config.events_over_us.is_some(),
             holds_rows: settings.hold_rows != 0,
+            cfi: settings.cfi != 0,
             arrived_at_stop: None,
         })
     }
@@ -397,6 +413,7 @@ impl Tracer {
             block_us: (0, u64::MAX),
             wait_events: false,
             holds_rows: false,
+            cfi: false,
             arrived_at_stop: None,
         })
     }
@@ -410,6 +427,14 @@ impl Tracer {
             return Ok(None);
         };
         Ok(Some(events::WaitEvents { ring: RingBuf::try_from(map)?, got: Vec::new() }))
+    }
+
+    /// The user stack walker's maps, once (with `--unwind cfi`).
+    pub fn take_unwind(&mut self) -> Result<Option<UnwindMaps>> {
+        if !self.cfi {
+            return Ok(None);
+        }
+        UnwindMaps::take(&mut self.ebpf).map(Some)
     }
 
     pub fn take_events(&mut self) -> Result<Option<ProcEvents>> {

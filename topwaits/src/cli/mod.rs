@@ -121,6 +121,13 @@ pub struct TraceArgs {
     #[arg(long, conflicts_with = "kernel_stacks_only")]
     pub leaf_callers: bool,
 
+    /// How user stacks are walked: from the binaries' unwind tables (cfi, the
+    /// default unless --leaf-callers: whole stacks through code built without
+    /// frame pointers, as most distributions' binaries and libc are), or by frame
+    /// pointers only (fp: cheaper, and stacks end at the first frame without one).
+    #[arg(long, value_name = "HOW", value_enum)]
+    pub unwind: Option<Unwind>,
+
     /// Print one report per interval of SECS seconds, clearing the kernel aggregates
     /// after each, until the duration ends or Ctrl-C.
     #[arg(short = 'i', long, value_name = "SECS", value_parser = parse_duration)]
@@ -323,6 +330,17 @@ pub struct Config {
     pub open_waits: bool,
     /// Take words at the user stack pointer for the callers of frameless leaves.
     pub leaf_callers: bool,
+    /// How user stacks are walked.
+    pub unwind: Unwind,
+}
+
+/// How user stacks are walked (`--unwind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Unwind {
+    /// From `.eh_frame` unwind tables, with frame pointers where a file has none.
+    Cfi,
+    /// By frame pointers only.
+    Fp,
 }
 
 /// Option errors that clap cannot see.
@@ -344,6 +362,8 @@ pub enum ConfigError {
     FileWithWakeups(&'static str),
     #[error("--interval {:.1} s is longer than the duration {:.1} s", .interval.as_secs_f64(), .duration.as_secs_f64())]
     IntervalTooLong { interval: Duration, duration: Duration },
+    #[error("--leaf-callers works on frame-pointer walks: not with --unwind cfi, which finds a leaf's caller from its unwind table")]
+    LeafCallersWithCfi,
 }
 
 /// Default number of records in the top view.
@@ -409,6 +429,12 @@ impl Config {
             interval: a.interval,
             open_waits: a.open_waits == OpenWaits::Yes,
             leaf_callers: a.leaf_callers,
+            unwind: match (a.unwind, a.leaf_callers) {
+                (Some(Unwind::Cfi), true) => return Err(ConfigError::LeafCallersWithCfi),
+                (Some(u), _) => u,
+                (None, true) => Unwind::Fp,
+                (None, false) => Unwind::Cfi,
+            },
         })
     }
 
@@ -479,6 +505,7 @@ impl Config {
         s.events = u32::from(self.stacks != Stacks::KernelOnly);
         s.self_tgid = std::process::id();
         s.leaf_words = if self.leaf_callers { topwaits_common::LEAF_WORDS } else { 0 };
+        s.cfi = u32::from(self.unwind == Unwind::Cfi && self.stacks != Stacks::KernelOnly);
         s.events_over_us = self.events_over_us.map_or(0, |us| us.min(u32::MAX as u64) as u32);
         // Rows held by their threads are drained once, after detaching: not with
         // intervals, which drain and clear the aggregate while tracing.
@@ -542,6 +569,16 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().settings().leaf_words, 0);
         assert_eq!(parse(&["--leaf-callers"]).unwrap().settings().leaf_words, topwaits_common::LEAF_WORDS);
         assert!(parse(&["--leaf-callers", "-K"]).is_err(), "no user stacks, no leaf callers");
+        assert_eq!(parse(&["--leaf-callers"]).unwrap().unwind, Unwind::Fp, "leaf callers walk frame pointers");
+        assert!(parse(&["--leaf-callers", "--unwind", "cfi"]).is_err());
+    }
+
+    #[test]
+    fn user_stacks_are_walked_from_unwind_tables_unless_told() {
+        assert_eq!(parse(&[]).unwrap().settings().cfi, 1);
+        assert_eq!(parse(&["--unwind", "fp"]).unwrap().settings().cfi, 0);
+        assert_eq!(parse(&["-K"]).unwrap().settings().cfi, 0, "no user stacks, nothing to walk");
+        assert!(parse(&["--unwind", "dwarf"]).is_err());
     }
 
     #[test]

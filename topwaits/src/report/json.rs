@@ -191,6 +191,7 @@ impl Serialize for Hex {
 
 fn status(s: &Stack) -> &'static str {
     match s {
+        Stack::Frames(_) if s.is_cut() => "cut",
         Stack::Frames(_) => "ok",
         Stack::Missing => "missing",
         Stack::None => "none",

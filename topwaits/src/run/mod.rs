@@ -2,7 +2,7 @@
 //! validated options → load → wait → drain → symbolize → merge → report. `trace`
 //! runs a trace and `record` (a trace with a record file), `threads`, `blocked`
 //! and `report` their own; what they share (checks before loading, waiting,
-//! the status line, the files beside stdout, stdout itself) is here.
+//! the status line, the files beside stdout, the unwind tables, stdout itself) is here.
 
 pub mod blocked;
 mod files;
@@ -11,6 +11,7 @@ pub mod report;
 mod status;
 pub mod threads;
 pub mod trace;
+mod unwind;
 mod wait;
 
 use std::io::{self, BufWriter, Write};

@@ -10,6 +10,7 @@ use anyhow::Result;
 use super::files::ViewFiles;
 use super::interval;
 use super::status::Status;
+use super::unwind::Unwinder;
 use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait, End};
 use super::{preflight, write_quietly};
 use crate::bpf::{ProcEvents, Tracer};
@@ -54,6 +55,13 @@ fn load_learners(
     }
 }
 
+/// Hands a process event (None: a beat) to the symbolizer and the unwinder;
+/// whether either wants beats.
+fn on_event(symbolizer: &mut BlazeSymbolizer, unwinder: &std::cell::RefCell<Unwinder>, e: Option<topwaits_common::ProcEvent>) -> bool {
+    let named = symbolizer.on_event(e);
+    unwinder.borrow_mut().on_event(e) || named
+}
+
 /// Runs one whole trace, or one report per `--interval`.
 pub fn run(config: &Config) -> Result<()> {
     hold_signals(true);
@@ -84,8 +92,9 @@ pub fn run(config: &Config) -> Result<()> {
     if config.stacks != crate::cli::Stacks::UserOnly {
         symbolizer.warm_kernel();
     }
+    let unwinder = std::cell::RefCell::new(Unwinder::start(&mut tracer, config)?);
     let mut events = tracer.take_events()?;
-    load_learners(&mut tracer, &mut events, &mut |e| symbolizer.on_event(e));
+    load_learners(&mut tracer, &mut events, &mut |e| on_event(&mut symbolizer, &unwinder, e));
     let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
     let t0 = std::time::Instant::now();
@@ -106,10 +115,11 @@ pub fn run(config: &Config) -> Result<()> {
         };
         let end = {
             let tracer = &tracer;
-            wait(slice, &mut targets, &mut events, &mut long, &mut |e| symbolizer.on_event(e), &mut || {
+            wait(slice, &mut targets, &mut events, &mut long, &mut |e| on_event(&mut symbolizer, &unwinder, e), &mut || {
                 if let Ok(c) = tracer.counters() {
                     status.show(&c);
                 }
+                unwinder.borrow_mut().sweep();
             })?
         };
         status.clear();
@@ -182,7 +192,15 @@ pub fn run(config: &Config) -> Result<()> {
     }
     drop(tracer);
     // Losses are said once, for the whole trace, with their fixes.
-    for w in total.warnings() {
+    let unwinding = unwinder.borrow().stats().cloned().unwrap_or_default();
+    log::info!(
+        "unwind tables: {} files, {} KiB in the kernel, the first after {:?}; {} files without unwind information",
+        unwinding.files_ready,
+        unwinding.table_bytes / 1024,
+        unwinding.first_table_after,
+        unwinding.files_without_tables
+    );
+    for w in total.warnings().into_iter().chain(unwinding.warnings()) {
         crate::stderr::say!("topwaits: warning: {w}");
     }
     Ok(())

@@ -9,7 +9,7 @@ pub use blaze::{build_id_hex, BlazeSymbolizer};
 
 use std::sync::Arc;
 
-use topwaits_common::LEAF_WORD;
+use topwaits_common::{unwind::CUT_MARK, LEAF_WORD};
 
 use crate::fasthash::{FastMap, FastSet};
 use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
@@ -94,6 +94,26 @@ fn cut_at<F: AsRef<Frame> + From<Frame>>(frames: &mut Vec<F>, junk: Option<usize
     true
 }
 
+/// The frame that says why a user stack was cut short (see
+/// `topwaits_common::unwind::CUT_MARK`), shown as the stack's outermost frame;
+/// None for a real address.
+pub fn cut_frame(word: u64) -> Option<Frame> {
+    use topwaits_common::unwind::cut;
+    if word & CUT_MARK == 0 || word & LEAF_WORD != 0 {
+        return None;
+    }
+    let why = match word & !CUT_MARK {
+        cut::LOADING => "[cut:table-loading]",
+        cut::NO_INFO => "[cut:no-unwind-info]",
+        cut::UNREADABLE => "[cut:stack-unreadable]",
+        cut::DEPTH => "[cut:depth-limit]",
+        cut::UNMAPPED => "[cut:unmapped-code]",
+        cut::FULL => "[cut:tables-full]",
+        _ => "[cut]",
+    };
+    Some(Frame { addr: word, symbol: Some(why.into()), module: None, offset: None })
+}
+
 /// The address to look up for frame `i` of a stack at `addr`. Every frame but the
 /// leaf is a return address, which points after its call instruction; when that
 /// call never returns, it points past the end of the calling function, into the
@@ -175,7 +195,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
         let lookups = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
         match space {
             Space::Kernel => kset.extend(lookups),
-            Space::User(t) => per_proc.entry(*t).or_default().extend(lookups),
+            Space::User(t) => per_proc.entry(*t).or_default().extend(lookups.filter(|a| a & CUT_MARK == 0)),
         }
     }
     let mut kaddrs: Vec<u64> = kset.into_iter().collect();
@@ -219,6 +239,9 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
                             .enumerate()
                             .map(|(i, &a)| {
                                 let (frame, code) = shared_frames.entry((key.0, a, i == 0)).or_insert_with(|| {
+                                    if let (Space::User(_), Some(cut)) = (&space, cut_frame(a)) {
+                                        return (Arc::new(cut), true);
+                                    }
                                     let l = lookup_addr(i, a);
                                     let (f, code) = match space {
                                         Space::Kernel => (kframes.get(&l), true),

@@ -16,13 +16,19 @@ pub fn tgid_of(id: u32) -> Option<u32> {
 }
 
 /// One file-backed mapping of a process.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Mapping {
     pub start: u64,
     pub end: u64,
     /// File offset of `start`.
     pub offset: u64,
     pub path: String,
+    /// Whether its pages are executable.
+    pub exec: bool,
+    /// The file's device (`major << 32 | minor`) and inode: which file it is,
+    /// whatever path names it.
+    pub dev: u64,
+    pub inode: u64,
 }
 
 /// The file-backed mappings in `/proc/PID/maps` text. Anonymous mappings and
@@ -32,7 +38,7 @@ pub fn parse_maps<R: BufRead>(reader: R) -> Vec<Mapping> {
     for line in reader.split(b'\n').map_while(Result::ok) {
         let line = String::from_utf8_lossy(&line);
         let mut cols = line.splitn(6, ' ');
-        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(_inode)) =
+        let (Some(range), Some(perms), Some(offset), Some(dev), Some(inode)) =
             (cols.next(), cols.next(), cols.next(), cols.next(), cols.next())
         else {
             continue;
@@ -46,7 +52,16 @@ pub fn parse_maps<R: BufRead>(reader: R) -> Vec<Mapping> {
         else {
             continue;
         };
-        out.push(Mapping { start, end, offset, path: path.to_string() });
+        let dev = dev.split_once(':').and_then(|(a, b)| Some(u64::from_str_radix(a, 16).ok()? << 32 | u64::from_str_radix(b, 16).ok()?));
+        out.push(Mapping {
+            start,
+            end,
+            offset,
+            path: path.to_string(),
+            exec: perms.as_bytes().get(2) == Some(&b'x'),
+            dev: dev.unwrap_or(0),
+            inode: inode.parse().unwrap_or(0),
+        });
     }
     out
 }
@@ -120,6 +135,8 @@ garbage line
         let maps = parse_maps(MAPS.as_bytes());
         assert_eq!(maps.len(), 4);
         assert_eq!(maps[3].path, "/tmp/my lib (deleted)");
+        assert_eq!((maps[1].exec, maps[1].dev, maps[1].inode), (true, 0xfe << 32 | 1, 123));
+        assert!(!maps[0].exec, "r--p is not executable");
     }
 
     #[test]

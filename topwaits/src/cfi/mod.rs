@@ -16,7 +16,12 @@ use std::io::{Read, Seek};
 use anyhow::{anyhow, Context as _, Result};
 use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection as _, X86_64};
 
+use topwaits_common::unwind::{SIG_BP, SIG_IP, SIG_SP};
+
 use crate::sys::elf;
+
+pub mod loader;
+pub mod tree;
 
 /// The register a CFA is computed from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +42,10 @@ pub enum Rule {
     /// The thread's first frame (`_start`, `clone3`'s child): the return address
     /// is undefined, and the stack ends here, whole.
     End,
+    /// A signal trampoline (`__restore_rt`, its CIE marked `S`): the registers the
+    /// signal interrupted are in the `ucontext` at sp, and the pc found there is
+    /// exact, not a return address.
+    Signal,
     /// Nothing an unwinder can follow: the walk stops here, cut.
     Stop,
 }
@@ -81,6 +90,7 @@ impl Table {
         while let Some(entry) = entries.next().context("bad .eh_frame entry")? {
             let CieOrFde::Fde(partial) = entry else { continue };
             let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else { continue };
+            let signal = fde.cie().is_signal_trampoline();
             let mut rows = Vec::new();
             let mut table = fde.rows(&eh, &bases, &mut ctx).context("bad CFI program")?;
             while let Some(row) = table.next_row().context("bad CFI program")? {
@@ -110,6 +120,7 @@ impl Table {
                     },
                     Some(_) => Rule::Stop,
                 };
+                let rule = if signal { Rule::Signal } else { rule };
                 rows.push(Row { pc: row.start_address(), rule });
             }
             spans.push((fde.initial_address(), fde.end_address(), rows));
@@ -167,6 +178,8 @@ pub struct Regs {
 pub enum Step {
     /// The caller's registers.
     Caller(Regs),
+    /// The registers a signal interrupted: their pc is exact, looked up as a leaf's.
+    Interrupted(Regs),
     /// The thread's first frame: the stack is whole.
     End,
     /// The walk cannot go on (no rule, or memory unreadable): the stack is cut.
@@ -181,6 +194,12 @@ pub fn step(table: &Table, bias: u64, regs: Regs, leaf: bool, read: impl Fn(u64)
     let at = regs.pc.wrapping_sub(bias).wrapping_sub(u64::from(!leaf));
     let (cfa, bp_at) = match table.lookup(at) {
         Rule::End => return Step::End,
+        Rule::Signal => {
+            let (Some(pc), Some(sp), Some(bp)) = (read(regs.sp + SIG_IP), read(regs.sp + SIG_SP), read(regs.sp + SIG_BP)) else {
+                return Step::Cut;
+            };
+            return Step::Interrupted(Regs { pc, sp, bp });
+        }
         Rule::Stop => return Step::Cut,
         Rule::Plt { threshold } => (regs.sp.wrapping_add(if (at & 15) as u8 >= threshold { 16 } else { 8 }), None),
         Rule::Cfa { base, offset, bp_at } => {
@@ -196,7 +215,9 @@ pub fn step(table: &Table, bias: u64, regs: Regs, leaf: bool, read: impl Fn(u64)
         None => regs.bp,
     };
     match read(cfa.wrapping_sub(8)) {
-        Some(0) | None => Step::Cut,
+        // A zero return address marks the outermost frame by convention.
+        Some(0) => Step::End,
+        None => Step::Cut,
         Some(pc) => Step::Caller(Regs { pc, sp: cfa, bp }),
     }
 }

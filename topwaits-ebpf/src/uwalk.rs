@@ -1,0 +1,330 @@
+//! User stacks walked from the binaries' unwind tables (`--unwind cfi`, the
+//! default): from the registers the task entered the kernel with, each frame's
+//! caller is found by the rule of its address in the table user space built
+//! from the file's `.eh_frame` (see `topwaits_common::unwind`), with frame
+//! pointers only where a mapping has no table. A stack that cannot be followed to
+//! the thread's first frame ends with a `CUT_MARK` frame saying why.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user},
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+use topwaits_common::{
+    proc_event,
+    unwind::{
+        cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS, NODE_ROWS, SIG_BP, SIG_IP, SIG_SP,
+        WALK_DEPTH,
+    },
+    KernelStack, KSTACK_DEPTH,
+};
+
+use crate::maps::{proc_event, GROWS, SETTINGS};
+
+/// Unwind tree nodes of every file, by `node_key`; sized at load time.
+#[map]
+pub static UNWIND_NODES: HashMap<u64, Node> = HashMap::with_max_entries(1, GROWS);
+
+/// What is known of each file's table, by file index.
+#[map]
+pub static UNWIND_FILES: Array<FileInfo> = Array::with_max_entries(topwaits_common::unwind::MAX_FILES, 0);
+
+/// Each traced process's executable mappings, by tgid; sized at load time.
+#[map]
+pub static UNWIND_PROCS: HashMap<u32, ProcMaps> = HashMap::with_max_entries(1, GROWS);
+
+/// The registers carried from frame to frame, and how the walk ended.
+#[repr(C)]
+struct Walk {
+    pc: u64,
+    sp: u64,
+    bp: u64,
+    /// Frames written.
+    n: u64,
+    /// 0 while walking or once whole; else one of `cut`.
+    cut: u64,
+    /// Non-zero when `pc` is exact (the first frame, or the one a signal
+    /// interrupted) rather than a return address.
+    exact: u64,
+    tgid: u64,
+}
+
+#[map]
+static SCRATCH_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+
+/// What the loop body reaches, on the BPF stack (`bpf_loop` passes one pointer).
+#[repr(C)]
+struct Ctx {
+    walk: *mut Walk,
+    maps: *mut ProcMaps,
+    frames: *mut KernelStack,
+}
+
+/// Kernel stacks are this large (x86-64 without KASAN), with the user registers
+/// (`struct pt_regs`, 168 bytes) at their top.
+const THREAD_SIZE: u64 = 16 * 1024;
+const PT_REGS: u64 = 168;
+/// Offsets in `struct pt_regs`: bp, then ip, cs, flags and sp in a row.
+const REGS_BP: u64 = 4 * 8;
+const REGS_IP: u64 = 16 * 8;
+/// The code segment of 64-bit user mode (`__USER_CS`).
+const USER_CS: u64 = 0x33;
+
+#[inline(always)]
+fn user_word(addr: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
+    unsafe { bpf_probe_read_user(addr as *const u64).ok() }
+}
+
+/// The registers the current task entered the kernel with, if it came from 64-bit
+/// user mode: (ip, sp, bp).
+#[inline(always)]
+fn user_regs() -> Option<(u64, u64, u64)> {
+    let off = SETTINGS.load().task.stack;
+    if off == u32::MAX {
+        return None;
+    }
+    // SAFETY: helper calls on kernel addresses, checked by the helpers.
+    unsafe {
+        let task = bpf_get_current_task();
+        let stack: u64 = bpf_probe_read_kernel((task + off as u64) as *const u64).ok()?;
+        if stack == 0 {
+            return None;
+        }
+        let regs = stack + THREAD_SIZE - PT_REGS;
+        let tail: [u64; 4] = bpf_probe_read_kernel((regs + REGS_IP) as *const [u64; 4]).ok()?;
+        if tail[1] != USER_CS {
+            return None;
+        }
+        let bp: u64 = bpf_probe_read_kernel((regs + REGS_BP) as *const u64).ok()?;
+        Some((tail[0], tail[3], bp))
+    }
+}
+
+/// The index of the last of 64 sorted words whose value (shifted right by
+/// `shift`) is at most `x`, found in six steps; 0 when even the first is above.
+#[inline(always)]
+fn last_at_most(words: &[u64; 64], x: u64, shift: u32) -> usize {
+    let mut lo = 0usize;
+    let mut w = 32usize;
+    while w > 0 {
+        let i = (lo + w) & 63;
+        if words[i] >> shift <= x {
+            lo = i;
+        }
+        w >>= 1;
+    }
+    lo
+}
+
+/// The mapping of `pc` among a process's sorted mappings.
+#[inline(always)]
+fn mapping_of(maps: &ProcMaps, pc: u64) -> Option<(u64, u32)> {
+    let mut lo = 0usize;
+    let mut w = MAX_MAPS / 2;
+    while w > 0 {
+        let i = (lo + w) & (MAX_MAPS - 1);
+        if maps.maps[i].start <= pc {
+            lo = i;
+        }
+        w >>= 1;
+    }
+    let m = &maps.maps[lo & (MAX_MAPS - 1)];
+    (m.start <= pc && pc < m.end).then_some((m.bias, m.file))
+}
+
+/// The rule word of file address `addr` in file `file`'s tree, or a cut reason.
+#[inline(always)]
+fn rule_of(file: u32, addr: u64) -> Result<u32, u64> {
+    let info = UNWIND_FILES.get(file).copied().unwrap_or_default();
+    match info.state {
+        file_state::READY => {}
+        file_state::LOADING => return Err(cut::LOADING),
+        file_state::NO_TABLE => return Ok(rule::STOP | 1 << 31),
+        _ => return Err(cut::FULL),
+    }
+    let mut level = info.levels;
+    let mut index = 0u32;
+    for _ in 0..MAX_LEVELS {
+        if level == 0 {
+            break;
+        }
+        level -= 1;
+        let Some(node) = UNWIND_NODES.get_ptr(&node_key(file, level, index)) else {
+            return Err(cut::NO_INFO);
+        };
+        // SAFETY: a value of a map lookup; nodes are written once, before the file
+        // is marked ready, and never changed.
+        let node = unsafe { &*node };
+        let i = last_at_most(node, addr, 32);
+        let entry = node[i];
+        if entry >> 32 > addr {
+            return Err(cut::NO_INFO);
+        }
+        if level == 0 {
+            return Ok(entry as u32);
+        }
+        index = index * NODE_ROWS as u32 + i as u32;
+    }
+    Err(cut::NO_INFO)
+}
+
+/// One frame-pointer step: (pc, sp, bp) of the caller, if the frame pointer leads
+/// somewhere readable.
+#[inline(always)]
+fn fp_step(bp: u64) -> Option<(u64, u64, u64)> {
+    if bp == 0 {
+        return None;
+    }
+    Some((user_word(bp + 8)?, bp + 16, user_word(bp)?))
+}
+
+/// `bpf_loop` body: writes the current frame and steps to its caller. Returns 1
+/// (stop) once the stack is whole or cut.
+unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the `Ctx` that `walk` passed, on its stack; its pointers
+    // are map values, alive for the whole program run.
+    let (w, maps, frames) = unsafe {
+        let c = &*ctx.cast::<Ctx>();
+        (&mut *c.walk, &mut *c.maps, &mut *c.frames)
+    };
+    let n = w.n as usize;
+    if n >= WALK_DEPTH as usize || n >= KSTACK_DEPTH {
+        w.cut = cut::DEPTH;
+        return 1;
+    }
+    frames[n] = w.pc;
+    w.n = n as u64 + 1;
+    // A return address is the instruction after the call: the call's own rule is
+    // one byte back.
+    let at = w.pc - (w.exact == 0) as u64;
+    w.exact = 0;
+    let Some((bias, file)) = mapping_of(maps, at) else {
+        if maps.missed == 0 {
+            maps.missed = 1;
+            proc_event(w.tgid as u32, proc_event::MAPS);
+        }
+        return match fp_step(w.bp) {
+            Some((pc, sp, bp)) if pc != 0 => {
+                (w.pc, w.sp, w.bp) = (pc, sp, bp);
+                0
+            }
+            _ => {
+                w.cut = cut::UNMAPPED;
+                1
+            }
+        };
+    };
+    let addr = at.wrapping_sub(bias);
+    let word = match rule_of(file, addr) {
+        Ok(word) => word,
+        Err(why) => {
+            w.cut = why;
+            return 1;
+        }
+    };
+    let (pc, sp, bp) = match word & 15 {
+        rule::CFA_SP | rule::CFA_BP => {
+            let base = if word & 15 == rule::CFA_SP { w.sp } else { w.bp };
+            let cfa = base + ((word >> 8) & 0xffff) as u64;
+            let bp_words = (word >> 24) as u8 as i8;
+            let bp = if bp_words == 0 { Some(w.bp) } else { user_word(cfa.wrapping_add_signed(bp_words as i64 * 8)) };
+            match (user_word(cfa - 8), bp) {
+                (Some(pc), Some(bp)) => (pc, cfa, bp),
+                _ => {
+                    w.cut = cut::UNREADABLE;
+                    return 1;
+                }
+            }
+        }
+        rule::PLT => {
+            let cfa = w.sp + if (addr & 15) as u32 >= (word >> 4) & 15 { 16 } else { 8 };
+            match user_word(cfa - 8) {
+                Some(pc) => (pc, cfa, w.bp),
+                None => {
+                    w.cut = cut::UNREADABLE;
+                    return 1;
+                }
+            }
+        }
+        rule::SIGNAL => match (user_word(w.sp + SIG_IP), user_word(w.sp + SIG_SP), user_word(w.sp + SIG_BP)) {
+            (Some(pc), Some(sp), Some(bp)) => {
+                w.exact = 1;
+                (pc, sp, bp)
+            }
+            _ => {
+                w.cut = cut::UNREADABLE;
+                return 1;
+            }
+        },
+        rule::END => return 1,
+        // STOP, in a file with no table: frame pointers are all there is.
+        _ if word & 1 << 31 != 0 => match fp_step(w.bp) {
+            Some(next) => next,
+            None => {
+                w.cut = cut::NO_INFO;
+                return 1;
+            }
+        },
+        _ => {
+            w.cut = cut::NO_INFO;
+            return 1;
+        }
+    };
+    if pc == 0 {
+        // The outermost frame by convention: nothing called it.
+        return 1;
+    }
+    (w.pc, w.sp, w.bp) = (pc, sp, bp);
+    0
+}
+
+/// What [`walk`] did.
+pub enum Walked {
+    /// The task did not come from 64-bit user mode: frame pointers, as before.
+    NotUser,
+    /// User space has not yet told the walker where the process maps its code.
+    NoMaps,
+    /// This many frames written, a cut mark included.
+    Frames(usize),
+}
+
+/// Walks the current task's user stack into `frames`.
+#[inline(always)]
+pub fn walk(tgid: u32, frames: *mut KernelStack) -> Walked {
+    let Some((ip, sp, bp)) = user_regs() else { return Walked::NotUser };
+    let Some(maps) = UNWIND_PROCS.get_ptr_mut(&tgid) else { return Walked::NoMaps };
+    let Some(w) = SCRATCH_WALK.get_ptr_mut(0) else { return Walked::NotUser };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    unsafe {
+        *w = Walk { pc: ip, sp, bp, n: 0, cut: 0, exact: 1, tgid: tgid as u64 };
+    }
+    let mut ctx = Ctx { walk: w, maps, frames };
+    // SAFETY: the callback reads `ctx` through the pointer, for this call only.
+    unsafe {
+        bpf_loop(WALK_DEPTH + 1, step as *mut core::ffi::c_void, (&raw mut ctx).cast(), 0);
+        core::ptr::write_volatile(
+            &raw mut ctx,
+            Ctx { walk: core::ptr::null_mut(), maps: core::ptr::null_mut(), frames: core::ptr::null_mut() },
+        );
+    }
+    // SAFETY: as above; volatile, as the callback wrote it behind the compiler's back.
+    let (n, why) = unsafe { (core::ptr::read_volatile(&(*w).n) as usize, core::ptr::read_volatile(&(*w).cut)) };
+    let n = if why == 0 { n } else { mark(frames, n, why) };
+    // Words past the last frame are left from earlier walks: user space reads up
+    // to the first zero.
+    if n < KSTACK_DEPTH {
+        // SAFETY: the per-CPU buffer the caller passed; n is in bounds.
+        unsafe { (*frames)[n] = 0 };
+    }
+    Walked::Frames(n)
+}
+
+/// Appends the cut mark `why` after `n` frames; the new length.
+#[inline(always)]
+pub fn mark(frames: *mut KernelStack, n: usize, why: u64) -> usize {
+    let n = n.min(KSTACK_DEPTH - 1);
+    // SAFETY: the per-CPU buffer the caller passed.
+    unsafe { (*frames)[n] = CUT_MARK | why };
+    n + 1
+}

@@ -1,0 +1,45 @@
+//! The user stack walker's maps, taken out of the object so that the table loader
+//! (`cfi::loader`) can fill them while the trace runs.
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::maps::{Array, HashMap, MapData};
+use topwaits_common::names;
+use topwaits_common::unwind::{FileInfo, Node, ProcMaps};
+
+use crate::cfi::loader::Sink;
+
+/// The maps the walker reads: per-process mappings, per-file state, tree nodes.
+pub struct UnwindMaps {
+    procs: HashMap<MapData, u32, ProcMaps>,
+    files: Array<MapData, FileInfo>,
+    nodes: HashMap<MapData, u64, Node>,
+}
+
+impl UnwindMaps {
+    pub(super) fn take(ebpf: &mut aya::Ebpf) -> Result<UnwindMaps> {
+        let mut take = |name: &str| ebpf.take_map(name).ok_or_else(|| anyhow!("map {name} missing"));
+        Ok(UnwindMaps {
+            procs: HashMap::try_from(take(names::UNWIND_PROCS)?)?,
+            files: Array::try_from(take(names::UNWIND_FILES)?)?,
+            nodes: HashMap::try_from(take(names::UNWIND_NODES)?)?,
+        })
+    }
+}
+
+impl Sink for UnwindMaps {
+    fn put_proc(&mut self, tgid: u32, maps: &ProcMaps) -> Result<()> {
+        self.procs.insert(tgid, maps, 0).with_context(|| format!("mappings of process {tgid}"))
+    }
+
+    fn drop_proc(&mut self, tgid: u32) {
+        let _ = self.procs.remove(&tgid);
+    }
+
+    fn put_node(&mut self, key: u64, node: &Node) -> Result<()> {
+        self.nodes.insert(key, node, 0).context("unwind table node")
+    }
+
+    fn put_file(&mut self, id: u32, info: FileInfo) -> Result<()> {
+        self.files.set(id, info, 0).context("unwind table state")
+    }
+}

@@ -1,0 +1,395 @@
+//! Keeps the in-kernel walker's tables up to date while a trace runs: each traced
+//! process's executable mappings (read from `/proc/PID/maps` when it is first
+//! seen, forks, execs, or runs code the walker found in no mapping, as after a
+//! `dlopen`), and one unwind tree per file (by device and inode, so shared by
+//! every process that maps it), built on a thread of its own so that neither the
+//! start nor the process events wait for it. What the kernel holds is written
+//! through a [`Sink`], which `bpf/` implements.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use topwaits_common::unwind::{file_state, ExecMap, FileInfo, Node, ProcMaps, MAX_FILES, MAX_MAPS};
+use topwaits_common::{proc_event, ProcEvent};
+
+use super::tree::{self, Tree};
+use super::Table;
+use crate::sys::{elf, procfs};
+
+/// Where the walker's tables go.
+pub trait Sink {
+    fn put_proc(&mut self, tgid: u32, maps: &ProcMaps) -> Result<()>;
+    fn drop_proc(&mut self, tgid: u32);
+    fn put_node(&mut self, key: u64, node: &Node) -> Result<()>;
+    fn put_file(&mut self, id: u32, info: FileInfo) -> Result<()>;
+}
+
+/// The file index that stands for every file beyond [`MAX_FILES`]: marked full.
+const OVERFLOW_FILE: u32 = 0;
+
+/// Shortest and longest wait before a process whose code the walker could not
+/// place is read again; it doubles while reading finds nothing new (JIT code).
+const REREAD_MIN: Duration = Duration::from_millis(50);
+const REREAD_MAX: Duration = Duration::from_secs(5);
+
+/// What the tables cost and what did not fit, for the report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Files whose tables are in the kernel, and the bytes their nodes take.
+    pub files_ready: u64,
+    pub table_bytes: u64,
+    /// Files with no unwind information (walked by frame pointers).
+    pub files_without_tables: u64,
+    /// Files whose tables did not fit (stacks through them are cut, marked).
+    pub files_not_fitting: u64,
+    /// Processes with more executable mappings than the walker keeps.
+    pub procs_with_too_many_maps: u64,
+    /// From the start to the first table in place.
+    pub first_table_after: Option<Duration>,
+}
+
+impl Stats {
+    /// What did not fit, one line each, with the way out.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.files_not_fitting > 0 {
+            out.push(format!(
+                "the unwind tables of {} files did not fit into the kernel's maps: user stacks through them end in [cut:tables-full] (trace fewer processes with -p, or use --unwind fp)",
+                self.files_not_fitting
+            ));
+        }
+        if self.procs_with_too_many_maps > 0 {
+            out.push(format!(
+                "{} processes map code from more than {MAX_MAPS} places: stacks through the rest end in [cut:unmapped-code]",
+                self.procs_with_too_many_maps
+            ));
+        }
+        out
+    }
+}
+
+struct File {
+    id: u32,
+    segments: Vec<elf::Segment>,
+}
+
+struct Proc {
+    maps: ProcMaps,
+    read_at: Instant,
+    reread_after: Duration,
+    /// The walker met code it could not place since the last read.
+    missed: bool,
+}
+
+struct Built {
+    id: u32,
+    tree: Result<Option<Tree>>,
+}
+
+/// The tables of the traced processes, kept in step with them.
+pub struct Loader {
+    files: HashMap<(u64, u64), File>,
+    next_id: u32,
+    procs: HashMap<u32, Proc>,
+    jobs: Option<mpsc::Sender<(u32, std::fs::File)>>,
+    built: mpsc::Receiver<Built>,
+    in_flight: usize,
+    started: Instant,
+    pub stats: Stats,
+}
+
+/// Builds one file's tree.
+fn build(file: std::fs::File) -> Result<Option<Tree>> {
+    let mut r = std::io::BufReader::new(file);
+    Ok(Table::from_elf(&mut r)?.and_then(|t| tree::build(&t)))
+}
+
+impl Loader {
+    /// A loader whose file index 0 stands for the files that do not fit.
+    pub fn new(sink: &mut dyn Sink) -> Result<Loader> {
+        sink.put_file(OVERFLOW_FILE, FileInfo { state: file_state::FULL, levels: 0 })?;
+        let (job_tx, job_rx) = mpsc::channel::<(u32, std::fs::File)>();
+        let (built_tx, built) = mpsc::channel();
+        std::thread::Builder::new().name("unwind-tables".into()).spawn(move || {
+            for (id, file) in job_rx {
+                if built_tx.send(Built { id, tree: build(file) }).is_err() {
+                    break;
+                }
+            }
+        })?;
+        Ok(Loader {
+            files: HashMap::new(),
+            next_id: 1,
+            procs: HashMap::new(),
+            jobs: Some(job_tx),
+            built,
+            in_flight: 0,
+            started: Instant::now(),
+            stats: Stats::default(),
+        })
+    }
+
+    /// Takes one process event (None: a beat). Returns whether it wants beats:
+    /// while tables are being built or a process awaits being read again.
+    pub fn on_event(&mut self, ev: Option<ProcEvent>, sink: &mut dyn Sink) -> bool {
+        let now = Instant::now();
+        match ev {
+            Some(ev) => match ev.kind {
+                proc_event::FORK => match self.procs.get(&ev.parent).map(|p| p.maps) {
+                    // A fork maps what its parent does until it execs.
+                    Some(maps) => self.keep(ev.tgid, maps, now, sink),
+                    None => self.read(ev.tgid, now, sink),
+                },
+                proc_event::EXEC => self.read(ev.tgid, now, sink),
+                proc_event::MAPS => {
+                    if let Some(p) = self.procs.get_mut(&ev.tgid) {
+                        p.missed = true;
+                    } else {
+                        self.read(ev.tgid, now, sink);
+                    }
+                }
+                _ => {
+                    if !self.procs.contains_key(&ev.tgid) {
+                        self.read(ev.tgid, now, sink);
+                    }
+                }
+            },
+            None => self.take_built(sink),
+        }
+        let due: Vec<u32> = self.procs.iter().filter(|(_, p)| p.missed && now >= p.read_at + p.reread_after).map(|(t, _)| *t).collect();
+        for tgid in due {
+            self.read(tgid, now, sink);
+        }
+        self.in_flight > 0 || self.procs.values().any(|p| p.missed)
+    }
+
+    /// Forgets the processes that have exited.
+    pub fn sweep(&mut self, sink: &mut dyn Sink) {
+        let gone: Vec<u32> = self.procs.keys().copied().filter(|t| !std::path::Path::new(&format!("/proc/{t}")).exists()).collect();
+        for tgid in gone {
+            self.procs.remove(&tgid);
+            sink.drop_proc(tgid);
+        }
+    }
+
+    /// Waits up to `limit` for the tables being built (tests, and a short trace
+    /// whose report should not show stacks cut for want of a table).
+    pub fn settle(&mut self, limit: Duration, sink: &mut dyn Sink) {
+        let end = Instant::now() + limit;
+        while self.in_flight > 0 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+            self.take_built(sink);
+        }
+    }
+
+    /// Whether every table asked for is in place.
+    pub fn idle(&self) -> bool {
+        self.in_flight == 0
+    }
+
+    fn take_built(&mut self, sink: &mut dyn Sink) {
+        while let Ok(b) = self.built.try_recv() {
+            self.in_flight -= 1;
+            self.install(b, sink);
+        }
+    }
+
+    fn install(&mut self, b: Built, sink: &mut dyn Sink) {
+        let info = match b.tree {
+            Ok(Some(tree)) => {
+                let fits = tree.keyed(b.id).all(|(key, node)| sink.put_node(key, node).is_ok());
+                if fits {
+                    self.stats.files_ready += 1;
+                    self.stats.table_bytes += tree.bytes() as u64;
+                    self.stats.first_table_after.get_or_insert(self.started.elapsed());
+                    FileInfo { state: file_state::READY, levels: tree.levels }
+                } else {
+                    self.stats.files_not_fitting += 1;
+                    FileInfo { state: file_state::FULL, levels: 0 }
+                }
+            }
+            Ok(None) => {
+                self.stats.files_without_tables += 1;
+                FileInfo { state: file_state::NO_TABLE, levels: 0 }
+            }
+            Err(e) => {
+                log::debug!("no unwind table for file {}: {e:#}", b.id);
+                self.stats.files_without_tables += 1;
+                FileInfo { state: file_state::NO_TABLE, levels: 0 }
+            }
+        };
+        if let Err(e) = sink.put_file(b.id, info) {
+            log::warn!("could not mark unwind table {}: {e:#}", b.id);
+        }
+    }
+
+    /// The index of the file behind `m` (of process `tgid`), asking for its tree
+    /// when it is new, with its loaded segments; None when it is not ELF.
+    fn file_of(&mut self, tgid: u32, m: &procfs::Mapping) -> Option<(u32, Option<u64>)> {
+        let key = (m.dev, m.inode);
+        if let Some(f) = self.files.get(&key) {
+            return Some((f.id, elf::vaddr_of(&f.segments, m.offset)));
+        }
+        // The file the process maps, even if its path has been replaced since.
+        let opened = std::fs::File::open(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end))
+            .or_else(|_| std::fs::File::open(format!("/proc/{tgid}/root{}", m.path)))
+            .ok()?;
+        let segments = elf::load_segments(&mut std::io::BufReader::new(&opened)).ok()?;
+        let id = if self.next_id < MAX_FILES {
+            self.next_id += 1;
+            let id = self.next_id - 1;
+            if let Some(jobs) = &self.jobs {
+                if jobs.send((id, opened)).is_ok() {
+                    self.in_flight += 1;
+                }
+            }
+            id
+        } else {
+            self.stats.files_not_fitting += 1;
+            OVERFLOW_FILE
+        };
+        let vaddr = elf::vaddr_of(&segments, m.offset);
+        self.files.insert(key, File { id, segments });
+        Some((id, vaddr))
+    }
+
+    /// Reads `tgid`'s mappings and hands them to the walker.
+    fn read(&mut self, tgid: u32, now: Instant, sink: &mut dyn Sink) {
+        let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else { return };
+        let mut maps: Vec<ExecMap> = Vec::new();
+        for m in procfs::parse_maps(&text[..]).iter().filter(|m| m.exec) {
+            let Some((file, vaddr)) = self.file_of(tgid, m) else { continue };
+            let vaddr = vaddr.unwrap_or(m.offset);
+            maps.push(ExecMap { start: m.start, end: m.end, bias: m.start.wrapping_sub(vaddr), file, pad: 0 });
+        }
+        if maps.is_empty() {
+            return;
+        }
+        maps.sort_by_key(|m| m.start);
+        if maps.len() > MAX_MAPS {
+            self.stats.procs_with_too_many_maps += 1;
+            maps.truncate(MAX_MAPS);
+        }
+        let mut table = ProcMaps::EMPTY;
+        table.len = maps.len() as u32;
+        table.maps[..maps.len()].copy_from_slice(&maps);
+        let unchanged = self.procs.get(&tgid).is_some_and(|p| p.maps.maps == table.maps);
+        let wait = match self.procs.get(&tgid) {
+            Some(p) if unchanged => (p.reread_after * 2).min(REREAD_MAX),
+            _ => REREAD_MIN,
+        };
+        self.keep(tgid, table, now, sink);
+        if let Some(p) = self.procs.get_mut(&tgid) {
+            p.reread_after = wait;
+        }
+    }
+
+    fn keep(&mut self, tgid: u32, maps: ProcMaps, now: Instant, sink: &mut dyn Sink) {
+        if let Err(e) = sink.put_proc(tgid, &maps) {
+            log::debug!("could not hand the mappings of {tgid} to the walker: {e:#}");
+            return;
+        }
+        self.procs.insert(tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, missed: false });
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        // Ends the builder thread once it is done with its current file.
+        self.jobs = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel side, as maps in memory.
+    #[derive(Default)]
+    struct Mem {
+        procs: HashMap<u32, ProcMaps>,
+        nodes: HashMap<u64, Node>,
+        files: HashMap<u32, FileInfo>,
+        node_room: usize,
+    }
+
+    impl Sink for Mem {
+        fn put_proc(&mut self, tgid: u32, maps: &ProcMaps) -> Result<()> {
+            self.procs.insert(tgid, *maps);
+            Ok(())
+        }
+        fn drop_proc(&mut self, tgid: u32) {
+            self.procs.remove(&tgid);
+        }
+        fn put_node(&mut self, key: u64, node: &Node) -> Result<()> {
+            anyhow::ensure!(self.nodes.len() < self.node_room, "full");
+            self.nodes.insert(key, *node);
+            Ok(())
+        }
+        fn put_file(&mut self, id: u32, info: FileInfo) -> Result<()> {
+            self.files.insert(id, info);
+            Ok(())
+        }
+    }
+
+    fn seen(tgid: u32) -> Option<ProcEvent> {
+        Some(ProcEvent { tgid, kind: proc_event::SEEN, parent: 0 })
+    }
+
+    /// This test process itself: its executable, libc and the rest get mappings
+    /// whose bias turns a function's address into its file address, and trees
+    /// that say where the function's rules are.
+    #[test]
+    fn a_live_process_gets_its_mappings_and_one_tree_per_file() {
+        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem).unwrap();
+        let me = std::process::id();
+        loader.on_event(seen(me), &mut mem);
+        loader.settle(Duration::from_secs(60), &mut mem);
+        let maps = mem.procs[&me];
+        assert!(maps.len >= 2, "{} mappings", maps.len);
+        let used = &maps.maps[..maps.len as usize];
+        assert!(used.windows(2).all(|w| w[0].start < w[1].start), "sorted");
+        // This function's own address lies in a mapping of this test binary.
+        let here = a_live_process_gets_its_mappings_and_one_tree_per_file as fn() as usize as u64;
+        let m = used.iter().find(|m| m.start <= here && here < m.end).expect("a mapping of this function");
+        let info = mem.files[&m.file];
+        assert_eq!(info.state, file_state::READY);
+        let get = |level, index| mem.nodes.get(&topwaits_common::unwind::node_key(m.file, level, index)).copied();
+        let word = tree::lookup(info.levels, get, here - m.bias).expect("a row for this function");
+        assert_ne!(word & 15, topwaits_common::unwind::rule::STOP, "a followable rule at {:#x}", here - m.bias);
+        assert!(loader.stats.files_ready >= 2 && loader.stats.table_bytes > 0, "{:?}", loader.stats);
+        // Seen again: nothing is read or built twice.
+        let files = mem.files.len();
+        loader.on_event(seen(me), &mut mem);
+        assert!(loader.idle());
+        assert_eq!(mem.files.len(), files);
+    }
+
+    #[test]
+    fn a_fork_shares_its_parents_mappings_and_the_exited_are_swept() {
+        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem).unwrap();
+        let me = std::process::id();
+        loader.on_event(seen(me), &mut mem);
+        // A pid that cannot exist (above pid_max's limit).
+        let child = 4_194_304 + 7;
+        loader.on_event(Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent: me }), &mut mem);
+        assert_eq!(mem.procs[&child], mem.procs[&me]);
+        loader.sweep(&mut mem);
+        assert!(!mem.procs.contains_key(&child) && mem.procs.contains_key(&me));
+    }
+
+    #[test]
+    fn tables_that_do_not_fit_are_marked_full_and_counted() {
+        let mut mem = Mem { node_room: 1, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem).unwrap();
+        assert_eq!(mem.files[&OVERFLOW_FILE].state, file_state::FULL);
+        loader.on_event(seen(std::process::id()), &mut mem);
+        loader.settle(Duration::from_secs(60), &mut mem);
+        assert!(loader.stats.files_not_fitting >= 1, "{:?}", loader.stats);
+        assert!(mem.files.values().any(|f| f.state == file_state::FULL && f.levels == 0));
+    }
+}

@@ -1,0 +1,140 @@
+//! Kernel tests of whole user stacks through code built without frame pointers:
+//! a C program built with `-O2 -fomit-frame-pointer`, and the distribution's own
+//! gzip and sqlite3 (and libc), walked from their `.eh_frame` in the kernel.
+
+mod common;
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::Value;
+
+/// Functions a thread's stack starts from.
+const ENTRIES: &[&str] = &["__libc_start_call_main", "start_thread", "_start"];
+
+/// Of the waits that ended in the trace, the share of wait time in user stacks
+/// that reach the thread's entry and are not marked cut.
+fn whole_share(doc: &Value) -> f64 {
+    let (mut whole, mut all) = (0u64, 0u64);
+    for r in doc["records"].as_array().unwrap().iter().filter(|r| r["open"] == false) {
+        let ns = r["total_ns"].as_u64().unwrap();
+        all += ns;
+        let names = stack_names(&r["user_stack"]);
+        if r["user_stack_status"] == "ok" && names.iter().any(|n| ENTRIES.contains(&n.as_str())) {
+            whole += ns;
+        }
+    }
+    assert!(all > 0, "no waits: {doc:#}");
+    whole as f64 / all as f64
+}
+
+/// The deepest user stack (most wait time) among records with `func`.
+fn heaviest_with<'a>(doc: &'a Value, func: &str) -> &'a Value {
+    records_in(doc, func).into_iter().max_by_key(|r| r["total_ns"].as_u64().unwrap()).unwrap_or_else(|| panic!("no {func}: {doc:#}"))
+}
+
+/// Compiles tests/programs/deep.c without frame pointers.
+fn deep_binary() -> String {
+    let out = format!("{}/deep-nofp", env!("CARGO_TARGET_TMPDIR"));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/deep.c");
+    let status = Command::new("cc")
+        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-o", &out, src])
+        .status()
+        .expect("a C compiler (cc) is needed");
+    assert!(status.success(), "compiling {src} failed");
+    out
+}
+
+fn start_ready(program: &str, args: &[&str]) -> std::process::Child {
+    let mut child = Command::new(program).args(args).stdout(Stdio::piped()).spawn().expect("the workload starts");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("ready"), "{line:?}");
+    child
+}
+
+#[test]
+fn a_program_without_frame_pointers_gets_whole_stacks_through_libc() {
+    require_bpf!();
+    let exe = deep_binary();
+    let mut child = start_ready(&exe, &["6"]);
+    let pid = child.id().to_string();
+    let doc = json(&run(&["--json", "-U", "-p", &pid, "2"]));
+    // Frame pointers alone stop in libc, at the first frame without one.
+    let fp = json(&run(&["--json", "-U", "--unwind", "fp", "-p", &pid, "1"]));
+    let _ = child.kill();
+    let _ = child.wait();
+    let share = whole_share(&doc);
+    assert!(share >= 0.9, "{:.0}% of wait time in whole stacks: {doc:#}", share * 100.0);
+    let sleep = stack_names(&heaviest_with(&doc, "tw_sleep_leaf")["user_stack"]);
+    let want = ["nanosleep", "tw_sleep_leaf", "tw_sleep_5", "tw_sleep_4", "tw_sleep_3", "tw_sleep_2", "tw_sleep_1", "main"];
+    let at = sleep.iter().position(|n| n == "nanosleep").unwrap_or_else(|| panic!("{sleep:?}"));
+    assert_eq!(&sleep[at..at + want.len()], want, "the marker functions in order: {sleep:?}");
+    assert!(sleep.iter().any(|n| n == "__libc_start_call_main"), "{sleep:?}");
+    let read = stack_names(&heaviest_with(&doc, "tw_read_leaf")["user_stack"]);
+    let want = ["tw_read_leaf", "tw_read_5", "tw_read_4", "tw_read_3", "tw_read_2", "tw_read_1", "reader", "start_thread"];
+    let at = read.iter().position(|n| n == "tw_read_leaf").unwrap_or_else(|| panic!("{read:?}"));
+    assert_eq!(&read[at..at + want.len()], want, "a pthread's stack reaches start_thread: {read:?}");
+    assert!(whole_share(&fp) < 0.5, "frame pointers alone were expected to stop early: {fp:#}");
+}
+
+#[test]
+fn debians_gzip_on_a_pipe_gets_whole_stacks() {
+    require_bpf!();
+    // gzip reads a pipe fed slowly and writes to another: it waits in read.
+    let mut gzip = Command::new("gzip").arg("-1").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("gzip is installed");
+    let mut input = gzip.stdin.take().unwrap();
+    let mut output = gzip.stdout.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let block: Vec<u8> = (0..65536u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for _ in 0..400 {
+            if input.write_all(&block).is_err() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    });
+    let drain = std::thread::spawn(move || std::io::copy(&mut output, &mut std::io::sink()));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let doc = json(&run(&["--json", "-U", "-p", &gzip.id().to_string(), "1.5"]));
+    feeder.join().unwrap();
+    let _ = gzip.wait();
+    let _ = drain.join();
+    let share = whole_share(&doc);
+    assert!(share >= 0.9, "{:.0}% of gzip's wait time in whole stacks: {doc:#}", share * 100.0);
+    let stack = &heaviest_with(&doc, "__libc_start_call_main")["user_stack"];
+    let own = stack.as_array().unwrap().iter().filter(|f| f["module"] == "gzip").count();
+    assert!(own >= 4, "gzip's own (stripped) frames between libc's: {stack:#}");
+}
+
+#[test]
+fn debians_sqlite3_committing_gets_whole_stacks() {
+    require_bpf!();
+    let db = format!("{}/unwind-{}.db", env!("CARGO_TARGET_TMPDIR"), std::process::id());
+    let _ = std::fs::remove_file(&db);
+    let mut sql = String::from("create table t(a, b);\n");
+    for i in 0..3000 {
+        sql.push_str(&format!("insert into t values({i}, randomblob(1000));\n"));
+    }
+    let mut sqlite = Command::new("sqlite3").arg(&db).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().expect("sqlite3 is installed");
+    let mut input = sqlite.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        // Each insert is a transaction of its own: a commit, and its fsync, each.
+        for chunk in sql.lines().collect::<Vec<_>>().chunks(20) {
+            if input.write_all((chunk.join("\n") + "\n").as_bytes()).is_err() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let doc = json(&run(&["--json", "-U", "-p", &sqlite.id().to_string(), "1.5"]));
+    feeder.join().unwrap();
+    let _ = sqlite.wait();
+    let _ = std::fs::remove_file(&db);
+    let share = whole_share(&doc);
+    assert!(share >= 0.9, "{:.0}% of sqlite3's wait time in whole stacks: {doc:#}", share * 100.0);
+    let names = stack_names(&heaviest_with(&doc, "sqlite3_step")["user_stack"]);
+    assert!(names.iter().any(|n| n == "__libc_start_call_main"), "{names:?}");
+}

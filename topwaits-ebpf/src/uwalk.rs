@@ -43,6 +43,10 @@ struct Walk {
     n: u64,
     /// 0 while walking or once whole; else one of `cut`.
     cut: u64,
+    /// Why frames were followed by frame pointers where a table was wanted (a
+    /// table still loading, or one that did not fit): the stack is marked so even
+    /// if it reaches the thread's entry. 0: never.
+    soft: u64,
     /// Non-zero when `pc` is exact (the first frame, or the one a signal
     /// interrupted) rather than a return address.
     exact: u64,
@@ -77,11 +81,12 @@ fn user_word(addr: u64) -> Option<u64> {
 }
 
 /// The registers the current task entered the kernel with, if it came from 64-bit
-/// user mode: (ip, sp, bp).
+/// user mode: (ip, sp, bp). x86-64 only: elsewhere none, and stacks are walked by
+/// frame pointers.
 #[inline(always)]
 fn user_regs() -> Option<(u64, u64, u64)> {
     let off = SETTINGS.load().task.stack;
-    if off == u32::MAX {
+    if !cfg!(bpf_target_arch = "x86_64") || off == u32::MAX {
         return None;
     }
     // SAFETY: helper calls on kernel addresses, checked by the helpers.
@@ -218,6 +223,20 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     let addr = at.wrapping_sub(bias);
     let word = match rule_of(file, addr) {
         Ok(word) => word,
+        // No table yet: frame pointers, for what they give, and the stack marked.
+        Err(why @ (cut::LOADING | cut::FULL)) => {
+            w.soft = why;
+            return match fp_step(w.bp) {
+                Some((pc, sp, bp)) if pc != 0 => {
+                    (w.pc, w.sp, w.bp) = (pc, sp, bp);
+                    0
+                }
+                _ => {
+                    w.cut = why;
+                    1
+                }
+            };
+        }
         Err(why) => {
             w.cut = why;
             return 1;
@@ -297,7 +316,7 @@ pub fn walk(tgid: u32, frames: *mut KernelStack) -> Walked {
     let Some(w) = SCRATCH_WALK.get_ptr_mut(0) else { return Walked::NotUser };
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
-        *w = Walk { pc: ip, sp, bp, n: 0, cut: 0, exact: 1, tgid: tgid as u64 };
+        *w = Walk { pc: ip, sp, bp, n: 0, cut: 0, soft: 0, exact: 1, tgid: tgid as u64 };
     }
     let mut ctx = Ctx { walk: w, maps, frames };
     // SAFETY: the callback reads `ctx` through the pointer, for this call only.
@@ -309,7 +328,10 @@ pub fn walk(tgid: u32, frames: *mut KernelStack) -> Walked {
         );
     }
     // SAFETY: as above; volatile, as the callback wrote it behind the compiler's back.
-    let (n, why) = unsafe { (core::ptr::read_volatile(&(*w).n) as usize, core::ptr::read_volatile(&(*w).cut)) };
+    let (n, why) = unsafe {
+        let cut = core::ptr::read_volatile(&(*w).cut);
+        (core::ptr::read_volatile(&(*w).n) as usize, if cut != 0 { cut } else { core::ptr::read_volatile(&(*w).soft) })
+    };
     let n = if why == 0 { n } else { mark(frames, n, why) };
     // Words past the last frame are left from earlier walks: user space reads up
     // to the first zero.

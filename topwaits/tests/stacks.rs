@@ -20,7 +20,8 @@ fn a_junk_frame_never_blanks_the_symbols_of_its_process() {
     let data = format!("{}/junk-{}.dat", env!("CARGO_TARGET_TMPDIR"), std::process::id());
     let w = Stuck::start(&["junk", &data]);
     let junk = w.hex("junk");
-    let doc = json(&run(&["--json", "--open-waits", "no", "-p", &w.pid(), "1.5"]));
+    // Frame-pointer walks are what can go through junk (unwind tables never do).
+    let doc = json(&run(&["--json", "--unwind", "fp", "--open-waits", "no", "-p", &w.pid(), "1.5"]));
     let clean = records_in(&doc, "clean_sleep_inner");
     assert!(!clean.is_empty(), "the clean thread's frames are named: {doc:#}");
     let names = stack_names(&clean[0]["user_stack"]);
@@ -35,7 +36,7 @@ fn a_junk_frame_never_blanks_the_symbols_of_its_process() {
     }
     assert!(doc["counters"]["user_stacks_cut_at_junk"].as_u64().unwrap() >= 1, "{}", doc["counters"]);
     // Folded output names frames as the other formats do.
-    let folded = run(&["-f", "--open-waits", "no", "-p", &w.pid(), "1"]);
+    let folded = run(&["-f", "--unwind", "fp", "--open-waits", "no", "-p", &w.pid(), "1"]);
     assert!(folded.stdout.lines().any(|l| l.contains("clean_thread;clean_sleeper_loop;clean_sleep_inner")), "{}", folded.stdout);
     let _ = std::fs::remove_file(&data);
 }
@@ -139,7 +140,9 @@ fn leaf_callers_name_the_caller_a_frame_pointer_walk_skips() {
     });
     let tid = reader.tid.to_string();
     let with = Tracer::start(&["--json", "--open-waits", "no", "--leaf-callers", "-t", &tid, "1.5"]);
-    let without = Tracer::start(&["--json", "--open-waits", "no", "-t", &tid, "1.5"]);
+    let without = Tracer::start(&["--json", "--open-waits", "no", "--unwind", "fp", "-t", &tid, "1.5"]);
+    // Unwind tables find the caller too, in its place.
+    let cfi = Tracer::start(&["--json", "--open-waits", "no", "-t", &tid, "1.5"]);
     reader.go();
     for _ in 0..3 {
         std::thread::sleep(std::time::Duration::from_millis(150));
@@ -147,7 +150,7 @@ fn leaf_callers_name_the_caller_a_frame_pointer_walk_skips() {
         assert_eq!(unsafe { libc::write(w, [7u8].as_ptr().cast(), 1) }, 1);
     }
     reader.join();
-    let (with, without) = (json(&with.finish()), json(&without.finish()));
+    let (with, without, cfi) = (json(&with.finish()), json(&without.finish()), json(&cfi.finish()));
     let pipe_reads = |doc: &serde_json::Value| -> Vec<Vec<String>> {
         doc["records"]
             .as_array()
@@ -164,6 +167,11 @@ fn leaf_callers_name_the_caller_a_frame_pointer_walk_skips() {
     }
     for names in &plain {
         assert!(!names.iter().any(|n| n.ends_with("tw_calls_read_directly")), "a plain walk skips it: {names:?}");
+    }
+    let walked = pipe_reads(&cfi);
+    assert!(!walked.is_empty(), "{cfi:#}");
+    for names in &walked {
+        assert!(names.get(1).is_some_and(|n| n.ends_with("tw_calls_read_directly")), "unwind tables give frame 1 too: {names:?}");
     }
     // SAFETY: closing the pipe's two ends.
     unsafe {

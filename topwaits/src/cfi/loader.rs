@@ -81,6 +81,10 @@ struct Proc {
     reread_after: Duration,
     /// The walker met code it could not place since the last read.
     missed: bool,
+    /// A forked process that has not exec'd: the process whose mappings it
+    /// shares, read in its stead (reading every fork's maps is what a fork-heavy
+    /// workload would make the user side's main cost).
+    source: Option<u32>,
 }
 
 struct Built {
@@ -98,6 +102,10 @@ pub struct Loader {
     in_flight: usize,
     started: Instant,
     pub stats: Stats,
+}
+
+fn alive(tgid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{tgid}")).exists()
 }
 
 /// Builds one file's tree.
@@ -137,17 +145,23 @@ impl Loader {
         let now = Instant::now();
         match ev {
             Some(ev) => match ev.kind {
-                proc_event::FORK => match self.procs.get(&ev.parent).map(|p| p.maps) {
+                proc_event::FORK => match self.procs.get(&ev.parent).map(|p| (p.maps, p.source.unwrap_or(ev.parent))) {
                     // A fork maps what its parent does until it execs.
-                    Some(maps) => self.keep(ev.tgid, maps, now, sink),
+                    Some((maps, source)) => {
+                        self.keep(ev.tgid, maps, now, sink);
+                        if let Some(p) = self.procs.get_mut(&ev.tgid) {
+                            p.source = Some(source);
+                        }
+                    }
                     None => self.read(ev.tgid, now, sink),
                 },
                 proc_event::EXEC => self.read(ev.tgid, now, sink),
                 proc_event::MAPS => {
-                    if let Some(p) = self.procs.get_mut(&ev.tgid) {
-                        p.missed = true;
-                    } else {
-                        self.read(ev.tgid, now, sink);
+                    // A fork's source is read for it, while that still runs.
+                    let source = self.procs.get(&ev.tgid).and_then(|p| p.source).filter(|s| self.procs.contains_key(s) && alive(*s));
+                    match self.procs.get_mut(&source.unwrap_or(ev.tgid)) {
+                        Some(p) => p.missed = true,
+                        None => self.read(ev.tgid, now, sink),
                     }
                 }
                 _ => {
@@ -167,7 +181,7 @@ impl Loader {
 
     /// Forgets the processes that have exited.
     pub fn sweep(&mut self, sink: &mut dyn Sink) {
-        let gone: Vec<u32> = self.procs.keys().copied().filter(|t| !std::path::Path::new(&format!("/proc/{t}")).exists()).collect();
+        let gone: Vec<u32> = self.procs.keys().copied().filter(|t| !alive(*t)).collect();
         for tgid in gone {
             self.procs.remove(&tgid);
             sink.drop_proc(tgid);
@@ -284,6 +298,19 @@ impl Loader {
         if let Some(p) = self.procs.get_mut(&tgid) {
             p.reread_after = wait;
         }
+        if unchanged {
+            return;
+        }
+        // The forks that share these mappings get them too.
+        let sharers: Vec<u32> = self.procs.iter().filter(|(_, p)| p.source == Some(tgid)).map(|(t, _)| *t).collect();
+        for t in sharers {
+            if sink.put_proc(t, &table).is_ok() {
+                if let Some(p) = self.procs.get_mut(&t) {
+                    p.maps = table;
+                    p.missed = false;
+                }
+            }
+        }
     }
 
     fn keep(&mut self, tgid: u32, maps: ProcMaps, now: Instant, sink: &mut dyn Sink) {
@@ -291,7 +318,7 @@ impl Loader {
             log::debug!("could not hand the mappings of {tgid} to the walker: {e:#}");
             return;
         }
-        self.procs.insert(tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, missed: false });
+        self.procs.insert(tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, missed: false, source: None });
     }
 }
 

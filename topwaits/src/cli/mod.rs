@@ -505,7 +505,8 @@ impl Config {
         s.events = u32::from(self.stacks != Stacks::KernelOnly);
         s.self_tgid = std::process::id();
         s.leaf_words = if self.leaf_callers { topwaits_common::LEAF_WORDS } else { 0 };
-        s.cfi = u32::from(self.unwind == Unwind::Cfi && self.stacks != Stacks::KernelOnly);
+        // The walker knows x86-64's registers and signal frames only.
+        s.cfi = u32::from(cfg!(target_arch = "x86_64") && self.unwind == Unwind::Cfi && self.stacks != Stacks::KernelOnly);
         s.events_over_us = self.events_over_us.map_or(0, |us| us.min(u32::MAX as u64) as u32);
         // Rows held by their threads are drained once, after detaching: not with
         // intervals, which drain and clear the aggregate while tracing.

@@ -78,6 +78,9 @@ pub fn run(config: &Config) -> Result<()> {
     let clock = ClockPair::sample();
     let mut tracer = Tracer::start(config)?;
     let start_mono = tracer.attached_mono();
+    // Before the "Tracing" line: the tables of -p/-t processes are built first, so
+    // that their waits from then on are walked whole.
+    let unwinder = std::cell::RefCell::new(Unwinder::start(&mut tracer, config)?);
     let target = config.target();
     let what = match config.view {
         crate::cli::View::Wakeups => "wakeups",
@@ -92,7 +95,6 @@ pub fn run(config: &Config) -> Result<()> {
     if config.stacks != crate::cli::Stacks::UserOnly {
         symbolizer.warm_kernel();
     }
-    let unwinder = std::cell::RefCell::new(Unwinder::start(&mut tracer, config)?);
     let mut events = tracer.take_events()?;
     load_learners(&mut tracer, &mut events, &mut |e| on_event(&mut symbolizer, &unwinder, e));
     let mut long = tracer.take_wait_events()?;

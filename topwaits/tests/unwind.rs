@@ -114,7 +114,7 @@ fn debians_sqlite3_committing_gets_whole_stacks() {
     let db = format!("{}/unwind-{}.db", env!("CARGO_TARGET_TMPDIR"), std::process::id());
     let _ = std::fs::remove_file(&db);
     let mut sql = String::from("create table t(a, b);\n");
-    for i in 0..3000 {
+    for i in 0..6000 {
         sql.push_str(&format!("insert into t values({i}, randomblob(1000));\n"));
     }
     let mut sqlite = Command::new("sqlite3").arg(&db).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().expect("sqlite3 is installed");
@@ -129,7 +129,9 @@ fn debians_sqlite3_committing_gets_whole_stacks() {
         }
     });
     std::thread::sleep(std::time::Duration::from_millis(100));
-    let doc = json(&run(&["--json", "-U", "-p", &sqlite.id().to_string(), "1.5"]));
+    // Long enough that the waits before libsqlite3's table is in place (marked
+    // [cut:table-loading]) are a small share.
+    let doc = json(&run(&["--json", "-U", "-p", &sqlite.id().to_string(), "4"]));
     feeder.join().unwrap();
     let _ = sqlite.wait();
     let _ = std::fs::remove_file(&db);

@@ -111,6 +111,13 @@ pub mod file_state {
 /// addresses never have bit 62 set.
 pub const CUT_MARK: u64 = 1 << 62;
 
+/// Whether a user stack's word is a cut mark rather than an address (kernel
+/// addresses have bit 63 set as well; user addresses neither bit).
+#[inline(always)]
+pub const fn is_cut_mark(word: u64) -> bool {
+    word & (CUT_MARK | 1 << 63) == CUT_MARK
+}
+
 /// Why a user stack was cut short.
 pub mod cut {
     /// A table it needed was still being built.

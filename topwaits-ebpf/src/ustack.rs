@@ -84,33 +84,33 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
     let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
-    let mut loading = false;
-    if SETTINGS.load().cfi != 0 {
-        match uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, buf) {
-            Walked::Frames(n) => {
-                // SAFETY: the per-CPU buffer the walk just filled, used by this run alone.
-                let frames = unsafe { &*buf };
-                let key = stackref::hash(frames, n, USER_SEED);
-                return stackref::keep(&USTACKS, key, frames, counter::LOST_USER_STACK);
+    let walked = if SETTINGS.load().cfi != 0 { uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, buf) } else { Walked::NotUser };
+    let n = match walked {
+        Walked::Frames(n) => n,
+        // By frame pointers: everywhere with `--unwind fp`, and, marked, until
+        // the walker knows where the process maps its code.
+        Walked::NoMaps | Walked::NotUser => {
+            // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
+            let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), BYTES, BPF_F_USER_STACK as u64) };
+            if ret == 0 || ret == -EFAULT || (ret == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) {
+                // No user context: there is no user stack to lose.
+                return STACK_NONE;
             }
-            // Its frames by frame pointers until its maps are known, marked so.
-            Walked::NoMaps => loading = true,
-            Walked::NotUser => {}
+            if ret < 0 {
+                count(counter::LOST_USER_STACK, 1);
+                return (-ret) as u64;
+            }
+            let n = ret as usize / 8;
+            // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
+            if matches!(walked, Walked::NoMaps) {
+                uwalk::mark(buf, n, cut::LOADING)
+            } else {
+                append_leaf_words(unsafe { &mut *buf }, n)
+            }
         }
-    }
-    // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
-    let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), BYTES, BPF_F_USER_STACK as u64) };
-    if ret == 0 || ret == -EFAULT || (ret == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) {
-        // No user context: there is no user stack to lose.
-        return STACK_NONE;
-    }
-    if ret < 0 {
-        count(counter::LOST_USER_STACK, 1);
-        return (-ret) as u64;
-    }
-    // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
-    let frames = unsafe { &mut *buf };
-    let n = if loading { uwalk::mark(buf, ret as usize / 8, cut::LOADING) } else { append_leaf_words(frames, ret as usize / 8) };
+    };
+    // SAFETY: the per-CPU buffer just filled, used by this run alone.
+    let frames = unsafe { &*buf };
     let key = stackref::hash(frames, n, USER_SEED);
     stackref::keep(&USTACKS, key, frames, counter::LOST_USER_STACK)
 }

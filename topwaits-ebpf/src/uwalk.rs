@@ -184,6 +184,23 @@ fn fp_step(bp: u64) -> Option<(u64, u64, u64)> {
     Some((user_word(bp + 8)?, bp + 16, user_word(bp)?))
 }
 
+/// Steps to the caller by frame pointer where no table serves; a walk that
+/// cannot go on (or meets a zero return address) is cut for `why`. The loop's
+/// verdict: 0 to go on, 1 to stop.
+#[inline(always)]
+fn by_frame_pointer(w: &mut Walk, why: u64) -> i64 {
+    match fp_step(w.bp) {
+        Some((pc, sp, bp)) if pc != 0 => {
+            (w.pc, w.sp, w.bp) = (pc, sp, bp);
+            0
+        }
+        _ => {
+            w.cut = why;
+            1
+        }
+    }
+}
+
 /// `bpf_loop` body: writes the current frame and steps to its caller. Returns 1
 /// (stop) once the stack is whole or cut.
 unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
@@ -209,16 +226,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
             maps.missed = 1;
             proc_event(w.tgid as u32, proc_event::MAPS);
         }
-        return match fp_step(w.bp) {
-            Some((pc, sp, bp)) if pc != 0 => {
-                (w.pc, w.sp, w.bp) = (pc, sp, bp);
-                0
-            }
-            _ => {
-                w.cut = cut::UNMAPPED;
-                1
-            }
-        };
+        return by_frame_pointer(w, cut::UNMAPPED);
     };
     let addr = at.wrapping_sub(bias);
     let word = match rule_of(file, addr) {
@@ -226,16 +234,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         // No table yet: frame pointers, for what they give, and the stack marked.
         Err(why @ (cut::LOADING | cut::FULL)) => {
             w.soft = why;
-            return match fp_step(w.bp) {
-                Some((pc, sp, bp)) if pc != 0 => {
-                    (w.pc, w.sp, w.bp) = (pc, sp, bp);
-                    0
-                }
-                _ => {
-                    w.cut = why;
-                    1
-                }
-            };
+            return by_frame_pointer(w, why);
         }
         Err(why) => {
             w.cut = why;

@@ -420,11 +420,9 @@ impl Stack {
     }
 
     /// Whether this user stack was cut short: its outermost frame is the mark
-    /// saying why (`topwaits_common::unwind::CUT_MARK`; kernel addresses also
-    /// have bit 63 set, user addresses neither).
+    /// saying why (`topwaits_common::unwind::CUT_MARK`).
     pub fn is_cut(&self) -> bool {
-        use topwaits_common::{unwind::CUT_MARK, LEAF_WORD};
-        self.frames().last().is_some_and(|f| f.addr & (CUT_MARK | LEAF_WORD) == CUT_MARK)
+        self.frames().last().is_some_and(|f| topwaits_common::unwind::is_cut_mark(f.addr))
     }
 
     pub fn frames(&self) -> &[Arc<Frame>] {

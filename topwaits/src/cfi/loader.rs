@@ -16,7 +16,8 @@ use topwaits_common::{proc_event, ProcEvent};
 
 use super::tree::{self, Tree};
 use super::Table;
-use crate::sys::{elf, procfs};
+use crate::sys::elf;
+use crate::sys::procfs::{self, alive};
 
 /// Where the walker's tables go.
 pub trait Sink {
@@ -102,10 +103,6 @@ pub struct Loader {
     in_flight: usize,
     started: Instant,
     pub stats: Stats,
-}
-
-fn alive(tgid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{tgid}")).exists()
 }
 
 /// Builds one file's tree.
@@ -289,10 +286,9 @@ impl Loader {
         let mut table = ProcMaps::EMPTY;
         table.len = maps.len() as u32;
         table.maps[..maps.len()].copy_from_slice(&maps);
-        let unchanged = self.procs.get(&tgid).is_some_and(|p| p.maps.maps == table.maps);
-        let wait = match self.procs.get(&tgid) {
-            Some(p) if unchanged => (p.reread_after * 2).min(REREAD_MAX),
-            _ => REREAD_MIN,
+        let (unchanged, wait) = match self.procs.get(&tgid) {
+            Some(p) if p.maps.maps == table.maps => (true, (p.reread_after * 2).min(REREAD_MAX)),
+            _ => (false, REREAD_MIN),
         };
         self.keep(tgid, table, now, sink);
         if let Some(p) = self.procs.get_mut(&tgid) {

@@ -12,7 +12,8 @@ use blazesym::MaybeDefault;
 
 use crate::fasthash::FastMap;
 use crate::model::Frame;
-use crate::sys::{elf, procfs};
+use crate::sys::elf;
+use crate::sys::procfs::{self, alive};
 use crate::unwind::{self, Region};
 
 use super::lineage::Lineage;
@@ -73,10 +74,6 @@ impl Default for BlazeSymbolizer {
             regions: FastMap::default(),
         }
     }
-}
-
-fn alive(tgid: u32) -> bool {
-    Path::new("/proc").join(tgid.to_string()).join("maps").exists()
 }
 
 impl BlazeSymbolizer {

@@ -98,8 +98,8 @@ fn cut_at<F: AsRef<Frame> + From<Frame>>(frames: &mut Vec<F>, junk: Option<usize
 /// `topwaits_common::unwind::CUT_MARK`), shown as the stack's outermost frame;
 /// None for a real address.
 pub fn cut_frame(word: u64) -> Option<Frame> {
-    use topwaits_common::unwind::cut;
-    if word & CUT_MARK == 0 || word & LEAF_WORD != 0 {
+    use topwaits_common::unwind::{cut, is_cut_mark};
+    if !is_cut_mark(word) {
         return None;
     }
     let why = match word & !CUT_MARK {

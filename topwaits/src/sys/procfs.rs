@@ -96,6 +96,11 @@ pub fn regions_of(pid: u32) -> Vec<crate::unwind::Region> {
     }
 }
 
+/// Whether process `pid` still runs (its memory maps can still be read).
+pub fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}/maps")).exists()
+}
+
 /// Reads `/proc/PID/maps`; empty when the process is gone.
 pub fn maps_of(pid: u32) -> Vec<Mapping> {
     match std::fs::File::open(format!("/proc/{pid}/maps")) {

@@ -40,7 +40,10 @@ fn the_user_side_stays_within_one_percent_of_a_core_under_messaging() {
     let pid = tracer.child.id();
     // One short run first: building perf's and libc's unwind tables, once per
     // file, is start-up work, measured by the bench, not the steady cost here.
-    let warm = Command::new("perf").args(["bench", "sched", "messaging", "-g", "1", "-l", "10"]).output().expect("perf runs");
+    // It lasts long enough (about 0.3 s) for perf's mappings to be read before
+    // it exits; a shorter one could end first, and the tables be built in the
+    // measured window.
+    let warm = Command::new("perf").args(["bench", "sched", "messaging", "-g", "1", "-l", "300"]).output().expect("perf runs");
     assert!(warm.status.success(), "{}", String::from_utf8_lossy(&warm.stderr));
     // Start-up work (reading the kernel's symbols and building the tables on
     // threads of their own) ends first.

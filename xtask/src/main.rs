@@ -116,13 +116,31 @@ fn main() -> ExitCode {
             // Unit tests first; then the kernel tests one at a time, so that their
             // workloads' timings and the programs-left-loaded check don't interfere;
             // then the kernel suites again on the tp_btf attach path (auto picks raw_tp).
+            // The kernel tests run the optimized binary, the one users run: its
+            // costs (the user side's CPU budget) are the product's, and the unit
+            // tests keep the overflow checks of the debug build.
             run(cargo().args(["test", "--lib", "--bins"]).args(&args))?;
-            run(cargo().args(["test", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))?;
+            run(cargo().args(["test", "--release", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))?;
             eprintln!("xtask: the kernel tests again with --attach tp_btf");
             run(cargo()
                 .args([
-                    "test", "-p", "topwaits", "--test", "offcpu", "--test", "waker", "--test", "robust", "--test", "stuck", "--test",
-                    "stacks", "--test", "quiet", "--",
+                    "test",
+                    "--release",
+                    "-p",
+                    "topwaits",
+                    "--test",
+                    "offcpu",
+                    "--test",
+                    "waker",
+                    "--test",
+                    "robust",
+                    "--test",
+                    "stuck",
+                    "--test",
+                    "stacks",
+                    "--test",
+                    "quiet",
+                    "--",
                 ])
                 .arg("--test-threads=1")
                 .args(&args)

@@ -51,8 +51,6 @@ pub struct Tracer {
     /// Threads hold their latest row in their start entry (`Settings::hold_rows`):
     /// the final drain adds those rows.
     holds_rows: bool,
-    /// User stacks are walked from unwind tables (`--unwind cfi`).
-    cfi: bool,
     /// Taken by [`Tracer::stop`]: the open waits (task, start) whose thread had
     /// been back on a CPU by then, unseen by the hook; None while attached.
     arrived_at_stop: Option<HashMap<u64, u64>>,
@@ -205,8 +203,11 @@ fn task_offsets(what: &'static str) -> Result<btf::TaskOffsets> {
 }
 
 impl Tracer {
-    /// Loads and attaches according to `config`. Errors name the fix.
-    pub fn start(config: &Config) -> Result<Tracer> {
+    /// Loads and attaches according to `config`. Errors name the fix. Between
+    /// the two, `prepare` gets the user stack walker's maps (with `--unwind cfi`)
+    /// to fill, so that tables wanted from the start are in place before the
+    /// first wait; it is called again if the programs must be loaded again.
+    pub fn start<T>(config: &Config, mut prepare: impl FnMut(Option<UnwindMaps>) -> Result<T>) -> Result<(Tracer, T)> {
         let loader = loader_in_background();
         let btf_path = Path::new(btf::VMLINUX_BTF);
         let have_btf = btf_path.exists();
@@ -260,6 +261,9 @@ impl Tracer {
             sizes.waits = config.max_entries;
         }
         let mut ebpf = load(loader, &settings, &sizes, config.filter_ids())?;
+        let cfi = settings.cfi != 0;
+        let take_unwind = |ebpf: &mut aya::Ebpf| if cfi { UnwindMaps::take(ebpf).map(Some) } else { Ok(None) };
+        let mut prepared = prepare(take_unwind(&mut ebpf)?)?;
         let plan = Plan::trace(config.waker, settings.events != 0);
         let mut attached_mono = crate::clock::monotonic_now();
         let mut kept_btf = None;
@@ -289,6 +293,7 @@ impl Tracer {
                 Err(e) => {
                     warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::stderr::error_line(&e));
                     ebpf = reload(ebpf, &settings, &sizes, config.filter_ids())?;
+                    prepared = prepare(take_unwind(&mut ebpf)?)?;
                     attached_mono = crate::clock::monotonic_now();
                     let btf = kernel_btf()?;
                     attach_tp_btf(&mut ebpf, &btf, &plan)?;
@@ -298,7 +303,7 @@ impl Tracer {
             },
         };
         info!("attached with {}", attach.name());
-        Ok(Tracer {
+        let tracer = Tracer {
             ebpf,
             attach,
             waker: config.waker,
@@ -308,9 +313,9 @@ impl Tracer {
             block_us: (config.min_us, config.max_us),
             wait_events: config.events_over_us.is_some(),
             holds_rows: settings.hold_rows != 0,
-            cfi: settings.cfi != 0,
             arrived_at_stop: None,
-        })
+        };
+        Ok((tracer, prepared))
     }
 
     /// Loads the kernel-stack learners and hands them to the hooks, which tail-call
@@ -413,7 +418,6 @@ impl Tracer {
             block_us: (0, u64::MAX),
             wait_events: false,
             holds_rows: false,
-            cfi: false,
             arrived_at_stop: None,
         })
     }
@@ -427,14 +431,6 @@ impl Tracer {
             return Ok(None);
         };
         Ok(Some(events::WaitEvents { ring: RingBuf::try_from(map)?, got: Vec::new() }))
-    }
-
-    /// The user stack walker's maps, once (with `--unwind cfi`).
-    pub fn take_unwind(&mut self) -> Result<Option<UnwindMaps>> {
-        if !self.cfi {
-            return Ok(None);
-        }
-        UnwindMaps::take(&mut self.ebpf).map(Some)
     }
 
     pub fn take_events(&mut self) -> Result<Option<ProcEvents>> {

@@ -35,6 +35,12 @@ const OVERFLOW_FILE: u32 = 0;
 const REREAD_MIN: Duration = Duration::from_millis(50);
 const REREAD_MAX: Duration = Duration::from_secs(5);
 
+/// The exited are forgotten once this many processes were added since the last
+/// sweep, or this long after it: often enough to keep the kernel's table of
+/// processes far from full under a fork storm, rarely enough to cost nothing.
+const SWEEP_AFTER_PROCS: usize = 256;
+const SWEEP_AFTER: Duration = Duration::from_secs(10);
+
 /// What the tables cost and what did not fit, for the report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -91,6 +97,16 @@ struct Proc {
 struct Built {
     id: u32,
     tree: Result<Option<Tree>>,
+    /// The file's path, and how long its tree took to build (for the log).
+    path: String,
+    took: Duration,
+}
+
+/// A file whose tree is to be built.
+struct Job {
+    id: u32,
+    file: std::fs::File,
+    path: String,
 }
 
 /// The tables of the traced processes, kept in step with them.
@@ -98,10 +114,12 @@ pub struct Loader {
     files: HashMap<(u64, u64), File>,
     next_id: u32,
     procs: HashMap<u32, Proc>,
-    jobs: Option<mpsc::Sender<(u32, std::fs::File)>>,
+    jobs: Option<mpsc::Sender<Job>>,
     built: mpsc::Receiver<Built>,
     in_flight: usize,
     started: Instant,
+    /// When the exited were last forgotten, and how many processes were kept then.
+    swept: (Instant, usize),
     pub stats: Stats,
 }
 
@@ -115,11 +133,13 @@ impl Loader {
     /// A loader whose file index 0 stands for the files that do not fit.
     pub fn new(sink: &mut dyn Sink) -> Result<Loader> {
         sink.put_file(OVERFLOW_FILE, FileInfo { state: file_state::FULL, levels: 0 })?;
-        let (job_tx, job_rx) = mpsc::channel::<(u32, std::fs::File)>();
+        let (job_tx, job_rx) = mpsc::channel::<Job>();
         let (built_tx, built) = mpsc::channel();
         std::thread::Builder::new().name("unwind-tables".into()).spawn(move || {
-            for (id, file) in job_rx {
-                if built_tx.send(Built { id, tree: build(file) }).is_err() {
+            for Job { id, file, path } in job_rx {
+                let t0 = Instant::now();
+                let tree = build(file);
+                if built_tx.send(Built { id, tree, path, took: t0.elapsed() }).is_err() {
                     break;
                 }
             }
@@ -132,6 +152,7 @@ impl Loader {
             built,
             in_flight: 0,
             started: Instant::now(),
+            swept: (Instant::now(), 0),
             stats: Stats::default(),
         })
     }
@@ -176,13 +197,24 @@ impl Loader {
         self.in_flight > 0 || self.procs.values().any(|p| p.missed)
     }
 
-    /// Forgets the processes that have exited.
+    /// Forgets the processes that have exited, when enough time has passed or
+    /// enough processes have come since the last time.
     pub fn sweep(&mut self, sink: &mut dyn Sink) {
-        let gone: Vec<u32> = self.procs.keys().copied().filter(|t| !alive(*t)).collect();
+        if self.procs.len() < self.swept.1 + SWEEP_AFTER_PROCS && self.swept.0.elapsed() < SWEEP_AFTER {
+            return;
+        }
+        self.sweep_now(sink);
+    }
+
+    /// Forgets the processes that have exited, now.
+    pub fn sweep_now(&mut self, sink: &mut dyn Sink) {
+        let Some(running) = procfs::running() else { return };
+        let gone: Vec<u32> = self.procs.keys().copied().filter(|t| !running.contains(t)).collect();
         for tgid in gone {
             self.procs.remove(&tgid);
             sink.drop_proc(tgid);
         }
+        self.swept = (Instant::now(), self.procs.len());
     }
 
     /// Waits up to `limit` for the tables being built (tests, and a short trace
@@ -211,6 +243,13 @@ impl Loader {
         let info = match b.tree {
             Ok(Some(tree)) => {
                 let fits = tree.keyed(b.id).all(|(key, node)| sink.put_node(key, node).is_ok());
+                log::debug!(
+                    "unwind table of {} built in {:?}, in place {:?} after the start: {} KiB",
+                    b.path,
+                    b.took,
+                    self.started.elapsed(),
+                    tree.bytes() / 1024
+                );
                 if fits {
                     self.stats.files_ready += 1;
                     self.stats.table_bytes += tree.bytes() as u64;
@@ -226,7 +265,7 @@ impl Loader {
                 FileInfo { state: file_state::NO_TABLE, levels: 0 }
             }
             Err(e) => {
-                log::debug!("no unwind table for file {}: {e:#}", b.id);
+                log::debug!("no unwind table for {}: {e:#}", b.path);
                 self.stats.files_without_tables += 1;
                 FileInfo { state: file_state::NO_TABLE, levels: 0 }
             }
@@ -252,7 +291,7 @@ impl Loader {
             self.next_id += 1;
             let id = self.next_id - 1;
             if let Some(jobs) = &self.jobs {
-                if jobs.send((id, opened)).is_ok() {
+                if jobs.send(Job { id, file: opened, path: m.path.clone() }).is_ok() {
                     self.in_flight += 1;
                 }
             }
@@ -268,7 +307,13 @@ impl Loader {
 
     /// Reads `tgid`'s mappings and hands them to the walker.
     fn read(&mut self, tgid: u32, now: Instant, sink: &mut dyn Sink) {
-        let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else { return };
+        let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else {
+            // Gone: forgotten now, not asked after again.
+            if self.procs.remove(&tgid).is_some() {
+                sink.drop_proc(tgid);
+            }
+            return;
+        };
         let mut maps: Vec<ExecMap> = Vec::new();
         for m in procfs::parse_maps(&text[..]).iter().filter(|m| m.exec) {
             let Some((file, vaddr)) = self.file_of(tgid, m) else { continue };
@@ -401,8 +446,39 @@ mod tests {
         let child = 4_194_304 + 7;
         loader.on_event(Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent: me }), &mut mem);
         assert_eq!(mem.procs[&child], mem.procs[&me]);
+        // Two processes kept since the start: too few, too soon, to sweep.
         loader.sweep(&mut mem);
+        assert!(mem.procs.contains_key(&child));
+        loader.sweep_now(&mut mem);
         assert!(!mem.procs.contains_key(&child) && mem.procs.contains_key(&me));
+    }
+
+    /// Regression: a process that exited while awaiting a second read was asked
+    /// after again on every event until the next sweep.
+    #[test]
+    fn a_process_gone_before_its_second_read_is_forgotten_at_once() {
+        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem).unwrap();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        // Until its loader has mapped libc.
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap().contains("libc") && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        loader.on_event(seen(pid), &mut mem);
+        assert!(mem.procs.contains_key(&pid));
+        assert!(
+            loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::MAPS, parent: 0 }), &mut mem),
+            "a missed process wants beats"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::thread::sleep(REREAD_MIN);
+        loader.on_event(None, &mut mem);
+        assert!(!mem.procs.contains_key(&pid) && !loader.procs.contains_key(&pid));
+        loader.settle(Duration::from_secs(60), &mut mem);
+        assert!(!loader.on_event(None, &mut mem), "nothing is left to wait for");
     }
 
     #[test]

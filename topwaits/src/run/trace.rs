@@ -76,11 +76,11 @@ pub fn run(config: &Config) -> Result<()> {
         );
     }
     let clock = ClockPair::sample();
-    let mut tracer = Tracer::start(config)?;
+    // Before the programs attach: the tables of -p/-t processes are built first,
+    // so that their waits are walked whole from the first.
+    let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, config))?;
+    let unwinder = std::cell::RefCell::new(unwinder);
     let start_mono = tracer.attached_mono();
-    // Before the "Tracing" line: the tables of -p/-t processes are built first, so
-    // that their waits from then on are walked whole.
-    let unwinder = std::cell::RefCell::new(Unwinder::start(&mut tracer, config)?);
     let target = config.target();
     let what = match config.view {
         crate::cli::View::Wakeups => "wakeups",

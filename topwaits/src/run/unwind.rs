@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use topwaits_common::{proc_event, ProcEvent};
 
-use crate::bpf::{Tracer, UnwindMaps};
+use crate::bpf::UnwindMaps;
 use crate::cfi::loader::{Loader, Stats};
 use crate::cli::{Config, Threads};
 use crate::sys::procfs;
@@ -20,10 +20,12 @@ const TARGETS_SETTLE: Duration = Duration::from_secs(2);
 pub struct Unwinder(Option<(Loader, UnwindMaps)>);
 
 impl Unwinder {
-    /// Takes the walker's maps from the tracer. The processes of `-p`/`-t` are
-    /// read at once, and their tables waited for (up to [`TARGETS_SETTLE`]).
-    pub fn start(tracer: &mut Tracer, config: &Config) -> Result<Unwinder> {
-        let Some(mut maps) = tracer.take_unwind()? else { return Ok(Unwinder(None)) };
+    /// Fills the walker's maps (None with `--unwind fp`), given before the
+    /// programs attach: the processes of `-p`/`-t` are read at once, and their
+    /// tables waited for (up to [`TARGETS_SETTLE`]), so that their first waits
+    /// are walked whole.
+    pub fn start(maps: Option<UnwindMaps>, config: &Config) -> Result<Unwinder> {
+        let Some(mut maps) = maps else { return Ok(Unwinder(None)) };
         let mut loader = Loader::new(&mut maps)?;
         let tgids: Vec<u32> = match &config.threads {
             Threads::Pids(p) => p.clone(),
@@ -42,7 +44,8 @@ impl Unwinder {
         self.0.as_mut().is_some_and(|(loader, maps)| loader.on_event(e, maps))
     }
 
-    /// Forgets the processes that have exited (once a second).
+    /// Forgets the processes that have exited (asked once a second; done when
+    /// enough have come or time has passed).
     pub fn sweep(&mut self) {
         if let Some((loader, maps)) = self.0.as_mut() {
             loader.sweep(maps);

@@ -2,6 +2,7 @@
 //! values (all `#[repr(C)]`, padding-free), map and program names, and counter indices.
 #![no_std]
 
+pub mod python;
 pub mod unwind;
 
 /// Length of `task_struct.comm`, including the terminating NUL.
@@ -597,6 +598,7 @@ pub mod names {
     pub const UNWIND_NODES: &str = "UNWIND_NODES";
     pub const UNWIND_FILES: &str = "UNWIND_FILES";
     pub const UNWIND_PROCS: &str = "UNWIND_PROCS";
+    pub const PY_PROCS: &str = "PY_PROCS";
     pub const USTACKS: &str = "USTACKS";
     pub const KSTACKS: &str = "KSTACKS";
     pub const LAYOUTS: &str = "LAYOUTS";
@@ -685,6 +687,7 @@ mod pod {
     unsafe impl aya::Pod for super::unwind::ExecMap {}
     unsafe impl aya::Pod for super::unwind::ProcMaps {}
     unsafe impl aya::Pod for super::unwind::FileInfo {}
+    unsafe impl aya::Pod for super::python::PyProc {}
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod layouts;
 mod learn_stack;
 mod learn_waker_stack;
 mod maps;
+mod pyframes;
 mod sched_process_exec;
 mod sched_process_fork;
 mod sched_switch;

@@ -6,12 +6,13 @@
 //! the thread's first frame ends with a `CUT_MARK` frame saying why.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::map,
     maps::{Array, HashMap, PerCpuArray},
 };
 use topwaits_common::{
     proc_event,
+    python::PyProc,
     unwind::{
         cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS, NODE_ROWS, SIG_BP, SIG_IP, SIG_SP,
         WALK_DEPTH,
@@ -20,6 +21,7 @@ use topwaits_common::{
 };
 
 use crate::maps::{proc_event, GROWS, SETTINGS};
+use crate::pyframes::{self, PY_PROCS};
 
 /// Unwind tree nodes of every file, by `node_key`; sized at load time.
 #[map]
@@ -51,6 +53,14 @@ struct Walk {
     /// interrupted) rather than a return address.
     exact: u64,
     tgid: u64,
+    /// The innermost Python frame not yet written (0: none, or not Python).
+    py: u64,
+    /// Non-zero while the Python frames of an evaluator call are being written,
+    /// in place of its native frame.
+    py_mode: u64,
+    /// Non-zero when the current native frame was written as Python frames: it is
+    /// stepped over, not written.
+    skip: u64,
 }
 
 #[map]
@@ -62,6 +72,8 @@ struct Ctx {
     walk: *mut Walk,
     maps: *mut ProcMaps,
     frames: *mut KernelStack,
+    /// The process's Python layout, or null.
+    py: *const PyProc,
 }
 
 /// Kernel stacks are this large (x86-64 without KASAN), with the user registers
@@ -206,17 +218,40 @@ fn by_frame_pointer(w: &mut Walk, why: u64) -> i64 {
 unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `Ctx` that `walk` passed, on its stack; its pointers
     // are map values, alive for the whole program run.
-    let (w, maps, frames) = unsafe {
+    let (w, maps, frames, py) = unsafe {
         let c = &*ctx.cast::<Ctx>();
-        (&mut *c.walk, &mut *c.maps, &mut *c.frames)
+        (&mut *c.walk, &mut *c.maps, &mut *c.frames, c.py.as_ref())
     };
     let n = w.n as usize;
     if n >= WALK_DEPTH as usize || n >= KSTACK_DEPTH {
         w.cut = cut::DEPTH;
         return 1;
     }
-    frames[n] = w.pc;
-    w.n = n as u64 + 1;
+    if let Some(py) = py {
+        if w.py_mode != 0 {
+            // One Python frame of the evaluator call at hand.
+            let (word, below, last) = pyframes::step(py, w.py);
+            if let Some(word) = word {
+                frames[n] = word;
+                w.n = n as u64 + 1;
+            }
+            w.py = below;
+            if last || below == 0 {
+                w.py_mode = 0;
+            }
+            return 0;
+        }
+        if w.skip == 0 && w.py != 0 && pyframes::in_evaluator(py, w.pc) {
+            w.py_mode = 1;
+            w.skip = 1;
+            return 0;
+        }
+    }
+    if w.skip == 0 {
+        frames[n] = w.pc;
+        w.n = n as u64 + 1;
+    }
+    w.skip = 0;
     // A return address is the instruction after the call: the call's own rule is
     // one byte back.
     let at = w.pc - (w.exact == 0) as u64;
@@ -315,15 +350,21 @@ pub fn walk(tgid: u32, frames: *mut KernelStack) -> Walked {
     let Some(w) = SCRATCH_WALK.get_ptr_mut(0) else { return Walked::NotUser };
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
-        *w = Walk { pc: ip, sp, bp, n: 0, cut: 0, soft: 0, exact: 1, tgid: tgid as u64 };
+        *w = Walk { pc: ip, sp, bp, n: 0, cut: 0, soft: 0, exact: 1, tgid: tgid as u64, py: 0, py_mode: 0, skip: 0 };
     }
-    let mut ctx = Ctx { walk: w, maps, frames };
+    let py = PY_PROCS.get_ptr(&tgid).unwrap_or(core::ptr::null());
+    // SAFETY: a map value, alive for the program run; the scratch as above.
+    if let Some(p) = unsafe { py.as_ref() } {
+        unsafe { (*w).py = pyframes::current_frame(p, bpf_get_current_pid_tgid() as u32) };
+    }
+    let mut ctx = Ctx { walk: w, maps, frames, py };
     // SAFETY: the callback reads `ctx` through the pointer, for this call only.
     unsafe {
-        bpf_loop(WALK_DEPTH + 1, step as *mut core::ffi::c_void, (&raw mut ctx).cast(), 0);
+        // Python frames and stepped-over evaluator frames take turns of their own.
+        bpf_loop(2 * WALK_DEPTH + 2, step as *mut core::ffi::c_void, (&raw mut ctx).cast(), 0);
         core::ptr::write_volatile(
             &raw mut ctx,
-            Ctx { walk: core::ptr::null_mut(), maps: core::ptr::null_mut(), frames: core::ptr::null_mut() },
+            Ctx { walk: core::ptr::null_mut(), maps: core::ptr::null_mut(), frames: core::ptr::null_mut(), py: core::ptr::null() },
         );
     }
     // SAFETY: as above; volatile, as the callback wrote it behind the compiler's back.

@@ -21,6 +21,7 @@ const ORDER: &[&str] = &[
     "interrupts",
     "bpf",
     "cfi",
+    "python",
     "profile",
     "model",
     "cli",

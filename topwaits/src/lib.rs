@@ -21,6 +21,7 @@ pub mod objects;
 pub mod open;
 pub mod outfile;
 pub mod profile;
+pub mod python;
 pub mod recording;
 pub mod reduce;
 pub mod report;

@@ -1,18 +1,22 @@
 //! The user stack walker's maps, taken out of the object so that the table loader
-//! (`cfi::loader`) can fill them while the trace runs.
+//! (`cfi::loader`) and the Python tracker (`python::Tracker`) can fill them while
+//! the trace runs.
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::maps::{Array, HashMap, MapData};
 use topwaits_common::names;
+use topwaits_common::python::PyProc;
 use topwaits_common::unwind::{FileInfo, Node, ProcMaps};
 
 use crate::cfi::loader::Sink;
+use crate::python::PySink;
 
 /// The maps the walker reads: per-process mappings, per-file state, tree nodes.
 pub struct UnwindMaps {
     procs: HashMap<MapData, u32, ProcMaps>,
     files: Array<MapData, FileInfo>,
     nodes: HashMap<MapData, u64, Node>,
+    python: HashMap<MapData, u32, PyProc>,
 }
 
 impl UnwindMaps {
@@ -22,6 +26,7 @@ impl UnwindMaps {
             procs: HashMap::try_from(take(names::UNWIND_PROCS)?)?,
             files: Array::try_from(take(names::UNWIND_FILES)?)?,
             nodes: HashMap::try_from(take(names::UNWIND_NODES)?)?,
+            python: HashMap::try_from(take(names::PY_PROCS)?)?,
         })
     }
 }
@@ -41,5 +46,15 @@ impl Sink for UnwindMaps {
 
     fn put_file(&mut self, id: u32, info: FileInfo) -> Result<()> {
         self.files.set(id, info, 0).context("unwind table state")
+    }
+}
+
+impl PySink for UnwindMaps {
+    fn put_python(&mut self, tgid: u32, p: &PyProc) -> Result<()> {
+        self.python.insert(tgid, p, 0).with_context(|| format!("Python layout of process {tgid}"))
+    }
+
+    fn drop_python(&mut self, tgid: u32) {
+        let _ = self.python.remove(&tgid);
     }
 }

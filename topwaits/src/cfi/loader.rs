@@ -41,6 +41,10 @@ const REREAD_MAX: Duration = Duration::from_secs(5);
 const SWEEP_AFTER_PROCS: usize = 256;
 const SWEEP_AFTER: Duration = Duration::from_secs(10);
 
+/// Reads kept for [`Loader::take_fresh`] between two calls (a bound, should no
+/// one take them).
+const FRESH_KEPT: usize = 4096;
+
 /// What the tables cost and what did not fit, for the report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -120,6 +124,8 @@ pub struct Loader {
     started: Instant,
     /// When the exited were last forgotten, and how many processes were kept then.
     swept: (Instant, usize),
+    /// The executable mappings read since [`Loader::take_fresh`] was last called.
+    fresh: Vec<(u32, Vec<procfs::Mapping>)>,
     pub stats: Stats,
 }
 
@@ -153,6 +159,7 @@ impl Loader {
             in_flight: 0,
             started: Instant::now(),
             swept: (Instant::now(), 0),
+            fresh: Vec::new(),
             stats: Stats::default(),
         })
     }
@@ -199,22 +206,29 @@ impl Loader {
 
     /// Forgets the processes that have exited, when enough time has passed or
     /// enough processes have come since the last time.
-    pub fn sweep(&mut self, sink: &mut dyn Sink) {
+    /// Returns the processes forgotten.
+    pub fn sweep(&mut self, sink: &mut dyn Sink) -> Vec<u32> {
         if self.procs.len() < self.swept.1 + SWEEP_AFTER_PROCS && self.swept.0.elapsed() < SWEEP_AFTER {
-            return;
+            return Vec::new();
         }
-        self.sweep_now(sink);
+        self.sweep_now(sink)
     }
 
-    /// Forgets the processes that have exited, now.
-    pub fn sweep_now(&mut self, sink: &mut dyn Sink) {
-        let Some(running) = procfs::running() else { return };
+    /// Forgets the processes that have exited, now; returns them.
+    pub fn sweep_now(&mut self, sink: &mut dyn Sink) -> Vec<u32> {
+        let Some(running) = procfs::running() else { return Vec::new() };
         let gone: Vec<u32> = self.procs.keys().copied().filter(|t| !running.contains(t)).collect();
-        for tgid in gone {
+        for &tgid in &gone {
             self.procs.remove(&tgid);
             sink.drop_proc(tgid);
         }
         self.swept = (Instant::now(), self.procs.len());
+        gone
+    }
+
+    /// The executable mappings of the processes read since the last call.
+    pub fn take_fresh(&mut self) -> Vec<(u32, Vec<procfs::Mapping>)> {
+        std::mem::take(&mut self.fresh)
     }
 
     /// Waits up to `limit` for the tables being built (tests, and a short trace
@@ -315,10 +329,14 @@ impl Loader {
             return;
         };
         let mut maps: Vec<ExecMap> = Vec::new();
-        for m in procfs::parse_maps(&text[..]).iter().filter(|m| m.exec) {
+        let code: Vec<procfs::Mapping> = procfs::parse_maps(&text[..]).into_iter().filter(|m| m.exec).collect();
+        for m in &code {
             let Some((file, vaddr)) = self.file_of(tgid, m) else { continue };
             let vaddr = vaddr.unwrap_or(m.offset);
             maps.push(ExecMap { start: m.start, end: m.end, bias: m.start.wrapping_sub(vaddr), file, pad: 0 });
+        }
+        if self.fresh.len() < FRESH_KEPT {
+            self.fresh.push((tgid, code));
         }
         if maps.is_empty() {
             return;

@@ -202,7 +202,7 @@ pub fn run(config: &Config) -> Result<()> {
         unwinding.first_table_after,
         unwinding.files_without_tables
     );
-    for w in total.warnings().into_iter().chain(unwinding.warnings()) {
+    for w in total.warnings().into_iter().chain(unwinder.borrow().warnings()) {
         crate::stderr::say!("topwaits: warning: {w}");
     }
     Ok(())

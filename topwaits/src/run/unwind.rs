@@ -1,6 +1,7 @@
 //! The unwind tables while a trace runs: the loader (`cfi::loader`) fed with
-//! process events and writing into the walker's maps, or nothing with
-//! `--unwind fp`.
+//! process events and writing into the walker's maps, and the Python
+//! interpreters found in the processes it reads (`python::Tracker`); nothing
+//! with `--unwind fp`.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use topwaits_common::{proc_event, ProcEvent};
 use crate::bpf::UnwindMaps;
 use crate::cfi::loader::{Loader, Stats};
 use crate::cli::{Config, Threads};
+use crate::python::Tracker;
 use crate::sys::procfs;
 
 /// How long a trace of named processes waits at its start for their tables, so
@@ -17,7 +19,7 @@ use crate::sys::procfs;
 const TARGETS_SETTLE: Duration = Duration::from_secs(2);
 
 /// The loader and the maps it fills, when user stacks are walked from tables.
-pub struct Unwinder(Option<(Loader, UnwindMaps)>);
+pub struct Unwinder(Option<(Loader, Tracker, UnwindMaps)>);
 
 impl Unwinder {
     /// Fills the walker's maps (None with `--unwind fp`), given before the
@@ -27,6 +29,7 @@ impl Unwinder {
     pub fn start(maps: Option<UnwindMaps>, config: &Config) -> Result<Unwinder> {
         let Some(mut maps) = maps else { return Ok(Unwinder(None)) };
         let mut loader = Loader::new(&mut maps)?;
+        let mut python = Tracker::default();
         let tgids: Vec<u32> = match &config.threads {
             Threads::Pids(p) => p.clone(),
             Threads::Tids(t) => t.iter().filter_map(|&t| procfs::tgid_of(t)).collect(),
@@ -36,24 +39,45 @@ impl Unwinder {
             loader.on_event(Some(ProcEvent { tgid, kind: proc_event::SEEN, parent: 0 }), &mut maps);
         }
         loader.settle(TARGETS_SETTLE, &mut maps);
-        Ok(Unwinder(Some((loader, maps))))
+        for (tgid, code) in loader.take_fresh() {
+            python.on_maps(tgid, &code, &mut maps);
+        }
+        Ok(Unwinder(Some((loader, python, maps))))
     }
 
     /// Takes one process event (None: a beat); whether it wants beats.
     pub fn on_event(&mut self, e: Option<ProcEvent>) -> bool {
-        self.0.as_mut().is_some_and(|(loader, maps)| loader.on_event(e, maps))
+        let Some((loader, python, maps)) = self.0.as_mut() else { return false };
+        match e.map(|e| (e.kind, e)) {
+            Some((proc_event::EXEC, e)) => python.on_exec(e.tgid, maps),
+            Some((proc_event::FORK, e)) => python.on_fork(e.tgid, e.parent, maps),
+            _ => {}
+        }
+        let tables = loader.on_event(e, maps);
+        for (tgid, code) in loader.take_fresh() {
+            python.on_maps(tgid, &code, maps);
+        }
+        let interpreters = python.beat(maps);
+        tables || interpreters
     }
 
     /// Forgets the processes that have exited (asked once a second; done when
     /// enough have come or time has passed).
     pub fn sweep(&mut self) {
-        if let Some((loader, maps)) = self.0.as_mut() {
-            loader.sweep(maps);
+        if let Some((loader, python, maps)) = self.0.as_mut() {
+            for tgid in loader.sweep(maps) {
+                python.forget(tgid, maps);
+            }
         }
     }
 
     /// What the tables cost, and what did not fit.
     pub fn stats(&self) -> Option<&Stats> {
-        self.0.as_ref().map(|(l, _)| &l.stats)
+        self.0.as_ref().map(|(l, _, _)| &l.stats)
+    }
+
+    /// What did not fit, and the interpreters whose frames could not be named.
+    pub fn warnings(&self) -> Vec<String> {
+        self.0.as_ref().map(|(l, p, _)| l.stats.warnings().into_iter().chain(p.warnings()).collect()).unwrap_or_default()
     }
 }

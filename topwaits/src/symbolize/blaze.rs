@@ -42,6 +42,8 @@ pub struct BlazeSymbolizer {
     /// The thread that resolves kernel frames, once [`BlazeSymbolizer::warm_kernel`]
     /// has started it: requests out, frames back.
     kernel_thread: Option<KernelThread>,
+    /// Names Python frames from the interpreters' memory.
+    python: crate::python::Resolver,
 }
 
 /// The kernel symbolizing thread's channels: addresses out, frames back.
@@ -71,6 +73,7 @@ impl Default for BlazeSymbolizer {
             symtab: HashMap::new(),
             debug_files: HashMap::new(),
             kernel_thread: None,
+            python: Default::default(),
             regions: FastMap::default(),
         }
     }
@@ -382,6 +385,13 @@ impl Symbolizer for BlazeSymbolizer {
             Some(r) if !r.is_empty() => unwind::region_of(r, addr).is_some_and(|m| m.exec),
             _ => true,
         }
+    }
+
+    fn python(&mut self, tgid: u32, words: &[u64]) -> Vec<Frame> {
+        // A fork that has not exec'd runs its parent's code objects; but its own
+        // memory is read first, as it may have loaded more since.
+        let tgid = if procfs::alive(tgid) { tgid } else { self.source_of(tgid) };
+        words.iter().map(|&w| self.python.frame(tgid, w)).collect()
     }
 }
 

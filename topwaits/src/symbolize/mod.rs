@@ -9,7 +9,7 @@ pub use blaze::{build_id_hex, BlazeSymbolizer};
 
 use std::sync::Arc;
 
-use topwaits_common::{unwind::CUT_MARK, LEAF_WORD};
+use topwaits_common::{python::is_py_frame, unwind::CUT_MARK, LEAF_WORD};
 
 use crate::fasthash::{FastMap, FastSet};
 use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
@@ -36,6 +36,12 @@ pub trait Symbolizer {
 
     fn is_code(&self, _tgid: u32, _addr: u64) -> bool {
         true
+    }
+
+    /// The frames of a process's Python frame words (see
+    /// `topwaits_common::python`), in order.
+    fn python(&mut self, _tgid: u32, words: &[u64]) -> Vec<Frame> {
+        words.iter().map(|&w| Frame { addr: w, symbol: Some("[python]".into()), module: None, offset: None }).collect()
     }
 }
 
@@ -190,12 +196,17 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     // Sets, not lists: 20,000 stacks of 30 frames may hold a few hundred addresses.
     let mut kset: FastSet<u64> = FastSet::default();
     let mut per_proc: FastMap<u32, FastSet<u64>> = FastMap::default();
+    let mut python: FastMap<u32, FastSet<u64>> = FastMap::default();
     for (space, id) in &wanted {
         let Some(addrs) = stack_of(space, id) else { continue };
-        let lookups = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
         match space {
-            Space::Kernel => kset.extend(lookups),
-            Space::User(t) => per_proc.entry(*t).or_default().extend(lookups.filter(|a| a & CUT_MARK == 0)),
+            Space::Kernel => kset.extend(addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a))),
+            Space::User(t) => {
+                let addresses = addrs.iter().enumerate().filter(|(_, &a)| a & CUT_MARK == 0 && !is_py_frame(a));
+                per_proc.entry(*t).or_default().extend(addresses.map(|(i, &a)| lookup_addr(i, a)));
+                let words = addrs.iter().copied().filter(|&a| is_py_frame(a));
+                python.entry(*t).or_default().extend(words);
+            }
         }
     }
     let mut kaddrs: Vec<u64> = kset.into_iter().collect();
@@ -210,6 +221,14 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
         addrs.sort_unstable();
         for f in sym.user(tgid, &addrs) {
             uframes.insert((tgid, f.addr), f);
+        }
+    }
+    // Python frames, by their words (never looked up a byte back).
+    let mut pyframes: FastMap<(u32, u64), Frame> = FastMap::default();
+    for (tgid, words) in python {
+        let words: Vec<u64> = words.into_iter().collect();
+        for f in sym.python(tgid, &words) {
+            pyframes.insert((tgid, f.addr), f);
         }
     }
     // Each (space, stack id) is built once and shared by every record using it,
@@ -241,6 +260,10 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
                                 let (frame, code) = shared_frames.entry((key.0, a, i == 0)).or_insert_with(|| {
                                     if let (Space::User(_), Some(cut)) = (&space, cut_frame(a)) {
                                         return (Arc::new(cut), true);
+                                    }
+                                    if let (Space::User(t), true) = (&space, is_py_frame(a)) {
+                                        let f = pyframes.get(&(*t, a)).cloned().unwrap_or_else(|| Frame::unknown(a));
+                                        return (Arc::new(f), true);
                                     }
                                     let l = lookup_addr(i, a);
                                     let (f, code) = match space {

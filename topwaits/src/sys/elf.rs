@@ -102,6 +102,7 @@ pub struct Segment {
 
 /// The loaded segments of a little-endian ELF64 file.
 pub fn load_segments<R: Read + Seek>(f: &mut R) -> io::Result<Vec<Segment>> {
+    f.seek(SeekFrom::Start(0))?;
     let eh = file_header(f)?;
     let (phoff, phentsize, phnum) = (u64_at(&eh, 0x20), u16_at(&eh, 0x36), u16_at(&eh, 0x38));
     if phentsize < 56 || phnum > 4096 {
@@ -124,6 +125,32 @@ pub fn vaddr_of(segments: &[Segment], off: u64) -> Option<u64> {
     segments.iter().find(|s| s.offset <= off && off - s.offset < s.filesz).map(|s| off - s.offset + s.vaddr)
 }
 
+/// The address and size of each of `wanted` that the file's dynamic symbol table
+/// (and, with `full`, its full symbol table) defines; the first definition wins.
+pub fn symbols<R: Read + Seek>(f: &mut R, wanted: &[&str], full: bool) -> io::Result<Vec<(String, u64, u64)>> {
+    let all = sections(f)?;
+    let mut out: Vec<(String, u64, u64)> = Vec::new();
+    let tables: &[(&str, &str)] = if full { &[(".dynsym", ".dynstr"), (".symtab", ".strtab")] } else { &[(".dynsym", ".dynstr")] };
+    for (table, strings) in tables {
+        let (Some((_, th)), Some((_, sh))) = (all.iter().find(|(n, _)| n == table), all.iter().find(|(n, _)| n == strings)) else {
+            continue;
+        };
+        let syms = section_data(f, th, 256 << 20, "symbol table too large")?;
+        let names = section_data(f, sh, 256 << 20, "string table too large")?;
+        for sym in syms.chunks_exact(24) {
+            let (value, size) = (u64_at(sym, 8), u64_at(sym, 16));
+            let at = (u32_at(sym, 0) as usize).min(names.len());
+            let end = names[at..].iter().position(|&b| b == 0).map_or(names.len(), |n| at + n);
+            let Ok(name) = std::str::from_utf8(&names[at..end]) else { continue };
+            // Defined (a section index other than SHN_UNDEF).
+            if value != 0 && u16_at(sym, 6) != 0 && wanted.contains(&name) && !out.iter().any(|(n, _, _)| n == name) {
+                out.push((name.to_string(), value, size));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Whether the file at `path` keeps a symbol table (`.symtab`); `None` when it
 /// cannot be read as ELF.
 pub fn has_symtab(path: &str) -> Option<bool> {
@@ -134,6 +161,18 @@ pub fn has_symtab(path: &str) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_a_functions_symbol_in_this_test_binary() {
+        let me = std::env::current_exe().unwrap();
+        let mut f = std::fs::File::open(&me).unwrap();
+        // `main` is in the full symbol table of every Rust test binary.
+        let found = symbols(&mut f, &["main", "no_such_symbol_anywhere"], true).unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "main");
+        assert!(found[0].1 > 0 && found[0].2 > 0);
+        assert!(symbols(&mut std::io::Cursor::new(b"junk".to_vec()), &["main"], true).is_err());
+    }
 
     #[test]
     fn reads_this_test_binarys_sections_and_rejects_junk() {

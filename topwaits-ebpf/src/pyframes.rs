@@ -1,0 +1,92 @@
+//! Python frames for the user stack walker: finds the current thread's CPython
+//! frame chain (its thread state, found once per thread in the interpreter's
+//! thread list and kept), and writes one word per Python frame in place of each
+//! native frame of the evaluator (see `topwaits_common::python`).
+
+use aya_ebpf::{
+    helpers::bpf_probe_read_user,
+    macros::map,
+    maps::{HashMap, LruHashMap},
+};
+use topwaits_common::python::{py_word, PyProc, MAX_PY_PROCS, MAX_PY_THREADS, NONE, PY_THREAD_SCAN};
+
+/// Each Python process's interpreter layout, by tgid (written by user space once
+/// it has checked the layout against the running interpreter).
+#[map]
+pub static PY_PROCS: HashMap<u32, PyProc> = HashMap::with_max_entries(MAX_PY_PROCS, 0);
+
+/// Each thread's thread state, by thread id, checked before each use.
+#[map]
+static PY_THREADS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_PY_THREADS, 0);
+
+#[inline(always)]
+fn word(addr: u64) -> u64 {
+    // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
+    unsafe { bpf_probe_read_user(addr as *const u64).unwrap_or(0) }
+}
+
+#[inline(always)]
+fn byte(addr: u64) -> u8 {
+    // SAFETY: as above.
+    unsafe { bpf_probe_read_user(addr as *const u8).unwrap_or(0) }
+}
+
+/// The thread state of thread `tid`: the one kept, if it is still the thread's,
+/// else found in the interpreter's list (the first [`PY_THREAD_SCAN`]).
+#[inline(always)]
+fn thread_state(p: &PyProc, tid: u32) -> Option<u64> {
+    // SAFETY: a map value read at once; a stale one is caught by the check below.
+    if let Some(t) = PY_THREADS.get_ptr(&tid).map(|t| unsafe { *t }) {
+        if t != 0 && word(t + p.tstate_tid as u64) == tid as u64 {
+            return Some(t);
+        }
+    }
+    let mut t = word(p.threads_head);
+    for _ in 0..PY_THREAD_SCAN {
+        if t == 0 {
+            return None;
+        }
+        if word(t + p.tstate_tid as u64) == tid as u64 {
+            let _ = PY_THREADS.insert(&tid, &t, 0);
+            return Some(t);
+        }
+        t = word(t + p.tstate_next as u64);
+    }
+    None
+}
+
+/// The current thread's innermost Python frame, 0 when it has none.
+#[inline(always)]
+pub fn current_frame(p: &PyProc, tid: u32) -> u64 {
+    let Some(t) = thread_state(p, tid) else { return 0 };
+    let f = word(t + p.tstate_frame as u64);
+    if p.cframe_frame == NONE || f == 0 {
+        f
+    } else {
+        word(f + p.cframe_frame as u64)
+    }
+}
+
+/// Whether the native frame at `pc` runs Python frames (it is the evaluator's).
+#[inline(always)]
+pub fn in_evaluator(p: &PyProc, pc: u64) -> bool {
+    (p.eval[0] <= pc && pc < p.eval[1]) || (p.eval[2] <= pc && pc < p.eval[3])
+}
+
+/// One step down the Python frame chain from `frame`: the word to write (None
+/// for the evaluator call's base shim, which is not a Python frame), the frame
+/// below, and whether the evaluator call's frames end here.
+#[inline(always)]
+pub fn step(p: &PyProc, frame: u64) -> (Option<u64>, u64, bool) {
+    let below = word(frame + p.frame_previous as u64);
+    if p.owner_cstack != NONE && byte(frame + p.frame_owner as u64) as u16 == p.owner_cstack {
+        return (None, below, true);
+    }
+    let code = word(frame + p.frame_code as u64);
+    let instr = word(frame + p.frame_instr as u64);
+    let base = code + p.code_units as u64;
+    // Code units are two bytes; one before the first is "not started".
+    let index_plus_one = if instr + 2 >= base { (instr + 2 - base) / 2 } else { 0 };
+    let entry = p.frame_entry != NONE && byte(frame + p.frame_entry as u64) != 0;
+    (Some(py_word(code, index_plus_one)), below, entry)
+}

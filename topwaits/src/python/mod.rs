@@ -1,0 +1,198 @@
+//! Python frames: finding and checking CPython interpreters in traced processes
+//! for the walker (the [`Tracker`], fed by the unwind table loader's reads of
+//! each process's mappings), and naming the walker's Python frame words in the
+//! report (the [`Resolver`]).
+
+pub mod layout;
+pub mod names;
+pub mod probe;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use topwaits_common::python::{py_parts, PyProc};
+
+use crate::model::Frame;
+use crate::sys::memory::ProcessMemory;
+use crate::sys::procfs::{self, Mapping};
+use probe::{Interp, Probe, PyFile};
+
+/// Where the walker's Python layouts go.
+pub trait PySink {
+    fn put_python(&mut self, tgid: u32, p: &PyProc) -> Result<()>;
+    fn drop_python(&mut self, tgid: u32);
+}
+
+/// The interpreter file a process maps, with its load bias, if any. Files are
+/// looked at once each (by device and inode).
+fn interpreter_of(files: &mut HashMap<(u64, u64), Option<PyFile>>, tgid: u32, maps: &[Mapping]) -> Option<(PyFile, u64)> {
+    for m in maps {
+        let file = files
+            .entry((m.dev, m.inode))
+            .or_insert_with(|| {
+                let opened = std::fs::File::open(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end))
+                    .or_else(|_| std::fs::File::open(format!("/proc/{tgid}/root{}", m.path)))
+                    .ok()?;
+                probe::file_symbols(&mut std::io::BufReader::new(opened))
+            })
+            .clone();
+        if let Some(f) = file {
+            let bias = f.bias(m)?;
+            return Some((f, bias));
+        }
+    }
+    None
+}
+
+/// Checks the interpreter of `file` in live process `tgid`.
+fn check_live(tgid: u32, file: &PyFile, bias: u64) -> Probe {
+    let is_thread = |tid: u64| std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists();
+    probe::check(&ProcessMemory { pid: tgid }, file, bias, &is_thread)
+}
+
+/// First and longest wait before an interpreter that was not ready is looked at
+/// again.
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+struct Pending {
+    file: PyFile,
+    bias: u64,
+    at: Instant,
+    wait: Duration,
+}
+
+/// The traced processes' interpreters, kept in the walker's map.
+#[derive(Default)]
+pub struct Tracker {
+    files: HashMap<(u64, u64), Option<PyFile>>,
+    ready: HashMap<u32, PyProc>,
+    pending: HashMap<u32, Pending>,
+    /// Why interpreters were left unnamed: each reason, and how many processes.
+    pub problems: Vec<(String, u64)>,
+}
+
+impl Tracker {
+    /// A process's mappings were read (first seen, exec, or a library loaded).
+    pub fn on_maps(&mut self, tgid: u32, maps: &[Mapping], sink: &mut dyn PySink) {
+        if self.ready.contains_key(&tgid) || self.pending.contains_key(&tgid) {
+            return;
+        }
+        if let Some((file, bias)) = interpreter_of(&mut self.files, tgid, maps) {
+            self.try_ready(tgid, Pending { file, bias, at: Instant::now(), wait: RETRY_MIN }, sink);
+        }
+    }
+
+    /// A process replaced its image: whatever it ran before is gone.
+    pub fn on_exec(&mut self, tgid: u32, sink: &mut dyn PySink) {
+        self.forget(tgid, sink);
+    }
+
+    /// A fork runs its parent's interpreter at the same addresses.
+    pub fn on_fork(&mut self, child: u32, parent: u32, sink: &mut dyn PySink) {
+        if let Some(p) = self.ready.get(&parent).copied() {
+            if sink.put_python(child, &p).is_ok() {
+                self.ready.insert(child, p);
+            }
+        }
+    }
+
+    /// Looks again at the interpreters that were not ready; whether some still wait.
+    pub fn beat(&mut self, sink: &mut dyn PySink) -> bool {
+        let now = Instant::now();
+        let due: Vec<u32> = self.pending.iter().filter(|(_, p)| now >= p.at + p.wait).map(|(t, _)| *t).collect();
+        for tgid in due {
+            let Some(p) = self.pending.remove(&tgid) else { continue };
+            if procfs::alive(tgid) {
+                self.try_ready(tgid, p, sink);
+            }
+        }
+        !self.pending.is_empty()
+    }
+
+    /// Forgets a process (exited, or exec'd).
+    pub fn forget(&mut self, tgid: u32, sink: &mut dyn PySink) {
+        self.pending.remove(&tgid);
+        if self.ready.remove(&tgid).is_some() {
+            sink.drop_python(tgid);
+        }
+    }
+
+    fn try_ready(&mut self, tgid: u32, mut p: Pending, sink: &mut dyn PySink) {
+        let probe = check_live(tgid, &p.file, p.bias);
+        log::debug!("the interpreter of process {tgid}: {probe:?}");
+        match probe {
+            Probe::Ready(i) => {
+                let walker = i.layout.for_walker(i.threads_head, i.eval);
+                match sink.put_python(tgid, &walker) {
+                    Ok(()) => {
+                        log::debug!("Python {}.{} in process {tgid}: its frames are named", i.layout.version.0, i.layout.version.1);
+                        self.ready.insert(tgid, walker);
+                    }
+                    Err(e) => self.problem(format!("the walker's table of Python processes is full ({e:#})")),
+                }
+            }
+            Probe::NotReady => {
+                p.at = Instant::now();
+                p.wait = (p.wait * 2).min(RETRY_MAX);
+                self.pending.insert(tgid, p);
+            }
+            Probe::Unsupported(what) => self.problem(what),
+            Probe::Mismatch(what) => self.problem(format!("the interpreter's layout does not match its version's: {what}")),
+        }
+    }
+
+    fn problem(&mut self, what: String) {
+        match self.problems.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, n)) => *n += 1,
+            None => self.problems.push((what, 1)),
+        }
+    }
+
+    /// What went unnamed, one line each.
+    pub fn warnings(&self) -> Vec<String> {
+        self.problems.iter().map(|(what, n)| format!("Python frames of {n} processes are shown as the interpreter's own: {what}")).collect()
+    }
+}
+
+/// Names Python frame words in the report, reading code objects from the
+/// processes while they live (kept once read).
+#[derive(Default)]
+pub struct Resolver {
+    files: HashMap<(u64, u64), Option<PyFile>>,
+    interps: HashMap<u32, Option<Interp>>,
+    functions: HashMap<(u32, u64), Option<names::Function>>,
+}
+
+impl Resolver {
+    /// The frame for Python word `word` of process `tgid`.
+    pub fn frame(&mut self, tgid: u32, word: u64) -> Frame {
+        let (code, index) = py_parts(word);
+        let files = &mut self.files;
+        let interp = *self.interps.entry(tgid).or_insert_with(|| {
+            let maps = procfs::maps_of(tgid);
+            let (file, bias) = interpreter_of(files, tgid, &maps)?;
+            match check_live(tgid, &file, bias) {
+                Probe::Ready(i) => Some(i),
+                _ => None,
+            }
+        });
+        let function = self
+            .functions
+            .entry((tgid, code))
+            .or_insert_with(|| interp.and_then(|i| names::function(&ProcessMemory { pid: tgid }, i.layout, i.code_type, code)));
+        match function {
+            Some(f) => {
+                let short = f.file.rsplit('/').next().unwrap_or(&f.file);
+                Frame {
+                    addr: word,
+                    symbol: Some(format!("{} ({short}:{})", f.qualname, f.line(index)).into()),
+                    module: Some(f.file.as_str().into()),
+                    offset: None,
+                }
+            }
+            None => Frame { addr: word, symbol: Some("[python]".into()), module: None, offset: None },
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Kernel tests of Python frames in user stacks: the distribution's python3, and
+//! every other CPython 3.11-3.13 build on the machine (pyenv's), run a script
+//! whose threads sleep, read a pipe and take a lock; their Python functions are
+//! named, with file and line, in order among the native frames.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::Value;
+
+/// The distribution's python3, and pyenv's 3.11-3.13 when installed.
+fn interpreters() -> Vec<String> {
+    let mut out = vec!["/usr/bin/python3".to_string()];
+    let home = std::env::var("PYENV_ROOT").unwrap_or_else(|_| "/root/.pyenv".into());
+    for v in ["3.11", "3.12", "3.13"] {
+        let Ok(dir) = std::fs::read_dir(format!("{home}/versions")) else { break };
+        let mut found: Vec<_> = dir.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{v}."))).collect();
+        found.sort_by_key(|e| e.file_name());
+        if let Some(e) = found.last() {
+            out.push(e.path().join(format!("bin/python{v}")).to_string_lossy().into_owned());
+        }
+    }
+    out.into_iter().filter(|p| std::path::Path::new(p).exists()).collect()
+}
+
+/// The stack (names, leaf first) with the most wait time among those holding `func`.
+fn heaviest(doc: &Value, func: &str) -> Vec<String> {
+    doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| stack_names(&r["user_stack"]).iter().any(|n| n.starts_with(func)))
+        .max_by_key(|r| r["total_ns"].as_u64().unwrap())
+        .map(|r| stack_names(&r["user_stack"]))
+        .unwrap_or_else(|| panic!("no stack with {func}: {doc:#}"))
+}
+
+/// The position of the first frame starting with `prefix`.
+fn at(names: &[String], prefix: &str) -> usize {
+    names.iter().position(|n| n.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {names:?}"))
+}
+
+#[test]
+fn python_functions_are_named_in_order_beside_the_native_frames() {
+    require_bpf!();
+    let all = interpreters();
+    assert!(!all.is_empty() || !present(module_path!(), "python3", Some("no python3 on this machine".into())));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py");
+    for python in all {
+        let mut child = Command::new(&python).arg(script).stdout(Stdio::piped()).spawn().expect("python starts");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+        assert!(line.starts_with("ready"), "{python}: {line:?}");
+        let doc = json(&run(&["--json", "-U", "-p", &child.id().to_string(), "2"]));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Sleeping two functions deep: the inner one nearer the leaf, and the
+        // native sleep below both; the thread's own entry above, from threading.
+        let sleep = heaviest(&doc, "sleeper_inner (waits.py:");
+        assert!(at(&sleep, "clock_nanosleep") < at(&sleep, "sleeper_inner (waits.py:10)"), "{python}: {sleep:?}");
+        assert!(at(&sleep, "sleeper_inner ") < at(&sleep, "sleeper (waits.py:14)"), "{python}: {sleep:?}");
+        assert!(at(&sleep, "sleeper (") < at(&sleep, "Thread.run (threading.py:"), "{python}: {sleep:?}");
+        assert!(at(&sleep, "Thread.run ") < at(&sleep, "start_thread"), "{python}: {sleep:?}");
+        // A pipe read: the native read at the leaf, the Python caller above it.
+        let read = heaviest(&doc, "pipe_reader (waits.py:18)");
+        assert!(at(&read, "read") < at(&read, "pipe_reader "), "{python}: {read:?}");
+        // A contended lock: the interpreter's lock wait, then the taker.
+        let lock = heaviest(&doc, "lock_taker (waits.py:");
+        assert!(at(&lock, "PyThread_acquire_lock") < at(&lock, "lock_taker "), "{python}: {lock:?}");
+        // The evaluator's own frames are replaced by the Python frames they run.
+        assert!(!sleep.iter().any(|n| n == "_PyEval_EvalFrameDefault"), "{python}: {sleep:?}");
+    }
+}

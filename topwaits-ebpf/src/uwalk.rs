@@ -83,6 +83,11 @@ const PT_REGS: u64 = 168;
 /// Offsets in `struct pt_regs`: bp, then ip, cs, flags and sp in a row.
 const REGS_BP: u64 = 4 * 8;
 const REGS_IP: u64 = 16 * 8;
+/// The six bytes before a return address into CPython's perf trampoline, read
+/// as a little-endian word's low 48 bits: `48 83 ec 08` (sub $8,%rsp) and `ff d1`
+/// (call *%rcx).
+const PERF_TRAMPOLINE: u64 = 0xd1ff_08ec_8348;
+
 /// The code segment of 64-bit user mode (`__USER_CS`).
 const USER_CS: u64 = 0x33;
 
@@ -260,6 +265,20 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         if maps.missed == 0 {
             maps.missed = 1;
             proc_event(w.tgid as u32, proc_event::MAPS);
+        }
+        // CPython's perf trampoline (`-X perf`, 3.12 on): `sub $8,%rsp; call
+        // *%rcx` just before the return address, and no frame pointer.
+        if at != w.pc && user_word(w.pc - 6).is_some_and(|b| b & 0xffff_ffff_ffff == PERF_TRAMPOLINE) {
+            return match user_word(w.sp + 8) {
+                Some(pc) if pc != 0 => {
+                    (w.pc, w.sp) = (pc, w.sp + 16);
+                    0
+                }
+                _ => {
+                    w.cut = cut::UNREADABLE;
+                    1
+                }
+            };
         }
         return by_frame_pointer(w, cut::UNMAPPED);
     };

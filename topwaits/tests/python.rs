@@ -1,7 +1,8 @@
 //! Kernel tests of Python frames in user stacks: the distribution's python3, and
 //! every other CPython 3.11-3.13 build on the machine (pyenv's), run a script
 //! whose threads sleep, read a pipe and take a lock; their Python functions are
-//! named, with file and line, in order among the native frames.
+//! named, with file and line, in order among the native frames; with `-X perf`
+//! the trampolines' perf-map names too.
 
 mod common;
 
@@ -42,17 +43,49 @@ fn at(names: &[String], prefix: &str) -> usize {
     names.iter().position(|n| n.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {names:?}"))
 }
 
+/// Starts `python` on the test script with `flags`, once its threads run.
+fn start(python: &str, flags: &[&str]) -> std::process::Child {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py");
+    let mut child = Command::new(python).args(flags).arg(script).stdout(Stdio::piped()).spawn().expect("python starts");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("ready"), "{python}: {line:?}");
+    child
+}
+
+/// A 3.12+ interpreter run with `-X perf` calls each Python function through a
+/// trampoline in anonymous memory, named in /tmp/perf-PID.map and built without
+/// a frame pointer: the walk steps over it, and both names show.
+#[test]
+fn python_run_with_x_perf_keeps_whole_stacks_and_the_perf_map_names() {
+    require_bpf!();
+    let newer: Vec<String> = interpreters().into_iter().filter(|p| p.ends_with("3.12") || p.ends_with("3.13")).collect();
+    // Not a capability: a machine without pyenv's builds has no 3.12 to run.
+    if newer.is_empty() {
+        eprintln!("{}: skipped: no CPython 3.12 or later here (pyenv)", module_path!());
+        return;
+    }
+    for python in newer {
+        let mut child = start(&python, &["-X", "perf"]);
+        let doc = json(&run(&["--json", "-U", "-p", &child.id().to_string(), "2"]));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", child.id()));
+        let sleep = heaviest(&doc, "sleeper_inner (waits.py:");
+        assert!(at(&sleep, "sleeper_inner (") < at(&sleep, "py::sleeper_inner:"), "{python}: {sleep:?}");
+        assert!(at(&sleep, "py::sleeper_inner:") < at(&sleep, "sleeper (waits.py:14)"), "{python}: {sleep:?}");
+        assert!(at(&sleep, "py::Thread.run:") < at(&sleep, "start_thread"), "{python}: {sleep:?}");
+    }
+}
+
 #[test]
 fn python_functions_are_named_in_order_beside_the_native_frames() {
     require_bpf!();
+    // python3 is installed by `cargo xtask setup`.
     let all = interpreters();
-    assert!(!all.is_empty() || !present(module_path!(), "python3", Some("no python3 on this machine".into())));
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py");
+    assert!(all.iter().any(|p| p == "/usr/bin/python3"), "no /usr/bin/python3: run cargo xtask setup");
     for python in all {
-        let mut child = Command::new(&python).arg(script).stdout(Stdio::piped()).spawn().expect("python starts");
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
-        assert!(line.starts_with("ready"), "{python}: {line:?}");
+        let mut child = start(&python, &[]);
         let doc = json(&run(&["--json", "-U", "-p", &child.id().to_string(), "2"]));
         let _ = child.kill();
         let _ = child.wait();

@@ -21,6 +21,7 @@ const PACKAGES: &[&str] = &[
     "libc6-dbg",    // tests, bench: libc's internal frames named from its debug file
     "golang-go",    // tests: go tool pprof reads the pprof files as users will
     "sqlite3",      // tests: a distribution binary without frame pointers, unwound from its CFI
+    "python3",      // tests: Python frames named in the distribution's interpreter
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -104,6 +104,9 @@ pub struct TaskOffsets {
     /// `stack`, the base of the task's kernel stack: a waker's kernel stack is
     /// reused only when the hook runs on it (not on an interrupt stack).
     pub stack: u32,
+    /// `thread.fsbase` (x86-64): the thread's TLS base, which is its `pthread_t`
+    /// (how CPython 3.10 names a thread state's thread).
+    pub fsbase: u32,
 }
 
 impl TaskOffsets {
@@ -122,6 +125,7 @@ impl TaskOffsets {
         prev_sum_exec: u32::MAX,
         pcount: u32::MAX,
         stack: u32::MAX,
+        fsbase: u32::MAX,
     };
 }
 
@@ -177,7 +181,6 @@ pub struct Settings {
     /// Non-zero: user stacks are walked from the binaries' unwind tables (see
     /// [`unwind`]) instead of by frame pointers with `bpf_get_stack`.
     pub cfi: u32,
-    pub pad: u32,
     /// Where the `task_struct` fields the programs read lie.
     pub task: TaskOffsets,
 }
@@ -204,7 +207,6 @@ impl Settings {
             task_storage: 0,
             hold_rows: 0,
             cfi: 0,
-            pad: 0,
             task: TaskOffsets::UNKNOWN,
         }
     }
@@ -714,11 +716,11 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 17 + size_of::<TaskOffsets>());
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 16 + size_of::<TaskOffsets>());
         assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
         assert_eq!(size_of::<unwind::ProcMaps>(), 8 + 32 * unwind::MAX_MAPS);
         assert_eq!(size_of::<unwind::FileInfo>(), 8);
-        assert_eq!(size_of::<TaskOffsets>(), 4 * 13);
+        assert_eq!(size_of::<TaskOffsets>(), 4 * 14);
         assert_eq!(size_of::<ProcEvent>(), 12);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);

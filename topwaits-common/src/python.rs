@@ -64,7 +64,19 @@ pub struct PyProc {
     /// The owner value of the shim frame at the base of each evaluator call
     /// (3.12 on), or [`NONE`].
     pub owner_cstack: u16,
-    pub pad: u16,
+    /// Of [`py_flags`].
+    pub flags: u16,
+}
+
+/// How an interpreter differs from 3.11's model ([`PyProc::flags`]).
+pub mod py_flags {
+    /// A thread state names its thread by `pthread_t` (the thread's fs base),
+    /// not by its thread id (3.10).
+    pub const BY_PTHREAD: u16 = 1;
+    /// Each evaluator call runs exactly one frame (3.10).
+    pub const ONE_FRAME: u16 = 2;
+    /// The frame's instruction field is an `int` index, not a pointer (3.10).
+    pub const LASTI: u16 = 4;
 }
 
 /// Most Python processes the walker keeps.

@@ -138,6 +138,11 @@ pub mod cut {
 /// Most frames the walker follows.
 pub const WALK_DEPTH: u32 = 126;
 
+/// Deepest stack a task keeps for reuse: while it enters the kernel again with the
+/// same registers and the return addresses at these stack slots are unchanged,
+/// its last walk stands without walking again.
+pub const REUSE_SLOTS: usize = 32;
+
 /// Where a signal trampoline finds the interrupted bp, sp and ip (x86-64): in the
 /// `ucontext` at sp, whose `uc_mcontext` (`struct sigcontext`) is 40 bytes in.
 pub const SIG_BP: u64 = 40 + 10 * 8;

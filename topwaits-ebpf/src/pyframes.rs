@@ -4,11 +4,13 @@
 //! native frame of the evaluator (see `topwaits_common::python`).
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_user,
+    helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::map,
     maps::{HashMap, LruHashMap},
 };
-use topwaits_common::python::{py_word, PyProc, MAX_PY_PROCS, MAX_PY_THREADS, NONE, PY_THREAD_SCAN};
+use topwaits_common::python::{py_flags, py_word, PyProc, MAX_PY_PROCS, MAX_PY_THREADS, NONE, PY_THREAD_SCAN};
+
+use crate::maps::SETTINGS;
 
 /// Each Python process's interpreter layout, by tgid (written by user space once
 /// it has checked the layout against the running interpreter).
@@ -31,13 +33,29 @@ fn byte(addr: u64) -> u8 {
     unsafe { bpf_probe_read_user(addr as *const u8).unwrap_or(0) }
 }
 
+/// What a thread state holds to name the current thread: its thread id, or (3.10)
+/// its `pthread_t`, the thread's fs base.
+#[inline(always)]
+fn thread_name(p: &PyProc, tid: u32) -> Option<u64> {
+    if p.flags & py_flags::BY_PTHREAD == 0 {
+        return Some(tid as u64);
+    }
+    let off = SETTINGS.load().task.fsbase;
+    if off == u32::MAX {
+        return None;
+    }
+    // SAFETY: helper calls on the running task, checked by the helper.
+    unsafe { bpf_probe_read_kernel((bpf_get_current_task() + off as u64) as *const u64).ok() }
+}
+
 /// The thread state of thread `tid`: the one kept, if it is still the thread's,
 /// else found in the interpreter's list (the first [`PY_THREAD_SCAN`]).
 #[inline(always)]
 fn thread_state(p: &PyProc, tid: u32) -> Option<u64> {
+    let name = thread_name(p, tid)?;
     // SAFETY: a map value read at once; a stale one is caught by the check below.
     if let Some(t) = PY_THREADS.get_ptr(&tid).map(|t| unsafe { *t }) {
-        if t != 0 && word(t + p.tstate_tid as u64) == tid as u64 {
+        if t != 0 && word(t + p.tstate_tid as u64) == name {
             return Some(t);
         }
     }
@@ -46,7 +64,7 @@ fn thread_state(p: &PyProc, tid: u32) -> Option<u64> {
         if t == 0 {
             return None;
         }
-        if word(t + p.tstate_tid as u64) == tid as u64 {
+        if word(t + p.tstate_tid as u64) == name {
             let _ = PY_THREADS.insert(&tid, &t, 0);
             return Some(t);
         }
@@ -84,9 +102,18 @@ pub fn step(p: &PyProc, frame: u64) -> (Option<u64>, u64, bool) {
     }
     let code = word(frame + p.frame_code as u64);
     let instr = word(frame + p.frame_instr as u64);
-    let base = code + p.code_units as u64;
-    // Code units are two bytes; one before the first is "not started".
-    let index_plus_one = if instr + 2 >= base { (instr + 2 - base) / 2 } else { 0 };
-    let entry = p.frame_entry != NONE && byte(frame + p.frame_entry as u64) != 0;
+    let index_plus_one = if p.flags & py_flags::LASTI != 0 {
+        // An int: the index of the last instruction, -1 before the first.
+        (instr as u32 as i32 as i64 + 1).max(0) as u64
+    } else {
+        // Code units are two bytes; one before the first is "not started".
+        let base = code + p.code_units as u64;
+        if instr + 2 >= base {
+            (instr + 2 - base) / 2
+        } else {
+            0
+        }
+    };
+    let entry = p.flags & py_flags::ONE_FRAME != 0 || (p.frame_entry != NONE && byte(frame + p.frame_entry as u64) != 0);
     (Some(py_word(code, index_plus_one)), below, entry)
 }

@@ -84,7 +84,13 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
     let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
-    let walked = if SETTINGS.load().cfi != 0 { uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, buf) } else { Walked::NotUser };
+    let cfi = SETTINGS.load().cfi != 0;
+    if cfi {
+        if let Some(stack) = uwalk::reuse() {
+            return stack;
+        }
+    }
+    let walked = if cfi { uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, buf) } else { Walked::NotUser };
     let n = match walked {
         Walked::Frames(n) => n,
         // By frame pointers: everywhere with `--unwind fp`, and, marked, until
@@ -112,5 +118,9 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
     // SAFETY: the per-CPU buffer just filled, used by this run alone.
     let frames = unsafe { &*buf };
     let key = stackref::hash(frames, n, USER_SEED);
-    stackref::keep(&USTACKS, key, frames, counter::LOST_USER_STACK)
+    let stack = stackref::keep(&USTACKS, key, frames, counter::LOST_USER_STACK);
+    if matches!(walked, Walked::Frames(_)) {
+        uwalk::remember(stack, n);
+    }
+    stack
 }

@@ -7,21 +7,22 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user},
-    macros::map,
+    macros::{btf_map, map},
     maps::{Array, HashMap, PerCpuArray},
 };
 use topwaits_common::{
     proc_event,
     python::PyProc,
     unwind::{
-        cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS, NODE_ROWS, SIG_BP, SIG_IP, SIG_SP,
-        WALK_DEPTH,
+        cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS, NODE_ROWS, REUSE_SLOTS, SIG_BP, SIG_IP,
+        SIG_SP, WALK_DEPTH,
     },
-    KernelStack, KSTACK_DEPTH,
+    KernelStack, KSTACK_DEPTH, STACK_STORED,
 };
 
-use crate::maps::{proc_event, GROWS, SETTINGS};
+use crate::maps::{proc_event, GROWS, SETTINGS, USTACKS};
 use crate::pyframes::{self, PY_PROCS};
+use crate::taskmap::TaskStorage;
 
 /// Unwind tree nodes of every file, by `node_key`; sized at load time.
 #[map]
@@ -61,6 +62,45 @@ struct Walk {
     /// Non-zero when the current native frame was written as Python frames: it is
     /// stepped over, not written.
     skip: u64,
+    /// Non-zero while every frame past the first came from a known stack slot,
+    /// so the walk can be reused (see [`reuse`]).
+    reusable: u64,
+    /// The stack slot each frame after the first was read from.
+    slots: [u64; REUSE_SLOTS],
+}
+
+/// A task's last walk, for reuse: the registers it started from, the stack's
+/// reference, its frames, and the slot each frame after the first came from.
+#[repr(C)]
+pub struct LastWalk {
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    stack: u64,
+    n: u64,
+    slots: [u64; REUSE_SLOTS],
+}
+
+/// Each task's last user stack walk (task storage: no limit on tasks, freed with
+/// the task).
+#[btf_map]
+static LAST_WALK: TaskStorage<LastWalk> = TaskStorage::new();
+
+/// Frees the running task's last walk at its last switch.
+#[inline(always)]
+pub fn drop_task() {
+    LAST_WALK.remove_current();
+}
+
+/// Records that the next frame's return address was read at `slot`.
+#[inline(always)]
+fn from_slot(w: &mut Walk, slot: u64) {
+    let i = w.n as usize;
+    if (1..=REUSE_SLOTS).contains(&i) {
+        w.slots[(i - 1) & (REUSE_SLOTS - 1)] = slot;
+    } else {
+        w.reusable = 0;
+    }
 }
 
 #[map]
@@ -208,6 +248,7 @@ fn fp_step(bp: u64) -> Option<(u64, u64, u64)> {
 fn by_frame_pointer(w: &mut Walk, why: u64) -> i64 {
     match fp_step(w.bp) {
         Some((pc, sp, bp)) if pc != 0 => {
+            from_slot(w, w.bp + 8);
             (w.pc, w.sp, w.bp) = (pc, sp, bp);
             0
         }
@@ -247,6 +288,8 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
             return 0;
         }
         if w.skip == 0 && w.py != 0 && pyframes::in_evaluator(py, w.pc) {
+            // Python frames come from the interpreter's memory, not the stack.
+            w.reusable = 0;
             w.py_mode = 1;
             w.skip = 1;
             return 0;
@@ -271,6 +314,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         if at != w.pc && user_word(w.pc - 6).is_some_and(|b| b & 0xffff_ffff_ffff == PERF_TRAMPOLINE) {
             return match user_word(w.sp + 8) {
                 Some(pc) if pc != 0 => {
+                    from_slot(w, w.sp + 8);
                     (w.pc, w.sp) = (pc, w.sp + 16);
                     0
                 }
@@ -302,7 +346,10 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
             let bp_words = (word >> 24) as u8 as i8;
             let bp = if bp_words == 0 { Some(w.bp) } else { user_word(cfa.wrapping_add_signed(bp_words as i64 * 8)) };
             match (user_word(cfa - 8), bp) {
-                (Some(pc), Some(bp)) => (pc, cfa, bp),
+                (Some(pc), Some(bp)) => {
+                    from_slot(w, cfa - 8);
+                    (pc, cfa, bp)
+                }
                 _ => {
                     w.cut = cut::UNREADABLE;
                     return 1;
@@ -312,7 +359,10 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         rule::PLT => {
             let cfa = w.sp + if (addr & 15) as u32 >= (word >> 4) & 15 { 16 } else { 8 };
             match user_word(cfa - 8) {
-                Some(pc) => (pc, cfa, w.bp),
+                Some(pc) => {
+                    from_slot(w, cfa - 8);
+                    (pc, cfa, w.bp)
+                }
                 None => {
                     w.cut = cut::UNREADABLE;
                     return 1;
@@ -321,7 +371,9 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         }
         rule::SIGNAL => match (user_word(w.sp + SIG_IP), user_word(w.sp + SIG_SP), user_word(w.sp + SIG_BP)) {
             (Some(pc), Some(sp), Some(bp)) => {
+                // The interrupted registers are not a stack slot's: never reused.
                 w.exact = 1;
+                w.reusable = 0;
                 (pc, sp, bp)
             }
             _ => {
@@ -332,7 +384,10 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         rule::END => return 1,
         // STOP, in a file with no table: frame pointers are all there is.
         _ if word & 1 << 31 != 0 => match fp_step(w.bp) {
-            Some(next) => next,
+            Some(next) => {
+                from_slot(w, w.bp + 8);
+                next
+            }
             None => {
                 w.cut = cut::NO_INFO;
                 return 1;
@@ -369,7 +424,9 @@ pub fn walk(tgid: u32, frames: *mut KernelStack) -> Walked {
     let Some(w) = SCRATCH_WALK.get_ptr_mut(0) else { return Walked::NotUser };
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
-        *w = Walk { pc: ip, sp, bp, n: 0, cut: 0, soft: 0, exact: 1, tgid: tgid as u64, py: 0, py_mode: 0, skip: 0 };
+        let w = &mut *w;
+        (w.pc, w.sp, w.bp, w.n, w.cut, w.soft, w.exact, w.tgid) = (ip, sp, bp, 0, 0, 0, 1, tgid as u64);
+        (w.py, w.py_mode, w.skip, w.reusable) = (0, 0, 0, 1);
     }
     let py = PY_PROCS.get_ptr(&tgid).unwrap_or(core::ptr::null());
     // SAFETY: a map value, alive for the program run; the scratch as above.
@@ -408,4 +465,48 @@ pub fn mark(frames: *mut KernelStack, n: usize, why: u64) -> usize {
     // SAFETY: the per-CPU buffer the caller passed.
     unsafe { (*frames)[n] = CUT_MARK | why };
     n + 1
+}
+
+/// The current task's user stack reference from its last walk, if it entered the
+/// kernel with the same registers and every return address is still in its slot
+/// (and the stack is still kept).
+#[inline(always)]
+pub fn reuse() -> Option<u64> {
+    let (ip, sp, bp) = user_regs()?;
+    // SAFETY: the task's own storage, used by this program run alone.
+    let last = unsafe { &*LAST_WALK.current()? };
+    if last.n == 0 || last.ip != ip || last.sp != sp || last.bp != bp {
+        return None;
+    }
+    let frames = USTACKS.get_ptr(&last.stack)?;
+    // SAFETY: a map value; stacks are written once and never changed.
+    let frames = unsafe { &*frames };
+    // Frame i + 1 was read at slot i.
+    for (i, (&slot, &frame)) in last.slots.iter().zip(frames.iter().skip(1)).enumerate() {
+        if i as u64 + 1 >= last.n {
+            break;
+        }
+        if user_word(slot) != Some(frame) {
+            return None;
+        }
+    }
+    Some(last.stack)
+}
+
+/// Keeps the walk just done (its frames kept as `stack`) for [`reuse`], when it
+/// is whole, clean and shallow enough.
+#[inline(always)]
+pub fn remember(stack: u64, n: usize) {
+    let Some(w) = SCRATCH_WALK.get_ptr(0) else { return };
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    let w = unsafe { &*w };
+    if w.reusable == 0 || w.cut != 0 || w.soft != 0 || n == 0 || n > REUSE_SLOTS + 1 || stack & STACK_STORED == 0 {
+        return;
+    }
+    let Some(last) = LAST_WALK.current_or_zeroed() else { return };
+    let Some((ip, sp, bp)) = user_regs() else { return };
+    // SAFETY: the task's own storage, used by this program run alone.
+    let last = unsafe { &mut *last };
+    (last.ip, last.sp, last.bp, last.stack, last.n) = (ip, sp, bp, stack, n as u64);
+    last.slots = w.slots;
 }

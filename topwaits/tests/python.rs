@@ -1,5 +1,5 @@
 //! Kernel tests of Python frames in user stacks: the distribution's python3, and
-//! every other CPython 3.11-3.13 build on the machine (pyenv's), run a script
+//! every other CPython 3.10-3.13 build on the machine (pyenv's), run a script
 //! whose threads sleep, read a pipe and take a lock; their Python functions are
 //! named, with file and line, in order among the native frames; with `-X perf`
 //! the trampolines' perf-map names too.
@@ -11,11 +11,11 @@ use std::process::{Command, Stdio};
 use common::*;
 use serde_json::Value;
 
-/// The distribution's python3, and pyenv's 3.11-3.13 when installed.
+/// The distribution's python3, and pyenv's 3.10-3.13 when installed.
 fn interpreters() -> Vec<String> {
     let mut out = vec!["/usr/bin/python3".to_string()];
     let home = std::env::var("PYENV_ROOT").unwrap_or_else(|_| "/root/.pyenv".into());
-    for v in ["3.11", "3.12", "3.13"] {
+    for v in ["3.10", "3.11", "3.12", "3.13"] {
         let Ok(dir) = std::fs::read_dir(format!("{home}/versions")) else { break };
         let mut found: Vec<_> = dir.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{v}."))).collect();
         found.sort_by_key(|e| e.file_name());
@@ -38,9 +38,11 @@ fn heaviest(doc: &Value, func: &str) -> Vec<String> {
         .unwrap_or_else(|| panic!("no stack with {func}: {doc:#}"))
 }
 
-/// The position of the first frame starting with `prefix`.
+/// The position of the first frame starting with `prefix`, or whose name does
+/// past a class (`Thread.run` for `run`: 3.10 names functions without it).
 fn at(names: &[String], prefix: &str) -> usize {
-    names.iter().position(|n| n.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {names:?}"))
+    let starts = |n: &str| n.starts_with(prefix) || n.split_once('.').is_some_and(|(_, rest)| rest.starts_with(prefix));
+    names.iter().position(|n| starts(n)).unwrap_or_else(|| panic!("no {prefix} in {names:?}"))
 }
 
 /// Starts `python` on the test script with `flags`, once its threads run.
@@ -92,10 +94,12 @@ fn python_functions_are_named_in_order_beside_the_native_frames() {
         // Sleeping two functions deep: the inner one nearer the leaf, and the
         // native sleep below both; the thread's own entry above, from threading.
         let sleep = heaviest(&doc, "sleeper_inner (waits.py:");
-        assert!(at(&sleep, "clock_nanosleep") < at(&sleep, "sleeper_inner (waits.py:10)"), "{python}: {sleep:?}");
+        // time.sleep waits in clock_nanosleep (3.11 on) or select (3.10).
+        assert!(["clock_nanosleep", "select"].contains(&sleep[0].as_str()), "{python}: {sleep:?}");
+        assert!(0 < at(&sleep, "sleeper_inner (waits.py:10)"), "{python}: {sleep:?}");
         assert!(at(&sleep, "sleeper_inner ") < at(&sleep, "sleeper (waits.py:14)"), "{python}: {sleep:?}");
-        assert!(at(&sleep, "sleeper (") < at(&sleep, "Thread.run (threading.py:"), "{python}: {sleep:?}");
-        assert!(at(&sleep, "Thread.run ") < at(&sleep, "start_thread"), "{python}: {sleep:?}");
+        assert!(at(&sleep, "sleeper (") < at(&sleep, "run (threading.py:"), "{python}: {sleep:?}");
+        assert!(at(&sleep, "run (threading.py:") < at(&sleep, "start_thread"), "{python}: {sleep:?}");
         // A pipe read: the native read at the leaf, the Python caller above it.
         let read = heaviest(&doc, "pipe_reader (waits.py:18)");
         assert!(at(&read, "read") < at(&read, "pipe_reader "), "{python}: {read:?}");

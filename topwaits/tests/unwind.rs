@@ -140,3 +140,26 @@ fn debians_sqlite3_committing_gets_whole_stacks() {
     let names = stack_names(&heaviest_with(&doc, "sqlite3_step")["user_stack"]);
     assert!(names.iter().any(|n| n == "__libc_start_call_main"), "{names:?}");
 }
+
+/// Regression guard for the per-task reuse of the last walk: two callers of one
+/// blocking read, alternating, enter the kernel with the same registers; the
+/// return address in each caller's slot must tell them apart, so each gets about
+/// half of the thread's wait.
+#[test]
+fn a_reused_walk_never_stands_for_another_caller_with_the_same_registers() {
+    require_bpf!();
+    let out = format!("{}/twins-nofp", env!("CARGO_TARGET_TMPDIR"));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/twins.c");
+    let status = Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-pthread", "-o", &out, src]).status().expect("cc");
+    assert!(status.success(), "compiling {src} failed");
+    let mut child = start_ready(&out, &[]);
+    let pid = child.id();
+    let doc = json(&run(&["--json", "-U", "-t", &pid.to_string(), "2"]));
+    let _ = child.kill();
+    let _ = child.wait();
+    let share = |f: &str| -> u64 { records_in(&doc, f).iter().map(|r| r["total_ns"].as_u64().unwrap()).sum() };
+    let (a, b) = (share("path_a"), share("path_b"));
+    assert!(a > 0 && b > 0, "path_a {a} ns, path_b {b} ns: {doc:#}");
+    let half = a as f64 / (a + b) as f64;
+    assert!((0.3..=0.7).contains(&half), "path_a has {:.0}% of the two paths' wait: {doc:#}", half * 100.0);
+}

@@ -155,8 +155,8 @@ fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Setting
         .map_max_entries(names::SITES, sizes.sites)
         .map_max_entries(names::UNWIND_NODES, sizes.unwind_nodes)
         .map_max_entries(names::UNWIND_PROCS, sizes.unwind_procs)
-        // KCACHE is task storage, which aya 0.14 cannot wrap in user space; only
-        // the programs use it.
+        // KCACHE and LAST_WALK are task storage, which aya 0.14 cannot wrap in
+        // user space; only the programs use them.
         .allow_unsupported_maps()
         .load(OBJECT)
         .context("failed to load the eBPF object")?;

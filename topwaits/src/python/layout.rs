@@ -1,10 +1,10 @@
 //! CPython's struct layouts on x86-64, per minor version: the offsets of the
-//! fields the walker and the name reader use, as the release builds of 3.11,
-//! 3.12 and 3.13 lay them out (measured with `offsetof` against each version's
+//! fields the walker and the name reader use, as the release builds of 3.10,
+//! 3.11, 3.12 and 3.13 lay them out (measured with `offsetof` against each version's
 //! own headers). A build that differs (a debug build, another ABI) is caught by
 //! the checks in `probe` before any offset is used.
 
-use topwaits_common::python::{PyProc, NONE};
+use topwaits_common::python::{py_flags, PyProc, NONE};
 
 /// The offsets of one CPython minor version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +24,9 @@ pub struct Layout {
     /// string's characters start.
     pub ascii_data: u64,
     pub compact_data: u64,
+    /// The line table is 3.10's (start delta, line delta) pairs rather than the
+    /// location table of 3.11 on.
+    pub line_pairs: bool,
 }
 
 /// Offsets shared by every version here.
@@ -32,6 +35,39 @@ pub const VAR_SIZE: u64 = 16;
 pub const BYTES_DATA: u64 = 32;
 pub const UNICODE_LENGTH: u64 = 16;
 pub const UNICODE_STATE: u64 = 32;
+
+/// 3.10: a thread state names its thread by `pthread_t`, frames are objects
+/// (one per evaluator call) with an `int` instruction index, and code objects
+/// have no qualified name (`co_name` stands in).
+const V3_10: Layout = Layout {
+    version: (3, 10),
+    runtime_interp: 32,
+    interp_threads: 8,
+    tstate_interp: 16,
+    walker: PyProc {
+        threads_head: 0,
+        eval: [0; 4],
+        tstate_next: 8,
+        tstate_tid: 176,
+        tstate_frame: 24,
+        cframe_frame: NONE,
+        frame_code: 32,
+        frame_previous: 24,
+        frame_instr: 96,
+        frame_entry: NONE,
+        frame_owner: NONE,
+        code_units: NONE,
+        owner_cstack: NONE,
+        flags: py_flags::BY_PTHREAD | py_flags::ONE_FRAME | py_flags::LASTI,
+    },
+    code_filename: 104,
+    code_qualname: 112,
+    code_firstlineno: 40,
+    code_linetable: 120,
+    ascii_data: 48,
+    compact_data: 72,
+    line_pairs: true,
+};
 
 const V3_11: Layout = Layout {
     version: (3, 11),
@@ -52,7 +88,7 @@ const V3_11: Layout = Layout {
         frame_owner: 69,
         code_units: 184,
         owner_cstack: NONE,
-        pad: 0,
+        flags: 0,
     },
     code_filename: 112,
     code_qualname: 128,
@@ -60,6 +96,7 @@ const V3_11: Layout = Layout {
     code_linetable: 136,
     ascii_data: 48,
     compact_data: 72,
+    line_pairs: false,
 };
 
 /// 3.12: frames start with their code object, the evaluator's calls end at a
@@ -95,11 +132,11 @@ const V3_13: Layout = Layout {
 
 /// The layout of CPython `major.minor`, if it is one topwaits knows.
 pub fn of(major: u8, minor: u8) -> Option<&'static Layout> {
-    [&V3_11, &V3_12, &V3_13].into_iter().find(|l| l.version == (major, minor))
+    [&V3_10, &V3_11, &V3_12, &V3_13].into_iter().find(|l| l.version == (major, minor))
 }
 
 /// The versions topwaits names frames of, for messages.
-pub const KNOWN: &str = "3.11, 3.12 and 3.13";
+pub const KNOWN: &str = "3.10 to 3.13";
 
 impl Layout {
     /// What the walker needs, for a process whose thread-list head is at

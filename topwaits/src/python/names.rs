@@ -1,7 +1,8 @@
 //! Names a Python frame's word (a code object and an instruction index) from the
-//! process's memory: the function's qualified name, its file, and the line of
-//! the instruction, from the code object's location table (the format of
-//! CPython 3.11 on, described in CPython's `Objects/locations.md`).
+//! process's memory: the function's qualified name (3.10: its name), its file,
+//! and the line of the instruction, from the code object's location table (the
+//! format of CPython 3.11 on, described in CPython's `Objects/locations.md`) or
+//! 3.10's line table of (bytecode delta, line delta) pairs.
 
 use super::layout::{Layout, BYTES_DATA, OBJECT_TYPE, UNICODE_LENGTH, UNICODE_STATE, VAR_SIZE};
 use crate::unwind::Memory;
@@ -13,13 +14,36 @@ pub struct Function {
     pub file: String,
     pub first_line: u32,
     pub linetable: Vec<u8>,
+    /// The table is 3.10's pairs.
+    pub pairs: bool,
 }
 
 impl Function {
     /// The line of instruction `index` (code units), if the table has one.
     pub fn line(&self, index: Option<u64>) -> u32 {
-        index.and_then(|i| line_of(&self.linetable, self.first_line, i)).unwrap_or(self.first_line)
+        let line =
+            |i| if self.pairs { line_of_pairs(&self.linetable, self.first_line, i) } else { line_of(&self.linetable, self.first_line, i) };
+        index.and_then(line).unwrap_or(self.first_line)
     }
+}
+
+/// The line of code unit `index` in a 3.10 line table starting at line `first`:
+/// pairs of (bytes of bytecode covered, signed line delta), where a delta of
+/// -128 means the bytes have no line.
+pub fn line_of_pairs(table: &[u8], first: u32, index: u64) -> Option<u32> {
+    let (offset, mut start, mut line) = (index * 2, 0u64, first as i64);
+    for pair in table.chunks_exact(2) {
+        let (bytes, delta) = (pair[0] as u64, pair[1] as i8);
+        if delta != i8::MIN {
+            line += delta as i64;
+        }
+        let end = start + bytes;
+        if offset < end {
+            return if delta == i8::MIN { None } else { u32::try_from(line).ok() };
+        }
+        start = end;
+    }
+    None
 }
 
 /// Longest string and location table read.
@@ -69,7 +93,7 @@ pub fn function(mem: &dyn Memory, l: &Layout, code_type: u64, code: u64) -> Opti
     let table = word(mem, code + l.code_linetable)?;
     let size = word(mem, table + VAR_SIZE)?.min(MAX_TABLE);
     let linetable = read(mem, table + BYTES_DATA, size)?;
-    Some(Function { qualname, file, first_line, linetable })
+    Some(Function { qualname, file, first_line, linetable, pairs: l.line_pairs })
 }
 
 /// An unsigned varint of the location table: 6 bits a byte, low first, bit 6
@@ -189,6 +213,15 @@ pub(crate) mod tests {
         assert_eq!(line_of(&[0x80 | 13 << 3, 80 & 63 | 64, 80 >> 6], 1, 0), Some(41));
         assert_eq!(line_of(&[0x13], 1, 0), None, "a table that does not start an entry");
         assert_eq!(line_of(&[0x80 | 14 << 3], 1, 0), None, "a cut-off entry");
+    }
+
+    #[test]
+    fn lines_come_from_3_10_pairs() {
+        // Bytes 0-5 (units 0-2): line +1; 6-7: no line; 8-9: line +2 from the
+        // last known; a zero-byte entry moves the line without covering code.
+        let table = [6, 1, 2, 0x80, 0, 1, 2, 1];
+        let lines: Vec<Option<u32>> = (0..6).map(|i| line_of_pairs(&table, 20, i)).collect();
+        assert_eq!(lines, [Some(21), Some(21), Some(21), None, Some(23), None]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! interpreter, that their thread ids are the process's, and that a frame's code
 //! object is of `PyCode_Type`.
 
-use topwaits_common::python::NONE;
+use topwaits_common::python::{py_flags, NONE};
 
 use super::layout::{self, Layout, OBJECT_TYPE};
 use crate::sys::elf;
@@ -18,6 +18,9 @@ pub struct PyFile {
     pub runtime: u64,
     /// `Py_Version` (3.11 on); None in older versions.
     pub version: Option<u64>,
+    /// Without `Py_Version`: whether it defines `Py_Is`, new in 3.10 (so it is
+    /// 3.10, not older).
+    pub has_py_is: bool,
     /// `_PyEval_EvalFrameDefault`, and its cold part when the symbol table names it.
     pub eval: (u64, u64),
     pub eval_cold: Option<(u64, u64)>,
@@ -30,6 +33,7 @@ const VERSION: &str = "Py_Version";
 const EVAL: &str = "_PyEval_EvalFrameDefault";
 const EVAL_COLD: &str = "_PyEval_EvalFrameDefault.cold";
 const CODE_TYPE: &str = "PyCode_Type";
+const PY_IS: &str = "Py_Is";
 
 /// The interpreter symbols of an ELF file; None when it is not an interpreter
 /// (most files: their dynamic symbols alone are read).
@@ -38,12 +42,13 @@ pub fn file_symbols<R: std::io::Read + std::io::Seek>(f: &mut R) -> Option<PyFil
     if quick.is_empty() {
         return None;
     }
-    let found = elf::symbols(f, &[RUNTIME, VERSION, EVAL, EVAL_COLD, CODE_TYPE], true).ok()?;
+    let found = elf::symbols(f, &[RUNTIME, VERSION, EVAL, EVAL_COLD, CODE_TYPE, PY_IS], true).ok()?;
     let get = |name: &str| found.iter().find(|(n, _, _)| n == name).map(|(_, a, s)| (*a, *s));
     let segments = elf::load_segments(f).ok()?;
     Some(PyFile {
         runtime: get(RUNTIME)?.0,
         version: get(VERSION).map(|v| v.0),
+        has_py_is: get(PY_IS).is_some(),
         eval: get(EVAL).map(|(a, s)| (a, a + s))?,
         eval_cold: get(EVAL_COLD).map(|(a, s)| (a, a + s)),
         code_type: get(CODE_TYPE)?.0,
@@ -99,11 +104,14 @@ const FRAMES_CHECKED: usize = 8;
 /// Checks the interpreter of `file` loaded with `bias` in the process whose
 /// memory is `mem`; `is_thread` says whether an id is one of its threads.
 pub fn check(mem: &dyn Memory, file: &PyFile, bias: u64, is_thread: &dyn Fn(u64) -> bool) -> Probe {
-    let Some(version) = file.version else {
-        return Probe::Unsupported(format!("Python 3.10 or older (Python frames are named for {})", layout::KNOWN));
+    let (major, minor) = match file.version {
+        Some(version) => match word(mem, bias.wrapping_add(version)) {
+            Some(v) => ((v >> 24) as u8, (v >> 16) as u8),
+            None => return Probe::NotReady,
+        },
+        None if file.has_py_is => (3, 10),
+        None => return Probe::Unsupported(format!("Python 3.9 or older (Python frames are named for {})", layout::KNOWN)),
     };
-    let Some(v) = word(mem, bias.wrapping_add(version)) else { return Probe::NotReady };
-    let (major, minor) = ((v >> 24) as u8, (v >> 16) as u8);
     let Some(l) = layout::of(major, minor) else {
         return Probe::Unsupported(format!("Python {major}.{minor} (Python frames are named for {})", layout::KNOWN));
     };
@@ -126,7 +134,14 @@ pub fn check(mem: &dyn Memory, file: &PyFile, bias: u64, is_thread: &dyn Fn(u64)
         if word(mem, t + l.tstate_interp as u64) != Some(interp) {
             return Probe::Mismatch("a thread state does not point back to its interpreter");
         }
-        ours |= word(mem, t + l.walker.tstate_tid as u64).is_some_and(is_thread);
+        let id = word(mem, t + l.walker.tstate_tid as u64);
+        ours |= if l.walker.flags & py_flags::BY_PTHREAD != 0 {
+            // A pthread_t is the thread's control block, whose first word (glibc,
+            // x86-64) points to itself.
+            id.is_some_and(|id| id != 0 && word(mem, id) == Some(id))
+        } else {
+            id.is_some_and(is_thread)
+        };
         if !code_checked {
             match first_code(mem, l, t) {
                 Some(code) if word(mem, code + OBJECT_TYPE) == Some(code_type) => code_checked = true,
@@ -181,13 +196,14 @@ fn first_code(mem: &dyn Memory, l: &Layout, t: u64) -> Option<u64> {
     codes_from(mem, l, top_frame(mem, l, t), FRAMES_CHECKED).first().copied()
 }
 
-/// The code objects of thread `tid`'s Python frames, innermost first, shims
-/// left out (as the walker sees them, for checks and tests).
-pub fn code_chain(mem: &dyn Memory, i: &Interp, tid: u64) -> Vec<u64> {
+/// The code objects of the Python frames of the thread whose state holds `id`
+/// (its thread id, or 3.10's `pthread_t`; None: the newest thread state),
+/// innermost first, shims left out (as the walker sees them, for checks and tests).
+pub fn code_chain(mem: &dyn Memory, i: &Interp, id: Option<u64>) -> Vec<u64> {
     let l = i.layout;
     let mut t = word(mem, i.threads_head).unwrap_or(0);
     for _ in 0..THREADS_CHECKED {
-        if t == 0 || word(mem, t + l.walker.tstate_tid as u64) == Some(tid) {
+        if t == 0 || id.is_none() || word(mem, t + l.walker.tstate_tid as u64) == id {
             break;
         }
         t = word(mem, t + l.walker.tstate_next as u64).unwrap_or(0);
@@ -229,6 +245,7 @@ mod tests {
         let file = PyFile {
             runtime: 0x1000,
             version: Some(0x2000),
+            has_py_is: true,
             eval: (0x5000, 0x6000),
             eval_cold: None,
             code_type: 0x3000,
@@ -260,7 +277,9 @@ mod tests {
         let (mem, file) = fabricated(0x10_000, 0x3000);
         let Probe::Ready(i) = check(&mem, &file, 0, &ours) else { panic!("{:?}", check(&mem, &file, 0, &ours)) };
         assert_eq!((i.layout.version, i.threads_head, i.eval), ((3, 12), 0x10_000 + 72, [0x5000, 0x6000, 0, 0]));
-        assert_eq!(code_chain(&mem, &i, 77), [0x40_000]);
+        assert_eq!(code_chain(&mem, &i, Some(77)), [0x40_000]);
+        assert_eq!(code_chain(&mem, &i, None), [0x40_000]);
+        assert_eq!(code_chain(&mem, &i, Some(78)), Vec::<u64>::new());
         let (mem, file) = fabricated(0x99_000, 0x3000);
         assert!(matches!(check(&mem, &file, 0, &ours), Probe::Mismatch(w) if w.contains("interpreter")));
         let (mem, file) = fabricated(0x10_000, 0x4000);
@@ -268,14 +287,17 @@ mod tests {
         let (mem, file) = fabricated(0x10_000, 0x3000);
         assert!(matches!(check(&mem, &file, 0, &|_| false), Probe::Mismatch(w) if w.contains("thread ids")));
         let (mut mem, file) = fabricated(0x10_000, 0x3000);
-        mem.put_word(0x2000, 0x0309_0000);
-        assert!(matches!(check(&mem, &file, 0, &ours), Probe::Unsupported(w) if w.contains("3.9")));
+        mem.put_word(0x2000, 0x030e_0000);
+        assert!(matches!(check(&mem, &file, 0, &ours), Probe::Unsupported(w) if w.contains("3.14")));
+        let (mem, mut file) = fabricated(0x10_000, 0x3000);
+        (file.version, file.has_py_is) = (None, false);
+        assert!(matches!(check(&mem, &file, 0, &ours), Probe::Unsupported(w) if w.contains("3.9 or older")));
     }
 
     const SCRIPT: &str = "import time\nclass Box:\n    def waiting_here(self):\n        time.sleep(30)\nBox().waiting_here()\n";
 
     /// Each interpreter here is found, checked and read: the main thread's frames
-    /// are the script's, innermost first, with their lines; 3.10 is refused by name.
+    /// are the script's, innermost first, with their lines.
     #[test]
     fn every_python_here_is_checked_and_its_frames_named() {
         let all = interpreters();
@@ -300,9 +322,10 @@ mod tests {
                 let probe = found.map(|(bias, file)| check(&mem, &file, bias, &is_thread));
                 match probe {
                     Some(Probe::Ready(i)) => {
-                        let chain = code_chain(&mem, &i, pid as u64);
+                        // The script runs one thread: the only thread state.
+                        let chain = code_chain(&mem, &i, None);
                         let funcs: Vec<_> = chain.iter().filter_map(|&c| names::function(&mem, i.layout, i.code_type, c)).collect();
-                        if funcs.first().is_some_and(|f| f.qualname == "Box.waiting_here") {
+                        if funcs.first().is_some_and(|f| f.qualname.ends_with("waiting_here")) {
                             break Ok((i, funcs));
                         }
                     }
@@ -318,10 +341,6 @@ mod tests {
             let _ = child.wait();
             let version = std::process::Command::new(&python).arg("--version").output().unwrap();
             let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
-            if version.starts_with("Python 3.10") {
-                assert!(matches!(&outcome, Err(Probe::Unsupported(w)) if w.contains("3.10")), "{python}: {outcome:?}");
-                continue;
-            }
             let (i, funcs) = outcome.unwrap_or_else(|e| panic!("{python} ({version}): {e:?}"));
             assert!(
                 version.contains(&format!("{}.{}", i.layout.version.0, i.layout.version.1)),
@@ -329,7 +348,9 @@ mod tests {
                 i.layout.version
             );
             let names: Vec<&str> = funcs.iter().map(|f| f.qualname.as_str()).collect();
-            assert_eq!(names, ["Box.waiting_here", "<module>"], "{python}");
+            // 3.10's code objects have no qualified name.
+            let inner = if i.layout.version == (3, 10) { "waiting_here" } else { "Box.waiting_here" };
+            assert_eq!(names, [inner, "<module>"], "{python}");
             assert_eq!(funcs[0].file, "<string>");
             assert_eq!(funcs[0].first_line, 3);
             named += 1;

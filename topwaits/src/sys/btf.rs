@@ -247,6 +247,7 @@ impl FromBtf for TaskOffsets {
             prev_sum_exec: nested(&btf, get("se").ok(), "sched_entity", "prev_sum_exec_runtime"),
             pcount: nested(&btf, get("sched_info").ok(), "sched_info", "pcount"),
             stack: get("stack").unwrap_or(u32::MAX),
+            fsbase: nested(&btf, get("thread").ok(), "thread_struct", "fsbase"),
         })
     }
 

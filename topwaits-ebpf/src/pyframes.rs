@@ -4,7 +4,7 @@
 //! native frame of the evaluator (see `topwaits_common::python`).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user},
+    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::map,
     maps::{HashMap, LruHashMap},
 };
@@ -59,18 +59,49 @@ fn thread_state(p: &PyProc, tid: u32) -> Option<u64> {
             return Some(t);
         }
     }
-    let mut t = word(p.threads_head);
-    for _ in 0..PY_THREAD_SCAN {
-        if t == 0 {
-            return None;
-        }
-        if word(t + p.tstate_tid as u64) == name {
-            let _ = PY_THREADS.insert(&tid, &t, 0);
-            return Some(t);
-        }
-        t = word(t + p.tstate_next as u64);
+    // A bpf_loop, whose body the verifier checks once (an unrolled scan of the
+    // list would multiply the program's verification by its length).
+    let mut scan = Scan { p, name, t: word(p.threads_head), found: 0 };
+    // SAFETY: the callback reads `scan` through the pointer, for this call only.
+    unsafe {
+        bpf_loop(PY_THREAD_SCAN, scan_one as *mut core::ffi::c_void, (&raw mut scan).cast(), 0);
     }
-    None
+    // SAFETY: volatile, as the callback wrote it behind the compiler's back.
+    let found = unsafe { core::ptr::read_volatile(&scan.found) };
+    if found == 0 {
+        return None;
+    }
+    let _ = PY_THREADS.insert(&tid, &found, 0);
+    Some(found)
+}
+
+/// A scan of the thread list for the state that names the current thread.
+#[repr(C)]
+struct Scan {
+    p: *const PyProc,
+    name: u64,
+    t: u64,
+    found: u64,
+}
+
+/// `bpf_loop` body: looks at one thread state; 1 (stop) at the end or a match.
+unsafe extern "C" fn scan_one(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the `Scan` that `thread_state` passed, on its stack; `p`
+    // is a map value alive for the program run.
+    let (s, p) = unsafe {
+        let s = &mut *ctx.cast::<Scan>();
+        let p = &*s.p;
+        (s, p)
+    };
+    if s.t == 0 {
+        return 1;
+    }
+    if word(s.t + p.tstate_tid as u64) == s.name {
+        s.found = s.t;
+        return 1;
+    }
+    s.t = word(s.t + p.tstate_next as u64);
+    0
 }
 
 /// The current thread's innermost Python frame, 0 when it has none.

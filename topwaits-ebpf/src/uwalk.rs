@@ -479,18 +479,40 @@ pub fn reuse() -> Option<u64> {
         return None;
     }
     let frames = USTACKS.get_ptr(&last.stack)?;
-    // SAFETY: a map value; stacks are written once and never changed.
-    let frames = unsafe { &*frames };
-    // Frame i + 1 was read at slot i.
-    for (i, (&slot, &frame)) in last.slots.iter().zip(frames.iter().skip(1)).enumerate() {
-        if i as u64 + 1 >= last.n {
-            break;
-        }
-        if user_word(slot) != Some(frame) {
-            return None;
-        }
+    // Frame i + 1 was read at slot i: checked in a bpf_loop, whose body the
+    // verifier checks once.
+    let mut check = Check { last, frames, ok: 1 };
+    // SAFETY: the callback reads `check` through the pointer, for this call only.
+    unsafe {
+        bpf_loop((last.n - 1).min(REUSE_SLOTS as u64) as u32, check_slot as *mut core::ffi::c_void, (&raw mut check).cast(), 0);
     }
-    Some(last.stack)
+    // SAFETY: volatile, as the callback wrote it behind the compiler's back.
+    (unsafe { core::ptr::read_volatile(&check.ok) } == 1).then_some(last.stack)
+}
+
+/// The check of a last walk's slots against its kept frames.
+#[repr(C)]
+struct Check {
+    last: *const LastWalk,
+    frames: *const KernelStack,
+    ok: u64,
+}
+
+/// `bpf_loop` body: compares slot `i` with frame `i + 1`; 1 (stop) on a change.
+unsafe extern "C" fn check_slot(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the `Check` that `reuse` passed, on its stack; its
+    // pointers are map values alive for the program run.
+    let (c, last, frames) = unsafe {
+        let c = &mut *ctx.cast::<Check>();
+        let (last, frames) = (&*c.last, &*c.frames);
+        (c, last, frames)
+    };
+    let i = i as usize & (REUSE_SLOTS - 1);
+    if user_word(last.slots[i]) != Some(frames[i + 1]) {
+        c.ok = 0;
+        return 1;
+    }
+    0
 }
 
 /// Keeps the walk just done (its frames kept as `stack`) for [`reuse`], when it

@@ -47,6 +47,7 @@ fn tracers(bin: &str, idle: u32) -> Vec<Tracer> {
         Tracer { name: "no tracer", cmd: None },
         Tracer { name: "topwaits", cmd: tw(&["-f"]) },
         Tracer { name: "topwaits -p IDLE (every switch filtered out)", cmd: tw(&["-f", "-p", &idle.to_string()]) },
+        Tracer { name: "topwaits --unwind fp", cmd: tw(&["-f", "--unwind", "fp"]) },
         Tracer { name: "topwaits --leaf-callers", cmd: tw(&["-f", "--leaf-callers"]) },
         Tracer { name: "topwaits --events-over 10000", cmd: tw(&["-f", "--events-over", "10000"]) },
         Tracer { name: "topwaits --waker", cmd: tw(&["-f", "--waker"]) },

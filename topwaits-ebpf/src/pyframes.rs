@@ -4,7 +4,7 @@
 //! native frame of the evaluator (see `topwaits_common::python`).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user},
+    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::map,
     maps::{HashMap, LruHashMap},
 };
@@ -25,12 +25,6 @@ static PY_THREADS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_PY_TH
 fn word(addr: u64) -> u64 {
     // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
     unsafe { bpf_probe_read_user(addr as *const u64).unwrap_or(0) }
-}
-
-#[inline(always)]
-fn byte(addr: u64) -> u8 {
-    // SAFETY: as above.
-    unsafe { bpf_probe_read_user(addr as *const u8).unwrap_or(0) }
 }
 
 /// What a thread state holds to name the current thread: its thread id, or (3.10)
@@ -116,6 +110,12 @@ pub fn current_frame(p: &PyProc, tid: u32) -> u64 {
     }
 }
 
+/// Bytes of an interpreter frame read at once (3.10's frame object reaches 100).
+pub const FRAME_BYTES: usize = 128;
+
+/// An interpreter frame's first bytes.
+pub type FrameBuf = [u8; FRAME_BYTES];
+
 /// Whether the native frame at `pc` runs Python frames (it is the evaluator's).
 #[inline(always)]
 pub fn in_evaluator(p: &PyProc, pc: u64) -> bool {
@@ -125,14 +125,27 @@ pub fn in_evaluator(p: &PyProc, pc: u64) -> bool {
 /// One step down the Python frame chain from `frame`: the word to write (None
 /// for the evaluator call's base shim, which is not a Python frame), the frame
 /// below, and whether the evaluator call's frames end here.
+/// The frame is read at once into `buf` (one helper call rather than five): every
+/// field the walker uses lies in its first [`FRAME_BYTES`] bytes, in every
+/// version; a frame that cannot be read ends the chain.
 #[inline(always)]
-pub fn step(p: &PyProc, frame: u64) -> (Option<u64>, u64, bool) {
-    let below = word(frame + p.frame_previous as u64);
-    if p.owner_cstack != NONE && byte(frame + p.frame_owner as u64) as u16 == p.owner_cstack {
+pub fn step(p: &PyProc, frame: u64, buf: &mut FrameBuf) -> (Option<u64>, u64, bool) {
+    // SAFETY: the helper checks the address and fails cleanly; it writes into the
+    // caller's buffer (a map value), not onto the BPF stack.
+    if unsafe { bpf_probe_read_user_buf(frame as *const u8, &mut buf[..]) }.is_err() {
+        return (None, 0, true);
+    }
+    let at = |off: u16| -> u64 {
+        let o = off as usize & (FRAME_BYTES - 8) & !7;
+        u64::from_le_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3], buf[o + 4], buf[o + 5], buf[o + 6], buf[o + 7]])
+    };
+    let byte_at = |off: u16| buf[off as usize & (FRAME_BYTES - 1)];
+    let below = at(p.frame_previous);
+    if p.owner_cstack != NONE && byte_at(p.frame_owner) as u16 == p.owner_cstack {
         return (None, below, true);
     }
-    let code = word(frame + p.frame_code as u64);
-    let instr = word(frame + p.frame_instr as u64);
+    let code = at(p.frame_code);
+    let instr = at(p.frame_instr);
     let index_plus_one = if p.flags & py_flags::LASTI != 0 {
         // An int: the index of the last instruction, -1 before the first.
         (instr as u32 as i32 as i64 + 1).max(0) as u64
@@ -145,6 +158,6 @@ pub fn step(p: &PyProc, frame: u64) -> (Option<u64>, u64, bool) {
             0
         }
     };
-    let entry = p.flags & py_flags::ONE_FRAME != 0 || (p.frame_entry != NONE && byte(frame + p.frame_entry as u64) != 0);
+    let entry = p.flags & py_flags::ONE_FRAME != 0 || (p.frame_entry != NONE && byte_at(p.frame_entry) != 0);
     (Some(py_word(code, index_plus_one)), below, entry)
 }

@@ -67,6 +67,8 @@ struct Walk {
     reusable: u64,
     /// The stack slot each frame after the first was read from.
     slots: [u64; REUSE_SLOTS],
+    /// The Python frame being read.
+    pybuf: pyframes::FrameBuf,
 }
 
 /// A task's last walk, for reuse: the registers it started from, the stack's
@@ -276,7 +278,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     if let Some(py) = py {
         if w.py_mode != 0 {
             // One Python frame of the evaluator call at hand.
-            let (word, below, last) = pyframes::step(py, w.py);
+            let (word, below, last) = pyframes::step(py, w.py, &mut w.pybuf);
             if let Some(word) = word {
                 frames[n] = word;
                 w.n = n as u64 + 1;

@@ -45,14 +45,27 @@ fn at(names: &[String], prefix: &str) -> usize {
     names.iter().position(|n| starts(n)).unwrap_or_else(|| panic!("no {prefix} in {names:?}"))
 }
 
+/// A started interpreter, killed when dropped, so that a failing test leaves
+/// none running.
+struct Started(std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.0.id()));
+    }
+}
+
 /// Starts `python` on the test script with `flags`, once its threads run.
-fn start(python: &str, flags: &[&str]) -> std::process::Child {
+fn start(python: &str, flags: &[&str]) -> Started {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py");
     let mut child = Command::new(python).args(flags).arg(script).stdout(Stdio::piped()).spawn().expect("python starts");
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    let started = Started(child);
     assert!(line.starts_with("ready"), "{python}: {line:?}");
-    child
+    started
 }
 
 /// A 3.12+ interpreter run with `-X perf` calls each Python function through a
@@ -68,11 +81,9 @@ fn python_run_with_x_perf_keeps_whole_stacks_and_the_perf_map_names() {
         return;
     }
     for python in newer {
-        let mut child = start(&python, &["-X", "perf"]);
-        let doc = json(&run(&["--json", "-U", "-p", &child.id().to_string(), "2"]));
-        let _ = child.kill();
-        let _ = child.wait();
-        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", child.id()));
+        let child = start(&python, &["-X", "perf"]);
+        let doc = json(&run(&["--json", "-U", "-p", &child.0.id().to_string(), "2"]));
+        drop(child);
         let sleep = heaviest(&doc, "sleeper_inner (waits.py:");
         assert!(at(&sleep, "sleeper_inner (") < at(&sleep, "py::sleeper_inner:"), "{python}: {sleep:?}");
         assert!(at(&sleep, "py::sleeper_inner:") < at(&sleep, "sleeper (waits.py:14)"), "{python}: {sleep:?}");
@@ -87,10 +98,9 @@ fn python_functions_are_named_in_order_beside_the_native_frames() {
     let all = interpreters();
     assert!(all.iter().any(|p| p == "/usr/bin/python3"), "no /usr/bin/python3: run cargo xtask setup");
     for python in all {
-        let mut child = start(&python, &[]);
-        let doc = json(&run(&["--json", "-U", "-p", &child.id().to_string(), "2"]));
-        let _ = child.kill();
-        let _ = child.wait();
+        let child = start(&python, &[]);
+        let doc = json(&run(&["--json", "-U", "-p", &child.0.id().to_string(), "2"]));
+        drop(child);
         // Sleeping two functions deep: the inner one nearer the leaf, and the
         // native sleep below both; the thread's own entry above, from threading.
         let sleep = heaviest(&doc, "sleeper_inner (waits.py:");

@@ -145,6 +145,9 @@ pub fn user_stacks(bin: &str) -> Result<String> {
         bail!("no off-CPU time seen: topwaits {} us, with --leaf-callers {} us, offcputime {} us", t.total, l.total, o.total);
     }
     let (ts, ls, os) = (pct(t.unknown, t.total), pct(l.unknown, l.total), pct(o.unknown, o.total));
+    // The cost per switch on this workload without frame pointers (Debian's
+    // python3 and libc), each tracer alone and system-wide, under a new client loop.
+    let costs = python_costs(bin, &client)?;
     Ok(format!(
         "\nUser stacks: a Python HTTP server under a client loop, {WINDOW} s, traced by three tracers at once. Off-CPU time with an unresolved user frame: topwaits {ts:.1}% ({} records), with `--leaf-callers` {ls:.1}%, offcputime {os:.1}% ({} stacks): {}. Named user frames per wait (time-weighted): topwaits {:.2}, with `--leaf-callers` {:.2}, offcputime {:.2}.\n",
         t.stacks,
@@ -153,6 +156,36 @@ pub fn user_stacks(bin: &str) -> Result<String> {
         t.depth(),
         l.depth(),
         o.depth()
+    ) + &costs)
+}
+
+/// Per-switch cost of topwaits (tables and Python frames), of `--unwind fp` and
+/// of offcputime, each alone and system-wide while `client` loads the server.
+fn python_costs(bin: &str, client: &str) -> Result<String> {
+    let tracers = [
+        crate::tracers::Tracer { name: "topwaits", cmd: Some(vec![bin.into(), "-f".into()]) },
+        crate::tracers::Tracer { name: "topwaits --unwind fp", cmd: Some(vec![bin.into(), "-f".into(), "--unwind".into(), "fp".into()]) },
+        crate::tracers::Tracer { name: "offcputime", cmd: Some(vec!["/usr/sbin/offcputime".into()]) },
+    ];
+    let mut ns = Vec::new();
+    for t in &tracers {
+        let cost = crate::tracers::cost_during(t, || {
+            let short = client.replace("time.time() + 9", "time.time() + 3");
+            let status = Command::new("python3").args(["-c", &short]).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+            if !status.success() {
+                bail!("the client loop failed: {status}");
+            }
+            Ok(())
+        })?;
+        ns.push(cost);
+    }
+    Ok(format!(
+        "Per switch on that workload (Debian's python3 and libc, no frame pointers; 3 s of the client loop, each tracer alone, system-wide): topwaits {:.0} ns ({:.2}x offcputime), `--unwind fp` {:.0} ns ({:.2}x), offcputime {:.0} ns.\n",
+        ns[0],
+        ns[0] / ns[2],
+        ns[1],
+        ns[1] / ns[2],
+        ns[2]
     ))
 }
 

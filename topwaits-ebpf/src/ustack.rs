@@ -85,12 +85,11 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
         return ENOMEM;
     };
     let cfi = SETTINGS.load().cfi != 0;
-    if cfi {
-        if let Some(stack) = uwalk::reuse() {
-            return stack;
-        }
+    let regs = if cfi { uwalk::user_regs() } else { None };
+    if let Some(stack) = regs.and_then(uwalk::reuse) {
+        return stack;
     }
-    let walked = if cfi { uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, buf) } else { Walked::NotUser };
+    let walked = if cfi { uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, regs, buf) } else { Walked::NotUser };
     let n = match walked {
         Walked::Frames(n) => n,
         // By frame pointers: everywhere with `--unwind fp`, and, marked, until
@@ -119,8 +118,8 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
     let frames = unsafe { &*buf };
     let key = stackref::hash(frames, n, USER_SEED);
     let stack = stackref::keep(&USTACKS, key, frames, counter::LOST_USER_STACK);
-    if matches!(walked, Walked::Frames(_)) {
-        uwalk::remember(stack, n);
+    if let (Walked::Frames(_), Some(regs)) = (&walked, regs) {
+        uwalk::remember(stack, n, regs);
     }
     stack
 }

@@ -94,15 +94,18 @@ pub fn drop_task() {
     LAST_WALK.remove_current();
 }
 
-/// Records that the next frame's return address was read at `slot`.
+/// The next frame's return address, read at stack slot `slot`, which is recorded
+/// for [`reuse`].
 #[inline(always)]
-fn from_slot(w: &mut Walk, slot: u64) {
+fn return_at(w: &mut Walk, slot: u64) -> Option<u64> {
+    let pc = user_word(slot)?;
     let i = w.n as usize;
     if (1..=REUSE_SLOTS).contains(&i) {
         w.slots[(i - 1) & (REUSE_SLOTS - 1)] = slot;
     } else {
         w.reusable = 0;
     }
+    Some(pc)
 }
 
 #[map]
@@ -139,11 +142,14 @@ fn user_word(addr: u64) -> Option<u64> {
     unsafe { bpf_probe_read_user(addr as *const u64).ok() }
 }
 
+/// The user registers a walk starts from: (ip, sp, bp).
+pub type Regs = (u64, u64, u64);
+
 /// The registers the current task entered the kernel with, if it came from 64-bit
-/// user mode: (ip, sp, bp). x86-64 only: elsewhere none, and stacks are walked by
-/// frame pointers.
+/// user mode. x86-64 only: elsewhere none, and stacks are walked by frame
+/// pointers. Read once per stack, for [`reuse`], [`walk`] and [`remember`].
 #[inline(always)]
-fn user_regs() -> Option<(u64, u64, u64)> {
+pub fn user_regs() -> Option<Regs> {
     let off = SETTINGS.load().task.stack;
     if !cfg!(bpf_target_arch = "x86_64") || off == u32::MAX {
         return None;
@@ -236,11 +242,13 @@ fn rule_of(file: u32, addr: u64) -> Result<u32, u64> {
 /// One frame-pointer step: (pc, sp, bp) of the caller, if the frame pointer leads
 /// somewhere readable.
 #[inline(always)]
-fn fp_step(bp: u64) -> Option<(u64, u64, u64)> {
+fn fp_step(w: &mut Walk) -> Option<(u64, u64, u64)> {
+    let bp = w.bp;
     if bp == 0 {
         return None;
     }
-    Some((user_word(bp + 8)?, bp + 16, user_word(bp)?))
+    let caller_bp = user_word(bp)?;
+    Some((return_at(w, bp + 8)?, bp + 16, caller_bp))
 }
 
 /// Steps to the caller by frame pointer where no table serves; a walk that
@@ -248,9 +256,8 @@ fn fp_step(bp: u64) -> Option<(u64, u64, u64)> {
 /// verdict: 0 to go on, 1 to stop.
 #[inline(always)]
 fn by_frame_pointer(w: &mut Walk, why: u64) -> i64 {
-    match fp_step(w.bp) {
+    match fp_step(w) {
         Some((pc, sp, bp)) if pc != 0 => {
-            from_slot(w, w.bp + 8);
             (w.pc, w.sp, w.bp) = (pc, sp, bp);
             0
         }
@@ -314,9 +321,8 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         // CPython's perf trampoline (`-X perf`, 3.12 on): `sub $8,%rsp; call
         // *%rcx` just before the return address, and no frame pointer.
         if at != w.pc && user_word(w.pc - 6).is_some_and(|b| b & 0xffff_ffff_ffff == PERF_TRAMPOLINE) {
-            return match user_word(w.sp + 8) {
+            return match return_at(w, w.sp + 8) {
                 Some(pc) if pc != 0 => {
-                    from_slot(w, w.sp + 8);
                     (w.pc, w.sp) = (pc, w.sp + 16);
                     0
                 }
@@ -347,11 +353,8 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
             let cfa = base + ((word >> 8) & 0xffff) as u64;
             let bp_words = (word >> 24) as u8 as i8;
             let bp = if bp_words == 0 { Some(w.bp) } else { user_word(cfa.wrapping_add_signed(bp_words as i64 * 8)) };
-            match (user_word(cfa - 8), bp) {
-                (Some(pc), Some(bp)) => {
-                    from_slot(w, cfa - 8);
-                    (pc, cfa, bp)
-                }
+            match (return_at(w, cfa - 8), bp) {
+                (Some(pc), Some(bp)) => (pc, cfa, bp),
                 _ => {
                     w.cut = cut::UNREADABLE;
                     return 1;
@@ -360,11 +363,8 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         }
         rule::PLT => {
             let cfa = w.sp + if (addr & 15) as u32 >= (word >> 4) & 15 { 16 } else { 8 };
-            match user_word(cfa - 8) {
-                Some(pc) => {
-                    from_slot(w, cfa - 8);
-                    (pc, cfa, w.bp)
-                }
+            match return_at(w, cfa - 8) {
+                Some(pc) => (pc, cfa, w.bp),
                 None => {
                     w.cut = cut::UNREADABLE;
                     return 1;
@@ -385,11 +385,8 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         },
         rule::END => return 1,
         // STOP, in a file with no table: frame pointers are all there is.
-        _ if word & 1 << 31 != 0 => match fp_step(w.bp) {
-            Some(next) => {
-                from_slot(w, w.bp + 8);
-                next
-            }
+        _ if word & 1 << 31 != 0 => match fp_step(w) {
+            Some(next) => next,
             None => {
                 w.cut = cut::NO_INFO;
                 return 1;
@@ -418,10 +415,11 @@ pub enum Walked {
     Frames(usize),
 }
 
-/// Walks the current task's user stack into `frames`.
+/// Walks the current task's user stack, from `regs` (None: it did not come from
+/// user mode), into `frames`.
 #[inline(always)]
-pub fn walk(tgid: u32, frames: *mut KernelStack) -> Walked {
-    let Some((ip, sp, bp)) = user_regs() else { return Walked::NotUser };
+pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack) -> Walked {
+    let Some((ip, sp, bp)) = regs else { return Walked::NotUser };
     let Some(maps) = UNWIND_PROCS.get_ptr_mut(&tgid) else { return Walked::NoMaps };
     let Some(w) = SCRATCH_WALK.get_ptr_mut(0) else { return Walked::NotUser };
     // SAFETY: per-CPU scratch, used by this program run alone.
@@ -473,8 +471,7 @@ pub fn mark(frames: *mut KernelStack, n: usize, why: u64) -> usize {
 /// kernel with the same registers and every return address is still in its slot
 /// (and the stack is still kept).
 #[inline(always)]
-pub fn reuse() -> Option<u64> {
-    let (ip, sp, bp) = user_regs()?;
+pub fn reuse((ip, sp, bp): Regs) -> Option<u64> {
     // SAFETY: the task's own storage, used by this program run alone.
     let last = unsafe { &*LAST_WALK.current()? };
     if last.n == 0 || last.ip != ip || last.sp != sp || last.bp != bp {
@@ -517,10 +514,10 @@ unsafe extern "C" fn check_slot(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     0
 }
 
-/// Keeps the walk just done (its frames kept as `stack`) for [`reuse`], when it
-/// is whole, clean and shallow enough.
+/// Keeps the walk just done from `regs` (its frames kept as `stack`) for
+/// [`reuse`], when it is whole, clean and shallow enough.
 #[inline(always)]
-pub fn remember(stack: u64, n: usize) {
+pub fn remember(stack: u64, n: usize, (ip, sp, bp): Regs) {
     let Some(w) = SCRATCH_WALK.get_ptr(0) else { return };
     // SAFETY: per-CPU scratch, used by this program run alone.
     let w = unsafe { &*w };
@@ -528,7 +525,6 @@ pub fn remember(stack: u64, n: usize) {
         return;
     }
     let Some(last) = LAST_WALK.current_or_zeroed() else { return };
-    let Some((ip, sp, bp)) = user_regs() else { return };
     // SAFETY: the task's own storage, used by this program run alone.
     let last = unsafe { &mut *last };
     (last.ip, last.sp, last.bp, last.stack, last.n) = (ip, sp, bp, stack, n as u64);

@@ -14,6 +14,24 @@ use std::collections::HashMap;
 pub trait Memory {
     /// Reads up to `buf.len()` bytes at `addr`; returns how many were read.
     fn read(&self, addr: u64, buf: &mut [u8]) -> usize;
+
+    /// Exactly `len` bytes at `addr`, or None.
+    fn bytes(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let mut b = vec![0u8; len];
+        (self.read(addr, &mut b) == len).then_some(b)
+    }
+
+    /// The little-endian word at `addr`, or None.
+    fn word(&self, addr: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        (self.read(addr, &mut b) == 8).then(|| u64::from_le_bytes(b))
+    }
+
+    /// The byte at `addr`, or None.
+    fn byte(&self, addr: u64) -> Option<u8> {
+        let mut b = [0u8; 1];
+        (self.read(addr, &mut b) == 1).then_some(b[0])
+    }
 }
 
 /// One mapping of the process.
@@ -299,7 +317,7 @@ mod tests {
                 self.bytes.insert(addr + i as u64, *b);
             }
         }
-        fn word(&mut self, addr: u64, w: u64) {
+        fn put_word(&mut self, addr: u64, w: u64) {
             self.put(addr, &w.to_le_bytes());
         }
     }
@@ -392,15 +410,15 @@ mod tests {
         for r in [r1, r2, r3] {
             call_before(&mut m, r);
         }
-        m.word(sp, 0x4242); // a local
-        m.word(sp + 8, DATA + 0x10); // a pointer into data: junk as a frame
-        m.word(sp + 16, r1); // the leaf's return address
+        m.put_word(sp, 0x4242); // a local
+        m.put_word(sp + 8, DATA + 0x10); // a pointer into data: junk as a frame
+        m.put_word(sp + 16, r1); // the leaf's return address
         let rec1 = sp + 0x40;
         let rec2 = sp + 0x80;
-        m.word(rec1, rec2);
-        m.word(rec1 + 8, r2);
-        m.word(rec2, 0);
-        m.word(rec2 + 8, r3);
+        m.put_word(rec1, rec2);
+        m.put_word(rec1 + 8, r2);
+        m.put_word(rec2, 0);
+        m.put_word(rec2 + 8, r3);
         (m, pc, sp)
     }
 
@@ -416,7 +434,7 @@ mod tests {
     fn data_addresses_and_addresses_not_after_a_call_are_never_frames() {
         let (mut m, pc, sp) = stack();
         // A code address that does not follow a call (a function pointer).
-        m.word(sp + 24, CODE + 0x800);
+        m.put_word(sp + 24, CODE + 0x800);
         let regions = regions();
         let frames = Walker::new(&regions, &m, Arch::X86_64).walk(pc, sp);
         assert!(!frames.contains(&(DATA + 0x10)), "{frames:x?}");
@@ -448,10 +466,10 @@ mod tests {
         let sp = STACK_LO + 0x100;
         let rec1 = sp + 0x40;
         let rec2 = sp + 0x80;
-        m.word(rec1, rec2);
-        m.word(rec1 + 8, r1);
-        m.word(rec2, rec1); // points back down: a loop
-        m.word(rec2 + 8, r2);
+        m.put_word(rec1, rec2);
+        m.put_word(rec1 + 8, r1);
+        m.put_word(rec2, rec1); // points back down: a loop
+        m.put_word(rec2 + 8, r2);
         let regions = regions();
         let frames = Walker::new(&regions, &m, Arch::X86_64).walk(CODE + 0x10, sp);
         assert_eq!(frames, vec![CODE + 0x10, r1, r2]);

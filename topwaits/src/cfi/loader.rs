@@ -296,10 +296,7 @@ impl Loader {
         if let Some(f) = self.files.get(&key) {
             return Some((f.id, elf::vaddr_of(&f.segments, m.offset)));
         }
-        // The file the process maps, even if its path has been replaced since.
-        let opened = std::fs::File::open(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end))
-            .or_else(|_| std::fs::File::open(format!("/proc/{tgid}/root{}", m.path)))
-            .ok()?;
+        let opened = procfs::open_mapped(tgid, m)?;
         let segments = elf::load_segments(&mut std::io::BufReader::new(&opened)).ok()?;
         let id = if self.next_id < MAX_FILES {
             self.next_id += 1;

@@ -30,12 +30,7 @@ fn interpreter_of(files: &mut HashMap<(u64, u64), Option<PyFile>>, tgid: u32, ma
     for m in maps {
         let file = files
             .entry((m.dev, m.inode))
-            .or_insert_with(|| {
-                let opened = std::fs::File::open(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end))
-                    .or_else(|_| std::fs::File::open(format!("/proc/{tgid}/root{}", m.path)))
-                    .ok()?;
-                probe::file_symbols(&mut std::io::BufReader::new(opened))
-            })
+            .or_insert_with(|| probe::file_symbols(&mut std::io::BufReader::new(procfs::open_mapped(tgid, m)?)))
             .clone();
         if let Some(f) = file {
             let bias = f.bias(m)?;

@@ -50,29 +50,20 @@ pub fn line_of_pairs(table: &[u8], first: u32, index: u64) -> Option<u32> {
 const MAX_STRING: u64 = 4096;
 const MAX_TABLE: u64 = 1 << 20;
 
-fn read(mem: &dyn Memory, addr: u64, len: u64) -> Option<Vec<u8>> {
-    let mut b = vec![0u8; len as usize];
-    (mem.read(addr, &mut b) == b.len()).then_some(b)
-}
-
-fn word(mem: &dyn Memory, addr: u64) -> Option<u64> {
-    read(mem, addr, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
-}
-
 /// A `str` object's text: compact strings only (every name and file name of a
 /// code object is one), in any of the three character widths.
 pub fn string(mem: &dyn Memory, l: &Layout, addr: u64) -> Option<String> {
-    let len = word(mem, addr + UNICODE_LENGTH)?;
-    let state = read(mem, addr + UNICODE_STATE, 4)?;
+    let len = mem.word(addr + UNICODE_LENGTH)?;
+    let state = mem.bytes(addr + UNICODE_STATE, 4)?;
     let state = u32::from_le_bytes(state.try_into().ok()?);
     let (kind, compact, ascii) = ((state >> 2) & 7, state >> 5 & 1 == 1, state >> 6 & 1 == 1);
     if !compact || len > MAX_STRING {
         return None;
     }
     if ascii {
-        return String::from_utf8(read(mem, addr + l.ascii_data, len)?).ok();
+        return String::from_utf8(mem.bytes(addr + l.ascii_data, len as usize)?).ok();
     }
-    let bytes = read(mem, addr + l.compact_data, len * kind as u64)?;
+    let bytes = mem.bytes(addr + l.compact_data, (len * kind as u64) as usize)?;
     let chars: Option<String> = match kind {
         1 => Some(bytes.iter().map(|&b| b as char).collect()),
         2 => char::decode_utf16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]))).collect::<Result<_, _>>().ok(),
@@ -84,15 +75,15 @@ pub fn string(mem: &dyn Memory, l: &Layout, addr: u64) -> Option<String> {
 
 /// Reads the code object at `code`, checked to be one (its type is `code_type`).
 pub fn function(mem: &dyn Memory, l: &Layout, code_type: u64, code: u64) -> Option<Function> {
-    if word(mem, code + OBJECT_TYPE)? != code_type {
+    if mem.word(code + OBJECT_TYPE)? != code_type {
         return None;
     }
-    let qualname = string(mem, l, word(mem, code + l.code_qualname)?)?;
-    let file = string(mem, l, word(mem, code + l.code_filename)?)?;
-    let first_line = read(mem, code + l.code_firstlineno, 4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()))?;
-    let table = word(mem, code + l.code_linetable)?;
-    let size = word(mem, table + VAR_SIZE)?.min(MAX_TABLE);
-    let linetable = read(mem, table + BYTES_DATA, size)?;
+    let qualname = string(mem, l, mem.word(code + l.code_qualname)?)?;
+    let file = string(mem, l, mem.word(code + l.code_filename)?)?;
+    let first_line = mem.bytes(code + l.code_firstlineno, 4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()))?;
+    let table = mem.word(code + l.code_linetable)?;
+    let size = mem.word(table + VAR_SIZE)?.min(MAX_TABLE);
+    let linetable = mem.bytes(table + BYTES_DATA, size as usize)?;
     Some(Function { qualname, file, first_line, linetable, pairs: l.line_pairs })
 }
 

@@ -87,16 +87,6 @@ pub enum Probe {
     Ready(Interp),
 }
 
-fn word(mem: &dyn Memory, addr: u64) -> Option<u64> {
-    let mut b = [0u8; 8];
-    (mem.read(addr, &mut b) == 8).then(|| u64::from_le_bytes(b))
-}
-
-fn byte(mem: &dyn Memory, addr: u64) -> Option<u8> {
-    let mut b = [0u8; 1];
-    (mem.read(addr, &mut b) == 1).then_some(b[0])
-}
-
 /// Most thread states looked at, and frames followed to find a code object.
 const THREADS_CHECKED: usize = 256;
 const FRAMES_CHECKED: usize = 8;
@@ -105,7 +95,7 @@ const FRAMES_CHECKED: usize = 8;
 /// memory is `mem`; `is_thread` says whether an id is one of its threads.
 pub fn check(mem: &dyn Memory, file: &PyFile, bias: u64, is_thread: &dyn Fn(u64) -> bool) -> Probe {
     let (major, minor) = match file.version {
-        Some(version) => match word(mem, bias.wrapping_add(version)) {
+        Some(version) => match mem.word(bias.wrapping_add(version)) {
             Some(v) => ((v >> 24) as u8, (v >> 16) as u8),
             None => return Probe::NotReady,
         },
@@ -117,12 +107,12 @@ pub fn check(mem: &dyn Memory, file: &PyFile, bias: u64, is_thread: &dyn Fn(u64)
     };
     let runtime = bias.wrapping_add(file.runtime);
     let code_type = bias.wrapping_add(file.code_type);
-    let interp = match word(mem, runtime + l.runtime_interp) {
+    let interp = match mem.word(runtime + l.runtime_interp) {
         Some(0) | None => return Probe::NotReady,
         Some(i) => i,
     };
     let threads_head = interp + l.interp_threads;
-    let mut t = match word(mem, threads_head) {
+    let mut t = match mem.word(threads_head) {
         Some(0) | None => return Probe::NotReady,
         Some(t) => t,
     };
@@ -131,25 +121,25 @@ pub fn check(mem: &dyn Memory, file: &PyFile, bias: u64, is_thread: &dyn Fn(u64)
         if t == 0 {
             break;
         }
-        if word(mem, t + l.tstate_interp as u64) != Some(interp) {
+        if mem.word(t + l.tstate_interp as u64) != Some(interp) {
             return Probe::Mismatch("a thread state does not point back to its interpreter");
         }
-        let id = word(mem, t + l.walker.tstate_tid as u64);
+        let id = mem.word(t + l.walker.tstate_tid as u64);
         ours |= if l.walker.flags & py_flags::BY_PTHREAD != 0 {
             // A pthread_t is the thread's control block, whose first word (glibc,
             // x86-64) points to itself.
-            id.is_some_and(|id| id != 0 && word(mem, id) == Some(id))
+            id.is_some_and(|id| id != 0 && mem.word(id) == Some(id))
         } else {
             id.is_some_and(is_thread)
         };
         if !code_checked {
             match first_code(mem, l, t) {
-                Some(code) if word(mem, code + OBJECT_TYPE) == Some(code_type) => code_checked = true,
+                Some(code) if mem.word(code + OBJECT_TYPE) == Some(code_type) => code_checked = true,
                 Some(_) => return Probe::Mismatch("a frame's code object is not of PyCode_Type"),
                 None => {}
             }
         }
-        t = word(mem, t + l.walker.tstate_next as u64).unwrap_or(0);
+        t = mem.word(t + l.walker.tstate_next as u64).unwrap_or(0);
     }
     if !ours {
         return Probe::Mismatch("no thread state holds one of the process's thread ids");
@@ -157,17 +147,16 @@ pub fn check(mem: &dyn Memory, file: &PyFile, bias: u64, is_thread: &dyn Fn(u64)
     if !code_checked {
         return Probe::NotReady;
     }
-    let (cold_start, cold_end) = file.eval_cold.unwrap_or((0, 0));
-    let eval = [bias.wrapping_add(file.eval.0), bias.wrapping_add(file.eval.1), cold_start.wrapping_add(bias), cold_end.wrapping_add(bias)];
-    let eval = if file.eval_cold.is_none() { [eval[0], eval[1], 0, 0] } else { eval };
+    let cold = file.eval_cold.map_or([0, 0], |(start, end)| [bias.wrapping_add(start), bias.wrapping_add(end)]);
+    let eval = [bias.wrapping_add(file.eval.0), bias.wrapping_add(file.eval.1), cold[0], cold[1]];
     Probe::Ready(Interp { layout: l, threads_head, eval, code_type })
 }
 
 /// Thread state `t`'s innermost interpreter frame (0: none).
 fn top_frame(mem: &dyn Memory, l: &Layout, t: u64) -> u64 {
-    let f = word(mem, t + l.walker.tstate_frame as u64).unwrap_or(0);
+    let f = mem.word(t + l.walker.tstate_frame as u64).unwrap_or(0);
     if l.walker.cframe_frame != NONE && f != 0 {
-        word(mem, f + l.walker.cframe_frame as u64).unwrap_or(0)
+        mem.word(f + l.walker.cframe_frame as u64).unwrap_or(0)
     } else {
         f
     }
@@ -182,11 +171,11 @@ fn codes_from(mem: &dyn Memory, l: &Layout, mut f: u64, limit: usize) -> Vec<u64
         if f == 0 {
             break;
         }
-        let shim = w.owner_cstack != NONE && byte(mem, f + w.frame_owner as u64).map(u16::from) == Some(w.owner_cstack);
+        let shim = w.owner_cstack != NONE && mem.byte(f + w.frame_owner as u64).map(u16::from) == Some(w.owner_cstack);
         if !shim {
-            out.extend(word(mem, f + w.frame_code as u64).filter(|&c| c != 0));
+            out.extend(mem.word(f + w.frame_code as u64).filter(|&c| c != 0));
         }
-        f = word(mem, f + w.frame_previous as u64).unwrap_or(0);
+        f = mem.word(f + w.frame_previous as u64).unwrap_or(0);
     }
     out
 }
@@ -201,12 +190,12 @@ fn first_code(mem: &dyn Memory, l: &Layout, t: u64) -> Option<u64> {
 /// innermost first, shims left out (as the walker sees them, for checks and tests).
 pub fn code_chain(mem: &dyn Memory, i: &Interp, id: Option<u64>) -> Vec<u64> {
     let l = i.layout;
-    let mut t = word(mem, i.threads_head).unwrap_or(0);
+    let mut t = mem.word(i.threads_head).unwrap_or(0);
     for _ in 0..THREADS_CHECKED {
-        if t == 0 || id.is_none() || word(mem, t + l.walker.tstate_tid as u64) == id {
+        if t == 0 || id.is_none() || mem.word(t + l.walker.tstate_tid as u64) == id {
             break;
         }
-        t = word(mem, t + l.walker.tstate_next as u64).unwrap_or(0);
+        t = mem.word(t + l.walker.tstate_next as u64).unwrap_or(0);
     }
     if t == 0 {
         return Vec::new();

@@ -109,6 +109,14 @@ pub fn running() -> Option<std::collections::HashSet<u32>> {
     Some(dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
 }
 
+/// Opens the file behind mapping `m` of process `pid`: the one it maps, even if
+/// its path has been replaced since (`map_files`), else by path in its root.
+pub fn open_mapped(pid: u32, m: &Mapping) -> Option<std::fs::File> {
+    std::fs::File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
+        .or_else(|_| std::fs::File::open(format!("/proc/{pid}/root{}", m.path)))
+        .ok()
+}
+
 /// Reads `/proc/PID/maps`; empty when the process is gone.
 pub fn maps_of(pid: u32) -> Vec<Mapping> {
     match std::fs::File::open(format!("/proc/{pid}/maps")) {

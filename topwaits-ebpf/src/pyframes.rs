@@ -4,7 +4,7 @@
 //! native frame of the evaluator (see `topwaits_common::python`).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_buf},
+    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user, generated as gen},
     macros::map,
     maps::{HashMap, LruHashMap},
 };
@@ -110,11 +110,73 @@ pub fn current_frame(p: &PyProc, tid: u32) -> u64 {
     }
 }
 
-/// Bytes of an interpreter frame read at once (3.10's frame object reaches 100).
-pub const FRAME_BYTES: usize = 128;
+/// Bytes of an interpreter frame the walker reads (3.10's frame object reaches
+/// 100): every field it uses lies in them, in every version.
+pub const FRAME_BYTES: u64 = 128;
 
-/// An interpreter frame's first bytes.
-pub type FrameBuf = [u8; FRAME_BYTES];
+/// Bytes of interpreter memory read at once.
+const WINDOW: usize = 1024;
+const PAGE: u64 = 4096;
+
+/// Interpreter memory read at once: a frame and what lies below it. From 3.11
+/// a thread's frames sit one above the other in its data stack, so one read
+/// serves several of them.
+#[repr(C)]
+pub struct FrameWindow {
+    base: u64,
+    /// Bytes held from `base`; 0: none.
+    len: u64,
+    bytes: [u8; WINDOW],
+}
+
+impl FrameWindow {
+    /// Forgets what was read (interpreter memory changes between walks).
+    #[inline(always)]
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Makes the window hold `frame`'s first [`FRAME_BYTES`]: the memory below it
+    /// as well, down to its page's start (which is mapped, as the frame is).
+    /// The frame's offset in the window, or None when it cannot be read.
+    #[inline(always)]
+    fn hold(&mut self, frame: u64) -> Option<usize> {
+        let end = frame.checked_add(FRAME_BYTES)?;
+        if frame >= self.base && end <= self.base + self.len {
+            return Some((frame - self.base) as usize);
+        }
+        let page = frame & !(PAGE - 1);
+        let mut base = end.saturating_sub(WINDOW as u64);
+        if base < page {
+            base = page;
+        }
+        let mut len = end - base;
+        if len > WINDOW as u64 {
+            len = WINDOW as u64;
+        }
+        // SAFETY: the helper checks the source and fails cleanly; it writes at
+        // most `len` bytes, no more than the window holds, into this map value.
+        let ret = unsafe { gen::bpf_probe_read_user(self.bytes.as_mut_ptr().cast(), len as u32, base as *const core::ffi::c_void) };
+        if ret != 0 {
+            self.len = 0;
+            return None;
+        }
+        (self.base, self.len) = (base, len);
+        Some((frame - base) as usize)
+    }
+
+    #[inline(always)]
+    fn word(&self, at: usize) -> u64 {
+        let o = at & (WINDOW - 8) & !7;
+        let b = &self.bytes;
+        u64::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3], b[o + 4], b[o + 5], b[o + 6], b[o + 7]])
+    }
+
+    #[inline(always)]
+    fn byte(&self, at: usize) -> u8 {
+        self.bytes[at & (WINDOW - 1)]
+    }
+}
 
 /// Whether the native frame at `pc` runs Python frames (it is the evaluator's).
 #[inline(always)]
@@ -125,21 +187,13 @@ pub fn in_evaluator(p: &PyProc, pc: u64) -> bool {
 /// One step down the Python frame chain from `frame`: the word to write (None
 /// for the evaluator call's base shim, which is not a Python frame), the frame
 /// below, and whether the evaluator call's frames end here.
-/// The frame is read at once into `buf` (one helper call rather than five): every
-/// field the walker uses lies in its first [`FRAME_BYTES`] bytes, in every
-/// version; a frame that cannot be read ends the chain.
+/// The frame is read through `win` (one helper call serves several frames, not
+/// five per frame); a frame that cannot be read ends the chain.
 #[inline(always)]
-pub fn step(p: &PyProc, frame: u64, buf: &mut FrameBuf) -> (Option<u64>, u64, bool) {
-    // SAFETY: the helper checks the address and fails cleanly; it writes into the
-    // caller's buffer (a map value), not onto the BPF stack.
-    if unsafe { bpf_probe_read_user_buf(frame as *const u8, &mut buf[..]) }.is_err() {
-        return (None, 0, true);
-    }
-    let at = |off: u16| -> u64 {
-        let o = off as usize & (FRAME_BYTES - 8) & !7;
-        u64::from_le_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3], buf[o + 4], buf[o + 5], buf[o + 6], buf[o + 7]])
-    };
-    let byte_at = |off: u16| buf[off as usize & (FRAME_BYTES - 1)];
+pub fn step(p: &PyProc, frame: u64, win: &mut FrameWindow) -> (Option<u64>, u64, bool) {
+    let Some(at0) = win.hold(frame) else { return (None, 0, true) };
+    let at = |off: u16| win.word(at0 + (off as usize & (FRAME_BYTES as usize - 1)));
+    let byte_at = |off: u16| win.byte(at0 + (off as usize & (FRAME_BYTES as usize - 1)));
     let below = at(p.frame_previous);
     if p.owner_cstack != NONE && byte_at(p.frame_owner) as u16 == p.owner_cstack {
         return (None, below, true);

@@ -6,7 +6,7 @@
 //! the thread's first frame ends with a `CUT_MARK` frame saying why.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user, generated as gen},
     macros::{btf_map, map},
     maps::{Array, HashMap, PerCpuArray},
 };
@@ -67,8 +67,97 @@ struct Walk {
     reusable: u64,
     /// The stack slot each frame after the first was read from.
     slots: [u64; REUSE_SLOTS],
-    /// The Python frame being read.
-    pybuf: pyframes::FrameBuf,
+    /// Interpreter memory read for Python frames.
+    pywin: pyframes::FrameWindow,
+    /// Rules this CPU looked up lately (kept from walk to walk).
+    cache: RuleCache,
+    /// The stretch of stack last read, from `win_base`, `win_len` bytes (0: none).
+    win_base: u64,
+    win_len: u64,
+    win: [u64; WINDOW_WORDS],
+}
+
+/// Stack read at once by [`stack_word`]: one helper call serves the slots of
+/// several frames (the walker's cost is mostly its reads of user memory).
+const WINDOW_WORDS: usize = 128;
+const WINDOW_BYTES: u64 = WINDOW_WORDS as u64 * 8;
+const PAGE: u64 = 4096;
+
+/// The stack word at `addr`, from the window when it holds it; else the window
+/// is read again from `addr` up to [`WINDOW_BYTES`], not past `addr`'s page (the
+/// one above may not be mapped, and a read that fails fails whole).
+#[inline(always)]
+fn stack_word(w: &mut Walk, addr: u64) -> Option<u64> {
+    let off = addr.wrapping_sub(w.win_base);
+    if addr & 7 == 0 && off < w.win_len {
+        return Some(w.win[(off / 8) as usize & (WINDOW_WORDS - 1)]);
+    }
+    if addr & 7 != 0 {
+        return user_word(addr);
+    }
+    let mut len = PAGE - (addr & (PAGE - 1));
+    if len > WINDOW_BYTES {
+        len = WINDOW_BYTES;
+    }
+    // SAFETY: the helper checks the source and fails cleanly; it writes at most
+    // `len` (at most the window's size) bytes into the window, a map value.
+    let ret = unsafe { gen::bpf_probe_read_user(w.win.as_mut_ptr().cast(), len as u32, addr as *const core::ffi::c_void) };
+    if ret != 0 {
+        w.win_len = 0;
+        return user_word(addr);
+    }
+    (w.win_base, w.win_len) = (addr, len);
+    Some(w.win[0])
+}
+
+/// Entries of a CPU's rule cache.
+const CACHED_RULES: usize = 512;
+
+/// Rules looked up lately on one CPU, direct-mapped by (file, address): the same
+/// return addresses come back switch after switch, and a hit saves the descent
+/// through the file's tree (a hash lookup per level). Only final answers are
+/// kept: a file's table never changes once in place, and file indexes are never
+/// reused.
+#[repr(C)]
+struct RuleCache {
+    /// [`rule_key`]s; 0 is empty.
+    keys: [u64; CACHED_RULES],
+    rules: [u32; CACHED_RULES],
+}
+
+/// File addresses the cache keeps (47 bits: every ELF file's).
+const CACHED_ADDR: u64 = (1 << 47) - 1;
+
+/// The cache key of `addr` in file `file`, never 0.
+#[inline(always)]
+fn rule_key(file: u32, addr: u64) -> u64 {
+    1 << 63 | (file as u64) << 47 | (addr & CACHED_ADDR)
+}
+
+/// The cache slot of `key`.
+#[inline(always)]
+fn rule_slot(key: u64) -> usize {
+    ((key ^ key >> 9 ^ key >> 47) as usize) & (CACHED_RULES - 1)
+}
+
+/// The rule word of file address `addr` in file `file`, from the cache or the
+/// file's tree (then kept when final), or a cut reason.
+#[inline(always)]
+fn cached_rule(cache: &mut RuleCache, file: u32, addr: u64) -> Result<u32, u64> {
+    let key = rule_key(file, addr);
+    let i = rule_slot(key);
+    if addr <= CACHED_ADDR && cache.keys[i] == key {
+        return Ok(cache.rules[i]);
+    }
+    let found = match rule_of(file, addr) {
+        // Past every row of a table in place: no rule, for good.
+        Err(cut::NO_INFO) => Ok(rule::STOP),
+        other => other,
+    };
+    if let (Ok(word), true) = (found, addr <= CACHED_ADDR) {
+        (cache.keys[i], cache.rules[i]) = (key, word);
+    }
+    found
 }
 
 /// A task's last walk, for reuse: the registers it started from, the stack's
@@ -98,7 +187,7 @@ pub fn drop_task() {
 /// for [`reuse`].
 #[inline(always)]
 fn return_at(w: &mut Walk, slot: u64) -> Option<u64> {
-    let pc = user_word(slot)?;
+    let pc = stack_word(w, slot)?;
     let i = w.n as usize;
     if (1..=REUSE_SLOTS).contains(&i) {
         w.slots[(i - 1) & (REUSE_SLOTS - 1)] = slot;
@@ -247,7 +336,7 @@ fn fp_step(w: &mut Walk) -> Option<(u64, u64, u64)> {
     if bp == 0 {
         return None;
     }
-    let caller_bp = user_word(bp)?;
+    let caller_bp = stack_word(w, bp)?;
     Some((return_at(w, bp + 8)?, bp + 16, caller_bp))
 }
 
@@ -285,7 +374,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     if let Some(py) = py {
         if w.py_mode != 0 {
             // One Python frame of the evaluator call at hand.
-            let (word, below, last) = pyframes::step(py, w.py, &mut w.pybuf);
+            let (word, below, last) = pyframes::step(py, w.py, &mut w.pywin);
             if let Some(word) = word {
                 frames[n] = word;
                 w.n = n as u64 + 1;
@@ -335,7 +424,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         return by_frame_pointer(w, cut::UNMAPPED);
     };
     let addr = at.wrapping_sub(bias);
-    let word = match rule_of(file, addr) {
+    let word = match cached_rule(&mut w.cache, file, addr) {
         Ok(word) => word,
         // No table yet: frame pointers, for what they give, and the stack marked.
         Err(why @ (cut::LOADING | cut::FULL)) => {
@@ -352,7 +441,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
             let base = if word & 15 == rule::CFA_SP { w.sp } else { w.bp };
             let cfa = base + ((word >> 8) & 0xffff) as u64;
             let bp_words = (word >> 24) as u8 as i8;
-            let bp = if bp_words == 0 { Some(w.bp) } else { user_word(cfa.wrapping_add_signed(bp_words as i64 * 8)) };
+            let bp = if bp_words == 0 { Some(w.bp) } else { stack_word(w, cfa.wrapping_add_signed(bp_words as i64 * 8)) };
             match (return_at(w, cfa - 8), bp) {
                 (Some(pc), Some(bp)) => (pc, cfa, bp),
                 _ => {
@@ -426,7 +515,8 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack) -> Walked {
     unsafe {
         let w = &mut *w;
         (w.pc, w.sp, w.bp, w.n, w.cut, w.soft, w.exact, w.tgid) = (ip, sp, bp, 0, 0, 0, 1, tgid as u64);
-        (w.py, w.py_mode, w.skip, w.reusable) = (0, 0, 0, 1);
+        (w.py, w.py_mode, w.skip, w.reusable, w.win_len) = (0, 0, 0, 1, 0);
+        w.pywin.clear();
     }
     let py = PY_PROCS.get_ptr(&tgid).unwrap_or(core::ptr::null());
     // SAFETY: a map value, alive for the program run; the scratch as above.

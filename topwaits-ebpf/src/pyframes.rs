@@ -6,7 +6,7 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user, generated as gen},
     macros::map,
-    maps::{HashMap, LruHashMap},
+    maps::{Array, HashMap, LruHashMap},
 };
 use topwaits_common::python::{py_flags, py_word, PyProc, MAX_PY_PROCS, MAX_PY_THREADS, NONE, PY_THREAD_SCAN};
 
@@ -16,6 +16,18 @@ use crate::maps::SETTINGS;
 /// it has checked the layout against the running interpreter).
 #[map]
 pub static PY_PROCS: HashMap<u32, PyProc> = HashMap::with_max_entries(MAX_PY_PROCS, 0);
+
+/// How many times user space has made a Python layout known (it writes the
+/// layout first): a walk made before, whose evaluator frames are native ones, is
+/// not reused after.
+#[map]
+pub static PY_EPOCH: Array<u64> = Array::with_max_entries(1, 0);
+
+/// The current [`PY_EPOCH`].
+#[inline(always)]
+pub fn epoch() -> u64 {
+    PY_EPOCH.get(0).copied().unwrap_or(0)
+}
 
 /// Each thread's thread state, by thread id, checked before each use.
 #[map]

@@ -54,6 +54,8 @@ struct Walk {
     /// interrupted) rather than a return address.
     exact: u64,
     tgid: u64,
+    /// [`pyframes::epoch`] when the walk began.
+    epoch: u64,
     /// The innermost Python frame not yet written (0: none, or not Python).
     py: u64,
     /// Non-zero while the Python frames of an evaluator call are being written,
@@ -169,6 +171,8 @@ pub struct LastWalk {
     bp: u64,
     stack: u64,
     n: u64,
+    /// [`pyframes::epoch`] when it was walked.
+    epoch: u64,
     slots: [u64; REUSE_SLOTS],
 }
 
@@ -517,6 +521,7 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack) -> Walked {
         (w.pc, w.sp, w.bp, w.n, w.cut, w.soft, w.exact, w.tgid) = (ip, sp, bp, 0, 0, 0, 1, tgid as u64);
         (w.py, w.py_mode, w.skip, w.reusable, w.win_len) = (0, 0, 0, 1, 0);
         w.pywin.clear();
+        w.epoch = pyframes::epoch();
     }
     let py = PY_PROCS.get_ptr(&tgid).unwrap_or(core::ptr::null());
     // SAFETY: a map value, alive for the program run; the scratch as above.
@@ -558,13 +563,13 @@ pub fn mark(frames: *mut KernelStack, n: usize, why: u64) -> usize {
 }
 
 /// The current task's user stack reference from its last walk, if it entered the
-/// kernel with the same registers and every return address is still in its slot
-/// (and the stack is still kept).
+/// kernel with the same registers, every return address is still in its slot
+/// (and the stack is still kept), and no Python layout became known since.
 #[inline(always)]
 pub fn reuse((ip, sp, bp): Regs) -> Option<u64> {
     // SAFETY: the task's own storage, used by this program run alone.
     let last = unsafe { &*LAST_WALK.current()? };
-    if last.n == 0 || last.ip != ip || last.sp != sp || last.bp != bp {
+    if last.n == 0 || last.ip != ip || last.sp != sp || last.bp != bp || last.epoch != pyframes::epoch() {
         return None;
     }
     let frames = USTACKS.get_ptr(&last.stack)?;
@@ -617,6 +622,6 @@ pub fn remember(stack: u64, n: usize, (ip, sp, bp): Regs) {
     let Some(last) = LAST_WALK.current_or_zeroed() else { return };
     // SAFETY: the task's own storage, used by this program run alone.
     let last = unsafe { &mut *last };
-    (last.ip, last.sp, last.bp, last.stack, last.n) = (ip, sp, bp, stack, n as u64);
+    (last.ip, last.sp, last.bp, last.stack, last.n, last.epoch) = (ip, sp, bp, stack, n as u64, w.epoch);
     last.slots = w.slots;
 }

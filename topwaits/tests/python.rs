@@ -120,3 +120,35 @@ fn python_functions_are_named_in_order_beside_the_native_frames() {
         assert!(!sleep.iter().any(|n| n == "_PyEval_EvalFrameDefault"), "{python}: {sleep:?}");
     }
 }
+
+/// An interpreter that starts during a system-wide trace is named once its
+/// layout is known, also in a thread whose stack was walked before and has not
+/// changed since: that walk, made without Python frames, is not reused after.
+#[test]
+fn an_interpreter_started_mid_trace_is_named_where_it_waited_before() {
+    require_bpf!();
+    let t = Tracer::start(&["--json", "-U", "4"]);
+    let child = start("/usr/bin/python3", &[]);
+    let pid = child.0.id() as u64;
+    let doc = json(&t.finish());
+    drop(child);
+    // The script's threads sleeping in time.sleep (not the main thread's one
+    // long sleep): how much of their wait time has the script's functions.
+    let (mut total, mut named) = (0u64, 0u64);
+    for r in doc["records"].as_array().unwrap() {
+        let names = stack_names(&r["user_stack"]);
+        if r["tgid"].as_u64() != Some(pid) || names.first().map(String::as_str) != Some("clock_nanosleep") {
+            continue;
+        }
+        if !names.iter().any(|n| n == "start_thread") {
+            continue;
+        }
+        let ns = r["total_ns"].as_u64().unwrap();
+        total += ns;
+        if names.iter().any(|n| n.contains("(waits.py:")) {
+            named += ns;
+        }
+    }
+    assert!(total > 0, "no sleeping threads of process {pid}");
+    assert!(named * 10 >= total * 9, "only {named} of {total} ns of the script's sleeps name its functions");
+}

@@ -17,6 +17,9 @@ pub struct UnwindMaps {
     files: Array<MapData, FileInfo>,
     nodes: HashMap<MapData, u64, Node>,
     python: HashMap<MapData, u32, PyProc>,
+    /// Bumped after each Python layout written (see the walker's `PY_EPOCH`).
+    py_epoch: Array<MapData, u64>,
+    py_layouts: u64,
 }
 
 impl UnwindMaps {
@@ -27,6 +30,8 @@ impl UnwindMaps {
             files: Array::try_from(take(names::UNWIND_FILES)?)?,
             nodes: HashMap::try_from(take(names::UNWIND_NODES)?)?,
             python: HashMap::try_from(take(names::PY_PROCS)?)?,
+            py_epoch: Array::try_from(take(names::PY_EPOCH)?)?,
+            py_layouts: 0,
         })
     }
 }
@@ -51,7 +56,10 @@ impl Sink for UnwindMaps {
 
 impl PySink for UnwindMaps {
     fn put_python(&mut self, tgid: u32, p: &PyProc) -> Result<()> {
-        self.python.insert(tgid, p, 0).with_context(|| format!("Python layout of process {tgid}"))
+        self.python.insert(tgid, p, 0).with_context(|| format!("Python layout of process {tgid}"))?;
+        // After the layout: a walk that sees the new epoch sees the layout too.
+        self.py_layouts += 1;
+        self.py_epoch.set(0, self.py_layouts, 0).context("Python layout epoch")
     }
 
     fn drop_python(&mut self, tgid: u32) {

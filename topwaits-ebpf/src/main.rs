@@ -33,6 +33,7 @@ mod switch;
 mod task;
 mod taskmap;
 mod threads;
+mod uread;
 mod ustack;
 mod uwalk;
 mod wake;

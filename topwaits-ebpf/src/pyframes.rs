@@ -4,13 +4,14 @@
 //! native frame of the evaluator (see `topwaits_common::python`).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user, generated as gen},
+    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, generated as gen},
     macros::map,
     maps::{Array, HashMap, LruHashMap},
 };
 use topwaits_common::python::{py_flags, py_word, PyProc, MAX_PY_PROCS, MAX_PY_THREADS, NONE, PY_THREAD_SCAN};
 
 use crate::maps::SETTINGS;
+use crate::uread::user_word;
 
 /// Each Python process's interpreter layout, by tgid (written by user space once
 /// it has checked the layout against the running interpreter).
@@ -35,8 +36,7 @@ static PY_THREADS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_PY_TH
 
 #[inline(always)]
 fn word(addr: u64) -> u64 {
-    // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
-    unsafe { bpf_probe_read_user(addr as *const u64).unwrap_or(0) }
+    user_word(addr).unwrap_or(0)
 }
 
 /// What a thread state holds to name the current thread: its thread id, or (3.10)

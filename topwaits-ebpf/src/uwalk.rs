@@ -6,7 +6,7 @@
 //! the thread's first frame ends with a `CUT_MARK` frame saying why.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user, generated as gen},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_loop, bpf_probe_read_kernel},
     macros::{btf_map, map},
     maps::{Array, HashMap, PerCpuArray},
 };
@@ -23,6 +23,7 @@ use topwaits_common::{
 use crate::maps::{proc_event, GROWS, SETTINGS, USTACKS};
 use crate::pyframes::{self, PY_PROCS};
 use crate::taskmap::TaskStorage;
+use crate::uread::{user_word, StackWindow};
 
 /// Unwind tree nodes of every file, by `node_key`; sized at load time.
 #[map]
@@ -73,43 +74,14 @@ struct Walk {
     pywin: pyframes::FrameWindow,
     /// Rules this CPU looked up lately (kept from walk to walk).
     cache: RuleCache,
-    /// The stretch of stack last read, from `win_base`, `win_len` bytes (0: none).
-    win_base: u64,
-    win_len: u64,
-    win: [u64; WINDOW_WORDS],
+    /// Stack read at once.
+    stack: StackWindow,
 }
 
-/// Stack read at once by [`stack_word`]: one helper call serves the slots of
-/// several frames (the walker's cost is mostly its reads of user memory).
-const WINDOW_WORDS: usize = 128;
-const WINDOW_BYTES: u64 = WINDOW_WORDS as u64 * 8;
-const PAGE: u64 = 4096;
-
-/// The stack word at `addr`, from the window when it holds it; else the window
-/// is read again from `addr` up to [`WINDOW_BYTES`], not past `addr`'s page (the
-/// one above may not be mapped, and a read that fails fails whole).
+/// The stack word at `addr`, through the walk's window.
 #[inline(always)]
 fn stack_word(w: &mut Walk, addr: u64) -> Option<u64> {
-    let off = addr.wrapping_sub(w.win_base);
-    if addr & 7 == 0 && off < w.win_len {
-        return Some(w.win[(off / 8) as usize & (WINDOW_WORDS - 1)]);
-    }
-    if addr & 7 != 0 {
-        return user_word(addr);
-    }
-    let mut len = PAGE - (addr & (PAGE - 1));
-    if len > WINDOW_BYTES {
-        len = WINDOW_BYTES;
-    }
-    // SAFETY: the helper checks the source and fails cleanly; it writes at most
-    // `len` (at most the window's size) bytes into the window, a map value.
-    let ret = unsafe { gen::bpf_probe_read_user(w.win.as_mut_ptr().cast(), len as u32, addr as *const core::ffi::c_void) };
-    if ret != 0 {
-        w.win_len = 0;
-        return user_word(addr);
-    }
-    (w.win_base, w.win_len) = (addr, len);
-    Some(w.win[0])
+    w.stack.word(addr)
 }
 
 /// Entries of a CPU's rule cache.
@@ -228,12 +200,6 @@ const PERF_TRAMPOLINE: u64 = 0xd1ff_08ec_8348;
 
 /// The code segment of 64-bit user mode (`__USER_CS`).
 const USER_CS: u64 = 0x33;
-
-#[inline(always)]
-fn user_word(addr: u64) -> Option<u64> {
-    // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
-    unsafe { bpf_probe_read_user(addr as *const u64).ok() }
-}
 
 /// The user registers a walk starts from: (ip, sp, bp).
 pub type Regs = (u64, u64, u64);
@@ -519,7 +485,8 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack) -> Walked {
     unsafe {
         let w = &mut *w;
         (w.pc, w.sp, w.bp, w.n, w.cut, w.soft, w.exact, w.tgid) = (ip, sp, bp, 0, 0, 0, 1, tgid as u64);
-        (w.py, w.py_mode, w.skip, w.reusable, w.win_len) = (0, 0, 0, 1, 0);
+        (w.py, w.py_mode, w.skip, w.reusable) = (0, 0, 0, 1);
+        w.stack.clear();
         w.pywin.clear();
         w.epoch = pyframes::epoch();
     }

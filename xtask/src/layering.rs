@@ -8,8 +8,10 @@
 mod tests {
     /// The eBPF crate's shared modules from top to bottom: each may use only the
     /// ones after it. Hook files (one per tracepoint) sit above all of them.
-    const ORDER: &[&str] =
-        &["switch", "events", "wake", "threads", "task", "kstack", "ustack", "kcache", "uwalk", "pyframes", "stackref", "taskmap", "maps"];
+    const ORDER: &[&str] = &[
+        "switch", "events", "wake", "threads", "task", "kstack", "ustack", "kcache", "uwalk", "pyframes", "uread", "stackref", "taskmap",
+        "maps",
+    ];
 
     /// Whether `text` holds `form` as a whole name (`crate::task` is not in
     /// `crate::taskmap`).

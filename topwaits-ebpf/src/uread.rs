@@ -1,0 +1,61 @@
+//! Reads of user memory for the stack walker: one word, or a window of stack read
+//! at once, so that one helper call serves the slots of several frames (the
+//! walker's cost is mostly its reads of user memory).
+
+use aya_ebpf::helpers::{bpf_probe_read_user, generated as gen};
+
+/// The word at user address `addr`, if it can be read.
+#[inline(always)]
+pub fn user_word(addr: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
+    unsafe { bpf_probe_read_user(addr as *const u64).ok() }
+}
+
+/// Words of stack a window holds.
+const WINDOW_WORDS: usize = 128;
+const WINDOW_BYTES: u64 = WINDOW_WORDS as u64 * 8;
+const PAGE: u64 = 4096;
+
+/// A stretch of user stack read at once.
+#[repr(C)]
+pub struct StackWindow {
+    base: u64,
+    /// Bytes held from `base`; 0: none.
+    len: u64,
+    words: [u64; WINDOW_WORDS],
+}
+
+impl StackWindow {
+    /// Forgets what was read (the stack changes between walks).
+    #[inline(always)]
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The stack word at `addr`, from the window when it holds it; else the
+    /// window is read again from `addr`, up to its size but not past `addr`'s
+    /// page (the page above may not be mapped, and a read that fails fails whole).
+    #[inline(always)]
+    pub fn word(&mut self, addr: u64) -> Option<u64> {
+        let off = addr.wrapping_sub(self.base);
+        if addr & 7 == 0 && off < self.len {
+            return Some(self.words[(off / 8) as usize & (WINDOW_WORDS - 1)]);
+        }
+        if addr & 7 != 0 {
+            return user_word(addr);
+        }
+        let mut len = PAGE - (addr & (PAGE - 1));
+        if len > WINDOW_BYTES {
+            len = WINDOW_BYTES;
+        }
+        // SAFETY: the helper checks the source and fails cleanly; it writes at most
+        // `len` bytes, no more than the window holds, into this map value.
+        let ret = unsafe { gen::bpf_probe_read_user(self.words.as_mut_ptr().cast(), len as u32, addr as *const core::ffi::c_void) };
+        if ret != 0 {
+            self.len = 0;
+            return user_word(addr);
+        }
+        (self.base, self.len) = (addr, len);
+        Some(self.words[0])
+    }
+}

@@ -8,6 +8,7 @@ const ORDER: &[&str] = &[
     "run",
     "report",
     "blocked",
+    "why",
     "open",
     "snapshot",
     "waitfor",

@@ -33,6 +33,7 @@ pub mod symbolize;
 pub mod sys;
 pub mod unwind;
 pub mod waitfor;
+pub mod why;
 
 use clap::Parser as _;
 

@@ -1,0 +1,309 @@
+//! The analysis behind `topwaits why`: which waits matter. From every wait of the
+//! traced threads (start, wakeup, end, waker), each moment a thread spent blocked
+//! is followed to what it was waiting behind: the waker, and, while the waker was
+//! itself blocked, the waker's waker, recursively ([`follow`]). Where that ends
+//! (a thread running, a thread in the run queue, a thread blocked on what no
+//! thread did, or a cycle) is the moment's cause. Summed over the targets' waits,
+//! the causes rank what limits them; threads that ended nobody else's wait are
+//! idle (a pool worker with no work, a housekeeping sleep) and listed apart,
+//! unless no target woke another (a lone thread's waits are what there is to
+//! explain); groups of threads that wait only on each other are knots. Pure:
+//! waits in, causes and paths out, tested on fabricated streams.
+
+mod follow;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+pub use follow::{critical_path, Segment};
+
+/// A thread id.
+pub type Tid = u32;
+
+/// What ended a wait.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Waker {
+    /// Another thread woke it.
+    Thread(Tid),
+    /// No thread did: an interrupt or device, by the name the interrupt
+    /// classification gives (`timer`, `disk`, `network`, a handler).
+    Device(String),
+    /// It was preempted: runnable all along, waiting for a CPU.
+    Preempted,
+    /// No wakeup was seen (a lost event, or a wait still open at the end).
+    Unknown,
+}
+
+/// One wait of one thread, switch-out to switch-in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub tid: Tid,
+    pub start: u64,
+    /// When the wakeup came; None when none was seen or it was preempted.
+    pub woken: Option<u64>,
+    pub end: u64,
+    pub waker: Waker,
+    /// Where it waited: a reference the caller names (its stacks).
+    pub site: u64,
+    /// With a thread waker: where the waker was when it woke this wait.
+    pub waker_site: u64,
+}
+
+impl Wait {
+    /// The end of its blocked part: the wakeup, or its end when it has none.
+    fn blocked_until(&self) -> u64 {
+        match (&self.waker, self.woken) {
+            (Waker::Preempted, _) => self.start,
+            (_, Some(w)) => w.clamp(self.start, self.end),
+            (_, None) => self.end,
+        }
+    }
+}
+
+/// What a thread was doing where a followed wait ends.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum What {
+    /// On a CPU; `site`: where it was when it woke the thread before it on the
+    /// path (0: not known, or the path's own thread).
+    Running { site: u64 },
+    /// Runnable, waiting for a CPU.
+    RunQueue,
+    /// Blocked in `site`, on what no thread did (or what no event showed).
+    Blocked { site: u64, on: Waker },
+    /// Waiting in a cycle of waits: the path came back to this thread.
+    Cycle,
+}
+
+/// A root cause: a thread, and what it was doing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Cause {
+    pub tid: Tid,
+    pub what: What,
+}
+
+/// One ranked cause: the targets' non-idle waiting it explains, and the threads
+/// that waited behind it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ranked {
+    pub cause: Cause,
+    pub ns: u64,
+    /// Of the targets' non-idle waiting (0 to 1).
+    pub share: f64,
+    /// The target threads whose waiting it explains.
+    pub waiters: BTreeSet<Tid>,
+}
+
+/// An idle thread: its waits ended nobody else's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Idle {
+    pub tid: Tid,
+    /// Its time blocked or runnable.
+    pub ns: u64,
+    /// The site it waited in longest.
+    pub site: u64,
+}
+
+/// What `why` finds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Findings {
+    /// Causes, most time first.
+    pub causes: Vec<Ranked>,
+    /// The targets' non-idle waiting, which the causes add up to.
+    pub waiting_ns: u64,
+    pub idle: Vec<Idle>,
+    /// Groups of threads that waited only on each other, each sorted.
+    pub knots: Vec<Vec<Tid>>,
+}
+
+/// Every traced wait, by thread, in order.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    waits: HashMap<Tid, Vec<Wait>>,
+}
+
+impl Trace {
+    /// The trace of these waits; overlapping waits of one thread (which the
+    /// kernel never gives) are cut at the next one's start.
+    pub fn new(waits: impl IntoIterator<Item = Wait>) -> Trace {
+        let mut by: HashMap<Tid, Vec<Wait>> = HashMap::new();
+        for w in waits {
+            if w.end > w.start {
+                by.entry(w.tid).or_default().push(w);
+            }
+        }
+        for list in by.values_mut() {
+            list.sort_by_key(|w| w.start);
+            for i in 1..list.len() {
+                let next = list[i].start;
+                let prev = &mut list[i - 1];
+                if prev.end > next {
+                    prev.end = next;
+                    prev.woken = prev.woken.map(|w| w.min(next));
+                }
+            }
+        }
+        Trace { waits: by }
+    }
+
+    fn of(&self, tid: Tid) -> &[Wait] {
+        self.waits.get(&tid).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The threads that ended another thread's wait.
+    fn wakers(&self) -> BTreeSet<Tid> {
+        let mut out = BTreeSet::new();
+        for (tid, list) in &self.waits {
+            for w in list {
+                if let Waker::Thread(b) = w.waker {
+                    if b != *tid {
+                        out.insert(b);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Ranks the causes of the waiting of `targets` (every traced thread when
+    /// empty).
+    pub fn why(&self, targets: &[Tid]) -> Findings {
+        let all: Vec<Tid> = if targets.is_empty() {
+            let mut t: Vec<Tid> = self.waits.keys().copied().collect();
+            t.sort_unstable();
+            t
+        } else {
+            targets.to_vec()
+        };
+        let wakers = self.wakers();
+        // A lone thread (gzip reading its input) wakes no other: then its waits
+        // are what there is to explain, and none is idle.
+        let lone = !all.iter().any(|t| wakers.contains(t));
+        let mut found = Findings::default();
+        let mut sums: HashMap<Cause, (u64, BTreeSet<Tid>)> = HashMap::new();
+        for &tid in &all {
+            let list = self.of(tid);
+            if !lone && !wakers.contains(&tid) {
+                if let Some(idle) = idle_of(tid, list) {
+                    found.idle.push(idle);
+                }
+                continue;
+            }
+            for w in list {
+                found.waiting_ns += w.end - w.start;
+                follow::wait(self, w, &mut |_, cause, ns| {
+                    let e = sums.entry(cause).or_default();
+                    e.0 += ns;
+                    e.1.insert(tid);
+                });
+            }
+        }
+        let total = found.waiting_ns.max(1) as f64;
+        found.causes = sums.into_iter().map(|(cause, (ns, waiters))| Ranked { cause, ns, share: ns as f64 / total, waiters }).collect();
+        found.causes.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.cause.cmp(&b.cause)));
+        found.idle.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+        found.knots = self.knots();
+        found
+    }
+
+    /// Groups of two or more threads whose waits were all ended by each other
+    /// (or by preemption): strongly connected in the waiter→waker graph, with no
+    /// wait ended from outside.
+    fn knots(&self) -> Vec<Vec<Tid>> {
+        let mut edges: BTreeMap<Tid, BTreeSet<Tid>> = BTreeMap::new();
+        let mut outside: BTreeSet<Tid> = BTreeSet::new();
+        for (tid, list) in &self.waits {
+            let e = edges.entry(*tid).or_default();
+            for w in list {
+                match &w.waker {
+                    Waker::Thread(b) if b != tid => {
+                        e.insert(*b);
+                    }
+                    Waker::Thread(_) | Waker::Preempted => {}
+                    Waker::Device(_) | Waker::Unknown => {
+                        outside.insert(*tid);
+                    }
+                }
+            }
+        }
+        components(&edges)
+            .into_iter()
+            .filter(|c| c.len() > 1)
+            .filter(|c| c.iter().all(|t| !outside.contains(t) && edges.get(t).is_some_and(|e| e.iter().all(|b| c.contains(b)))))
+            .collect()
+    }
+}
+
+/// An idle thread's summary, when it waited at all.
+fn idle_of(tid: Tid, list: &[Wait]) -> Option<Idle> {
+    let ns: u64 = list.iter().map(|w| w.end - w.start).sum();
+    let mut by_site: BTreeMap<u64, u64> = BTreeMap::new();
+    for w in list {
+        *by_site.entry(w.site).or_default() += w.end - w.start;
+    }
+    let site = by_site.into_iter().max_by_key(|&(s, n)| (n, std::cmp::Reverse(s)))?.0;
+    Some(Idle { tid, ns, site })
+}
+
+/// The strongly connected components of a graph (Tarjan's, iterative), each
+/// sorted, in order of their smallest member.
+fn components(edges: &BTreeMap<Tid, BTreeSet<Tid>>) -> Vec<Vec<Tid>> {
+    let mut index: HashMap<Tid, (usize, usize)> = HashMap::new();
+    let mut stack: Vec<Tid> = Vec::new();
+    let mut on: BTreeSet<Tid> = BTreeSet::new();
+    let mut out = Vec::new();
+    let mut next = 0usize;
+    let empty = BTreeSet::new();
+    for &root in edges.keys() {
+        if index.contains_key(&root) {
+            continue;
+        }
+        // Each frame: a node and the successors still to visit.
+        let mut work: Vec<(Tid, Vec<Tid>)> = vec![(root, edges.get(&root).unwrap_or(&empty).iter().copied().collect())];
+        index.insert(root, (next, next));
+        next += 1;
+        stack.push(root);
+        on.insert(root);
+        while let Some((v, rest)) = work.last_mut() {
+            let v = *v;
+            if let Some(w) = rest.pop() {
+                match index.get(&w) {
+                    None => {
+                        index.insert(w, (next, next));
+                        next += 1;
+                        stack.push(w);
+                        on.insert(w);
+                        work.push((w, edges.get(&w).unwrap_or(&empty).iter().copied().collect()));
+                    }
+                    Some(&(wi, _)) if on.contains(&w) => {
+                        let e = index.get_mut(&v).unwrap();
+                        e.1 = e.1.min(wi);
+                    }
+                    Some(_) => {}
+                }
+                continue;
+            }
+            work.pop();
+            let (vi, vlow) = index[&v];
+            if let Some((u, _)) = work.last() {
+                let e = index.get_mut(u).unwrap();
+                e.1 = e.1.min(vlow);
+            }
+            if vi == vlow {
+                let mut comp = Vec::new();
+                while let Some(w) = stack.pop() {
+                    on.remove(&w);
+                    comp.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                comp.sort_unstable();
+                out.push(comp);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests;

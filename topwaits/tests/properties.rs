@@ -39,6 +39,8 @@ fn arg() -> impl Strategy<Value = String> {
         Just("--dot".to_string()),
         Just("record".to_string()),
         Just("report".to_string()),
+        Just("why".to_string()),
+        Just("--for".to_string()),
         Just("-o".to_string()),
         Just("--events-over".to_string()),
         Just("--perfetto".to_string()),
@@ -72,6 +74,12 @@ proptest! {
                 Some(Command::Blocked(b)) => { let _ = BlockedConfig::from_args(b); }
                 Some(Command::Record(r)) => { let _ = Config::for_record(r); }
                 Some(Command::Report(r)) => { let _ = topwaits::cli::ReportConfig::from_args(r); }
+                Some(Command::Why(w)) => {
+                    if let Ok(topwaits::cli::WhyConfig::Trace(c)) = topwaits::cli::WhyConfig::from_args(w) {
+                        // Every wait is an event, with its waker.
+                        prop_assert!(c.waker && c.events_over_us == Some(1));
+                    }
+                }
                 None => {
                     if let Ok(c) = Config::from_args(a.trace) {
                         // A valid config has consistent bounds.

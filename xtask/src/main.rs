@@ -140,6 +140,8 @@ fn main() -> ExitCode {
                     "stacks",
                     "--test",
                     "quiet",
+                    "--test",
+                    "why",
                     "--",
                 ])
                 .arg("--test-threads=1")

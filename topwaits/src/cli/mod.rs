@@ -13,6 +13,7 @@ mod target;
 mod threads;
 mod values;
 mod view;
+mod why;
 
 pub use blocked::{BlockedArgs, BlockedConfig};
 pub use record::{RecordArgs, ReportArgs, ReportConfig};
@@ -23,6 +24,7 @@ pub(crate) use values::parse_duration;
 use values::parse_mask;
 pub use values::{AttachMode, By, OpenWaits, ValueKind};
 pub use view::{ViewArgs, ViewConfig};
+pub use why::{WhyArgs, WhyConfig};
 
 use topwaits_common::limits;
 
@@ -207,6 +209,12 @@ pub enum Command {
     /// folded, JSON, --svg, --timeline, --pprof), without root.
     #[command(after_help = record::REPORT_EXAMPLES)]
     Report(ReportArgs),
+    /// Which waits matter: every wait of the traced threads followed to what it
+    /// waited behind (the waker, and while the waker itself waited, its waker, and
+    /// so on), and the causes ranked by the waiting they explain. Threads that woke
+    /// no other are idle and listed apart. With --for, one thread's critical path.
+    #[command(after_help = why::WHY_EXAMPLES)]
+    Why(WhyArgs),
 }
 
 /// The selection of `-p`/`-t`, else `otherwise` (every thread, or `-u`/`-k`).
@@ -298,6 +306,8 @@ pub enum View {
     OffCpu,
     /// Per waker stack and target comm (`--wakeups`).
     Wakeups,
+    /// `topwaits why`: causes ranked, or one thread's critical path.
+    Why { for_tid: Option<u32> },
 }
 
 /// Validated options; nothing loads before this exists.
@@ -364,6 +374,8 @@ pub enum ConfigError {
     IntervalTooLong { interval: Duration, duration: Duration },
     #[error("--leaf-callers works on frame-pointer walks: not with --unwind cfi, which finds a leaf's caller from its unwind table")]
     LeafCallersWithCfi,
+    #[error("why: {0}")]
+    Why(String),
 }
 
 /// Default number of records in the top view.
@@ -449,6 +461,9 @@ impl Config {
         }
         c.record = Some(r.output);
         c.print = print;
+        if r.why {
+            why::for_why(&mut c);
+        }
         Ok(c)
     }
 

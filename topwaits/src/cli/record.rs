@@ -9,6 +9,7 @@ pub(super) const RECORD_EXAMPLES: &str = "\
 Examples:
   topwaits record -o db.twr -p 1234 30      trace process 1234 for 30 s into db.twr
   topwaits record -o all.twr -w 10          the whole system with wakers
+  topwaits record --why -o inc.twr -p 1234 10   for `topwaits why inc.twr`
   topwaits report db.twr                    the top view, later, anywhere, without root
   topwaits report db.twr -f | flamegraph.pl > db.svg
   topwaits report db.twr --pprof db.pb.gz   the same trace for go tool pprof or Pyroscope";
@@ -27,6 +28,11 @@ pub struct RecordArgs {
     /// trace: `topwaits report FILE` shows it again on any machine, without root.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
+
+    /// Record what `topwaits why FILE` needs: every wait as an event, with its
+    /// waker (as `-w --events-over 1`).
+    #[arg(long)]
+    pub why: bool,
 
     #[command(flatten)]
     pub trace: TraceArgs,

@@ -12,6 +12,7 @@ pub mod threads;
 pub mod timeline;
 pub mod top;
 pub mod wakeups;
+pub mod why;
 
 use std::io::{self, Write};
 
@@ -26,8 +27,10 @@ pub trait Format<D: ?Sized = Report> {
 
 /// The format an [`Output`] choice names, for a view.
 pub fn for_output(view: View, output: &Output) -> Box<dyn Format> {
-    if view == View::Wakeups {
-        return Box::new(wakeups::Wakeups { output: output.clone() });
+    match view {
+        View::Wakeups => return Box::new(wakeups::Wakeups { output: output.clone() }),
+        View::Why { for_tid } => return Box::new(why::Why { output: output.clone(), for_tid }),
+        View::OffCpu => {}
     }
     match output {
         Output::Top { limit, delimited } => Box::new(top::Top { limit: *limit, delimited: *delimited }),

@@ -1,7 +1,7 @@
 //! One runner per subcommand, each reading top to bottom in the order data flows:
 //! validated options → load → wait → drain → symbolize → merge → report. `trace`
-//! runs a trace and `record` (a trace with a record file), `threads`, `blocked`
-//! and `report` their own; what they share (checks before loading, waiting,
+//! runs a trace and `record` (a trace with a record file), `threads`, `blocked`,
+//! `report` and `why` their own; what they share (checks before loading, waiting,
 //! the status line, the files beside stdout, the unwind tables, stdout itself) is here.
 
 pub mod blocked;
@@ -13,6 +13,7 @@ pub mod threads;
 pub mod trace;
 mod unwind;
 mod wait;
+pub mod why;
 
 use std::io::{self, BufWriter, Write};
 
@@ -30,6 +31,7 @@ pub fn command(args: cli::Args) -> Result<Result<()>, ConfigError> {
         Some(cli::Command::Blocked(b)) => blocked::run(&cli::BlockedConfig::from_args(b)?),
         Some(cli::Command::Record(r)) => trace::run(&cli::Config::for_record(r)?),
         Some(cli::Command::Report(r)) => report::run(&cli::ReportConfig::from_args(r)?),
+        Some(cli::Command::Why(w)) => why::run(cli::WhyConfig::from_args(w)?),
         None => trace::run(&cli::Config::from_args(args.trace)?),
     })
 }

@@ -84,6 +84,7 @@ pub fn run(config: &Config) -> Result<()> {
     let target = config.target();
     let what = match config.view {
         crate::cli::View::Wakeups => "wakeups",
+        crate::cli::View::Why { .. } => "every wait and its waker",
         crate::cli::View::OffCpu if config.waker => "off-CPU waits and their wakers",
         crate::cli::View::OffCpu => "off-CPU waits",
     };

@@ -1,0 +1,130 @@
+//! Kernel tests of `topwaits why` on workloads whose answer is known: a lock
+//! holder that sleeps while it holds the lock ranks first over an idle pool whose
+//! waits are far longer, live and from a recording; and a request relayed
+//! through two threads gives the client a critical path that adds up to its
+//! window, split between the computing thread and the sleeping one as the
+//! workload splits it.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::Value;
+
+/// Compiles tests/programs/NAME.c.
+fn program(name: &str) -> String {
+    let out = format!("{}/{name}", env!("CARGO_TARGET_TMPDIR"));
+    let src = format!("{}/tests/programs/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new("cc").args(["-O2", "-g", "-pthread", "-o", &out, &src]).status().expect("a C compiler (cc) is needed");
+    assert!(status.success(), "compiling {src} failed");
+    out
+}
+
+/// A started workload and its "ready" line, killed when dropped.
+struct Started(std::process::Child, String);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(exe: &str) -> Started {
+    let mut child = Command::new(exe).stdout(Stdio::piped()).spawn().expect("the workload starts");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    let started = Started(child, line.trim().to_string());
+    assert!(started.1.starts_with("ready"), "{:?}", started.1);
+    started
+}
+
+fn comm(v: &Value) -> &str {
+    v["comm"].as_str().unwrap_or("")
+}
+
+/// The holder's sleep is the first cause; the pool is idle, never a cause.
+fn assert_holder_first(doc: &Value) {
+    let causes = doc["causes"].as_array().unwrap();
+    let first = &causes[0];
+    assert_eq!(comm(&first["thread"]), "tw_holder", "{doc:#}");
+    assert_eq!(first["kind"], "blocked", "{doc:#}");
+    assert!(stack_names(&first["user_stack"]).iter().any(|n| n == "tw_sleep_holding_the_lock"), "{first:#}");
+    assert!(first["share"].as_f64().unwrap() > 0.3, "{first:#}");
+    let waiters: Vec<&str> = first["waiters"].as_array().unwrap().iter().map(comm).collect();
+    assert_eq!(waiters.iter().filter(|&&c| c == "tw_worker").count(), 4, "{first:#}");
+    assert!(causes.iter().all(|c| comm(&c["thread"]) != "tw_pool"), "{doc:#}");
+    let idle = doc["idle"].as_array().unwrap();
+    assert_eq!(idle.iter().filter(|i| comm(&i["thread"]) == "tw_pool").count(), 8, "{doc:#}");
+    // The pool waited far longer than the holder slept: duration alone ranks it first.
+    let pool_ns: u64 = idle.iter().filter(|i| comm(&i["thread"]) == "tw_pool").map(|i| i["ns"].as_u64().unwrap()).sum();
+    assert!(pool_ns > first["ns"].as_u64().unwrap(), "{doc:#}");
+}
+
+#[test]
+fn a_holder_sleeping_with_the_lock_ranks_first_over_a_longer_idle_pool() {
+    require_bpf!();
+    let w = start(&program("holder"));
+    let pid = w.0.id().to_string();
+    let doc = json(&run(&["why", "--json", "-p", &pid, "2"]));
+    assert_holder_first(&doc);
+    // The text view says the same, first line first.
+    let text = run(&["why", "-p", &pid, "1"]);
+    assert!(text.status.success(), "{}", text.stderr);
+    let first = text.stdout.lines().find(|l| l.trim_start().starts_with("1.")).unwrap_or_default();
+    assert!(first.contains("tw_holder") && first.contains("tw_sleep_holding_the_lock"), "{}", text.stdout);
+    assert!(text.stdout.contains("Idle"), "{}", text.stdout);
+}
+
+#[test]
+fn a_recording_made_for_why_is_explained_later_without_tracing() {
+    require_bpf!();
+    let w = start(&program("holder"));
+    let pid = w.0.id().to_string();
+    let file = format!("{}/holder.twr", env!("CARGO_TARGET_TMPDIR"));
+    let rec = run(&["record", "--why", "-o", &file, "-p", &pid, "2"]);
+    assert!(rec.status.success(), "{}", rec.stderr);
+    drop(w);
+    assert_holder_first(&json(&run(&["why", &file, "--json"])));
+    // A recording without wakers cannot say why: one clear line.
+    let plain = format!("{}/plain.twr", env!("CARGO_TARGET_TMPDIR"));
+    let w = start(&program("holder"));
+    assert!(run(&["record", "-o", &plain, "-p", &w.0.id().to_string(), "1"]).status.success());
+    let refused = run(&["why", &plain]);
+    assert!(!refused.status.success());
+    assert!(refused.stderr.contains("record --why"), "{}", refused.stderr);
+}
+
+#[test]
+fn a_relayed_request_splits_the_clients_time_between_the_two_threads() {
+    require_bpf!();
+    let w = start(&program("relay"));
+    let client = w.1.trim_start_matches("ready client=").to_string();
+    let pid = w.0.id().to_string();
+    let doc = json(&run(&["why", "--json", "-p", &pid, "--for", &client, "2"]));
+    let path = &doc["critical_path"];
+    let window = path["window_ns"].as_u64().unwrap();
+    let segments = path["segments"].as_array().unwrap();
+    let sum: u64 = segments.iter().map(|s| s["ns"].as_u64().unwrap()).sum();
+    assert!((sum as f64 - window as f64).abs() <= 0.05 * window as f64, "segments {sum} ns of a {window} ns window: {doc:#}");
+    // Behind the server (computing 3 ms) and behind the sleeper (2 ms asleep):
+    // 60% and 40% of the time the client spent behind either.
+    let behind = |name: &str| -> u64 {
+        segments.iter().filter(|s| s["path"].as_array().unwrap().last().map(comm) == Some(name)).map(|s| s["ns"].as_u64().unwrap()).sum()
+    };
+    let (server, sleeper) = (behind("tw_server"), behind("tw_sleeper"));
+    let share = server as f64 / (server + sleeper).max(1) as f64;
+    assert!((0.5..=0.7).contains(&share), "the server has {:.0}% of the relay, the sleeper the rest: {doc:#}", share * 100.0);
+    // The sleeper's part is its sleep, named.
+    let asleep = segments
+        .iter()
+        .find(|s| s["state"] == "blocked" && stack_names(&s["user_stack"]).iter().any(|n| n == "tw_sleep_then_answer"))
+        .unwrap_or_else(|| panic!("no sleep on the path: {doc:#}"));
+    assert_eq!(comm(asleep["path"].as_array().unwrap().last().unwrap()), "tw_sleeper");
+    assert!(asleep["ns"].as_u64().unwrap() as f64 > 0.25 * (server + sleeper) as f64, "{doc:#}");
+    // Folded: one line per segment, the thread path first.
+    let folded = run(&["why", "-f", "-p", &pid, "--for", &client, "1"]);
+    assert!(folded.status.success(), "{}", folded.stderr);
+    assert!(folded.stdout.lines().any(|l| l.starts_with("tw_client;tw_sleeper;tw_server;[running]")), "{}", folded.stdout);
+}

@@ -44,7 +44,7 @@ fn comm(v: &Value) -> &str {
     v["comm"].as_str().unwrap_or("")
 }
 
-/// The holder's sleep is the first cause; the pool is idle, never a cause.
+/// The holder's sleep is the first cause; the pool is never a cause.
 fn assert_holder_first(doc: &Value) {
     let causes = doc["causes"].as_array().unwrap();
     let first = &causes[0];
@@ -55,6 +55,11 @@ fn assert_holder_first(doc: &Value) {
     let waiters: Vec<&str> = first["waiters"].as_array().unwrap().iter().map(comm).collect();
     assert_eq!(waiters.iter().filter(|&&c| c == "tw_worker").count(), 4, "{first:#}");
     assert!(causes.iter().all(|c| comm(&c["thread"]) != "tw_pool"), "{doc:#}");
+}
+
+/// ... and the pool, waiting all along (a wait still open at the end), is idle.
+fn assert_pool_idle(doc: &Value) {
+    let first = &doc["causes"][0];
     let idle = doc["idle"].as_array().unwrap();
     assert_eq!(idle.iter().filter(|i| comm(&i["thread"]) == "tw_pool").count(), 8, "{doc:#}");
     // The pool waited far longer than the holder slept: duration alone ranks it first.
@@ -69,6 +74,7 @@ fn a_holder_sleeping_with_the_lock_ranks_first_over_a_longer_idle_pool() {
     let pid = w.0.id().to_string();
     let doc = json(&run(&["why", "--json", "-p", &pid, "2"]));
     assert_holder_first(&doc);
+    assert_pool_idle(&doc);
     // The text view says the same, first line first.
     let text = run(&["why", "-p", &pid, "1"]);
     assert!(text.status.success(), "{}", text.stderr);
@@ -86,7 +92,9 @@ fn a_recording_made_for_why_is_explained_later_without_tracing() {
     let rec = run(&["record", "--why", "-o", &file, "-p", &pid, "2"]);
     assert!(rec.status.success(), "{}", rec.stderr);
     drop(w);
-    assert_holder_first(&json(&run(&["why", &file, "--json"])));
+    let doc = json(&run(&["why", &file, "--json"]));
+    assert_holder_first(&doc);
+    assert_pool_idle(&doc);
     // A recording without wakers cannot say why: one clear line.
     let plain = format!("{}/plain.twr", env!("CARGO_TARGET_TMPDIR"));
     let w = start(&program("holder"));
@@ -127,4 +135,19 @@ fn a_relayed_request_splits_the_clients_time_between_the_two_threads() {
     let folded = run(&["why", "-f", "-p", &pid, "--for", &client, "1"]);
     assert!(folded.status.success(), "{}", folded.stderr);
     assert!(folded.stdout.lines().any(|l| l.starts_with("tw_client;tw_sleeper;tw_server;[running]")), "{}", folded.stdout);
+}
+
+#[test]
+fn system_wide_the_kernels_own_idle_waits_are_idle_not_causes() {
+    require_bpf!();
+    let _w = start(&program("holder"));
+    let doc = json(&run(&["why", "--json", "-n", "0", "2"]));
+    assert_holder_first(&doc);
+    let kernel = |c: &str| ["kworker/", "migration/", "ksoftirqd/", "rcu_", "kcompactd", "khugepaged"].iter().any(|p| c.starts_with(p));
+    let idle = doc["idle"].as_array().unwrap();
+    assert!(idle.iter().any(|i| kernel(comm(&i["thread"]))), "no kernel thread idle: {doc:#}");
+    // What kernel threads explain (writeback, say) is a small part at most.
+    let share: f64 =
+        doc["causes"].as_array().unwrap().iter().filter(|c| kernel(comm(&c["thread"]))).map(|c| c["share"].as_f64().unwrap()).sum();
+    assert!(share < 0.1, "kernel threads explain {:.0}% of the waiting: {doc:#}", share * 100.0);
 }

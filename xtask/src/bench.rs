@@ -52,6 +52,7 @@ fn tracers(bin: &str, idle: u32) -> Vec<Tracer> {
         Tracer { name: "topwaits --events-over 10000", cmd: tw(&["-f", "--events-over", "10000"]) },
         Tracer { name: "topwaits --waker", cmd: tw(&["-f", "--waker"]) },
         Tracer { name: "topwaits --waker --chain 4", cmd: tw(&["-f", "--chain", "4"]) },
+        Tracer { name: "topwaits why (every wait an event, with its waker)", cmd: tw(&["why", "--json"]) },
         Tracer { name: "topwaits threads", cmd: tw(&["threads", "--json"]) },
         Tracer { name: "libbpf-tools offcputime", cmd: Some(vec!["/usr/sbin/offcputime".into()]) },
         Tracer { name: "bpftrace one-liner", cmd: Some(vec!["bpftrace".into(), "-e".into(), BPFTRACE_OFFCPU.into()]) },

@@ -35,13 +35,22 @@ pub struct WaitEvents {
     pub(super) ring: RingBuf<MapData>,
     /// The events read so far, in the order they ended.
     pub got: Vec<WaitEvent>,
+    /// Events read while `got` held [`MAX_HELD_EVENTS`]: dropped, counted.
+    pub dropped: u64,
 }
+
+/// Most events held between two reports (128 bytes each: 128 MiB), so that a long
+/// or busy trace (`topwaits why` sends every wait) stays bounded; the later ones
+/// are dropped first and counted.
+pub const MAX_HELD_EVENTS: usize = 1 << 20;
 
 impl WaitEvents {
     /// Moves every pending event into [`WaitEvents::got`].
     pub fn pull(&mut self) {
         while let Some(item) = self.ring.next() {
-            if item.len() >= std::mem::size_of::<WaitEvent>() {
+            if self.got.len() >= MAX_HELD_EVENTS {
+                self.dropped += 1;
+            } else if item.len() >= std::mem::size_of::<WaitEvent>() {
                 // SAFETY: the kernel writes whole WaitEvent records; the read is
                 // unaligned-safe.
                 self.got.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) });

@@ -9,7 +9,7 @@ mod drain;
 mod events;
 mod unwind;
 
-pub use events::{ProcEvents, WaitEvents};
+pub use events::{ProcEvents, WaitEvents, MAX_HELD_EVENTS};
 pub use unwind::UnwindMaps;
 
 use std::collections::HashMap;
@@ -430,7 +430,7 @@ impl Tracer {
         let Some(map) = self.ebpf.take_map(names::WAIT_EVENTS) else {
             return Ok(None);
         };
-        Ok(Some(events::WaitEvents { ring: RingBuf::try_from(map)?, got: Vec::new() }))
+        Ok(Some(events::WaitEvents { ring: RingBuf::try_from(map)?, got: Vec::new(), dropped: 0 }))
     }
 
     pub fn take_events(&mut self) -> Result<Option<ProcEvents>> {

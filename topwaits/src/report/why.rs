@@ -231,7 +231,7 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, limit: usize, out: 
         }
     }
     if !f.idle.is_empty() {
-        writeln!(out, "\nIdle (woke no other thread, so their waits held nobody up; not ranked):")?;
+        writeln!(out, "\nIdle (woke no other thread after any of their waits, so they held nobody up; not ranked):")?;
         // Threads of one name idle in one place (a pool) share a line.
         let mut groups: Vec<(String, String, Vec<&crate::why::Idle>)> = Vec::new();
         for i in &f.idle {
@@ -250,6 +250,13 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, limit: usize, out: 
             };
             writeln!(out, "  {:>11}  {who} in {place}", secs(longest))?;
         }
+    }
+    if f.idle_waits_ns > 0 {
+        writeln!(
+            out,
+            "\nNot ranked either: {} of idle waits (after which the thread woke nobody) in the threads above.",
+            secs(f.idle_waits_ns)
+        )?;
     }
     Ok(())
 }
@@ -294,6 +301,7 @@ fn causes_json(input: &Input, report: &Report, f: &Findings, limit: usize, out: 
         "duration_s": report.info.duration_s(),
         "waits": input.waits,
         "waiting_ns": f.waiting_ns,
+        "idle_waits_ns": f.idle_waits_ns,
         "causes_total": f.causes.len(),
         "causes": causes,
         "idle": idle,

@@ -203,6 +203,12 @@ pub fn run(config: &Config) -> Result<()> {
         unwinding.first_table_after,
         unwinding.files_without_tables
     );
+    if let Some(dropped) = long.as_ref().map(|l| l.dropped).filter(|&d| d > 0) {
+        crate::stderr::say!(
+            "topwaits: warning: {dropped} wait events were dropped after the first {} of a report (a bound on memory); trace for less time, or narrow it with -p/-t or a larger --events-over",
+            crate::bpf::MAX_HELD_EVENTS
+        );
+    }
     for w in total.warnings().into_iter().chain(unwinder.borrow().warnings()) {
         crate::stderr::say!("topwaits: warning: {w}");
     }

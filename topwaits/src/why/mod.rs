@@ -4,11 +4,13 @@
 //! itself blocked, the waker's waker, recursively ([`follow`]). Where that ends
 //! (a thread running, a thread in the run queue, a thread blocked on what no
 //! thread did, or a cycle) is the moment's cause. Summed over the targets' waits,
-//! the causes rank what limits them; threads that ended nobody else's wait are
-//! idle (a pool worker with no work, a housekeeping sleep) and listed apart,
-//! unless no target woke another (a lone thread's waits are what there is to
-//! explain); groups of threads that wait only on each other are knots. Pure:
-//! waits in, causes and paths out, tested on fabricated streams.
+//! the causes rank what limits them. A wait after which its thread woke no other
+//! thread before it waited again is idle (a pool worker with no work, a
+//! housekeeping sleep, a kernel worker between jobs): it held nobody up, so it
+//! is not ranked, and threads whose every wait is idle are listed apart; unless
+//! no target's wait was followed by a wakeup (a lone thread's waits are what
+//! there is to explain). Groups of threads that wait only on each other are
+//! knots. Pure: waits in, causes and paths out, tested on fabricated streams.
 
 mod follow;
 
@@ -92,7 +94,7 @@ pub struct Ranked {
     pub waiters: BTreeSet<Tid>,
 }
 
-/// An idle thread: its waits ended nobody else's.
+/// An idle thread: none of its waits was followed by its waking another thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Idle {
     pub tid: Tid,
@@ -110,6 +112,8 @@ pub struct Findings {
     /// The targets' non-idle waiting, which the causes add up to.
     pub waiting_ns: u64,
     pub idle: Vec<Idle>,
+    /// Idle waits of threads that are not idle (not ranked either).
+    pub idle_waits_ns: u64,
     /// Groups of threads that waited only on each other, each sorted.
     pub knots: Vec<Vec<Tid>>,
 }
@@ -148,17 +152,20 @@ impl Trace {
         self.waits.get(&tid).map(Vec::as_slice).unwrap_or(&[])
     }
 
-    /// The threads that ended another thread's wait.
-    fn wakers(&self) -> BTreeSet<Tid> {
-        let mut out = BTreeSet::new();
+    /// When each thread woke another's wait, in order.
+    fn wake_times(&self) -> HashMap<Tid, Vec<u64>> {
+        let mut out: HashMap<Tid, Vec<u64>> = HashMap::new();
         for (tid, list) in &self.waits {
             for w in list {
                 if let Waker::Thread(b) = w.waker {
                     if b != *tid {
-                        out.insert(b);
+                        out.entry(b).or_default().push(w.woken.unwrap_or(w.end));
                     }
                 }
             }
+        }
+        for v in out.values_mut() {
+            v.sort_unstable();
         }
         out
     }
@@ -173,21 +180,32 @@ impl Trace {
         } else {
             targets.to_vec()
         };
-        let wakers = self.wakers();
+        let wakes = self.wake_times();
+        // Whether wait `i` of `tid` was followed by a wakeup the thread made
+        // before its next wait.
+        let busy = |tid: Tid, list: &[Wait], i: usize| -> bool {
+            let (end, next) = (list[i].end, list.get(i + 1).map_or(u64::MAX, |n| n.start));
+            wakes.get(&tid).is_some_and(|v| v.get(v.partition_point(|&t| t < end)).is_some_and(|&t| t < next))
+        };
         // A lone thread (gzip reading its input) wakes no other: then its waits
         // are what there is to explain, and none is idle.
-        let lone = !all.iter().any(|t| wakers.contains(t));
+        let lone = !all.iter().any(|&t| {
+            let list = self.of(t);
+            (0..list.len()).any(|i| busy(t, list, i))
+        });
         let mut found = Findings::default();
         let mut sums: HashMap<Cause, (u64, BTreeSet<Tid>)> = HashMap::new();
         for &tid in &all {
             let list = self.of(tid);
-            if !lone && !wakers.contains(&tid) {
+            let ranked: Vec<&Wait> = (0..list.len()).filter(|&i| lone || busy(tid, list, i)).map(|i| &list[i]).collect();
+            if ranked.is_empty() {
                 if let Some(idle) = idle_of(tid, list) {
                     found.idle.push(idle);
                 }
                 continue;
             }
-            for w in list {
+            found.idle_waits_ns += list.iter().map(|w| w.end - w.start).sum::<u64>() - ranked.iter().map(|w| w.end - w.start).sum::<u64>();
+            for w in ranked {
                 found.waiting_ns += w.end - w.start;
                 follow::wait(self, w, &mut |_, cause, ns| {
                     let e = sums.entry(cause).or_default();

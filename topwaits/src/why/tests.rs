@@ -53,8 +53,10 @@ fn a_holder_sleeping_with_the_lock_ranks_first_over_a_far_longer_idle_pool() {
     assert_whole(&f);
     let first = &f.causes[0];
     assert_eq!(first.cause, Cause { tid: 1, what: What::Blocked { site: SLEEP, on: timer() } }, "{f:#?}");
-    // The holder's own sleeps (200) and every worker's wait behind them (4 x 200).
-    assert_eq!(first.ns, 1000);
+    // The holder's own sleeps (200) and the workers' waits behind them, but for
+    // the last worker's each cycle: it wakes nobody after, so that wait is idle.
+    assert_eq!(first.ns, 200 + 3 * 200);
+    assert_eq!(f.idle_waits_ns, 10 * 29);
     assert!(first.share > 0.6, "{f:#?}");
     assert_eq!(first.waiters, BTreeSet::from([1, 2, 3, 4, 5]));
     // The pool is idle, not a cause, though its waits are eight times longer.
@@ -147,15 +149,19 @@ fn an_idle_pool_is_listed_apart_longest_first() {
         wait(8, 0, None, 100, Waker::Unknown, POOL, 0),
         // A consumer woken by a producer, which it never wakes in turn: idle too.
         wait(1, 0, Some(40), 41, Waker::Thread(2), 0x10, 0x20),
+        // The producer's timer wait is followed by its waking the consumer; its
+        // wait for more work after is idle.
+        wait(2, 0, Some(30), 30, timer(), 0x20, 0),
         wait(2, 50, None, 100, Waker::Unknown, 0x21, 0),
     ];
     let f = Trace::new(waits).why(&[]);
     assert_whole(&f);
     let idle: Vec<(Tid, u64)> = f.idle.iter().map(|i| (i.tid, i.ns)).collect();
     assert_eq!(idle, vec![(8, 100), (7, 80), (1, 41)]);
-    // Only the producer, a waker, is ranked: its own open wait.
-    assert_eq!(f.waiting_ns, 50);
-    assert_eq!(f.causes[0].cause, Cause { tid: 2, what: What::Blocked { site: 0x21, on: Waker::Unknown } });
+    // Only the producer's wait before its wakeup is ranked.
+    assert_eq!(f.waiting_ns, 30);
+    assert_eq!(f.causes[0].cause, Cause { tid: 2, what: What::Blocked { site: 0x20, on: timer() } });
+    assert_eq!(f.idle_waits_ns, 50);
 }
 
 #[test]

@@ -95,6 +95,15 @@ fn a_recording_made_for_why_is_explained_later_without_tracing() {
     let doc = json(&run(&["why", &file, "--json"]));
     assert_holder_first(&doc);
     assert_pool_idle(&doc);
+    // One worker's critical path drawn from the file: the holder is on it.
+    let worker = doc["causes"][0]["waiters"].as_array().unwrap().iter().find(|w| comm(w) == "tw_worker").unwrap()["tid"].to_string();
+    let svg = format!("{}/path.svg", env!("CARGO_TARGET_TMPDIR"));
+    let _ = std::fs::remove_file(&svg);
+    let drawn = run(&["why", &file, "--for", &worker, "--svg", &svg]);
+    assert!(drawn.status.success(), "{}", drawn.stderr);
+    let svg = std::fs::read_to_string(&svg).expect("the svg is written");
+    assert!(svg.starts_with("<?xml") && svg.contains("Critical path of"), "{}", &svg[..svg.len().min(400)]);
+    assert!(svg.contains("tw_holder") && svg.contains("tw_sleep_holding_the_lock"), "the holder's sleep is not on the worker's path");
     // A recording without wakers cannot say why: one clear line.
     let plain = format!("{}/plain.twr", env!("CARGO_TARGET_TMPDIR"));
     let w = start(&program("holder"));

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{parse_duration, Config, ConfigError, Output, TraceArgs, View};
+use super::{parse_duration, Config, ConfigError, Output, TraceArgs, View, ViewConfig};
 
 pub(super) const WHY_EXAMPLES: &str = "\
 Examples:
@@ -38,8 +38,8 @@ pub struct WhyArgs {
 pub enum WhyConfig {
     /// A live trace.
     Trace(Box<Config>),
-    /// A recorded one, shown as `output`.
-    File { file: PathBuf, for_tid: Option<u32>, output: Output },
+    /// A recorded one, shown as `view` says.
+    File { file: PathBuf, for_tid: Option<u32>, view: ViewConfig },
 }
 
 impl WhyConfig {
@@ -50,9 +50,9 @@ impl WhyConfig {
                 Ok(d) => Some(d),
                 // Not a number at all: a file.
                 Err(_) if w.parse::<f64>().is_err() && a.trace.duration.is_none() => {
-                    let output = a.trace.view.config()?.output;
-                    check_output(&output, for_tid)?;
-                    return Ok(WhyConfig::File { file: PathBuf::from(w), for_tid, output });
+                    let view = a.trace.view.config()?;
+                    check_view(&view, for_tid)?;
+                    return Ok(WhyConfig::File { file: PathBuf::from(w), for_tid, view });
                 }
                 Err(e) => return Err(ConfigError::Why(e)),
             },
@@ -68,7 +68,7 @@ impl WhyConfig {
         if duration.is_some() {
             c.duration = duration;
         }
-        check_output(&c.shown.output, for_tid)?;
+        check_view(&c.shown, for_tid)?;
         for_why(&mut c);
         c.view = View::Why { for_tid };
         Ok(WhyConfig::Trace(Box::new(c)))
@@ -83,10 +83,15 @@ impl WhyConfig {
     }
 }
 
-/// Folded output is a critical path's: it needs `--for`.
-fn check_output(output: &Output, for_tid: Option<u32>) -> Result<(), ConfigError> {
-    if matches!(output, Output::Folded { .. }) && for_tid.is_none() {
-        return Err(ConfigError::Why("-f folds a critical path: give --for TID".into()));
+/// Folded output and the svg are a critical path's: they need `--for`.
+fn check_view(view: &ViewConfig, for_tid: Option<u32>) -> Result<(), ConfigError> {
+    if for_tid.is_none() {
+        if matches!(view.output, Output::Folded { .. }) {
+            return Err(ConfigError::Why("-f folds a critical path: give --for TID".into()));
+        }
+        if view.svg.is_some() {
+            return Err(ConfigError::Why("--svg draws a critical path: give --for TID".into()));
+        }
     }
     Ok(())
 }
@@ -116,14 +121,16 @@ mod tests {
         assert_eq!(c.duration, Some(Duration::from_millis(2500)));
         assert!(c.waker && c.events_over_us == Some(1));
         assert_eq!(c.view, View::Why { for_tid: None });
-        let f = why(&["inc.twr", "--for", "9", "--json"]).unwrap();
-        assert_eq!(f, WhyConfig::File { file: "inc.twr".into(), for_tid: Some(9), output: Output::Json { limit: 0 } });
+        let WhyConfig::File { file, for_tid, view } = why(&["inc.twr", "--for", "9", "--json"]).unwrap() else { panic!("not a file") };
+        assert_eq!((file, for_tid, view.output), ("inc.twr".into(), Some(9), Output::Json { limit: 0 }));
     }
 
     #[test]
     fn folded_needs_a_thread_and_intervals_are_refused() {
         assert!(matches!(why(&["-f", "3"]), Err(ConfigError::Why(m)) if m.contains("--for")));
         assert!(why(&["-f", "--for", "4", "3"]).is_ok());
+        assert!(matches!(why(&["--svg", "p.svg", "3"]), Err(ConfigError::Why(m)) if m.contains("--for")));
+        assert!(why(&["x.twr", "--svg", "p.svg", "--for", "4"]).is_ok());
         assert!(matches!(why(&["-i", "1", "3"]), Err(ConfigError::Why(m)) if m.contains("--interval")));
     }
 }

@@ -375,6 +375,14 @@ fn path_json(input: &Input, report: &Report, tid: Tid, path: &[Segment], out: &m
 /// Folded lines: the path of threads, then the last one's state and stack
 /// (outermost frame first), then nanoseconds.
 fn path_folded(input: &Input, path: &[Segment], out: &mut dyn Write) -> io::Result<()> {
+    for line in folded_lines(input, path) {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+fn folded_lines(input: &Input, path: &[Segment]) -> Vec<String> {
+    let mut lines = Vec::new();
     for s in path {
         let mut parts: Vec<String> = path_names(input, s).iter().map(|n| n.replace([';', ' '], "_")).collect();
         parts.push(format!("[{}]", state(&s.what).replace(' ', "_")));
@@ -386,7 +394,32 @@ fn path_folded(input: &Input, path: &[Segment], out: &mut dyn Write) -> io::Resu
             parts.extend(st.user.frames().iter().rev().map(|f| f.name().replace(';', ":")));
             parts.extend(st.kernel.frames().iter().rev().map(|f| f.name().replace(';', ":")));
         }
-        writeln!(out, "{} {}", parts.join(";"), s.ns)?;
+        lines.push(format!("{} {}", parts.join(";"), s.ns));
     }
-    Ok(())
+    lines
+}
+
+/// `--svg` with `--for`: the critical path as a flame graph, the path of threads
+/// at its root.
+pub struct PathSvg {
+    pub for_tid: Tid,
+}
+
+impl Format for PathSvg {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        use inferno::flamegraph;
+        let input = Input::of(report);
+        let path = critical_path(&input.trace, self.for_tid, report.info.start_mono, report.info.end_mono);
+        let lines = folded_lines(&input, &path);
+        let mut opts = flamegraph::Options::default();
+        opts.title = format!("Critical path of {} over {:.1} s", input.thread(self.for_tid), report.info.duration_s());
+        opts.subtitle = Some(format!("{}: each stretch followed to the thread or device that ended it", report.info.target));
+        opts.count_name = "ns".into();
+        opts.deterministic = true;
+        if lines.is_empty() {
+            return flamegraph::from_lines(&mut opts, ["[nothing traced] 1"].iter().copied(), out)
+                .map_err(|e| io::Error::other(e.to_string()));
+        }
+        flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out).map_err(|e| io::Error::other(e.to_string()))
+    }
 }

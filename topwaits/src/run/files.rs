@@ -18,6 +18,8 @@ pub struct ViewFiles {
     record: Option<OutputFile>,
     value: ValueKind,
     timeline_limit: usize,
+    /// `why --for TID`: the svg is that thread's critical path.
+    path_of: Option<u32>,
 }
 
 impl ViewFiles {
@@ -32,7 +34,14 @@ impl ViewFiles {
             record: OutputFile::create_opt(record)?,
             value: view.value,
             timeline_limit: view.timeline_limit,
+            path_of: None,
         })
+    }
+
+    /// Draws thread `tid`'s critical path in the svg (`why --for`).
+    pub fn critical_path(mut self, tid: Option<u32>) -> Self {
+        self.path_of = tid;
+        self
     }
 
     /// Whether a file needs the processes' mappings ([`Report::objects`]).
@@ -43,8 +52,10 @@ impl ViewFiles {
     /// Writes every file from the report (per thread, as the trace saw it).
     pub fn write(self, report: &Report) -> Result<()> {
         if let Some(file) = self.svg {
-            let svg = report::svg::FlameSvg { value: self.value };
-            file.write(|out| svg.write(report, out))?;
+            match self.path_of {
+                Some(for_tid) => file.write(|out| report::why::PathSvg { for_tid }.write(report, out))?,
+                None => file.write(|out| report::svg::FlameSvg { value: self.value }.write(report, out))?,
+            }
         }
         if let Some(file) = self.timeline {
             let t = report::timeline::Timeline { limit: self.timeline_limit };

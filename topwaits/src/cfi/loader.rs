@@ -6,8 +6,8 @@
 //! start nor the process events wait for it. What the kernel holds is written
 //! through a [`Sink`], which `bpf/` implements.
 
-use std::collections::HashMap;
-use std::sync::mpsc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -87,11 +87,10 @@ struct File {
 }
 
 struct Proc {
-    maps: ProcMaps,
+    /// Shared with the forks that map the same (a fork storm copies no table).
+    maps: Arc<ProcMaps>,
     read_at: Instant,
     reread_after: Duration,
-    /// The walker met code it could not place since the last read.
-    missed: bool,
     /// A forked process that has not exec'd: the process whose mappings it
     /// shares, read in its stead (reading every fork's maps is what a fork-heavy
     /// workload would make the user side's main cost).
@@ -118,6 +117,14 @@ pub struct Loader {
     files: HashMap<(u64, u64), File>,
     next_id: u32,
     procs: HashMap<u32, Proc>,
+    /// The processes in which the walker met code it could not place since they
+    /// were last read (a set of its own: each event looks at these, not at all).
+    missed: HashSet<u32>,
+    /// The processes read at their exec and not since: what they mapped then
+    /// lacked their libraries, so they are read again at their first fork
+    /// rather than each fork being handed the stale table (and each sending
+    /// a MAPS event of its own).
+    execed: HashSet<u32>,
     jobs: Option<mpsc::Sender<Job>>,
     built: mpsc::Receiver<Built>,
     in_flight: usize,
@@ -154,6 +161,8 @@ impl Loader {
             files: HashMap::new(),
             next_id: 1,
             procs: HashMap::new(),
+            missed: HashSet::new(),
+            execed: HashSet::new(),
             jobs: Some(job_tx),
             built,
             in_flight: 0,
@@ -170,23 +179,24 @@ impl Loader {
         let now = Instant::now();
         match ev {
             Some(ev) => match ev.kind {
-                proc_event::FORK => match self.procs.get(&ev.parent).map(|p| (p.maps, p.source.unwrap_or(ev.parent))) {
-                    // A fork maps what its parent does until it execs.
-                    Some((maps, source)) => {
-                        self.keep(ev.tgid, maps, now, sink);
-                        if let Some(p) = self.procs.get_mut(&ev.tgid) {
-                            p.source = Some(source);
-                        }
+                proc_event::FORK => {
+                    let source = self.procs.get(&ev.parent).map(|p| p.source.unwrap_or(ev.parent));
+                    if let Some(s) = source.filter(|s| self.execed.contains(s) || self.missed.contains(s)) {
+                        self.read(s, now, sink);
                     }
-                    None => self.read(ev.tgid, now, sink),
-                },
-                proc_event::EXEC => self.read(ev.tgid, now, sink),
+                    self.fork(ev, now, sink);
+                }
+                proc_event::EXEC => {
+                    self.read(ev.tgid, now, sink);
+                    self.execed.insert(ev.tgid);
+                }
                 proc_event::MAPS => {
                     // A fork's source is read for it, while that still runs.
                     let source = self.procs.get(&ev.tgid).and_then(|p| p.source).filter(|s| self.procs.contains_key(s) && alive(*s));
-                    match self.procs.get_mut(&source.unwrap_or(ev.tgid)) {
-                        Some(p) => p.missed = true,
-                        None => self.read(ev.tgid, now, sink),
+                    let tgid = source.unwrap_or(ev.tgid);
+                    match self.procs.contains_key(&tgid) {
+                        true => _ = self.missed.insert(tgid),
+                        false => self.read(ev.tgid, now, sink),
                     }
                 }
                 _ => {
@@ -197,11 +207,16 @@ impl Loader {
             },
             None => self.take_built(sink),
         }
-        let due: Vec<u32> = self.procs.iter().filter(|(_, p)| p.missed && now >= p.read_at + p.reread_after).map(|(t, _)| *t).collect();
-        for tgid in due {
-            self.read(tgid, now, sink);
+        if !self.missed.is_empty() {
+            let procs = &self.procs;
+            let due: Vec<u32> =
+                self.missed.iter().copied().filter(|t| procs.get(t).is_none_or(|p| now >= p.read_at + p.reread_after)).collect();
+            for tgid in due {
+                self.missed.remove(&tgid);
+                self.read(tgid, now, sink);
+            }
         }
-        self.in_flight > 0 || self.procs.values().any(|p| p.missed)
+        self.in_flight > 0 || !self.missed.is_empty()
     }
 
     /// Forgets the processes that have exited, when enough time has passed or
@@ -220,6 +235,8 @@ impl Loader {
         let gone: Vec<u32> = self.procs.keys().copied().filter(|t| !running.contains(t)).collect();
         for &tgid in &gone {
             self.procs.remove(&tgid);
+            self.missed.remove(&tgid);
+            self.execed.remove(&tgid);
             sink.drop_proc(tgid);
         }
         self.swept = (Instant::now(), self.procs.len());
@@ -316,10 +333,25 @@ impl Loader {
         Some((id, vaddr))
     }
 
+    /// A fork maps what its parent does until it execs.
+    fn fork(&mut self, ev: ProcEvent, now: Instant, sink: &mut dyn Sink) {
+        match self.procs.get(&ev.parent).map(|p| (p.maps.clone(), p.source.unwrap_or(ev.parent))) {
+            Some((maps, source)) => {
+                self.keep(ev.tgid, maps, now, sink);
+                if let Some(p) = self.procs.get_mut(&ev.tgid) {
+                    p.source = Some(source);
+                }
+            }
+            None => self.read(ev.tgid, now, sink),
+        }
+    }
+
     /// Reads `tgid`'s mappings and hands them to the walker.
     fn read(&mut self, tgid: u32, now: Instant, sink: &mut dyn Sink) {
+        self.execed.remove(&tgid);
         let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else {
             // Gone: forgotten now, not asked after again.
+            self.missed.remove(&tgid);
             if self.procs.remove(&tgid).is_some() {
                 sink.drop_proc(tgid);
             }
@@ -343,14 +375,15 @@ impl Loader {
             self.stats.procs_with_too_many_maps += 1;
             maps.truncate(MAX_MAPS);
         }
-        let mut table = ProcMaps::EMPTY;
-        table.len = maps.len() as u32;
-        table.maps[..maps.len()].copy_from_slice(&maps);
+        let mut table = Arc::new(ProcMaps::EMPTY);
+        let t = Arc::get_mut(&mut table).expect("a new table");
+        t.len = maps.len() as u32;
+        t.maps[..maps.len()].copy_from_slice(&maps);
         let (unchanged, wait) = match self.procs.get(&tgid) {
             Some(p) if p.maps.maps == table.maps => (true, (p.reread_after * 2).min(REREAD_MAX)),
             _ => (false, REREAD_MIN),
         };
-        self.keep(tgid, table, now, sink);
+        self.keep(tgid, table.clone(), now, sink);
         if let Some(p) = self.procs.get_mut(&tgid) {
             p.reread_after = wait;
         }
@@ -362,19 +395,20 @@ impl Loader {
         for t in sharers {
             if sink.put_proc(t, &table).is_ok() {
                 if let Some(p) = self.procs.get_mut(&t) {
-                    p.maps = table;
-                    p.missed = false;
+                    p.maps = table.clone();
+                    self.missed.remove(&t);
                 }
             }
         }
     }
 
-    fn keep(&mut self, tgid: u32, maps: ProcMaps, now: Instant, sink: &mut dyn Sink) {
+    fn keep(&mut self, tgid: u32, maps: Arc<ProcMaps>, now: Instant, sink: &mut dyn Sink) {
         if let Err(e) = sink.put_proc(tgid, &maps) {
             log::debug!("could not hand the mappings of {tgid} to the walker: {e:#}");
             return;
         }
-        self.procs.insert(tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, missed: false, source: None });
+        self.missed.remove(&tgid);
+        self.procs.insert(tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, source: None });
     }
 }
 
@@ -466,6 +500,33 @@ mod tests {
         assert!(mem.procs.contains_key(&child));
         loader.sweep_now(&mut mem);
         assert!(!mem.procs.contains_key(&child) && mem.procs.contains_key(&me));
+    }
+
+    /// Regression: a process read at its exec (before its loader had mapped its
+    /// libraries) handed that table to each of its forks, each of which then
+    /// sent a MAPS event of its own. Now its first fork reads it again first.
+    #[test]
+    fn the_first_fork_after_an_exec_gets_the_parents_libraries() {
+        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem).unwrap();
+        let me = std::process::id();
+        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::EXEC, parent: 0 }), &mut mem);
+        let whole = mem.procs[&me];
+        assert!(whole.len >= 2, "{} mappings", whole.len);
+        // As read at the exec: the executable alone.
+        let mut early = whole;
+        early.len = 1;
+        early.maps[1..].fill(ExecMap::default());
+        loader.procs.get_mut(&me).unwrap().maps = Arc::new(early);
+        let child = 4_194_304 + 9;
+        loader.on_event(Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent: me }), &mut mem);
+        assert_eq!(mem.procs[&child].maps, whole.maps, "the fork got the parent's libraries");
+        assert!(loader.missed.is_empty() && loader.execed.is_empty());
+        // The next fork shares that table without a read.
+        let read_at = loader.procs[&me].read_at;
+        loader.on_event(Some(ProcEvent { tgid: child + 1, kind: proc_event::FORK, parent: me }), &mut mem);
+        assert_eq!(loader.procs[&me].read_at, read_at);
+        assert!(Arc::ptr_eq(&loader.procs[&(child + 1)].maps, &loader.procs[&me].maps), "shared, not copied");
     }
 
     /// Regression: a process that exited while awaiting a second read was asked

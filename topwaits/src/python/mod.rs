@@ -93,8 +93,9 @@ impl Tracker {
         }
     }
 
-    /// Looks again at the interpreters that were not ready; whether some still wait.
-    pub fn beat(&mut self, sink: &mut dyn PySink) -> bool {
+    /// Looks again at the interpreters that were not ready, when due; how long
+    /// until the next one is due (None: none waits).
+    pub fn beat(&mut self, sink: &mut dyn PySink) -> Option<Duration> {
         let now = Instant::now();
         let due: Vec<u32> = self.pending.iter().filter(|(_, p)| now >= p.at + p.wait).map(|(t, _)| *t).collect();
         for tgid in due {
@@ -103,7 +104,8 @@ impl Tracker {
                 self.try_ready(tgid, p, sink);
             }
         }
-        !self.pending.is_empty()
+        let now = Instant::now();
+        self.pending.values().map(|p| (p.at + p.wait).saturating_duration_since(now)).min()
     }
 
     /// Forgets a process (exited, or exec'd).

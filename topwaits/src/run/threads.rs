@@ -35,7 +35,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         Some(d) => crate::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
-    wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut None, &mut |_| false, &mut || {})?;
+    wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut None, &mut |_| None, &mut || {})?;
     second_interrupt_quits();
     // The window ends when the programs stop recording, not when detaching ends.
     let end_mono = window_end(monotonic_now(), deadline);

@@ -27,7 +27,7 @@ use crate::symbolize::BlazeSymbolizer;
 fn load_learners(
     tracer: &mut Tracer,
     events: &mut Option<ProcEvents>,
-    remember: &mut dyn FnMut(Option<topwaits_common::ProcEvent>) -> bool,
+    remember: &mut dyn FnMut(Option<topwaits_common::ProcEvent>) -> Option<Duration>,
 ) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let done = AtomicBool::new(false);
@@ -57,9 +57,13 @@ fn load_learners(
 
 /// Hands a process event (None: a beat) to the symbolizer and the unwinder;
 /// whether either wants beats.
-fn on_event(symbolizer: &mut BlazeSymbolizer, unwinder: &std::cell::RefCell<Unwinder>, e: Option<topwaits_common::ProcEvent>) -> bool {
-    let named = symbolizer.on_event(e);
-    unwinder.borrow_mut().on_event(e) || named
+fn on_event(
+    symbolizer: &mut BlazeSymbolizer,
+    unwinder: &std::cell::RefCell<Unwinder>,
+    e: Option<topwaits_common::ProcEvent>,
+) -> Option<Duration> {
+    let named = symbolizer.on_event(e).then_some(super::wait::BEAT);
+    super::wait::sooner(unwinder.borrow_mut().on_event(e), named)
 }
 
 /// Runs one whole trace, or one report per `--interval`.

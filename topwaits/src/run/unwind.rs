@@ -14,6 +14,8 @@ use crate::cli::{Config, Threads};
 use crate::python::Tracker;
 use crate::sys::procfs;
 
+use super::wait::{sooner, BEAT};
+
 /// How long a trace of named processes waits at its start for their tables, so
 /// that their first waits are walked whole.
 const TARGETS_SETTLE: Duration = Duration::from_secs(2);
@@ -45,9 +47,9 @@ impl Unwinder {
         Ok(Unwinder(Some((loader, python, maps))))
     }
 
-    /// Takes one process event (None: a beat); whether it wants beats.
-    pub fn on_event(&mut self, e: Option<ProcEvent>) -> bool {
-        let Some((loader, python, maps)) = self.0.as_mut() else { return false };
+    /// Takes one process event (None: a beat); how soon it wants the next beat.
+    pub fn on_event(&mut self, e: Option<ProcEvent>) -> Option<Duration> {
+        let (loader, python, maps) = self.0.as_mut()?;
         match e.map(|e| (e.kind, e)) {
             Some((proc_event::EXEC, e)) => python.on_exec(e.tgid, maps),
             Some((proc_event::FORK, e)) => python.on_fork(e.tgid, e.parent, maps),
@@ -57,8 +59,10 @@ impl Unwinder {
         for (tgid, code) in loader.take_fresh() {
             python.on_maps(tgid, &code, maps);
         }
+        // An interpreter not ready yet is looked at again when its retry is due,
+        // not at every beat.
         let interpreters = python.beat(maps);
-        tables || interpreters
+        sooner(tables.then_some(BEAT), interpreters)
     }
 
     /// Forgets the processes that have exited (asked once a second; done when

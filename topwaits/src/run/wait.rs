@@ -53,14 +53,14 @@ fn first_ready(
 /// Waits for the duration, or SIGINT, SIGTERM or SIGHUP, or (with `targets`, the
 /// pidfds of `-p`) until every target process has exited, handing process events
 /// to `on_event` as they arrive and calling `tick` once a second. `on_event` says
-/// whether it awaits a beat (it is called with `None` every [`BEAT`] until it
-/// says no more): a process read at its exec is read again once its loader is done.
+/// how soon it wants a beat (it is called with `None` then, until it says None):
+/// a process read at its exec is read again once its loader is done.
 pub fn wait(
     duration: Option<Duration>,
     targets: &mut Vec<std::os::fd::OwnedFd>,
     events_slot: &mut Option<ProcEvents>,
     waits_slot: &mut Option<WaitEvents>,
-    on_event: &mut dyn FnMut(Option<topwaits_common::ProcEvent>) -> bool,
+    on_event: &mut dyn FnMut(Option<topwaits_common::ProcEvent>) -> Option<Duration>,
     tick: &mut dyn FnMut(),
 ) -> Result<End> {
     use tokio::io::unix::AsyncFd;
@@ -83,9 +83,9 @@ pub fn wait(
             Some(w) => Some(unsafe { AsyncFd::register_with_interest(w, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
             None => None,
         };
-        let mut beat = tokio::time::interval(BEAT);
-        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut want_beat = false;
+        // When `on_event` wants to be called with None next.
+        let mut next_beat: Option<tokio::time::Instant> = None;
+        let after = |d: Option<Duration>| d.map(|d| tokio::time::Instant::now() + d);
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let sleep = async {
@@ -136,7 +136,7 @@ pub fn wait(
                 _ = term.recv() => break End::Signal("SIGTERM"),
                 _ = hup.recv() => break End::Signal("SIGHUP"),
                 _ = ticker.tick() => tick(),
-                _ = beat.tick(), if want_beat => want_beat = on_event(None),
+                _ = tokio::time::sleep_until(next_beat.unwrap_or_else(tokio::time::Instant::now)), if next_beat.is_some() => next_beat = after(on_event(None)),
                 (res, i) = std::future::poll_fn(|cx| first_ready(&alive, cx)) => {
                     res?;
                     alive.swap_remove(i);
@@ -146,7 +146,7 @@ pub fn wait(
                 }
                 guard = readable => {
                     if let Some(mut guard) = guard? {
-                        guard.get_inner_mut().drain(|e| want_beat = on_event(Some(e)));
+                        guard.get_inner_mut().drain(|e| next_beat = after(on_event(Some(e))));
                         guard.clear_ready();
                     }
                 }
@@ -169,6 +169,14 @@ pub fn wait(
         }
         Ok(end)
     })
+}
+
+/// The sooner of two wanted beats.
+pub fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Holds (blocks) or releases SIGINT, SIGTERM and SIGHUP on this thread. They are

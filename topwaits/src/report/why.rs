@@ -213,11 +213,11 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, limit: usize, out: 
             let more = if others.len() > 4 { format!(" and {} more", others.len() - 4) } else { String::new() };
             writeln!(
                 out,
-                "{:>26}{} waited behind it{}: {}",
+                "{:>26}{} waited behind it: {}{}",
                 "",
                 crate::cli::plural(others.len(), "thread"),
-                more,
-                others[..others.len().min(4)].join(", ")
+                others[..others.len().min(4)].join(", "),
+                more
             )?;
         }
     }

@@ -11,7 +11,7 @@ use aya_ebpf::{
 use topwaits_common::python::{py_flags, py_word, PyProc, MAX_PY_PROCS, MAX_PY_THREADS, NONE, PY_THREAD_SCAN};
 
 use crate::maps::SETTINGS;
-use crate::uread::user_word;
+use crate::uread::{user_word, PAGE};
 
 /// Each Python process's interpreter layout, by tgid (written by user space once
 /// it has checked the layout against the running interpreter).
@@ -128,7 +128,6 @@ pub const FRAME_BYTES: u64 = 128;
 
 /// Bytes of interpreter memory read at once.
 const WINDOW: usize = 1024;
-const PAGE: u64 = 4096;
 
 /// Interpreter memory read at once: a frame and what lies below it. From 3.11
 /// a thread's frames sit one above the other in its data stack, so one read

@@ -14,7 +14,8 @@ pub fn user_word(addr: u64) -> Option<u64> {
 /// Words of stack a window holds.
 const WINDOW_WORDS: usize = 128;
 const WINDOW_BYTES: u64 = WINDOW_WORDS as u64 * 8;
-const PAGE: u64 = 4096;
+/// The page size: a read that crosses into an unmapped page fails whole.
+pub const PAGE: u64 = 4096;
 
 /// A stretch of user stack read at once.
 #[repr(C)]

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
-use super::Format;
+use super::{secs, Format};
 use crate::blocked::classify::WaitOn;
 use crate::blocked::{Blocked, Report};
 use crate::clock::{date, hms_millis, rfc3339};
@@ -14,10 +14,6 @@ use crate::waitfor::End;
 
 /// JSON schema version of the document.
 pub const VERSION: u32 = 2;
-
-fn secs(ns: u64) -> String {
-    format!("{:.3} s", ns as f64 / 1e9)
-}
 
 /// `comm (tid N)`.
 fn who(report: &Report, tid: u32) -> String {

@@ -107,6 +107,11 @@ pub fn by_longest(records: &[Record]) -> Vec<&Record> {
     v
 }
 
+/// Nanoseconds as seconds, to the millisecond (`1.234 s`).
+pub fn secs(ns: u64) -> String {
+    format!("{:.3} s", ns as f64 / 1e9)
+}
+
 /// Keeps the first `limit` items; 0 keeps all.
 pub fn take<T>(v: Vec<T>, limit: usize) -> Vec<T> {
     if limit == 0 {

@@ -109,13 +109,16 @@ impl Format for FlameSvg {
         };
         opts.deterministic = true;
         opts.palette_map = Some(&mut map);
-        if lines.is_empty() {
-            // inferno refuses empty input; draw a frame that says so.
-            return flamegraph::from_lines(&mut opts, ["[no waits recorded] 1"].iter().copied(), out)
-                .map_err(|e| io::Error::other(e.to_string()));
-        }
-        flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out).map_err(|e| io::Error::other(e.to_string()))
+        draw(&mut opts, &lines, "[no waits recorded]", out)
     }
+}
+
+/// Draws folded `lines` with `opts`; with no lines, one frame named `empty`
+/// (inferno refuses empty input).
+pub fn draw(opts: &mut flamegraph::Options, lines: &[String], empty: &str, out: &mut dyn Write) -> io::Result<()> {
+    let placeholder = [format!("{empty} 1")];
+    let lines = if lines.is_empty() { &placeholder[..] } else { lines };
+    flamegraph::from_lines(opts, lines.iter().map(String::as_str), out).map_err(|e| io::Error::other(e.to_string()))
 }
 
 #[cfg(test)]

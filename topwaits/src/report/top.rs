@@ -33,7 +33,7 @@ fn write_stack(out: &mut dyn Write, stack: &Stack, what: &str) -> io::Result<()>
 /// A duration so far: seconds from one second up, else milliseconds.
 fn so_far(ns: u64) -> String {
     if ns >= 1_000_000_000 {
-        format!("{:.3} s", ns as f64 / 1e9)
+        super::secs(ns)
     } else {
         ms(ns)
     }

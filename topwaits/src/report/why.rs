@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
-use super::{interrupt_handler, json::stack as json_stack, Format};
+use super::{interrupt_handler, json::stack as json_stack, secs, Format};
 use crate::cli::Output;
 use crate::model::{comm_text, Hop, Report, Stack, WakeKind};
 use crate::why::{critical_path, Cause, Findings, Segment, Tid, Trace, Wait, Waker, What};
@@ -155,10 +155,6 @@ fn kind(w: &What) -> &'static str {
         What::RunQueue => "run_queue",
         What::Cycle => "cycle",
     }
-}
-
-fn secs(ns: u64) -> String {
-    format!("{:.3} s", ns as f64 / 1e9)
 }
 
 fn limit(output: &Output) -> usize {
@@ -416,10 +412,6 @@ impl Format for PathSvg {
         opts.subtitle = Some(format!("{}: each stretch followed to the thread or device that ended it", report.info.target));
         opts.count_name = "ns".into();
         opts.deterministic = true;
-        if lines.is_empty() {
-            return flamegraph::from_lines(&mut opts, ["[nothing traced] 1"].iter().copied(), out)
-                .map_err(|e| io::Error::other(e.to_string()));
-        }
-        flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out).map_err(|e| io::Error::other(e.to_string()))
+        super::svg::draw(&mut opts, &lines, "[nothing traced]", out)
     }
 }

@@ -56,7 +56,7 @@ fn load_learners(
 }
 
 /// Hands a process event (None: a beat) to the symbolizer and the unwinder;
-/// whether either wants beats.
+/// how soon either wants the next beat.
 fn on_event(
     symbolizer: &mut BlazeSymbolizer,
     unwinder: &std::cell::RefCell<Unwinder>,

@@ -231,6 +231,8 @@ pub struct SwitchOut {
     /// did not see it arrive.
     pub arrivals: u32,
     pub comm: [u8; TASK_COMM_LEN],
+    /// What the wait is for, where the hook runs as the task.
+    pub what: What,
     /// With [`Settings::hold_rows`]: the thread's row not yet in the aggregate
     /// (`held.count` 0: none), keyed by `row`.
     pub row: WaitKey,
@@ -310,7 +312,63 @@ pub struct CacheKey {
     pub user_ip: u64,
 }
 
-/// Aggregate key: one row per thread and pair of stacks.
+/// What a wait was for, as the hook saw it when the task left the CPU: the
+/// syscall it was in and that call's object, a kernel lock it contended for, the
+/// sleep it asked for, or the preemption. User space names it (the file behind a
+/// descriptor, the socket's ports, the lock's kind).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct What {
+    /// The syscall the task was in, plus one; 0 when it had not entered the kernel
+    /// by a syscall from user mode (a kernel thread, an interrupt, a page fault
+    /// shows its error code here: the kernel stack tells it apart).
+    pub nr: u32,
+    /// [`what`] bits, with a kernel lock's `LCB_F_*` flags in the low byte.
+    pub flags: u32,
+    /// The syscall's first argument, for those in [`Settings::arg0_syscalls`].
+    pub arg0: u64,
+    /// Per flag: the kernel lock's address ([`what::KLOCK`]), the sleep asked for
+    /// in ns ([`what::SLEEP`]), or the process that ran instead ([`what::PREEMPTED`]).
+    pub obj: u64,
+}
+
+/// The entries of [`names::LABEL_SYSCALLS`], set by user space: words 0 to 7 mark
+/// the syscalls whose first argument names what a wait is on (a file descriptor
+/// or a futex word), one bit per number, kept in [`What::arg0`]; the next two are
+/// the numbers of `nanosleep` and `clock_nanosleep` plus one (0: none), whose
+/// waits keep the time they asked for. Not in the settings: every hook copies
+/// those onto its small stack.
+pub mod label_syscalls {
+    pub const ARG0_WORDS: u32 = 8;
+    pub const NANOSLEEP: u32 = 8;
+    pub const CLOCK_NANOSLEEP: u32 = 9;
+    pub const LEN: u32 = 10;
+}
+
+/// Bits of [`What::flags`].
+pub mod what {
+    /// The low byte holds the `LCB_F_*` flags of `lock:contention_begin`.
+    pub const LOCK_FLAGS: u32 = 0xff;
+    /// The task was waiting for a kernel lock at [`super::What::obj`].
+    pub const KLOCK: u32 = 1 << 8;
+    /// [`super::What::obj`] is the sleep asked for, in ns.
+    pub const SLEEP: u32 = 1 << 9;
+    /// Preempted while runnable; [`super::What::obj`] is the tgid that ran instead
+    /// (0: not known).
+    pub const PREEMPTED: u32 = 1 << 10;
+    /// A futex call: its operation (`op & 0x7f`) is in bits 16 to 22.
+    pub const FUTEX_OP: u32 = 1 << 11;
+    pub const FUTEX_OP_SHIFT: u32 = 16;
+    /// `LCB_F_*`: spinning, a reader, a writer, a mutex.
+    pub const LCB_SPIN: u32 = 1;
+    pub const LCB_READ: u32 = 2;
+    pub const LCB_WRITE: u32 = 4;
+    pub const LCB_RT: u32 = 8;
+    pub const LCB_PERCPU: u32 = 16;
+    pub const LCB_MUTEX: u32 = 32;
+}
+
+/// Aggregate key: one row per thread, pair of stacks and [`What`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WaitKey {
@@ -320,6 +378,7 @@ pub struct WaitKey {
     pub tgid: u32,
     pub tid: u32,
     pub comm: [u8; TASK_COMM_LEN],
+    pub what: What,
 }
 
 /// Aggregate value. Each key names one thread, and a thread switches in on one CPU
@@ -390,6 +449,7 @@ pub struct WaitEvent {
     pub comm: [u8; TASK_COMM_LEN],
     /// With `--waker`: the task that woke it.
     pub waker: Hop,
+    pub what: What,
 }
 
 /// A wakeup chain: hop 0 woke the task, hop 1 had last woken hop 0, and so on.
@@ -635,6 +695,9 @@ pub mod names {
     pub const PROG_FUTEX_ENTER: &str = "sys_enter_futex";
     pub const PROG_FUTEX_WAKE_ENTER: &str = "sys_enter_futex_wake";
     pub const PROG_FUTEX_EXIT: &str = "sys_exit_futex";
+    pub const PROG_LOCK_BEGIN: &str = "contention_begin";
+    pub const PROG_LOCK_END: &str = "contention_end";
+    pub const LABEL_SYSCALLS: &str = "LABEL_SYSCALLS";
     pub const COUNTERS: &str = "COUNTERS";
     pub const PROG_SWITCH_BTF: &str = "sched_switch_btf";
     pub const PROG_SWITCH_RAW: &str = "sched_switch_raw";
@@ -678,6 +741,7 @@ mod pod {
     unsafe impl aya::Pod for super::StackCache {}
     unsafe impl aya::Pod for super::CacheKey {}
     unsafe impl aya::Pod for super::WaitKey {}
+    unsafe impl aya::Pod for super::What {}
     unsafe impl aya::Pod for super::WaitVal {}
     unsafe impl aya::Pod for super::Hop {}
     unsafe impl aya::Pod for super::Chain {}
@@ -727,14 +791,18 @@ mod tests {
         assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<StackCache>(), 8 * 5 + 3 * CACHE_SLOTS);
         assert_eq!(size_of::<CacheKey>(), 8 * 2);
-        assert_eq!(size_of::<SwitchOut>(), 8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<WaitKey>() + size_of::<WaitVal>() + 8 * 2);
+        assert_eq!(
+            size_of::<SwitchOut>(),
+            8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<What>() + size_of::<WaitKey>() + size_of::<WaitVal>() + 8 * 2
+        );
         assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);
         assert_eq!(size_of::<Hops>(), 8 + MAX_CHAIN * size_of::<Hop>());
         assert_eq!(size_of::<Chain>(), 16);
         assert_eq!(size_of::<WakeKey>(), size_of::<WaitKey>() + 16);
         assert_eq!(size_of::<WakeVal>(), 8 * 8);
-        assert_eq!(size_of::<WaitKey>(), 8 * 2 + 4 * 2 + TASK_COMM_LEN);
+        assert_eq!(size_of::<WaitKey>(), 8 * 2 + 4 * 2 + TASK_COMM_LEN + size_of::<What>());
+        assert_eq!(size_of::<What>(), 24);
         assert_eq!(size_of::<WaitVal>(), 8 * 4);
-        assert_eq!(size_of::<WaitEvent>(), 8 * 5 + 4 * 4 + TASK_COMM_LEN + size_of::<Hop>());
+        assert_eq!(size_of::<WaitEvent>(), 8 * 5 + 4 * 4 + TASK_COMM_LEN + size_of::<Hop>() + size_of::<What>());
     }
 }

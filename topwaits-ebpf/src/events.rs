@@ -38,6 +38,7 @@ pub fn send(key: &WaitKey, began: u64, now: u64, state: u32, waker: bool, woken:
         (*e).tid = key.tid;
         (*e).state = state;
         (*e).comm = key.comm;
+        (*e).what = key.what;
         (*e).woken = 0;
         (*e).wake_kind = if state == 0 { wake_kind::PREEMPTED } else { wake_kind::NO_WAKER };
         (*e).waker = Hop::default();

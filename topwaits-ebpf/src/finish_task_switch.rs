@@ -25,6 +25,7 @@ pub fn finish_task_switch_kprobe(ctx: ProbeContext) -> u32 {
             tid: task_u32(prev, s.task.pid).unwrap_or(0),
             state: task_u32(prev, s.task.state).unwrap_or(0),
             current: false,
+            next: 0,
         };
         switch_out(&ctx, &out, &mut clock, false);
     }

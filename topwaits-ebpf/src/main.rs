@@ -1,6 +1,6 @@
 //! topwaits' eBPF object: one module per hook, plus the maps and the shared
 //! accounting they use. Dependencies run one way: hooks → switch → events → wake →
-//! threads → task → kstack/ustack/kcache/klearn → uwalk/layouts → stackref → taskmap →
+//! threads → task → what → kstack/ustack/kcache/klearn → uwalk/layouts → stackref → taskmap →
 //! maps.
 // Built for the BPF target it is freestanding; on the host (clippy, `cargo check
 // --workspace`) it is checked as a plain program, with std's panic handler.
@@ -21,6 +21,7 @@ mod kstack;
 mod layouts;
 mod learn_stack;
 mod learn_waker_stack;
+mod lock_contention;
 mod maps;
 mod pyframes;
 mod sched_process_exec;
@@ -37,6 +38,7 @@ mod uread;
 mod ustack;
 mod uwalk;
 mod wake;
+mod what;
 
 /// GPL, so that the GPL-only helpers (stack ids, probe reads, ...) are allowed.
 #[unsafe(link_section = "license")]

@@ -29,6 +29,7 @@ fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, p
         // A preempted task stays runnable whatever its __state said.
         state: if preempt & 0xff != 0 { 0 } else { prev_state as u32 },
         current: true,
+        next,
     };
     if crate::maps::SETTINGS.load().threads != 0 {
         crate::threads::on_switch(&out, next, clock.now());

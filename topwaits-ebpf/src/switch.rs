@@ -2,9 +2,10 @@
 //! switch-out, stack capture where each path can afford it, and the delta added
 //! to the in-kernel aggregate at switch-in.
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, programs::tracing::StackIdContext};
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray, programs::tracing::StackIdContext};
 use topwaits_common::{
-    counter, thread_kind, SwitchOut, WaitKey, WaitVal, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD, TASK_UNINTERRUPTIBLE,
+    counter, thread_kind, SwitchOut, WaitKey, WaitVal, What, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD,
+    TASK_UNINTERRUPTIBLE,
 };
 
 use crate::kcache::Hook;
@@ -46,6 +47,14 @@ fn wanted(out: &Outgoing) -> bool {
     true
 }
 
+/// Per-CPU: a new task's start entry, built before it is inserted.
+#[map]
+static SCRATCH_START: PerCpuArray<SwitchOut> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU: the row key of the wait being ended.
+#[map]
+static SCRATCH_ROW: PerCpuArray<WaitKey> = PerCpuArray::with_max_entries(1, 0);
+
 /// Records the start of a wait. `in_own_context`: the hook runs as the outgoing
 /// task, so its stacks are taken here.
 #[inline(always)]
@@ -85,36 +94,51 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
             end_unseen(ctx, out, start, now, in_own_context);
         }
         // The wait's own fields: a held row stays.
-        start.ts = now;
-        start.kstack = kstack;
-        start.ustack = ustack;
-        start.tgid = out.tgid;
-        start.tid = out.tid;
-        start.state = out.state;
-        start.arrivals = arrivals;
-        start.comm = comm;
+        begin(start, out, now, (kstack, ustack), arrivals, comm, in_own_context);
     } else {
         mark_started(out.task);
-        let rec = SwitchOut {
-            ts: now,
-            kstack,
-            tgid: out.tgid,
-            tid: out.tid,
-            ustack,
-            state: out.state,
-            arrivals,
-            comm,
-            row: NO_ROW,
-            held: WaitVal::default(),
-            woken: 0,
-            chain: 0,
-        };
-        if STARTS.insert(&out.task, &rec, BPF_NOEXIST as u64).is_err() {
+        // Built in per-CPU scratch: the entry is too large for the BPF stack
+        // beside the hook's own frame.
+        let Some(rec) = SCRATCH_START.get_ptr_mut(0) else { return };
+        // SAFETY: this CPU's scratch slot, used by this program run alone.
+        let rec = unsafe { &mut *rec };
+        begin(rec, out, now, (kstack, ustack), arrivals, comm, in_own_context);
+        rec.row = NO_ROW;
+        rec.held = WaitVal::default();
+        rec.woken = 0;
+        rec.chain = 0;
+        if STARTS.insert(&out.task, rec, BPF_NOEXIST as u64).is_err() {
             count(counter::LOST_START_FULL, 1);
         } else {
             // First sight of this task: user space keeps its process's maps.
             proc_event(out.tgid, topwaits_common::proc_event::SEEN);
         }
+    }
+}
+
+/// Writes a wait's own fields into its task's start entry. What it waits for is
+/// read here where the hook runs as the task; otherwise at the switch-in.
+#[inline(always)]
+fn begin(
+    start: &mut SwitchOut,
+    out: &Outgoing,
+    now: u64,
+    stacks: (u64, u64),
+    arrivals: u32,
+    comm: [u8; TASK_COMM_LEN],
+    in_own_context: bool,
+) {
+    start.ts = now;
+    (start.kstack, start.ustack) = stacks;
+    start.tgid = out.tgid;
+    start.tid = out.tid;
+    start.state = out.state;
+    start.arrivals = arrivals;
+    start.comm = comm;
+    if in_own_context {
+        crate::what::fill(&mut start.what, out.tid, out.state, out.next_tgid(), now);
+    } else {
+        start.what = NO_WHAT;
     }
 }
 
@@ -196,21 +220,37 @@ fn end_wait<C: StackIdContext>(ctx: &C, start: &mut SwitchOut, now: u64, stacks_
         return;
     }
     let (kstack, ustack) = if stacks_now { capture_stacks(ctx, None) } else { (start.kstack, start.ustack) };
-    let key = WaitKey { kstack, tgid: start.tgid, tid: start.tid, ustack, comm: start.comm };
+    // Built in per-CPU scratch, as the start entry is: the BPF stack is too small.
+    let Some(key) = SCRATCH_ROW.get_ptr_mut(0) else { return };
+    // SAFETY: this CPU's scratch slot, used by this program run alone.
+    let key = unsafe { &mut *key };
+    key.kstack = kstack;
+    key.ustack = ustack;
+    key.tgid = start.tgid;
+    key.tid = start.tid;
+    key.comm = start.comm;
+    if stacks_now {
+        // A hook that runs as the incoming task reads its syscall now: it is still in it.
+        crate::what::fill(&mut key.what, start.tid, start.state, 0, now);
+    } else {
+        key.what = start.what;
+    }
+    let key = &*key;
     if s.events_over_us != 0 && us >= s.events_over_us as u64 {
-        crate::events::send(&key, began, now, start.state, s.waker != 0, start.woken, start.chain);
+        crate::events::send(key, began, now, start.state, s.waker != 0, start.woken, start.chain);
     }
     if s.waker != 0 {
-        wake::account(&key, began, start.state, delta, now, start.woken, start.chain);
+        wake::account(key, began, start.state, delta, now, start.woken, start.chain);
     } else if s.hold_rows != 0 {
-        hold(start, &key, delta, now);
+        hold(start, key, delta, now);
     } else {
-        add(&key, delta, now);
+        add(key, delta, now);
     }
 }
 
 /// The key of no row.
-const NO_ROW: WaitKey = WaitKey { kstack: 0, ustack: 0, tgid: 0, tid: 0, comm: [0; TASK_COMM_LEN] };
+const NO_ROW: WaitKey = WaitKey { kstack: 0, ustack: 0, tgid: 0, tid: 0, comm: [0; TASK_COMM_LEN], what: NO_WHAT };
+const NO_WHAT: What = What { nr: 0, flags: 0, arg0: 0, obj: 0 };
 
 /// Whether two keys name the same row, compared a word at a time.
 #[inline(always)]
@@ -223,6 +263,10 @@ fn same_row(a: &WaitKey, b: &WaitKey) -> bool {
         && a.tgid == b.tgid
         && half(a, 0) == half(b, 0)
         && half(a, 1) == half(b, 1)
+        && a.what.nr == b.what.nr
+        && a.what.flags == b.what.flags
+        && a.what.arg0 == b.what.arg0
+        && a.what.obj == b.what.obj
 }
 
 /// Adds one wait to the row the thread holds in its start entry (see

@@ -22,9 +22,21 @@ pub struct Outgoing {
     pub state: u32,
     /// Whether the hook runs as this task (at the tracepoint).
     pub current: bool,
+    /// The task taking the CPU (`task_struct` address), 0 where not known.
+    pub next: u64,
 }
 
 impl Outgoing {
+    /// The process of the task taking the CPU, where known: read only for a
+    /// preemption, whose label names it.
+    #[inline(always)]
+    pub fn next_tgid(&self) -> u32 {
+        if self.state != 0 || self.next == 0 {
+            return 0;
+        }
+        task_u32(self.next, SETTINGS.load().task.tgid).unwrap_or(0)
+    }
+
     /// The task's name, read only once the filters have let the task through.
     #[inline(always)]
     pub fn comm(&self) -> [u8; TASK_COMM_LEN] {

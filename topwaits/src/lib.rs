@@ -13,6 +13,7 @@ pub mod deps;
 pub mod error;
 pub mod fasthash;
 pub mod interrupts;
+pub mod label;
 #[cfg(test)]
 mod layering;
 pub mod longwaits;
@@ -33,6 +34,7 @@ pub mod symbolize;
 pub mod sys;
 pub mod unwind;
 pub mod waitfor;
+pub mod what;
 pub mod why;
 
 use clap::Parser as _;

@@ -29,6 +29,7 @@ pub fn raw(e: &WaitEvent, waker: bool) -> (RawRecord, u32) {
         max_end_mono: e.end,
         wake,
         open: None,
+        what: e.what,
     };
     (r, e.state)
 }
@@ -56,6 +57,7 @@ mod tests {
             wake_kind: wake_kind::WOKEN,
             comm: *b"sleeper\0\0\0\0\0\0\0\0\0",
             waker: Hop { tgid: 20, tid: 21, comm: *b"writer\0\0\0\0\0\0\0\0\0\0", ..Default::default() },
+            what: Default::default(),
         }
     }
 

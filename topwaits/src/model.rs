@@ -52,6 +52,9 @@ pub struct RawRecord {
     /// A wait still in progress when the trace ended: one wait, whose time so far is
     /// `max_ns` and whose "end" `max_end_mono` is the end of the trace.
     pub open: Option<OpenSince>,
+    /// What the wait was for, as the kernel saw it (classified into
+    /// [`Record::waits_on`]).
+    pub what: topwaits_common::What,
 }
 
 /// When a wait still in progress at the end of the trace began.
@@ -451,6 +454,9 @@ pub struct Record {
     /// How many threads the record stands for: 1, or more once merged with
     /// `--by process` or `--by comm`.
     pub threads: u32,
+    /// What the waits were for (none in recordings made before labels).
+    #[serde(default)]
+    pub waits_on: Option<crate::label::WaitsOn>,
 }
 
 /// Facts about the trace itself, for headers, titles and JSON.

@@ -97,13 +97,30 @@ struct Key {
     wake: Option<(WakeKind, Vec<HopKey>)>,
     /// Waits still in progress stay one record each: each has its own start.
     open: Option<usize>,
+    what: Option<crate::label::WaitsOn>,
+    /// `--by what`: the label alone.
+    group: Option<String>,
 }
 
 fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
+    if by == By::What {
+        let group = r.waits_on.as_ref().map_or_else(|| "not labelled".to_string(), |w| w.short());
+        return Key {
+            tgid: 0,
+            tid: 0,
+            comm: Vec::new(),
+            kernel: StackKey::None,
+            user: StackKey::None,
+            wake: None,
+            open: None,
+            what: None,
+            group: Some(group),
+        };
+    }
     let (tgid, tid, comm) = match by {
         By::Thread => (r.tgid, r.tid, r.comm.clone()),
         By::Process => (r.tgid, 0, Vec::new()),
-        By::Comm => (0, 0, r.comm.clone()),
+        By::Comm | By::What => (0, 0, r.comm.clone()),
     };
     Key {
         tgid,
@@ -113,6 +130,8 @@ fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
         user: fp.of(&r.user),
         wake: r.wake.as_ref().map(|w| (w.kind, w.hops.iter().map(|h| hop_key(h, fp)).collect())),
         open: r.open.map(|_| index),
+        what: r.waits_on.clone(),
+        group: None,
     }
 }
 
@@ -170,6 +189,10 @@ pub fn merge(records: Vec<Record>, by: By) -> Vec<Record> {
                 if leads {
                     weight[j] = r.total_ns;
                     (out[j].tgid, out[j].tid, out[j].comm) = (r.tgid, r.tid, r.comm.clone());
+                    if by == By::What {
+                        // The group shows its heaviest record's stacks and label.
+                        (out[j].kernel, out[j].user, out[j].waits_on) = (r.kernel.clone(), r.user.clone(), r.waits_on.clone());
+                    }
                 }
                 threads[j].insert(r.tid);
                 absorb(&mut out[j], r);
@@ -178,6 +201,10 @@ pub fn merge(records: Vec<Record>, by: By) -> Vec<Record> {
     }
     for (r, t) in out.iter_mut().zip(&threads) {
         r.threads = t.len().max(r.threads as usize) as u32;
+        if by == By::What {
+            // A group of waits is no single wait still in progress.
+            r.open = None;
+        }
     }
     out
 }

@@ -279,12 +279,12 @@ fn by_process_makes_a_thread_per_request_server_one_record() {
     }
     workers.into_iter().for_each(Workload::join);
     let (threads, process) = (json(&by_thread.finish()), json(&by_process.finish()));
-    // The sleeps themselves: a worker may also be preempted on its way back from
-    // the syscall, a wait with the same user stack and another kernel stack.
+    // The sleeps themselves: a worker may also be preempted on its way into or
+    // back from the syscall, a wait with the same user stack, labelled run queue.
     let sleeps = |doc: &serde_json::Value| -> Vec<serde_json::Value> {
         records_in(doc, "tw_handle_request")
             .into_iter()
-            .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f == "do_nanosleep"))
+            .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f == "do_nanosleep") && r["waits_on"]["kind"] == "sleep")
             .cloned()
             .collect()
     };

@@ -7,38 +7,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
+use common::programs::{compile, start};
 use common::*;
 use serde_json::Value;
-
-/// Compiles tests/programs/NAME.c.
-fn program(name: &str) -> String {
-    let out = format!("{}/{name}", env!("CARGO_TARGET_TMPDIR"));
-    let src = format!("{}/tests/programs/{name}.c", env!("CARGO_MANIFEST_DIR"));
-    let status = Command::new("cc").args(["-O2", "-g", "-pthread", "-o", &out, &src]).status().expect("a C compiler (cc) is needed");
-    assert!(status.success(), "compiling {src} failed");
-    out
-}
-
-/// A started workload and its "ready" line, killed when dropped.
-struct Started(std::process::Child, String);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(exe: &str) -> Started {
-    let mut child = Command::new(exe).stdout(Stdio::piped()).spawn().expect("the workload starts");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
-    let started = Started(child, line.trim().to_string());
-    assert!(started.1.starts_with("ready"), "{:?}", started.1);
-    started
-}
 
 fn comm(v: &Value) -> &str {
     v["comm"].as_str().unwrap_or("")
@@ -70,7 +41,7 @@ fn assert_pool_idle(doc: &Value) {
 #[test]
 fn a_holder_sleeping_with_the_lock_ranks_first_over_a_longer_idle_pool() {
     require_bpf!();
-    let w = start(&program("holder"));
+    let w = start(&compile("holder"));
     let pid = w.0.id().to_string();
     let doc = json(&run(&["why", "--json", "-p", &pid, "2"]));
     assert_holder_first(&doc);
@@ -86,7 +57,7 @@ fn a_holder_sleeping_with_the_lock_ranks_first_over_a_longer_idle_pool() {
 #[test]
 fn a_recording_made_for_why_is_explained_later_without_tracing() {
     require_bpf!();
-    let w = start(&program("holder"));
+    let w = start(&compile("holder"));
     let pid = w.0.id().to_string();
     let file = format!("{}/holder.twr", env!("CARGO_TARGET_TMPDIR"));
     let rec = run(&["record", "--why", "-o", &file, "-p", &pid, "2"]);
@@ -106,7 +77,7 @@ fn a_recording_made_for_why_is_explained_later_without_tracing() {
     assert!(svg.contains("tw_holder") && svg.contains("tw_sleep_holding_the_lock"), "the holder's sleep is not on the worker's path");
     // A recording without wakers cannot say why: one clear line.
     let plain = format!("{}/plain.twr", env!("CARGO_TARGET_TMPDIR"));
-    let w = start(&program("holder"));
+    let w = start(&compile("holder"));
     assert!(run(&["record", "-o", &plain, "-p", &w.0.id().to_string(), "1"]).status.success());
     let refused = run(&["why", &plain]);
     assert!(!refused.status.success());
@@ -116,7 +87,7 @@ fn a_recording_made_for_why_is_explained_later_without_tracing() {
 #[test]
 fn a_relayed_request_splits_the_clients_time_between_the_two_threads() {
     require_bpf!();
-    let w = start(&program("relay"));
+    let w = start(&compile("relay"));
     let client = w.1.trim_start_matches("ready client=").to_string();
     let pid = w.0.id().to_string();
     let doc = json(&run(&["why", "--json", "-p", &pid, "--for", &client, "2"]));
@@ -149,7 +120,7 @@ fn a_relayed_request_splits_the_clients_time_between_the_two_threads() {
 #[test]
 fn system_wide_the_kernels_own_idle_waits_are_idle_not_causes() {
     require_bpf!();
-    let _w = start(&program("holder"));
+    let _w = start(&compile("holder"));
     let doc = json(&run(&["why", "--json", "-n", "0", "2"]));
     assert_holder_first(&doc);
     let kernel = |c: &str| ["kworker/", "migration/", "ksoftirqd/", "rcu_", "kcompactd", "khugepaged"].iter().any(|p| c.starts_with(p));

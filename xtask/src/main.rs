@@ -142,6 +142,8 @@ fn main() -> ExitCode {
                     "quiet",
                     "--test",
                     "why",
+                    "--test",
+                    "labels",
                     "--",
                 ])
                 .arg("--test-threads=1")

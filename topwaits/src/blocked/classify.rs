@@ -5,113 +5,7 @@
 
 use crate::sys::thread::Syscall;
 
-/// A syscall's name and which argument, if any, is a file descriptor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SyscallInfo {
-    pub name: &'static str,
-    pub fd_arg: Option<usize>,
-}
-
-/// The syscalls that threads block in, by number, for this machine's ABI.
-#[cfg(target_arch = "aarch64")]
-const TABLE: &[(u64, &str, Option<usize>)] = &[
-    (22, "epoll_pwait", Some(0)),
-    (25, "fcntl", Some(0)),
-    (29, "ioctl", Some(0)),
-    (32, "flock", Some(0)),
-    (56, "openat", None),
-    (63, "read", Some(0)),
-    (64, "write", Some(0)),
-    (65, "readv", Some(0)),
-    (66, "writev", Some(0)),
-    (67, "pread64", Some(0)),
-    (68, "pwrite64", Some(0)),
-    (71, "sendfile", Some(0)),
-    (72, "pselect6", None),
-    (73, "ppoll", None),
-    (76, "splice", Some(0)),
-    (82, "fsync", Some(0)),
-    (83, "fdatasync", Some(0)),
-    (95, "waitid", None),
-    (98, "futex", None),
-    (101, "nanosleep", None),
-    (115, "clock_nanosleep", None),
-    (133, "rt_sigsuspend", None),
-    (137, "rt_sigtimedwait", None),
-    (202, "accept", Some(0)),
-    (203, "connect", Some(0)),
-    (206, "sendto", Some(0)),
-    (207, "recvfrom", Some(0)),
-    (211, "sendmsg", Some(0)),
-    (212, "recvmsg", Some(0)),
-    (242, "accept4", Some(0)),
-    (243, "recvmmsg", Some(0)),
-    (260, "wait4", None),
-    (269, "sendmmsg", Some(0)),
-    (426, "io_uring_enter", Some(0)),
-    (441, "epoll_pwait2", Some(0)),
-    (449, "futex_waitv", None),
-];
-
-/// The syscalls that threads block in, by number, for this machine's ABI.
-#[cfg(not(target_arch = "aarch64"))]
-const TABLE: &[(u64, &str, Option<usize>)] = &[
-    (0, "read", Some(0)),
-    (1, "write", Some(0)),
-    (7, "poll", None),
-    (16, "ioctl", Some(0)),
-    (17, "pread64", Some(0)),
-    (18, "pwrite64", Some(0)),
-    (19, "readv", Some(0)),
-    (20, "writev", Some(0)),
-    (23, "select", None),
-    (34, "pause", None),
-    (35, "nanosleep", None),
-    (40, "sendfile", Some(0)),
-    (42, "connect", Some(0)),
-    (43, "accept", Some(0)),
-    (44, "sendto", Some(0)),
-    (45, "recvfrom", Some(0)),
-    (46, "sendmsg", Some(0)),
-    (47, "recvmsg", Some(0)),
-    (61, "wait4", None),
-    (65, "semop", None),
-    (70, "msgrcv", None),
-    (72, "fcntl", Some(0)),
-    (73, "flock", Some(0)),
-    (74, "fsync", Some(0)),
-    (75, "fdatasync", Some(0)),
-    (128, "rt_sigtimedwait", None),
-    (130, "rt_sigsuspend", None),
-    (162, "sync", None),
-    (202, "futex", None),
-    (208, "io_getevents", None),
-    (220, "semtimedop", None),
-    (230, "clock_nanosleep", None),
-    (232, "epoll_wait", Some(0)),
-    (247, "waitid", None),
-    (257, "openat", None),
-    (270, "pselect6", None),
-    (271, "ppoll", None),
-    (275, "splice", Some(0)),
-    (281, "epoll_pwait", Some(0)),
-    (288, "accept4", Some(0)),
-    (299, "recvmmsg", Some(0)),
-    (307, "sendmmsg", Some(0)),
-    (426, "io_uring_enter", Some(0)),
-    (441, "epoll_pwait2", Some(0)),
-    (449, "futex_waitv", None),
-];
-
-/// The name of syscall `nr`, and its fd argument; `None` for one not in the table.
-pub fn syscall_info(nr: u64) -> Option<SyscallInfo> {
-    TABLE.iter().find(|(n, ..)| *n == nr).map(|&(_, name, fd_arg)| SyscallInfo { name, fd_arg })
-}
-
-/// The number of a syscall by name, for this machine's ABI.
-pub fn syscall_info_by_name(name: &str) -> Option<u64> {
-    TABLE.iter().find(|(_, n, _)| *n == name).map(|&(nr, ..)| nr)
-}
+pub use crate::sys::syscalls::{syscall_info, syscall_info_by_name, SyscallInfo};
 
 /// `futex` operations (the low bits of `op`).
 const FUTEX_WAIT: u64 = 0;
@@ -145,8 +39,7 @@ pub enum FutexKind {
     Unknown,
 }
 
-/// Another process that holds a pipe or socket open: pid, comm, access (`r`, `w`, `rw`).
-pub type Holder = (u32, Vec<u8>, &'static str);
+pub use crate::sys::thread::{epoll_fds, fd_access, Holder, MAX_POLL_FDS};
 
 /// What a blocked thread waits on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,23 +108,6 @@ impl WaitOn {
     }
 }
 
-/// Names of lock-free waits that user frames can show, by a part of the function.
-const NAMED: &[(&str, &str)] = &[
-    ("cond_wait", "condition variable"),
-    ("cond_timedwait", "condition variable"),
-    ("cond_clockwait", "condition variable"),
-    ("sem_wait", "semaphore"),
-    ("sem_timedwait", "semaphore"),
-    ("sem_clockwait", "semaphore"),
-    ("rwlock", "rwlock"),
-    ("barrier_wait", "barrier"),
-    ("pthread_join", "thread join"),
-    ("clockjoin", "thread join"),
-];
-
-/// Parts of the function names of glibc's mutex lock path.
-const MUTEX_FRAMES: &[&str] = &["mutex_lock", "mutex_timedlock", "mutex_clocklock", "lll_lock_wait"];
-
 /// What [`futex`] can ask about threads.
 pub struct Threads<'a> {
     /// Whether a tid exists (an owner may live in another process).
@@ -257,16 +133,16 @@ pub fn futex(s: &Syscall, tid: u32, frames: &[&str], read_u32: &dyn Fn(u64) -> O
     // changes: the expected value is a sibling's tid, and the word still holds it.
     // Lock words hold 0 to 2, and tids 1 and 2 are init and kthreadd.
     let joined = u32::try_from(val).ok().filter(|&v| v > 2 && v != tid && read_u32(addr) == Some(v) && (threads.sibling)(v));
-    // The frames nearest the leaf decide: a condvar wait takes a mutex too, higher up.
-    for name in frames.iter().take(4) {
-        if MUTEX_FRAMES.iter().any(|m| name.contains(m)) {
+    match crate::what::futex_by_frames(frames) {
+        Some(None) => {
             let owner = read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid);
             return WaitOn::Futex { addr, kind: FutexKind::Mutex, owner, private };
         }
-        if let Some((_, what)) = NAMED.iter().find(|(part, _)| name.contains(part)) {
-            let (kind, owner) = if *what == "thread join" { (FutexKind::Join, joined) } else { (FutexKind::Named(what), None) };
+        Some(Some(what)) => {
+            let (kind, owner) = if what == "thread join" { (FutexKind::Join, joined) } else { (FutexKind::Named(what), None) };
             return WaitOn::Futex { addr, kind, owner, private };
         }
+        None => {}
     }
     if let Some(t) = joined {
         return WaitOn::Futex { addr, kind: FutexKind::Join, owner: Some(t), private };
@@ -292,29 +168,10 @@ pub fn by_syscall(info: Option<SyscallInfo>, nr: u64) -> WaitOn {
     }
 }
 
-/// Most fds a poll or epoll wait lists.
-pub const MAX_POLL_FDS: usize = 16;
-
 /// The fds of a `struct pollfd` array (8 bytes each: an `int` fd, then two
 /// `short`s); negative fds, which poll ignores, are left out.
 pub fn pollfds(bytes: &[u8]) -> Vec<u64> {
     bytes.chunks_exact(8).filter_map(|c| u64::try_from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).ok()).collect()
-}
-
-/// The fds an epoll set watches, from the `tfd:` lines of its `/proc/PID/fdinfo/FD`.
-pub fn epoll_fds(fdinfo: &str) -> Vec<u64> {
-    fdinfo.lines().filter_map(|l| l.trim_start().strip_prefix("tfd:")?.split_whitespace().next()?.parse().ok()).collect()
-}
-
-/// The access mode of an fd from the `flags:` line of `/proc/PID/fdinfo/FD`.
-pub fn fd_access(fdinfo: &str) -> &'static str {
-    let flags = fdinfo.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok());
-    match flags.map(|f| f & 3) {
-        Some(0) => "r",
-        Some(1) => "w",
-        Some(2) => "rw",
-        _ => "?",
-    }
 }
 
 #[cfg(test)]

@@ -89,34 +89,6 @@ impl Report {
     }
 }
 
-/// Who holds pipes and sockets open: inode -> every holder.
-fn holders_of(inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<classify::Holder>> {
-    let mut out: HashMap<u64, Vec<classify::Holder>> = HashMap::new();
-    if inodes.is_empty() {
-        return out;
-    }
-    for pid in thread::all_pids() {
-        for fd in thread::numeric_entries(&format!("/proc/{pid}/fd")) {
-            let Some(target) = thread::fd_target(pid, fd as u64) else {
-                continue;
-            };
-            let Some((_, inode)) = thread::special_inode(&target) else {
-                continue;
-            };
-            if !inodes.contains(&inode) {
-                continue;
-            }
-            let access = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).map(|t| classify::fd_access(&t)).unwrap_or("?");
-            let comm = thread::stat(pid, pid).map(|s| s.comm).unwrap_or_default();
-            let list = out.entry(inode).or_default();
-            if !list.iter().any(|(p, _, a)| *p == pid && *a == access) {
-                list.push((pid, comm, access));
-            }
-        }
-    }
-    out
-}
-
 /// Symbolizes the user stacks of the snapshots, one batch per process.
 fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
     let mut per_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
@@ -282,7 +254,7 @@ pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
             _ => None,
         })
         .collect();
-    let holders = holders_of(&inodes);
+    let holders = thread::holders_of(&inodes);
     for t in &mut threads {
         if let WaitOn::Fd { target, holders: h, .. } = &mut t.wait {
             if let Some((_, inode)) = thread::special_inode(target) {

@@ -174,6 +174,23 @@ pub(super) fn attach_futex(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<()> {
     Ok(())
 }
 
+/// Attaches the `lock:contention_begin/end` hooks that name the kernel lock a
+/// wait is for. Without them (an older kernel) waits still get their labels,
+/// kernel locks by their stacks alone; said once as a warning.
+pub(super) fn attach_lock_contention(ebpf: &mut Ebpf) {
+    let attach = |ebpf: &mut Ebpf| -> Result<()> {
+        for (prog, event) in [(names::PROG_LOCK_BEGIN, "contention_begin"), (names::PROG_LOCK_END, "contention_end")] {
+            let p: &mut TracePoint = program(ebpf, prog)?.try_into()?;
+            loaded(p.load(), || format!("the {prog} program"))?;
+            p.attach("lock", event).with_context(|| format!("failed to attach lock/{event}"))?;
+        }
+        Ok(())
+    };
+    if let Err(e) = attach(ebpf) {
+        log::warn!("kernel locks are named by their stacks alone: {}", crate::stderr::error_line(&e));
+    }
+}
+
 /// A program's load, with a rejection by the verifier said on one line (its
 /// verdict; the whole log, often thousands of lines, goes to `RUST_LOG=debug`).
 /// `what` names the program in the message.

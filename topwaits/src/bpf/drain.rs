@@ -24,6 +24,7 @@ pub(super) fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, ma
         max_end_mono: max_end_ns,
         wake: None,
         open: None,
+        what: k.what,
     }
 }
 
@@ -107,7 +108,7 @@ impl Tracer {
             if !(min_us..=max_us).contains(&(so_far / 1000)) {
                 return;
             }
-            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack: st.ustack, comm: st.comm };
+            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack: st.ustack, comm: st.comm, what: st.what };
             let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
             r.open = Some(OpenSince::Exact(st.ts));
             if self.waker {
@@ -239,7 +240,7 @@ mod tests {
     use super::*;
 
     fn key(tid: u32, kstack: u64) -> WaitKey {
-        WaitKey { kstack, ustack: 0, tgid: 1, tid, comm: [b'a'; 16] }
+        WaitKey { kstack, ustack: 0, tgid: 1, tid, comm: [b'a'; 16], what: Default::default() }
     }
 
     #[test]

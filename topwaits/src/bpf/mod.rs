@@ -164,7 +164,24 @@ fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Setting
     for (i, &word) in bitmap.iter().enumerate().filter(|(_, w)| **w != 0) {
         pids.set(i as u32, word, 0).context("failed to fill the pid filter")?;
     }
+    label_syscalls(&mut ebpf)?;
     Ok(ebpf)
+}
+
+/// What the programs need to label waits (see `topwaits_common::label_syscalls`):
+/// the syscalls whose first argument to keep, and the sleep calls whose asked
+/// time to read.
+fn label_syscalls(ebpf: &mut Ebpf) -> Result<()> {
+    use crate::sys::syscalls::{arg0_bitmap, syscall_info_by_name};
+    use topwaits_common::label_syscalls as slot;
+    let mut words: Array<_, u64> =
+        Array::try_from(ebpf.map_mut(names::LABEL_SYSCALLS).ok_or_else(|| anyhow!("map LABEL_SYSCALLS missing"))?)?;
+    let plus_one = |name| syscall_info_by_name(name).map_or(0, |nr| nr + 1);
+    let sleeps = [(slot::NANOSLEEP, plus_one("nanosleep")), (slot::CLOCK_NANOSLEEP, plus_one("clock_nanosleep"))];
+    for (i, word) in (0..).zip(arg0_bitmap()).chain(sleeps) {
+        words.set(i, word, 0).context("failed to fill the syscalls that labels read")?;
+    }
+    Ok(())
 }
 
 /// For the other attach path after one failed: detaches and drops the half-attached
@@ -302,6 +319,7 @@ impl Tracer {
                 }
             },
         };
+        attach::attach_lock_contention(&mut ebpf);
         info!("attached with {}", attach.name());
         let tracer = Tracer {
             ebpf,

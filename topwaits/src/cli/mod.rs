@@ -295,7 +295,7 @@ pub enum Stacks {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     Top { limit: usize, delimited: bool },
-    Folded { delimited: bool, value: ValueKind },
+    Folded { delimited: bool, value: ValueKind, what: bool },
     Json { limit: usize },
 }
 
@@ -650,7 +650,7 @@ mod tests {
     fn outputs_and_stack_modes_map_to_settings() {
         use topwaits_common::{CAPTURE_KERNEL, CAPTURE_USER};
         let c = parse(&["-f", "-d", "--value", "count", "-K"]).unwrap();
-        assert_eq!(c.shown.output, Output::Folded { delimited: true, value: ValueKind::Count });
+        assert_eq!(c.shown.output, Output::Folded { delimited: true, value: ValueKind::Count, what: false });
         assert_eq!(c.settings().stacks, CAPTURE_KERNEL);
         assert_eq!(parse(&["-U"]).unwrap().settings().stacks, CAPTURE_USER);
         assert_eq!(parse(&["--json"]).unwrap().shown.output, Output::Json { limit: 0 });

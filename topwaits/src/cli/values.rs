@@ -30,6 +30,9 @@ pub enum By {
     Process,
     /// Every thread with the same name and stacks is one record, across processes.
     Comm,
+    /// Every wait on the same thing (mutex 0x…, disk vda, sleep, …) is one record,
+    /// whatever its thread and stacks; the stacks shown are its heaviest record's.
+    What,
 }
 
 impl By {
@@ -39,6 +42,7 @@ impl By {
             By::Thread => "thread",
             By::Process => "process",
             By::Comm => "comm",
+            By::What => "what",
         }
     }
 }

@@ -51,6 +51,10 @@ pub struct ViewArgs {
     /// telling frame with its stacks, and with -w a flow arrow from its waker.
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
+    /// Put what each wait was for (mutex 0x…, disk vda, socket …, sleep, run
+    /// queue, …) as the root frame of folded lines and of the --svg flame graph.
+    #[arg(long = "what", id = "what_root")]
+    pub what: bool,
 }
 
 /// Validated view options.
@@ -66,6 +70,8 @@ pub struct ViewConfig {
     pub timeline_limit: usize,
     pub pprof: Option<PathBuf>,
     pub perfetto: Option<PathBuf>,
+    /// `--what`: what each wait was for as the root frame of folded lines and SVG.
+    pub what: bool,
 }
 
 impl ViewArgs {
@@ -76,7 +82,7 @@ impl ViewArgs {
         }
         let value = self.value.unwrap_or(ValueKind::Total);
         let output = if self.folded {
-            Output::Folded { delimited: self.delimited, value }
+            Output::Folded { delimited: self.delimited, value, what: self.what }
         } else if self.json {
             Output::Json { limit: self.top.unwrap_or(0) }
         } else {
@@ -91,6 +97,7 @@ impl ViewArgs {
             timeline_limit: self.top.filter(|&n| n > 0).unwrap_or(DEFAULT_TOP),
             pprof: self.pprof,
             perfetto: self.perfetto,
+            what: self.what,
         })
     }
 }

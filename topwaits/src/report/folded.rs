@@ -15,6 +15,8 @@ pub const MISSING_KERNEL: &str = "[missing_kernel_stack]";
 pub struct Folded {
     pub delimited: bool,
     pub value: ValueKind,
+    /// `--what`: what each wait was for as the root frame.
+    pub what: bool,
 }
 
 /// Makes one frame safe for the folded format: `;` becomes `:`, whitespace and control
@@ -58,11 +60,16 @@ fn push_delimiter(line: &mut Vec<String>, delimited: bool, a: &Stack, b: &Stack)
     }
 }
 
-/// The frames of one record, root first, starting with the comm: the target's user
+/// The frames of one record, root first, starting with the comm (after what the
+/// wait was for, with `what`): the target's user
 /// then kernel frames root→leaf, and with `--waker` each hop after a `--` frame, its
 /// kernel then user frames leaf→root, then its name (bcc offwaketime's layout).
-pub fn line_frames(r: &Record, delimited: bool) -> Vec<String> {
-    let mut line = vec![clean(&String::from_utf8_lossy(&r.comm))];
+pub fn line_frames(r: &Record, delimited: bool, what: bool) -> Vec<String> {
+    let mut line = Vec::new();
+    if what {
+        line.push(clean(&format!("[{}]", r.waits_on.as_ref().map_or_else(|| "not labelled".to_string(), |w| w.short()))));
+    }
+    line.push(clean(&String::from_utf8_lossy(&r.comm)));
     push_stack(&mut line, &r.user, MISSING_USER, false);
     push_delimiter(&mut line, delimited, &r.user, &r.kernel);
     push_stack(&mut line, &r.kernel, MISSING_KERNEL, false);
@@ -98,7 +105,7 @@ impl Format for Folded {
         let mut merged: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
         for r in &report.records {
             let v = value(r, self.value);
-            let slot = merged.entry(line_frames(r, self.delimited).join(";")).or_insert(0);
+            let slot = merged.entry(line_frames(r, self.delimited, self.what).join(";")).or_insert(0);
             *slot = if self.value == ValueKind::Max { (*slot).max(v) } else { *slot + v };
         }
         let mut lines: Vec<(u64, String)> = merged.into_iter().map(|(l, v)| (v, l)).collect();
@@ -124,7 +131,7 @@ mod tests {
 
     #[test]
     fn matches_bcc_offcputime_layout() {
-        let got = render(Folded { delimited: false, value: ValueKind::Total }, &report());
+        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &report());
         assert_eq!(
             got,
             "kworker/0:1;[missing_kernel_stack] 3\n\
@@ -134,7 +141,7 @@ mod tests {
 
     #[test]
     fn delimiter_sits_between_user_and_kernel_frames_only_when_both_exist() {
-        let got = render(Folded { delimited: true, value: ValueKind::Count }, &report());
+        let got = render(Folded { delimited: true, value: ValueKind::Count, what: false }, &report());
         assert_eq!(
             got,
             "kworker/0:1;[missing_kernel_stack] 2\n\
@@ -152,7 +159,7 @@ mod tests {
             w.hops.clear();
             w.kind = WakeKind::NoWaker;
         }
-        let got = render(Folded { delimited: true, value: ValueKind::Total }, &r);
+        let got = render(Folded { delimited: true, value: ValueKind::Total, what: false }, &r);
         for line in got.lines() {
             assert_eq!(line.split(' ').count(), 2, "{line:?}");
         }
@@ -170,25 +177,25 @@ mod tests {
         twin.count = 3;
         twin.max_ns = 400_000_000;
         r.records.push(twin);
-        let sum = render(Folded { delimited: false, value: ValueKind::Total }, &r);
+        let sum = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &r);
         let sleeper: Vec<&str> = sum.lines().filter(|l| l.starts_with("sleeper;")).collect();
         assert_eq!(sleeper, ["sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1001000"]);
-        let count = render(Folded { delimited: false, value: ValueKind::Count }, &r);
+        let count = render(Folded { delimited: false, value: ValueKind::Count, what: false }, &r);
         assert!(count.contains("__schedule 13\n"), "{count}");
-        let max = render(Folded { delimited: false, value: ValueKind::Max }, &r);
+        let max = render(Folded { delimited: false, value: ValueKind::Max, what: false }, &r);
         assert!(max.contains("__schedule 400000\n") && max.lines().count() == 2, "{max}");
     }
 
     #[test]
     fn max_value_is_the_longest_wait_in_microseconds() {
-        let got = render(Folded { delimited: false, value: ValueKind::Max }, &report());
+        let got = render(Folded { delimited: false, value: ValueKind::Max, what: false }, &report());
         assert!(got.ends_with("__schedule 250000\n"), "{got}");
     }
 
     #[test]
     fn offwake_layout_matches_bcc_offwaketime_with_chain_hops_after_more_dividers() {
         use crate::report::fixtures::offwake_report;
-        let got = render(Folded { delimited: false, value: ValueKind::Total }, &offwake_report());
+        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &offwake_report());
         assert_eq!(
             got,
             "kworker/0:1;[missing_kernel_stack];--;[preempted] 3\n\
@@ -196,7 +203,7 @@ mod tests {
              try_to_wake_up;pipe_write;vfs_write;write;produce;main;writer;--;\
              try_to_wake_up;hrtimer_wakeup;asm_sysvec_apic_timer_interrupt;[interrupt] 1000500\n"
         );
-        let got = render(Folded { delimited: true, value: ValueKind::Total }, &offwake_report());
+        let got = render(Folded { delimited: true, value: ValueKind::Total, what: false }, &offwake_report());
         assert!(got.contains("clock_nanosleep;-;do_nanosleep") && got.contains("vfs_write;-;write;produce"), "{got}");
         assert!(!got.contains("asm_sysvec_apic_timer_interrupt;-"), "no delimiter without a user stack: {got}");
     }
@@ -208,7 +215,7 @@ mod tests {
         for comm in [&b"a;b c"[..], b"", b"\xff\xfe;x", b"tab\there\n"] {
             r.records[0].comm = comm.to_vec();
             r.records[0].user = frames(&["f g", "h;i"]);
-            let out = render(Folded { delimited: false, value: ValueKind::Total }, &r);
+            let out = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &r);
             let line = out.trim_end_matches('\n');
             assert_eq!(out.matches('\n').count(), 1, "{out:?}");
             let parts: Vec<&str> = line.split(' ').collect();

@@ -206,6 +206,9 @@ struct JRecord<'a> {
     tid: Option<u32>,
     /// Threads the record stands for (more than 1 only with `--by`).
     threads: u32,
+    /// What the waits were for: `kind`, `description` and the kind's fields.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waits_on: Option<Value>,
     comm: String,
     kernel_stack: Frames<'a>,
     kernel_stack_status: &'static str,
@@ -240,6 +243,16 @@ struct JRecord<'a> {
     waker: JWaker<'a>,
 }
 
+/// A record's `waits_on`: the kind and its fields, with the description.
+pub fn waits_on(w: &crate::label::WaitsOn, mean_ns: u64) -> Value {
+    let mut v = serde_json::to_value(w).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.insert("label".into(), Value::String(w.short()));
+        m.insert("description".into(), Value::String(w.describe(mean_ns)));
+    }
+    v
+}
+
 /// One record, ready to serialize.
 fn record<'a>(report: &Report, r: &'a Record, texts: &'a FrameTexts) -> JRecord<'a> {
     let info = &report.info;
@@ -247,8 +260,9 @@ fn record<'a>(report: &Report, r: &'a Record, texts: &'a FrameTexts) -> JRecord<
     let total_us = r.total_ns / 1000;
     let blocked_us = r.wake.as_ref().map(|w| (w.blocked_ns / 1000).min(total_us));
     JRecord {
-        tgid: (info.by != By::Comm).then_some(r.tgid),
+        tgid: matches!(info.by, By::Thread | By::Process).then_some(r.tgid),
         tid: (info.by == By::Thread).then_some(r.tid),
+        waits_on: r.waits_on.as_ref().map(|w| waits_on(w, r.total_ns / r.count.max(1))),
         threads: r.threads,
         comm: comm_text(&r.comm),
         kernel_stack: Frames { stack: &r.kernel, texts },

@@ -34,7 +34,7 @@ pub fn for_output(view: View, output: &Output) -> Box<dyn Format> {
     }
     match output {
         Output::Top { limit, delimited } => Box::new(top::Top { limit: *limit, delimited: *delimited }),
-        Output::Folded { delimited, value } => Box::new(folded::Folded { delimited: *delimited, value: *value }),
+        Output::Folded { delimited, value, what } => Box::new(folded::Folded { delimited: *delimited, value: *value, what: *what }),
         Output::Json { limit } => Box::new(json::Json { limit: *limit }),
     }
 }
@@ -77,7 +77,7 @@ pub fn named(comm: &str, tgid: u32, tid: u32, by: By) -> String {
     match by {
         By::Thread => format!("{comm}  pid {tgid}  tid {tid}"),
         By::Process => format!("{comm}  pid {tgid}"),
-        By::Comm => comm.to_string(),
+        By::Comm | By::What => comm.to_string(),
     }
 }
 
@@ -88,6 +88,7 @@ pub fn who(r: &Record, by: By) -> String {
     match by {
         By::Thread => name,
         By::Process | By::Comm => format!("{name}  {}", crate::cli::plural(r.threads as usize, "thread")),
+        By::What => format!("heaviest: {name}, of {}", crate::cli::plural(r.threads as usize, "thread")),
     }
 }
 
@@ -201,6 +202,7 @@ pub(crate) mod fixtures {
                     wake: None,
                     open: None,
                     threads: 1,
+                    waits_on: None,
                 },
                 Record {
                     tgid: 7,
@@ -215,6 +217,7 @@ pub(crate) mod fixtures {
                     wake: None,
                     open: None,
                     threads: 1,
+                    waits_on: None,
                 },
             ],
             objects: [(

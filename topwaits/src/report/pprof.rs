@@ -316,6 +316,9 @@ pub fn profile(report: &Report) -> proto::Profile {
         if let Some(state) = state_of(report, r) {
             label.push(b.label("state", state));
         }
+        if let Some(w) = &r.waits_on {
+            label.push(b.label("waits_on", &w.short()));
+        }
         if let Some(w) = &r.wake {
             let who = match (w.kind, w.hops.first()) {
                 (WakeKind::Woken, Some(h)) => super::hop_name(h),

@@ -49,6 +49,8 @@ pub fn hop_color(hop: usize, name: &str) -> Color {
 /// One flame-graph picture of a report.
 pub struct FlameSvg {
     pub value: ValueKind,
+    /// `--what`: what each wait was for as the root frame.
+    pub what: bool,
 }
 
 impl FlameSvg {
@@ -70,7 +72,7 @@ impl FlameSvg {
         let mut lines = Vec::new();
         for r in &report.records {
             let mut hop = 0usize;
-            let frames: Vec<String> = line_frames(r, false)
+            let frames: Vec<String> = line_frames(r, false, self.what)
                 .into_iter()
                 .enumerate()
                 .map(|(i, f)| {
@@ -147,7 +149,7 @@ pub(crate) mod tests {
 
     fn render(r: &Report, value: ValueKind) -> String {
         let mut out = Vec::new();
-        FlameSvg { value }.write(r, &mut out).unwrap();
+        FlameSvg { value, what: false }.write(r, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 

@@ -69,6 +69,13 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
         )?;
     }
     writeln!(out, "    {}", who(r, info.by))?;
+    if info.by == crate::reduce::By::What {
+        let all: u64 = report.records.iter().map(|x| x.total_ns).sum();
+        writeln!(out, "    {:.1}% of all the waiting shown", 100.0 * r.total_ns as f64 / all.max(1) as f64)?;
+    }
+    if let Some(w) = &r.waits_on {
+        writeln!(out, "    waits on {}", w.describe(avg))?;
+    }
     write_stack(out, &r.kernel, "kernel")?;
     if delimited && !matches!(r.kernel, Stack::None) && !matches!(r.user, Stack::None) {
         writeln!(out, "      -")?;
@@ -119,17 +126,23 @@ impl Format for Top {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let info = &report.info;
         let total = report.records.len();
-        let shown = take(by_longest(&report.records), self.limit);
+        let mut ranked = by_longest(&report.records);
+        if report.info.by == crate::reduce::By::What {
+            // What the waiting was for is ranked by how much of it there was.
+            ranked.sort_by_key(|r| std::cmp::Reverse(r.total_ns));
+        }
+        let shown = take(ranked, self.limit);
         writeln!(
             out,
-            "Off-CPU waits of {} for {:.2} s from {} {} ({}): {}, {} shown, longest first.",
+            "Off-CPU waits of {} for {:.2} s from {} {} ({}): {}, {} shown, {}.",
             info.target,
             info.duration_s(),
             date(info.clock.wall(info.start_mono), info.utc_offset_s),
             hms_millis(info.clock.wall(info.start_mono), info.utc_offset_s),
             info.attach.name(),
             crate::cli::plural(total, "record"),
-            shown.len()
+            shown.len(),
+            if info.by == crate::reduce::By::What { "most waiting first" } else { "longest first" }
         )?;
         writeln!(out)?;
         for (i, r) in shown.iter().enumerate() {

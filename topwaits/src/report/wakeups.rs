@@ -42,7 +42,7 @@ pub fn rows(records: &[Record], by: By) -> Vec<Row> {
     let ids = |tgid: u32, tid: u32| match by {
         By::Thread => (tgid, tid),
         By::Process => (tgid, 0),
-        By::Comm => (0, 0),
+        By::Comm | By::What => (0, 0),
     };
     let mut rows: BTreeMap<Key, Row> = BTreeMap::new();
     for r in records {
@@ -173,7 +173,7 @@ impl Format for Wakeups {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let info = &report.info;
         match &self.output {
-            Output::Folded { delimited, value: kind } => {
+            Output::Folded { delimited, value: kind, .. } => {
                 // Lines name the waker and the target only, as bcc's wakeuptime.
                 let all = rows(&report.records, By::Comm);
                 let mut lines: Vec<(u64, String)> = all.iter().map(|r| (value(r, *kind), folded_line(r, *delimited))).collect();
@@ -259,7 +259,9 @@ mod tests {
     #[test]
     fn folded_puts_the_waker_at_the_bottom_and_the_target_on_top() {
         let mut out = Vec::new();
-        Wakeups { output: Output::Folded { delimited: false, value: ValueKind::Total } }.write(&offwake_report(), &mut out).unwrap();
+        Wakeups { output: Output::Folded { delimited: false, value: ValueKind::Total, what: false } }
+            .write(&offwake_report(), &mut out)
+            .unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "writer;main;produce;write;vfs_write;pipe_write;try_to_wake_up;sleeper 1000000\n");
     }
 

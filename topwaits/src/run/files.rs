@@ -17,6 +17,7 @@ pub struct ViewFiles {
     perfetto: Option<OutputFile>,
     record: Option<OutputFile>,
     value: ValueKind,
+    what: bool,
     timeline_limit: usize,
     /// `why --for TID`: the svg is that thread's critical path.
     path_of: Option<u32>,
@@ -33,6 +34,7 @@ impl ViewFiles {
             perfetto: OutputFile::create_opt(view.perfetto.as_deref())?,
             record: OutputFile::create_opt(record)?,
             value: view.value,
+            what: view.what,
             timeline_limit: view.timeline_limit,
             path_of: None,
         })
@@ -54,7 +56,7 @@ impl ViewFiles {
         if let Some(file) = self.svg {
             match self.path_of {
                 Some(for_tid) => file.write(|out| report::why::PathSvg { for_tid }.write(report, out))?,
-                None => file.write(|out| report::svg::FlameSvg { value: self.value }.write(report, out))?,
+                None => file.write(|out| report::svg::FlameSvg { value: self.value, what: self.what }.write(report, out))?,
             }
         }
         if let Some(file) = self.timeline {

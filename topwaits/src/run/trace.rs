@@ -177,7 +177,14 @@ pub fn run(config: &Config) -> Result<()> {
             by: By::Thread,
             state_filter: config.state,
         };
-        let mut report = interval::report(capture, interval::Events { rows, states }, &before, info, &mut symbolizer);
+        let mut report = interval::report(
+            capture,
+            interval::Events { rows, states },
+            &before,
+            info,
+            &mut symbolizer,
+            &mut crate::what::procfs::ProcResolver::default(),
+        );
         let grouped = crate::reduce::grouped(&report, config.shown.by);
         write_quietly(|out| {
             if !config.print {

@@ -332,6 +332,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             wake,
             open: r.open,
             threads: 1,
+            waits_on: None,
         });
     }
     Resolved { records: out, user_stacks_cut }
@@ -400,6 +401,7 @@ pub(crate) mod tests {
             max_end_mono: 9,
             wake: None,
             open: None,
+            what: Default::default(),
         }
     }
 

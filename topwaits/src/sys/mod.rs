@@ -10,5 +10,6 @@ pub mod memory;
 pub mod net;
 pub mod procfs;
 pub mod schedclock;
+pub mod syscalls;
 pub mod thread;
 pub mod tracefs;

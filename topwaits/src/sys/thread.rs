@@ -3,6 +3,7 @@
 //! registers (`syscall`), the scheduler's clock when it last ran (`sched`), its kernel
 //! stack as the kernel prints it (`stack`), and what its file descriptors are.
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
 /// The fields of `/proc/.../stat` that a snapshot needs.
@@ -175,6 +176,56 @@ pub fn special_inode(target: &str) -> Option<(&str, u64)> {
     // Up to the `]`: user space may have added a description after it.
     let inode = rest.split_once(']')?.0.parse().ok()?;
     matches!(kind, "pipe" | "socket").then_some((kind, inode))
+}
+
+/// Another process that holds a pipe or socket open: pid, comm, access (`r`, `w`, `rw`).
+pub type Holder = (u32, Vec<u8>, &'static str);
+
+/// The access mode of an fd from the `flags:` line of `/proc/PID/fdinfo/FD`.
+pub fn fd_access(fdinfo: &str) -> &'static str {
+    let flags = fdinfo.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok());
+    match flags.map(|f| f & 3) {
+        Some(0) => "r",
+        Some(1) => "w",
+        Some(2) => "rw",
+        _ => "?",
+    }
+}
+
+/// Who holds pipes and sockets open: inode -> every holder.
+pub fn holders_of(inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<Holder>> {
+    let mut out: HashMap<u64, Vec<Holder>> = HashMap::new();
+    if inodes.is_empty() {
+        return out;
+    }
+    for pid in all_pids() {
+        for fd in numeric_entries(&format!("/proc/{pid}/fd")) {
+            let Some(target) = fd_target(pid, fd as u64) else {
+                continue;
+            };
+            let Some((_, inode)) = special_inode(&target) else {
+                continue;
+            };
+            if !inodes.contains(&inode) {
+                continue;
+            }
+            let access = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).map(|t| fd_access(&t)).unwrap_or("?");
+            let comm = stat(pid, pid).map(|s| s.comm).unwrap_or_default();
+            let list = out.entry(inode).or_default();
+            if !list.iter().any(|(p, _, a)| *p == pid && *a == access) {
+                list.push((pid, comm, access));
+            }
+        }
+    }
+    out
+}
+
+/// Most fds a poll or epoll wait lists.
+pub const MAX_POLL_FDS: usize = 16;
+
+/// The fds an epoll set watches, from the `tfd:` lines of its `/proc/PID/fdinfo/FD`.
+pub fn epoll_fds(fdinfo: &str) -> Vec<u64> {
+    fdinfo.lines().filter_map(|l| l.trim_start().strip_prefix("tfd:")?.split_whitespace().next()?.parse().ok()).collect()
 }
 
 #[cfg(test)]

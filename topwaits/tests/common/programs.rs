@@ -70,3 +70,33 @@ impl Drop for Stuck {
         let _ = self.child.wait();
     }
 }
+
+/// Compiles tests/programs/NAME.c (optimized, with frame pointers as the compiler
+/// chooses) into the test's temporary directory.
+pub fn compile(name: &str) -> String {
+    let out = format!("{}/{name}", env!("CARGO_TARGET_TMPDIR"));
+    let src = format!("{}/tests/programs/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new("cc").args(["-O2", "-g", "-pthread", "-o", &out, &src]).status().expect("a C compiler (cc) is needed");
+    assert!(status.success(), "compiling {src} failed");
+    out
+}
+
+/// A started workload and its "ready" line, killed when dropped.
+pub struct Started(pub Child, pub String);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a workload that prints "ready" once it runs.
+pub fn start(exe: &str) -> Started {
+    let mut child = Command::new(exe).stdout(Stdio::piped()).spawn().expect("the workload starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let started = Started(child, line.trim().to_string());
+    assert!(started.1.starts_with("ready"), "{:?}", started.1);
+    started
+}

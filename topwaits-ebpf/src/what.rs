@@ -1,0 +1,142 @@
+//! What a wait is for, read as the task leaves the CPU: the syscall it is in and
+//! that call's first argument (from the user registers at the top of its kernel
+//! stack), the time a sleep asked for, and the kernel lock it contends for (left by
+//! the `lock_contention` hooks on this CPU).
+
+use aya_ebpf::maps::Array;
+use aya_ebpf::{
+    cty::c_void,
+    helpers::{bpf_get_current_task, generated as gen},
+    macros::map,
+    maps::PerCpuArray,
+};
+use topwaits_common::{label_syscalls, what, What};
+
+use crate::maps::SETTINGS;
+
+/// Kernel stacks are this large (x86-64 without KASAN), with the user registers
+/// (`struct pt_regs`, 168 bytes) at their top.
+const THREAD_SIZE: u64 = 16 * 1024;
+const PT_REGS: u64 = 168;
+/// `dx`, `si`, `di`, `orig_ax`, `ip` and `cs` lie in a row in `struct pt_regs`.
+const REGS_DX: u64 = 12 * 8;
+/// The code segment of 64-bit user mode (`__USER_CS`).
+const USER_CS: u64 = 0x33;
+/// Syscall numbers are below this; `orig_ax` holds a negated vector for interrupts.
+const MAX_NR: u64 = 512;
+/// `TIMER_ABSTIME` in `clock_nanosleep`'s flags, and `CLOCK_MONOTONIC`.
+const TIMER_ABSTIME: u64 = 1;
+const CLOCK_MONOTONIC: u64 = 1;
+
+/// The kernel lock a task on this CPU contends for, until it gets it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Contention {
+    pub tid: u32,
+    pub flags: u32,
+    pub lock: u64,
+}
+
+/// See `topwaits_common::label_syscalls`; set by user space before loading.
+#[map]
+pub static LABEL_SYSCALLS: Array<u64> = Array::with_max_entries(label_syscalls::LEN, 0);
+
+#[map]
+pub static CONTENTION: PerCpuArray<Contention> = PerCpuArray::with_max_entries(1, 0);
+
+/// Writes into `w` what the current task, `tid`, leaving the CPU in `state` (0:
+/// preempted) for `next_tgid`'s task (0: not known), waits for. `now` is the
+/// switch's time. The registers are read into per-CPU scratch, not the BPF
+/// stack, which the hooks that inline this have used up.
+#[inline(always)]
+pub fn fill(w: &mut What, tid: u32, state: u32, next_tgid: u32, now: u64) {
+    w.nr = 0;
+    w.flags = 0;
+    w.arg0 = 0;
+    w.obj = 0;
+    if state == 0 {
+        w.flags = what::PREEMPTED;
+        w.obj = next_tgid as u64;
+        return;
+    }
+    if let Some(c) = CONTENTION.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; hooks on this CPU run one at a time.
+        let c = unsafe { &mut *c };
+        if c.tid == tid && c.lock != 0 {
+            w.flags = what::KLOCK | (c.flags & what::LOCK_FLAGS);
+            w.obj = c.lock;
+            c.tid = 0;
+        }
+    }
+    if let Some(r) = SCRATCH_REGS.get_ptr_mut(0) {
+        // SAFETY: this CPU's scratch slot, used by this program run alone.
+        syscall(w, unsafe { &mut *r }, now);
+    }
+}
+
+/// Per-CPU: registers and a sleep's timespec, read for [`fill`].
+#[map]
+static SCRATCH_REGS: PerCpuArray<[u64; 8]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Reads `len` bytes of kernel memory at `src` into `dst`; whether it could.
+#[inline(always)]
+fn read_kernel(dst: *mut u64, len: u32, src: u64) -> bool {
+    // SAFETY: the helper checks the source; `dst` is a map value of at least `len`.
+    unsafe { gen::bpf_probe_read_kernel(dst.cast(), len, src as *const c_void) == 0 }
+}
+
+/// Fills in the syscall the current task is in, if it came from user mode by one.
+#[inline(always)]
+fn syscall(w: &mut What, r: &mut [u64; 8], now: u64) {
+    let off = SETTINGS.load().task.stack;
+    if !cfg!(bpf_target_arch = "x86_64") || off == u32::MAX {
+        return;
+    }
+    // SAFETY: a helper call without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    if !read_kernel(&mut r[0], 8, task + off as u64) || r[0] == 0 {
+        return;
+    }
+    let regs = r[0] + THREAD_SIZE - PT_REGS;
+    // dx, si, di, orig_ax, ip, cs into r[0..6].
+    if !read_kernel(r.as_mut_ptr(), 48, regs + REGS_DX) || r[5] != USER_CS || r[3] >= MAX_NR {
+        return;
+    }
+    let nr = r[3];
+    w.nr = nr as u32 + 1;
+    let word = LABEL_SYSCALLS.get(((nr / 64) & 7) as u32).copied().unwrap_or(0);
+    if word & (1 << (nr % 64)) != 0 {
+        w.arg0 = r[2];
+        if w.flags & what::KLOCK == 0 && is_futex(nr) {
+            w.flags |= what::FUTEX_OP | (((r[1] & 0x7f) as u32) << what::FUTEX_OP_SHIFT);
+        }
+    }
+    if w.flags & what::KLOCK != 0 {
+        return;
+    }
+    let nr1 = w.nr as u64;
+    let (ptr, abs) = if LABEL_SYSCALLS.get(label_syscalls::NANOSLEEP).is_some_and(|&n| n == nr1) {
+        (r[2], false)
+    } else if LABEL_SYSCALLS.get(label_syscalls::CLOCK_NANOSLEEP).is_some_and(|&n| n == nr1) {
+        let abs = r[1] & TIMER_ABSTIME != 0;
+        if abs && r[2] != CLOCK_MONOTONIC {
+            return;
+        }
+        (r[0], abs)
+    } else {
+        return;
+    };
+    // SAFETY: the helper checks the user address; r[6..8] is 16 bytes of map value.
+    if unsafe { gen::bpf_probe_read_user(r.as_mut_ptr().add(6).cast(), 16, ptr as *const c_void) } != 0 {
+        return;
+    }
+    let ns = r[6].wrapping_mul(1_000_000_000).wrapping_add(r[7]);
+    w.obj = if abs { ns.saturating_sub(now) } else { ns };
+    w.flags |= what::SLEEP;
+}
+
+/// `futex` on x86-64 (the only ABI whose registers are read here).
+#[inline(always)]
+fn is_futex(nr: u64) -> bool {
+    nr == 202
+}

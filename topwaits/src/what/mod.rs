@@ -1,0 +1,225 @@
+//! What each wait was for: the classification of a wait's [`What`] (its syscall,
+//! that call's first argument, a kernel lock, a sleep's asked time, a preemption)
+//! with its kernel and user frames into a [`WaitsOn`]. Pure: file descriptors,
+//! sockets and processes are resolved through [`Resolve`] (`/proc` in [`procfs`]).
+
+pub mod procfs;
+
+use topwaits_common::{what as bits, What};
+
+use crate::label::WaitsOn;
+use crate::model::Record;
+use crate::sys::syscalls::syscall_info;
+
+/// What a file descriptor was when it was resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FdKind {
+    /// A regular file or a block device, with the device it lives on.
+    File { device: Option<String> },
+    /// A pipe or a FIFO, by inode.
+    Pipe { inode: u64 },
+    /// A socket, by inode.
+    Socket { inode: u64 },
+    /// An epoll set.
+    Epoll,
+    /// Anything else: a terminal, an eventfd, ...
+    Other,
+}
+
+/// A resolved file descriptor: its `/proc/PID/fd` link and kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fd {
+    pub target: String,
+    pub kind: FdKind,
+}
+
+/// What classification asks of the system.
+pub trait Resolve {
+    /// File descriptor `fd` of process `tgid`, if it is still open.
+    fn fd(&mut self, tgid: u32, fd: u64) -> Option<Fd>;
+    /// A socket of `tgid`'s network namespace by inode ("TCP a:p -> b:q, state").
+    fn socket(&mut self, tgid: u32, inode: u64) -> Option<String>;
+    /// The processes holding a pipe open ("pid 12 cat (w)").
+    fn pipe_holders(&mut self, inode: u64) -> Vec<String>;
+    /// The descriptors an epoll set watches, each with what it is.
+    fn epoll_fds(&mut self, tgid: u32, epfd: u64) -> Vec<String>;
+    /// A process by tgid ("pid 12 (cat)").
+    fn process(&mut self, tgid: u32) -> Option<String>;
+    /// The kernel symbol at exactly `addr` (a static lock), if any.
+    fn kernel_symbol(&mut self, addr: u64) -> Option<String>;
+}
+
+/// Parts of the names of glibc's mutex lock path.
+const MUTEX_FRAMES: &[&str] = &["mutex_lock", "mutex_timedlock", "mutex_clocklock", "lll_lock_wait"];
+
+/// Lock-free futex waits that user frames name, by a part of the function.
+const NAMED_FUTEX: &[(&str, &str)] = &[
+    ("cond_wait", "condition variable"),
+    ("cond_timedwait", "condition variable"),
+    ("cond_clockwait", "condition variable"),
+    ("sem_wait", "semaphore"),
+    ("sem_timedwait", "semaphore"),
+    ("sem_clockwait", "semaphore"),
+    ("rwlock", "rwlock"),
+    ("barrier_wait", "barrier"),
+    ("pthread_join", "thread join"),
+    ("clockjoin", "thread join"),
+];
+
+/// What the user frames nearest the leaf say a futex wait is: `Some(None)` for a
+/// mutex, `Some(Some(name))` for a named lock-free kind, `None` when none tells.
+/// The frames nearest the leaf decide: a condvar wait takes a mutex too, higher up.
+pub fn futex_by_frames(frames: &[&str]) -> Option<Option<&'static str>> {
+    for name in frames.iter().take(4) {
+        if MUTEX_FRAMES.iter().any(|m| name.contains(m)) {
+            return Some(None);
+        }
+        if let Some((_, what)) = NAMED_FUTEX.iter().find(|(part, _)| name.contains(part)) {
+            return Some(Some(what));
+        }
+    }
+    None
+}
+
+/// `futex` operations that take a PI lock.
+const FUTEX_LOCK_PI: u32 = 6;
+const FUTEX_LOCK_PI2: u32 = 13;
+
+/// Kernel functions that wait for block I/O.
+const IO_FRAMES: &[&str] = &["io_schedule", "blk_", "bio_", "submit_bio", "folio_wait", "wait_on_page", "jbd2", "bit_wait_io"];
+
+/// Kernel functions (callers of the lock) that name an rwsem.
+const MMAP_LOCK_FRAMES: &[&str] = &[
+    "mmap_lock",
+    "mmap_read_lock",
+    "mmap_write_lock",
+    "lock_mm_and_find_vma",
+    "vm_mmap",
+    "vm_munmap",
+    "__vm_munmap",
+    "do_user_addr_fault",
+    "do_mprotect",
+    "do_madvise",
+    "__do_sys_brk",
+];
+const INODE_LOCK_FRAMES: &[&str] = &["inode_lock", "_file_write_iter", "lookup_slow", "filename_create", "do_truncate", "iterate_dir"];
+
+fn any_frame(frames: &[&str], parts: &[&str]) -> bool {
+    frames.iter().any(|f| parts.iter().any(|p| f.contains(p)))
+}
+
+/// A user page fault: its frames, and no syscall entry below them.
+fn in_page_fault(kernel: &[&str]) -> bool {
+    any_frame(kernel, &["exc_page_fault", "do_user_addr_fault"]) && !any_frame(kernel, &["do_syscall_64", "entry_SYSCALL"])
+}
+
+/// The kernel lock in `w`, named by its address or by the functions that took it.
+fn kernel_lock(w: &What, kernel: &[&str], r: &mut dyn Resolve) -> WaitsOn {
+    let f = w.flags & bits::LOCK_FLAGS;
+    let (lock, mode) = if f & bits::LCB_MUTEX != 0 {
+        (if f & bits::LCB_RT != 0 { "rt_mutex" } else { "mutex" }, None)
+    } else if f & (bits::LCB_READ | bits::LCB_WRITE) != 0 {
+        let mode = if f & bits::LCB_WRITE != 0 { "write" } else { "read" };
+        (if f & bits::LCB_PERCPU != 0 { "percpu rwsem" } else { "rwsem" }, Some(mode.to_string()))
+    } else if f & bits::LCB_RT != 0 {
+        ("rt_mutex", None)
+    } else {
+        ("semaphore", None)
+    };
+    let name = r.kernel_symbol(w.obj).or_else(|| {
+        if lock.ends_with("rwsem") && any_frame(kernel, MMAP_LOCK_FRAMES) {
+            Some("mmap_lock".to_string())
+        } else if any_frame(kernel, INODE_LOCK_FRAMES) {
+            Some("i_rwsem".to_string())
+        } else {
+            None
+        }
+    });
+    WaitsOn::KernelLock { lock: lock.to_string(), mode, addr: Some(w.obj), name }
+}
+
+/// The first kernel function that is not the scheduler's own: where a wait that no
+/// syscall explains sat.
+fn telling_kernel_frame(kernel: &[&str]) -> Option<String> {
+    const SCHED: &[&str] = &["schedule", "__schedule", "preempt_schedule", "do_nanosleep", "io_schedule"];
+    kernel.iter().find(|f| !SCHED.iter().any(|s| f.starts_with(s) || f.ends_with(s))).map(|f| f.to_string())
+}
+
+/// Classifies one wait. `kernel` and `user` are the frame names, leaf first.
+pub fn classify(w: &What, kernel: &[&str], user: &[&str], tgid: u32, r: &mut dyn Resolve) -> WaitsOn {
+    if w.flags & bits::PREEMPTED != 0 {
+        let ran_instead = (w.obj != 0).then(|| r.process(w.obj as u32).unwrap_or_else(|| format!("pid {}", w.obj)));
+        return WaitsOn::RunQueue { ran_instead };
+    }
+    if w.flags & bits::KLOCK != 0 {
+        return kernel_lock(w, kernel, r);
+    }
+    let io = any_frame(kernel, IO_FRAMES);
+    if in_page_fault(kernel) {
+        return WaitsOn::PageFault { major: io };
+    }
+    let Some(nr) = w.nr.checked_sub(1) else {
+        if io {
+            return WaitsOn::Disk { device: None, file: None, syscall: None };
+        }
+        return WaitsOn::Other { what: telling_kernel_frame(kernel).unwrap_or_else(|| "not in a syscall".to_string()) };
+    };
+    let Some(info) = syscall_info(nr as u64) else {
+        if io {
+            return WaitsOn::Disk { device: None, file: None, syscall: None };
+        }
+        return WaitsOn::Other { what: format!("syscall {nr}") };
+    };
+    let syscall = info.name.to_string();
+    match info.name {
+        "futex" | "futex_waitv" => {
+            let op = (w.flags >> bits::FUTEX_OP_SHIFT) & 0x7f;
+            if w.flags & bits::FUTEX_OP != 0 && matches!(op, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
+                return WaitsOn::Mutex { addr: w.arg0, pi: true };
+            }
+            match futex_by_frames(user) {
+                Some(None) => WaitsOn::Mutex { addr: w.arg0, pi: false },
+                Some(Some(name)) => WaitsOn::Futex { lock: name.to_string(), addr: w.arg0 },
+                None => WaitsOn::Futex { lock: "futex".to_string(), addr: w.arg0 },
+            }
+        }
+        "nanosleep" | "clock_nanosleep" => WaitsOn::Sleep { requested_ns: (w.flags & bits::SLEEP != 0).then_some(w.obj), syscall },
+        "wait4" | "waitid" => WaitsOn::Child { syscall },
+        "pause" | "rt_sigsuspend" | "rt_sigtimedwait" => WaitsOn::Signal { syscall },
+        "poll" | "ppoll" | "select" | "pselect6" => WaitsOn::Poll { via: syscall, fds: Vec::new() },
+        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => WaitsOn::Poll { fds: r.epoll_fds(tgid, w.arg0), via: syscall },
+        "sync" => WaitsOn::Disk { device: None, file: None, syscall: Some(syscall) },
+        _ if info.fd_arg == Some(0) => by_fd(w.arg0, syscall, io, tgid, r),
+        _ if io => WaitsOn::Disk { device: None, file: None, syscall: Some(syscall) },
+        _ => WaitsOn::Other { what: format!("in {syscall}") },
+    }
+}
+
+/// A wait in a call on file descriptor `fd`, by what the descriptor is.
+fn by_fd(fd: u64, syscall: String, io: bool, tgid: u32, r: &mut dyn Resolve) -> WaitsOn {
+    let Some(resolved) = r.fd(tgid, fd) else {
+        if io {
+            return WaitsOn::Disk { device: None, file: None, syscall: Some(syscall) };
+        }
+        return WaitsOn::File { fd, target: None, syscall };
+    };
+    match resolved.kind {
+        FdKind::Socket { inode } => WaitsOn::Socket { fd, socket: r.socket(tgid, inode), syscall },
+        FdKind::Pipe { inode } => WaitsOn::Pipe { fd, inode: Some(inode), holders: r.pipe_holders(inode), syscall },
+        FdKind::File { device } => WaitsOn::Disk { device, file: Some(resolved.target), syscall: Some(syscall) },
+        FdKind::Epoll => WaitsOn::Poll { fds: r.epoll_fds(tgid, fd), via: syscall },
+        FdKind::Other => WaitsOn::File { fd, target: Some(resolved.target), syscall },
+    }
+}
+
+/// Labels `records`, each with the [`What`] of the same index.
+pub fn label(records: &mut [Record], whats: &[What], r: &mut dyn Resolve) {
+    for (rec, w) in records.iter_mut().zip(whats) {
+        let kernel: Vec<&str> = rec.kernel.frames().iter().map(|f| f.name()).collect();
+        let user: Vec<&str> = rec.user.frames().iter().map(|f| f.name()).collect();
+        rec.waits_on = Some(classify(w, &kernel, &user, rec.tgid, r));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

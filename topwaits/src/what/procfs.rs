@@ -1,0 +1,164 @@
+//! [`Resolve`] from `/proc` and `/sys`: a descriptor's link and file type, the
+//! block device a file lives on, a process's sockets, a pipe's holders, an epoll
+//! set's descriptors, and static kernel locks by their `/proc/kallsyms` symbol.
+//! Each table is read once per report.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+use super::{Fd, FdKind, Resolve};
+use crate::sys::{net, thread};
+
+/// The resolver a report uses; it caches what it read.
+#[derive(Default)]
+pub struct ProcResolver {
+    sockets: HashMap<u32, HashMap<u64, String>>,
+    holders: Option<HashMap<u64, Vec<thread::Holder>>>,
+    /// Pipe inodes to look up holders for, gathered by [`ProcResolver::want_pipes`].
+    pipes: BTreeSet<u64>,
+    devices: HashMap<u64, Option<String>>,
+    /// Data symbols of the kernel by address (read on first need).
+    kallsyms: Option<HashMap<u64, String>>,
+}
+
+/// The block device named by `dev` (`st_dev`), from `/sys/dev/block`.
+fn device_name(dev: u64) -> Option<String> {
+    let (major, minor) = (libc_major(dev), libc_minor(dev));
+    let uevent = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent")).ok()?;
+    devname(&uevent)
+}
+
+/// `DEVNAME=` of a uevent file.
+pub fn devname(uevent: &str) -> Option<String> {
+    uevent.lines().find_map(|l| l.strip_prefix("DEVNAME=")).map(str::to_string)
+}
+
+/// The major and minor numbers of a `dev_t`, as glibc encodes them.
+fn libc_major(dev: u64) -> u64 {
+    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff)
+}
+
+fn libc_minor(dev: u64) -> u64 {
+    ((dev >> 12) & 0xffff_ff00) | (dev & 0xff)
+}
+
+/// Static data symbols of `/proc/kallsyms` by address (`b`, `d` and their
+/// uppercase forms): where a static kernel lock's address is its symbol.
+pub fn parse_data_symbols(text: &str) -> HashMap<u64, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            let kind = f.next()?;
+            let name = f.next()?;
+            (addr != 0 && matches!(kind, "b" | "B" | "d" | "D")).then(|| (addr, name.to_string()))
+        })
+        .collect()
+}
+
+impl ProcResolver {
+    fn device_of(&mut self, dev: u64) -> Option<String> {
+        self.devices.entry(dev).or_insert_with(|| device_name(dev)).clone()
+    }
+}
+
+impl Resolve for ProcResolver {
+    fn fd(&mut self, tgid: u32, fd: u64) -> Option<Fd> {
+        let target = thread::fd_target(tgid, fd)?;
+        if let Some((kind, inode)) = thread::special_inode(&target) {
+            let kind = if kind == "pipe" { FdKind::Pipe { inode } } else { FdKind::Socket { inode } };
+            return Some(Fd { target, kind });
+        }
+        if target == "anon_inode:[eventpoll]" {
+            return Some(Fd { target, kind: FdKind::Epoll });
+        }
+        // The file itself, through the descriptor (it may have been renamed since).
+        let meta = std::fs::metadata(format!("/proc/{tgid}/fd/{fd}")).ok();
+        let kind = match meta {
+            Some(m) if m.file_type().is_fifo() => FdKind::Pipe { inode: m.ino() },
+            Some(m) if m.file_type().is_file() || m.file_type().is_dir() => FdKind::File { device: self.device_of(m.dev()) },
+            Some(m) if m.file_type().is_block_device() => FdKind::File { device: self.device_of(m.rdev()) },
+            _ => FdKind::Other,
+        };
+        Some(Fd { target, kind })
+    }
+
+    fn socket(&mut self, tgid: u32, inode: u64) -> Option<String> {
+        self.sockets.entry(tgid).or_insert_with(|| net::sockets_of(tgid)).get(&inode).cloned()
+    }
+
+    fn pipe_holders(&mut self, inode: u64) -> Vec<String> {
+        if self.holders.is_none() || !self.pipes.contains(&inode) {
+            self.pipes.insert(inode);
+            self.holders = Some(thread::holders_of(&self.pipes));
+        }
+        let list = self.holders.as_ref().and_then(|h| h.get(&inode)).cloned().unwrap_or_default();
+        list.iter().map(|(pid, comm, access)| format!("pid {pid} {} ({access})", crate::model::comm_text(comm))).collect()
+    }
+
+    fn epoll_fds(&mut self, tgid: u32, epfd: u64) -> Vec<String> {
+        let info = std::fs::read_to_string(format!("/proc/{tgid}/fdinfo/{epfd}")).unwrap_or_default();
+        let fds = thread::epoll_fds(&info);
+        fds.into_iter()
+            .take(thread::MAX_POLL_FDS)
+            .map(|fd| match thread::fd_target(tgid, fd) {
+                Some(t) => match thread::special_inode(&t) {
+                    Some(("socket", ino)) => format!("{fd} ({})", self.socket(tgid, ino).unwrap_or(t)),
+                    _ => format!("{fd} ({t})"),
+                },
+                None => format!("{fd}"),
+            })
+            .collect()
+    }
+
+    fn process(&mut self, tgid: u32) -> Option<String> {
+        let comm = thread::stat(tgid, tgid)?.comm;
+        Some(format!("pid {tgid} ({})", crate::model::comm_text(&comm)))
+    }
+
+    fn kernel_symbol(&mut self, addr: u64) -> Option<String> {
+        let syms = self.kallsyms.get_or_insert_with(|| parse_data_symbols(&std::fs::read_to_string("/proc/kallsyms").unwrap_or_default()));
+        syms.get(&addr).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_device_names_and_static_lock_symbols() {
+        assert_eq!(devname("MAJOR=254\nMINOR=0\nDEVNAME=vda\nDEVTYPE=disk\n").as_deref(), Some("vda"));
+        assert_eq!(devname("MAJOR=254\n"), None);
+        let syms = parse_data_symbols(
+            "ffffffff81000000 T _text\nffffffff82a0b3c0 D rtnl_mutex\nffffffff82b00000 b cgroup_mutex\n0000000000000000 D hidden\n",
+        );
+        assert_eq!(syms.get(&0xffff_ffff_82a0_b3c0).map(String::as_str), Some("rtnl_mutex"));
+        assert_eq!(syms.get(&0xffff_ffff_82b0_0000).map(String::as_str), Some("cgroup_mutex"));
+        assert_eq!(syms.len(), 2, "code and hidden addresses are no locks");
+        // 254:0 as glibc packs it, and a large minor.
+        assert_eq!((libc_major(0xfe00), libc_minor(0xfe00)), (254, 0));
+        assert_eq!((libc_major(0x0010_0103), libc_minor(0x0010_0103)), (1, 0x103));
+    }
+
+    #[test]
+    fn resolves_this_process_own_descriptors() {
+        let mut r = ProcResolver::default();
+        let me = std::process::id();
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        use std::os::fd::AsRawFd;
+        let fd = r.fd(me, file.as_raw_fd() as u64).expect("an open descriptor resolves");
+        assert!(matches!(fd.kind, FdKind::File { .. }), "{fd:?}");
+        let (rd, _wr) = std::io::pipe().unwrap();
+        let p = r.fd(me, rd.as_raw_fd() as u64).unwrap();
+        assert!(matches!(p.kind, FdKind::Pipe { .. }) && p.target.starts_with("pipe:["), "{p:?}");
+        let FdKind::Pipe { inode } = p.kind else { unreachable!() };
+        assert!(
+            r.pipe_holders(inode).iter().any(|h| h.starts_with(&format!("pid {me} ")) && h.ends_with("(r)")),
+            "{:?}",
+            r.pipe_holders(inode)
+        );
+        assert_eq!(r.fd(me, 999_999), None, "a closed descriptor is not resolved");
+        assert!(r.process(me).unwrap().starts_with(&format!("pid {me} (")));
+    }
+}

@@ -181,6 +181,8 @@ pub struct Settings {
     /// Non-zero: user stacks are walked from the binaries' unwind tables (see
     /// [`unwind`]) instead of by frame pointers with `bpf_get_stack`.
     pub cfi: u32,
+    /// Non-zero: each wait keeps what it was for ([`What`]) in its row's key.
+    pub labels: u32,
     /// Where the `task_struct` fields the programs read lie.
     pub task: TaskOffsets,
 }
@@ -207,6 +209,7 @@ impl Settings {
             task_storage: 0,
             hold_rows: 0,
             cfi: 0,
+            labels: 1,
             task: TaskOffsets::UNKNOWN,
         }
     }
@@ -781,7 +784,7 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 16 + size_of::<TaskOffsets>());
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 17 + size_of::<TaskOffsets>());
         assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
         assert_eq!(size_of::<unwind::ProcMaps>(), 8 + 32 * unwind::MAX_MAPS);
         assert_eq!(size_of::<unwind::FileInfo>(), 8);

@@ -135,7 +135,7 @@ fn begin(
     start.state = out.state;
     start.arrivals = arrivals;
     start.comm = comm;
-    if in_own_context {
+    if in_own_context && SETTINGS.load().labels != 0 {
         crate::what::fill(&mut start.what, out.tid, out.state, out.next_tgid(), now);
     } else {
         start.what = NO_WHAT;
@@ -229,7 +229,7 @@ fn end_wait<C: StackIdContext>(ctx: &C, start: &mut SwitchOut, now: u64, stacks_
     key.tgid = start.tgid;
     key.tid = start.tid;
     key.comm = start.comm;
-    if stacks_now {
+    if stacks_now && s.labels != 0 {
         // A hook that runs as the incoming task reads its syscall now: it is still in it.
         crate::what::fill(&mut key.what, start.tid, start.state, 0, now);
     } else {

@@ -87,6 +87,17 @@ impl WaitsOn {
         }
     }
 
+    /// The lock itself, whatever the mode it was wanted in: readers and writers of
+    /// one rwsem wait on one lock.
+    pub fn lock(&self) -> WaitsOn {
+        match self {
+            WaitsOn::KernelLock { lock, addr, name, .. } => {
+                WaitsOn::KernelLock { lock: lock.clone(), mode: None, addr: *addr, name: name.clone() }
+            }
+            other => other.clone(),
+        }
+    }
+
     /// The short label: the top view's headers, `--by what`'s groups and the
     /// root frame of `--what`. Waits on the same thing share it.
     pub fn short(&self) -> String {
@@ -188,6 +199,7 @@ mod tests {
         };
         assert_eq!(k.short(), "kernel rwsem mmap_lock (read)");
         assert!(k.is_lock() && WaitsOn::Mutex { addr: 1, pi: false }.is_lock() && !a.is_lock());
+        assert_eq!(k.lock().short(), "kernel rwsem mmap_lock");
     }
 
     #[test]

@@ -9,6 +9,7 @@ const ORDER: &[&str] = &[
     "report",
     "blocked",
     "why",
+    "locks",
     "open",
     "snapshot",
     "waitfor",

@@ -16,6 +16,7 @@ pub mod interrupts;
 pub mod label;
 #[cfg(test)]
 mod layering;
+pub mod locks;
 pub mod longwaits;
 pub mod model;
 pub mod objects;

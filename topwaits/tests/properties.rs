@@ -80,6 +80,12 @@ proptest! {
                         prop_assert!(c.waker && c.events_over_us == Some(1));
                     }
                 }
+                Some(Command::Locks(l)) => {
+                    if let Ok(topwaits::cli::LocksConfig::Trace(c)) = topwaits::cli::LocksConfig::from_args(l) {
+                        // Every wait is an event, with its waker and its label.
+                        prop_assert!(c.waker && c.events_over_us == Some(1) && c.labels);
+                    }
+                }
                 None => {
                     if let Ok(c) = Config::from_args(a.trace) {
                         // A valid config has consistent bounds.

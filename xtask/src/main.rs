@@ -144,6 +144,8 @@ fn main() -> ExitCode {
                     "why",
                     "--test",
                     "labels",
+                    "--test",
+                    "locks",
                     "--",
                 ])
                 .arg("--test-threads=1")

@@ -319,7 +319,9 @@ impl Tracer {
                 }
             },
         };
-        attach::attach_lock_contention(&mut ebpf);
+        if config.labels {
+            attach::attach_lock_contention(&mut ebpf);
+        }
         info!("attached with {}", attach.name());
         let tracer = Tracer {
             ebpf,

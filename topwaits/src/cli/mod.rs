@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod blocked;
+mod locks;
 mod record;
 mod target;
 mod threads;
@@ -16,6 +17,7 @@ mod view;
 mod why;
 
 pub use blocked::{BlockedArgs, BlockedConfig};
+pub use locks::{LocksArgs, LocksConfig};
 pub use record::{RecordArgs, ReportArgs, ReportConfig};
 pub use target::{AttachArgs, TargetArgs};
 use thiserror::Error;
@@ -130,6 +132,12 @@ pub struct TraceArgs {
     #[arg(long, value_name = "HOW", value_enum)]
     pub unwind: Option<Unwind>,
 
+    /// Do not record what each wait was for (its syscall, descriptor, lock, sleep
+    /// or preemption): waits are then told apart by their stacks alone, as before
+    /// labels, at a little less cost per switch.
+    #[arg(long)]
+    pub no_labels: bool,
+
     /// Print one report per interval of SECS seconds, clearing the kernel aggregates
     /// after each, until the duration ends or Ctrl-C.
     #[arg(short = 'i', long, value_name = "SECS", value_parser = parse_duration)]
@@ -215,6 +223,12 @@ pub enum Command {
     /// no other are idle and listed apart. With --for, one thread's critical path.
     #[command(after_help = why::WHY_EXAMPLES)]
     Why(WhyArgs),
+    /// The locks that made threads wait, user mutexes and kernel locks alike, ranked:
+    /// for each, its contended waits (count, total, max), the waiters' stacks, the
+    /// holders (the stacks where they released it) ranked by the waiting they
+    /// ended, and what the holders were waiting on while holding it.
+    #[command(after_help = locks::LOCKS_EXAMPLES)]
+    Locks(LocksArgs),
 }
 
 /// The selection of `-p`/`-t`, else `otherwise` (every thread, or `-u`/`-k`).
@@ -308,6 +322,8 @@ pub enum View {
     Wakeups,
     /// `topwaits why`: causes ranked, or one thread's critical path.
     Why { for_tid: Option<u32> },
+    /// `topwaits locks`: the locks that made threads wait, ranked.
+    Locks,
 }
 
 /// Validated options; nothing loads before this exists.
@@ -342,6 +358,8 @@ pub struct Config {
     pub leaf_callers: bool,
     /// How user stacks are walked.
     pub unwind: Unwind,
+    /// Record what each wait was for (`--no-labels` turns it off).
+    pub labels: bool,
 }
 
 /// How user stacks are walked (`--unwind`).
@@ -376,6 +394,8 @@ pub enum ConfigError {
     LeafCallersWithCfi,
     #[error("why: {0}")]
     Why(String),
+    #[error("locks: {0}")]
+    Locks(String),
 }
 
 /// Default number of records in the top view.
@@ -447,6 +467,7 @@ impl Config {
                 (None, true) => Unwind::Fp,
                 (None, false) => Unwind::Cfi,
             },
+            labels: !a.no_labels,
         })
     }
 
@@ -526,6 +547,7 @@ impl Config {
         // Rows held by their threads are drained once, after detaching: not with
         // intervals, which drain and clear the aggregate while tracing.
         s.hold_rows = u32::from(self.interval.is_none() && !self.waker);
+        s.labels = u32::from(self.labels);
         s
     }
 

@@ -5,6 +5,7 @@
 pub mod blocked;
 pub mod folded;
 pub mod json;
+pub mod locks;
 pub mod perfetto;
 pub mod pprof;
 pub mod svg;
@@ -30,6 +31,7 @@ pub fn for_output(view: View, output: &Output) -> Box<dyn Format> {
     match view {
         View::Wakeups => return Box::new(wakeups::Wakeups { output: output.clone() }),
         View::Why { for_tid } => return Box::new(why::Why { output: output.clone(), for_tid }),
+        View::Locks => return Box::new(locks::Locks { output: output.clone() }),
         View::OffCpu => {}
     }
     match output {

@@ -21,6 +21,8 @@ pub struct ViewFiles {
     timeline_limit: usize,
     /// `why --for TID`: the svg is that thread's critical path.
     path_of: Option<u32>,
+    /// `locks`: the svg is the locks' waiters.
+    locks: bool,
 }
 
 impl ViewFiles {
@@ -37,12 +39,19 @@ impl ViewFiles {
             what: view.what,
             timeline_limit: view.timeline_limit,
             path_of: None,
+            locks: false,
         })
     }
 
     /// Draws thread `tid`'s critical path in the svg (`why --for`).
     pub fn critical_path(mut self, tid: Option<u32>) -> Self {
         self.path_of = tid;
+        self
+    }
+
+    /// Draws the locks' waiters in the svg (`locks`).
+    pub fn locks(mut self, locks: bool) -> Self {
+        self.locks = locks;
         self
     }
 
@@ -56,6 +65,7 @@ impl ViewFiles {
         if let Some(file) = self.svg {
             match self.path_of {
                 Some(for_tid) => file.write(|out| report::why::PathSvg { for_tid }.write(report, out))?,
+                None if self.locks => file.write(|out| report::locks::LocksSvg.write(report, out))?,
                 None => file.write(|out| report::svg::FlameSvg { value: self.value, what: self.what }.write(report, out))?,
             }
         }

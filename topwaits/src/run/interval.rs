@@ -17,21 +17,24 @@ pub struct Events {
 }
 
 /// The report of one interval. `before` holds the counters at the interval's
-/// start; `info` the trace's facts. The capture's rows and stacks are consumed.
+/// start; `info` the trace's facts; `res`, where labels are on, resolves what
+/// the waits were for. The capture's rows and stacks are consumed.
 pub fn report(
     mut capture: Capture,
     events: Events,
     before: &Counters,
     info: TraceInfo,
     sym: &mut dyn Symbolizer,
-    res: &mut dyn Resolve,
+    res: Option<&mut dyn Resolve>,
 ) -> Report {
     // Events are symbolized and labelled with the records, then split off again.
     let aggregate = capture.records.len();
     capture.records.extend(events.rows);
     let mut resolved = resolve(&capture, sym);
-    let whats: Vec<_> = capture.records.iter().map(|r| r.what).collect();
-    crate::what::label(&mut resolved.records, &whats, res);
+    if let Some(res) = res {
+        let whats: Vec<_> = capture.records.iter().map(|r| r.what).collect();
+        crate::what::label(&mut resolved.records, &whats, res);
+    }
     let events = crate::longwaits::events(resolved.records.split_off(aggregate), &events.states);
     let mut counters = capture.counters.since(before);
     counters.user_stacks_cut = resolved.user_stacks_cut;
@@ -96,7 +99,7 @@ mod tests {
         sym.names.insert(0x101, "schedule".into());
         let rows = vec![row(11, 1, 30, 3, 20), row(11, 2, 5, 1, 5), row(12, 1, 8, 1, 8)];
         let events = Events { rows: vec![row(11, 1, 20, 1, 20)], states: vec![1] };
-        let r = report(capture(rows, 6), events, &Counters::default(), info(), &mut sym, &mut crate::what::tests::NoSystem);
+        let r = report(capture(rows, 6), events, &Counters::default(), info(), &mut sym, Some(&mut crate::what::tests::NoSystem));
         assert_eq!(r.records.len(), 2, "{:#?}", r.records);
         let t11 = r.records.iter().find(|x| x.tid == 11).unwrap();
         assert_eq!((t11.total_ns, t11.count, t11.max_ns), (35, 4, 20));
@@ -118,7 +121,7 @@ mod tests {
             &before,
             info(),
             &mut sym,
-            &mut crate::what::tests::NoSystem,
+            Some(&mut crate::what::tests::NoSystem),
         );
         assert_eq!(r.counters.recorded, 6);
         assert!(r.events.is_empty());

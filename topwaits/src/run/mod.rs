@@ -7,6 +7,7 @@
 pub mod blocked;
 mod files;
 pub mod interval;
+pub mod locks;
 pub mod report;
 mod status;
 pub mod threads;
@@ -32,6 +33,7 @@ pub fn command(args: cli::Args) -> Result<Result<()>, ConfigError> {
         Some(cli::Command::Record(r)) => trace::run(&cli::Config::for_record(r)?),
         Some(cli::Command::Report(r)) => report::run(&cli::ReportConfig::from_args(r)?),
         Some(cli::Command::Why(w)) => why::run(cli::WhyConfig::from_args(w)?),
+        Some(cli::Command::Locks(l)) => locks::run(cli::LocksConfig::from_args(l)?),
         None => trace::run(&cli::Config::from_args(args.trace)?),
     })
 }

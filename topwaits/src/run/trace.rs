@@ -76,7 +76,9 @@ pub fn run(config: &Config) -> Result<()> {
         crate::cli::View::Why { for_tid } => for_tid,
         _ => None,
     };
-    let mut files = Some(ViewFiles::create(&config.shown, config.record.as_deref())?.critical_path(path_of));
+    let mut files = Some(
+        ViewFiles::create(&config.shown, config.record.as_deref())?.critical_path(path_of).locks(config.view == crate::cli::View::Locks),
+    );
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
         crate::stderr::say!(
             "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
@@ -92,7 +94,7 @@ pub fn run(config: &Config) -> Result<()> {
     let target = config.target();
     let what = match config.view {
         crate::cli::View::Wakeups => "wakeups",
-        crate::cli::View::Why { .. } => "every wait and its waker",
+        crate::cli::View::Why { .. } | crate::cli::View::Locks => "every wait and its waker",
         crate::cli::View::OffCpu if config.waker => "off-CPU waits and their wakers",
         crate::cli::View::OffCpu => "off-CPU waits",
     };
@@ -177,14 +179,9 @@ pub fn run(config: &Config) -> Result<()> {
             by: By::Thread,
             state_filter: config.state,
         };
-        let mut report = interval::report(
-            capture,
-            interval::Events { rows, states },
-            &before,
-            info,
-            &mut symbolizer,
-            &mut crate::what::procfs::ProcResolver::default(),
-        );
+        let mut resolver = crate::what::procfs::ProcResolver::default();
+        let labels = config.labels.then_some(&mut resolver as &mut dyn crate::what::Resolve);
+        let mut report = interval::report(capture, interval::Events { rows, states }, &before, info, &mut symbolizer, labels);
         let grouped = crate::reduce::grouped(&report, config.shown.by);
         write_quietly(|out| {
             if !config.print {

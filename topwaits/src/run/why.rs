@@ -3,23 +3,35 @@
 
 use anyhow::{bail, Result};
 
-use crate::cli::{By, View, WhyConfig};
+use crate::cli::{By, View, ViewConfig, WhyConfig};
+use crate::model::Report;
 
 pub fn run(c: WhyConfig) -> Result<()> {
     match c {
         WhyConfig::Trace(config) => super::trace::run(&config),
         WhyConfig::File { file, for_tid, view } => {
             let files = super::files::ViewFiles::create(&view, None)?.critical_path(for_tid);
-            let report = crate::recording::read(&file)?;
-            if !report.info.waker || report.events.is_empty() {
-                bail!("{} holds no waits with their wakers: record it with `topwaits record --why`", file.display());
-            }
-            super::report::show(&report, View::Why { for_tid }, &view.output, By::Thread)?;
-            files.write(&report)?;
-            for w in report.counters.warnings() {
-                crate::stderr::say!("topwaits: warning: {w}");
-            }
-            Ok(())
+            let report = recorded(&file)?;
+            show(&report, View::Why { for_tid }, &view, files)
         }
     }
+}
+
+/// A trace recorded with `record --why`: every wait, with its waker.
+pub(super) fn recorded(file: &std::path::Path) -> Result<Report> {
+    let report = crate::recording::read(file)?;
+    if !report.info.waker || report.events.is_empty() {
+        bail!("{} holds no waits with their wakers: record it with `topwaits record --why`", file.display());
+    }
+    Ok(report)
+}
+
+/// Shows a recorded trace as `shown` says, writes its files, and says its warnings.
+pub(super) fn show(report: &Report, shown: View, view: &ViewConfig, files: super::files::ViewFiles) -> Result<()> {
+    super::report::show(report, shown, &view.output, By::Thread)?;
+    files.write(report)?;
+    for w in report.counters.warnings() {
+        crate::stderr::say!("topwaits: warning: {w}");
+    }
+    Ok(())
 }

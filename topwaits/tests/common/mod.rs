@@ -64,7 +64,7 @@ pub fn with_attach(args: &[&str]) -> Vec<String> {
     if let Ok(a) = std::env::var("TOPWAITS_TEST_ATTACH") {
         // `blocked` and `report` attach nothing.
         if !args.contains(&"--attach") && !matches!(args.first(), Some(&"blocked" | &"report")) {
-            let at = usize::from(matches!(args.first(), Some(&"threads" | &"record" | &"why")));
+            let at = usize::from(matches!(args.first(), Some(&"threads" | &"record" | &"why" | &"locks")));
             v.splice(at..at, ["--attach".to_string(), a]);
         }
     }

@@ -1,0 +1,96 @@
+//! Options of `topwaits locks`: a trace of every wait with its waker (the trace's
+//! target options and filters apply), or a trace recorded with `record --why`,
+//! shown as the locks that made threads wait.
+
+use std::path::PathBuf;
+
+use super::{parse_duration, Config, ConfigError, TraceArgs, View, ViewConfig};
+
+pub(super) const LOCKS_EXAMPLES: &str = "\
+Examples:
+  topwaits locks -p 1234 10                 the locks process 1234's threads waited for, ranked
+  topwaits locks -p 1234 --json 10          the same as a ranked `locks` array
+  topwaits locks -p 1234 -f 10 | flamegraph.pl > locks.svg
+  topwaits record --why -o inc.twr -p 1234 10
+  topwaits locks inc.twr                    the same ranking later, anywhere, without root";
+
+/// Options of `topwaits locks`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LocksArgs {
+    /// A trace recorded with `topwaits record --why` to read instead of tracing,
+    /// or the seconds to trace (without it, until Ctrl-C).
+    #[arg(value_name = "FILE|DURATION")]
+    pub what: Option<String>,
+
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+/// What `topwaits locks` ranks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocksConfig {
+    /// A live trace.
+    Trace(Box<Config>),
+    /// A recorded one, shown as `view` says.
+    File { file: PathBuf, view: ViewConfig },
+}
+
+impl LocksConfig {
+    pub fn from_args(mut a: LocksArgs) -> Result<Self, ConfigError> {
+        let duration = match a.what.take() {
+            Some(w) => match parse_duration(&w) {
+                Ok(d) => Some(d),
+                // Not a number at all: a file.
+                Err(_) if w.parse::<f64>().is_err() && a.trace.duration.is_none() => {
+                    return Ok(LocksConfig::File { file: PathBuf::from(w), view: a.trace.view.config()? });
+                }
+                Err(e) => return Err(ConfigError::Locks(e)),
+            },
+            None => None,
+        };
+        if a.trace.interval.is_some() {
+            return Err(ConfigError::Locks("--interval: locks ranks one whole trace".into()));
+        }
+        if a.trace.wakeups {
+            return Err(ConfigError::Locks("--wakeups: locks has views of its own".into()));
+        }
+        if a.trace.no_labels {
+            return Err(ConfigError::Locks("--no-labels: locks are found by their labels".into()));
+        }
+        let mut c = Config::from_args(a.trace)?;
+        if duration.is_some() {
+            c.duration = duration;
+        }
+        super::why::for_why(&mut c);
+        c.view = View::Locks;
+        Ok(LocksConfig::Trace(Box::new(c)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser as _;
+
+    use super::super::{Args, Command, Output};
+    use super::*;
+
+    fn locks(argv: &[&str]) -> Result<LocksConfig, ConfigError> {
+        let a = Args::try_parse_from(["topwaits", "locks"].into_iter().chain(argv.iter().copied())).expect("parses");
+        let Some(Command::Locks(l)) = a.command else { panic!("not locks") };
+        LocksConfig::from_args(l)
+    }
+
+    #[test]
+    fn a_number_is_a_duration_and_anything_else_a_recording() {
+        let LocksConfig::Trace(c) = locks(&["-p", "7", "2.5", "-f"]).unwrap() else { panic!("not a trace") };
+        assert_eq!(c.duration, Some(Duration::from_millis(2500)));
+        assert!(c.waker && c.events_over_us == Some(1) && c.labels);
+        assert_eq!(c.view, View::Locks);
+        let LocksConfig::File { file, view } = locks(&["inc.twr", "--json"]).unwrap() else { panic!("not a file") };
+        assert_eq!((file, view.output), ("inc.twr".into(), Output::Json { limit: 0 }));
+        assert!(matches!(locks(&["-i", "1", "3"]), Err(ConfigError::Locks(m)) if m.contains("--interval")));
+        assert!(matches!(locks(&["--no-labels", "3"]), Err(ConfigError::Locks(m)) if m.contains("labels")));
+    }
+}

@@ -1,0 +1,197 @@
+//! `topwaits locks`'s views of a trace's every wait (its events, with wakers):
+//! the locks that made threads wait, ranked, each with its waiters, its holders
+//! and what they did while holding it (see `crate::locks`); as text, JSON (a
+//! ranked `locks` array), or folded lines and an svg of the waiters' stacks under
+//! their lock.
+
+use std::io::{self, Write};
+
+use serde_json::{json, Value};
+
+use super::{folded::clean, json::stack as json_stack, secs, Format};
+use crate::cli::{plural, Output};
+use crate::label::WaitsOn;
+use crate::locks::{analyze, HeldWhile, Lock, Site};
+use crate::model::{comm_text, Report, Stack};
+
+/// The `locks` view of a report.
+pub struct Locks {
+    pub output: Output,
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
+}
+
+/// What a holder did, in words: "sleeping in f()", "running".
+fn doing(h: &HeldWhile) -> String {
+    let place = h.function.as_ref().map(|f| format!(" in {f}()")).unwrap_or_default();
+    match &h.waits_on {
+        None => "running or waiting for a CPU".to_string(),
+        Some(WaitsOn::Sleep { .. }) => format!("sleeping{place}"),
+        Some(WaitsOn::RunQueue { .. }) => format!("preempted{place}"),
+        Some(WaitsOn::Other { what }) => format!("blocked {what}{place}"),
+        Some(w) => format!("waiting on {}{place}", w.short()),
+    }
+}
+
+/// A stack's frames as `a;b;c`, leaf first, at most `n` of them.
+fn short_stack(s: &Stack, n: usize) -> String {
+    let names: Vec<&str> = s.frames().iter().take(n).map(|f| f.name()).collect();
+    if names.is_empty() {
+        "[no stack]".to_string()
+    } else {
+        names.join(" <- ")
+    }
+}
+
+/// `comm (tid N)` or `comm (N threads)`.
+fn who(s: &Site) -> String {
+    let threads = if s.tids.len() == 1 { format!("tid {}", s.tids.iter().next().unwrap_or(&0)) } else { plural(s.tids.len(), "thread") };
+    let mode = s.mode.as_ref().map(|m| format!(", to {m}")).unwrap_or_default();
+    format!("{} ({threads}{mode})", comm_text(&s.comm))
+}
+
+fn text(report: &Report, locks: &[Lock], limit: usize, out: &mut dyn Write) -> io::Result<()> {
+    let total: u64 = locks.iter().map(|l| l.total_ns).sum();
+    writeln!(
+        out,
+        "Locks that made {} wait ({:.1} s): {}, {} of contended waiting.",
+        report.info.target,
+        report.info.duration_s(),
+        plural(locks.len(), "lock"),
+        secs(total)
+    )?;
+    if locks.is_empty() {
+        return writeln!(out, "\nNo wait was on a lock: see `topwaits --by what` for what the threads waited on.");
+    }
+    for (i, l) in locks.iter().take(if limit == 0 { usize::MAX } else { limit }).enumerate() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{}. {}: {} waits by {}, total {} ({:.0}%), longest {}",
+            i + 1,
+            l.waits_on.short(),
+            l.count,
+            plural(l.waiter_threads(), "thread"),
+            secs(l.total_ns),
+            100.0 * l.total_ns as f64 / total.max(1) as f64,
+            ms(l.max_ns)
+        )?;
+        for h in l.held_while.iter().take(3) {
+            writeln!(out, "   held while {}: {} waited {}", doing(h), plural(h.waiters.len(), "thread"), secs(h.ns))?;
+        }
+        if l.unreleased_ns > 0 {
+            writeln!(out, "   no release seen for {} of it (a timeout, or a wakeup not traced)", secs(l.unreleased_ns))?;
+        }
+        writeln!(out, "   released by:")?;
+        for s in l.holders.iter().take(3) {
+            writeln!(out, "     {}: {}, ending {} of waiting", who(s), plural(s.count as usize, "release"), secs(s.ns))?;
+            writeln!(out, "       {}", short_stack(&s.user, 6))?;
+        }
+        writeln!(out, "   waiters:")?;
+        for s in l.waiters.iter().take(3) {
+            writeln!(out, "     {}: {}, {}", who(s), plural(s.count as usize, "wait"), secs(s.ns))?;
+            writeln!(out, "       {}", short_stack(&s.user, 6))?;
+        }
+    }
+    Ok(())
+}
+
+fn site_json(s: &Site) -> Value {
+    let (ks, kstatus) = json_stack(&s.kernel);
+    let (us, ustatus) = json_stack(&s.user);
+    json!({
+        "mode": s.mode,
+        "comm": comm_text(&s.comm),
+        "tids": s.tids,
+        "count": s.count,
+        "ns": s.ns,
+        "kernel_stack": ks,
+        "kernel_stack_status": kstatus,
+        "user_stack": us,
+        "user_stack_status": ustatus,
+    })
+}
+
+fn lock_json(l: &Lock, total: u64) -> Value {
+    let waits_on = super::json::waits_on(&l.waits_on, l.total_ns / l.count.max(1));
+    json!({
+        "label": l.waits_on.short(),
+        "waits_on": waits_on,
+        "count": l.count,
+        "total_ns": l.total_ns,
+        "max_ns": l.max_ns,
+        "share": l.total_ns as f64 / total.max(1) as f64,
+        "waiter_threads": l.waiter_threads(),
+        "unreleased_ns": l.unreleased_ns,
+        "held_while": l.held_while.iter().map(|h| json!({
+            "doing": doing(h),
+            "waits_on": h.waits_on.as_ref().map(|w| super::json::waits_on(w, 0)),
+            "function": h.function,
+            "ns": h.ns,
+            "waiters": h.waiters,
+        })).collect::<Vec<_>>(),
+        "holders": l.holders.iter().map(site_json).collect::<Vec<_>>(),
+        "waiters": l.waiters.iter().map(site_json).collect::<Vec<_>>(),
+    })
+}
+
+/// Folded lines: the lock, then each waiting site's thread name and user then
+/// kernel frames, root first; the value is the waiting in µs.
+fn folded_lines(locks: &[Lock]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for l in locks {
+        for s in &l.waiters {
+            let mut frames = vec![clean(&format!("[{}]", l.waits_on.short())), clean(&comm_text(&s.comm))];
+            frames.extend(s.user.frames().iter().rev().map(|f| clean(f.name())));
+            frames.extend(s.kernel.frames().iter().rev().map(|f| clean(f.name())));
+            lines.push(format!("{} {}", frames.join(";"), (s.ns / 1000).max(1)));
+        }
+    }
+    lines
+}
+
+impl Format for Locks {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        let locks = analyze(report);
+        match &self.output {
+            Output::Json { limit } => {
+                let total: u64 = locks.iter().map(|l| l.total_ns).sum();
+                let shown = if *limit == 0 { locks.len() } else { *limit };
+                let doc = json!({
+                    "target": report.info.target,
+                    "duration_s": report.info.duration_s(),
+                    "waits": report.events.len(),
+                    "lock_waiting_ns": total,
+                    "locks": locks.iter().take(shown).map(|l| lock_json(l, total)).collect::<Vec<_>>(),
+                });
+                serde_json::to_writer_pretty(&mut *out, &doc).map_err(io::Error::other)?;
+                writeln!(out)
+            }
+            Output::Folded { .. } => {
+                for l in folded_lines(&locks) {
+                    writeln!(out, "{l}")?;
+                }
+                Ok(())
+            }
+            Output::Top { limit, .. } => text(report, &locks, *limit, out),
+        }
+    }
+}
+
+/// `locks --svg`: the waiters' stacks under their lock, as a flame graph.
+pub struct LocksSvg;
+
+impl Format for LocksSvg {
+    fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        use inferno::flamegraph;
+        let lines = folded_lines(&analyze(report));
+        let mut opts = flamegraph::Options::default();
+        opts.title = format!("Lock waits of {} over {:.1} s", report.info.target, report.info.duration_s());
+        opts.subtitle = Some("each lock at the root, its waiters' stacks above it".into());
+        opts.count_name = "us".into();
+        opts.deterministic = true;
+        super::svg::draw(&mut opts, &lines, "[no lock waits]", out)
+    }
+}

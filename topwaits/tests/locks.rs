@@ -1,0 +1,78 @@
+//! Kernel tests of `topwaits locks` on workloads whose answer is known: a pthread
+//! mutex whose holder sleeps while it holds it (holder.c) ranks first, its waits
+//! add up to those the trace labelled with it, its release stack names the
+//! holder's function, and it says that the holder slept while holding it; and the
+//! mmap_lock of mmaplock.c is one kernel rwsem with readers and writers.
+
+mod common;
+
+use common::programs::{compile, start};
+use common::*;
+use serde_json::Value;
+
+fn names(site: &Value, stack: &str) -> Vec<String> {
+    stack_names(&site[stack])
+}
+
+#[test]
+fn a_mutex_held_across_a_sleep_ranks_first_and_says_so() {
+    require_bpf!();
+    let w = start(&compile("holder"));
+    let pid = w.0.id().to_string();
+    // Live: the contended mutex first; the pool's condition variable is no lock.
+    let live = run(&["locks", "-p", &pid, "2"]);
+    assert!(live.status.success(), "{}", live.stderr);
+    let first = live.stdout.lines().find(|l| l.starts_with("1. ")).unwrap_or_default();
+    assert!(first.starts_with("1. mutex 0x"), "{}", live.stdout);
+    assert!(live.stdout.contains("held while sleeping in tw_sleep_holding_the_lock()"), "{}", live.stdout);
+    assert!(!live.stdout.contains("condition variable"), "{}", live.stdout);
+    // From a recording: the numbers against the trace's own labelled records.
+    let file = format!("{}/locks.twr", env!("CARGO_TARGET_TMPDIR"));
+    let rec = run(&["record", "--why", "-o", &file, "-p", &pid, "2"]);
+    assert!(rec.status.success(), "{}", rec.stderr);
+    drop(w);
+    let doc = json(&run(&["locks", &file, "--json"]));
+    let lock = &doc["locks"][0];
+    assert_eq!(lock["waits_on"]["kind"], "mutex", "{doc:#}");
+    let addr = lock["waits_on"]["addr"].as_u64().unwrap();
+    let trace = json(&run(&["report", &file, "--json"]));
+    let labelled: u64 = trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["waits_on"]["kind"] == "mutex" && e["waits_on"]["addr"].as_u64() == Some(addr))
+        .map(|e| e["total_ns"].as_u64().unwrap())
+        .sum();
+    let total = lock["total_ns"].as_u64().unwrap();
+    assert!(labelled > 0 && (total as f64 - labelled as f64).abs() <= 0.05 * labelled as f64, "lock {total} ns, trace {labelled} ns");
+    let waiters: Vec<&str> = lock["waiters"].as_array().unwrap().iter().map(|s| s["comm"].as_str().unwrap()).collect();
+    assert!(waiters.contains(&"tw_worker"), "{lock:#}");
+    // The holder's release stack names its function.
+    let holder = lock["holders"].as_array().unwrap().iter().find(|s| s["comm"] == "tw_holder").expect("tw_holder released it");
+    assert!(names(holder, "user_stack").iter().any(|n| n == "holder"), "{holder:#}");
+    // What the holder waited on while holding it: its sleep, first.
+    let held = &lock["held_while"][0];
+    assert_eq!(held["waits_on"]["kind"], "sleep", "{lock:#}");
+    assert_eq!(held["function"], "tw_sleep_holding_the_lock", "{lock:#}");
+    assert!(held["ns"].as_u64().unwrap() as f64 > 0.2 * total as f64, "{lock:#}");
+    // -f: the lock at the root of each line.
+    let folded = run(&["locks", &file, "-f"]);
+    assert!(folded.status.success() && folded.stdout.lines().all(|l| l.starts_with("[mutex_0x")), "{}", folded.stdout);
+}
+
+#[test]
+fn the_mmap_lock_is_one_kernel_rwsem_with_readers_and_writers() {
+    require_bpf!();
+    let w = start(&compile("mmaplock"));
+    let doc = json(&run(&["locks", "-p", &w.0.id().to_string(), "--json", "2"]));
+    let lock = doc["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["waits_on"]["kind"] == "kernel_lock" && l["waits_on"]["name"] == "mmap_lock")
+        .unwrap_or_else(|| panic!("no mmap_lock: {doc:#}"));
+    assert_eq!(lock["waits_on"]["lock"], "rwsem");
+    let modes: Vec<&str> = lock["waiters"].as_array().unwrap().iter().filter_map(|s| s["mode"].as_str()).collect();
+    assert!(modes.contains(&"read") && modes.contains(&"write"), "{lock:#}");
+    assert!(!lock["holders"].as_array().unwrap().is_empty(), "{lock:#}");
+}

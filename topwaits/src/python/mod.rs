@@ -56,7 +56,13 @@ struct Pending {
     bias: u64,
     at: Instant,
     wait: Duration,
+    /// Mismatches read so far: a frame read while the interpreter changes it can
+    /// look torn, so a mismatch is final only once it has been read again.
+    mismatches: u32,
 }
+
+/// Reads of a mismatched layout before it is taken as final.
+const MISMATCH_TRIES: u32 = 3;
 
 /// The traced processes' interpreters, kept in the walker's map.
 #[derive(Default)]
@@ -75,7 +81,7 @@ impl Tracker {
             return;
         }
         if let Some((file, bias)) = interpreter_of(&mut self.files, tgid, maps) {
-            self.try_ready(tgid, Pending { file, bias, at: Instant::now(), wait: RETRY_MIN }, sink);
+            self.try_ready(tgid, Pending { file, bias, at: Instant::now(), wait: RETRY_MIN, mismatches: 0 }, sink);
         }
     }
 
@@ -116,9 +122,16 @@ impl Tracker {
         }
     }
 
-    fn try_ready(&mut self, tgid: u32, mut p: Pending, sink: &mut dyn PySink) {
+    fn try_ready(&mut self, tgid: u32, p: Pending, sink: &mut dyn PySink) {
         let probe = check_live(tgid, &p.file, p.bias);
         log::debug!("the interpreter of process {tgid}: {probe:?}");
+        self.settle(tgid, p, probe, sink);
+    }
+
+    /// Acts on what a look at process `tgid`'s interpreter found: ready, not yet
+    /// (looked at again later), or not to be named (said as a problem).
+    fn settle(&mut self, tgid: u32, mut p: Pending, probe: Probe, sink: &mut dyn PySink) {
+        let torn = matches!(probe, Probe::Mismatch(_));
         match probe {
             Probe::Ready(i) => {
                 let walker = i.layout.for_walker(i.threads_head, i.eval);
@@ -130,13 +143,16 @@ impl Tracker {
                     Err(e) => self.problem(format!("the walker's table of Python processes is full ({e:#})")),
                 }
             }
-            Probe::NotReady => {
+            Probe::Mismatch(what) if p.mismatches >= MISMATCH_TRIES => {
+                self.problem(format!("the interpreter's layout does not match its version's: {what}"))
+            }
+            Probe::Mismatch(_) | Probe::NotReady => {
+                p.mismatches += u32::from(torn);
                 p.at = Instant::now();
                 p.wait = (p.wait * 2).min(RETRY_MAX);
                 self.pending.insert(tgid, p);
             }
             Probe::Unsupported(what) => self.problem(what),
-            Probe::Mismatch(what) => self.problem(format!("the interpreter's layout does not match its version's: {what}")),
         }
     }
 
@@ -191,5 +207,38 @@ impl Resolver {
             }
             None => Frame { addr: word, symbol: Some("[python]".into()), module: None, offset: None },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoSink;
+
+    impl PySink for NoSink {
+        fn put_python(&mut self, _: u32, _: &PyProc) -> Result<()> {
+            Ok(())
+        }
+        fn drop_python(&mut self, _: u32) {}
+    }
+
+    /// A frame read while the interpreter changes it can look torn: a mismatch is
+    /// read again, and said as a problem only once it lasts.
+    #[test]
+    fn a_mismatch_is_looked_at_again_before_it_is_final() {
+        let file = PyFile::empty();
+        let mut t = Tracker::default();
+        let mut p = Pending { file, bias: 0, at: Instant::now(), wait: RETRY_MIN, mismatches: 0 };
+        for round in 0..MISMATCH_TRIES {
+            t.settle(7, p, Probe::Mismatch("torn"), &mut NoSink);
+            assert!(t.problems.is_empty(), "round {round}: {:?}", t.problems);
+            p = t.pending.remove(&7).expect("looked at again");
+        }
+        assert_eq!(p.mismatches, MISMATCH_TRIES);
+        t.settle(7, p, Probe::Mismatch("torn"), &mut NoSink);
+        assert!(t.pending.is_empty());
+        assert_eq!(t.warnings().len(), 1);
+        assert!(t.warnings()[0].contains("torn"), "{:?}", t.warnings());
     }
 }

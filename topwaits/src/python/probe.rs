@@ -28,6 +28,14 @@ pub struct PyFile {
     segments: Vec<elf::Segment>,
 }
 
+#[cfg(test)]
+impl PyFile {
+    /// A file with no symbols and no segments, for the tracker's tests.
+    pub fn empty() -> PyFile {
+        PyFile { runtime: 0, version: None, has_py_is: false, eval: (0, 0), eval_cold: None, code_type: 0, segments: Vec::new() }
+    }
+}
+
 const RUNTIME: &str = "_PyRuntime";
 const VERSION: &str = "Py_Version";
 const EVAL: &str = "_PyEval_EvalFrameDefault";

@@ -55,9 +55,15 @@ fn a_mutex_held_across_a_sleep_ranks_first_and_says_so() {
     assert_eq!(held["waits_on"]["kind"], "sleep", "{lock:#}");
     assert_eq!(held["function"], "tw_sleep_holding_the_lock", "{lock:#}");
     assert!(held["ns"].as_u64().unwrap() as f64 > 0.2 * total as f64, "{lock:#}");
-    // -f: the lock at the root of each line.
+    // -f: the lock at the root of each line; --svg draws the same.
     let folded = run(&["locks", &file, "-f"]);
     assert!(folded.status.success() && folded.stdout.lines().all(|l| l.starts_with("[mutex_0x")), "{}", folded.stdout);
+    let svg = format!("{}/locks.svg", env!("CARGO_TARGET_TMPDIR"));
+    let _ = std::fs::remove_file(&svg);
+    let drawn = run(&["locks", &file, "--svg", &svg]);
+    assert!(drawn.status.success(), "{}", drawn.stderr);
+    let svg = std::fs::read_to_string(&svg).expect("the svg is written");
+    assert!(svg.contains("[mutex_0x") && svg.contains("tw_take_the_lock"), "{}", &svg[..svg.len().min(400)]);
 }
 
 #[test]

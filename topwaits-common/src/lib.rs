@@ -183,6 +183,8 @@ pub struct Settings {
     pub cfi: u32,
     /// Non-zero: each wait keeps what it was for ([`What`]) in its row's key.
     pub labels: u32,
+    /// Explicit padding to the 8-byte alignment (no implicit padding in shared types).
+    pub _pad: u32,
     /// Where the `task_struct` fields the programs read lie.
     pub task: TaskOffsets,
 }
@@ -210,6 +212,7 @@ impl Settings {
             hold_rows: 0,
             cfi: 0,
             labels: 1,
+            _pad: 0,
             task: TaskOffsets::UNKNOWN,
         }
     }
@@ -784,7 +787,7 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 17 + size_of::<TaskOffsets>());
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 18 + size_of::<TaskOffsets>());
         assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
         assert_eq!(size_of::<unwind::ProcMaps>(), 8 + 32 * unwind::MAX_MAPS);
         assert_eq!(size_of::<unwind::FileInfo>(), 8);

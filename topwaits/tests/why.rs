@@ -66,6 +66,10 @@ fn a_recording_made_for_why_is_explained_later_without_tracing() {
     let doc = json(&run(&["why", &file, "--json"]));
     assert_holder_first(&doc);
     assert_pool_idle(&doc);
+    // What the holder and its waiters waited on, from their labels.
+    assert_eq!(doc["causes"][0]["waits_on"], "sleep", "{doc:#}");
+    let text = run(&["why", &file]);
+    assert!(text.stdout.contains("4 threads waited behind it on mutex 0x"), "{}", text.stdout);
     // One worker's critical path drawn from the file: the holder is on it.
     let worker = doc["causes"][0]["waiters"].as_array().unwrap().iter().find(|w| comm(w) == "tw_worker").unwrap()["tid"].to_string();
     let svg = format!("{}/path.svg", env!("CARGO_TARGET_TMPDIR"));

@@ -31,6 +31,10 @@ struct Input {
     sites: Vec<Site>,
     threads: HashMap<Tid, (u32, String)>,
     waits: usize,
+    /// What the waits at a site were for (the first labelled one's label).
+    labels: HashMap<u64, String>,
+    /// The lock each thread waited on longest, where it waited on one.
+    locks: HashMap<Tid, String>,
 }
 
 impl Input {
@@ -46,6 +50,8 @@ impl Input {
         };
         let mut threads = HashMap::new();
         let mut waits = Vec::new();
+        let mut labels = HashMap::new();
+        let mut locked: HashMap<Tid, HashMap<String, u64>> = HashMap::new();
         for e in &report.events {
             let r = &e.record;
             threads.insert(r.tid, (r.tgid, comm_text(&r.comm)));
@@ -62,7 +68,14 @@ impl Input {
                 }
                 _ => (Waker::Unknown, None, 0),
             };
-            waits.push(Wait { tid: r.tid, start, woken, end, waker, site: site(&r.kernel, &r.user), waker_site });
+            let own = site(&r.kernel, &r.user);
+            if let Some(w) = &r.waits_on {
+                labels.entry(own).or_insert_with(|| w.short());
+                if w.is_lock() {
+                    *locked.entry(r.tid).or_default().entry(w.lock().short()).or_default() += r.max_ns;
+                }
+            }
+            waits.push(Wait { tid: r.tid, start, woken, end, waker, site: own, waker_site });
         }
         // Waits still open at the end: a pool thread that waited all along.
         for r in report.records.iter().filter(|r| r.open.is_some()) {
@@ -72,7 +85,8 @@ impl Input {
             waits.push(Wait { tid: r.tid, start, woken: None, end: report.info.end_mono, waker: Waker::Unknown, site: s, waker_site: 0 });
         }
         let n = waits.len();
-        Input { trace: Trace::new(waits), sites, threads, waits: n }
+        let locks = locked.into_iter().filter_map(|(t, m)| Some((t, m.into_iter().max_by_key(|(l, ns)| (*ns, l.clone()))?.0))).collect();
+        Input { trace: Trace::new(waits), sites, threads, waits: n, labels, locks }
     }
 
     fn site(&self, id: u64) -> Option<&Site> {
@@ -140,7 +154,10 @@ fn waker_text(w: &Waker) -> String {
 fn describe(input: &Input, c: &Cause) -> String {
     let who = input.thread(c.tid);
     match &c.what {
-        What::Blocked { site, on } => format!("{who} blocked on {} in {}", waker_text(on), input.place(*site)),
+        What::Blocked { site, on } => {
+            let what = input.labels.get(site).map(|l| format!(" ({l})")).unwrap_or_default();
+            format!("{who} blocked on {} in {}{what}", waker_text(on), input.place(*site))
+        }
         What::Running { site: 0 } => format!("{who} running"),
         What::Running { site } => format!("{who} running (it woke the waiter from {})", input.place(*site)),
         What::RunQueue => format!("{who} runnable, waiting for a CPU"),
@@ -207,9 +224,16 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, limit: usize, out: 
         let others: Vec<String> = c.waiters.iter().filter(|&&t| t != c.cause.tid).map(|&t| input.thread(t)).collect();
         if !others.is_empty() {
             let more = if others.len() > 4 { format!(" and {} more", others.len() - 4) } else { String::new() };
+            // The lock they waited on, when they all waited on one the most.
+            let mut locks = c.waiters.iter().filter(|&&t| t != c.cause.tid).map(|t| input.locks.get(t));
+            let first = locks.next().flatten();
+            let on = match first {
+                Some(l) if locks.all(|x| x == Some(l)) => format!(" on {l}"),
+                _ => String::new(),
+            };
             writeln!(
                 out,
-                "{:>26}{} waited behind it: {}{}",
+                "{:>26}{} waited behind it{on}: {}{}",
                 "",
                 crate::cli::plural(others.len(), "thread"),
                 others[..others.len().min(4)].join(", "),
@@ -277,8 +301,9 @@ fn causes_json(input: &Input, report: &Report, f: &Findings, limit: usize, out: 
                 "waiters": c.waiters.iter().map(|&t| input.json_thread(t)).collect::<Vec<_>>(),
                 "description": describe(input, &c.cause),
             });
-            if let What::Blocked { on, .. } = &c.cause.what {
+            if let What::Blocked { on, site } = &c.cause.what {
                 v["on"] = json!(waker_text(on));
+                v["waits_on"] = json!(input.labels.get(site));
             }
             v
         })

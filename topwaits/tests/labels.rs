@@ -161,3 +161,38 @@ fn mmap_lock_contention_shows_as_a_kernel_rwsem() {
     let write = locks.iter().any(|r| r["waits_on"]["mode"] == "write");
     assert!(read && write, "faulters read and mappers write the mmap_lock: {doc:#}");
 }
+
+/// Sleeps `n` times until 10 ms after it last woke, as CPython's time.sleep does
+/// (clock_nanosleep with TIMER_ABSTIME).
+#[inline(never)]
+fn tw_sleep_to_deadlines(n: usize) {
+    for _ in 0..n {
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: plain libc calls on a local timespec.
+        unsafe {
+            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t);
+            t.tv_nsec += 10_000_000;
+            if t.tv_nsec >= 1_000_000_000 {
+                t.tv_sec += 1;
+                t.tv_nsec -= 1_000_000_000;
+            }
+            while libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &t, std::ptr::null_mut()) == libc::EINTR {}
+        }
+    }
+}
+
+#[test]
+fn sleeps_to_a_deadline_are_one_record_with_the_time_asked() {
+    require_bpf!();
+    let sleeper = Workload::spawn("tw-abs-sleeper", || tw_sleep_to_deadlines(60));
+    let tracer = Tracer::start(&["--json", "-t", &sleeper.tid.to_string(), "1.5"]);
+    sleeper.go();
+    let doc = json(&tracer.finish());
+    sleeper.join();
+    let sleeps: Vec<&Value> = calls_in(&doc, "tw_sleep_to_deadlines").into_iter().filter(|r| kind(r) == "sleep").collect();
+    // Each deadline less the time of the switch differs by microseconds: the
+    // asked time is kept to about 1%, so they stay one record.
+    assert_eq!(sleeps.len(), 1, "{sleeps:#?}");
+    assert_eq!(sleeps[0]["waits_on"]["requested_ns"], 10_000_000, "{:#}", sleeps[0]);
+    assert!(sleeps[0]["count"].as_u64().unwrap() >= 20, "{:#}", sleeps[0]);
+}

@@ -142,7 +142,7 @@ fn kernel_lock(w: &What, kernel: &[&str], r: &mut dyn Resolve) -> WaitsOn {
 /// syscall explains sat.
 fn telling_kernel_frame(kernel: &[&str]) -> Option<String> {
     const SCHED: &[&str] = &["schedule", "__schedule", "preempt_schedule", "do_nanosleep", "io_schedule"];
-    kernel.iter().find(|f| !SCHED.iter().any(|s| f.starts_with(s) || f.ends_with(s))).map(|f| f.to_string())
+    kernel.iter().find(|f| !SCHED.iter().any(|s| f.starts_with(s) || f.ends_with(s))).map(|f| format!("in {f}"))
 }
 
 /// Classifies one wait. `kernel` and `user` are the frame names, leaf first.

@@ -172,5 +172,5 @@ fn kernel_locks_faults_and_preemption() {
     let pre = What { flags: bits::PREEMPTED, obj: 20, ..Default::default() };
     assert_eq!(classify(&pre, &[], &none, 10, &mut r).describe(0), "preempted: pid 20 (hog) ran instead");
     let kthread = classify(&What::default(), &["schedule", "worker_thread", "kthread"], &none, 2, &mut r);
-    assert_eq!(kthread, WaitsOn::Other { what: "worker_thread".into() });
+    assert_eq!(kthread, WaitsOn::Other { what: "in worker_thread".into() });
 }

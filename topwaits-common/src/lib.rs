@@ -331,7 +331,7 @@ pub struct What {
     pub nr: u32,
     /// [`what`] bits, with a kernel lock's `LCB_F_*` flags in the low byte.
     pub flags: u32,
-    /// The syscall's first argument, for those in [`Settings::arg0_syscalls`].
+    /// The syscall's first argument, for those [`label_syscalls`] marks.
     pub arg0: u64,
     /// Per flag: the kernel lock's address ([`what::KLOCK`]), the sleep asked for
     /// in ns ([`what::SLEEP`]), or the process that ran instead ([`what::PREEMPTED`]).

@@ -199,7 +199,7 @@ const REGS_IP: u64 = 16 * 8;
 const PERF_TRAMPOLINE: u64 = 0xd1ff_08ec_8348;
 
 /// The code segment of 64-bit user mode (`__USER_CS`).
-const USER_CS: u64 = 0x33;
+pub const USER_CS: u64 = 0x33;
 
 /// The user registers a walk starts from: (ip, sp, bp).
 pub type Regs = (u64, u64, u64);
@@ -209,18 +209,9 @@ pub type Regs = (u64, u64, u64);
 /// pointers. Read once per stack, for [`reuse`], [`walk`] and [`remember`].
 #[inline(always)]
 pub fn user_regs() -> Option<Regs> {
-    let off = SETTINGS.load().task.stack;
-    if !cfg!(bpf_target_arch = "x86_64") || off == u32::MAX {
-        return None;
-    }
+    let regs = pt_regs()?;
     // SAFETY: helper calls on kernel addresses, checked by the helpers.
     unsafe {
-        let task = bpf_get_current_task();
-        let stack: u64 = bpf_probe_read_kernel((task + off as u64) as *const u64).ok()?;
-        if stack == 0 {
-            return None;
-        }
-        let regs = stack + THREAD_SIZE - PT_REGS;
         let tail: [u64; 4] = bpf_probe_read_kernel((regs + REGS_IP) as *const [u64; 4]).ok()?;
         if tail[1] != USER_CS {
             return None;
@@ -228,6 +219,20 @@ pub fn user_regs() -> Option<Regs> {
         let bp: u64 = bpf_probe_read_kernel((regs + REGS_BP) as *const u64).ok()?;
         Some((tail[0], tail[3], bp))
     }
+}
+
+/// Where the registers the current task entered the kernel with lie (`struct
+/// pt_regs` at the top of its kernel stack). x86-64 only, and only with the
+/// task's stack offset from BTF.
+#[inline(always)]
+pub fn pt_regs() -> Option<u64> {
+    let off = SETTINGS.load().task.stack;
+    if !cfg!(bpf_target_arch = "x86_64") || off == u32::MAX {
+        return None;
+    }
+    // SAFETY: helper calls on kernel addresses, checked by the helpers.
+    let stack: u64 = unsafe { bpf_probe_read_kernel((bpf_get_current_task() + off as u64) as *const u64).ok()? };
+    (stack != 0).then(|| stack + THREAD_SIZE - PT_REGS)
 }
 
 /// The index of the last of 64 sorted words whose value (shifted right by

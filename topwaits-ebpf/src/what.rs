@@ -4,24 +4,13 @@
 //! the `lock_contention` hooks on this CPU).
 
 use aya_ebpf::maps::Array;
-use aya_ebpf::{
-    cty::c_void,
-    helpers::{bpf_get_current_task, generated as gen},
-    macros::map,
-    maps::PerCpuArray,
-};
+use aya_ebpf::{cty::c_void, helpers::generated as gen, macros::map, maps::PerCpuArray};
 use topwaits_common::{label_syscalls, what, What};
 
-use crate::maps::SETTINGS;
+use crate::uwalk::{pt_regs, USER_CS};
 
-/// Kernel stacks are this large (x86-64 without KASAN), with the user registers
-/// (`struct pt_regs`, 168 bytes) at their top.
-const THREAD_SIZE: u64 = 16 * 1024;
-const PT_REGS: u64 = 168;
 /// `dx`, `si`, `di`, `orig_ax`, `ip` and `cs` lie in a row in `struct pt_regs`.
 const REGS_DX: u64 = 12 * 8;
-/// The code segment of 64-bit user mode (`__USER_CS`).
-const USER_CS: u64 = 0x33;
 /// Syscall numbers are below this; `orig_ax` holds a negated vector for interrupts.
 const MAX_NR: u64 = 512;
 /// `TIMER_ABSTIME` in `clock_nanosleep`'s flags, and `CLOCK_MONOTONIC`.
@@ -88,23 +77,14 @@ fn read_kernel(dst: *mut u64, len: u32, src: u64) -> bool {
 /// Fills in the syscall the current task is in, if it came from user mode by one.
 #[inline(always)]
 fn syscall(w: &mut What, r: &mut [u64; 8], now: u64) {
-    let off = SETTINGS.load().task.stack;
-    if !cfg!(bpf_target_arch = "x86_64") || off == u32::MAX {
-        return;
-    }
-    // SAFETY: a helper call without preconditions.
-    let task = unsafe { bpf_get_current_task() };
-    if !read_kernel(&mut r[0], 8, task + off as u64) || r[0] == 0 {
-        return;
-    }
-    let regs = r[0] + THREAD_SIZE - PT_REGS;
+    let Some(regs) = pt_regs() else { return };
     // dx, si, di, orig_ax, ip, cs into r[0..6].
     if !read_kernel(r.as_mut_ptr(), 48, regs + REGS_DX) || r[5] != USER_CS || r[3] >= MAX_NR {
         return;
     }
     let nr = r[3];
     w.nr = nr as u32 + 1;
-    let word = LABEL_SYSCALLS.get(((nr / 64) & 7) as u32).copied().unwrap_or(0);
+    let word = LABEL_SYSCALLS.get((nr / 64) as u32 & (label_syscalls::ARG0_WORDS - 1)).copied().unwrap_or(0);
     if word & (1 << (nr % 64)) != 0 {
         w.arg0 = r[2];
         if w.flags & what::KLOCK == 0 && is_futex(nr) {

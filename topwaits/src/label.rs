@@ -57,6 +57,12 @@ fn trim(x: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
+/// The short label of a record's `waits_on`, or that it has none (a recording
+/// made before labels, or `--no-labels`).
+pub fn short_of(w: Option<&WaitsOn>) -> String {
+    w.map_or_else(|| "not labelled".to_string(), WaitsOn::short)
+}
+
 impl WaitsOn {
     /// The kind's name, as JSON's `kind` spells it.
     pub fn kind(&self) -> &'static str {

@@ -115,13 +115,13 @@ pub fn add_waits_before_trace(config: &Config, capture: &mut Capture, snap: &mut
     }
 }
 
-/// What a wait found in `/proc` is for: its syscall and first argument (a sleep's
-/// asked time is not read).
+/// What a wait found in `/proc` is for: its syscall and, where the programs keep
+/// it, its first argument (a sleep's asked time is not read).
 fn what_of(s: &Result<thread::SyscallState, String>) -> topwaits_common::What {
     match s {
         Ok(thread::SyscallState::In(c)) => topwaits_common::What {
             nr: c.nr as u32 + 1,
-            arg0: c.args[0],
+            arg0: if crate::sys::syscalls::keeps_arg0_of(c.nr) { c.args[0] } else { 0 },
             flags: if crate::sys::syscalls::syscall_info(c.nr).is_some_and(|i| i.name == "futex") {
                 topwaits_common::what::FUTEX_OP | (((c.args[1] & 0x7f) as u32) << topwaits_common::what::FUTEX_OP_SHIFT)
             } else {

@@ -104,7 +104,7 @@ struct Key {
 
 fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
     if by == By::What {
-        let group = r.waits_on.as_ref().map_or_else(|| "not labelled".to_string(), |w| w.short());
+        let group = crate::label::short_of(r.waits_on.as_ref());
         return Key {
             tgid: 0,
             tid: 0,

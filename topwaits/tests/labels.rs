@@ -75,10 +75,7 @@ fn mutex_condvar_and_sleep_waits_say_what_they_waited_for() {
 /// The block device a path lives on, as /sys names it.
 fn device_of(path: &str) -> String {
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(path).unwrap().dev();
-    let (major, minor) = (((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff), ((dev >> 12) & 0xffff_ff00) | (dev & 0xff));
-    let uevent = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent")).unwrap_or_default();
-    uevent.lines().find_map(|l| l.strip_prefix("DEVNAME=")).unwrap_or("").to_string()
+    topwaits::what::procfs::device_name(std::fs::metadata(path).unwrap().dev()).unwrap_or_default()
 }
 
 #[test]

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::{parse_duration, Config, ConfigError, TraceArgs, View, ViewConfig};
+use super::why::{file_or_trace, Source};
+use super::{Config, ConfigError, TraceArgs, View, ViewConfig};
 
 pub(super) const LOCKS_EXAMPLES: &str = "\
 Examples:
@@ -36,34 +37,16 @@ pub enum LocksConfig {
 }
 
 impl LocksConfig {
-    pub fn from_args(mut a: LocksArgs) -> Result<Self, ConfigError> {
-        let duration = match a.what.take() {
-            Some(w) => match parse_duration(&w) {
-                Ok(d) => Some(d),
-                // Not a number at all: a file.
-                Err(_) if w.parse::<f64>().is_err() && a.trace.duration.is_none() => {
-                    return Ok(LocksConfig::File { file: PathBuf::from(w), view: a.trace.view.config()? });
-                }
-                Err(e) => return Err(ConfigError::Locks(e)),
-            },
-            None => None,
-        };
-        if a.trace.interval.is_some() {
-            return Err(ConfigError::Locks("--interval: locks ranks one whole trace".into()));
+    pub fn from_args(a: LocksArgs) -> Result<Self, ConfigError> {
+        let no_labels = a.trace.no_labels;
+        match file_or_trace(a.what, a.trace, ConfigError::Locks, "locks ranks")? {
+            Source::File(file, view) => Ok(LocksConfig::File { file, view }),
+            Source::Trace(_) if no_labels => Err(ConfigError::Locks("--no-labels: locks are found by their labels".into())),
+            Source::Trace(mut c) => {
+                c.view = View::Locks;
+                Ok(LocksConfig::Trace(c))
+            }
         }
-        if a.trace.wakeups {
-            return Err(ConfigError::Locks("--wakeups: locks has views of its own".into()));
-        }
-        if a.trace.no_labels {
-            return Err(ConfigError::Locks("--no-labels: locks are found by their labels".into()));
-        }
-        let mut c = Config::from_args(a.trace)?;
-        if duration.is_some() {
-            c.duration = duration;
-        }
-        super::why::for_why(&mut c);
-        c.view = View::Locks;
-        Ok(LocksConfig::Trace(Box::new(c)))
     }
 }
 

@@ -45,33 +45,17 @@ pub enum WhyConfig {
 impl WhyConfig {
     pub fn from_args(mut a: WhyArgs) -> Result<Self, ConfigError> {
         let for_tid = a.for_tid;
-        let duration = match a.what.take() {
-            Some(w) => match parse_duration(&w) {
-                Ok(d) => Some(d),
-                // Not a number at all: a file.
-                Err(_) if w.parse::<f64>().is_err() && a.trace.duration.is_none() => {
-                    let view = a.trace.view.config()?;
-                    check_view(&view, for_tid)?;
-                    return Ok(WhyConfig::File { file: PathBuf::from(w), for_tid, view });
-                }
-                Err(e) => return Err(ConfigError::Why(e)),
-            },
-            None => None,
-        };
-        if a.trace.interval.is_some() {
-            return Err(ConfigError::Why("--interval: why explains one whole trace".into()));
+        match file_or_trace(a.what.take(), a.trace, ConfigError::Why, "why explains")? {
+            Source::File(file, view) => {
+                check_view(&view, for_tid)?;
+                Ok(WhyConfig::File { file, for_tid, view })
+            }
+            Source::Trace(mut c) => {
+                check_view(&c.shown, for_tid)?;
+                c.view = View::Why { for_tid };
+                Ok(WhyConfig::Trace(c))
+            }
         }
-        if a.trace.wakeups {
-            return Err(ConfigError::Why("--wakeups: why has views of its own".into()));
-        }
-        let mut c = Config::from_args(a.trace)?;
-        if duration.is_some() {
-            c.duration = duration;
-        }
-        check_view(&c.shown, for_tid)?;
-        for_why(&mut c);
-        c.view = View::Why { for_tid };
-        Ok(WhyConfig::Trace(Box::new(c)))
     }
 
     /// How long a live trace runs (None: until Ctrl-C).
@@ -81,6 +65,48 @@ impl WhyConfig {
             WhyConfig::File { .. } => None,
         }
     }
+}
+
+/// What a subcommand that reads every wait with its waker was given: a recording
+/// to read, or a live trace of every wait as an event with its waker.
+pub(super) enum Source {
+    File(PathBuf, ViewConfig),
+    Trace(Box<Config>),
+}
+
+/// A recording when `what` is not a number at all, else a trace of `what`
+/// seconds (or of the trace options' duration). `err` makes the subcommand's
+/// errors, which say that it `verb` one whole trace.
+pub(super) fn file_or_trace(
+    what: Option<String>,
+    trace: TraceArgs,
+    err: fn(String) -> ConfigError,
+    verb: &str,
+) -> Result<Source, ConfigError> {
+    let name = verb.split(' ').next().unwrap_or(verb);
+    let duration = match what {
+        Some(w) => match parse_duration(&w) {
+            Ok(d) => Some(d),
+            // Not a number at all: a file.
+            Err(_) if w.parse::<f64>().is_err() && trace.duration.is_none() => {
+                return Ok(Source::File(PathBuf::from(w), trace.view.config()?))
+            }
+            Err(e) => return Err(err(e)),
+        },
+        None => None,
+    };
+    if trace.interval.is_some() {
+        return Err(err(format!("--interval: {verb} one whole trace")));
+    }
+    if trace.wakeups {
+        return Err(err(format!("--wakeups: {name} has views of its own")));
+    }
+    let mut c = Config::from_args(trace)?;
+    if duration.is_some() {
+        c.duration = duration;
+    }
+    for_why(&mut c);
+    Ok(Source::Trace(Box::new(c)))
 }
 
 /// Folded output and the svg are a critical path's: they need `--for`.

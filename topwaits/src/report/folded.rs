@@ -67,7 +67,7 @@ fn push_delimiter(line: &mut Vec<String>, delimited: bool, a: &Stack, b: &Stack)
 pub fn line_frames(r: &Record, delimited: bool, what: bool) -> Vec<String> {
     let mut line = Vec::new();
     if what {
-        line.push(clean(&format!("[{}]", r.waits_on.as_ref().map_or_else(|| "not labelled".to_string(), |w| w.short()))));
+        line.push(clean(&format!("[{}]", crate::label::short_of(r.waits_on.as_ref()))));
     }
     line.push(clean(&String::from_utf8_lossy(&r.comm)));
     push_stack(&mut line, &r.user, MISSING_USER, false);

@@ -35,7 +35,7 @@ fn doing(h: &HeldWhile) -> String {
     }
 }
 
-/// A stack's frames as `a;b;c`, leaf first, at most `n` of them.
+/// A stack's frames as `a <- b <- c`, leaf first, at most `n` of them.
 fn short_stack(s: &Stack, n: usize) -> String {
     let names: Vec<&str> = s.frames().iter().take(n).map(|f| f.name()).collect();
     if names.is_empty() {

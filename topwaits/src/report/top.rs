@@ -49,7 +49,8 @@ fn open_header(r: &Record, since: OpenSince, info: &crate::model::TraceInfo) -> 
     }
 }
 
-fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, delimited: bool) -> io::Result<()> {
+/// `all`: with `--by what`, the waiting of every record, which each one's share is of.
+fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, delimited: bool, all: Option<u64>) -> io::Result<()> {
     let info = &report.info;
     let end = info.clock.wall(r.max_end_mono);
     let start = end - r.max_ns as i128;
@@ -69,8 +70,7 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
         )?;
     }
     writeln!(out, "    {}", who(r, info.by))?;
-    if info.by == crate::reduce::By::What {
-        let all: u64 = report.records.iter().map(|x| x.total_ns).sum();
+    if let Some(all) = all {
         writeln!(out, "    {:.1}% of all the waiting shown", 100.0 * r.total_ns as f64 / all.max(1) as f64)?;
     }
     if let Some(w) = &r.waits_on {
@@ -145,8 +145,9 @@ impl Format for Top {
             if info.by == crate::reduce::By::What { "most waiting first" } else { "longest first" }
         )?;
         writeln!(out)?;
+        let all = (info.by == crate::reduce::By::What).then(|| report.records.iter().map(|x| x.total_ns).sum());
         for (i, r) in shown.iter().enumerate() {
-            write_record(out, i + 1, r, report, self.delimited)?;
+            write_record(out, i + 1, r, report, self.delimited, all)?;
         }
         if shown.len() < total {
             writeln!(out, "{} not shown; use -n 0 to show all.", crate::cli::plural(total - shown.len(), "more record"))?;

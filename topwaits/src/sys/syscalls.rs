@@ -12,21 +12,13 @@ pub struct SyscallInfo {
 #[cfg(target_arch = "aarch64")]
 const TABLE: &[(u64, &str, Option<usize>)] = &[
     (22, "epoll_pwait", Some(0)),
-    (57, "close", Some(0)),
-    (46, "ftruncate", Some(0)),
-    (47, "fallocate", Some(0)),
-    (81, "sync", None),
-    (84, "sync_file_range", Some(0)),
-    (214, "brk", None),
-    (215, "munmap", None),
-    (222, "mmap", None),
-    (226, "mprotect", None),
-    (227, "msync", None),
-    (233, "madvise", None),
     (25, "fcntl", Some(0)),
     (29, "ioctl", Some(0)),
     (32, "flock", Some(0)),
+    (46, "ftruncate", Some(0)),
+    (47, "fallocate", Some(0)),
     (56, "openat", None),
+    (57, "close", Some(0)),
     (63, "read", Some(0)),
     (64, "write", Some(0)),
     (65, "readv", Some(0)),
@@ -37,8 +29,10 @@ const TABLE: &[(u64, &str, Option<usize>)] = &[
     (72, "pselect6", None),
     (73, "ppoll", None),
     (76, "splice", Some(0)),
+    (81, "sync", None),
     (82, "fsync", Some(0)),
     (83, "fdatasync", Some(0)),
+    (84, "sync_file_range", Some(0)),
     (95, "waitid", None),
     (98, "futex", None),
     (101, "nanosleep", None),
@@ -51,6 +45,12 @@ const TABLE: &[(u64, &str, Option<usize>)] = &[
     (207, "recvfrom", Some(0)),
     (211, "sendmsg", Some(0)),
     (212, "recvmsg", Some(0)),
+    (214, "brk", None),
+    (215, "munmap", None),
+    (222, "mmap", None),
+    (226, "mprotect", None),
+    (227, "msync", None),
+    (233, "madvise", None),
     (242, "accept4", Some(0)),
     (243, "recvmmsg", Some(0)),
     (260, "wait4", None),
@@ -130,12 +130,23 @@ pub fn syscall_info_by_name(name: &str) -> Option<u64> {
     TABLE.iter().find(|(_, n, _)| *n == name).map(|&(nr, ..)| nr)
 }
 
-/// The syscalls whose first argument is what their waits are on (a file
-/// descriptor, or `futex`'s word), one bit per number, for the programs' settings.
+/// Whether a syscall's first argument is what its waits are on (a file
+/// descriptor, or `futex`'s word).
+fn keeps_arg0(fd_arg: Option<usize>, name: &str) -> bool {
+    fd_arg == Some(0) || name == "futex"
+}
+
+/// Whether syscall `nr`'s waits keep its first argument, as the programs do.
+pub fn keeps_arg0_of(nr: u64) -> bool {
+    syscall_info(nr).is_some_and(|i| keeps_arg0(i.fd_arg, i.name))
+}
+
+/// The syscalls whose first argument is what their waits are on, one bit per
+/// number, for the programs (see [`keeps_arg0_of`]).
 pub fn arg0_bitmap() -> [u64; 8] {
     let mut bits = [0u64; 8];
     for &(nr, name, fd_arg) in TABLE {
-        if (fd_arg == Some(0) || name == "futex") && nr < 512 {
+        if keeps_arg0(fd_arg, name) && nr < 512 {
             bits[(nr / 64) as usize] |= 1 << (nr % 64);
         }
     }

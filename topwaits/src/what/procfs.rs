@@ -22,7 +22,7 @@ pub struct ProcResolver {
 }
 
 /// The block device named by `dev` (`st_dev`), from `/sys/dev/block`.
-fn device_name(dev: u64) -> Option<String> {
+pub fn device_name(dev: u64) -> Option<String> {
     let (major, minor) = (libc_major(dev), libc_minor(dev));
     let uevent = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent")).ok()?;
     devname(&uevent)

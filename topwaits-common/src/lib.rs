@@ -342,8 +342,9 @@ pub struct What {
 /// the syscalls whose first argument names what a wait is on (a file descriptor
 /// or a futex word), one bit per number, kept in [`What::arg0`]; the next two are
 /// the numbers of `nanosleep` and `clock_nanosleep` plus one (0: none), whose
-/// waits keep the time they asked for. Not in the settings: every hook copies
-/// those onto its small stack.
+/// waits keep the time they asked for. A map rather than settings fields: the
+/// verifier takes each settings field as a constant, and 512 bytes of them would
+/// be that much more state in every hook.
 pub mod label_syscalls {
     pub const ARG0_WORDS: u32 = 8;
     pub const NANOSLEEP: u32 = 8;
@@ -533,6 +534,20 @@ pub mod proc_event {
     /// The user stack walker met code in none of the process's mappings (a
     /// library loaded since, or JIT code): its maps are read again.
     pub const MAPS: u32 = 4;
+
+    /// Events that wake user space at once: the process's code changed, and its
+    /// maps are read while it still runs.
+    #[inline(always)]
+    pub const fn urgent(kind: u32) -> bool {
+        kind == EXEC || kind == MAPS
+    }
+
+    /// The other events wake user space at most once in this many ns: a wakeup
+    /// costs the kernel about 15 us (an inter-processor interrupt in a VM), and a
+    /// fork-heavy workload sends thousands a second. Between wakeups user space
+    /// reads the buffer on a timer of this period while events keep coming, so
+    /// none waits longer than about twice this.
+    pub const BATCH_NS: u64 = 4_000_000;
 }
 
 /// A record in the `EVENTS` ring buffer.

@@ -6,7 +6,7 @@ use aya_ebpf::{helpers::bpf_get_current_task, macros::kprobe, programs::ProbeCon
 use topwaits_common::counter;
 
 use crate::{
-    maps::{count, task_u32, SETTINGS},
+    maps::{count, settings, task_u32},
     switch::{switch_in, switch_out, Clock},
     task::Outgoing,
 };
@@ -18,7 +18,7 @@ pub fn finish_task_switch_kprobe(ctx: ProbeContext) -> u32 {
     // SAFETY: a helper call without preconditions.
     let current = unsafe { bpf_get_current_task() };
     if let Some(prev) = ctx.arg::<u64>(0) {
-        let s = SETTINGS.load();
+        let s = settings();
         let out = Outgoing {
             task: prev,
             tgid: task_u32(prev, s.task.tgid).unwrap_or(0),

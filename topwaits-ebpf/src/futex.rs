@@ -4,7 +4,7 @@
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
 
-use crate::maps::{FUTEX_WAKING, SETTINGS};
+use crate::maps::{settings, FUTEX_WAKING};
 
 const FUTEX_CMD_MASK: u32 = 0x7f;
 
@@ -26,7 +26,7 @@ fn enter() {
 
 #[tracepoint(category = "syscalls", name = "sys_enter_futex")]
 pub fn sys_enter_futex(ctx: TracePointContext) -> u32 {
-    let off = SETTINGS.load().off_futex_op as usize;
+    let off = settings().off_futex_op as usize;
     // SAFETY: read_at checks the offset against the record through the helper.
     if let Ok(op) = unsafe { ctx.read_at::<u32>(off) } {
         if wakes(op) {

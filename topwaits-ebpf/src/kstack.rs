@@ -9,7 +9,7 @@ use aya_ebpf::{
 use topwaits_common::{counter, KernelStack, CACHE_SLOTS, KSTACK_DEPTH, STACK_STORED};
 
 use crate::kcache::{self, Hook, Scan, FIRST};
-use crate::maps::{count, KSTACKS, SCRATCH_STACK, SETTINGS};
+use crate::maps::{count, settings, KSTACKS, SCRATCH_STACK};
 use crate::stackref;
 
 const ENODATA: u64 = 61;
@@ -75,7 +75,7 @@ pub fn of_current<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> u64 {
         return ENOMEM;
     };
     let base = kcache::anchor(st, ctx);
-    if hook == Hook::Waking && !kcache::on_task_stack(task, base, SETTINGS.load().task.stack) {
+    if hook == Hook::Waking && !kcache::on_task_stack(task, base, settings().task.stack) {
         return unwound(ctx);
     }
     let hit = kcache::find(st, base, task, hook);

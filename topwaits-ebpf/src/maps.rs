@@ -14,6 +14,19 @@ use topwaits_common::{
 #[unsafe(no_mangle)]
 pub static SETTINGS: Global<Settings> = Global::new(Settings::defaults());
 
+/// The settings, read in place: each field a hook reads is one load, where
+/// `Global::load` copied the whole struct onto the BPF stack at every call. The
+/// address goes through a volatile read so that the compiler cannot fold the
+/// defaults the object file holds into the code (user space overrides them at
+/// load time), as `Global::load`'s volatile copy does.
+#[inline(always)]
+pub fn settings() -> &'static Settings {
+    let at: *const Settings = (&raw const SETTINGS).cast();
+    // SAFETY: `Global` is `repr(transparent)` over an always initialized `T`; a
+    // read-only map value, alive for the program run. The volatile read is of a local.
+    unsafe { &*core::ptr::read_volatile(&at) }
+}
+
 /// No preallocation: the hash maps below hold one entry per stack, traced task
 /// or record, created once and then updated in place (never deleted and reinserted
 /// on the hot path), so memory follows what is traced rather than the limits.
@@ -159,10 +172,32 @@ pub fn proc_event(tgid: u32, kind: u32) {
     send_proc_event(&ProcEvent { tgid, kind, parent: 0 });
 }
 
+/// Slot 0: when a process event last woke user space (`bpf_ktime_get_ns`).
+#[map]
+static EVENTS_WOKE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Whether a process event of `kind` wakes user space: an urgent one always,
+/// the others once per `proc_event::BATCH_NS` (see there).
+#[inline(always)]
+fn wake_flags(kind: u32) -> u64 {
+    use aya_ebpf::bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
+    // SAFETY: a helper call without preconditions.
+    let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
+    let Some(woke) = EVENTS_WOKE.get_ptr_mut(0) else { return 0 };
+    // SAFETY: a map value; a race between CPUs costs at most one wakeup more.
+    unsafe {
+        if !topwaits_common::proc_event::urgent(kind) && now.wrapping_sub(*woke) < topwaits_common::proc_event::BATCH_NS {
+            return BPF_RB_NO_WAKEUP as u64;
+        }
+        *woke = now;
+    }
+    BPF_RB_FORCE_WAKEUP as u64
+}
+
 /// Sends one process event, if the settings ask for them.
 #[inline(always)]
 pub fn send_proc_event(ev: &ProcEvent) {
-    if SETTINGS.load().events != 0 && EVENTS.output::<ProcEvent>(ev, 0).is_err() {
+    if settings().events != 0 && EVENTS.output::<ProcEvent>(ev, wake_flags(ev.kind)).is_err() {
         count(counter::LOST_EVENTS, 1);
     }
 }
@@ -232,7 +267,7 @@ pub fn upsert<K, V>(map: &HashMap<K, V>, key: &K, fresh: &V, delta_ns: u64, fold
 /// never pass.
 #[inline(always)]
 pub fn thread_wanted(tgid: u32, tid: u32) -> bool {
-    let s = SETTINGS.load();
+    let s = settings();
     if tgid == s.self_tgid {
         return false;
     }

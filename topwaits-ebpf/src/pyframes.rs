@@ -10,7 +10,7 @@ use aya_ebpf::{
 };
 use topwaits_common::python::{py_flags, py_word, PyProc, MAX_PY_PROCS, MAX_PY_THREADS, NONE, PY_THREAD_SCAN};
 
-use crate::maps::SETTINGS;
+use crate::maps::settings;
 use crate::uread::{user_word, PAGE};
 
 /// Each Python process's interpreter layout, by tgid (written by user space once
@@ -46,7 +46,7 @@ fn thread_name(p: &PyProc, tid: u32) -> Option<u64> {
     if p.flags & py_flags::BY_PTHREAD == 0 {
         return Some(tid as u64);
     }
-    let off = SETTINGS.load().task.fsbase;
+    let off = settings().task.fsbase;
     if off == u32::MAX {
         return None;
     }

@@ -2,7 +2,7 @@
 //! maps what its parent does until it execs, so user space shares the parent's
 //! maps with it instead of reading its own: under fork-heavy work (`perf bench
 //! sched messaging` forks 40 processes a group) that reading was most of the
-//! user side's CPU.
+//! user side's CPU. The walker's copy is made here, at once.
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
@@ -11,12 +11,12 @@ use aya_ebpf::{
 };
 use topwaits_common::{proc_event::FORK, ProcEvent};
 
-use crate::maps::{send_proc_event, task_u32, thread_wanted, SETTINGS};
+use crate::maps::{send_proc_event, settings, task_u32, thread_wanted};
 
 /// Tells user space about a new process (not a thread) that the filters trace.
 #[inline(always)]
 fn on_fork(child: u64) {
-    let s = SETTINGS.load();
+    let s = settings();
     if s.events == 0 {
         return;
     }
@@ -26,7 +26,11 @@ fn on_fork(child: u64) {
     if pid != tgid || !thread_wanted(tgid, pid) {
         return;
     }
-    send_proc_event(&ProcEvent { tgid, kind: FORK, parent: (bpf_get_current_pid_tgid() >> 32) as u32 });
+    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if s.cfi != 0 {
+        crate::uwalk::inherit(parent, tgid);
+    }
+    send_proc_event(&ProcEvent { tgid, kind: FORK, parent });
 }
 
 #[btf_tracepoint(function = "sched_process_fork")]

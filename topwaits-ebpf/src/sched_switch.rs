@@ -31,7 +31,7 @@ fn on_switch<C: StackIdContext + aya_ebpf::EbpfContext>(ctx: &C, preempt: u64, p
         current: true,
         next,
     };
-    if crate::maps::SETTINGS.load().threads != 0 {
+    if crate::maps::settings().threads != 0 {
         crate::threads::on_switch(&out, next, clock.now());
         return;
     }

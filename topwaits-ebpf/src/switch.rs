@@ -10,7 +10,7 @@ use topwaits_common::{
 
 use crate::kcache::Hook;
 use crate::maps::{
-    count, fold_or_insert, mark_started, maybe_started, proc_event, task_u32, thread_wanted, upsert, LAST_WAKE, SETTINGS, STARTS, WAITS,
+    count, fold_or_insert, mark_started, maybe_started, proc_event, settings, task_u32, thread_wanted, upsert, LAST_WAKE, STARTS, WAITS,
 };
 use crate::task::{capture_stacks, Outgoing};
 use crate::wake;
@@ -18,7 +18,7 @@ use crate::wake;
 /// Whether the filters of `-p/-t/-u/-k/--state` let this task's wait be recorded.
 #[inline(always)]
 fn wanted(out: &Outgoing) -> bool {
-    let s = SETTINGS.load();
+    let s = settings();
     if !thread_wanted(out.tgid, out.tid) {
         return false;
     }
@@ -85,7 +85,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
     // Before the stacks are taken: the wait begins at the switch.
     let now = clock.now();
     let (kstack, ustack) = if in_own_context { capture_stacks(ctx, Some((out.task, Hook::Switch))) } else { (STACK_NONE, STACK_NONE) };
-    let arrivals = task_u32(out.task, SETTINGS.load().task.pcount).unwrap_or(0);
+    let arrivals = task_u32(out.task, settings().task.pcount).unwrap_or(0);
     let comm = out.comm();
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
         // SAFETY: a pointer from a map lookup; only this task's switches touch it.
@@ -135,7 +135,7 @@ fn begin(
     start.state = out.state;
     start.arrivals = arrivals;
     start.comm = comm;
-    if in_own_context && SETTINGS.load().labels != 0 {
+    if in_own_context && settings().labels != 0 {
         crate::what::fill(&mut start.what, out.tid, out.state, out.next_tgid(), now);
     } else {
         start.what = NO_WHAT;
@@ -213,7 +213,7 @@ fn end_wait<C: StackIdContext>(ctx: &C, start: &mut SwitchOut, now: u64, stacks_
         return;
     }
     let delta = now - began;
-    let s = SETTINGS.load();
+    let s = settings();
     let us = delta / 1000;
     if us < s.min_us || us > s.max_us {
         count(counter::OUTSIDE_BLOCK_TIME, 1);

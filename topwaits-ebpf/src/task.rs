@@ -9,7 +9,7 @@ use aya_ebpf::{
 use topwaits_common::{CAPTURE_KERNEL, CAPTURE_USER, STACK_NONE, TASK_COMM_LEN};
 
 use crate::kcache::Hook;
-use crate::maps::{task_u32, task_u64, SETTINGS};
+use crate::maps::{settings, task_u32, task_u64};
 use crate::{kstack, ustack};
 
 /// The task leaving the CPU, as the hook saw it.
@@ -34,7 +34,7 @@ impl Outgoing {
         if self.state != 0 || self.next == 0 {
             return 0;
         }
-        task_u32(self.next, SETTINGS.load().task.tgid).unwrap_or(0)
+        task_u32(self.next, settings().task.tgid).unwrap_or(0)
     }
 
     /// The task's name, read only once the filters have let the task through.
@@ -52,7 +52,7 @@ impl Outgoing {
 #[inline(always)]
 pub fn comm_of(task: u64) -> [u8; TASK_COMM_LEN] {
     let mut comm = [0u8; TASK_COMM_LEN];
-    let off = SETTINGS.load().task.comm;
+    let off = settings().task.comm;
     if off != u32::MAX {
         // SAFETY: bpf_probe_read_kernel_buf checks the address.
         let _ = unsafe { bpf_probe_read_kernel_buf((task + off as u64) as *const u8, &mut comm) };
@@ -63,7 +63,7 @@ pub fn comm_of(task: u64) -> [u8; TASK_COMM_LEN] {
 /// The current task's user stack reference, if the settings ask for it.
 #[inline(always)]
 fn user_stack<C: EbpfContext>(ctx: &C) -> u64 {
-    if SETTINGS.load().stacks & CAPTURE_USER == 0 {
+    if settings().stacks & CAPTURE_USER == 0 {
         return STACK_NONE;
     }
     ustack::of_current(ctx)
@@ -75,7 +75,7 @@ fn user_stack<C: EbpfContext>(ctx: &C) -> u64 {
 /// hooks that do not run at the tracepoint pass none.
 #[inline(always)]
 pub fn capture_stacks<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> (u64, u64) {
-    let kstack = if SETTINGS.load().stacks & CAPTURE_KERNEL != 0 { kstack::of_current(ctx, at) } else { STACK_NONE };
+    let kstack = if settings().stacks & CAPTURE_KERNEL != 0 { kstack::of_current(ctx, at) } else { STACK_NONE };
     (kstack, user_stack(ctx))
 }
 
@@ -85,7 +85,7 @@ pub fn capture_stacks<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> (u64,
 /// `prev_sum_exec_runtime` is not kept, or when BTF lacks the fields.
 #[inline(always)]
 pub fn switched_in_at(task: u64, now: u64) -> Option<u64> {
-    let s = SETTINGS.load();
+    let s = settings();
     // SCHED_NORMAL, SCHED_BATCH and SCHED_IDLE are the fair class's policies.
     let policy = task_u32(task, s.task.policy)?;
     if !matches!(policy, 0 | 3 | 5) {

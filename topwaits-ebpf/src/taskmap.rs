@@ -11,7 +11,7 @@ use aya_ebpf::{
     helpers::generated::{bpf_get_current_task_btf, bpf_task_storage_delete, bpf_task_storage_get},
 };
 
-use crate::maps::SETTINGS;
+use crate::maps::settings;
 
 /// The BTF shape of a map definition: each field's pointee carries one
 /// attribute (an array's length for the numbers), read by the loader from BTF.
@@ -41,7 +41,7 @@ impl<T> TaskStorage<T> {
     /// The running task, typed by the kernel's BTF; null without it.
     #[inline(always)]
     fn task() -> *mut task_struct {
-        if SETTINGS.load().task_storage == 0 {
+        if settings().task_storage == 0 {
             return core::ptr::null_mut();
         }
         // SAFETY: the helper has no arguments and returns the running task.

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use topwaits_common::{counter, thread_state, DepKey, ThreadStats, TASK_COMM_LEN, TASK_DEAD, THREAD_EXITED, THREAD_STARTED};
 
-use crate::maps::{count, ended, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING, SETTINGS, THREADS};
+use crate::maps::{count, ended, settings, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING, THREADS};
 use crate::task::{comm_of, switched_in_at, Outgoing};
 
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -17,7 +17,7 @@ const TASK_NOLOAD: u32 = 0x400;
 /// task is a traced thread (not the idle task, and let through by `-p`/`-t`).
 #[inline(always)]
 fn traced_ids(task: u64) -> Option<(u32, u32)> {
-    let s = SETTINGS.load();
+    let s = settings();
     let (tgid, tid) = (task_u32(task, s.task.tgid)?, task_u32(task, s.task.pid)?);
     (tid != 0 && thread_wanted(tgid, tid)).then_some((tgid, tid))
 }
@@ -51,7 +51,7 @@ fn close(t: &mut ThreadStats, now: u64) {
 /// Reads priority and policy of a task.
 #[inline(always)]
 fn sched_params(t: &mut ThreadStats, task: u64) {
-    let s = SETTINGS.load();
+    let s = settings();
     if let Some(v) = task_u32(task, s.task.prio) {
         t.prio = v as i32;
     }
@@ -85,11 +85,11 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
                     close(t, at);
                     t.state = thread_state::RUNNING;
                     t.run_events += 1;
-                    t.exec_mark = task_u64(out.task, SETTINGS.load().task.prev_sum_exec).unwrap_or(0);
+                    t.exec_mark = task_u64(out.task, settings().task.prev_sum_exec).unwrap_or(0);
                 }
             }
             if t.state == thread_state::RUNNING && t.exec_mark != 0 {
-                if let Some(exec) = task_u64(out.task, SETTINGS.load().task.sum_exec) {
+                if let Some(exec) = task_u64(out.task, settings().task.sum_exec) {
                     t.cpu_ns += exec.saturating_sub(t.exec_mark);
                 }
             }
@@ -117,7 +117,7 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
         close(t, now);
         t.state = thread_state::RUNNING;
         t.run_events += 1;
-        t.exec_mark = task_u64(next, SETTINGS.load().task.sum_exec).unwrap_or(0);
+        t.exec_mark = task_u64(next, settings().task.sum_exec).unwrap_or(0);
     }
 }
 

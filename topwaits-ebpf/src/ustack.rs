@@ -11,7 +11,7 @@ use aya_ebpf::{
 };
 use topwaits_common::{counter, unwind::cut, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE};
 
-use crate::maps::{count, SCRATCH_USTACK, SETTINGS, USTACKS};
+use crate::maps::{count, settings, SCRATCH_USTACK, USTACKS};
 use crate::stackref;
 use crate::uwalk::{self, Walked};
 
@@ -33,7 +33,7 @@ const LEAF_REG: Option<(u64, bool)> = None;
 #[inline(always)]
 fn append_leaf_words(frames: &mut [u64; KSTACK_DEPTH], n: usize) -> usize {
     let Some((off, at_sp)) = LEAF_REG else { return n };
-    if SETTINGS.load().leaf_words == 0 || n == 0 || n + LEAF_WORDS as usize > KSTACK_DEPTH {
+    if settings().leaf_words == 0 || n == 0 || n + LEAF_WORDS as usize > KSTACK_DEPTH {
         return n;
     }
     // SAFETY: helper calls; the task pointer comes from the kernel.
@@ -84,7 +84,7 @@ pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
     let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
-    let cfi = SETTINGS.load().cfi != 0;
+    let cfi = settings().cfi != 0;
     let regs = if cfi { uwalk::user_regs() } else { None };
     if let Some(stack) = regs.and_then(uwalk::reuse) {
         return stack;

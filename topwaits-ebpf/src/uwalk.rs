@@ -20,7 +20,7 @@ use topwaits_common::{
     KernelStack, KSTACK_DEPTH, STACK_STORED,
 };
 
-use crate::maps::{proc_event, GROWS, SETTINGS, USTACKS};
+use crate::maps::{proc_event, settings, GROWS, USTACKS};
 use crate::pyframes::{self, PY_PROCS};
 use crate::taskmap::TaskStorage;
 use crate::uread::{user_word, StackWindow};
@@ -226,7 +226,7 @@ pub fn user_regs() -> Option<Regs> {
 /// task's stack offset from BTF.
 #[inline(always)]
 pub fn pt_regs() -> Option<u64> {
-    let off = SETTINGS.load().task.stack;
+    let off = settings().task.stack;
     if !cfg!(bpf_target_arch = "x86_64") || off == u32::MAX {
         return None;
     }
@@ -525,6 +525,23 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack) -> Walked {
     Walked::Frames(n)
 }
 
+/// Gives a process just forked its parent's mappings and Python layout, which
+/// it shares until it execs: its first stacks are walked whole, before user space
+/// has read the fork's event (sent without waking it, see `proc_event::BATCH_NS`).
+/// What user space set already stays; a full map leaves the child to user space.
+#[inline(always)]
+pub fn inherit(parent: u32, child: u32) {
+    const NOEXIST: u64 = aya_ebpf::bindings::BPF_NOEXIST as u64;
+    if let Some(maps) = UNWIND_PROCS.get_ptr(&parent) {
+        // SAFETY: a map value, alive for the program run; the helper copies it.
+        let _ = UNWIND_PROCS.insert(&child, unsafe { &*maps }, NOEXIST);
+    }
+    if let Some(py) = PY_PROCS.get_ptr(&parent) {
+        // SAFETY: as above.
+        let _ = PY_PROCS.insert(&child, unsafe { &*py }, NOEXIST);
+    }
+}
+
 /// Appends the cut mark `why` after `n` frames; the new length.
 #[inline(always)]
 pub fn mark(frames: *mut KernelStack, n: usize, why: u64) -> usize {
@@ -545,9 +562,15 @@ pub fn reuse((ip, sp, bp): Regs) -> Option<u64> {
         return None;
     }
     let frames = USTACKS.get_ptr(&last.stack)?;
+    let w = SCRATCH_WALK.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch, used by this program run alone.
+    let window = unsafe {
+        (*w).stack.clear();
+        &raw mut (*w).stack
+    };
     // Frame i + 1 was read at slot i: checked in a bpf_loop, whose body the
-    // verifier checks once.
-    let mut check = Check { last, frames, ok: 1 };
+    // verifier checks once, through a window that reads several slots at once.
+    let mut check = Check { last, frames, window, ok: 1 };
     // SAFETY: the callback reads `check` through the pointer, for this call only.
     unsafe {
         bpf_loop((last.n - 1).min(REUSE_SLOTS as u64) as u32, check_slot as *mut core::ffi::c_void, (&raw mut check).cast(), 0);
@@ -561,6 +584,7 @@ pub fn reuse((ip, sp, bp): Regs) -> Option<u64> {
 struct Check {
     last: *const LastWalk,
     frames: *const KernelStack,
+    window: *mut StackWindow,
     ok: u64,
 }
 
@@ -568,13 +592,13 @@ struct Check {
 unsafe extern "C" fn check_slot(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `Check` that `reuse` passed, on its stack; its
     // pointers are map values alive for the program run.
-    let (c, last, frames) = unsafe {
+    let (c, last, frames, window) = unsafe {
         let c = &mut *ctx.cast::<Check>();
-        let (last, frames) = (&*c.last, &*c.frames);
-        (c, last, frames)
+        let (last, frames, window) = (&*c.last, &*c.frames, &mut *c.window);
+        (c, last, frames, window)
     };
     let i = i as usize & (REUSE_SLOTS - 1);
-    if user_word(last.slots[i]) != Some(frames[i + 1]) {
+    if window.word(last.slots[i]) != Some(frames[i + 1]) {
         c.ok = 0;
         return 1;
     }

@@ -9,7 +9,7 @@ use aya_ebpf::{
 use topwaits_common::{counter, wake_kind, Chain, Hop, Hops, WaitKey, WakeVal, MAX_CHAIN, STACK_STORED};
 
 use crate::kcache::Hook;
-use crate::maps::{count, upsert, CHAINS, LAST_WAKE, SCRATCH_HOPS, SCRATCH_KEY, SETTINGS, STARTS, WAKE_WAITS};
+use crate::maps::{count, settings, upsert, CHAINS, LAST_WAKE, SCRATCH_HOPS, SCRATCH_KEY, STARTS, WAKE_WAITS};
 use crate::stackref;
 use crate::task::capture_stacks;
 
@@ -48,7 +48,7 @@ fn chain_ref(h: &Hops) -> u64 {
 /// waker's own last wakeup.
 #[inline(always)]
 pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
-    let s = SETTINGS.load();
+    let s = settings();
     count(counter::WAKINGS, 1);
     if s.threads != 0 {
         crate::threads::on_wake(woken);

@@ -22,7 +22,10 @@ fn assert_holder_first(doc: &Value) {
     assert_eq!(comm(&first["thread"]), "tw_holder", "{doc:#}");
     assert_eq!(first["kind"], "blocked", "{doc:#}");
     assert!(stack_names(&first["user_stack"]).iter().any(|n| n == "tw_sleep_holding_the_lock"), "{first:#}");
-    assert!(first["share"].as_f64().unwrap() > 0.3, "{first:#}");
+    // Summed over every holder: a system-wide trace also sees the holders of the
+    // tests running beside this one.
+    let holders: f64 = causes.iter().filter(|c| comm(&c["thread"]) == "tw_holder").map(|c| c["share"].as_f64().unwrap()).sum();
+    assert!(holders > 0.3, "{first:#}");
     let waiters: Vec<&str> = first["waiters"].as_array().unwrap().iter().map(comm).collect();
     assert_eq!(waiters.iter().filter(|&&c| c == "tw_worker").count(), 4, "{first:#}");
     assert!(causes.iter().all(|c| comm(&c["thread"]) != "tw_pool"), "{doc:#}");
@@ -130,8 +133,15 @@ fn system_wide_the_kernels_own_idle_waits_are_idle_not_causes() {
     let kernel = |c: &str| ["kworker/", "migration/", "ksoftirqd/", "rcu_", "kcompactd", "khugepaged"].iter().any(|p| c.starts_with(p));
     let idle = doc["idle"].as_array().unwrap();
     assert!(idle.iter().any(|i| kernel(comm(&i["thread"]))), "no kernel thread idle: {doc:#}");
-    // What kernel threads explain (writeback, say) is a small part at most.
-    let share: f64 =
-        doc["causes"].as_array().unwrap().iter().filter(|c| kernel(comm(&c["thread"]))).map(|c| c["share"].as_f64().unwrap()).sum();
-    assert!(share < 0.1, "kernel threads explain {:.0}% of the waiting: {doc:#}", share * 100.0);
+    // A thread is idle or a cause, never both.
+    let tid = |v: &Value| v["thread"]["tid"].as_u64();
+    let causes = doc["causes"].as_array().unwrap();
+    assert!(idle.iter().all(|i| causes.iter().all(|c| tid(c) != tid(i))), "a thread both idle and a cause: {doc:#}");
+    // What kernel threads explain (writeback ending the fsyncs of the tests
+    // running beside this one, say) depends on what else the machine does, but it
+    // stays below what the holders explain.
+    let share =
+        |f: &dyn Fn(&str) -> bool| -> f64 { causes.iter().filter(|c| f(comm(&c["thread"]))).map(|c| c["share"].as_f64().unwrap()).sum() };
+    let (kernel, holders) = (share(&kernel), share(&|c| c == "tw_holder"));
+    assert!(kernel < holders, "kernel threads explain {:.0}% of the waiting, the holders {:.0}%: {doc:#}", kernel * 100.0, holders * 100.0);
 }

@@ -10,16 +10,20 @@ pub struct ProcEvents {
 }
 
 impl ProcEvents {
-    /// Hands every pending event to `f`, in the order the kernel wrote them.
-    pub fn drain(&mut self, mut f: impl FnMut(ProcEvent)) {
+    /// Hands every pending event to `f`, in the order the kernel wrote them, and
+    /// says how many there were.
+    pub fn drain(&mut self, mut f: impl FnMut(ProcEvent)) -> usize {
+        let mut n = 0;
         while let Some(item) = self.ring.next() {
             if item.len() >= std::mem::size_of::<ProcEvent>() {
                 // SAFETY: the kernel writes whole ProcEvent records; the read is
                 // unaligned-safe.
                 let ev: ProcEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
                 f(ev);
+                n += 1;
             }
         }
+        n
     }
 }
 

@@ -85,6 +85,12 @@ pub fn wait(
         };
         // When `on_event` wants to be called with None next.
         let mut next_beat: Option<tokio::time::Instant> = None;
+        // When to read the process events again without a wakeup: the kernel wakes
+        // this loop for a few of them only (see `proc_event::BATCH_NS`), so while
+        // they keep coming the buffer is read on a timer.
+        let mut next_read: Option<tokio::time::Instant> = None;
+        let batch = Duration::from_nanos(topwaits_common::proc_event::BATCH_NS);
+        let read_again = |n: usize| (n > 0).then(|| tokio::time::Instant::now() + batch);
         let after = |d: Option<Duration>| d.map(|d| tokio::time::Instant::now() + d);
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -146,9 +152,14 @@ pub fn wait(
                 }
                 guard = readable => {
                     if let Some(mut guard) = guard? {
-                        guard.get_inner_mut().drain(|e| next_beat = after(on_event(Some(e))));
+                        let n = guard.get_inner_mut().drain(|e| next_beat = after(on_event(Some(e))));
                         guard.clear_ready();
+                        next_read = read_again(n);
                     }
+                }
+                _ = tokio::time::sleep_until(next_read.unwrap_or_else(tokio::time::Instant::now)), if next_read.is_some() => {
+                    let n = events.as_mut().map_or(0, |fd| fd.get_mut().drain(|e| next_beat = after(on_event(Some(e)))));
+                    next_read = read_again(n);
                 }
             }
         };

@@ -80,6 +80,14 @@ impl Lineage {
                     self.fresh.push((ev.tgid, now));
                 }
             }
+            proc_event::MAPS if alive(ev.tgid) => {
+                // The stack walker met code in none of the maps it has: the
+                // dynamic loader's libraries after an exec, or a dlopen. Read now,
+                // while the process runs, rather than when it has settled: it
+                // may exit first.
+                self.fresh.retain(|&(t, _)| t != ev.tgid);
+                self.read_own(ev.tgid, read);
+            }
             _ => {
                 if !self.known(ev.tgid) {
                     self.read_own(ev.tgid, read);
@@ -222,6 +230,19 @@ mod tests {
         let events = [(ev(EXEC, 10, 0), 0), (ev(EXEC, 20, 0), 0), (ev(SEEN, 30, 0), 10), (ev(SEEN, 40, 0), 60), (ev(SEEN, 50, 0), 200)];
         let reads = run_at(&mut l, &events, &[10, 20, 30, 40, 50], &[20]);
         assert_eq!(reads, [10, 20, 30, 10, 40, 50], "10 again after SETTLE; 20 is gone");
+    }
+
+    /// Regression (CI): a `sleep 0.2` read at its exec was to be read again once
+    /// settled, but under load that came after it had exited, and its libc frame
+    /// was unnamed. The walker's word that it met unknown code reads it at once.
+    #[test]
+    fn a_process_whose_walker_met_unknown_code_is_read_at_once_and_only_then() {
+        const MAPS: u32 = proc_event::MAPS;
+        let mut l = Lineage::default();
+        let events = [(ev(EXEC, 10, 0), 0), (ev(MAPS, 10, 0), 1), (ev(SEEN, 30, 0), 100), (ev(MAPS, 30, 0), 101)];
+        let reads = run_at(&mut l, &events, &[10, 30], &[30]);
+        assert_eq!(reads, [10, 10, 30], "10 at its exec and at MAPS, not again once settled; 30 is gone by its MAPS");
+        assert!(!l.awaiting());
     }
 
     #[test]

@@ -264,7 +264,7 @@ pub const fn woke_wait(woken: u64, chain: u64, began: u64, end: u64) -> bool {
 pub const CACHE_SLOTS: usize = 48;
 
 /// Where the return addresses of a kernel stack that a task had lay on its kernel
-/// stack; kept per task and call site ([`CacheKey`]) in `KCACHE`, so that the
+/// stack; kept per task and call site ([`CacheKey`]) in each task's `TASKS` state, so that the
 /// stack can be reused without another unwind while it is still in place.
 ///
 /// Unwinding with ORC is deterministic: frame `i + 1` is found at an offset from

@@ -7,7 +7,7 @@
 
 use aya_ebpf::{
     helpers::{bpf_loop, generated::bpf_probe_read_kernel},
-    macros::{btf_map, map},
+    macros::map,
     maps::{PerCpuArray, ProgramArray},
     EbpfContext,
 };
@@ -15,7 +15,7 @@ use topwaits_common::{counter, limits::CACHED_PER_TASK, CacheKey, KernelStack, S
 
 use crate::layouts;
 use crate::maps::{count, KSTACKS, SCRATCH_STACK};
-use crate::taskmap::TaskStorage;
+use crate::taskmap::{TaskState, TASKS};
 
 /// Kernel stacks are this large and aligned to it (x86-64 and arm64 without
 /// KASAN). With larger stacks the top is misplaced, slots are not all found, and
@@ -145,21 +145,18 @@ static SCRATCH_SCAN: PerCpuArray<Scan> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static SCRATCH_REGION: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
-/// Where each task's kernel stacks lay (see `StackCache`), in the task's own
-/// storage (only its own hooks use it, as the running task): the stacks last
-/// learned, newest first, each with its call site (one site often alternates
-/// between two stacks: a read that blocks, and one preempted on its way out). Per task rather than an LRU of task and site: an LRU
-/// that all tasks share is preallocated, and once more tasks block than it holds,
-/// every switch evicts, unwinds and learns again (10,000 sleeping threads cost 4x
-/// the per-switch time of 10). Task storage rather than a hash map keyed by task:
-/// no hashing, no bucket to miss in cache, and no limit on tasks.
-#[btf_map]
-pub(crate) static KCACHE: TaskStorage<[StackCache; CACHED_PER_TASK]> = TaskStorage::new();
+/// The kernel stack entries in a task's state (see [`TaskState`]).
+#[inline(always)]
+pub(crate) fn entries(state: Option<*mut TaskState>) -> Option<*mut [StackCache; CACHED_PER_TASK]> {
+    // SAFETY: a pointer from a task storage lookup, alive for the program run.
+    state.map(|s| unsafe { &raw mut (*s).kstacks })
+}
 
-/// Frees the running task's entry at its last switch.
+/// Frees the running task's state (its kernel stacks and its last user walk) at
+/// its last switch.
 #[inline(always)]
 pub fn drop_task() {
-    KCACHE.remove_current();
+    TASKS.remove_current();
 }
 
 /// The per-CPU scratch of the callbacks. `Scan` stays a raw pointer (never `&mut`)
@@ -324,7 +321,7 @@ pub fn on_task_stack(task: u64, base: u64, off_stack: u32) -> bool {
 /// Leaves the site in the scratch for [`remember`]. `task` 0 (not at the
 /// tracepoint) finds nothing.
 #[inline(always)]
-pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
+pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook, state: *mut TaskState) -> u64 {
     if task == 0 {
         return 0;
     }
@@ -336,7 +333,7 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook) -> u64 {
         (*st).key = key;
     }
     let mut known = false;
-    if let Some(e) = KCACHE.current() {
+    if let Some(e) = entries(Some(state)) {
         // SAFETY: a pointer from a map lookup; only this task's hooks use its entry,
         // and they do not run on two CPUs at once.
         for c in unsafe { &*e } {

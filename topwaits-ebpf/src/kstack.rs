@@ -11,6 +11,7 @@ use topwaits_common::{counter, KernelStack, CACHE_SLOTS, KSTACK_DEPTH, STACK_STO
 use crate::kcache::{self, Hook, Scan, FIRST};
 use crate::maps::{count, settings, KSTACKS, SCRATCH_STACK};
 use crate::stackref;
+use crate::taskmap::TaskState;
 
 const ENODATA: u64 = 61;
 const ENOMEM: u64 = 12;
@@ -66,11 +67,12 @@ fn store(st: *mut Scan, frames: &KernelStack, ret: i64) -> u64 {
 }
 
 /// The kernel stack of the task running this program. With `at` (the running
-/// task and the tracepoint the program runs at), a stack the task had at the same
-/// call site is reused when still in place, and a new one is learned.
+/// task, the tracepoint the program runs at, and the task's state), a stack the
+/// task had at the same call site is reused when still in place, and a new one
+/// is learned.
 #[inline(always)]
-pub fn of_current<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> u64 {
-    let Some((task, hook)) = at else { return unwound(ctx) };
+pub fn of_current<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook, *mut TaskState)>) -> u64 {
+    let Some((task, hook, state)) = at else { return unwound(ctx) };
     let (Some((st, _, _)), Some(buf)) = (kcache::scratch(), SCRATCH_STACK.get_ptr_mut(0)) else {
         return ENOMEM;
     };
@@ -78,7 +80,7 @@ pub fn of_current<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> u64 {
     if hook == Hook::Waking && !kcache::on_task_stack(task, base, settings().task.stack) {
         return unwound(ctx);
     }
-    let hit = kcache::find(st, base, task, hook);
+    let hit = kcache::find(st, base, task, hook, state);
     if hit != 0 {
         count(if hook == Hook::Waking { counter::WAKER_KSTACK_REUSED } else { counter::KSTACK_REUSED }, 1);
         return hit;

@@ -20,6 +20,11 @@ pub fn mix(hash: u64, ip: u64) -> u64 {
 /// place (no call per frame).
 #[inline(always)]
 pub fn hash(frames: &KernelStack, n: usize, seed: u64) -> u64 {
+    // Read through memory, so that the compiler keeps the loop's own bound (the
+    // array's end) rather than trust a bound on `n` it derived from the caller,
+    // which the verifier cannot see.
+    // SAFETY: a volatile read of a local.
+    let n = unsafe { core::ptr::read_volatile(&n) };
     let mut h = seed ^ n as u64;
     for (i, &ip) in frames.iter().enumerate() {
         if i >= n {

@@ -76,7 +76,6 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
         let _ = STARTS.remove(&out.task);
         let _ = LAST_WAKE.remove(&out.task);
         crate::kcache::drop_task();
-        crate::uwalk::drop_task();
         return;
     }
     if !wanted(out) {

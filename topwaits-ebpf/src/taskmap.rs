@@ -11,7 +11,45 @@ use aya_ebpf::{
     helpers::generated::{bpf_get_current_task_btf, bpf_task_storage_delete, bpf_task_storage_get},
 };
 
+use aya_ebpf::macros::btf_map;
+use topwaits_common::{limits::CACHED_PER_TASK, unwind::REUSE_SLOTS, StackCache};
+
 use crate::maps::settings;
+
+/// What each task keeps in its own storage, as one value so that a hook looks it
+/// up once (a lookup costs about 200 ns): the kernel stacks it had, for `kcache`,
+/// and its last user stack walk, for `uwalk`.
+#[repr(C)]
+pub struct TaskState {
+    /// Where its kernel stacks lay (see `StackCache`): the stacks last learned,
+    /// newest first, each with its call site (one site often alternates between
+    /// two stacks: a read that blocks, and one preempted on its way out).
+    pub kstacks: [StackCache; CACHED_PER_TASK],
+    pub walk: LastWalk,
+}
+
+/// A task's last user stack walk, for reuse: the registers it started from, the
+/// stack's reference, its frames, and the slot each frame after the first came from.
+#[repr(C)]
+pub struct LastWalk {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub stack: u64,
+    pub n: u64,
+    /// `pyframes::epoch` when it was walked.
+    pub epoch: u64,
+    pub slots: [u64; REUSE_SLOTS],
+}
+
+/// Each task's [`TaskState`]. Per task rather than an LRU of task and call site:
+/// an LRU that all tasks share is preallocated, and once more tasks block than it
+/// holds, every switch evicts, unwinds and learns again (10,000 sleeping threads
+/// cost 4x the per-switch time of 10). Task storage rather than a hash map keyed
+/// by task: no hashing, no bucket to miss in cache, no limit on tasks, and freed
+/// with the task. Only the task's own hooks use it, as the running task.
+#[btf_map]
+pub static TASKS: TaskStorage<TaskState> = TaskStorage::new();
 
 /// The BTF shape of a map definition: each field's pointee carries one
 /// attribute (an array's length for the numbers), read by the loader from BTF.

@@ -9,10 +9,11 @@ use aya_ebpf::{
     },
     EbpfContext,
 };
-use topwaits_common::{counter, unwind::cut, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE};
+use topwaits_common::{counter, unwind::cut, KernelStack, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE};
 
 use crate::maps::{count, settings, SCRATCH_USTACK, USTACKS};
 use crate::stackref;
+use crate::taskmap::TaskState;
 use crate::uwalk::{self, Walked};
 
 /// Where the user stack pointer sits in `struct pt_regs` (x86-64: `sp`, the 20th
@@ -78,48 +79,58 @@ const BYTES: u32 = (KSTACK_DEPTH * 8) as u32;
 
 /// The user stack of the task running this program, as a reference: stored,
 /// [`STACK_NONE`] when it has none (a kernel thread, or the idle task under an
-/// interrupt), or the errno of a lost one (counted).
+/// interrupt), or the errno of a lost one (counted). `state` is the task's own
+/// (see `TaskState`): walks from the unwind tables keep there what lets the next
+/// one be reused, and without it the stack is taken by frame pointers (as on a
+/// kernel without BTF, where the walker cannot find the registers either).
 #[inline(always)]
-pub fn of_current<C: EbpfContext>(ctx: &C) -> u64 {
+pub fn of_current<C: EbpfContext>(ctx: &C, state: Option<*mut TaskState>) -> u64 {
     let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
-    let cfi = settings().cfi != 0;
-    let regs = if cfi { uwalk::user_regs() } else { None };
-    if let Some(stack) = regs.and_then(uwalk::reuse) {
+    let regs = if settings().cfi != 0 && state.is_some() { uwalk::user_regs() } else { None };
+    let (Some(regs), Some(state)) = (regs, state) else {
+        return by_frame_pointers(ctx, buf, false);
+    };
+    if let Some(stack) = uwalk::reuse(regs, state) {
         return stack;
     }
-    let walked = if cfi { uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, regs, buf) } else { Walked::NotUser };
-    let n = match walked {
+    let n = match uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, Some(regs), buf) {
         Walked::Frames(n) => n,
-        // By frame pointers: everywhere with `--unwind fp`, and, marked, until
-        // the walker knows where the process maps its code.
-        Walked::NoMaps | Walked::NotUser => {
-            // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
-            let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), BYTES, BPF_F_USER_STACK as u64) };
-            if ret == 0 || ret == -EFAULT || (ret == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) {
-                // No user context: there is no user stack to lose.
-                return STACK_NONE;
-            }
-            if ret < 0 {
-                count(counter::LOST_USER_STACK, 1);
-                return (-ret) as u64;
-            }
-            let n = ret as usize / 8;
-            // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
-            if matches!(walked, Walked::NoMaps) {
-                uwalk::mark(buf, n, cut::LOADING)
-            } else {
-                append_leaf_words(unsafe { &mut *buf }, n)
-            }
-        }
+        // Marked, until the walker knows where the process maps its code.
+        Walked::NoMaps => return by_frame_pointers(ctx, buf, true),
+        Walked::NotUser => return by_frame_pointers(ctx, buf, false),
     };
+    let stack = keep(buf, n);
+    uwalk::remember(stack, n, regs, state);
+    stack
+}
+
+/// The stack by frame pointers, as the kernel's helper walks it: everywhere with
+/// `--unwind fp`, from kernel threads, and, marked `loading`, while the walker does
+/// not know where the process maps its code.
+#[inline(always)]
+fn by_frame_pointers<C: EbpfContext>(ctx: &C, buf: *mut KernelStack, loading: bool) -> u64 {
+    // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
+    let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), BYTES, BPF_F_USER_STACK as u64) };
+    if ret == 0 || ret == -EFAULT || (ret == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) {
+        // No user context: there is no user stack to lose.
+        return STACK_NONE;
+    }
+    if ret < 0 {
+        count(counter::LOST_USER_STACK, 1);
+        return (-ret) as u64;
+    }
+    let n = ret as usize / 8;
+    // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
+    let n = if loading { uwalk::mark(buf, n, cut::LOADING) } else { append_leaf_words(unsafe { &mut *buf }, n) };
+    keep(buf, n)
+}
+
+/// Keeps the `n` frames in `buf` in `USTACKS`; their reference.
+#[inline(always)]
+fn keep(buf: *mut KernelStack, n: usize) -> u64 {
     // SAFETY: the per-CPU buffer just filled, used by this run alone.
     let frames = unsafe { &*buf };
-    let key = stackref::hash(frames, n, USER_SEED);
-    let stack = stackref::keep(&USTACKS, key, frames, counter::LOST_USER_STACK);
-    if let (Walked::Frames(_), Some(regs)) = (&walked, regs) {
-        uwalk::remember(stack, n, regs);
-    }
-    stack
+    stackref::keep(&USTACKS, stackref::hash(frames, n, USER_SEED), frames, counter::LOST_USER_STACK)
 }

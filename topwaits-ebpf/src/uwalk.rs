@@ -7,7 +7,7 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_loop, bpf_probe_read_kernel},
-    macros::{btf_map, map},
+    macros::map,
     maps::{Array, HashMap, PerCpuArray},
 };
 use topwaits_common::{
@@ -22,7 +22,7 @@ use topwaits_common::{
 
 use crate::maps::{proc_event, settings, GROWS, USTACKS};
 use crate::pyframes::{self, PY_PROCS};
-use crate::taskmap::TaskStorage;
+use crate::taskmap::{LastWalk, TaskState};
 use crate::uread::{user_word, StackWindow};
 
 /// Unwind tree nodes of every file, by `node_key`; sized at load time.
@@ -132,31 +132,6 @@ fn cached_rule(cache: &mut RuleCache, file: u32, addr: u64) -> Result<u32, u64> 
         (cache.keys[i], cache.rules[i]) = (key, word);
     }
     found
-}
-
-/// A task's last walk, for reuse: the registers it started from, the stack's
-/// reference, its frames, and the slot each frame after the first came from.
-#[repr(C)]
-pub struct LastWalk {
-    ip: u64,
-    sp: u64,
-    bp: u64,
-    stack: u64,
-    n: u64,
-    /// [`pyframes::epoch`] when it was walked.
-    epoch: u64,
-    slots: [u64; REUSE_SLOTS],
-}
-
-/// Each task's last user stack walk (task storage: no limit on tasks, freed with
-/// the task).
-#[btf_map]
-static LAST_WALK: TaskStorage<LastWalk> = TaskStorage::new();
-
-/// Frees the running task's last walk at its last switch.
-#[inline(always)]
-pub fn drop_task() {
-    LAST_WALK.remove_current();
 }
 
 /// The next frame's return address, read at stack slot `slot`, which is recorded
@@ -555,9 +530,9 @@ pub fn mark(frames: *mut KernelStack, n: usize, why: u64) -> usize {
 /// kernel with the same registers, every return address is still in its slot
 /// (and the stack is still kept), and no Python layout became known since.
 #[inline(always)]
-pub fn reuse((ip, sp, bp): Regs) -> Option<u64> {
+pub fn reuse((ip, sp, bp): Regs, state: *mut TaskState) -> Option<u64> {
     // SAFETY: the task's own storage, used by this program run alone.
-    let last = unsafe { &*LAST_WALK.current()? };
+    let last = unsafe { &(*state).walk };
     if last.n == 0 || last.ip != ip || last.sp != sp || last.bp != bp || last.epoch != pyframes::epoch() {
         return None;
     }
@@ -608,16 +583,15 @@ unsafe extern "C" fn check_slot(i: u64, ctx: *mut core::ffi::c_void) -> i64 {
 /// Keeps the walk just done from `regs` (its frames kept as `stack`) for
 /// [`reuse`], when it is whole, clean and shallow enough.
 #[inline(always)]
-pub fn remember(stack: u64, n: usize, (ip, sp, bp): Regs) {
+pub fn remember(stack: u64, n: usize, (ip, sp, bp): Regs, state: *mut TaskState) {
     let Some(w) = SCRATCH_WALK.get_ptr(0) else { return };
     // SAFETY: per-CPU scratch, used by this program run alone.
     let w = unsafe { &*w };
     if w.reusable == 0 || w.cut != 0 || w.soft != 0 || n == 0 || n > REUSE_SLOTS + 1 || stack & STACK_STORED == 0 {
         return;
     }
-    let Some(last) = LAST_WALK.current_or_zeroed() else { return };
     // SAFETY: the task's own storage, used by this program run alone.
-    let last = unsafe { &mut *last };
+    let last = unsafe { &mut (*state).walk };
     (last.ip, last.sp, last.bp, last.stack, last.n, last.epoch) = (ip, sp, bp, stack, n as u64, w.epoch);
     last.slots = w.slots;
 }

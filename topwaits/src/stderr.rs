@@ -38,7 +38,7 @@ mod tests {
     struct Inner;
     impl std::fmt::Display for Inner {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("type of KCACHE is unsupported")
+            f.write_str("type of TASKS is unsupported")
         }
     }
     impl std::error::Error for Inner {}
@@ -61,7 +61,7 @@ mod tests {
     fn a_cause_already_in_the_line_is_said_once() {
         let e = anyhow::Error::new(Wrapper(Inner)).context("failed to load the eBPF object");
         assert_eq!(format!("{e:#}").matches("unsupported").count(), 2, "anyhow repeats it");
-        assert_eq!(error_line(&e), "failed to load the eBPF object: map error: type of KCACHE is unsupported");
+        assert_eq!(error_line(&e), "failed to load the eBPF object: map error: type of TASKS is unsupported");
     }
 
     #[test]

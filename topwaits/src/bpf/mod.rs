@@ -155,7 +155,7 @@ fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Setting
         .map_max_entries(names::SITES, sizes.sites)
         .map_max_entries(names::UNWIND_NODES, sizes.unwind_nodes)
         .map_max_entries(names::UNWIND_PROCS, sizes.unwind_procs)
-        // KCACHE and LAST_WALK are task storage, which aya 0.14 cannot wrap in
+        // TASKS is task storage, which aya 0.14 cannot wrap in
         // user space; only the programs use them.
         .allow_unsupported_maps()
         .load(OBJECT)

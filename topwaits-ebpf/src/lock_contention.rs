@@ -3,21 +3,18 @@
 //! its switch-out finds it (see `what`); getting the lock clears it. Pure spinning
 //! on a spinlock never sleeps and is skipped.
 
-use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::raw_tracepoint, programs::RawTracePointContext};
 use topwaits_common::what;
 
 use crate::what::CONTENTION;
 
-/// Offsets in the tracepoints' records: `void *lock_addr`, `unsigned int flags`.
-const OFF_LOCK: usize = 8;
-const OFF_FLAGS: usize = 16;
-
-#[tracepoint(category = "lock", name = "contention_begin")]
-pub fn contention_begin(ctx: TracePointContext) -> u32 {
-    // SAFETY: read_at checks the offsets against the record through the helper.
-    let (Ok(lock), Ok(flags)) = (unsafe { ctx.read_at::<u64>(OFF_LOCK) }, unsafe { ctx.read_at::<u32>(OFF_FLAGS) }) else {
-        return 0;
-    };
+/// Raw tracepoints: the arguments `(void *lock, unsigned int flags)` as they are,
+/// without the record a classic tracepoint has the kernel build first (which
+/// took about twice the time of the program).
+#[raw_tracepoint(tracepoint = "contention_begin")]
+pub fn contention_begin(ctx: RawTracePointContext) -> i32 {
+    let lock: u64 = ctx.arg(0);
+    let flags = ctx.arg::<u64>(1) as u32;
     if flags & what::LCB_SPIN != 0 && flags & what::LCB_MUTEX == 0 {
         return 0;
     }
@@ -32,8 +29,8 @@ pub fn contention_begin(ctx: TracePointContext) -> u32 {
     0
 }
 
-#[tracepoint(category = "lock", name = "contention_end")]
-pub fn contention_end(_ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "contention_end")]
+pub fn contention_end(_ctx: RawTracePointContext) -> i32 {
     if let Some(c) = CONTENTION.get_ptr_mut(0) {
         // SAFETY: this CPU's slot; hooks on this CPU run one at a time.
         unsafe {

@@ -180,9 +180,9 @@ pub(super) fn attach_futex(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<()> {
 pub(super) fn attach_lock_contention(ebpf: &mut Ebpf) {
     let attach = |ebpf: &mut Ebpf| -> Result<()> {
         for (prog, event) in [(names::PROG_LOCK_BEGIN, "contention_begin"), (names::PROG_LOCK_END, "contention_end")] {
-            let p: &mut TracePoint = program(ebpf, prog)?.try_into()?;
+            let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
             loaded(p.load(), || format!("the {prog} program"))?;
-            p.attach("lock", event).with_context(|| format!("failed to attach lock/{event}"))?;
+            p.attach(event).with_context(|| format!("failed to attach lock/{event}"))?;
         }
         Ok(())
     };

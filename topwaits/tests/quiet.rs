@@ -73,18 +73,22 @@ fn the_user_side_stays_within_one_percent_of_a_core_under_messaging() {
     // still resolved to their files (named, or module+offset in a stripped
     // library). Waits in exit, after the memory is gone, have no user stack.
     let (mut resolved, mut all) = (0u64, 0u64);
+    let mut unresolved = Vec::new();
     for r in doc["records"].as_array().unwrap().iter().filter(|r| r["comm"] == "sched-messaging") {
         let Some(first) = r["user_stack"].as_array().and_then(|s| s.first()) else { continue };
         let ns = r["total_ns"].as_u64().unwrap();
         all += ns;
         if first["symbol"].as_str().is_some_and(|s| s != "[unknown]") || first["module"].is_string() {
             resolved += ns;
+        } else {
+            unresolved.push(r);
         }
     }
     assert!(all > 0, "the trace saw the benchmark");
     assert!(
         resolved as f64 >= 0.999 * all as f64,
-        "{:.2}% of the exited processes' wait time has a resolved first user frame",
-        100.0 * resolved as f64 / all as f64
+        "{:.2}% of the exited processes' wait time has a resolved first user frame; unresolved: {:#}",
+        100.0 * resolved as f64 / all as f64,
+        serde_json::Value::Array(unresolved.into_iter().take(5).cloned().collect())
     );
 }

@@ -85,12 +85,7 @@ pub fn wait(
         };
         // When `on_event` wants to be called with None next.
         let mut next_beat: Option<tokio::time::Instant> = None;
-        // When to read the process events again without a wakeup: the kernel wakes
-        // this loop for a few of them only (see `proc_event::BATCH_NS`), so while
-        // they keep coming the buffer is read on a timer.
-        let mut next_read: Option<tokio::time::Instant> = None;
-        let batch = Duration::from_nanos(topwaits_common::proc_event::BATCH_NS);
-        let read_again = |n: usize| (n > 0).then(|| tokio::time::Instant::now() + batch);
+        let mut reads = TimedReads::new(tokio::time::Instant::now());
         let after = |d: Option<Duration>| d.map(|d| tokio::time::Instant::now() + d);
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -152,14 +147,14 @@ pub fn wait(
                 }
                 guard = readable => {
                     if let Some(mut guard) = guard? {
-                        let n = guard.get_inner_mut().drain(|e| next_beat = after(on_event(Some(e))));
+                        guard.get_inner_mut().drain(|e| next_beat = after(on_event(Some(e))));
                         guard.clear_ready();
-                        next_read = read_again(n);
+                        reads.woken(tokio::time::Instant::now());
                     }
                 }
-                _ = tokio::time::sleep_until(next_read.unwrap_or_else(tokio::time::Instant::now)), if next_read.is_some() => {
+                _ = tokio::time::sleep_until(reads.next.unwrap_or_else(tokio::time::Instant::now)), if reads.next.is_some() => {
                     let n = events.as_mut().map_or(0, |fd| fd.get_mut().drain(|e| next_beat = after(on_event(Some(e)))));
-                    next_read = read_again(n);
+                    reads.read(tokio::time::Instant::now(), n);
                 }
             }
         };
@@ -180,6 +175,35 @@ pub fn wait(
         }
         Ok(end)
     })
+}
+
+/// When to read the process events without being woken. The kernel wakes this
+/// loop for a few of them only (see `proc_event::BATCH_NS`): every other one is
+/// written less than that period after a wakeup. So each wakeup arms a read that
+/// period later, even when it found nothing (a timed read may have taken its event
+/// just before), a timed read that finds events arms the next, and the first is
+/// armed at once (a wakeup may have come before the loop began).
+#[derive(Debug)]
+struct TimedReads {
+    period: Duration,
+    next: Option<tokio::time::Instant>,
+}
+
+impl TimedReads {
+    fn new(now: tokio::time::Instant) -> Self {
+        let period = Duration::from_nanos(topwaits_common::proc_event::BATCH_NS);
+        TimedReads { period, next: Some(now + period) }
+    }
+
+    /// The buffer was read on a wakeup at `now`.
+    fn woken(&mut self, now: tokio::time::Instant) {
+        self.next = Some(now + self.period);
+    }
+
+    /// The buffer was read on the timer at `now`, and held `found` events.
+    fn read(&mut self, now: tokio::time::Instant, found: usize) {
+        self.next = (found > 0).then(|| now + self.period);
+    }
 }
 
 /// The sooner of two wanted beats.
@@ -210,4 +234,35 @@ pub fn hold_signals(hold: bool) {
 pub fn second_interrupt_quits() {
     // SAFETY: restoring the default disposition of a signal is always allowed.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TimedReads;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    /// Every event the kernel writes without a wakeup, less than a period after
+    /// one, is read by a timed read after it was written, whatever the order in
+    /// which the wakeup and the timed reads found the events.
+    #[test]
+    fn an_event_sent_without_a_wakeup_is_read_within_two_periods() {
+        let t0 = Instant::now();
+        let mut r = TimedReads::new(t0);
+        let period = r.period;
+        assert_eq!(r.next, Some(t0 + period), "armed from the start");
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        // 100 ms: a wakeup's event is taken by a timed read just before the
+        // wakeup is handled, which then finds nothing.
+        r.read(ms(100), 1);
+        r.woken(ms(101));
+        // An event written without a wakeup at 100 ms + 3.9 is read at 105.
+        let due = r.next.unwrap();
+        assert!(due > ms(100) + Duration::from_micros(3_900) && due <= ms(100) + 2 * period, "{:?}", due - t0);
+        // That read finds it and arms the next; the one after finds none and stops.
+        r.read(due, 1);
+        assert_eq!(r.next, Some(due + period));
+        r.read(due + period, 0);
+        assert_eq!(r.next, None, "no reads while nothing comes");
+    }
 }

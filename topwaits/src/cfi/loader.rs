@@ -350,11 +350,13 @@ impl Loader {
     fn read(&mut self, tgid: u32, now: Instant, sink: &mut dyn Sink) {
         self.execed.remove(&tgid);
         let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else {
-            // Gone: forgotten now, not asked after again.
+            // Gone: forgotten now, not asked after again, and whatever the kernel
+            // side holds for it goes too (a forked child may hold the copy of its
+            // parent's maps that the fork hook made, and have exited before its
+            // event was read).
             self.missed.remove(&tgid);
-            if self.procs.remove(&tgid).is_some() {
-                sink.drop_proc(tgid);
-            }
+            self.procs.remove(&tgid);
+            sink.drop_proc(tgid);
             return;
         };
         let mut maps: Vec<ExecMap> = Vec::new();
@@ -527,6 +529,21 @@ mod tests {
         loader.on_event(Some(ProcEvent { tgid: child + 1, kind: proc_event::FORK, parent: me }), &mut mem);
         assert_eq!(loader.procs[&me].read_at, read_at);
         assert!(Arc::ptr_eq(&loader.procs[&(child + 1)].maps, &loader.procs[&me].maps), "shared, not copied");
+    }
+
+    /// A child the fork hook gave its parent's maps, gone before its fork's event
+    /// was read, from a parent this side does not know: its copy is dropped, not
+    /// left in the kernel's map for good.
+    #[test]
+    fn a_forked_child_gone_before_its_event_leaves_no_maps_in_the_kernel() {
+        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        mem.procs.insert(pid, ProcMaps::EMPTY);
+        loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::FORK, parent: u32::MAX }), &mut mem);
+        assert!(!mem.procs.contains_key(&pid) && !loader.procs.contains_key(&pid));
     }
 
     /// Regression: a process that exited while awaiting a second read was asked

@@ -90,12 +90,17 @@ impl Tracker {
         self.forget(tgid, sink);
     }
 
-    /// A fork runs its parent's interpreter at the same addresses.
+    /// A fork runs its parent's interpreter at the same addresses. A child of a
+    /// parent not (or no longer) ready loses what the fork hook copied for it from
+    /// the kernel's map, which may be stale: the parent may have exec'd since.
     pub fn on_fork(&mut self, child: u32, parent: u32, sink: &mut dyn PySink) {
-        if let Some(p) = self.ready.get(&parent).copied() {
-            if sink.put_python(child, &p).is_ok() {
-                self.ready.insert(child, p);
+        match self.ready.get(&parent).copied() {
+            Some(p) => {
+                if sink.put_python(child, &p).is_ok() {
+                    self.ready.insert(child, p);
+                }
             }
+            None => sink.drop_python(child),
         }
     }
 
@@ -221,6 +226,26 @@ mod tests {
             Ok(())
         }
         fn drop_python(&mut self, _: u32) {}
+    }
+
+    /// What the fork hook copied for a child of a parent that is not ready is
+    /// dropped: the parent may have exec'd since the copy.
+    #[test]
+    fn a_fork_of_a_parent_not_ready_drops_the_childs_copy() {
+        struct Dropped(Vec<u32>);
+        impl PySink for Dropped {
+            fn put_python(&mut self, _: u32, _: &PyProc) -> Result<()> {
+                Ok(())
+            }
+            fn drop_python(&mut self, tgid: u32) {
+                self.0.push(tgid);
+            }
+        }
+        let mut t = Tracker::default();
+        let mut sink = Dropped(Vec::new());
+        t.on_fork(501, 500, &mut sink);
+        assert_eq!(sink.0, [501]);
+        assert!(!t.ready.contains_key(&501));
     }
 
     /// A frame read while the interpreter changes it can look torn: a mismatch is

@@ -145,9 +145,11 @@ static SCRATCH_SCAN: PerCpuArray<Scan> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static SCRATCH_REGION: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
-/// The kernel stack entries in a task's state (see [`TaskState`]).
+/// The running task's kernel stack entries (in its [`TaskState`]), if it has a
+/// state; with `create`, one is made for it (zeroed: no entries).
 #[inline(always)]
-pub(crate) fn entries(state: Option<*mut TaskState>) -> Option<*mut [StackCache; CACHED_PER_TASK]> {
+pub(crate) fn own_entries(create: bool) -> Option<*mut [StackCache; CACHED_PER_TASK]> {
+    let state = if create { TASKS.current_or_zeroed() } else { TASKS.current() };
     // SAFETY: a pointer from a task storage lookup, alive for the program run.
     state.map(|s| unsafe { &raw mut (*s).kstacks })
 }
@@ -333,16 +335,14 @@ pub fn find(st: *mut Scan, base: u64, task: u64, hook: Hook, state: *mut TaskSta
         (*st).key = key;
     }
     let mut known = false;
-    if let Some(e) = entries(Some(state)) {
-        // SAFETY: a pointer from a map lookup; only this task's hooks use its entry,
-        // and they do not run on two CPUs at once.
-        for c in unsafe { &*e } {
-            if c.site == key.site && c.user_ip == key.user_ip {
-                known = true;
-                let k = reuse(st, base, top, c);
-                if k != 0 {
-                    return k;
-                }
+    // SAFETY: the task's state, from a map lookup; only this task's hooks use it,
+    // and they do not run on two CPUs at once.
+    for c in unsafe { &(*state).kstacks } {
+        if c.site == key.site && c.user_ip == key.user_ip {
+            known = true;
+            let k = reuse(st, base, top, c);
+            if k != 0 {
+                return k;
             }
         }
     }

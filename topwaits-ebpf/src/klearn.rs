@@ -222,7 +222,7 @@ fn seed(st: *mut Scan, id: u64) {
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         (*st).fresh = *l;
-        keep_fresh(st, crate::kcache::entries(crate::taskmap::TASKS.current()), CACHED_PER_TASK);
+        keep_fresh(st, crate::kcache::own_entries(false), CACHED_PER_TASK);
     }
 }
 
@@ -239,7 +239,7 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
     unsafe {
         let top = (*st).top;
         let key = (*st).key;
-        let entry = crate::kcache::entries(crate::taskmap::TASKS.current());
+        let entry = crate::kcache::own_entries(false);
         // The entry that held this stack at this site, if any.
         let mut same = CACHED_PER_TASK;
         if let Some(e) = entry {
@@ -320,7 +320,7 @@ unsafe fn keep_fresh(st: *mut Scan, entry: Option<*mut [StackCache; CACHED_PER_T
             }
             // The task's first stack: its entry is created zeroed (empty slots).
             None => {
-                if let Some(e) = crate::kcache::entries(crate::taskmap::TASKS.current_or_zeroed()) {
+                if let Some(e) = crate::kcache::own_entries(true) {
                     copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[0], 1);
                 }
             }

@@ -311,8 +311,9 @@ pub struct StackCache {
 pub struct CacheKey {
     /// In a syscall (x86-64): its number with the top bit set. Otherwise the depth
     /// of the hook's argument array below the top of the kernel stack. Bit 62 is
-    /// set for a waker's stack at `sched_waking`, so that a task's stacks as waker
-    /// and as sleeper in one syscall are kept apart.
+    /// set for a waker's stack at `sched_waking`, and bit 61 for the stack of a
+    /// task that stays runnable at `sched_switch`, so that a task's stacks as
+    /// waker, as sleeper and as preempted in one syscall are kept apart.
     pub site: u64,
     /// In a syscall: the user address it returns to.
     pub user_ip: u64,

@@ -41,8 +41,14 @@ const IN_SYSCALL: u64 = 1 << 63;
 /// has its own cache entries.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
-    /// `sched_switch`, as the task leaving the CPU.
+    /// `sched_switch`, as the task leaving the CPU to wait.
     Switch,
+    /// `sched_switch`, as a task that stays runnable (preempted, or yielding).
+    /// Its stack differs from a wait's at the same call site (a task preempted on
+    /// its way out of the syscall it otherwise blocks in), so it has entries of
+    /// its own: a task that alternates between the two checks one stack a switch,
+    /// not 1.45 (`messaging`).
+    Runnable,
     /// `sched_waking`, as the waker.
     Waking,
 }
@@ -54,6 +60,7 @@ impl Hook {
         match self {
             Hook::Switch => 0,
             Hook::Waking => 1 << 62,
+            Hook::Runnable => 1 << 61,
         }
     }
 }
@@ -244,6 +251,7 @@ fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> u64 {
     if cache.len == 0 || cache.len as usize > CACHE_SLOTS {
         return 0;
     }
+    count(counter::WAKER_KSTACK_REUSED, 1);
     // SAFETY: a value of a map lookup, only read.
     let Some(frames) = KSTACKS.get_ptr(&cache.kstack).map(|f| unsafe { &*f }) else {
         return 0;

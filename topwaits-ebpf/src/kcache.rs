@@ -39,28 +39,51 @@ const IN_SYSCALL: u64 = 1 << 63;
 /// The hook a stack is taken at. Frames 0 and 1 (below the anchor) are fixed
 /// per hook, and the two hooks' stacks of one task and call site differ, so each
 /// has its own cache entries.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub enum Hook {
-    /// `sched_switch`, as the task leaving the CPU to wait.
-    Switch,
-    /// `sched_switch`, as a task that stays runnable (preempted, or yielding).
-    /// Its stack differs from a wait's at the same call site (a task preempted on
-    /// its way out of the syscall it otherwise blocks in), so it has entries of
-    /// its own: a task that alternates between the two checks one stack a switch,
-    /// not 1.45 (`messaging`).
-    Runnable,
+    /// `sched_switch`, as the task leaving the CPU, with its [`Hook::switch`] bits.
+    Switch(u64),
     /// `sched_waking`, as the waker.
     Waking,
 }
 
+/// [`CacheKey::site`]'s bit for a waker's stack.
+const WAKING_BIT: u64 = 1 << 62;
+/// [`CacheKey::site`]'s bit for a task that stays runnable at `sched_switch`.
+const RUNNABLE_BIT: u64 = 1 << 61;
+
 impl Hook {
-    /// The bit of [`CacheKey::site`] that tells the hooks apart.
+    /// `sched_switch`. A task that stays runnable (preempted, or yielding) has
+    /// cache entries apart from its waits' at the same call site: its stack
+    /// differs (a task preempted on its way out of the syscall it otherwise blocks
+    /// in), and a task that alternates between the two then checks one stack a
+    /// switch, not 1.45 (`messaging`). The bit goes through map memory: chosen by a
+    /// branch, it would be a different constant on each path, and the verifier
+    /// would check all the stack code after it twice (55,000 instructions more).
     #[inline(always)]
-    fn bit(self) -> u64 {
+    pub fn switch(runnable: bool) -> Hook {
+        let bit = if runnable { RUNNABLE_BIT } else { 0 };
+        Hook::Switch(SCRATCH_SCAN.get_ptr_mut(0).map_or(bit, |st| {
+            // SAFETY: a field of the per-CPU scratch; volatile so the round trip is kept.
+            unsafe {
+                core::ptr::write_volatile(&raw mut (*st).site_bits, bit);
+                core::ptr::read_volatile(&raw const (*st).site_bits)
+            }
+        }))
+    }
+
+    /// Whether this is the waker's hook.
+    #[inline(always)]
+    pub fn waking(self) -> bool {
+        matches!(self, Hook::Waking)
+    }
+
+    /// The bits of [`CacheKey::site`] that tell the hooks apart.
+    #[inline(always)]
+    fn bits(self) -> u64 {
         match self {
-            Hook::Switch => 0,
-            Hook::Waking => 1 << 62,
-            Hook::Runnable => 1 << 61,
+            Hook::Switch(bits) => bits & RUNNABLE_BIT,
+            Hook::Waking => WAKING_BIT,
         }
     }
 }
@@ -70,6 +93,8 @@ impl Hook {
 pub struct Scan {
     /// Scratch word that turns the anchor address into a plain number.
     base: u64,
+    /// Scratch word for [`Hook::switch`].
+    site_bits: u64,
     /// The hash being computed.
     pub hash: u64,
     /// Lowest and highest return address of the frames with slots.
@@ -308,11 +333,11 @@ fn site(base: u64, top: u64, hook: Hook) -> CacheKey {
             // Kernel threads have zeroed registers; interrupts and exceptions
             // store -1 as the syscall number.
             if ip != 0 && nr != u64::MAX {
-                return CacheKey { site: (nr & 0xffff) | IN_SYSCALL | hook.bit(), user_ip: ip };
+                return CacheKey { site: (nr & 0xffff) | IN_SYSCALL | hook.bits(), user_ip: ip };
             }
         }
     }
-    CacheKey { site: (top - base) | hook.bit(), user_ip: 0 }
+    CacheKey { site: (top - base) | hook.bits(), user_ip: 0 }
 }
 
 /// Whether `base` (the anchor) lies on `task`'s own kernel stack, as it does at

@@ -77,12 +77,12 @@ pub fn of_current<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook, *mut TaskState
         return ENOMEM;
     };
     let base = kcache::anchor(st, ctx);
-    if hook == Hook::Waking && !kcache::on_task_stack(task, base, settings().task.stack) {
+    if hook.waking() && !kcache::on_task_stack(task, base, settings().task.stack) {
         return unwound(ctx);
     }
     let hit = kcache::find(st, base, task, hook, state);
     if hit != 0 {
-        count(if hook == Hook::Waking { counter::WAKER_KSTACK_REUSED } else { counter::KSTACK_REUSED }, 1);
+        count(if hook.waking() { counter::WAKER_KSTACK_REUSED } else { counter::KSTACK_REUSED }, 1);
         return hit;
     }
     // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.

@@ -83,11 +83,8 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
     }
     // Before the stacks are taken: the wait begins at the switch.
     let now = clock.now();
-    let (kstack, ustack) = if in_own_context {
-        capture_stacks(ctx, Some((out.task, if out.state == 0 { Hook::Runnable } else { Hook::Switch })))
-    } else {
-        (STACK_NONE, STACK_NONE)
-    };
+    let (kstack, ustack) =
+        if in_own_context { capture_stacks(ctx, Some((out.task, Hook::switch(out.state == 0)))) } else { (STACK_NONE, STACK_NONE) };
     let arrivals = task_u32(out.task, settings().task.pcount).unwrap_or(0);
     let comm = out.comm();
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {

@@ -16,6 +16,7 @@ use topwaits_common::{counter, limits::CACHED_PER_TASK, CacheKey, KernelStack, S
 use crate::layouts;
 use crate::maps::{count, KSTACKS, SCRATCH_STACK};
 use crate::taskmap::{TaskState, TASKS};
+use crate::uwalk::{PtRegs, REGS_IP, REGS_ORIG_AX};
 
 /// Kernel stacks are this large and aligned to it (x86-64 and arm64 without
 /// KASAN). With larger stacks the top is misplaced, slots are not all found, and
@@ -28,11 +29,10 @@ pub(crate) const REGION_BYTES: u64 = (REGION_WORDS * 8) as u64;
 /// helper and the tracepoint's call to the program: fixed code addresses, with
 /// their return addresses below the anchor (the tracepoint's argument array).
 pub const FIRST: usize = 2;
-/// x86-64: `struct pt_regs` at the top of the stack, the entry frame's return
-/// address just below it, and the offsets of `orig_ax` and `ip` from the top.
+/// x86-64: `struct pt_regs` at the top of the stack, and the entry frame's return
+/// address just below it.
 const PT_REGS: u64 = 168;
 pub(crate) const ENTRY_SLOT_FROM_TOP: u64 = PT_REGS + 8;
-const ORIG_AX_FROM_TOP: u64 = PT_REGS - 120;
 /// Top bit of [`CacheKey::site`] for a syscall.
 const IN_SYSCALL: u64 = 1 << 63;
 
@@ -328,13 +328,12 @@ pub fn anchor<C: EbpfContext>(st: *mut Scan, ctx: &C) -> u64 {
 /// applies to the stack; otherwise the depth of the anchor.
 #[inline(always)]
 fn site(base: u64, top: u64, hook: Hook) -> CacheKey {
-    if cfg!(bpf_target_arch = "x86_64") {
-        if let (Some(nr), Some(ip)) = (read_word(top - ORIG_AX_FROM_TOP), read_word(top - ORIG_AX_FROM_TOP + 8)) {
-            // Kernel threads have zeroed registers; interrupts and exceptions
-            // store -1 as the syscall number.
-            if ip != 0 && nr != u64::MAX {
-                return CacheKey { site: (nr & 0xffff) | IN_SYSCALL | hook.bits(), user_ip: ip };
-            }
+    if let Some(regs) = PtRegs::current() {
+        let (nr, ip) = (regs.word(REGS_ORIG_AX), regs.word(REGS_IP));
+        // Kernel threads have zeroed registers; interrupts and exceptions
+        // store -1 as the syscall number.
+        if ip != 0 && nr != u64::MAX {
+            return CacheKey { site: (nr & 0xffff) | IN_SYSCALL | hook.bits(), user_ip: ip };
         }
     }
     CacheKey { site: (top - base) | hook.bits(), user_ip: 0 }

@@ -6,7 +6,7 @@
 //! the thread's first frame ends with a `CUT_MARK` frame saying why.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_loop, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_loop, bpf_task_pt_regs},
     macros::map,
     maps::{Array, HashMap, PerCpuArray},
 };
@@ -161,13 +161,15 @@ struct Ctx {
     py: *const PyProc,
 }
 
-/// Kernel stacks are this large (x86-64 without KASAN), with the user registers
-/// (`struct pt_regs`, 168 bytes) at their top.
-const THREAD_SIZE: u64 = 16 * 1024;
-const PT_REGS: u64 = 168;
-/// Offsets in `struct pt_regs`: bp, then ip, cs, flags and sp in a row.
-const REGS_BP: u64 = 4 * 8;
-const REGS_IP: u64 = 16 * 8;
+/// Indexes of x86-64's registers in `struct pt_regs`.
+pub const REGS_BP: usize = 4;
+pub const REGS_DX: usize = 12;
+pub const REGS_SI: usize = 13;
+pub const REGS_DI: usize = 14;
+pub const REGS_ORIG_AX: usize = 15;
+pub const REGS_IP: usize = 16;
+pub const REGS_CS: usize = 17;
+pub const REGS_SP: usize = 19;
 /// The six bytes before a return address into CPython's perf trampoline, read
 /// as a little-endian word's low 48 bits: `48 83 ec 08` (sub $8,%rsp) and `ff d1`
 /// (call *%rcx).
@@ -184,30 +186,38 @@ pub type Regs = (u64, u64, u64);
 /// pointers. Read once per stack, for [`reuse`], [`walk`] and [`remember`].
 #[inline(always)]
 pub fn user_regs() -> Option<Regs> {
-    let regs = pt_regs()?;
-    // SAFETY: helper calls on kernel addresses, checked by the helpers.
-    unsafe {
-        let tail: [u64; 4] = bpf_probe_read_kernel((regs + REGS_IP) as *const [u64; 4]).ok()?;
-        if tail[1] != USER_CS {
-            return None;
-        }
-        let bp: u64 = bpf_probe_read_kernel((regs + REGS_BP) as *const u64).ok()?;
-        Some((tail[0], tail[3], bp))
-    }
-}
-
-/// Where the registers the current task entered the kernel with lie (`struct
-/// pt_regs` at the top of its kernel stack). x86-64 only, and only with the
-/// task's stack offset from BTF.
-#[inline(always)]
-pub fn pt_regs() -> Option<u64> {
-    let off = settings().task.stack;
-    if !cfg!(bpf_target_arch = "x86_64") || off == u32::MAX {
+    let regs = PtRegs::current()?;
+    if regs.word(REGS_CS) != USER_CS {
         return None;
     }
-    // SAFETY: helper calls on kernel addresses, checked by the helpers.
-    let stack: u64 = unsafe { bpf_probe_read_kernel((bpf_get_current_task() + off as u64) as *const u64).ok()? };
-    (stack != 0).then(|| stack + THREAD_SIZE - PT_REGS)
+    Some((regs.word(REGS_IP), regs.word(REGS_SP), regs.word(REGS_BP)))
+}
+
+/// The registers the current task entered the kernel with (`struct pt_regs` at
+/// the top of its kernel stack), as the kernel's BTF types them: each is one load
+/// of the program, where a `bpf_probe_read_kernel` call cost tens of nanoseconds
+/// (a switch read them seven times: the walk, the call site of the kernel stack,
+/// the label). x86-64 only, and only with the kernel's BTF.
+pub struct PtRegs(*const u64);
+
+impl PtRegs {
+    #[inline(always)]
+    pub fn current() -> Option<PtRegs> {
+        if !cfg!(bpf_target_arch = "x86_64") || settings().task_storage == 0 {
+            return None;
+        }
+        // SAFETY: helper calls; the task pointer comes from the kernel, typed by BTF.
+        let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const u64;
+        (!regs.is_null()).then_some(PtRegs(regs))
+    }
+
+    /// Register `i` (its index in `struct pt_regs`, one of the `REGS_` constants).
+    #[inline(always)]
+    pub fn word(&self, i: usize) -> u64 {
+        // SAFETY: a load within `struct pt_regs`, which the verifier checks against
+        // the kernel's BTF; a fault reads as 0.
+        unsafe { core::ptr::read_volatile(self.0.add(i)) }
+    }
 }
 
 /// The index of the last of 64 sorted words whose value (shifted right by

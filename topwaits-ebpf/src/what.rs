@@ -7,10 +7,8 @@ use aya_ebpf::maps::Array;
 use aya_ebpf::{cty::c_void, helpers::generated as gen, macros::map, maps::PerCpuArray};
 use topwaits_common::{label_syscalls, what, What};
 
-use crate::uwalk::{pt_regs, USER_CS};
+use crate::uwalk::{PtRegs, REGS_CS, REGS_DI, REGS_DX, REGS_ORIG_AX, REGS_SI, USER_CS};
 
-/// `dx`, `si`, `di`, `orig_ax`, `ip` and `cs` lie in a row in `struct pt_regs`.
-const REGS_DX: u64 = 12 * 8;
 /// Syscall numbers are below this; `orig_ax` holds a negated vector for interrupts.
 const MAX_NR: u64 = 512;
 /// `TIMER_ABSTIME` in `clock_nanosleep`'s flags, and `CLOCK_MONOTONIC`.
@@ -35,7 +33,7 @@ pub static CONTENTION: PerCpuArray<Contention> = PerCpuArray::with_max_entries(1
 
 /// Writes into `w` what the current task, `tid`, leaving the CPU in `state` (0:
 /// preempted) for `next_tgid`'s task (0: not known), waits for. `now` is the
-/// switch's time. The registers are read into per-CPU scratch, not the BPF
+/// switch's time. A sleep's timespec is read into per-CPU scratch, not the BPF
 /// stack, which the hooks that inline this have used up.
 #[inline(always)]
 pub fn fill(w: &mut What, tid: u32, state: u32, next_tgid: u32, now: u64) {
@@ -57,38 +55,27 @@ pub fn fill(w: &mut What, tid: u32, state: u32, next_tgid: u32, now: u64) {
             c.tid = 0;
         }
     }
-    if let Some(r) = SCRATCH_REGS.get_ptr_mut(0) {
-        // SAFETY: this CPU's scratch slot, used by this program run alone.
-        syscall(w, unsafe { &mut *r }, now);
-    }
+    syscall(w, now);
 }
 
-/// Per-CPU: registers and a sleep's timespec, read for [`fill`].
+/// Per-CPU: a sleep's timespec, read for [`fill`].
 #[map]
-static SCRATCH_REGS: PerCpuArray<[u64; 8]> = PerCpuArray::with_max_entries(1, 0);
-
-/// Reads `len` bytes of kernel memory at `src` into `dst`; whether it could.
-#[inline(always)]
-fn read_kernel(dst: *mut u64, len: u32, src: u64) -> bool {
-    // SAFETY: the helper checks the source; `dst` is a map value of at least `len`.
-    unsafe { gen::bpf_probe_read_kernel(dst.cast(), len, src as *const c_void) == 0 }
-}
+static SCRATCH_TIMESPEC: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Fills in the syscall the current task is in, if it came from user mode by one.
 #[inline(always)]
-fn syscall(w: &mut What, r: &mut [u64; 8], now: u64) {
-    let Some(regs) = pt_regs() else { return };
-    // dx, si, di, orig_ax, ip, cs into r[0..6].
-    if !read_kernel(r.as_mut_ptr(), 48, regs + REGS_DX) || r[5] != USER_CS || r[3] >= MAX_NR {
+fn syscall(w: &mut What, now: u64) {
+    let Some(regs) = PtRegs::current() else { return };
+    let nr = regs.word(REGS_ORIG_AX);
+    if regs.word(REGS_CS) != USER_CS || nr >= MAX_NR {
         return;
     }
-    let nr = r[3];
     w.nr = nr as u32 + 1;
     let word = LABEL_SYSCALLS.get((nr / 64) as u32 & (label_syscalls::ARG0_WORDS - 1)).copied().unwrap_or(0);
     if word & (1 << (nr % 64)) != 0 {
-        w.arg0 = r[2];
+        w.arg0 = regs.word(REGS_DI);
         if w.flags & what::KLOCK == 0 && is_futex(nr) {
-            w.flags |= what::FUTEX_OP | (((r[1] & 0x7f) as u32) << what::FUTEX_OP_SHIFT);
+            w.flags |= what::FUTEX_OP | (((regs.word(REGS_SI) & 0x7f) as u32) << what::FUTEX_OP_SHIFT);
         }
     }
     if w.flags & what::KLOCK != 0 {
@@ -96,21 +83,24 @@ fn syscall(w: &mut What, r: &mut [u64; 8], now: u64) {
     }
     let nr1 = w.nr as u64;
     let (ptr, abs) = if LABEL_SYSCALLS.get(label_syscalls::NANOSLEEP).is_some_and(|&n| n == nr1) {
-        (r[2], false)
+        (regs.word(REGS_DI), false)
     } else if LABEL_SYSCALLS.get(label_syscalls::CLOCK_NANOSLEEP).is_some_and(|&n| n == nr1) {
-        let abs = r[1] & TIMER_ABSTIME != 0;
-        if abs && r[2] != CLOCK_MONOTONIC {
+        let abs = regs.word(REGS_SI) & TIMER_ABSTIME != 0;
+        if abs && regs.word(REGS_DI) != CLOCK_MONOTONIC {
             return;
         }
-        (r[0], abs)
+        (regs.word(REGS_DX), abs)
     } else {
         return;
     };
-    // SAFETY: the helper checks the user address; r[6..8] is 16 bytes of map value.
-    if unsafe { gen::bpf_probe_read_user(r.as_mut_ptr().add(6).cast(), 16, ptr as *const c_void) } != 0 {
+    let Some(ts) = SCRATCH_TIMESPEC.get_ptr_mut(0) else { return };
+    // SAFETY: the helper checks the user address; the scratch is 16 bytes of map value.
+    if unsafe { gen::bpf_probe_read_user(ts.cast(), 16, ptr as *const c_void) } != 0 {
         return;
     }
-    let ns = r[6].wrapping_mul(1_000_000_000).wrapping_add(r[7]);
+    // SAFETY: this CPU's scratch slot, just filled, used by this program run alone.
+    let ts = unsafe { &*ts };
+    let ns = ts[0].wrapping_mul(1_000_000_000).wrapping_add(ts[1]);
     w.obj = coarse(if abs { ns.saturating_sub(now) } else { ns });
     w.flags |= what::SLEEP;
 }

@@ -23,6 +23,8 @@ pub struct StackWindow {
     base: u64,
     /// Bytes held from `base`; 0: none.
     len: u64,
+    /// Where reads need reach no further (0: as far as the window does).
+    end: u64,
     words: [u64; WINDOW_WORDS],
 }
 
@@ -31,6 +33,15 @@ impl StackWindow {
     #[inline(always)]
     pub fn clear(&mut self) {
         self.len = 0;
+        self.end = 0;
+    }
+
+    /// Forgets what was read, and reads no further than `end` from now on: a
+    /// check of known slots copies the lines that hold them, not a whole window.
+    #[inline(always)]
+    pub fn clear_up_to(&mut self, end: u64) {
+        self.len = 0;
+        self.end = end;
     }
 
     /// The stack word at `addr`, from the window when it holds it; else the
@@ -48,6 +59,9 @@ impl StackWindow {
         let mut len = PAGE - (addr & (PAGE - 1));
         if len > WINDOW_BYTES {
             len = WINDOW_BYTES;
+        }
+        if self.end > addr && self.end - addr < len {
+            len = self.end - addr;
         }
         // SAFETY: the helper checks the source and fails cleanly; it writes at most
         // `len` bytes, no more than the window holds, into this map value.

@@ -548,9 +548,11 @@ pub fn reuse((ip, sp, bp): Regs, state: *mut TaskState) -> Option<u64> {
     }
     let frames = USTACKS.get_ptr(&last.stack)?;
     let w = SCRATCH_WALK.get_ptr_mut(0)?;
-    // SAFETY: per-CPU scratch, used by this program run alone.
+    let slots = (last.n - 1).min(REUSE_SLOTS as u64);
+    // SAFETY: per-CPU scratch, used by this program run alone. The window reads
+    // no further than the last slot.
     let window = unsafe {
-        (*w).stack.clear();
+        (*w).stack.clear_up_to(last.slots[(slots as usize).wrapping_sub(1) & (REUSE_SLOTS - 1)] + 8);
         &raw mut (*w).stack
     };
     // Frame i + 1 was read at slot i: checked in a bpf_loop, whose body the
@@ -558,7 +560,7 @@ pub fn reuse((ip, sp, bp): Regs, state: *mut TaskState) -> Option<u64> {
     let mut check = Check { last, frames, window, ok: 1 };
     // SAFETY: the callback reads `check` through the pointer, for this call only.
     unsafe {
-        bpf_loop((last.n - 1).min(REUSE_SLOTS as u64) as u32, check_slot as *mut core::ffi::c_void, (&raw mut check).cast(), 0);
+        bpf_loop(slots as u32, check_slot as *mut core::ffi::c_void, (&raw mut check).cast(), 0);
     }
     // SAFETY: volatile, as the callback wrote it behind the compiler's back.
     (unsafe { core::ptr::read_volatile(&check.ok) } == 1).then_some(last.stack)

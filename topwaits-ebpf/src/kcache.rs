@@ -276,7 +276,6 @@ fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> u64 {
     if cache.len == 0 || cache.len as usize > CACHE_SLOTS {
         return 0;
     }
-    count(counter::WAKER_KSTACK_REUSED, 1);
     // SAFETY: a value of a map lookup, only read.
     let Some(frames) = KSTACKS.get_ptr(&cache.kstack).map(|f| unsafe { &*f }) else {
         return 0;

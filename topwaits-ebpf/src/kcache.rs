@@ -63,13 +63,7 @@ impl Hook {
     #[inline(always)]
     pub fn switch(runnable: bool) -> Hook {
         let bit = if runnable { RUNNABLE_BIT } else { 0 };
-        Hook::Switch(SCRATCH_SCAN.get_ptr_mut(0).map_or(bit, |st| {
-            // SAFETY: a field of the per-CPU scratch; volatile so the round trip is kept.
-            unsafe {
-                core::ptr::write_volatile(&raw mut (*st).site_bits, bit);
-                core::ptr::read_volatile(&raw const (*st).site_bits)
-            }
-        }))
+        Hook::Switch(SCRATCH_SCAN.get_ptr_mut(0).map_or(bit, |st| through_map(st, bit)))
     }
 
     /// Whether this is the waker's hook.
@@ -91,10 +85,8 @@ impl Hook {
 /// Per-CPU state of one stack capture, shared with the `bpf_loop` callbacks.
 #[repr(C)]
 pub struct Scan {
-    /// Scratch word that turns the anchor address into a plain number.
-    base: u64,
-    /// Scratch word for [`Hook::switch`].
-    site_bits: u64,
+    /// Scratch word of [`through_map`].
+    opaque: u64,
     /// The hash being computed.
     pub hash: u64,
     /// Lowest and highest return address of the frames with slots.
@@ -313,12 +305,20 @@ fn reuse(st: *mut Scan, base: u64, top: u64, cache: &StackCache) -> u64 {
 /// program's own frame may be on a per-CPU private stack instead.)
 #[inline(always)]
 pub fn anchor<C: EbpfContext>(st: *mut Scan, ctx: &C) -> u64 {
-    // A round trip through map memory makes the verifier see a number, which
-    // may be masked and compared, rather than a context pointer.
+    // Through map memory, the verifier sees a number, which may be masked and
+    // compared, rather than a context pointer.
+    through_map(st, ctx.as_ptr() as u64)
+}
+
+/// `v`, after a round trip through the per-CPU scratch: the verifier does not
+/// follow values through map memory, so what comes back is an unknown number,
+/// whatever it knew of `v` (a pointer's kind, or a constant chosen by a branch).
+#[inline(always)]
+fn through_map(st: *mut Scan, v: u64) -> u64 {
     // SAFETY: a field of the per-CPU scratch; volatile so the round trip is kept.
     unsafe {
-        core::ptr::write_volatile(&raw mut (*st).base, ctx.as_ptr() as u64);
-        core::ptr::read_volatile(&raw const (*st).base)
+        core::ptr::write_volatile(&raw mut (*st).opaque, v);
+        core::ptr::read_volatile(&raw const (*st).opaque)
     }
 }
 

@@ -32,8 +32,7 @@ impl StackWindow {
     /// Forgets what was read (the stack changes between walks).
     #[inline(always)]
     pub fn clear(&mut self) {
-        self.len = 0;
-        self.end = 0;
+        self.clear_up_to(0);
     }
 
     /// Forgets what was read, and reads no further than `end` from now on: a

@@ -138,10 +138,7 @@ pub fn user_stacks(bin: &str) -> Result<String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let client = format!(
-        "import time, urllib.request\nend = time.time() + 9\nwhile time.time() < end:\n    urllib.request.urlopen('http://127.0.0.1:{PORT}/').read()\n"
-    );
-    children.0.push(Command::new(PYTHON).args(["-c", &client]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?);
+    children.0.push(Command::new(PYTHON).args(["-c", &client_loop(9)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?);
     let pid = children.0[0].id().to_string();
     let topwaits = |extra: &[&str]| {
         Command::new(bin)
@@ -165,10 +162,10 @@ pub fn user_stacks(bin: &str) -> Result<String> {
         bail!("no off-CPU time seen: topwaits {} us, with --leaf-callers {} us, offcputime {} us", t.total, l.total, o.total);
     }
     let (ts, ls, os) = (pct(t.unknown, t.total), pct(l.unknown, l.total), pct(o.unknown, o.total));
-    let tables = first_whole_stack(bin, &pid, &client)?;
+    let tables = first_whole_stack(bin, &pid)?;
     // The cost per switch on this workload without frame pointers (Debian's
     // python3 and libc), each tracer alone and system-wide, under a new client loop.
-    let costs = python_costs(bin, &client)?;
+    let costs = python_costs(bin)?;
     Ok(format!(
         "\nUser stacks: a Python HTTP server (Debian's python3) under a client loop, {WINDOW} s, traced by three tracers at once. Off-CPU time with an unresolved user frame: topwaits {ts:.1}% ({} records), with `--leaf-callers` {ls:.1}%, offcputime {os:.1}% ({} stacks): {}. With a frame known only by its file and offset (a stripped binary's code without a symbol): topwaits {:.1}%. Named user frames per wait (time-weighted): topwaits {:.2}, with `--leaf-callers` {:.2}, offcputime {:.2}.\n",
         t.stacks,
@@ -180,6 +177,13 @@ pub fn user_stacks(bin: &str) -> Result<String> {
         o.depth()
     ) + &tables
         + &costs)
+}
+
+/// A Python program that fetches the server's page in a loop for `secs` seconds.
+fn client_loop(secs: u32) -> String {
+    format!(
+        "import time, urllib.request\nend = time.time() + {secs}\nwhile time.time() < end:\n    urllib.request.urlopen('http://127.0.0.1:{PORT}/').read()\n"
+    )
 }
 
 /// Seconds since the Unix epoch of an RFC 3339 time in UTC as topwaits writes it
@@ -224,9 +228,8 @@ fn tables_line(stderr: &str) -> Option<(u64, u64)> {
 /// A new topwaits on the server under a new client loop, every wait an event: how
 /// long from its exec to the first wait with a whole user stack (its tables must
 /// first be built, for python3, libc and the rest), and the tables' memory.
-fn first_whole_stack(bin: &str, pid: &str, client: &str) -> Result<String> {
-    let short = client.replace("time.time() + 9", "time.time() + 6");
-    let _client = Killed(vec![Command::new(PYTHON).args(["-c", &short]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?]);
+fn first_whole_stack(bin: &str, pid: &str) -> Result<String> {
+    let _client = Killed(vec![Command::new(PYTHON).args(["-c", &client_loop(6)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?]);
     std::thread::sleep(Duration::from_millis(300));
     let exec = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
     let out = Command::new(bin)
@@ -247,8 +250,9 @@ fn first_whole_stack(bin: &str, pid: &str, client: &str) -> Result<String> {
 }
 
 /// Per-switch cost of topwaits (tables and Python frames), of `--unwind fp` and
-/// of offcputime, each alone and system-wide while `client` loads the server.
-fn python_costs(bin: &str, client: &str) -> Result<String> {
+/// of offcputime, each alone and system-wide while a 3-s client loop loads the
+/// server.
+fn python_costs(bin: &str) -> Result<String> {
     let tracers = [
         crate::tracers::Tracer { name: "topwaits", cmd: Some(vec![bin.into(), "-f".into()]) },
         crate::tracers::Tracer { name: "topwaits --unwind fp", cmd: Some(vec![bin.into(), "-f".into(), "--unwind".into(), "fp".into()]) },
@@ -257,8 +261,7 @@ fn python_costs(bin: &str, client: &str) -> Result<String> {
     let mut ns = Vec::new();
     for t in &tracers {
         let cost = crate::tracers::cost_during(t, || {
-            let short = client.replace("time.time() + 9", "time.time() + 3");
-            let status = Command::new(PYTHON).args(["-c", &short]).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+            let status = Command::new(PYTHON).args(["-c", &client_loop(3)]).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
             if !status.success() {
                 bail!("the client loop failed: {status}");
             }

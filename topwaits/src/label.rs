@@ -141,6 +141,16 @@ impl WaitsOn {
         }
     }
 
+    /// [`WaitsOn::describe`] as a sentence about the waiting thread: `waits on
+    /// mutex 0x…`, `waits in worker_thread`, `was preempted: … ran instead`.
+    pub fn sentence(&self, mean_ns: u64) -> String {
+        match self {
+            WaitsOn::Other { what } if what.starts_with("in ") => format!("waits {what}"),
+            WaitsOn::RunQueue { .. } => format!("was {}", self.describe(mean_ns)),
+            _ => format!("waits on {}", self.describe(mean_ns)),
+        }
+    }
+
     /// One line that says what the wait was for; `mean_ns` is the record's mean
     /// wait, which a sleep compares with what it asked for.
     pub fn describe(&self, mean_ns: u64) -> String {
@@ -166,8 +176,10 @@ impl WaitsOn {
             }
             WaitsOn::Pipe { fd, holders, syscall, .. } if holders.is_empty() => format!("pipe fd {fd}, in {syscall}"),
             WaitsOn::Pipe { fd, holders, syscall, .. } => format!("pipe fd {fd} held by {}, in {syscall}", holders.join(", ")),
-            WaitsOn::Poll { via, fds } if fds.is_empty() => format!("event loop idle in {via}"),
-            WaitsOn::Poll { via, fds } => format!("event loop idle in {via} on {}", fds.join(", ")),
+            // An event loop waits for everything its program waits for (a lock,
+            // a client, a timer): what its syscall says is only that it polled.
+            WaitsOn::Poll { via, fds } if fds.is_empty() => format!("event loop ({via})"),
+            WaitsOn::Poll { via, fds } => format!("event loop ({via} on {})", fds.join(", ")),
             WaitsOn::Sleep { requested_ns: Some(r), syscall } => {
                 let late = if mean_ns > r + r / 10 + 50_000 { " (late: timer slack or a busy CPU)" } else { "" };
                 format!("sleep of {} asked, {} on average{late}, in {syscall}", dur(*r), dur(mean_ns))
@@ -206,6 +218,18 @@ mod tests {
         assert_eq!(k.short(), "kernel rwsem mmap_lock (read)");
         assert!(k.is_lock() && WaitsOn::Mutex { addr: 1, pi: false }.is_lock() && !a.is_lock());
         assert_eq!(k.lock().short(), "kernel rwsem mmap_lock");
+    }
+
+    /// Labels claim only what is known: an event loop is not idle because its
+    /// syscall is epoll_wait; and a kernel thread's label reads as a sentence.
+    #[test]
+    fn an_event_loop_is_never_called_idle_and_sentences_read() {
+        let ep = WaitsOn::Poll { via: "epoll_wait".into(), fds: vec!["5 (socket)".into()] };
+        assert_eq!(ep.describe(0), "event loop (epoll_wait on 5 (socket))");
+        assert!(!ep.describe(0).contains("idle") && !ep.short().contains("idle"));
+        assert_eq!(WaitsOn::Other { what: "in worker_thread".into() }.sentence(0), "waits in worker_thread");
+        assert_eq!(WaitsOn::Mutex { addr: 16, pi: false }.sentence(0), "waits on mutex 0x10");
+        assert_eq!(WaitsOn::RunQueue { ran_instead: Some("pid 3 (x)".into()) }.sentence(0), "was preempted: pid 3 (x) ran instead");
     }
 
     #[test]

@@ -2,11 +2,14 @@
 //! and kernel locks, by their labels), each with its contended waits, its
 //! waiters' stacks, its holders (who released it: the wakers, with the stacks
 //! where they did) ranked by the waiting they ended, and what the holders were
-//! doing while the others waited (waiting themselves, and on what, or running).
-//! Built from a trace's every wait with its waker (its events).
+//! doing while the others waited (waiting themselves, and on what and where, or
+//! running). Threads alike in name and stacks are one site, as `--by` groups
+//! them (by name, process or thread). Built from a trace's every wait with its
+//! waker (its events).
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::cli::By;
 use crate::label::WaitsOn;
 use crate::model::{Event, Frame, Record, Report, Stack, WakeKind};
 
@@ -18,8 +21,9 @@ pub struct Site {
     pub comm: Vec<u8>,
     pub kernel: Stack,
     pub user: Stack,
-    /// The threads seen here.
+    /// The threads seen here, and their processes.
     pub tids: BTreeSet<u32>,
+    pub pids: BTreeSet<u32>,
     pub count: u64,
     pub ns: u64,
 }
@@ -32,10 +36,27 @@ pub struct HeldWhile {
     /// The function of the holder's program it was in (its first frame outside
     /// the C library), where known.
     pub function: Option<String>,
+    /// The holder's stacks in that wait (none while it ran).
+    pub kernel: Stack,
+    pub user: Stack,
+    /// The holders: their name, threads and processes.
+    pub comm: Vec<u8>,
+    pub holders: BTreeSet<u32>,
+    pub pids: BTreeSet<u32>,
+    /// The holder's waits that overlapped the waiting, and their whole length.
+    pub count: u64,
+    pub wait_ns: u64,
     /// The waiters' time that overlapped it.
     pub ns: u64,
     /// The threads that waited meanwhile.
     pub waiters: BTreeSet<u32>,
+}
+
+impl HeldWhile {
+    /// The mean of the holder's waits it stands for (0 while it ran).
+    pub fn mean_ns(&self) -> u64 {
+        self.wait_ns / self.count.max(1)
+    }
 }
 
 /// One lock and the waiting it caused.
@@ -64,8 +85,9 @@ impl Lock {
     }
 }
 
-/// Every lock of the report's events, most waiting first.
-pub fn analyze(report: &Report) -> Vec<Lock> {
+/// Every lock of the report's events, most waiting first; sites grouped as `by`
+/// says (by name for `comm` and `what`).
+pub fn analyze(report: &Report, by: By) -> Vec<Lock> {
     let mut by_tid: HashMap<u32, Vec<&Event>> = HashMap::new();
     for e in &report.events {
         by_tid.entry(e.record.tid).or_default().push(e);
@@ -101,12 +123,14 @@ pub fn analyze(report: &Report) -> Vec<Lock> {
             Some(WaitsOn::KernelLock { mode, .. }) => mode.clone(),
             _ => None,
         };
-        add_site(&mut lock.waiters, mode, &r.comm, &r.kernel, &r.user, r.tid, ns);
+        let waiter = Thread { comm: &r.comm, tgid: r.tgid, tid: r.tid };
+        add_site(&mut lock.waiters, by, mode, waiter, &r.kernel, &r.user, ns);
         match released_by(r) {
             Some((hop, woken)) => {
-                add_site(&mut lock.holders, None, &hop.comm, &hop.kernel, &hop.user, hop.tid, ns);
-                let holder = by_tid.get(&hop.tid).map_or(&[][..], |v| &v[..]);
-                held_while(&mut lock.held_while, holder, w, e.start_mono(), woken, r.tid);
+                let holder = Thread { comm: &hop.comm, tgid: hop.tgid, tid: hop.tid };
+                add_site(&mut lock.holders, by, None, holder, &hop.kernel, &hop.user, ns);
+                let waits = by_tid.get(&hop.tid).map_or(&[][..], |v| &v[..]);
+                held_while(&mut lock.held_while, by, holder, waits, w, (e.start_mono(), woken), r.tid);
             }
             None => lock.unreleased_ns += ns,
         }
@@ -129,29 +153,51 @@ fn released_by(r: &Record) -> Option<(&crate::model::Hop, u64)> {
 }
 
 /// A stack as text, for grouping.
-fn names(s: &Stack) -> Vec<&str> {
+fn names(s: &Stack) -> Vec<std::borrow::Cow<'_, str>> {
     s.frames().iter().map(|f| f.name()).collect()
 }
 
-fn add_site(sites: &mut Vec<Site>, mode: Option<String>, comm: &[u8], kernel: &Stack, user: &Stack, tid: u32, ns: u64) {
-    let found =
-        sites.iter_mut().find(|s| s.mode == mode && s.comm == comm && names(&s.kernel) == names(kernel) && names(&s.user) == names(user));
+/// A thread, as a site is told apart by it.
+#[derive(Clone, Copy)]
+struct Thread<'a> {
+    comm: &'a [u8],
+    tgid: u32,
+    tid: u32,
+}
+
+/// Whether a site of `comm` with these threads holds `t`'s doings, as `by`
+/// groups threads.
+fn same_owner(by: By, comm: &[u8], tids: &BTreeSet<u32>, pids: &BTreeSet<u32>, t: Thread) -> bool {
+    comm == t.comm
+        && match by {
+            By::Thread => tids.contains(&t.tid),
+            By::Process => pids.contains(&t.tgid),
+            By::Comm | By::What => true,
+        }
+}
+
+fn add_site(sites: &mut Vec<Site>, by: By, mode: Option<String>, t: Thread, kernel: &Stack, user: &Stack, ns: u64) {
+    let found = sites.iter_mut().find(|s| {
+        s.mode == mode && same_owner(by, &s.comm, &s.tids, &s.pids, t) && names(&s.kernel) == names(kernel) && names(&s.user) == names(user)
+    });
     let site = match found {
         Some(s) => s,
         None => {
             sites.push(Site {
                 mode,
-                comm: comm.to_vec(),
+                comm: t.comm.to_vec(),
                 kernel: kernel.clone(),
                 user: user.clone(),
                 tids: BTreeSet::new(),
+                pids: BTreeSet::new(),
                 count: 0,
                 ns: 0,
             });
             sites.last_mut().expect("just pushed")
         }
     };
-    site.tids.insert(tid);
+    site.tids.insert(t.tid);
+    site.pids.insert(t.tgid);
     site.count += 1;
     site.ns += ns;
 }
@@ -164,11 +210,11 @@ pub fn own_function(user: &Stack) -> Option<String> {
     user.frames().iter().find(|f| own(f) && f.symbol.is_some()).map(|f| f.name().to_string())
 }
 
-/// Adds what `holder` (its waits, by start) did between `from` and `to`, while
+/// Adds what `holder` (its waits, by start) did over `(from, to)`, while
 /// thread `waiter` waited for `lock`, which the holder then released. The holder
 /// held it from the end of its own last wait for it, if that came later.
-fn held_while(out: &mut Vec<HeldWhile>, holder: &[&Event], lock: &WaitsOn, from: u64, to: u64, waiter: u32) {
-    let before = &holder[..holder.partition_point(|e| e.start_mono() < to)];
+fn held_while(out: &mut Vec<HeldWhile>, by: By, holder: Thread, waits: &[&Event], lock: &WaitsOn, (from, to): (u64, u64), waiter: u32) {
+    let before = &waits[..waits.partition_point(|e| e.start_mono() < to)];
     let acquired =
         before.iter().rev().find(|e| e.record.waits_on.as_ref().map(WaitsOn::lock).as_ref() == Some(lock)).map_or(0, |e| e.end_mono());
     let from = from.max(acquired);
@@ -176,32 +222,61 @@ fn held_while(out: &mut Vec<HeldWhile>, holder: &[&Event], lock: &WaitsOn, from:
         return;
     }
     let mut covered = 0;
-    let first = holder.partition_point(|e| e.end_mono() <= from);
-    for e in holder[first..].iter().take_while(|e| e.start_mono() < to) {
+    let first = waits.partition_point(|e| e.end_mono() <= from);
+    for e in waits[first..].iter().take_while(|e| e.start_mono() < to) {
         let overlap = e.end_mono().min(to).saturating_sub(e.start_mono().max(from));
         if overlap == 0 {
             continue;
         }
         covered += overlap;
-        let waits_on = e.record.waits_on.clone();
-        let function = own_function(&e.record.user);
-        add_held(out, waits_on, function, overlap, waiter);
+        add_held(out, by, holder, Some(&e.record), overlap, waiter);
     }
     let running = (to - from).saturating_sub(covered);
     if running > 0 {
-        add_held(out, None, None, running, waiter);
+        add_held(out, by, holder, None, running, waiter);
     }
 }
 
-fn add_held(out: &mut Vec<HeldWhile>, waits_on: Option<WaitsOn>, function: Option<String>, ns: u64, waiter: u32) {
-    let same =
-        |h: &&mut HeldWhile| h.waits_on.as_ref().map(WaitsOn::short) == waits_on.as_ref().map(WaitsOn::short) && h.function == function;
-    match out.iter_mut().find(same) {
-        Some(h) => {
-            h.ns += ns;
-            h.waiters.insert(waiter);
+/// Adds `ns` of `waiter`'s waiting to what the holder did: its wait `wait`, or
+/// running (none).
+fn add_held(out: &mut Vec<HeldWhile>, by: By, holder: Thread, wait: Option<&Record>, ns: u64, waiter: u32) {
+    let (waits_on, kernel, user) = match wait {
+        Some(r) => (r.waits_on.clone(), r.kernel.clone(), r.user.clone()),
+        None => (None, Stack::None, Stack::None),
+    };
+    let label = |w: &Option<WaitsOn>| w.as_ref().map(WaitsOn::short);
+    let found = out.iter_mut().find(|h| {
+        label(&h.waits_on) == label(&waits_on)
+            && same_owner(by, &h.comm, &h.holders, &h.pids, holder)
+            && names(&h.user) == names(&user)
+            && names(&h.kernel) == names(&kernel)
+    });
+    let h = match found {
+        Some(h) => h,
+        None => {
+            out.push(HeldWhile {
+                function: own_function(&user),
+                waits_on,
+                kernel,
+                user,
+                comm: holder.comm.to_vec(),
+                holders: BTreeSet::new(),
+                pids: BTreeSet::new(),
+                count: 0,
+                wait_ns: 0,
+                ns: 0,
+                waiters: BTreeSet::new(),
+            });
+            out.last_mut().expect("just pushed")
         }
-        None => out.push(HeldWhile { waits_on, function, ns, waiters: BTreeSet::from([waiter]) }),
+    };
+    h.holders.insert(holder.tid);
+    h.pids.insert(holder.tgid);
+    h.ns += ns;
+    h.waiters.insert(waiter);
+    if let Some(r) = wait {
+        h.count += 1;
+        h.wait_ns += r.max_ns;
     }
 }
 
@@ -293,7 +368,7 @@ mod tests {
             wait(2, "worker", 210, 305, MUTEX, Some((release(), 300)), &["__lll_lock_wait", "tw_take"]),
             wait(4, "pool", 0, 400, WaitsOn::Futex { lock: "condition variable".into(), addr: 0x80 }, None, &["pthread_cond_wait"]),
         ];
-        let locks = analyze(&report(events));
+        let locks = analyze(&report(events), By::Comm);
         assert_eq!(locks.len(), 1, "only the mutex is a lock: {locks:#?}");
         let l = &locks[0];
         assert_eq!((l.count, l.total_ns, l.max_ns), (3, 100 + 95 + 95, 100));
@@ -309,6 +384,10 @@ mod tests {
         assert_eq!(first.function.as_deref(), Some("tw_sleep_holding_the_lock"));
         assert_eq!(first.ns, 90 + 80 + 90);
         assert_eq!(first.waiters.len(), 2);
+        // Its stacks and its sleeps' own length: each slept 100.
+        assert_eq!(names(&first.user), ["clock_nanosleep", "tw_sleep_holding_the_lock"]);
+        assert_eq!(first.mean_ns(), 100);
+        assert_eq!(first.holders, BTreeSet::from([9]));
         assert_eq!(l.held_while.len(), 1, "no running time: {:?}", l.held_while);
     }
 
@@ -321,7 +400,7 @@ mod tests {
             wait(3, "worker", 10, 70, MUTEX, Some((hop(2, &["unlock", "work"]), 60)), &["lock"]),
             wait(2, "worker", 45, 55, sleep(), None, &["nanosleep", "work"]),
         ];
-        let l = &analyze(&report(events))[0];
+        let l = &analyze(&report(events), By::Comm)[0];
         // Thread 3 waited 10..60; thread 2 held the lock from 40: slept 45..55,
         // ran 40..45 and 55..60.
         assert_eq!(l.held_while[0].waits_on, Some(sleep()));
@@ -339,16 +418,49 @@ mod tests {
             wait(2, "worker", 0, 60, MUTEX, Some((hop(9, &["unlock", "compute"]), 50)), &["lock"]),
             wait(3, "worker", 0, 40, MUTEX, None, &["lock"]),
         ];
-        let l = &analyze(&report(events))[0];
-        assert_eq!(l.held_while, vec![HeldWhile { waits_on: None, function: None, ns: 50, waiters: BTreeSet::from([2]) }]);
+        let l = &analyze(&report(events), By::Comm)[0];
+        assert_eq!(l.held_while.len(), 1, "{:?}", l.held_while);
+        let h = &l.held_while[0];
+        assert_eq!(
+            (&h.waits_on, &h.function, h.ns, &h.waiters, &h.holders),
+            (&None, &None, 50, &BTreeSet::from([2]), &BTreeSet::from([9]))
+        );
+        assert_eq!((h.count, h.mean_ns(), h.user.frames().len()), (0, 0, 0), "running has no wait and no stack");
         assert_eq!(l.unreleased_ns, 40);
+    }
+
+    /// Four workers of one name take turns: one waiting site and one holder site
+    /// by name; four of each by thread; by process, one (they share a process).
+    #[test]
+    fn waiters_and_holders_group_as_by_says() {
+        let mut events = Vec::new();
+        for k in 0..8u64 {
+            let (holder, waiter) = (2 + (k % 4) as u32, 2 + ((k + 1) % 4) as u32);
+            let t = 100 * k;
+            events.push(wait(holder, "worker", t, t + 50, sleep(), None, &["clock_nanosleep", "nsleep", "work_locked"]));
+            let mut release = hop(holder, &["__lll_lock_wake", "pthread_mutex_unlock", "work_locked"]);
+            release.comm = b"worker".to_vec();
+            events.push(wait(waiter, "worker", t + 10, t + 60, MUTEX, Some((release, t + 55)), &["__lll_lock_wait", "work_locked"]));
+        }
+        let of = |by| analyze(&report(events.clone()), by).remove(0);
+        let (comm, thread, process) = (of(By::Comm), of(By::Thread), of(By::Process));
+        // Each holder sleeps 40 of the 45 its waiter waits for it, and runs 5.
+        let asleep = |l: &Lock| l.held_while.iter().filter(|h| h.waits_on.is_some()).count();
+        assert_eq!((comm.waiters.len(), comm.holders.len(), asleep(&comm), comm.held_while.len()), (1, 1, 1, 2), "{comm:#?}");
+        assert_eq!(comm.waiters[0].tids.len(), 4);
+        assert_eq!((thread.waiters.len(), thread.holders.len(), asleep(&thread)), (4, 4, 4));
+        assert_eq!((process.waiters.len(), process.holders.len()), (1, 1));
+        // Held while sleeping in nsleep, called by the function that took the lock.
+        assert_eq!(names(&comm.held_while[0].user), ["clock_nanosleep", "nsleep", "work_locked"]);
+        assert_eq!(comm.held_while[0].ns, 8 * 40);
+        assert_eq!(comm.held_while[0].mean_ns(), 50);
     }
 
     #[test]
     fn locks_rank_by_their_waiting_and_frames_in_libc_are_skipped() {
         let k = WaitsOn::KernelLock { lock: "rwsem".into(), mode: Some("read".into()), addr: Some(1), name: Some("mmap_lock".into()) };
         let events = vec![wait(2, "a", 0, 10, MUTEX, None, &[]), wait(3, "b", 0, 50, k.clone(), None, &[])];
-        let locks = analyze(&report(events));
+        let locks = analyze(&report(events), By::Comm);
         assert_eq!(locks.iter().map(|l| l.waits_on.clone()).collect::<Vec<_>>(), vec![k.lock(), MUTEX]);
         let libc = Frame {
             addr: 1,

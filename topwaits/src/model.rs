@@ -382,19 +382,20 @@ impl Frame {
         Frame { addr, symbol: None, module: None, offset: None }
     }
 
-    /// The bare function name, or `[unknown]`.
-    pub fn name(&self) -> &str {
-        self.symbol.as_deref().unwrap_or("[unknown]")
+    /// The frame's name in every view, text and JSON alike: the function name,
+    /// or `module+0xoffset` where no symbol resolved, or `[unknown]`.
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.symbol, &self.module, self.offset) {
+            (Some(s), _, _) => std::borrow::Cow::Borrowed(s),
+            (None, Some(m), Some(off)) => format!("{m}+{off:#x}").into(),
+            (None, Some(m), None) => format!("[{m}]").into(),
+            (None, None, _) => "[unknown]".into(),
+        }
     }
 
-    /// The function name, or `module+0xoffset`, or `[unknown]`.
+    /// [`Frame::name`], owned.
     pub fn describe(&self) -> String {
-        match (&self.symbol, &self.module, self.offset) {
-            (Some(s), _, _) => s.to_string(),
-            (None, Some(m), Some(off)) => format!("{m}+{off:#x}"),
-            (None, Some(m), None) => format!("[{m}]"),
-            (None, None, _) => "[unknown]".to_string(),
-        }
+        self.name().into_owned()
     }
 }
 
@@ -604,14 +605,16 @@ mod tests {
         assert_eq!(a.since(&b).recorded, 0, "never negative");
     }
 
+    /// A frame has one name in every view (issue: `why` said `[unknown]` where
+    /// the top view said `postgres+0x…`).
     #[test]
-    fn frame_descriptions() {
+    fn a_frame_is_named_alike_everywhere() {
         let mut f = Frame::unknown(0x10);
         assert_eq!(f.describe(), "[unknown]");
         f.module = Some("libc.so.6".into());
         f.offset = Some(0x28004);
         assert_eq!(f.describe(), "libc.so.6+0x28004");
-        assert_eq!(f.name(), "[unknown]");
+        assert_eq!(f.name(), "libc.so.6+0x28004");
         f.symbol = Some("read".into());
         assert_eq!(f.describe(), "read");
     }

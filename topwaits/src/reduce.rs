@@ -12,8 +12,8 @@ use crate::model::{Frame, Hop, Record, Report, Stack, TraceInfo, WakeKind};
 /// A stack as the reports print it (each frame's best name), as a 128-bit
 /// fingerprint: no string per frame is built, and stacks shared by records (one
 /// `Arc` per stack id) are hashed once.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum StackKey {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StackKey {
     Frames(u64, u64),
     None,
     Missing,
@@ -23,13 +23,14 @@ enum StackKey {
 /// digests of the frames seen so far, by theirs: frames are shared between stacks,
 /// so each distinct frame's name is hashed once.
 #[derive(Default)]
-struct Fingerprints {
+pub struct Fingerprints {
     stacks: FastMap<usize, StackKey>,
     frames: FastMap<usize, [u64; 2]>,
 }
 
 impl Fingerprints {
-    fn of(&mut self, s: &Stack) -> StackKey {
+    /// The stack's fingerprint: equal for stacks every view names alike.
+    pub fn of(&mut self, s: &Stack) -> StackKey {
         match s {
             Stack::Frames(f) => match self.stacks.get(&(f.as_ptr() as usize)) {
                 Some(&k) => k,

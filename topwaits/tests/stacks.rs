@@ -109,7 +109,8 @@ fn stripped_libc_frames_are_named_from_its_debug_file() {
     for r in waits {
         let leaf = &r["user_stack"][0];
         assert_eq!(leaf["module"], "libc.so.6", "{r:#}");
-        assert_ne!(leaf["symbol"], "[unknown]", "the leaf in stripped libc is named: {r:#}");
+        let named = leaf["symbol"].as_str().is_some_and(|s| s != "[unknown]" && !s.starts_with("libc.so.6+"));
+        assert!(named, "the leaf in stripped libc is named: {r:#}");
     }
 }
 

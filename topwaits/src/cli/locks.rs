@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::why::{file_or_trace, Source};
-use super::{Config, ConfigError, TraceArgs, View, ViewConfig};
+use super::why::{file_or_trace, grouping, Source};
+use super::{By, Config, ConfigError, TraceArgs, View, ViewConfig};
 
 pub(super) const LOCKS_EXAMPLES: &str = "\
 Examples:
@@ -32,18 +32,20 @@ pub struct LocksArgs {
 pub enum LocksConfig {
     /// A live trace.
     Trace(Box<Config>),
-    /// A recorded one, shown as `view` says.
-    File { file: PathBuf, view: ViewConfig },
+    /// A recorded one, shown as `view` says, waiters and holders grouped as
+    /// `by` says.
+    File { file: PathBuf, by: By, view: ViewConfig },
 }
 
 impl LocksConfig {
-    pub fn from_args(a: LocksArgs) -> Result<Self, ConfigError> {
+    pub fn from_args(mut a: LocksArgs) -> Result<Self, ConfigError> {
         let no_labels = a.trace.no_labels;
+        let by = grouping(&mut a.trace, ConfigError::Locks, "locks")?;
         match file_or_trace(a.what, a.trace, ConfigError::Locks, "locks ranks")? {
-            Source::File(file, view) => Ok(LocksConfig::File { file, view }),
+            Source::File(file, view) => Ok(LocksConfig::File { file, by, view }),
             Source::Trace(_) if no_labels => Err(ConfigError::Locks("--no-labels: locks are found by their labels".into())),
             Source::Trace(mut c) => {
-                c.view = View::Locks;
+                c.view = View::Locks { by };
                 Ok(LocksConfig::Trace(c))
             }
         }
@@ -70,9 +72,10 @@ mod tests {
         let LocksConfig::Trace(c) = locks(&["-p", "7", "2.5", "-f"]).unwrap() else { panic!("not a trace") };
         assert_eq!(c.duration, Some(Duration::from_millis(2500)));
         assert!(c.waker && c.events_over_us == Some(1) && c.labels);
-        assert_eq!(c.view, View::Locks);
-        let LocksConfig::File { file, view } = locks(&["inc.twr", "--json"]).unwrap() else { panic!("not a file") };
-        assert_eq!((file, view.output), ("inc.twr".into(), Output::Json { limit: 0 }));
+        assert_eq!(c.view, View::Locks { by: By::Comm });
+        let LocksConfig::File { file, by, view } = locks(&["inc.twr", "--json", "--by", "thread"]).unwrap() else { panic!("not a file") };
+        assert_eq!((file, by, view.output), ("inc.twr".into(), By::Thread, Output::Json { limit: 0 }));
+        assert!(matches!(locks(&["--by", "what", "3"]), Err(ConfigError::Locks(m)) if m.contains("--by what")));
         assert!(matches!(locks(&["-i", "1", "3"]), Err(ConfigError::Locks(m)) if m.contains("--interval")));
         assert!(matches!(locks(&["--no-labels", "3"]), Err(ConfigError::Locks(m)) if m.contains("labels")));
     }

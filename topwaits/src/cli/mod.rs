@@ -320,10 +320,12 @@ pub enum View {
     OffCpu,
     /// Per waker stack and target comm (`--wakeups`).
     Wakeups,
-    /// `topwaits why`: causes ranked, or one thread's critical path.
-    Why { for_tid: Option<u32> },
-    /// `topwaits locks`: the locks that made threads wait, ranked.
-    Locks,
+    /// `topwaits why`: causes ranked, or one thread's critical path; causes
+    /// alike but for their thread grouped as `by` says.
+    Why { for_tid: Option<u32>, by: By },
+    /// `topwaits locks`: the locks that made threads wait, ranked; their
+    /// waiters and holders grouped as `by` says.
+    Locks { by: By },
 }
 
 /// Validated options; nothing loads before this exists.

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{parse_duration, Config, ConfigError, Output, TraceArgs, View, ViewConfig};
+use super::{parse_duration, By, Config, ConfigError, Output, TraceArgs, View, ViewConfig};
 
 pub(super) const WHY_EXAMPLES: &str = "\
 Examples:
@@ -38,21 +38,22 @@ pub struct WhyArgs {
 pub enum WhyConfig {
     /// A live trace.
     Trace(Box<Config>),
-    /// A recorded one, shown as `view` says.
-    File { file: PathBuf, for_tid: Option<u32>, view: ViewConfig },
+    /// A recorded one, shown as `view` says, causes grouped as `by` says.
+    File { file: PathBuf, for_tid: Option<u32>, by: By, view: ViewConfig },
 }
 
 impl WhyConfig {
     pub fn from_args(mut a: WhyArgs) -> Result<Self, ConfigError> {
         let for_tid = a.for_tid;
+        let by = grouping(&mut a.trace, ConfigError::Why, "why")?;
         match file_or_trace(a.what.take(), a.trace, ConfigError::Why, "why explains")? {
             Source::File(file, view) => {
                 check_view(&view, for_tid)?;
-                Ok(WhyConfig::File { file, for_tid, view })
+                Ok(WhyConfig::File { file, for_tid, by, view })
             }
             Source::Trace(mut c) => {
                 check_view(&c.shown, for_tid)?;
-                c.view = View::Why { for_tid };
+                c.view = View::Why { for_tid, by };
                 Ok(WhyConfig::Trace(c))
             }
         }
@@ -109,6 +110,25 @@ pub(super) fn file_or_trace(
     Ok(Source::Trace(Box::new(c)))
 }
 
+/// How `why` and `locks` group what threads did alike (`--by`): by name unless
+/// asked otherwise, as profiles aggregate samples across threads. Options of the
+/// top view that these views would ignore are refused, not silently dropped;
+/// the records stay per thread (the views group them themselves).
+pub(super) fn grouping(trace: &mut TraceArgs, err: fn(String) -> ConfigError, name: &str) -> Result<By, ConfigError> {
+    let v = &mut trace.view;
+    let ignored =
+        [(v.value.is_some(), "--value"), (v.delimited, "-d/--delimited"), (v.what, "--what"), (v.by == Some(By::What), "--by what")];
+    if let Some((_, opt)) = ignored.iter().find(|(given, _)| *given) {
+        let instead = if *opt == "--by what" {
+            " (it groups by thread, process or comm; `topwaits --by what` ranks waits by what they were for)"
+        } else {
+            ""
+        };
+        return Err(err(format!("{opt}: not an option of {name}{instead}")));
+    }
+    Ok(v.by.take().unwrap_or(By::Comm))
+}
+
 /// Folded output and the svg are a critical path's: they need `--for`.
 fn check_view(view: &ViewConfig, for_tid: Option<u32>) -> Result<(), ConfigError> {
     if for_tid.is_none() {
@@ -146,9 +166,30 @@ mod tests {
         let WhyConfig::Trace(c) = why(&["-p", "7", "2.5"]).unwrap() else { panic!("not a trace") };
         assert_eq!(c.duration, Some(Duration::from_millis(2500)));
         assert!(c.waker && c.events_over_us == Some(1));
-        assert_eq!(c.view, View::Why { for_tid: None });
-        let WhyConfig::File { file, for_tid, view } = why(&["inc.twr", "--for", "9", "--json"]).unwrap() else { panic!("not a file") };
-        assert_eq!((file, for_tid, view.output), ("inc.twr".into(), Some(9), Output::Json { limit: 0 }));
+        assert_eq!(c.view, View::Why { for_tid: None, by: By::Comm });
+        let WhyConfig::File { file, for_tid, by, view } = why(&["inc.twr", "--for", "9", "--json", "--by", "thread"]).unwrap() else {
+            panic!("not a file")
+        };
+        assert_eq!((file, for_tid, by, view.output), ("inc.twr".into(), Some(9), By::Thread, Output::Json { limit: 0 }));
+    }
+
+    /// Causes are grouped by name unless --by says otherwise, the records stay
+    /// per thread, and options why would ignore are refused in one line.
+    #[test]
+    fn by_groups_causes_and_ignored_options_are_refused() {
+        let WhyConfig::Trace(c) = why(&["--by", "process", "3"]).unwrap() else { panic!("not a trace") };
+        assert_eq!((c.view, c.shown.by), (View::Why { for_tid: None, by: By::Process }, By::Thread));
+        for (args, opt) in [
+            (&["--by", "what", "3"][..], "--by what"),
+            (&["--value", "max", "--for", "3", "-f", "2"][..], "--value"),
+            (&["-d", "3"][..], "-d"),
+            (&["--what", "x.twr"][..], "--what"),
+        ] {
+            match why(args) {
+                Err(ConfigError::Why(m)) => assert!(m.starts_with(opt) && m.contains("not an option of why"), "{args:?}: {m}"),
+                other => panic!("{args:?} accepted: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -169,7 +169,7 @@ impl Serialize for Frames<'_> {
 
 #[derive(Serialize)]
 struct JFrame<'a> {
-    symbol: &'a str,
+    symbol: std::borrow::Cow<'a, str>,
     addr: Hex,
     #[serde(skip_serializing_if = "Option::is_none")]
     module: Option<&'a str>,

@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::{folded::clean, json::stack as json_stack, secs, Format};
-use crate::cli::{plural, Output};
+use crate::cli::{plural, By, Output};
 use crate::label::WaitsOn;
 use crate::locks::{analyze, HeldWhile, Lock, Site};
 use crate::model::{comm_text, Report, Stack};
@@ -17,27 +17,28 @@ use crate::model::{comm_text, Report, Stack};
 /// The `locks` view of a report.
 pub struct Locks {
     pub output: Output,
+    pub by: By,
 }
 
 fn ms(ns: u64) -> String {
     format!("{:.1} ms", ns as f64 / 1e6)
 }
 
-/// What a holder did, in words: "sleeping in f()", "running".
+/// What a holder did, in words: "sleeping", "waiting on disk vda", "running";
+/// where it did it is its stack, shown beside.
 fn doing(h: &HeldWhile) -> String {
-    let place = h.function.as_ref().map(|f| format!(" in {f}()")).unwrap_or_default();
     match &h.waits_on {
         None => "running or waiting for a CPU".to_string(),
-        Some(WaitsOn::Sleep { .. }) => format!("sleeping{place}"),
-        Some(WaitsOn::RunQueue { .. }) => format!("preempted{place}"),
-        Some(WaitsOn::Other { what }) => format!("blocked {what}{place}"),
-        Some(w) => format!("waiting on {}{place}", w.short()),
+        Some(WaitsOn::Sleep { .. }) => "sleeping".to_string(),
+        Some(WaitsOn::RunQueue { .. }) => "preempted".to_string(),
+        Some(WaitsOn::Other { what }) => format!("blocked {what}"),
+        Some(w) => format!("waiting on {}", w.short()),
     }
 }
 
 /// A stack's frames as `a <- b <- c`, leaf first, at most `n` of them.
 fn short_stack(s: &Stack, n: usize) -> String {
-    let names: Vec<&str> = s.frames().iter().take(n).map(|f| f.name()).collect();
+    let names: Vec<_> = s.frames().iter().take(n).map(|f| f.name()).collect();
     if names.is_empty() {
         "[no stack]".to_string()
     } else {
@@ -45,11 +46,19 @@ fn short_stack(s: &Stack, n: usize) -> String {
     }
 }
 
-/// `comm (tid N)` or `comm (N threads)`.
-fn who(s: &Site) -> String {
-    let threads = if s.tids.len() == 1 { format!("tid {}", s.tids.iter().next().unwrap_or(&0)) } else { plural(s.tids.len(), "thread") };
-    let mode = s.mode.as_ref().map(|m| format!(", to {m}")).unwrap_or_default();
-    format!("{} ({threads}{mode})", comm_text(&s.comm))
+/// `comm (tid N)`, `comm (N threads)` or `comm (pid P, N threads)`.
+fn who(comm: &[u8], tids: &std::collections::BTreeSet<u32>, pids: &std::collections::BTreeSet<u32>, mode: Option<&String>) -> String {
+    let threads = if tids.len() == 1 { format!("tid {}", tids.iter().next().unwrap_or(&0)) } else { plural(tids.len(), "thread") };
+    let pid = match pids.iter().collect::<Vec<_>>()[..] {
+        [p] if tids.len() > 1 => format!("pid {p}, "),
+        _ => String::new(),
+    };
+    let mode = mode.map(|m| format!(", to {m}")).unwrap_or_default();
+    format!("{} ({pid}{threads}{mode})", comm_text(comm))
+}
+
+fn site_who(s: &Site) -> String {
+    who(&s.comm, &s.tids, &s.pids, s.mode.as_ref())
 }
 
 fn text(report: &Report, locks: &[Lock], limit: usize, out: &mut dyn Write) -> io::Result<()> {
@@ -79,19 +88,23 @@ fn text(report: &Report, locks: &[Lock], limit: usize, out: &mut dyn Write) -> i
             ms(l.max_ns)
         )?;
         for h in l.held_while.iter().take(3) {
-            writeln!(out, "   held while {}: {} waited {}", doing(h), plural(h.waiters.len(), "thread"), secs(h.ns))?;
+            let by = who(&h.comm, &h.holders, &h.pids, None);
+            writeln!(out, "   held while {} by {by}: {} waited {}", doing(h), plural(h.waiters.len(), "thread"), secs(h.ns))?;
+            if h.waits_on.is_some() {
+                writeln!(out, "       {}", short_stack(&h.user, 6))?;
+            }
         }
         if l.unreleased_ns > 0 {
             writeln!(out, "   no release seen for {} of it (a timeout, or a wakeup not traced)", secs(l.unreleased_ns))?;
         }
         writeln!(out, "   released by:")?;
         for s in l.holders.iter().take(3) {
-            writeln!(out, "     {}: {}, ending {} of waiting", who(s), plural(s.count as usize, "release"), secs(s.ns))?;
+            writeln!(out, "     {}: {}, ending {} of waiting", site_who(s), plural(s.count as usize, "release"), secs(s.ns))?;
             writeln!(out, "       {}", short_stack(&s.user, 6))?;
         }
         writeln!(out, "   waiters:")?;
         for s in l.waiters.iter().take(3) {
-            writeln!(out, "     {}: {}, {}", who(s), plural(s.count as usize, "wait"), secs(s.ns))?;
+            writeln!(out, "     {}: {}, {}", site_who(s), plural(s.count as usize, "wait"), secs(s.ns))?;
             writeln!(out, "       {}", short_stack(&s.user, 6))?;
         }
     }
@@ -105,6 +118,7 @@ fn site_json(s: &Site) -> Value {
         "mode": s.mode,
         "comm": comm_text(&s.comm),
         "tids": s.tids,
+        "pids": s.pids,
         "count": s.count,
         "ns": s.ns,
         "kernel_stack": ks,
@@ -125,13 +139,26 @@ fn lock_json(l: &Lock, total: u64) -> Value {
         "share": l.total_ns as f64 / total.max(1) as f64,
         "waiter_threads": l.waiter_threads(),
         "unreleased_ns": l.unreleased_ns,
-        "held_while": l.held_while.iter().map(|h| json!({
-            "doing": doing(h),
-            "waits_on": h.waits_on.as_ref().map(|w| super::json::waits_on(w, 0)),
-            "function": h.function,
-            "ns": h.ns,
-            "waiters": h.waiters,
-        })).collect::<Vec<_>>(),
+        "held_while": l.held_while.iter().map(|h| {
+            let (ks, kstatus) = json_stack(&h.kernel);
+            let (us, ustatus) = json_stack(&h.user);
+            json!({
+                "doing": doing(h),
+                "waits_on": h.waits_on.as_ref().map(|w| super::json::waits_on(w, h.mean_ns())),
+                "function": h.function,
+                "comm": comm_text(&h.comm),
+                "holders": h.holders,
+                "pids": h.pids,
+                "waits": h.count,
+                "mean_wait_ns": h.mean_ns(),
+                "ns": h.ns,
+                "waiters": h.waiters,
+                "kernel_stack": ks,
+                "kernel_stack_status": kstatus,
+                "user_stack": us,
+                "user_stack_status": ustatus,
+            })
+        }).collect::<Vec<_>>(),
         "holders": l.holders.iter().map(site_json).collect::<Vec<_>>(),
         "waiters": l.waiters.iter().map(site_json).collect::<Vec<_>>(),
     })
@@ -139,13 +166,15 @@ fn lock_json(l: &Lock, total: u64) -> Value {
 
 /// Folded lines: the lock, then each waiting site's thread name and user then
 /// kernel frames, root first; the value is the waiting in µs.
-fn folded_lines(locks: &[Lock]) -> Vec<String> {
+fn folded_lines(locks: &[Lock], by: By) -> Vec<String> {
     let mut lines = Vec::new();
     for l in locks {
         for s in &l.waiters {
-            let mut frames = vec![clean(&format!("[{}]", l.waits_on.short())), clean(&comm_text(&s.comm))];
-            frames.extend(s.user.frames().iter().rev().map(|f| clean(f.name())));
-            frames.extend(s.kernel.frames().iter().rev().map(|f| clean(f.name())));
+            // The waiters by name, or by process or thread as `--by` splits them.
+            let name = if matches!(by, By::Comm | By::What) { comm_text(&s.comm) } else { site_who(s) };
+            let mut frames = vec![clean(&format!("[{}]", l.waits_on.short())), clean(&name)];
+            frames.extend(s.user.frames().iter().rev().map(|f| clean(&f.name())));
+            frames.extend(s.kernel.frames().iter().rev().map(|f| clean(&f.name())));
             lines.push(format!("{} {}", frames.join(";"), (s.ns / 1000).max(1)));
         }
     }
@@ -154,7 +183,7 @@ fn folded_lines(locks: &[Lock]) -> Vec<String> {
 
 impl Format for Locks {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
-        let locks = analyze(report);
+        let locks = analyze(report, self.by);
         match &self.output {
             Output::Json { limit } => {
                 let total: u64 = locks.iter().map(|l| l.total_ns).sum();
@@ -170,7 +199,7 @@ impl Format for Locks {
                 writeln!(out)
             }
             Output::Folded { .. } => {
-                for l in folded_lines(&locks) {
+                for l in folded_lines(&locks, self.by) {
                     writeln!(out, "{l}")?;
                 }
                 Ok(())
@@ -181,12 +210,14 @@ impl Format for Locks {
 }
 
 /// `locks --svg`: the waiters' stacks under their lock, as a flame graph.
-pub struct LocksSvg;
+pub struct LocksSvg {
+    pub by: By,
+}
 
 impl Format for LocksSvg {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         use inferno::flamegraph;
-        let lines = folded_lines(&analyze(report));
+        let lines = folded_lines(&analyze(report, self.by), self.by);
         let mut opts = flamegraph::Options::default();
         opts.title = format!("Lock waits of {} over {:.1} s", report.info.target, report.info.duration_s());
         opts.subtitle = Some("each lock at the root, its waiters' stacks above it".into());

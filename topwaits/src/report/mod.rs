@@ -30,8 +30,8 @@ pub trait Format<D: ?Sized = Report> {
 pub fn for_output(view: View, output: &Output) -> Box<dyn Format> {
     match view {
         View::Wakeups => return Box::new(wakeups::Wakeups { output: output.clone() }),
-        View::Why { for_tid } => return Box::new(why::Why { output: output.clone(), for_tid }),
-        View::Locks => return Box::new(locks::Locks { output: output.clone() }),
+        View::Why { for_tid, by } => return Box::new(why::Why { output: output.clone(), for_tid, by }),
+        View::Locks { by } => return Box::new(locks::Locks { output: output.clone(), by }),
         View::OffCpu => {}
     }
     match output {

@@ -74,7 +74,7 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
         writeln!(out, "    {:.1}% of all the waiting shown", 100.0 * r.total_ns as f64 / all.max(1) as f64)?;
     }
     if let Some(w) = &r.waits_on {
-        writeln!(out, "    waits on {}", w.describe(avg))?;
+        writeln!(out, "    {}", w.sentence(avg))?;
     }
     write_stack(out, &r.kernel, "kernel")?;
     if delimited && !matches!(r.kernel, Stack::None) && !matches!(r.user, Stack::None) {

@@ -102,7 +102,7 @@ pub struct Wakeups {
 fn folded_line(row: &Row, delimited: bool) -> String {
     let mut line = vec![clean(&hop_name(&row.waker))];
     let push = |line: &mut Vec<String>, s: &Stack, missing: &str| match s {
-        Stack::Frames(f) => line.extend(f.iter().rev().map(|f| clean(f.name()))),
+        Stack::Frames(f) => line.extend(f.iter().rev().map(|f| clean(&f.name()))),
         Stack::Missing => line.push(missing.to_string()),
         Stack::None => {}
     };

@@ -1,21 +1,39 @@
 //! `topwaits why`'s views of a trace's every wait (its events, with wakers):
-//! the causes ranked with the idle threads and knots apart, or with `--for` one
-//! thread's critical path; as text, JSON, or folded paths for flame graphs.
+//! the causes ranked with the idle threads, the waits no wakeup ended and the
+//! knots apart, or with `--for` one thread's critical path; as text, JSON, or
+//! folded paths for flame graphs. Causes and segments alike but for their
+//! threads are one, grouped by name unless `--by` says otherwise.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
 use super::{interrupt_handler, json::stack as json_stack, secs, Format};
-use crate::cli::Output;
+use crate::cli::{plural, By, Output};
+use crate::fasthash::FastMap;
+use crate::label::WaitsOn;
 use crate::model::{comm_text, Hop, Report, Stack, WakeKind};
-use crate::why::{critical_path, Cause, Findings, Segment, Tid, Trace, Wait, Waker, What};
+use crate::reduce::{Fingerprints, StackKey};
+use crate::why::{critical_path, group_causes, group_path, Findings, Group, PathGroup, Tid, Trace, Wait, Waker, What};
 
 /// The `why` view of a report.
 pub struct Why {
     pub output: Output,
     pub for_tid: Option<Tid>,
+    pub by: By,
+}
+
+/// A site as a process's waits repeat it: the process, its stacks' addresses
+/// and its label.
+type AddrKey = (u32, Vec<u64>, Vec<u64>, Option<String>);
+
+/// What threads that did alike share, as `--by` groups them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Who {
+    Comm(String),
+    Process(u32, String),
+    Thread(Tid),
 }
 
 /// Where a wait or a wakeup happened: its kernel and user stacks.
@@ -35,17 +53,34 @@ struct Input {
     labels: HashMap<u64, String>,
     /// The lock each thread waited on longest, where it waited on one.
     locks: HashMap<Tid, String>,
+    /// Threads with a wait still open at the end.
+    open: HashSet<Tid>,
+    by: By,
 }
 
 impl Input {
-    fn of(report: &Report) -> Input {
+    fn of(report: &Report, by: By) -> Input {
         let mut sites = Vec::new();
-        let mut index: HashMap<(Vec<u64>, Vec<u64>), u64> = HashMap::new();
-        let mut site = |kernel: &Stack, user: &Stack| -> u64 {
+        // Sites are told apart by what every view prints of them: the user
+        // stack's names and what the wait was for, where the thread has a user
+        // stack (how the kernel went about the wait, or about a wakeup, is no
+        // part of a cause: one fdatasync from the same caller on the same disk
+        // is one cause), else the kernel stack's names. The same code in two
+        // processes is one site; the stacks kept are the first wait's.
+        let mut index: HashMap<(Option<StackKey>, StackKey, Option<String>), u64> = HashMap::new();
+        // Names are fingerprinted once per process, addresses and label, which
+        // most waits repeat: a recording's frames are not shared, and hashing
+        // every name of every wait took seconds.
+        let mut seen: FastMap<AddrKey, u64> = FastMap::default();
+        let mut fp = Fingerprints::default();
+        let mut site = |tgid: u32, kernel: &Stack, user: &Stack, label: Option<String>| -> u64 {
             let addrs = |s: &Stack| s.frames().iter().map(|f| f.addr).collect::<Vec<u64>>();
-            *index.entry((addrs(kernel), addrs(user))).or_insert_with(|| {
-                sites.push(Site { kernel: kernel.clone(), user: user.clone() });
-                sites.len() as u64
+            *seen.entry((tgid, addrs(kernel), addrs(user), label.clone())).or_insert_with(|| {
+                let kernel_key = user.frames().is_empty().then(|| fp.of(kernel));
+                *index.entry((kernel_key, fp.of(user), label)).or_insert_with(|| {
+                    sites.push(Site { kernel: kernel.clone(), user: user.clone() });
+                    sites.len() as u64
+                })
             })
         };
         let mut threads = HashMap::new();
@@ -64,11 +99,11 @@ impl Input {
                     if !h.interrupt {
                         threads.entry(h.tid).or_insert_with(|| (h.tgid, comm_text(&h.comm)));
                     }
-                    (by, Some(start + w.blocked_ns), site(&h.kernel, &h.user))
+                    (by, Some(start + w.blocked_ns), site(h.tgid, &h.kernel, &h.user, None))
                 }
                 _ => (Waker::Unknown, None, 0),
             };
-            let own = site(&r.kernel, &r.user);
+            let own = site(r.tgid, &r.kernel, &r.user, r.waits_on.as_ref().map(WaitsOn::short));
             if let Some(w) = &r.waits_on {
                 labels.entry(own).or_insert_with(|| w.short());
                 if w.is_lock() {
@@ -78,15 +113,68 @@ impl Input {
             waits.push(Wait { tid: r.tid, start, woken, end, waker, site: own, waker_site });
         }
         // Waits still open at the end: a pool thread that waited all along.
+        let mut open = HashSet::new();
         for r in report.records.iter().filter(|r| r.open.is_some()) {
             let start = r.max_end_mono.saturating_sub(r.max_ns).max(report.info.start_mono);
             threads.entry(r.tid).or_insert_with(|| (r.tgid, comm_text(&r.comm)));
-            let s = site(&r.kernel, &r.user);
+            open.insert(r.tid);
+            let s = site(r.tgid, &r.kernel, &r.user, r.waits_on.as_ref().map(WaitsOn::short));
             waits.push(Wait { tid: r.tid, start, woken: None, end: report.info.end_mono, waker: Waker::Unknown, site: s, waker_site: 0 });
         }
         let n = waits.len();
         let locks = locked.into_iter().filter_map(|(t, m)| Some((t, m.into_iter().max_by_key(|(l, ns)| (*ns, l.clone()))?.0))).collect();
-        Input { trace: Trace::new(waits), sites, threads, waits: n, labels, locks }
+        Input { trace: Trace::new(waits), sites, threads, waits: n, labels, locks, open, by }
+    }
+
+    /// The key a thread's doings are grouped under.
+    fn who(&self, tid: Tid) -> Who {
+        match (self.by, self.threads.get(&tid)) {
+            (By::Comm | By::What, Some((_, comm))) => Who::Comm(comm.clone()),
+            (By::Process, Some((tgid, comm))) => Who::Process(*tgid, comm.clone()),
+            _ => Who::Thread(tid),
+        }
+    }
+
+    /// A group's key as a path shows it: `comm`, `comm (pid N)`, `comm (tid N)`.
+    fn who_name(&self, who: &Who) -> String {
+        match who {
+            Who::Comm(c) => c.clone(),
+            Who::Process(p, c) => format!("{c} (pid {p})"),
+            Who::Thread(t) => self.thread(*t),
+        }
+    }
+
+    /// Threads that share a key, in words: `postgres (tid 5)`, `8 threads like
+    /// postgres (tid 5)`, `3 threads of nginx (pid 9)`.
+    fn members(&self, who: &Who, tids: &BTreeSet<Tid>) -> String {
+        let first = tids.iter().next().copied().unwrap_or(0);
+        match (who, tids.len()) {
+            (Who::Process(p, c), 1) => format!("{c} (pid {p}, tid {first})"),
+            (Who::Process(p, c), n) => format!("{n} threads of {c} (pid {p})"),
+            (_, 1) | (Who::Thread(_), _) => self.thread(first),
+            (Who::Comm(_), n) => format!("{n} threads like {}", self.thread(first)),
+        }
+    }
+
+    /// Threads as groups of their keys: `postgres (8 threads), pgbench (tid 9)`,
+    /// at most `n` groups, most threads first.
+    fn groups_of(&self, tids: impl IntoIterator<Item = Tid>, n: usize) -> String {
+        let mut by: HashMap<Who, BTreeSet<Tid>> = HashMap::new();
+        for t in tids {
+            by.entry(self.who(t)).or_default().insert(t);
+        }
+        let mut groups: Vec<(Who, BTreeSet<Tid>)> = by.into_iter().collect();
+        groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+        let shown: Vec<String> = groups
+            .iter()
+            .take(n)
+            .map(|(who, tids)| match (who, tids.len()) {
+                (Who::Thread(_), _) | (_, 1) => self.members(who, tids),
+                (_, k) => format!("{} ({k} threads)", self.who_name(who)),
+            })
+            .collect();
+        let more = if groups.len() > n { format!(" and {} more", groups.len() - n) } else { String::new() };
+        format!("{}{more}", shown.join(", "))
     }
 
     fn site(&self, id: u64) -> Option<&Site> {
@@ -104,8 +192,8 @@ impl Input {
     /// A site's innermost functions, user side first: `f <- g <- h`.
     fn place(&self, id: u64) -> String {
         let Some(s) = self.site(id) else { return "[no stack]".into() };
-        let user: Vec<&str> = s.user.frames().iter().take(4).map(|f| f.name()).collect();
-        let kernel: Vec<&str> = s.kernel.frames().iter().take(3).map(|f| f.name()).collect();
+        let user: Vec<_> = s.user.frames().iter().take(4).map(|f| f.name()).collect();
+        let kernel: Vec<_> = s.kernel.frames().iter().take(3).map(|f| f.name()).collect();
         match (user.is_empty(), kernel.is_empty()) {
             (false, _) => user.join(" <- "),
             (true, false) => kernel.join(" <- "),
@@ -126,19 +214,31 @@ impl Input {
     }
 }
 
-/// What a device wakeup is called: its class and the handler.
+/// What a device wakeup is called: its class (a timer, the disk, the
+/// network), so that waits ended by one device are one cause whichever of its
+/// handlers ran; an interrupt of no known class by its handler.
 fn device(h: &Hop) -> String {
     let Some(handler) = interrupt_handler(h) else { return "an interrupt".into() };
-    let class = if handler.contains("timer") || handler.contains("timeout") || handler.contains("it_real_fn") {
-        "timer"
-    } else if handler.starts_with("blk_") || handler.starts_with("bio_") || handler.contains("_end_io") || handler.contains("nvme") {
-        "disk"
-    } else if handler.contains("net_rx") || handler.contains("napi") || handler.starts_with("tcp_") || handler.starts_with("sock_") {
-        "network"
+    device_class(handler).map_or_else(|| format!("interrupt ({handler})"), str::to_string)
+}
+
+/// The class of an interrupt's wake-up handler, where its name tells it. A
+/// page's or a buffer's wake-up bit is cleared in interrupt context when its
+/// I/O completes.
+fn device_class(handler: &str) -> Option<&'static str> {
+    let has = |names: &[&str]| names.iter().any(|n| handler.contains(n));
+    if has(&["timer", "timeout", "it_real_fn"]) {
+        Some("timer")
+    } else if handler.starts_with("blk_")
+        || handler.starts_with("bio_")
+        || has(&["_end_io", "nvme", "wake_page_function", "wake_bit_function", "folio_wake", "end_buffer"])
+    {
+        Some("disk")
+    } else if has(&["net_rx", "napi"]) || handler.starts_with("tcp_") || handler.starts_with("sock_") {
+        Some("network")
     } else {
-        "interrupt"
-    };
-    format!("{class} ({handler})")
+        None
+    }
 }
 
 fn waker_text(w: &Waker) -> String {
@@ -150,19 +250,23 @@ fn waker_text(w: &Waker) -> String {
     }
 }
 
-/// One line saying what a cause is.
-fn describe(input: &Input, c: &Cause) -> String {
-    let who = input.thread(c.tid);
-    match &c.what {
+/// What a group of threads was doing, in words, after who they were.
+fn doing(input: &Input, what: &What) -> String {
+    match what {
         What::Blocked { site, on } => {
-            let what = input.labels.get(site).map(|l| format!(" ({l})")).unwrap_or_default();
-            format!("{who} blocked on {} in {}{what}", waker_text(on), input.place(*site))
+            let label = input.labels.get(site).map(|l| format!(" ({l})")).unwrap_or_default();
+            format!("blocked on {} in {}{label}", waker_text(on), input.place(*site))
         }
-        What::Running { site: 0 } => format!("{who} running"),
-        What::Running { site } => format!("{who} running (it woke the waiter from {})", input.place(*site)),
-        What::RunQueue => format!("{who} runnable, waiting for a CPU"),
-        What::Cycle => format!("{who} in a cycle of waits"),
+        What::Running { site: 0 } => "running".into(),
+        What::Running { site } => format!("running (it woke the waiter from {})", input.place(*site)),
+        What::RunQueue => "runnable, waiting for a CPU".into(),
+        What::Cycle => "in a cycle of waits".into(),
     }
+}
+
+/// One line saying what a cause is: who, then what they did.
+fn describe(input: &Input, g: &Group<Who>) -> String {
+    format!("{} {}", input.members(&g.who, &g.tids), doing(input, &g.what))
 }
 
 fn kind(w: &What) -> &'static str {
@@ -171,6 +275,14 @@ fn kind(w: &What) -> &'static str {
         What::Running { .. } => "running",
         What::RunQueue => "run_queue",
         What::Cycle => "cycle",
+    }
+}
+
+/// The site a cause or segment shows stacks of (0: none).
+fn site_of(w: &What) -> u64 {
+    match w {
+        What::Blocked { site, .. } | What::Running { site } => *site,
+        _ => 0,
     }
 }
 
@@ -183,10 +295,10 @@ fn limit(output: &Output) -> usize {
 
 impl Format for Why {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
-        let input = Input::of(report);
+        let input = Input::of(report, self.by);
         match self.for_tid {
             Some(tid) => {
-                let path = critical_path(&input.trace, tid, report.info.start_mono, report.info.end_mono);
+                let path = input.path(report, tid);
                 match self.output {
                     Output::Json { .. } => path_json(&input, report, tid, &path, out),
                     Output::Folded { .. } => path_folded(&input, &path, out),
@@ -195,16 +307,51 @@ impl Format for Why {
             }
             None => {
                 let found = input.trace.why(&[]);
+                let causes = group_causes(&found.causes, |t| input.who(t));
                 match self.output {
-                    Output::Json { .. } => causes_json(&input, report, &found, limit(&self.output), out),
-                    _ => causes_text(&input, report, &found, limit(&self.output), out),
+                    Output::Json { .. } => causes_json(&input, report, &found, &causes, limit(&self.output), out),
+                    _ => causes_text(&input, report, &found, &causes, limit(&self.output), out),
                 }
             }
         }
     }
 }
 
-fn causes_text(input: &Input, report: &Report, f: &Findings, limit: usize, out: &mut dyn Write) -> io::Result<()> {
+impl Input {
+    /// Thread `tid`'s critical path over the trace, its segments grouped.
+    fn path(&self, report: &Report, tid: Tid) -> Vec<PathGroup<Who>> {
+        let segments = critical_path(&self.trace, tid, report.info.start_mono, report.info.end_mono);
+        group_path(&segments, |t| self.who(t))
+    }
+}
+
+/// Threads listed apart (idle, or waiting with no wakeup seen) that share a key
+/// and a place: one line.
+struct Apart {
+    who: Who,
+    place: String,
+    tids: BTreeSet<Tid>,
+    /// The longest of theirs.
+    ns: u64,
+}
+
+/// Lines of threads listed apart, from `(tid, ns, site)`, in the order given.
+fn apart(input: &Input, items: impl Iterator<Item = (Tid, u64, u64)>) -> Vec<Apart> {
+    let mut lines: Vec<Apart> = Vec::new();
+    for (tid, ns, site) in items {
+        let (who, place) = (input.who(tid), input.place(site));
+        match lines.iter_mut().find(|l| l.who == who && l.place == place) {
+            Some(l) => {
+                l.tids.insert(tid);
+                l.ns = l.ns.max(ns);
+            }
+            None => lines.push(Apart { who, place, tids: BTreeSet::from([tid]), ns }),
+        }
+    }
+    lines
+}
+
+fn causes_text(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who>], limit: usize, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
         "Why {} waited ({:.1} s, {} waits): {} of waiting that other threads depended on.",
@@ -213,62 +360,62 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, limit: usize, out: 
         input.waits,
         secs(f.waiting_ns)
     )?;
-    if f.causes.is_empty() {
+    if f.lone && !causes.is_empty() {
+        writeln!(
+            out,
+            "None of the traced threads woke another: each wait is ranked by what it waited behind (the thread that woke it, a device, the CPU)."
+        )?;
+    }
+    if causes.is_empty() {
         writeln!(out, "\nNo thread's waits held up another's.")?;
     } else {
         writeln!(out, "\nCauses, the first to fix first (each moment a thread waited, followed to what it waited behind):\n")?;
     }
-    let shown = if limit == 0 { f.causes.len() } else { limit.min(f.causes.len()) };
-    for (i, c) in f.causes.iter().take(shown).enumerate() {
-        writeln!(out, "{:>3}. {:>5.1}%  {:>11}  {}", i + 1, c.share * 100.0, secs(c.ns), describe(input, &c.cause))?;
-        let others: Vec<String> = c.waiters.iter().filter(|&&t| t != c.cause.tid).map(|&t| input.thread(t)).collect();
-        if !others.is_empty() {
-            let more = if others.len() > 4 { format!(" and {} more", others.len() - 4) } else { String::new() };
-            // The lock they waited on, when they all waited on one the most.
-            let mut locks = c.waiters.iter().filter(|&&t| t != c.cause.tid).map(|t| input.locks.get(t));
-            let first = locks.next().flatten();
-            let on = match first {
-                Some(l) if locks.all(|x| x == Some(l)) => format!(" on {l}"),
-                _ => String::new(),
-            };
-            writeln!(
-                out,
-                "{:>26}{} waited behind it{on}: {}{}",
-                "",
-                crate::cli::plural(others.len(), "thread"),
-                others[..others.len().min(4)].join(", "),
-                more
-            )?;
+    let shown = if limit == 0 { causes.len() } else { limit.min(causes.len()) };
+    for (i, c) in causes.iter().take(shown).enumerate() {
+        writeln!(out, "{:>3}. {:>5.1}%  {:>11}  {}", i + 1, c.share * 100.0, secs(c.ns), describe(input, c))?;
+        // One thread is not said to wait behind itself; a group's threads may
+        // well have waited behind each other.
+        let others: BTreeSet<Tid> = c.waiters.iter().copied().filter(|t| c.tids.len() > 1 || !c.tids.contains(t)).collect();
+        if others.is_empty() {
+            continue;
         }
+        // The lock they waited on, when they all waited on one the most.
+        let mut locks = others.iter().map(|t| input.locks.get(t));
+        let first = locks.next().flatten();
+        let on = match first {
+            Some(l) if locks.all(|x| x == Some(l)) => format!(" on {l}"),
+            _ => String::new(),
+        };
+        let pronoun = if c.tids.len() > 1 { "them" } else { "it" };
+        writeln!(
+            out,
+            "{:>26}{} waited behind {pronoun}{on}: {}",
+            "",
+            plural(others.len(), "thread"),
+            input.groups_of(others.iter().copied(), 4)
+        )?;
     }
-    if shown < f.causes.len() {
-        writeln!(out, "     ... {} more causes ({} in all; -n 0 shows every one)", f.causes.len() - shown, f.causes.len())?;
+    if shown < causes.len() {
+        writeln!(out, "     ... {} more causes ({} in all; -n 0 shows every one)", causes.len() - shown, causes.len())?;
     }
     if !f.knots.is_empty() {
         writeln!(out, "\nKnots (threads that waited only on each other):")?;
         for k in &f.knots {
-            writeln!(out, "  {}", k.iter().map(|&t| input.thread(t)).collect::<Vec<_>>().join(", "))?;
+            writeln!(out, "  {}", input.groups_of(k.iter().copied(), 8))?;
+        }
+    }
+    if !f.unwoken.is_empty() {
+        writeln!(out, "\nWaiting with no wakeup seen (nobody waited behind them; not ranked):")?;
+        for l in apart(input, f.unwoken.iter().map(|u| (u.tid, u.ns, u.site))) {
+            let still = if l.tids.iter().all(|t| input.open.contains(t)) { ", still waiting at the end" } else { "" };
+            writeln!(out, "  {:>11}  {} in {}{still}", secs(l.ns), input.members(&l.who, &l.tids), l.place)?;
         }
     }
     if !f.idle.is_empty() {
         writeln!(out, "\nIdle (woke no other thread after any of their waits, so they held nobody up; not ranked):")?;
-        // Threads of one name idle in one place (a pool) share a line.
-        let mut groups: Vec<(String, String, Vec<&crate::why::Idle>)> = Vec::new();
-        for i in &f.idle {
-            let name = input.threads.get(&i.tid).map(|(_, c)| c.clone()).unwrap_or_default();
-            let place = input.place(i.site);
-            match groups.iter_mut().find(|g| g.0 == name && g.1 == place) {
-                Some(g) => g.2.push(i),
-                None => groups.push((name, place, vec![i])),
-            }
-        }
-        for (_, place, members) in &groups {
-            let longest = members.iter().map(|i| i.ns).max().unwrap_or(0);
-            let who = match members.as_slice() {
-                [one] => input.thread(one.tid),
-                many => format!("{} threads like {}", many.len(), input.thread(many[0].tid)),
-            };
-            writeln!(out, "  {:>11}  {who} in {place}", secs(longest))?;
+        for l in apart(input, f.idle.iter().map(|i| (i.tid, i.ns, i.site))) {
+            writeln!(out, "  {:>11}  {} in {}", secs(l.ns), input.members(&l.who, &l.tids), l.place)?;
         }
     }
     if f.idle_waits_ns > 0 {
@@ -281,51 +428,58 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, limit: usize, out: 
     Ok(())
 }
 
-fn causes_json(input: &Input, report: &Report, f: &Findings, limit: usize, out: &mut dyn Write) -> io::Result<()> {
-    let take = if limit == 0 { f.causes.len() } else { limit.min(f.causes.len()) };
-    let causes: Vec<Value> = f.causes[..take]
+fn causes_json(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who>], limit: usize, out: &mut dyn Write) -> io::Result<()> {
+    let take = if limit == 0 { causes.len() } else { limit.min(causes.len()) };
+    let causes_v: Vec<Value> = causes[..take]
         .iter()
         .map(|c| {
-            let site = match &c.cause.what {
-                What::Blocked { site, .. } | What::Running { site } => *site,
-                _ => 0,
-            };
-            let (kernel, user) = input.json_site(site);
+            let (kernel, user) = input.json_site(site_of(&c.what));
+            let first = c.tids.iter().next().copied().unwrap_or(0);
             let mut v = json!({
                 "share": c.share,
                 "ns": c.ns,
-                "kind": kind(&c.cause.what),
-                "thread": input.json_thread(c.cause.tid),
+                "kind": kind(&c.what),
+                "thread": input.json_thread(first),
+                "threads": c.tids.iter().map(|&t| input.json_thread(t)).collect::<Vec<_>>(),
                 "kernel_stack": kernel,
                 "user_stack": user,
                 "waiters": c.waiters.iter().map(|&t| input.json_thread(t)).collect::<Vec<_>>(),
-                "description": describe(input, &c.cause),
+                "description": describe(input, c),
             });
-            if let What::Blocked { on, site } = &c.cause.what {
+            if let What::Blocked { on, site } = &c.what {
                 v["on"] = json!(waker_text(on));
                 v["waits_on"] = json!(input.labels.get(site));
             }
             v
         })
         .collect();
-    let idle: Vec<Value> = f
-        .idle
+    let apart = |tid: Tid, ns: u64, site: u64| {
+        let (kernel, user) = input.json_site(site);
+        json!({"thread": input.json_thread(tid), "ns": ns, "kernel_stack": kernel, "user_stack": user})
+    };
+    let idle: Vec<Value> = f.idle.iter().map(|i| apart(i.tid, i.ns, i.site)).collect();
+    let unwoken: Vec<Value> = f
+        .unwoken
         .iter()
-        .map(|i| {
-            let (kernel, user) = input.json_site(i.site);
-            json!({"thread": input.json_thread(i.tid), "ns": i.ns, "kernel_stack": kernel, "user_stack": user})
+        .map(|u| {
+            let mut v = apart(u.tid, u.ns, u.site);
+            v["open_at_end"] = json!(input.open.contains(&u.tid));
+            v
         })
         .collect();
     let doc = json!({
         "view": "why",
         "target": report.info.target,
         "duration_s": report.info.duration_s(),
+        "by": input.by.name(),
         "waits": input.waits,
         "waiting_ns": f.waiting_ns,
+        "lone": f.lone,
         "idle_waits_ns": f.idle_waits_ns,
-        "causes_total": f.causes.len(),
-        "causes": causes,
+        "causes_total": causes.len(),
+        "causes": causes_v,
         "idle": idle,
+        "unwoken": unwoken,
         "knots": f.knots,
     });
     serde_json::to_writer(&mut *out, &doc)?;
@@ -342,11 +496,11 @@ fn state(w: &What) -> &'static str {
     }
 }
 
-fn path_names(input: &Input, s: &Segment) -> Vec<String> {
-    s.path.iter().map(|&t| input.threads.get(&t).map(|(_, c)| c.clone()).unwrap_or_else(|| format!("tid {t}"))).collect()
+fn path_names(input: &Input, s: &PathGroup<Who>) -> Vec<String> {
+    s.path.iter().map(|w| input.who_name(w)).collect()
 }
 
-fn path_text(input: &Input, report: &Report, tid: Tid, path: &[Segment], out: &mut dyn Write) -> io::Result<()> {
+fn path_text(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], out: &mut dyn Write) -> io::Result<()> {
     let window = report.info.end_mono.saturating_sub(report.info.start_mono);
     writeln!(out, "Where {}'s {} went (its critical path):\n", input.thread(tid), secs(window))?;
     for s in path {
@@ -356,23 +510,38 @@ fn path_text(input: &Input, report: &Report, tid: Tid, path: &[Segment], out: &m
             w => state(w).to_string(),
         };
         let share = if window == 0 { 0.0 } else { s.ns as f64 * 100.0 / window as f64 };
-        writeln!(out, "  {:>5.1}%  {:>11}  {}: {}", share, secs(s.ns), path_names(input, s).join(" -> "), what)?;
+        // A place of the path that stands for several threads says how many.
+        let names: Vec<String> = path_names(input, s)
+            .into_iter()
+            .zip(&s.tids)
+            .map(|(n, t)| if t.len() > 1 { format!("{n} ({} threads)", t.len()) } else { n })
+            .collect();
+        writeln!(out, "  {:>5.1}%  {:>11}  {}: {}", share, secs(s.ns), names.join(" -> "), what)?;
     }
     Ok(())
 }
 
-fn path_json(input: &Input, report: &Report, tid: Tid, path: &[Segment], out: &mut dyn Write) -> io::Result<()> {
+fn path_json(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], out: &mut dyn Write) -> io::Result<()> {
     let segments: Vec<Value> = path
         .iter()
         .map(|s| {
-            let site = match &s.what {
-                What::Blocked { site, .. } | What::Running { site } => *site,
-                _ => 0,
-            };
-            let (kernel, user) = input.json_site(site);
+            let (kernel, user) = input.json_site(site_of(&s.what));
+            let places: Vec<Value> = s
+                .path
+                .iter()
+                .zip(&s.tids)
+                .map(|(w, tids)| {
+                    let comm = match w {
+                        Who::Comm(c) | Who::Process(_, c) => c.clone(),
+                        Who::Thread(t) => input.threads.get(t).map(|(_, c)| c.clone()).unwrap_or_default(),
+                    };
+                    let pids: BTreeSet<u32> = tids.iter().filter_map(|t| input.threads.get(t).map(|(p, _)| *p)).collect();
+                    json!({"comm": comm, "tids": tids, "pids": pids})
+                })
+                .collect();
             let mut v = json!({
                 "ns": s.ns,
-                "path": s.path.iter().map(|&t| input.json_thread(t)).collect::<Vec<_>>(),
+                "path": places,
                 "state": state(&s.what),
                 "kernel_stack": kernel,
                 "user_stack": user,
@@ -387,31 +556,28 @@ fn path_json(input: &Input, report: &Report, tid: Tid, path: &[Segment], out: &m
         "view": "why",
         "target": report.info.target,
         "duration_s": report.info.duration_s(),
+        "by": input.by.name(),
         "critical_path": {"thread": input.json_thread(tid), "window_ns": report.info.end_mono.saturating_sub(report.info.start_mono), "segments": segments},
     });
     serde_json::to_writer(&mut *out, &doc)?;
     writeln!(out)
 }
 
-/// Folded lines: the path of threads, then the last one's state and stack
-/// (outermost frame first), then nanoseconds.
-fn path_folded(input: &Input, path: &[Segment], out: &mut dyn Write) -> io::Result<()> {
+/// Folded lines: the path (as `--by` names it), then the last one's state and
+/// stack (outermost frame first), then nanoseconds.
+fn path_folded(input: &Input, path: &[PathGroup<Who>], out: &mut dyn Write) -> io::Result<()> {
     for line in folded_lines(input, path) {
         writeln!(out, "{line}")?;
     }
     Ok(())
 }
 
-fn folded_lines(input: &Input, path: &[Segment]) -> Vec<String> {
+fn folded_lines(input: &Input, path: &[PathGroup<Who>]) -> Vec<String> {
     let mut lines = Vec::new();
     for s in path {
         let mut parts: Vec<String> = path_names(input, s).iter().map(|n| n.replace([';', ' '], "_")).collect();
         parts.push(format!("[{}]", state(&s.what).replace(' ', "_")));
-        let site = match &s.what {
-            What::Blocked { site, .. } | What::Running { site } => *site,
-            _ => 0,
-        };
-        if let Some(st) = input.site(site) {
+        if let Some(st) = input.site(site_of(&s.what)) {
             parts.extend(st.user.frames().iter().rev().map(|f| f.name().replace(';', ":")));
             parts.extend(st.kernel.frames().iter().rev().map(|f| f.name().replace(';', ":")));
         }
@@ -424,19 +590,35 @@ fn folded_lines(input: &Input, path: &[Segment]) -> Vec<String> {
 /// at its root.
 pub struct PathSvg {
     pub for_tid: Tid,
+    pub by: By,
 }
 
 impl Format for PathSvg {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         use inferno::flamegraph;
-        let input = Input::of(report);
-        let path = critical_path(&input.trace, self.for_tid, report.info.start_mono, report.info.end_mono);
-        let lines = folded_lines(&input, &path);
+        let input = Input::of(report, self.by);
+        let lines = folded_lines(&input, &input.path(report, self.for_tid));
         let mut opts = flamegraph::Options::default();
         opts.title = format!("Critical path of {} over {:.1} s", input.thread(self.for_tid), report.info.duration_s());
         opts.subtitle = Some(format!("{}: each stretch followed to the thread or device that ended it", report.info.target));
         opts.count_name = "ns".into();
         opts.deterministic = true;
         super::svg::draw(&mut opts, &lines, "[nothing traced]", out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The WAL flush's waits end from three handlers of one disk: one cause.
+    #[test]
+    fn interrupts_are_named_by_their_device() {
+        for h in ["blk_update_request", "wake_page_function", "wake_bit_function", "bio_endio"] {
+            assert_eq!(device_class(h), Some("disk"), "{h}");
+        }
+        assert_eq!(device_class("hrtimer_wakeup"), Some("timer"));
+        assert_eq!(device_class("net_rx_action"), Some("network"));
+        assert_eq!(device_class("vp_interrupt"), None);
     }
 }

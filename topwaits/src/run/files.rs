@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use crate::cli::{ValueKind, ViewConfig};
+use crate::cli::{ValueKind, View, ViewConfig};
 use crate::model::Report;
 use crate::outfile::OutputFile;
 use crate::report::{self, Format as _};
@@ -19,10 +19,9 @@ pub struct ViewFiles {
     value: ValueKind,
     what: bool,
     timeline_limit: usize,
-    /// `why --for TID`: the svg is that thread's critical path.
-    path_of: Option<u32>,
-    /// `locks`: the svg is the locks' waiters.
-    locks: bool,
+    /// What the svg draws: a trace's flame graph, `why --for TID`'s critical
+    /// path, or the locks' waiters under their locks.
+    shown: View,
 }
 
 impl ViewFiles {
@@ -38,20 +37,14 @@ impl ViewFiles {
             value: view.value,
             what: view.what,
             timeline_limit: view.timeline_limit,
-            path_of: None,
-            locks: false,
+            shown: View::OffCpu,
         })
     }
 
-    /// Draws thread `tid`'s critical path in the svg (`why --for`).
-    pub fn critical_path(mut self, tid: Option<u32>) -> Self {
-        self.path_of = tid;
-        self
-    }
-
-    /// Draws the locks' waiters in the svg (`locks`).
-    pub fn locks(mut self, locks: bool) -> Self {
-        self.locks = locks;
+    /// Draws the svg as `shown` views the trace: `why --for`'s critical path,
+    /// or the locks' waiters; any other view's svg is the flame graph.
+    pub fn shown(mut self, shown: View) -> Self {
+        self.shown = shown;
         self
     }
 
@@ -63,10 +56,10 @@ impl ViewFiles {
     /// Writes every file from the report (per thread, as the trace saw it).
     pub fn write(self, report: &Report) -> Result<()> {
         if let Some(file) = self.svg {
-            match self.path_of {
-                Some(for_tid) => file.write(|out| report::why::PathSvg { for_tid }.write(report, out))?,
-                None if self.locks => file.write(|out| report::locks::LocksSvg.write(report, out))?,
-                None => file.write(|out| report::svg::FlameSvg { value: self.value, what: self.what }.write(report, out))?,
+            match self.shown {
+                View::Why { for_tid: Some(for_tid), by } => file.write(|out| report::why::PathSvg { for_tid, by }.write(report, out))?,
+                View::Locks { by } => file.write(|out| report::locks::LocksSvg { by }.write(report, out))?,
+                _ => file.write(|out| report::svg::FlameSvg { value: self.value, what: self.what }.write(report, out))?,
             }
         }
         if let Some(file) = self.timeline {

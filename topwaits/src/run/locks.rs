@@ -8,13 +8,13 @@ use crate::cli::{LocksConfig, View};
 pub fn run(c: LocksConfig) -> Result<()> {
     match c {
         LocksConfig::Trace(config) => super::trace::run(&config),
-        LocksConfig::File { file, view } => {
-            let files = super::files::ViewFiles::create(&view, None)?.locks(true);
+        LocksConfig::File { file, by, view } => {
+            let files = super::files::ViewFiles::create(&view, None)?.shown(View::Locks { by });
             let report = super::why::recorded(&file)?;
             if report.events.iter().all(|e| e.record.waits_on.is_none()) {
                 bail!("{} was recorded before waits had labels: record it again with `topwaits record --why`", file.display());
             }
-            super::why::show(&report, View::Locks, &view, files)
+            super::why::show(&report, View::Locks { by }, &view, files)
         }
     }
 }

@@ -72,13 +72,7 @@ pub fn run(config: &Config) -> Result<()> {
     preflight(&config.threads)?;
     // Watched from before attaching: a process that exits meanwhile ends the trace.
     let mut targets = pidfds(&config.threads);
-    let path_of = match config.view {
-        crate::cli::View::Why { for_tid } => for_tid,
-        _ => None,
-    };
-    let mut files = Some(
-        ViewFiles::create(&config.shown, config.record.as_deref())?.critical_path(path_of).locks(config.view == crate::cli::View::Locks),
-    );
+    let mut files = Some(ViewFiles::create(&config.shown, config.record.as_deref())?.shown(config.view));
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
         crate::stderr::say!(
             "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
@@ -94,7 +88,7 @@ pub fn run(config: &Config) -> Result<()> {
     let target = config.target();
     let what = match config.view {
         crate::cli::View::Wakeups => "wakeups",
-        crate::cli::View::Why { .. } | crate::cli::View::Locks => "every wait and its waker",
+        crate::cli::View::Why { .. } | crate::cli::View::Locks { .. } => "every wait and its waker",
         crate::cli::View::OffCpu if config.waker => "off-CPU waits and their wakers",
         crate::cli::View::OffCpu => "off-CPU waits",
     };

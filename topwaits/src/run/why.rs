@@ -9,10 +9,11 @@ use crate::model::Report;
 pub fn run(c: WhyConfig) -> Result<()> {
     match c {
         WhyConfig::Trace(config) => super::trace::run(&config),
-        WhyConfig::File { file, for_tid, view } => {
-            let files = super::files::ViewFiles::create(&view, None)?.critical_path(for_tid);
+        WhyConfig::File { file, for_tid, by, view } => {
+            let shown = View::Why { for_tid, by };
+            let files = super::files::ViewFiles::create(&view, None)?.shown(shown);
             let report = recorded(&file)?;
-            show(&report, View::Why { for_tid }, &view, files)
+            show(&report, shown, &view, files)
         }
     }
 }

@@ -419,7 +419,7 @@ pub(crate) mod tests {
         // function starts there. Frame 1's return address is 0x1000.
         let caller = Frame { addr: 0xfff, symbol: Some("caller".into()), module: None, offset: Some(0x3f) };
         let f = frame_at(1, 0x1000, Some(&caller));
-        assert_eq!((f.name(), f.addr, f.offset), ("caller", 0x1000, Some(0x40)));
+        assert_eq!((f.name().as_ref(), f.addr, f.offset), ("caller", 0x1000, Some(0x40)));
         assert_eq!(lookup_addr(1, 0x1000), 0xfff);
         assert_eq!(lookup_addr(0, 0x1000), 0x1000, "the leaf is where the thread is, not a return address");
         assert_eq!(frame_at(0, 0x1000, None), Frame::unknown(0x1000));

@@ -133,7 +133,8 @@ pub fn syscall_info_by_name(name: &str) -> Option<u64> {
 /// Whether a syscall's first argument is what its waits are on (a file
 /// descriptor, or `futex`'s word).
 fn keeps_arg0(fd_arg: Option<usize>, name: &str) -> bool {
-    fd_arg == Some(0) || name == "futex"
+    // select's first argument is its number of descriptors: none is a sleep.
+    fd_arg == Some(0) || matches!(name, "futex" | "select" | "pselect6")
 }
 
 /// Whether syscall `nr`'s waits keep its first argument, as the programs do.

@@ -186,6 +186,9 @@ pub fn classify(w: &What, kernel: &[&str], user: &[&str], tgid: u32, r: &mut dyn
         "nanosleep" | "clock_nanosleep" => WaitsOn::Sleep { requested_ns: (w.flags & bits::SLEEP != 0).then_some(w.obj), syscall },
         "wait4" | "waitid" => WaitsOn::Child { syscall },
         "pause" | "rt_sigsuspend" | "rt_sigtimedwait" => WaitsOn::Signal { syscall },
+        // select on no descriptors is how portable code sleeps (PostgreSQL's
+        // pg_usleep): nothing to poll but the time.
+        "select" | "pselect6" if w.arg0 == 0 => WaitsOn::Sleep { requested_ns: None, syscall },
         "poll" | "ppoll" | "select" | "pselect6" => WaitsOn::Poll { via: syscall, fds: Vec::new() },
         "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => WaitsOn::Poll { fds: r.epoll_fds(tgid, w.arg0), via: syscall },
         "sync" => WaitsOn::Disk { device: None, file: None, syscall: Some(syscall) },
@@ -215,8 +218,9 @@ fn by_fd(fd: u64, syscall: String, io: bool, tgid: u32, r: &mut dyn Resolve) -> 
 /// Labels `records`, each with the [`What`] of the same index.
 pub fn label(records: &mut [Record], whats: &[What], r: &mut dyn Resolve) {
     for (rec, w) in records.iter_mut().zip(whats) {
-        let kernel: Vec<&str> = rec.kernel.frames().iter().map(|f| f.name()).collect();
-        let user: Vec<&str> = rec.user.frames().iter().map(|f| f.name()).collect();
+        let kernel: Vec<_> = rec.kernel.frames().iter().map(|f| f.name()).collect();
+        let user: Vec<_> = rec.user.frames().iter().map(|f| f.name()).collect();
+        let (kernel, user): (Vec<&str>, Vec<&str>) = (kernel.iter().map(AsRef::as_ref).collect(), user.iter().map(AsRef::as_ref).collect());
         rec.waits_on = Some(classify(w, &kernel, &user, rec.tgid, r));
     }
 }

@@ -129,8 +129,13 @@ fn event_loops_sleeps_children_and_signals() {
     let mut r = fake();
     let none: [&str; 0] = [];
     let ep = classify(&call("epoll_wait", 4), &["ep_poll"], &none, 10, &mut r);
-    assert_eq!(ep.describe(0), "event loop idle in epoll_wait on 5 (TCP 127.0.0.1:80, listening)");
+    assert_eq!(ep.describe(0), "event loop (epoll_wait on 5 (TCP 127.0.0.1:80, listening))");
     assert_eq!(classify(&call("poll", 0x7ffd), &["do_sys_poll"], &none, 10, &mut r).kind(), "poll");
+    // select on no descriptors sleeps (PostgreSQL's pg_usleep); on some, it polls.
+    let nap = classify(&call("select", 0), &["do_select"], &none, 10, &mut r);
+    assert_eq!(nap, WaitsOn::Sleep { requested_ns: None, syscall: "select".into() });
+    assert_eq!(classify(&call("pselect6", 7), &["do_select"], &none, 10, &mut r).kind(), "poll");
+    assert!(crate::sys::syscalls::keeps_arg0_of(23) && crate::sys::syscalls::keeps_arg0_of(270), "the programs keep select's nfds");
     let asked = What { flags: bits::SLEEP, obj: 2_000_000, ..call("clock_nanosleep", 0) };
     assert_eq!(
         classify(&asked, &["do_nanosleep"], &none, 10, &mut r),

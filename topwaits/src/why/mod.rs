@@ -9,14 +9,20 @@
 //! housekeeping sleep, a kernel worker between jobs): it held nobody up, so it
 //! is not ranked, and threads whose every wait is idle are listed apart; unless
 //! no target's wait was followed by a wakeup (a lone thread's waits are what
-//! there is to explain). Groups of threads that wait only on each other are
-//! knots. Pure: waits in, causes and paths out, tested on fabricated streams.
+//! there is to explain). A thread's own wait that no wakeup ended (still open at
+//! the end, perhaps since before the trace) held nobody up either: it is listed
+//! apart, with how long it lasted, and not ranked. Groups of threads that wait
+//! only on each other are knots. Causes that differ only in their thread are
+//! grouped by what the report shows ([`group`]). Pure: waits in, causes and
+//! paths out, tested on fabricated streams.
 
 mod follow;
+mod group;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use follow::{critical_path, Segment};
+pub use group::{group_causes, group_path, Group, PathGroup};
 
 /// A thread id.
 pub type Tid = u32;
@@ -104,6 +110,18 @@ pub struct Idle {
     pub site: u64,
 }
 
+/// A thread's own wait that no wakeup ended, as far as the trace saw: still
+/// open at its end (perhaps since before it began), or its wakeup lost. Nobody
+/// waited behind it, so it is no cause.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unwoken {
+    pub tid: Tid,
+    /// Its time blocked so far (summed, where the thread had several).
+    pub ns: u64,
+    /// Where it waited longest.
+    pub site: u64,
+}
+
 /// What `why` finds.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Findings {
@@ -111,7 +129,13 @@ pub struct Findings {
     pub causes: Vec<Ranked>,
     /// The targets' non-idle waiting, which the causes add up to.
     pub waiting_ns: u64,
+    /// No target's wait was followed by its waking another target: the threads
+    /// never woke each other, and each wait is ranked by what it waited behind
+    /// (its waker, the CPU) rather than left idle.
+    pub lone: bool,
     pub idle: Vec<Idle>,
+    /// Waits no wakeup ended, listed apart: not in `waiting_ns`.
+    pub unwoken: Vec<Unwoken>,
     /// Idle waits of threads that are not idle (not ranked either).
     pub idle_waits_ns: u64,
     /// Groups of threads that waited only on each other, each sorted.
@@ -193,8 +217,9 @@ impl Trace {
             let list = self.of(t);
             (0..list.len()).any(|i| busy(t, list, i))
         });
-        let mut found = Findings::default();
+        let mut found = Findings { lone, ..Findings::default() };
         let mut sums: HashMap<Cause, (u64, BTreeSet<Tid>)> = HashMap::new();
+        let mut unwoken: HashMap<Tid, (u64, BTreeMap<u64, u64>)> = HashMap::new();
         for &tid in &all {
             let list = self.of(tid);
             let ranked: Vec<&Wait> = (0..list.len()).filter(|&i| lone || busy(tid, list, i)).map(|i| &list[i]).collect();
@@ -206,14 +231,30 @@ impl Trace {
             }
             found.idle_waits_ns += list.iter().map(|w| w.end - w.start).sum::<u64>() - ranked.iter().map(|w| w.end - w.start).sum::<u64>();
             for w in ranked {
-                found.waiting_ns += w.end - w.start;
-                follow::wait(self, w, &mut |_, cause, ns| {
+                follow::wait(self, w, &mut |path, cause, ns| {
+                    // The thread's own wait, ended by no wakeup seen: nobody
+                    // waited behind it.
+                    if let (1, What::Blocked { site, on: Waker::Unknown }) = (path.len(), &cause.what) {
+                        let e = unwoken.entry(tid).or_default();
+                        e.0 += ns;
+                        *e.1.entry(*site).or_default() += ns;
+                        return;
+                    }
+                    found.waiting_ns += ns;
                     let e = sums.entry(cause).or_default();
                     e.0 += ns;
                     e.1.insert(tid);
                 });
             }
         }
+        found.unwoken = unwoken
+            .into_iter()
+            .filter_map(|(tid, (ns, sites))| {
+                let site = sites.into_iter().max_by_key(|&(s, n)| (n, std::cmp::Reverse(s)))?.0;
+                Some(Unwoken { tid, ns, site })
+            })
+            .collect();
+        found.unwoken.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
         let total = found.waiting_ns.max(1) as f64;
         found.causes = sums.into_iter().map(|(cause, (ns, waiters))| Ranked { cause, ns, share: ns as f64 / total, waiters }).collect();
         found.causes.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.cause.cmp(&b.cause)));

@@ -231,3 +231,31 @@ fn strongly_connected_components_are_found_without_recursion() {
     assert_eq!(c[0].len(), 10_000);
     assert_eq!(c[1], vec![20_000]);
 }
+
+/// nginx under a load tool: a master (1) in sigsuspend since before the trace
+/// and never woken, two workers (2, 3) woken only by the client (100, not
+/// traced) and preempted now and then. The targets never wake each other, so
+/// each wait is ranked by what it waited behind: the client and the CPU. The
+/// master's wait, which nobody waited behind, is listed apart however long.
+#[test]
+fn a_wait_nobody_waited_behind_is_listed_apart_not_ranked() {
+    let mut waits = vec![wait(1, 0, None, 1000, Waker::Unknown, 0x5e, 0)];
+    for k in 0..10u64 {
+        for w in [2, 3] {
+            let t = 100 * k + w as u64;
+            waits.push(wait(w, t, Some(t + 40), t + 50, Waker::Thread(100), 0xe9, 0xc1));
+            waits.push(wait(w, t + 60, None, t + 70, Waker::Preempted, 0xe9, 0));
+        }
+    }
+    let f = Trace::new(waits).why(&[]);
+    assert_whole(&f);
+    assert!(f.lone, "the workers never woke each other");
+    assert_eq!(f.unwoken, vec![Unwoken { tid: 1, ns: 1000, site: 0x5e }]);
+    assert!(f.causes.iter().all(|c| c.cause.tid != 1), "{f:#?}");
+    // The client's part (40 of each 60) and the CPU's (10 + 10).
+    let first = &f.causes[0];
+    assert_eq!((first.cause.tid, &first.cause.what), (100, &What::Running { site: 0xc1 }));
+    assert_eq!(first.ns, 2 * 10 * 40);
+    assert_eq!(f.waiting_ns, 2 * 10 * 60);
+    assert!(f.idle.is_empty());
+}

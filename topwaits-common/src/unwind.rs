@@ -133,6 +133,12 @@ pub mod cut {
     pub const UNMAPPED: u64 = 5;
     /// More tables than the kernel maps hold (counted).
     pub const FULL: u64 = 6;
+    /// A rule that needed the frame pointer, which a walk from `/proc` does not
+    /// know until a frame restores it (user space only).
+    pub const BP_UNKNOWN: u64 = 7;
+    /// The frames below were found by scanning the stack for return addresses
+    /// in code with no unwind table: a guess (user space only).
+    pub const GUESSED: u64 = 8;
 }
 
 /// Most frames the walker follows.

@@ -1,10 +1,12 @@
 //! A thread as it is right now, read from `/proc` without stopping it: state, when
 //! it began to wait (estimated from the scheduler's clock), its kernel stack as the
-//! kernel prints it, its user stack (see [`crate::unwind`]) and the syscall it is in.
-//! Used for waits that began before a trace and by `topwaits blocked`.
+//! kernel prints it, its user stack (unwound from the tables, see
+//! [`crate::cfi::now`]) and the syscall it is in. Used for waits that began
+//! before a trace and by `topwaits blocked`.
 
 use std::collections::HashMap;
 
+use crate::cfi::now::{self, Tables};
 use crate::cli::Threads;
 use crate::model::Frame;
 use crate::sys::memory::ProcessMemory;
@@ -38,7 +40,8 @@ pub struct Snapshot {
     pub since: Option<u64>,
     /// Kernel frames, leaf first, or why they could not be read.
     pub kernel: Result<Vec<Frame>, String>,
-    /// User return addresses, leaf first (empty for kernel threads).
+    /// User return addresses, leaf first (empty for kernel threads), the last
+    /// a cut mark unless the stack was unwound whole.
     pub user: Vec<u64>,
     /// The syscall it is in, or why that is unknown.
     pub syscall: Result<SyscallState, String>,
@@ -56,6 +59,7 @@ impl Snapshot {
 pub struct Snapshotter {
     clock: SchedClock,
     regions: HashMap<u32, Vec<Region>>,
+    tables: Tables,
 }
 
 /// Kernel frames from `/proc/TID/stack`, which names functions but hides addresses.
@@ -91,13 +95,20 @@ impl Snapshotter {
         })
     }
 
+    /// The user stack from its pc and sp: unwound from the tables on x86-64
+    /// (the one architecture they are read for), else scanned, marked a guess.
     fn walk(&mut self, tgid: u32, pc: u64, sp: u64) -> Vec<u64> {
         if pc == 0 {
             return Vec::new();
         }
         let regions = self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
         let mem = ProcessMemory { pid: tgid };
-        Walker::new(regions, &mem, Arch::native()).walk(pc, sp)
+        if cfg!(target_arch = "x86_64") {
+            return now::walk(&self.tables.code_of(tgid), regions, &mem, pc, sp);
+        }
+        let mut frames = Walker::new(regions, &mem, Arch::native()).walk(pc, sp);
+        frames.push(now::GUESSED);
+        frames
     }
 }
 
@@ -127,6 +138,12 @@ mod tests {
             assert!(k.iter().any(|f| f.name().contains("nanosleep")), "{k:?}");
             assert!(matches!(s.syscall, Ok(SyscallState::In(_))), "{:?}", s.syscall);
             assert!(s.user.len() >= 2, "pc and at least one caller: {:x?}", s.user);
+            // Unwound from the tables: whole, or cut only where a frame of this
+            // test (built with frame pointers) needs the frame pointer, which
+            // /proc does not show.
+            use topwaits_common::unwind::{cut, is_cut_mark, CUT_MARK};
+            let marks: Vec<u64> = s.user.iter().copied().filter(|&w| is_cut_mark(w)).collect();
+            assert!(marks.is_empty() || marks == [CUT_MARK | cut::BP_UNKNOWN], "{:x?}", s.user);
         } else {
             assert!(s.kernel.is_err());
         }

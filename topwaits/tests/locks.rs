@@ -24,7 +24,10 @@ fn a_mutex_held_across_a_sleep_ranks_first_and_says_so() {
     assert!(live.status.success(), "{}", live.stderr);
     let first = live.stdout.lines().find(|l| l.starts_with("1. ")).unwrap_or_default();
     assert!(first.starts_with("1. mutex 0x"), "{}", live.stdout);
-    assert!(live.stdout.contains("held while sleeping in tw_sleep_holding_the_lock()"), "{}", live.stdout);
+    // Held while sleeping, with the holder's stack under it.
+    let lines: Vec<&str> = live.stdout.lines().collect();
+    let at = lines.iter().position(|l| l.contains("held while sleeping by tw_holder")).unwrap_or_else(|| panic!("{}", live.stdout));
+    assert!(lines[at + 1].contains("tw_sleep_holding_the_lock"), "{}", live.stdout);
     assert!(!live.stdout.contains("condition variable"), "{}", live.stdout);
     // From a recording: the numbers against the trace's own labelled records.
     let file = format!("{}/locks.twr", env!("CARGO_TARGET_TMPDIR"));
@@ -54,6 +57,11 @@ fn a_mutex_held_across_a_sleep_ranks_first_and_says_so() {
     let held = &lock["held_while"][0];
     assert_eq!(held["waits_on"]["kind"], "sleep", "{lock:#}");
     assert_eq!(held["function"], "tw_sleep_holding_the_lock", "{lock:#}");
+    assert!(names(held, "user_stack").iter().any(|n| n == "holder"), "the holder's whole stack: {held:#}");
+    // Its own sleeps' length (2 ms each), not 0 (issue: "0 ns on average").
+    let mean = held["mean_wait_ns"].as_u64().unwrap();
+    assert!((1_900_000..10_000_000).contains(&mean), "{held:#}");
+    assert!(held["waits_on"]["description"].as_str().unwrap_or("").contains("2 ms asked"), "{held:#}");
     assert!(held["ns"].as_u64().unwrap() as f64 > 0.2 * total as f64, "{lock:#}");
     // -f: the lock at the root of each line; --svg draws the same.
     let folded = run(&["locks", &file, "-f"]);

@@ -3,11 +3,13 @@
 //! waits are far longer, live and from a recording; and a request relayed
 //! through two threads gives the client a critical path that adds up to its
 //! window, split between the computing thread and the sleeping one as the
-//! workload splits it.
+//! workload splits it; and workers that take turns holding one lock and sleep
+//! inside it, in C and in Python, have that sleep as one cause, not one per
+//! worker.
 
 mod common;
 
-use common::programs::{compile, start};
+use common::programs::{compile, start, start_with};
 use common::*;
 use serde_json::Value;
 
@@ -144,4 +146,35 @@ fn system_wide_the_kernels_own_idle_waits_are_idle_not_causes() {
         |f: &dyn Fn(&str) -> bool| -> f64 { causes.iter().filter(|c| f(comm(&c["thread"]))).map(|c| c["share"].as_f64().unwrap()).sum() };
     let (kernel, holders) = (share(&kernel), share(&|c| c == "tw_holder"));
     assert!(kernel < holders, "kernel threads explain {:.0}% of the waiting, the holders {:.0}%: {doc:#}", kernel * 100.0, holders * 100.0);
+}
+
+/// Four workers take turns holding one lock and sleep 2 ms inside it: whoever
+/// holds it, the others wait behind the same sleep, so it is one cause with
+/// most of the ranked waiting (issue: four causes of 25% each), its threads
+/// listed; `--by thread` splits it again.
+#[test]
+fn workers_taking_turns_with_a_sleep_inside_the_lock_are_one_cause() {
+    require_bpf!();
+    let c = compile("turns");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/turns.py");
+    for (w, nap) in [(start(&c), "tw_nap"), (start_with("/usr/bin/python3", &[script]), "nap (turns.py:")] {
+        let pid = w.0.id().to_string();
+        let file = format!("{}/turns.twr", env!("CARGO_TARGET_TMPDIR"));
+        let rec = run(&["record", "--why", "-o", &file, "-p", &pid, "2"]);
+        assert!(rec.status.success(), "{}", rec.stderr);
+        drop(w);
+        let doc = json(&run(&["why", &file, "--json"]));
+        let first = &doc["causes"][0];
+        assert_eq!(first["kind"], "blocked", "{doc:#}");
+        assert!(stack_names(&first["user_stack"]).iter().any(|n| n.starts_with(nap)), "{nap}: {first:#}");
+        assert!(first["share"].as_f64().unwrap() >= 0.6, "{nap}: the sleep has under 60% of the waiting: {doc:#}");
+        assert_eq!(first["threads"].as_array().unwrap().len(), 4, "{first:#}");
+        assert_eq!(doc["by"], "comm");
+        let split = json(&run(&["why", &file, "--json", "--by", "thread"]));
+        let naps = split["causes"].as_array().unwrap().iter().filter(|c| stack_names(&c["user_stack"]).iter().any(|n| n.starts_with(nap)));
+        assert_eq!(naps.count(), 4, "one per worker with --by thread: {split:#}");
+        let text = run(&["why", &file]);
+        let line = text.stdout.lines().find(|l| l.trim_start().starts_with("1.")).unwrap_or_default();
+        assert!(line.contains("4 threads like") && line.contains(nap.split(' ').next().unwrap()), "{}", text.stdout);
+    }
 }

@@ -14,7 +14,7 @@ use crate::cli::BlockedConfig;
 use crate::clock::{monotonic_now, ClockPair};
 use crate::model::{Frame, Stack};
 use crate::snapshot::{Snapshot, Snapshotter};
-use crate::symbolize::{frame_at, lookup_addr, BlazeSymbolizer, Symbolizer};
+use crate::symbolize::{cut_frame, frame_at, lookup_addr, BlazeSymbolizer, Symbolizer};
 use crate::sys::memory::ProcessMemory;
 use crate::sys::procfs;
 use crate::sys::thread::{self, Syscall, SyscallState};
@@ -93,7 +93,8 @@ impl Report {
 fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
     let mut per_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for s in snaps {
-        per_proc.entry(s.tgid).or_default().extend(s.user.iter().enumerate().map(|(i, &a)| lookup_addr(i, a)));
+        let addrs = s.user.iter().enumerate().filter(|(_, &a)| cut_frame(a).is_none()).map(|(i, &a)| lookup_addr(i, a));
+        per_proc.entry(s.tgid).or_default().extend(addrs);
     }
     let mut frames: HashMap<(u32, u64), Frame> = HashMap::new();
     for (tgid, mut addrs) in per_proc {
@@ -112,7 +113,10 @@ fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
             if s.user.is_empty() {
                 return Stack::None;
             }
-            Stack::of(s.user.iter().enumerate().map(|(i, &a)| frame_at(i, a, frames.get(&(s.tgid, lookup_addr(i, a))))).collect())
+            // The walk's cut mark, if any, is its last word: shown as the
+            // frame that says why.
+            let frame = |(i, &a): (usize, &u64)| cut_frame(a).unwrap_or_else(|| frame_at(i, a, frames.get(&(s.tgid, lookup_addr(i, a)))));
+            Stack::of(s.user.iter().enumerate().map(frame).collect())
         })
         .collect()
 }

@@ -21,6 +21,7 @@ use topwaits_common::unwind::{SIG_BP, SIG_IP, SIG_SP};
 use crate::sys::elf;
 
 pub mod loader;
+pub mod now;
 pub mod tree;
 
 /// The register a CFA is computed from.

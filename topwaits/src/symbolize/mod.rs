@@ -115,6 +115,8 @@ pub fn cut_frame(word: u64) -> Option<Frame> {
         cut::DEPTH => "[cut:depth-limit]",
         cut::UNMAPPED => "[cut:unmapped-code]",
         cut::FULL => "[cut:tables-full]",
+        cut::BP_UNKNOWN => "[cut:frame-pointer-unknown]",
+        cut::GUESSED => "[cut:scanned-guess]",
         _ => "[cut]",
     };
     Some(Frame { addr: word, symbol: Some(why.into()), module: None, offset: None })

@@ -93,7 +93,13 @@ impl Drop for Started {
 
 /// Starts a workload that prints "ready" once it runs.
 pub fn start(exe: &str) -> Started {
-    let mut child = Command::new(exe).stdout(Stdio::piped()).spawn().expect("the workload starts");
+    start_with(exe, &[])
+}
+
+/// Starts `exe` with `args` (an interpreter and its script, say), once it
+/// prints "ready".
+pub fn start_with(exe: &str, args: &[&str]) -> Started {
+    let mut child = Command::new(exe).args(args).stdout(Stdio::piped()).spawn().expect("the workload starts");
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let started = Started(child, line.trim().to_string());

@@ -1,0 +1,232 @@
+//! The user stack of a thread blocked right now (a wait that began before the
+//! trace, or `topwaits blocked`), walked in user space by the same rules as the
+//! in-kernel walker ([`super::step`] over each file's table), from the pc and sp
+//! that `/proc/TID/syscall` shows and stack memory read from the process.
+//!
+//! The frame pointer is not shown there, so it is unknown until a frame's rule
+//! restores it: a rule that needs it before then ends the walk, marked cut.
+//! Code in a file with no unwind table is walked by scanning the stack for
+//! return addresses ([`crate::unwind::Walker`]), and the stack is marked as a
+//! guess: stale return addresses in a long-running thread's stack look like
+//! frames, so nothing scanned is ever reported as a whole stack.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use topwaits_common::unwind::{cut, CUT_MARK};
+
+use super::{step, Base, Regs, Rule, Step, Table};
+use crate::sys::{elf, procfs};
+use crate::unwind::{Arch, Memory, Region, Walker, MAX_FRAMES};
+
+/// The last word of a stack whose frames below it were found by scanning the
+/// stack, not unwound: a guess (shown as `[cut:scanned-guess]`).
+pub const GUESSED: u64 = CUT_MARK | cut::GUESSED;
+
+/// One executable mapping: where it lies, its load bias (its address less the
+/// file's virtual address), and its file's table (None: the file has none).
+#[derive(Clone, Debug)]
+pub struct Code {
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    pub table: Option<Arc<Table>>,
+}
+
+/// The mapping `pc` lies in, from mappings sorted by start.
+fn code_at(code: &[Code], pc: u64) -> Option<&Code> {
+    let i = code.partition_point(|c| c.start <= pc);
+    code.get(i.checked_sub(1)?).filter(|c| pc < c.end)
+}
+
+/// The stack of a thread stopped at `pc` with stack pointer `sp`, leaf first;
+/// its last word a cut mark (see `topwaits_common::unwind::cut`) unless it was
+/// unwound to the thread's first frame. `regions` are all the process's
+/// mappings, for the scan of code without a table.
+pub fn walk(code: &[Code], regions: &[Region], mem: &dyn Memory, pc: u64, sp: u64) -> Vec<u64> {
+    let mut frames = vec![pc];
+    let read = |a: u64| mem.word(a);
+    let mut regs = Regs { pc, sp, bp: 0 };
+    let (mut leaf, mut bp_known) = (true, false);
+    loop {
+        if frames.len() >= MAX_FRAMES {
+            frames.push(CUT_MARK | cut::DEPTH);
+            return frames;
+        }
+        let Some(c) = code_at(code, regs.pc) else {
+            frames.push(CUT_MARK | cut::UNMAPPED);
+            return frames;
+        };
+        let Some(table) = &c.table else {
+            // No table: what a scan finds above here, marked as a guess.
+            let scanned = Walker::new(regions, mem, Arch::native()).walk(regs.pc, regs.sp);
+            frames.extend(scanned.into_iter().skip(1));
+            frames.push(GUESSED);
+            return frames;
+        };
+        let rule = table.lookup(regs.pc.wrapping_sub(c.bias).wrapping_sub(u64::from(!leaf)));
+        if matches!(rule, Rule::Cfa { base: Base::Bp, .. }) && !bp_known {
+            frames.push(CUT_MARK | cut::BP_UNKNOWN);
+            return frames;
+        }
+        match step(table, c.bias, regs, leaf, read) {
+            Step::Caller(r) => {
+                bp_known |= matches!(rule, Rule::Cfa { bp_at: Some(_), .. });
+                regs = r;
+                leaf = false;
+            }
+            Step::Interrupted(r) => {
+                bp_known = true;
+                regs = r;
+                leaf = true;
+            }
+            Step::End => return frames,
+            Step::Cut => {
+                frames.push(CUT_MARK | if rule == Rule::Stop { cut::NO_INFO } else { cut::UNREADABLE });
+                return frames;
+            }
+        }
+        frames.push(regs.pc);
+    }
+}
+
+/// Tables of the files processes map, each built once (by device and inode),
+/// and each process's executable mappings with them.
+#[derive(Default)]
+pub struct Tables {
+    files: HashMap<(u64, u64), Option<Arc<Table>>>,
+    procs: HashMap<u32, Arc<Vec<Code>>>,
+}
+
+impl Tables {
+    /// Process `tgid`'s executable mappings with their tables, read once.
+    pub fn code_of(&mut self, tgid: u32) -> Arc<Vec<Code>> {
+        if let Some(c) = self.procs.get(&tgid) {
+            return c.clone();
+        }
+        let mut code: Vec<Code> = procfs::maps_of(tgid).iter().filter(|m| m.exec).filter_map(|m| self.code(tgid, m)).collect();
+        code.sort_by_key(|c| c.start);
+        let code = Arc::new(code);
+        self.procs.insert(tgid, code.clone());
+        code
+    }
+
+    /// One mapping with its file's table; None when the file cannot be read.
+    fn code(&mut self, tgid: u32, m: &procfs::Mapping) -> Option<Code> {
+        let file = procfs::open_mapped(tgid, m)?;
+        let mut r = std::io::BufReader::new(file);
+        let vaddr = elf::vaddr_of(&elf::load_segments(&mut r).ok()?, m.offset)?;
+        let table = self
+            .files
+            .entry((m.dev, m.inode))
+            .or_insert_with(|| match Table::from_elf(&mut r) {
+                Ok(t) => t.map(Arc::new),
+                Err(e) => {
+                    log::debug!("no unwind table for {}: {e:#}", m.path);
+                    None
+                }
+            })
+            .clone();
+        Some(Code { start: m.start, end: m.end, bias: m.start.wrapping_sub(vaddr), table })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Stack memory as words at addresses.
+    struct Words(BTreeMap<u64, u64>);
+
+    impl Memory for Words {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+            match (buf.len(), self.0.get(&addr)) {
+                (8, Some(w)) => {
+                    buf.copy_from_slice(&w.to_le_bytes());
+                    8
+                }
+                _ => 0,
+            }
+        }
+    }
+
+    fn cfa(base: Base, offset: i32, bp_at: Option<i32>) -> Rule {
+        Rule::Cfa { base, offset, bp_at }
+    }
+
+    /// A file whose functions are: `entry` at 0x100 (the thread's first frame),
+    /// `outer` at 0x200 (saves bp), `uses_bp` at 0x300 (CFA from bp), `inner`
+    /// at 0x400 (sp-based), `leaf` at 0x500 (sp-based).
+    fn table() -> Arc<Table> {
+        Arc::new(Table {
+            rows: vec![
+                super::super::Row { pc: 0x100, rule: Rule::End },
+                super::super::Row { pc: 0x200, rule: cfa(Base::Sp, 32, Some(-16)) },
+                super::super::Row { pc: 0x300, rule: cfa(Base::Bp, 16, Some(-16)) },
+                super::super::Row { pc: 0x400, rule: cfa(Base::Sp, 48, None) },
+                super::super::Row { pc: 0x500, rule: cfa(Base::Sp, 16, None) },
+                super::super::Row { pc: 0x600, rule: Rule::Stop },
+            ],
+        })
+    }
+
+    const BIAS: u64 = 0x5555_0000_0000;
+
+    fn code(table: Option<Arc<Table>>) -> Vec<Code> {
+        vec![Code { start: BIAS + 0x100, end: BIAS + 0x600, bias: BIAS, table }]
+    }
+
+    /// leaf (sp 0x1000, CFA 0x1010) <- inner (CFA 0x1040) <- entry. Stale return
+    /// addresses of calls that have returned lie between the frames: a scan
+    /// would take them, the tables never look at them.
+    #[test]
+    fn a_walk_by_the_tables_skips_stale_return_addresses_and_reaches_the_entry() {
+        let mut m = BTreeMap::new();
+        m.insert(0x1008, BIAS + 0x420); // leaf's return address, into inner
+        m.insert(0x1018, BIAS + 0x210); // stale: a call outer made long ago
+        m.insert(0x1020, BIAS + 0x520); // stale
+        m.insert(0x1038, BIAS + 0x150); // inner's return address, into entry
+        let stack = walk(&code(Some(table())), &[], &Words(m), BIAS + 0x510, 0x1000);
+        assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x420, BIAS + 0x150], "whole, with no stale frame");
+    }
+
+    /// A rule that needs bp before any frame restored it ends the walk, marked;
+    /// once a frame has restored it, bp-based frames are followed.
+    #[test]
+    fn bp_is_used_only_once_a_frame_restored_it() {
+        let mut m = BTreeMap::new();
+        m.insert(0x1008, BIAS + 0x320); // leaf returns into uses_bp
+        let stack = walk(&code(Some(table())), &[], &Words(m), BIAS + 0x510, 0x1000);
+        assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x320, CUT_MARK | cut::BP_UNKNOWN]);
+
+        // outer (sp 0x1000, CFA 0x1020) saves the caller's bp (0x1100) at
+        // CFA-16 and returns into uses_bp, whose CFA is bp + 16.
+        let mut m = BTreeMap::new();
+        m.insert(0x1010, 0x1100);
+        m.insert(0x1018, BIAS + 0x320);
+        m.insert(0x1108, BIAS + 0x150);
+        m.insert(0x1100, 0);
+        let stack = walk(&code(Some(table())), &[], &Words(m), BIAS + 0x210, 0x1000);
+        assert_eq!(stack, vec![BIAS + 0x210, BIAS + 0x320, BIAS + 0x150]);
+    }
+
+    #[test]
+    fn unreadable_memory_unmapped_code_and_no_rule_are_cut_and_marked() {
+        let t = Some(table());
+        assert_eq!(walk(&code(t.clone()), &[], &Words(BTreeMap::new()), BIAS + 0x510, 0x1000).last(), Some(&(CUT_MARK | cut::UNREADABLE)));
+        assert_eq!(walk(&code(t.clone()), &[], &Words(BTreeMap::new()), 0x42, 0x1000), vec![0x42, CUT_MARK | cut::UNMAPPED]);
+        let mut m = BTreeMap::new();
+        m.insert(0x1008, BIAS + 0x650); // into the Stop row's range
+        let c = vec![Code { start: BIAS + 0x100, end: BIAS + 0x700, bias: BIAS, table: t }];
+        assert_eq!(walk(&c, &[], &Words(m), BIAS + 0x510, 0x1000).last(), Some(&(CUT_MARK | cut::NO_INFO)));
+    }
+
+    /// A file without a table: what a scan finds, ending in the guess mark.
+    #[test]
+    fn code_without_a_table_is_scanned_and_marked_a_guess() {
+        let stack = walk(&code(None), &[], &Words(BTreeMap::new()), BIAS + 0x510, 0x1000);
+        assert_eq!(stack, vec![BIAS + 0x510, GUESSED]);
+        assert!(topwaits_common::unwind::is_cut_mark(GUESSED));
+    }
+}

@@ -752,6 +752,9 @@ pub mod limits {
     pub const UNWIND_PROCS: u32 = 16384;
     /// Capacity of the wake-dependency map of `topwaits threads`.
     pub const DEPS_ENTRIES: u32 = 16384;
+    /// Processes whose maps the walker asked user space for, least recently
+    /// asked forgotten first.
+    pub const ASKED_PROCS: u32 = 4096;
 }
 
 #[cfg(feature = "user")]

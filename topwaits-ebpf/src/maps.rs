@@ -3,7 +3,7 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
     Global,
 };
 use topwaits_common::{
@@ -170,6 +170,21 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 #[inline(always)]
 pub fn proc_event(tgid: u32, kind: u32) {
     send_proc_event(&ProcEvent { tgid, kind, parent: 0 });
+}
+
+/// Processes whose user stacks the walker met before user space told it where
+/// they map their code, each told about once: a waker outside the traced
+/// processes (a client) is seen only here, and stayed unknown for the trace.
+#[map]
+static ASKED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(limits::ASKED_PROCS, 0);
+
+/// Asks user space, once, to read the maps of process `tgid`, which the walker
+/// met without knowing them.
+#[inline(always)]
+pub fn ask_for_maps(tgid: u32) {
+    if ASKED.insert(&tgid, &0, BPF_NOEXIST as u64).is_ok() {
+        proc_event(tgid, topwaits_common::proc_event::SEEN);
+    }
 }
 
 /// Slot 0: when a process event last woke user space (`bpf_ktime_get_ns`).

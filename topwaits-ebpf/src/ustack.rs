@@ -11,7 +11,7 @@ use aya_ebpf::{
 };
 use topwaits_common::{counter, unwind::cut, KernelStack, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE};
 
-use crate::maps::{count, settings, SCRATCH_USTACK, USTACKS};
+use crate::maps::{ask_for_maps, count, settings, SCRATCH_USTACK, USTACKS};
 use crate::stackref;
 use crate::taskmap::TaskState;
 use crate::uwalk::{self, Walked};
@@ -95,10 +95,15 @@ pub fn of_current<C: EbpfContext>(ctx: &C, state: Option<*mut TaskState>) -> u64
     if let Some(stack) = uwalk::reuse(regs, state) {
         return stack;
     }
-    let n = match uwalk::walk((bpf_get_current_pid_tgid() >> 32) as u32, Some(regs), buf) {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let n = match uwalk::walk(tgid, Some(regs), buf) {
         Walked::Frames(n) => n,
-        // Marked, until the walker knows where the process maps its code.
-        Walked::NoMaps => return by_frame_pointers(ctx, buf, true),
+        // Marked, until the walker knows where the process maps its code;
+        // user space is asked to read them (a waker outside the targets).
+        Walked::NoMaps => {
+            ask_for_maps(tgid);
+            return by_frame_pointers(ctx, buf, true);
+        }
         Walked::NotUser => return by_frame_pointers(ctx, buf, false),
     };
     let stack = keep(buf, n);

@@ -1,7 +1,8 @@
 //! Kernel tests of stuck processes: waits still in progress when a trace ends,
 //! the `blocked` snapshot (mutex owners, wait-for chains, deadlocks, pipe writers),
-//! and a trace of `-p` that ends when its process exits. The workloads are a C
-//! program compiled here (tests/programs/stuck.c).
+//! and a trace of `-p` that ends when its process exits; and the stack of a wait
+//! begun before the trace, unwound from the tables past stale return addresses.
+//! The workloads are C programs compiled here (tests/programs/stuck.c, stale.c).
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::io::{BufRead, Write};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::programs::Stuck;
+use common::programs::{start, Stuck};
 use common::*;
 use serde_json::Value;
 
@@ -249,4 +250,41 @@ fn topwaits_never_records_its_own_threads() {
     let recs = doc["records"].as_array().unwrap();
     assert!(!recs.is_empty());
     assert!(recs.iter().all(|r| r["tgid"].as_i64() != Some(me)), "a record of topwaits itself");
+}
+
+/// A thread blocked several calls deep since before the trace, in code built
+/// without frame pointers whose stack holds stale return addresses and whose
+/// bp holds a plain number (stale.c): its open wait, and `blocked`, show its
+/// stack unwound from the tables to the thread's entry, whole, with no stale
+/// frame (issue: the postmaster's select <- pg_vsprintf <- _int_malloc, "ok").
+#[test]
+fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
+    require_bpf!();
+    let exe = format!("{}/stale", env!("CARGO_TARGET_TMPDIR"));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/stale.c");
+    let built = Command::new("cc").args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o", &exe, src]).status().unwrap();
+    assert!(built.success(), "compiling {src}");
+    let w = start(&exe);
+    let pid = w.0.id().to_string();
+    let expected = ["tw_level3", "tw_level2", "tw_level1", "tw_stale_entry", "start_thread"];
+    let check = |stack: &Value, status: &Value, what: &str| {
+        let names = stack_names(stack);
+        let at: Vec<usize> =
+            expected.iter().map(|f| names.iter().position(|n| n == f).unwrap_or_else(|| panic!("{what}: no {f} in {names:?}"))).collect();
+        assert!(at.windows(2).all(|p| p[0] + 1 == p[1]), "{what}: in order, nothing between: {names:?}");
+        assert!(!names.iter().any(|n| n.contains("garbage")), "{what}: a stale frame: {names:?}");
+        assert_eq!(status, "ok", "{what}: unwound to the thread's entry: {names:?}");
+    };
+    let doc = json(&run(&["--json", "-p", &pid, "0.5"]));
+    let open = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["comm"] == "tw_stale" && r["open"] == true)
+        .unwrap_or_else(|| panic!("no open wait of tw_stale: {doc:#}"));
+    assert_eq!(open["open_since_estimated"], true, "it began before the trace: {open:#}");
+    check(&open["user_stack"], &open["user_stack_status"], "open wait");
+    let snap = blocked_json(&["-p", &pid]);
+    let t = snap["threads"].as_array().unwrap().iter().find(|t| t["comm"] == "tw_stale").unwrap_or_else(|| panic!("{snap:#}"));
+    check(&t["user_stack"], &t["user_stack_status"], "blocked");
 }

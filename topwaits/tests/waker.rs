@@ -489,3 +489,35 @@ fn a_wait_still_open_at_the_end_is_not_given_the_waker_of_the_wait_before() {
         libc::close(qr);
     }
 }
+
+/// A waker outside the traced processes (a client, as pgbench is to the
+/// PostgreSQL backends) gets its unwind tables once it wakes a traced thread:
+/// Debian's python3 (no frame pointers) writing into `cat`'s pipe has whole
+/// stacks, named down to its script's function, for nearly all of the trace,
+/// not `[cut:table-loading]` throughout (issue: `send <- [cut:table-loading]`
+/// in every segment).
+#[test]
+fn a_waker_outside_the_targets_gets_its_tables() {
+    require_bpf!();
+    use std::process::{Command, Stdio};
+    let script =
+        "import os, time\ndef tw_client_writes():\n    os.write(1, b'x')\nwhile True:\n    tw_client_writes()\n    time.sleep(0.01)\n";
+    let mut writer =
+        Command::new("/usr/bin/python3").args(["-c", script]).stdout(Stdio::piped()).spawn().expect("python3 (cargo xtask setup)");
+    let mut reader = Command::new("cat").stdin(Stdio::from(writer.stdout.take().unwrap())).stdout(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let doc = json(&run(&["--waker", "--json", "-p", &reader.id().to_string(), "2"]));
+    let _ = (writer.kill(), reader.kill(), writer.wait(), reader.wait());
+    let (mut whole, mut all) = (0u64, 0u64);
+    for r in doc["records"].as_array().unwrap().iter().filter(|r| r["waker"]["comm"] == "python3") {
+        let ns = r["total_ns"].as_u64().unwrap();
+        all += ns;
+        if r["waker"]["user_stack_status"] == "ok" {
+            whole += ns;
+            let names = stack_names(&r["waker"]["user_stack"]);
+            assert!(names.iter().any(|n| n.starts_with("tw_client_writes")), "{names:?}");
+        }
+    }
+    assert!(all > 0, "python3 woke cat: {doc:#}");
+    assert!(whole as f64 >= 0.7 * all as f64, "whole waker stacks for {:.0}% of the waiting: {doc:#}", 100.0 * whole as f64 / all as f64);
+}

@@ -83,8 +83,11 @@ pub fn wait(
             Some(w) => Some(unsafe { AsyncFd::register_with_interest(w, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
             None => None,
         };
-        // When `on_event` wants to be called with None next.
-        let mut next_beat: Option<tokio::time::Instant> = None;
+        // When `on_event` wants to be called with None next: at once, as events
+        // taken before this loop (while the learners loaded) may have asked for
+        // beats that no one gave (a waker first seen then had its tables built
+        // and never installed).
+        let mut next_beat: Option<tokio::time::Instant> = Some(tokio::time::Instant::now());
         let mut reads = TimedReads::new(tokio::time::Instant::now());
         let after = |d: Option<Duration>| d.map(|d| tokio::time::Instant::now() + d);
         let mut ticker = tokio::time::interval(Duration::from_secs(1));

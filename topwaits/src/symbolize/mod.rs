@@ -82,21 +82,26 @@ pub struct Resolved {
 
 /// Cuts a user stack at its first address outside executable code, keeping one
 /// `[unknown]` frame if nothing before it was code. Returns whether it cut.
-pub fn cut_at_junk<F: AsRef<Frame> + From<Frame>>(frames: &mut Vec<F>, is_code: impl Fn(u64) -> bool) -> bool {
-    let junk = frames.iter().position(|f| !is_code(f.as_ref().addr));
+pub fn cut_at_junk<F: AsRef<Frame> + From<Frame> + Clone>(frames: &mut Vec<F>, is_code: impl Fn(u64) -> bool) -> bool {
+    let is_mark = |f: &F| topwaits_common::unwind::is_cut_mark(f.as_ref().addr);
+    let junk = frames.iter().position(|f| !is_mark(f) && !is_code(f.as_ref().addr));
     cut_at(frames, junk)
 }
 
 /// Cuts a user stack at frame `junk`, the first outside executable code, as
-/// [`cut_at_junk`] does. Returns whether it cut.
-fn cut_at<F: AsRef<Frame> + From<Frame>>(frames: &mut Vec<F>, junk: Option<usize>) -> bool {
+/// [`cut_at_junk`] does; the walker's cut mark, if the stack ended in one, stays
+/// its last frame (a stack walked by frame pointers while a table loaded went
+/// on into junk, and once cut passed for a whole one). Returns whether it cut.
+fn cut_at<F: AsRef<Frame> + From<Frame> + Clone>(frames: &mut Vec<F>, junk: Option<usize>) -> bool {
     let Some(i) = junk else {
         return false;
     };
+    let mark = frames.last().filter(|f| topwaits_common::unwind::is_cut_mark(f.as_ref().addr)).cloned();
     frames.truncate(i.max(1));
     if i == 0 {
         frames[0] = Frame::unknown(frames[0].as_ref().addr).into();
     }
+    frames.extend(mark);
     true
 }
 
@@ -437,6 +442,13 @@ pub(crate) mod tests {
         assert_eq!(all_junk, [Frame::unknown(0x9000)], "junk is never named");
         let mut clean = vec![Frame::unknown(0x10)];
         assert!(!cut_at_junk(&mut clean, |_| true));
+        // A stack the walker marked cut (by frame pointers while a table
+        // loaded) keeps its mark when its junk goes: it never passes for whole.
+        let mark = topwaits_common::unwind::CUT_MARK | topwaits_common::unwind::cut::LOADING;
+        let mut marked = vec![Frame::unknown(0x10), Frame::unknown(0x9000), cut_frame(mark).unwrap()];
+        assert!(cut_at_junk(&mut marked, |a| a < 0x1000));
+        assert_eq!(marked.iter().map(|f| f.addr).collect::<Vec<_>>(), [0x10, mark]);
+        assert!(Stack::of(marked).is_cut());
     }
 
     #[test]

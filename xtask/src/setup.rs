@@ -22,6 +22,7 @@ const PACKAGES: &[&str] = &[
     "golang-go",    // tests: go tool pprof reads the pprof files as users will
     "sqlite3",      // tests: a distribution binary without frame pointers, unwound from its CFI
     "python3",      // tests: Python frames named in the distribution's interpreter
+    "postgresql",   // tests: a real server whose own wait accounting checks topwaits'
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -264,6 +264,13 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
                             .iter()
                             .enumerate()
                             .map(|(i, &a)| {
+                                // Only a stack's last word is the walker's cut mark:
+                                // a word like one anywhere else is junk a frame-pointer
+                                // walk read (shown as "[cut]" mid-stack, once).
+                                if i + 1 < addrs.len() && cut_frame(a).is_some() {
+                                    junk.get_or_insert(i);
+                                    return Arc::new(Frame::unknown(a));
+                                }
                                 let (frame, code) = shared_frames.entry((key.0, a, i == 0)).or_insert_with(|| {
                                     if let (Space::User(_), Some(cut)) = (&space, cut_frame(a)) {
                                         return (Arc::new(cut), true);
@@ -501,6 +508,27 @@ pub(crate) mod tests {
         assert_eq!(recs[1].kernel, Stack::Missing);
         assert_eq!(recs[1].user, Stack::Missing, "an id absent from the stack map is missing");
         assert_eq!(recs[1].total_ns, 7);
+    }
+
+    /// A user stack's last word is the walker's cut mark, shown as the frame that
+    /// says why; a word like a mark anywhere else is junk a frame-pointer walk
+    /// read, and the stack is cut there, its own mark kept (nginx's `ab` showed
+    /// `apr_socket_send <- [cut] <- [cut:unmapped-code]`).
+    #[test]
+    fn only_a_stacks_last_word_is_a_cut_mark() {
+        use topwaits_common::unwind::{cut, CUT_MARK};
+        let capture = Capture {
+            records: vec![raw(11, StackId::None, StackId::Id(1)), raw(12, StackId::None, StackId::Id(2))],
+            stacks: [(1, vec![0x10, 0x20, CUT_MARK | 0x1234, 0x30, CUT_MARK | cut::UNMAPPED]), (2, vec![0x10, CUT_MARK | cut::UNMAPPED])]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let recs = resolve(&capture, &mut FakeSymbolizer::default()).records;
+        let names = |r: &Record| r.user.frames().iter().map(|f| f.name().to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&recs[0]), ["u10_10", "u10_1f", "[cut:unmapped-code]"]);
+        assert_eq!(names(&recs[1]), ["u10_10", "[cut:unmapped-code]"]);
+        assert!(recs[0].user.is_cut() && recs[1].user.is_cut());
     }
 
     /// Stacks share their frames: one per (process, address, leaf or not), so that

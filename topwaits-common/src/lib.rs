@@ -562,6 +562,20 @@ pub struct ProcEvent {
     pub parent: u32,
 }
 
+/// One user task's registers as it entered the kernel (`struct pt_regs` at the
+/// top of its kernel stack), written by the `task_regs` iterator: what
+/// `/proc/TID/syscall` shows of a blocked thread (ip, sp), and its frame
+/// pointer, which nothing in `/proc` shows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskRegs {
+    pub tid: u32,
+    pub tgid: u32,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
 /// Values of [`ThreadStats::state`].
 pub mod thread_state {
     pub const UNKNOWN: u32 = 0;
@@ -690,6 +704,7 @@ pub mod names {
     pub const SITES: &str = "SITES";
     pub const LEARNERS: &str = "LEARNERS";
     pub const PROG_LEARN_BTF: &str = "learn_stack_btf";
+    pub const PROG_TASK_REGS: &str = "task_regs";
     pub const PROG_LEARN_RAW: &str = "learn_stack_raw";
     pub const WAKE_LEARNERS: &str = "WAKE_LEARNERS";
     pub const PROG_LEARN_WAKER_BTF: &str = "learn_waker_btf";
@@ -812,6 +827,7 @@ mod tests {
         assert_eq!(size_of::<unwind::FileInfo>(), 8);
         assert_eq!(size_of::<TaskOffsets>(), 4 * 14);
         assert_eq!(size_of::<ProcEvent>(), 12);
+        assert_eq!(size_of::<TaskRegs>(), 8 + 8 * 3);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);
         assert_eq!(size_of::<StackCache>(), 8 * 5 + 3 * CACHE_SLOTS);

@@ -32,6 +32,7 @@ mod sched_waking;
 mod stackref;
 mod switch;
 mod task;
+mod task_regs;
 mod taskmap;
 mod threads;
 mod uread;

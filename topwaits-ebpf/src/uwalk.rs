@@ -211,6 +211,12 @@ impl PtRegs {
         (!regs.is_null()).then_some(PtRegs(regs))
     }
 
+    /// Another task's registers, from `bpf_task_pt_regs` (the task iterator).
+    #[inline(always)]
+    pub fn at(regs: *const u64) -> PtRegs {
+        PtRegs(regs)
+    }
+
     /// Register `i` (its index in `struct pt_regs`, one of the `REGS_` constants).
     #[inline(always)]
     pub fn word(&self, i: usize) -> u64 {

@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use topwaits_common::TaskRegs;
+
 use crate::cfi::now::{self, Tables};
 use crate::cli::Threads;
 use crate::model::Frame;
@@ -60,6 +62,8 @@ pub struct Snapshotter {
     clock: SchedClock,
     regions: HashMap<u32, Vec<Region>>,
     tables: Tables,
+    /// Threads' registers as the task iterator read them, by thread id.
+    regs: HashMap<u32, TaskRegs>,
 }
 
 /// Kernel frames from `/proc/TID/stack`, which names functions but hides addresses.
@@ -72,14 +76,22 @@ fn kernel_frames(tgid: u32, tid: u32) -> Result<Vec<Frame>, String> {
 }
 
 impl Snapshotter {
+    /// Takes the threads' registers as the task iterator read them (`bpf`):
+    /// their frame pointers, which `/proc` does not show, let stacks through
+    /// code built with frame pointers be unwound. A thread whose pc and sp have
+    /// changed since is walked without.
+    pub fn set_regs(&mut self, regs: HashMap<u32, TaskRegs>) {
+        self.regs = regs;
+    }
+
     /// The thread now, or `None` when it is gone.
     pub fn take(&mut self, tgid: u32, tid: u32) -> Option<Snapshot> {
         let stat = thread::stat(tgid, tid)?;
         let since = thread::exec_start(tgid, tid).and_then(|t| self.clock.to_mono(t, stat.cpu));
         let syscall = thread::syscall(tgid, tid).map_err(|e| e.to_string());
         let user = match &syscall {
-            Ok(SyscallState::In(s)) => self.walk(tgid, s.pc, s.sp),
-            Ok(SyscallState::Blocked { sp, pc }) => self.walk(tgid, *pc, *sp),
+            Ok(SyscallState::In(s)) => self.walk(tgid, tid, s.pc, s.sp),
+            Ok(SyscallState::Blocked { sp, pc }) => self.walk(tgid, tid, *pc, *sp),
             _ => Vec::new(),
         };
         Some(Snapshot {
@@ -97,14 +109,15 @@ impl Snapshotter {
 
     /// The user stack from its pc and sp: unwound from the tables on x86-64
     /// (the one architecture they are read for), else scanned, marked a guess.
-    fn walk(&mut self, tgid: u32, pc: u64, sp: u64) -> Vec<u64> {
+    fn walk(&mut self, tgid: u32, tid: u32, pc: u64, sp: u64) -> Vec<u64> {
         if pc == 0 {
             return Vec::new();
         }
         let regions = self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
         let mem = ProcessMemory { pid: tgid };
         if cfg!(target_arch = "x86_64") {
-            return now::walk(&self.tables.code_of(tgid), regions, &mem, pc, sp);
+            let bp = self.regs.get(&tid).filter(|r| (r.ip, r.sp) == (pc, sp)).map(|r| r.bp);
+            return now::walk(&self.tables.code_of(tgid), regions, &mem, (pc, sp, bp));
         }
         let mut frames = Walker::new(regions, &mem, Arch::native()).walk(pc, sp);
         frames.push(now::GUESSED);

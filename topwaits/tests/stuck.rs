@@ -257,6 +257,8 @@ fn topwaits_never_records_its_own_threads() {
 /// bp holds a plain number (stale.c): its open wait, and `blocked`, show its
 /// stack unwound from the tables to the thread's entry, whole, with no stale
 /// frame (issue: the postmaster's select <- pg_vsprintf <- _int_malloc, "ok").
+/// A second thread's stack passes a frame built with a frame pointer, which
+/// only the registers the task iterator reads let the walk through.
 #[test]
 fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
     require_bpf!();
@@ -266,8 +268,11 @@ fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
     assert!(built.success(), "compiling {src}");
     let w = start(&exe);
     let pid = w.0.id().to_string();
-    let expected = ["tw_level3", "tw_level2", "tw_level1", "tw_stale_entry", "start_thread"];
-    let check = |stack: &Value, status: &Value, what: &str| {
+    let stale = ["tw_level3", "tw_level2", "tw_level1", "tw_stale_entry", "start_thread"];
+    // The other thread's frame with a frame pointer is reached only with the
+    // frame pointer the task iterator reads.
+    let fp = ["tw_fp_level3", "tw_fp_level2", "tw_fp_entry", "start_thread"];
+    let check = |stack: &Value, status: &Value, expected: &[&str], what: &str| {
         let names = stack_names(stack);
         let at: Vec<usize> =
             expected.iter().map(|f| names.iter().position(|n| n == f).unwrap_or_else(|| panic!("{what}: no {f} in {names:?}"))).collect();
@@ -276,15 +281,17 @@ fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
         assert_eq!(status, "ok", "{what}: unwound to the thread's entry: {names:?}");
     };
     let doc = json(&run(&["--json", "-p", &pid, "0.5"]));
-    let open = doc["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["comm"] == "tw_stale" && r["open"] == true)
-        .unwrap_or_else(|| panic!("no open wait of tw_stale: {doc:#}"));
-    assert_eq!(open["open_since_estimated"], true, "it began before the trace: {open:#}");
-    check(&open["user_stack"], &open["user_stack_status"], "open wait");
     let snap = blocked_json(&["-p", &pid]);
-    let t = snap["threads"].as_array().unwrap().iter().find(|t| t["comm"] == "tw_stale").unwrap_or_else(|| panic!("{snap:#}"));
-    check(&t["user_stack"], &t["user_stack_status"], "blocked");
+    for (comm, expected) in [("tw_stale", &stale[..]), ("tw_fp", &fp[..])] {
+        let open = doc["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["comm"] == comm && r["open"] == true)
+            .unwrap_or_else(|| panic!("no open wait of {comm}: {doc:#}"));
+        assert_eq!(open["open_since_estimated"], true, "it began before the trace: {open:#}");
+        check(&open["user_stack"], &open["user_stack_status"], expected, &format!("{comm}'s open wait"));
+        let t = snap["threads"].as_array().unwrap().iter().find(|t| t["comm"] == comm).unwrap_or_else(|| panic!("{snap:#}"));
+        check(&t["user_stack"], &t["user_stack_status"], expected, &format!("{comm} in blocked"));
+    }
 }

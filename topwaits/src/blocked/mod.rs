@@ -212,11 +212,13 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
     (Some((info, call)), wait)
 }
 
-/// Takes the snapshot the options ask for.
-pub fn collect(config: &BlockedConfig, target: String) -> Result<Report> {
+/// Takes the snapshot the options ask for; `regs` are the threads' registers
+/// as the task iterator read them (their frame pointers), where it could.
+pub fn collect(config: &BlockedConfig, target: String, regs: HashMap<u32, topwaits_common::TaskRegs>) -> Result<Report> {
     let clock = ClockPair::sample();
     let me = std::process::id();
     let mut snapper = Snapshotter::default();
+    snapper.set_regs(regs);
     let mut warnings = Vec::new();
     let mut snaps = Vec::new();
     for (tgid, tid) in crate::snapshot::candidates(&config.threads) {

@@ -7,6 +7,7 @@ mod attach;
 mod batch;
 mod drain;
 mod events;
+mod regs;
 mod unwind;
 
 pub use events::{ProcEvents, WaitEvents, MAX_HELD_EVENTS};
@@ -208,6 +209,15 @@ fn id_bitmap(ids: &[u32]) -> Vec<u64> {
         words[id as usize / 64] |= 1 << (id % 64);
     }
     words
+}
+
+/// Every user task's registers now, by thread id, without a trace: the object
+/// is loaded with its maps at their least for the iterator alone (`blocked`).
+pub fn task_regs_now() -> Result<HashMap<u32, topwaits_common::TaskRegs>> {
+    let mut settings = Settings::defaults();
+    offsets_into(&mut settings, &task_offsets("the registers of blocked threads")?);
+    let mut ebpf = load(loader_in_background(), &settings, &Sizes::unused(), &[])?;
+    regs::of_tasks(&mut ebpf, &Btf::from_sys_fs()?)
 }
 
 /// Reads the task_struct offsets, or explains why BTF is needed.
@@ -467,6 +477,16 @@ impl Tracer {
 
     pub fn attach_kind(&self) -> AttachKind {
         self.attach
+    }
+
+    /// Every user task's registers now, by thread id (see [`regs`]); the
+    /// kernel's BTF, which loading the iterator needs, is parsed once and kept.
+    pub fn task_regs(&mut self) -> Result<HashMap<u32, topwaits_common::TaskRegs>> {
+        if self.btf.is_none() {
+            self.btf = Some(Btf::from_sys_fs()?);
+        }
+        let btf = self.btf.as_ref().expect("just set");
+        regs::of_tasks(&mut self.ebpf, btf)
     }
 
     fn map(&self, name: &str) -> Result<&aya::maps::Map> {

@@ -39,15 +39,16 @@ fn code_at(code: &[Code], pc: u64) -> Option<&Code> {
     code.get(i.checked_sub(1)?).filter(|c| pc < c.end)
 }
 
-/// The stack of a thread stopped at `pc` with stack pointer `sp`, leaf first;
-/// its last word a cut mark (see `topwaits_common::unwind::cut`) unless it was
-/// unwound to the thread's first frame. `regions` are all the process's
-/// mappings, for the scan of code without a table.
-pub fn walk(code: &[Code], regions: &[Region], mem: &dyn Memory, pc: u64, sp: u64) -> Vec<u64> {
+/// The stack of a thread stopped at `pc` with stack pointer `sp`, and frame
+/// pointer `bp` where it is known, leaf first; its last word a cut mark (see
+/// `topwaits_common::unwind::cut`) unless it was unwound to the thread's first
+/// frame. `regions` are all the process's mappings, for the scan of code
+/// without a table.
+pub fn walk(code: &[Code], regions: &[Region], mem: &dyn Memory, (pc, sp, bp): (u64, u64, Option<u64>)) -> Vec<u64> {
     let mut frames = vec![pc];
     let read = |a: u64| mem.word(a);
-    let mut regs = Regs { pc, sp, bp: 0 };
-    let (mut leaf, mut bp_known) = (true, false);
+    let mut regs = Regs { pc, sp, bp: bp.unwrap_or(0) };
+    let (mut leaf, mut bp_known) = (true, bp.is_some());
     loop {
         if frames.len() >= MAX_FRAMES {
             frames.push(CUT_MARK | cut::DEPTH);
@@ -187,7 +188,7 @@ mod tests {
         m.insert(0x1018, BIAS + 0x210); // stale: a call outer made long ago
         m.insert(0x1020, BIAS + 0x520); // stale
         m.insert(0x1038, BIAS + 0x150); // inner's return address, into entry
-        let stack = walk(&code(Some(table())), &[], &Words(m), BIAS + 0x510, 0x1000);
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None));
         assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x420, BIAS + 0x150], "whole, with no stale frame");
     }
 
@@ -197,8 +198,16 @@ mod tests {
     fn bp_is_used_only_once_a_frame_restored_it() {
         let mut m = BTreeMap::new();
         m.insert(0x1008, BIAS + 0x320); // leaf returns into uses_bp
-        let stack = walk(&code(Some(table())), &[], &Words(m), BIAS + 0x510, 0x1000);
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None));
         assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x320, CUT_MARK | cut::BP_UNKNOWN]);
+        // Given the frame pointer (the task iterator reads it), the same walk
+        // goes on: uses_bp's CFA is bp + 16.
+        let mut m = BTreeMap::new();
+        m.insert(0x1008, BIAS + 0x320);
+        m.insert(0x2000, 0);
+        m.insert(0x2008, BIAS + 0x150);
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, Some(0x2000)));
+        assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x320, BIAS + 0x150]);
 
         // outer (sp 0x1000, CFA 0x1020) saves the caller's bp (0x1100) at
         // CFA-16 and returns into uses_bp, whose CFA is bp + 16.
@@ -207,25 +216,28 @@ mod tests {
         m.insert(0x1018, BIAS + 0x320);
         m.insert(0x1108, BIAS + 0x150);
         m.insert(0x1100, 0);
-        let stack = walk(&code(Some(table())), &[], &Words(m), BIAS + 0x210, 0x1000);
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x210, 0x1000, None));
         assert_eq!(stack, vec![BIAS + 0x210, BIAS + 0x320, BIAS + 0x150]);
     }
 
     #[test]
     fn unreadable_memory_unmapped_code_and_no_rule_are_cut_and_marked() {
         let t = Some(table());
-        assert_eq!(walk(&code(t.clone()), &[], &Words(BTreeMap::new()), BIAS + 0x510, 0x1000).last(), Some(&(CUT_MARK | cut::UNREADABLE)));
-        assert_eq!(walk(&code(t.clone()), &[], &Words(BTreeMap::new()), 0x42, 0x1000), vec![0x42, CUT_MARK | cut::UNMAPPED]);
+        assert_eq!(
+            walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None)).last(),
+            Some(&(CUT_MARK | cut::UNREADABLE))
+        );
+        assert_eq!(walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (0x42, 0x1000, None)), vec![0x42, CUT_MARK | cut::UNMAPPED]);
         let mut m = BTreeMap::new();
         m.insert(0x1008, BIAS + 0x650); // into the Stop row's range
         let c = vec![Code { start: BIAS + 0x100, end: BIAS + 0x700, bias: BIAS, table: t }];
-        assert_eq!(walk(&c, &[], &Words(m), BIAS + 0x510, 0x1000).last(), Some(&(CUT_MARK | cut::NO_INFO)));
+        assert_eq!(walk(&c, &[], &Words(m), (BIAS + 0x510, 0x1000, None)).last(), Some(&(CUT_MARK | cut::NO_INFO)));
     }
 
     /// A file without a table: what a scan finds, ending in the guess mark.
     #[test]
     fn code_without_a_table_is_scanned_and_marked_a_guess() {
-        let stack = walk(&code(None), &[], &Words(BTreeMap::new()), BIAS + 0x510, 0x1000);
+        let stack = walk(&code(None), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None));
         assert_eq!(stack, vec![BIAS + 0x510, GUESSED]);
         assert!(topwaits_common::unwind::is_cut_mark(GUESSED));
     }

@@ -16,7 +16,17 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
     super::check_targets(&config.threads)?;
     let dot = crate::outfile::OutputFile::create_opt(config.dot.as_deref())?;
     let target = config.threads.describe();
-    let report = collect(config, target)?;
+    // The threads' frame pointers, which /proc does not show: without them a
+    // stack through code built with frame pointers is cut where it needs one.
+    let regs = if crate::sys::caps::this_process_is_privileged() {
+        crate::bpf::task_regs_now().unwrap_or_else(|e| {
+            log::info!("no task registers: {}", crate::stderr::error_line(&e));
+            Default::default()
+        })
+    } else {
+        Default::default()
+    };
+    let report = collect(config, target, regs)?;
     for w in &report.warnings {
         crate::stderr::say!("topwaits: warning: {w}");
     }

@@ -158,6 +158,11 @@ pub fn run(config: &Config) -> Result<()> {
             .unzip();
         let mut capture = if finished { tracer.drain(open_at, &rows)? } else { tracer.drain_and_clear(open_at)? };
         if config.open_waits {
+            // Frame pointers of the threads blocked since before the trace.
+            match tracer.task_regs() {
+                Ok(regs) => snapshots.set_regs(regs),
+                Err(e) => log::info!("no task registers: stacks needing a frame pointer are cut ({})", crate::stderr::error_line(&e)),
+            }
             let span = crate::open::Span { start: start_mono, end: end_mono };
             crate::open::add_waits_before_trace(config, &mut capture, &mut snapshots, span, std::process::id());
         }

@@ -8,9 +8,10 @@ use std::collections::HashMap;
 
 use topwaits_common::TaskRegs;
 
-use crate::cfi::now::{self, Tables};
+use crate::cfi::now::{self, Python, Tables};
 use crate::cli::Threads;
 use crate::model::Frame;
+use crate::python::now::{groups, Interpreters};
 use crate::sys::memory::ProcessMemory;
 use crate::sys::procfs;
 use crate::sys::schedclock::SchedClock;
@@ -64,6 +65,8 @@ pub struct Snapshotter {
     tables: Tables,
     /// Threads' registers as the task iterator read them, by thread id.
     regs: HashMap<u32, TaskRegs>,
+    /// Python processes' interpreters, for their Python frames.
+    python: Interpreters,
 }
 
 /// Kernel frames from `/proc/TID/stack`, which names functions but hides addresses.
@@ -117,7 +120,8 @@ impl Snapshotter {
         let mem = ProcessMemory { pid: tgid };
         if cfg!(target_arch = "x86_64") {
             let bp = self.regs.get(&tid).filter(|r| (r.ip, r.sp) == (pc, sp)).map(|r| r.bp);
-            return now::walk(&self.tables.code_of(tgid), regions, &mem, (pc, sp, bp));
+            let py = self.python.of(tgid).map(|proc| Python { groups: groups(&mem, &proc, tid), proc, next: 0 });
+            return now::walk(&self.tables.code_of(tgid), regions, &mem, (pc, sp, bp), py);
         }
         let mut frames = Walker::new(regions, &mem, Arch::native()).walk(pc, sp);
         frames.push(now::GUESSED);

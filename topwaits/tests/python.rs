@@ -152,3 +152,26 @@ fn an_interpreter_started_mid_trace_is_named_where_it_waited_before() {
     assert!(total > 0, "no sleeping threads of process {pid}");
     assert!(named * 10 >= total * 9, "only {named} of {total} ns of the script's sleeps name its functions");
 }
+
+/// `topwaits blocked`, and the open waits of a trace, walk a Python thread
+/// blocked right now in user space: its Python functions stand in for the
+/// evaluator's native frames, in order, as in the traced stacks.
+#[test]
+fn threads_blocked_now_show_their_python_frames() {
+    require_bpf!();
+    let python = start("/usr/bin/python3", &[]);
+    let pid = python.0.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = Command::new(BIN).args(["blocked", "--json", "-p", &pid]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sleeper = doc["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| stack_names(&t["user_stack"]))
+        .find(|s| s.iter().any(|n| n.starts_with("sleeper_inner (waits.py:10)")))
+        .unwrap_or_else(|| panic!("no thread in sleeper_inner: {doc:#}"));
+    assert!(at(&sleeper, "sleeper_inner (waits.py:10)") < at(&sleeper, "sleeper (waits.py:14)"), "{sleeper:?}");
+    assert!(at(&sleeper, "sleeper (waits.py:14)") < at(&sleeper, "start_thread"), "whole, to the thread's entry: {sleeper:?}");
+}

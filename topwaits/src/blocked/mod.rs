@@ -21,6 +21,7 @@ use crate::sys::thread::{self, Syscall, SyscallState};
 use crate::unwind::Memory as _;
 use crate::waitfor::{self, Edge, Graph};
 use classify::{SyscallInfo, WaitOn};
+use topwaits_common::python::is_py_frame;
 
 /// One blocked thread, symbolized and classified.
 #[derive(Clone, Debug)]
@@ -89,22 +90,30 @@ impl Report {
     }
 }
 
-/// Symbolizes the user stacks of the snapshots, one batch per process.
+/// Symbolizes the user stacks of the snapshots, one batch per process (and one
+/// for its Python frames).
 fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
-    let mut per_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    let mut per_proc: BTreeMap<u32, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
     for s in snaps {
-        let addrs = s.user.iter().enumerate().filter(|(_, &a)| cut_frame(a).is_none()).map(|(i, &a)| lookup_addr(i, a));
-        per_proc.entry(s.tgid).or_default().extend(addrs);
+        let batch = per_proc.entry(s.tgid).or_default();
+        for (i, &a) in s.user.iter().enumerate().filter(|(_, &a)| cut_frame(a).is_none()) {
+            match is_py_frame(a) {
+                true => batch.1.push(a),
+                false => batch.0.push(lookup_addr(i, a)),
+            }
+        }
     }
     let mut frames: HashMap<(u32, u64), Frame> = HashMap::new();
-    for (tgid, mut addrs) in per_proc {
-        addrs.sort_unstable();
-        addrs.dedup();
-        if addrs.is_empty() {
-            continue;
+    for (tgid, (mut addrs, mut words)) in per_proc {
+        for list in [&mut addrs, &mut words] {
+            list.sort_unstable();
+            list.dedup();
         }
-        for f in sym.user(tgid, &addrs) {
-            frames.insert((tgid, f.addr), f);
+        if !addrs.is_empty() {
+            frames.extend(sym.user(tgid, &addrs).into_iter().map(|f| ((tgid, f.addr), f)));
+        }
+        if !words.is_empty() {
+            frames.extend(words.iter().copied().zip(sym.python(tgid, &words)).map(|(w, f)| ((tgid, w), f)));
         }
     }
     snaps
@@ -114,8 +123,13 @@ fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
                 return Stack::None;
             }
             // The walk's cut mark, if any, is its last word: shown as the
-            // frame that says why.
-            let frame = |(i, &a): (usize, &u64)| cut_frame(a).unwrap_or_else(|| frame_at(i, a, frames.get(&(s.tgid, lookup_addr(i, a)))));
+            // frame that says why. A Python frame's word is named as it is.
+            let frame = |(i, &a): (usize, &u64)| {
+                cut_frame(a).unwrap_or_else(|| match is_py_frame(a) {
+                    true => frames.get(&(s.tgid, a)).cloned().unwrap_or_else(|| Frame::unknown(a)),
+                    false => frame_at(i, a, frames.get(&(s.tgid, lookup_addr(i, a)))),
+                })
+            };
             Stack::of(s.user.iter().enumerate().map(frame).collect())
         })
         .collect()

@@ -13,9 +13,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use topwaits_common::python::PyProc;
 use topwaits_common::unwind::{cut, CUT_MARK};
 
 use super::{step, Base, Regs, Rule, Step, Table};
+use crate::python;
 use crate::sys::{elf, procfs};
 use crate::unwind::{Arch, Memory, Region, Walker, MAX_FRAMES};
 
@@ -44,8 +46,24 @@ fn code_at(code: &[Code], pc: u64) -> Option<&Code> {
 /// `topwaits_common::unwind::cut`) unless it was unwound to the thread's first
 /// frame. `regions` are all the process's mappings, for the scan of code
 /// without a table.
-pub fn walk(code: &[Code], regions: &[Region], mem: &dyn Memory, (pc, sp, bp): (u64, u64, Option<u64>)) -> Vec<u64> {
-    let mut frames = vec![pc];
+pub fn walk(
+    code: &[Code],
+    regions: &[Region],
+    mem: &dyn Memory,
+    (pc, sp, bp): (u64, u64, Option<u64>),
+    mut py: Option<Python>,
+) -> Vec<u64> {
+    let mut frames = Vec::new();
+    // A native frame of the evaluator stands for its call's Python frames, as
+    // in the in-kernel walk.
+    let mut push = |frames: &mut Vec<u64>, pc: u64| match py.as_mut().filter(|py| python::now::in_evaluator(&py.proc, pc)) {
+        Some(py) if py.next < py.groups.len() => {
+            frames.extend(&py.groups[py.next]);
+            py.next += 1;
+        }
+        _ => frames.push(pc),
+    };
+    push(&mut frames, pc);
     let read = |a: u64| mem.word(a);
     let mut regs = Regs { pc, sp, bp: bp.unwrap_or(0) };
     let (mut leaf, mut bp_known) = (true, bp.is_some());
@@ -87,8 +105,17 @@ pub fn walk(code: &[Code], regions: &[Region], mem: &dyn Memory, (pc, sp, bp): (
                 return frames;
             }
         }
-        frames.push(regs.pc);
+        push(&mut frames, regs.pc);
     }
+}
+
+/// A Python thread's frames for a walk: its interpreter, and its frame words
+/// grouped by evaluator call, innermost first ([`python::now::groups`]).
+pub struct Python {
+    pub proc: PyProc,
+    pub groups: Vec<Vec<u64>>,
+    /// The next group to stand for an evaluator frame.
+    pub next: usize,
 }
 
 /// Tables of the files processes map, each built once (by device and inode),
@@ -188,7 +215,7 @@ mod tests {
         m.insert(0x1018, BIAS + 0x210); // stale: a call outer made long ago
         m.insert(0x1020, BIAS + 0x520); // stale
         m.insert(0x1038, BIAS + 0x150); // inner's return address, into entry
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None));
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), None);
         assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x420, BIAS + 0x150], "whole, with no stale frame");
     }
 
@@ -198,7 +225,7 @@ mod tests {
     fn bp_is_used_only_once_a_frame_restored_it() {
         let mut m = BTreeMap::new();
         m.insert(0x1008, BIAS + 0x320); // leaf returns into uses_bp
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None));
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), None);
         assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x320, CUT_MARK | cut::BP_UNKNOWN]);
         // Given the frame pointer (the task iterator reads it), the same walk
         // goes on: uses_bp's CFA is bp + 16.
@@ -206,7 +233,7 @@ mod tests {
         m.insert(0x1008, BIAS + 0x320);
         m.insert(0x2000, 0);
         m.insert(0x2008, BIAS + 0x150);
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, Some(0x2000)));
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, Some(0x2000)), None);
         assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x320, BIAS + 0x150]);
 
         // outer (sp 0x1000, CFA 0x1020) saves the caller's bp (0x1100) at
@@ -216,7 +243,7 @@ mod tests {
         m.insert(0x1018, BIAS + 0x320);
         m.insert(0x1108, BIAS + 0x150);
         m.insert(0x1100, 0);
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x210, 0x1000, None));
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x210, 0x1000, None), None);
         assert_eq!(stack, vec![BIAS + 0x210, BIAS + 0x320, BIAS + 0x150]);
     }
 
@@ -224,20 +251,45 @@ mod tests {
     fn unreadable_memory_unmapped_code_and_no_rule_are_cut_and_marked() {
         let t = Some(table());
         assert_eq!(
-            walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None)).last(),
+            walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None), None).last(),
             Some(&(CUT_MARK | cut::UNREADABLE))
         );
-        assert_eq!(walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (0x42, 0x1000, None)), vec![0x42, CUT_MARK | cut::UNMAPPED]);
+        assert_eq!(walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (0x42, 0x1000, None), None), vec![0x42, CUT_MARK | cut::UNMAPPED]);
         let mut m = BTreeMap::new();
         m.insert(0x1008, BIAS + 0x650); // into the Stop row's range
         let c = vec![Code { start: BIAS + 0x100, end: BIAS + 0x700, bias: BIAS, table: t }];
-        assert_eq!(walk(&c, &[], &Words(m), (BIAS + 0x510, 0x1000, None)).last(), Some(&(CUT_MARK | cut::NO_INFO)));
+        assert_eq!(walk(&c, &[], &Words(m), (BIAS + 0x510, 0x1000, None), None).last(), Some(&(CUT_MARK | cut::NO_INFO)));
+    }
+
+    /// A Python thread: each native frame of the evaluator stands for its
+    /// call's Python frames, the innermost call's first; a frame past the last
+    /// group stays native.
+    #[test]
+    fn evaluator_frames_stand_for_their_calls_python_frames() {
+        // leaf <- inner (as the evaluator) <- entry; the walk sees inner twice
+        // over, once per call, when leaf's return into inner is followed by
+        // another return into inner below it.
+        let mut m = BTreeMap::new();
+        m.insert(0x1008, BIAS + 0x420);
+        m.insert(0x1038, BIAS + 0x420);
+        m.insert(0x1068, BIAS + 0x150);
+        let proc = PyProc { eval: [BIAS + 0x400, BIAS + 0x500, 0, 0], ..PyProc::default() };
+        let py = Python { proc, groups: vec![vec![0xa1], vec![0xb1, 0xb2]], next: 0 };
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), Some(py));
+        assert_eq!(stack, vec![BIAS + 0x510, 0xa1, 0xb1, 0xb2, BIAS + 0x150]);
+        let py = Python { proc, groups: vec![vec![0xa1]], next: 0 };
+        let mut m = BTreeMap::new();
+        m.insert(0x1008, BIAS + 0x420);
+        m.insert(0x1038, BIAS + 0x420);
+        m.insert(0x1068, BIAS + 0x150);
+        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), Some(py));
+        assert_eq!(stack, vec![BIAS + 0x510, 0xa1, BIAS + 0x420, BIAS + 0x150], "no group left: native");
     }
 
     /// A file without a table: what a scan finds, ending in the guess mark.
     #[test]
     fn code_without_a_table_is_scanned_and_marked_a_guess() {
-        let stack = walk(&code(None), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None));
+        let stack = walk(&code(None), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None), None);
         assert_eq!(stack, vec![BIAS + 0x510, GUESSED]);
         assert!(topwaits_common::unwind::is_cut_mark(GUESSED));
     }

@@ -5,6 +5,7 @@
 
 pub mod layout;
 pub mod names;
+pub mod now;
 pub mod probe;
 
 use std::collections::HashMap;

@@ -110,6 +110,10 @@ struct Job {
     id: u32,
     file: std::fs::File,
     path: String,
+    /// Asked for at the start, for the traced processes, which the start waits
+    /// for: built at normal priority. Every other table is built when a CPU
+    /// would otherwise idle.
+    urgent: bool,
 }
 
 /// The tables of the traced processes, kept in step with them.
@@ -133,6 +137,8 @@ pub struct Loader {
     swept: (Instant, usize),
     /// The executable mappings read since [`Loader::take_fresh`] was last called.
     fresh: Vec<(u32, Vec<procfs::Mapping>)>,
+    /// Tables asked for now are the start's own (see [`Loader::settle`]).
+    urgent: bool,
     pub stats: Stats,
 }
 
@@ -143,13 +149,28 @@ fn build(file: std::fs::File) -> Result<Option<Tree>> {
 }
 
 impl Loader {
-    /// A loader whose file index 0 stands for the files that do not fit.
+    /// A loader whose file index 0 stands for the files that do not fit. The
+    /// tables asked for before the first [`Loader::settle`] are the start's,
+    /// built at once; every later one when a CPU would otherwise idle.
     pub fn new(sink: &mut dyn Sink) -> Result<Loader> {
         sink.put_file(OVERFLOW_FILE, FileInfo { state: file_state::FULL, levels: 0 })?;
         let (job_tx, job_rx) = mpsc::channel::<Job>();
         let (built_tx, built) = mpsc::channel();
         std::thread::Builder::new().name("unwind-tables".into()).spawn(move || {
-            for Job { id, file, path } in job_rx {
+            // Tables wait for an idle CPU rather than take one from the workload:
+            // on a busy machine their stacks stay marked loading a while longer.
+            // The start's own, which it waits for, are built at once.
+            let mut idle = false;
+            for Job { id, file, path, urgent } in job_rx {
+                if idle == urgent {
+                    idle = match urgent {
+                        true => !crate::sys::priority::normal_for_this_thread(),
+                        false => {
+                            log::debug!("unwind tables are built in {}", crate::sys::priority::lowest_for_this_thread());
+                            true
+                        }
+                    };
+                }
                 let t0 = Instant::now();
                 let tree = build(file);
                 if built_tx.send(Built { id, tree, path, took: t0.elapsed() }).is_err() {
@@ -169,6 +190,7 @@ impl Loader {
             started: Instant::now(),
             swept: (Instant::now(), 0),
             fresh: Vec::new(),
+            urgent: true,
             stats: Stats::default(),
         })
     }
@@ -251,6 +273,7 @@ impl Loader {
     /// Waits up to `limit` for the tables being built (tests, and a short trace
     /// whose report should not show stacks cut for want of a table).
     pub fn settle(&mut self, limit: Duration, sink: &mut dyn Sink) {
+        self.urgent = false;
         let end = Instant::now() + limit;
         while self.in_flight > 0 && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(5));
@@ -319,7 +342,7 @@ impl Loader {
             self.next_id += 1;
             let id = self.next_id - 1;
             if let Some(jobs) = &self.jobs {
-                if jobs.send(Job { id, file: opened, path: m.path.clone() }).is_ok() {
+                if jobs.send(Job { id, file: opened, path: m.path.clone(), urgent: self.urgent }).is_ok() {
                     self.in_flight += 1;
                 }
             }

@@ -8,6 +8,7 @@ pub mod heap;
 pub mod kallsyms;
 pub mod memory;
 pub mod net;
+pub mod priority;
 pub mod procfs;
 pub mod schedclock;
 pub mod syscalls;

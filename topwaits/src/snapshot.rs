@@ -87,6 +87,12 @@ impl Snapshotter {
         self.regs = regs;
     }
 
+    /// Reads unwind tables from `cache` where it holds them, and keeps there
+    /// those it builds.
+    pub fn set_cache(&mut self, cache: Option<crate::cfi::cache::Cache>) {
+        self.tables = Tables::with_cache(cache);
+    }
+
     /// The thread now, or `None` when it is gone.
     pub fn take(&mut self, tgid: u32, tid: u32) -> Option<Snapshot> {
         let stat = thread::stat(tgid, tid)?;

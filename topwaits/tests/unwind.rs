@@ -163,3 +163,36 @@ fn a_reused_walk_never_stands_for_another_caller_with_the_same_registers() {
     let half = a as f64 / (a + b) as f64;
     assert!((0.3..=0.7).contains(&half), "path_a has {:.0}% of the two paths' wait: {doc:#}", half * 100.0);
 }
+
+/// The unwind tables built in one trace are kept (`--cache-dir`) and found by
+/// the next: a program started after the second trace attached is walked from
+/// cached tables, whole from its first waits, where the first trace built them.
+#[test]
+fn a_second_trace_finds_its_tables_in_the_cache() {
+    require_bpf!();
+    let dir = format!("{}/cfi-cache", env!("CARGO_TARGET_TMPDIR"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let script = "import time\nfor i in range(200):\n    time.sleep(0.005)\n";
+    let from_cache = |stderr: &str| -> u64 {
+        let line = stderr.lines().find(|l| l.contains("unwind tables:")).unwrap_or_else(|| panic!("{stderr}"));
+        let n = line.split('(').nth(1).and_then(|s| s.split(' ').next()).unwrap_or_else(|| panic!("{line}"));
+        n.parse().unwrap()
+    };
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let t = Tracer::start_env(&["--json", "--cache-dir", &dir, "2"], &[("RUST_LOG", "topwaits::run::trace=info")]);
+        let mut py = Command::new("/usr/bin/python3").args(["-c", script]).spawn().expect("python3 (cargo xtask setup)");
+        let pid = py.id();
+        let out = t.finish();
+        let _ = py.wait();
+        let doc = json(&out);
+        let mine = serde_json::json!({"records": doc["records"].as_array().unwrap().iter().filter(|r| r["tgid"] == pid).cloned().collect::<Vec<_>>()});
+        runs.push((from_cache(&out.stderr), whole_share(&mine)));
+    }
+    let ((cold, _), (warm, whole)) = (runs[0], runs[1]);
+    assert_eq!(cold, 0, "a new cache has nothing in it");
+    assert!(warm >= 3, "python3, libc and the loader at least come from the cache: {warm}");
+    assert!(whole >= 0.9, "{:.0}% of the waits of a program started after the trace are whole", whole * 100.0);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&dir).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700, "the cache is the user's alone");
+}

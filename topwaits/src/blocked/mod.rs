@@ -228,11 +228,17 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
 
 /// Takes the snapshot the options ask for; `regs` are the threads' registers
 /// as the task iterator read them (their frame pointers), where it could.
-pub fn collect(config: &BlockedConfig, target: String, regs: HashMap<u32, topwaits_common::TaskRegs>) -> Result<Report> {
+pub fn collect(
+    config: &BlockedConfig,
+    target: String,
+    regs: HashMap<u32, topwaits_common::TaskRegs>,
+    cache: Option<crate::cfi::cache::Cache>,
+) -> Result<Report> {
     let clock = ClockPair::sample();
     let me = std::process::id();
     let mut snapper = Snapshotter::default();
     snapper.set_regs(regs);
+    snapper.set_cache(cache);
     let mut warnings = Vec::new();
     let mut snaps = Vec::new();
     for (tgid, tid) in crate::snapshot::candidates(&config.threads) {

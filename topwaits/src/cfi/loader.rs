@@ -14,8 +14,8 @@ use anyhow::Result;
 use topwaits_common::unwind::{file_state, ExecMap, FileInfo, Node, ProcMaps, MAX_FILES, MAX_MAPS};
 use topwaits_common::{proc_event, ProcEvent};
 
+use super::cache::{self, Cache, Source};
 use super::tree::{self, Tree};
-use super::Table;
 use crate::sys::elf;
 use crate::sys::procfs::{self, alive};
 
@@ -50,6 +50,8 @@ const FRESH_KEPT: usize = 4096;
 pub struct Stats {
     /// Files whose tables are in the kernel, and the bytes their nodes take.
     pub files_ready: u64,
+    /// Of the tables, those found in the cache rather than built.
+    pub files_from_cache: u64,
     pub table_bytes: u64,
     /// Files with no unwind information (walked by frame pointers).
     pub files_without_tables: u64,
@@ -100,9 +102,11 @@ struct Proc {
 struct Built {
     id: u32,
     tree: Result<Option<Tree>>,
-    /// The file's path, and how long its tree took to build (for the log).
+    /// The file's path, how long its tree took, and whether its table came
+    /// from the cache (for the log and the stats).
     path: String,
     took: Duration,
+    source: Source,
 }
 
 /// A file whose tree is to be built.
@@ -142,42 +146,47 @@ pub struct Loader {
     pub stats: Stats,
 }
 
-/// Builds one file's tree.
-fn build(file: std::fs::File) -> Result<Option<Tree>> {
-    let mut r = std::io::BufReader::new(file);
-    Ok(Table::from_elf(&mut r)?.and_then(|t| tree::build(&t)))
+/// The builder's thread: each file's tree, from its cached table or a new one.
+/// A table found in the cache is read at normal priority (a few milliseconds);
+/// one to be built waits for an idle CPU rather than take one from the
+/// workload (on a busy machine its stacks stay marked loading a while
+/// longer), unless the start waits for it.
+fn builder(jobs: mpsc::Receiver<Job>, built: mpsc::Sender<Built>, cache: Option<Cache>) {
+    let mut idle = false;
+    let mut set = |want_idle: bool| {
+        if want_idle != idle {
+            idle = match want_idle {
+                true => {
+                    log::debug!("unwind tables are built in {}", crate::sys::priority::lowest_for_this_thread());
+                    true
+                }
+                false => !crate::sys::priority::normal_for_this_thread(),
+            };
+        }
+    };
+    for Job { id, file, path, urgent } in jobs {
+        set(false);
+        let t0 = Instant::now();
+        let got = cache::table_of(cache.as_ref(), file, || set(!urgent));
+        let (tree, source) = match got {
+            Ok((table, source)) => (Ok(table.and_then(|t| tree::build(&t))), source),
+            Err(e) => (Err(e), Source::Built),
+        };
+        if built.send(Built { id, tree, path, took: t0.elapsed(), source }).is_err() {
+            break;
+        }
+    }
 }
 
 impl Loader {
     /// A loader whose file index 0 stands for the files that do not fit. The
     /// tables asked for before the first [`Loader::settle`] are the start's,
     /// built at once; every later one when a CPU would otherwise idle.
-    pub fn new(sink: &mut dyn Sink) -> Result<Loader> {
+    pub fn new(sink: &mut dyn Sink, cache: Option<Cache>) -> Result<Loader> {
         sink.put_file(OVERFLOW_FILE, FileInfo { state: file_state::FULL, levels: 0 })?;
         let (job_tx, job_rx) = mpsc::channel::<Job>();
         let (built_tx, built) = mpsc::channel();
-        std::thread::Builder::new().name("unwind-tables".into()).spawn(move || {
-            // Tables wait for an idle CPU rather than take one from the workload:
-            // on a busy machine their stacks stay marked loading a while longer.
-            // The start's own, which it waits for, are built at once.
-            let mut idle = false;
-            for Job { id, file, path, urgent } in job_rx {
-                if idle == urgent {
-                    idle = match urgent {
-                        true => !crate::sys::priority::normal_for_this_thread(),
-                        false => {
-                            log::debug!("unwind tables are built in {}", crate::sys::priority::lowest_for_this_thread());
-                            true
-                        }
-                    };
-                }
-                let t0 = Instant::now();
-                let tree = build(file);
-                if built_tx.send(Built { id, tree, path, took: t0.elapsed() }).is_err() {
-                    break;
-                }
-            }
-        })?;
+        std::thread::Builder::new().name("unwind-tables".into()).spawn(move || builder(job_rx, built_tx, cache))?;
         Ok(Loader {
             files: HashMap::new(),
             next_id: 1,
@@ -297,13 +306,17 @@ impl Loader {
         let info = match b.tree {
             Ok(Some(tree)) => {
                 let fits = tree.keyed(b.id).all(|(key, node)| sink.put_node(key, node).is_ok());
+                let how = if b.source == Source::Cache { "read from the cache" } else { "built" };
                 log::debug!(
-                    "unwind table of {} built in {:?}, in place {:?} after the start: {} KiB",
+                    "unwind table of {} {how} in {:?}, in place {:?} after the start: {} KiB",
                     b.path,
                     b.took,
                     self.started.elapsed(),
                     tree.bytes() / 1024
                 );
+                if b.source == Source::Cache {
+                    self.stats.files_from_cache += 1;
+                }
                 if fits {
                     self.stats.files_ready += 1;
                     self.stats.table_bytes += tree.bytes() as u64;
@@ -486,7 +499,7 @@ mod tests {
     #[test]
     fn a_live_process_gets_its_mappings_and_one_tree_per_file() {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem).unwrap();
+        let mut loader = Loader::new(&mut mem, None).unwrap();
         let me = std::process::id();
         loader.on_event(seen(me), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
@@ -510,10 +523,34 @@ mod tests {
         assert_eq!(mem.files.len(), files);
     }
 
+    /// A second loader with the same cache finds every table there, and the
+    /// trees it makes of them are the first one's.
+    #[test]
+    fn a_second_run_reads_its_tables_from_the_cache() {
+        let dir = std::env::temp_dir().join(format!("tw-loader-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let me = std::process::id();
+        let run = || {
+            let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+            let cache = Cache::open(&dir, cache::DEFAULT_LIMIT).unwrap();
+            let mut loader = Loader::new(&mut mem, Some(cache)).unwrap();
+            loader.on_event(seen(me), &mut mem);
+            loader.settle(Duration::from_secs(60), &mut mem);
+            (loader.stats.clone(), mem.nodes.len())
+        };
+        let (cold, nodes) = run();
+        let (warm, again) = run();
+        assert_eq!(cold.files_from_cache, 0, "{cold:?}");
+        assert!(cold.files_ready >= 2);
+        assert_eq!(warm.files_from_cache, warm.files_ready, "every table from the cache: {warm:?}");
+        assert_eq!((warm.files_ready, warm.table_bytes, again), (cold.files_ready, cold.table_bytes, nodes));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_fork_shares_its_parents_mappings_and_the_exited_are_swept() {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem).unwrap();
+        let mut loader = Loader::new(&mut mem, None).unwrap();
         let me = std::process::id();
         loader.on_event(seen(me), &mut mem);
         // A pid that cannot exist (above pid_max's limit).
@@ -533,7 +570,7 @@ mod tests {
     #[test]
     fn the_first_fork_after_an_exec_gets_the_parents_libraries() {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem).unwrap();
+        let mut loader = Loader::new(&mut mem, None).unwrap();
         let me = std::process::id();
         loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::EXEC, parent: 0 }), &mut mem);
         let whole = mem.procs[&me];
@@ -560,7 +597,7 @@ mod tests {
     #[test]
     fn a_forked_child_gone_before_its_event_leaves_no_maps_in_the_kernel() {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem).unwrap();
+        let mut loader = Loader::new(&mut mem, None).unwrap();
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
@@ -574,7 +611,7 @@ mod tests {
     #[test]
     fn a_process_gone_before_its_second_read_is_forgotten_at_once() {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem).unwrap();
+        let mut loader = Loader::new(&mut mem, None).unwrap();
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id();
         // Until its loader has mapped libc.
@@ -600,7 +637,7 @@ mod tests {
     #[test]
     fn tables_that_do_not_fit_are_marked_full_and_counted() {
         let mut mem = Mem { node_room: 1, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem).unwrap();
+        let mut loader = Loader::new(&mut mem, None).unwrap();
         assert_eq!(mem.files[&OVERFLOW_FILE].state, file_state::FULL);
         loader.on_event(seen(std::process::id()), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);

@@ -20,6 +20,7 @@ use topwaits_common::unwind::{SIG_BP, SIG_IP, SIG_SP};
 
 use crate::sys::elf;
 
+pub mod cache;
 pub mod loader;
 pub mod now;
 pub mod tree;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use topwaits_common::python::PyProc;
 use topwaits_common::unwind::{cut, CUT_MARK};
 
+use super::cache::{self, Cache};
 use super::{step, Base, Regs, Rule, Step, Table};
 use crate::python;
 use crate::sys::{elf, procfs};
@@ -124,9 +125,15 @@ pub struct Python {
 pub struct Tables {
     files: HashMap<(u64, u64), Option<Arc<Table>>>,
     procs: HashMap<u32, Arc<Vec<Code>>>,
+    cache: Option<Cache>,
 }
 
 impl Tables {
+    /// Tables read from `cache` where it holds them, and kept there when built.
+    pub fn with_cache(cache: Option<Cache>) -> Tables {
+        Tables { cache, ..Tables::default() }
+    }
+
     /// Process `tgid`'s executable mappings with their tables, read once.
     pub fn code_of(&mut self, tgid: u32) -> Arc<Vec<Code>> {
         if let Some(c) = self.procs.get(&tgid) {
@@ -142,13 +149,13 @@ impl Tables {
     /// One mapping with its file's table; None when the file cannot be read.
     fn code(&mut self, tgid: u32, m: &procfs::Mapping) -> Option<Code> {
         let file = procfs::open_mapped(tgid, m)?;
-        let mut r = std::io::BufReader::new(file);
-        let vaddr = elf::vaddr_of(&elf::load_segments(&mut r).ok()?, m.offset)?;
+        let vaddr = elf::vaddr_of(&elf::load_segments(&mut std::io::BufReader::new(&file)).ok()?, m.offset)?;
+        let cache = self.cache.as_ref();
         let table = self
             .files
             .entry((m.dev, m.inode))
-            .or_insert_with(|| match Table::from_elf(&mut r) {
-                Ok(t) => t.map(Arc::new),
+            .or_insert_with(|| match cache::table_of(cache, file, || {}) {
+                Ok((t, _)) => t.map(Arc::new),
                 Err(e) => {
                     log::debug!("no unwind table for {}: {e:#}", m.path);
                     None

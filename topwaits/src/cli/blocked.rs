@@ -31,6 +31,9 @@ pub struct BlockedArgs {
     /// Also write the wait-for graph for Graphviz (`dot -Tsvg FILE`).
     #[arg(long, value_name = "FILE")]
     pub dot: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub cache: super::CacheArgs,
 }
 
 /// Validated options of `topwaits blocked`.
@@ -41,13 +44,15 @@ pub struct BlockedConfig {
     pub sleeping: bool,
     pub json: bool,
     pub dot: Option<PathBuf>,
+    /// Where built unwind tables are kept between runs (None: `--no-cache`).
+    pub cache: Option<PathBuf>,
 }
 
 impl BlockedConfig {
     pub fn from_args(a: BlockedArgs) -> Result<Self, ConfigError> {
         let threads = a.target.threads(Threads::All)?;
         let sleeping = a.sleeping || threads != Threads::All;
-        Ok(BlockedConfig { threads, sleeping, json: a.json, dot: a.dot })
+        Ok(BlockedConfig { threads, sleeping, json: a.json, dot: a.dot, cache: a.cache.dir() })
     }
 }
 

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod blocked;
+mod cache;
 mod locks;
 mod record;
 mod target;
@@ -17,6 +18,7 @@ mod view;
 mod why;
 
 pub use blocked::{BlockedArgs, BlockedConfig};
+pub use cache::CacheArgs;
 pub use locks::{LocksArgs, LocksConfig};
 pub use record::{RecordArgs, ReportArgs, ReportConfig};
 pub use target::{AttachArgs, TargetArgs};
@@ -137,6 +139,9 @@ pub struct TraceArgs {
     /// labels, at a little less cost per switch.
     #[arg(long)]
     pub no_labels: bool,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
 
     /// Print one report per interval of SECS seconds, clearing the kernel aggregates
     /// after each, until the duration ends or Ctrl-C.
@@ -362,6 +367,8 @@ pub struct Config {
     pub unwind: Unwind,
     /// Record what each wait was for (`--no-labels` turns it off).
     pub labels: bool,
+    /// Where built unwind tables are kept between runs (None: `--no-cache`).
+    pub cache: Option<PathBuf>,
 }
 
 /// How user stacks are walked (`--unwind`).
@@ -470,6 +477,7 @@ impl Config {
                 (None, false) => Unwind::Cfi,
             },
             labels: !a.no_labels,
+            cache: a.cache.dir(),
         })
     }
 

@@ -82,7 +82,8 @@ pub fn run(config: &Config) -> Result<()> {
     let clock = ClockPair::sample();
     // Before the programs attach: the tables of -p/-t processes are built first,
     // so that their waits are walked whole from the first.
-    let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, config))?;
+    let cache = super::unwind::open_cache(config.cache.as_deref());
+    let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, config, cache.clone()))?;
     let unwinder = std::cell::RefCell::new(unwinder);
     let start_mono = tracer.attached_mono();
     let target = config.target();
@@ -110,6 +111,7 @@ pub fn run(config: &Config) -> Result<()> {
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
     let mut total = crate::model::Counters::default();
     let mut snapshots = crate::snapshot::Snapshotter::default();
+    snapshots.set_cache(cache);
     for round in 0usize.. {
         // Interval ends are on a fixed grid from the start, so the time spent
         // reporting one interval does not delay the next.
@@ -208,8 +210,9 @@ pub fn run(config: &Config) -> Result<()> {
     // Losses are said once, for the whole trace, with their fixes.
     let unwinding = unwinder.borrow().stats().cloned().unwrap_or_default();
     log::info!(
-        "unwind tables: {} files, {} KiB in the kernel, the first after {:?}; {} files without unwind information",
+        "unwind tables: {} files ({} from the cache), {} KiB in the kernel, the first after {:?}; {} files without unwind information",
         unwinding.files_ready,
+        unwinding.files_from_cache,
         unwinding.table_bytes / 1024,
         unwinding.first_table_after,
         unwinding.files_without_tables

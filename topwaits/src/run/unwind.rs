@@ -9,6 +9,7 @@ use anyhow::Result;
 use topwaits_common::{proc_event, ProcEvent};
 
 use crate::bpf::UnwindMaps;
+use crate::cfi::cache::Cache;
 use crate::cfi::loader::{Loader, Stats};
 use crate::cli::{Config, Threads};
 use crate::python::Tracker;
@@ -28,9 +29,9 @@ impl Unwinder {
     /// programs attach: the processes of `-p`/`-t` are read at once, and their
     /// tables waited for (up to [`TARGETS_SETTLE`]), so that their first waits
     /// are walked whole.
-    pub fn start(maps: Option<UnwindMaps>, config: &Config) -> Result<Unwinder> {
+    pub fn start(maps: Option<UnwindMaps>, config: &Config, cache: Option<Cache>) -> Result<Unwinder> {
         let Some(mut maps) = maps else { return Ok(Unwinder(None)) };
-        let mut loader = Loader::new(&mut maps)?;
+        let mut loader = Loader::new(&mut maps, cache)?;
         let mut python = Tracker::default();
         let tgids: Vec<u32> = match &config.threads {
             Threads::Pids(p) => p.clone(),
@@ -83,5 +84,18 @@ impl Unwinder {
     /// What did not fit, and the interpreters whose frames could not be named.
     pub fn warnings(&self) -> Vec<String> {
         self.0.as_ref().map(|(l, p, _)| l.stats.warnings().into_iter().chain(p.warnings()).collect()).unwrap_or_default()
+    }
+}
+
+/// The unwind table cache in `dir`, or none (said once) where it cannot be
+/// used: tables are then built afresh each run.
+pub fn open_cache(dir: Option<&std::path::Path>) -> Option<Cache> {
+    let dir = dir?;
+    match Cache::open(dir, crate::cfi::cache::DEFAULT_LIMIT) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            crate::stderr::say!("topwaits: warning: unwind tables are built afresh, not cached: {e:#} (--cache-dir DIR moves the cache, --no-cache quiets this)");
+            None
+        }
     }
 }

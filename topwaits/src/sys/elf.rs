@@ -92,6 +92,23 @@ fn section_data<R: Read + Seek>(f: &mut R, h: &[u8; 64], limit: u64, too_large: 
     Ok(bytes)
 }
 
+/// The file's GNU build id (the descriptor of its `.note.gnu.build-id`), if it
+/// has one.
+pub fn build_id<R: Read + Seek>(f: &mut R) -> io::Result<Option<Vec<u8>>> {
+    let Some(note) = section_bytes(f, ".note.gnu.build-id")? else { return Ok(None) };
+    Ok(build_id_of_note(&note))
+}
+
+/// The descriptor of a `NT_GNU_BUILD_ID` note named "GNU".
+fn build_id_of_note(note: &[u8]) -> Option<Vec<u8>> {
+    const NT_GNU_BUILD_ID: u32 = 3;
+    let word = |at: usize| Some(u32::from_le_bytes(note.get(at..at + 4)?.try_into().ok()?));
+    let (namesz, descsz, kind) = (word(0)? as usize, word(4)? as usize, word(8)?);
+    let desc = 12 + namesz.div_ceil(4) * 4;
+    (kind == NT_GNU_BUILD_ID && note.get(12..12 + namesz)? == b"GNU\0" && descsz > 0)
+        .then(|| note.get(desc..desc + descsz).map(<[u8]>::to_vec))?
+}
+
 /// A loaded segment (`PT_LOAD`): where its bytes lie in the file and in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segment {
@@ -172,6 +189,20 @@ mod tests {
         assert_eq!(found[0].0, "main");
         assert!(found[0].1 > 0 && found[0].2 > 0);
         assert!(symbols(&mut std::io::Cursor::new(b"junk".to_vec()), &["main"], true).is_err());
+    }
+
+    #[test]
+    fn a_build_id_is_read_from_its_note_and_junk_is_none() {
+        let mut note = vec![4, 0, 0, 0, 4, 0, 0, 0, 3, 0, 0, 0];
+        note.extend(b"GNU\0");
+        note.extend([0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(build_id_of_note(&note), Some(vec![0xde, 0xad, 0xbe, 0xef]));
+        assert_eq!(build_id_of_note(&note[..18]), None, "truncated");
+        note[8] = 1;
+        assert_eq!(build_id_of_note(&note), None, "another kind of note");
+        let me = std::env::current_exe().unwrap();
+        let id = build_id(&mut std::fs::File::open(&me).unwrap()).unwrap().expect("test binaries have a build id");
+        assert!(id.len() >= 8, "{id:?}");
     }
 
     #[test]

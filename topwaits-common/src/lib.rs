@@ -535,12 +535,15 @@ pub mod proc_event {
     /// The user stack walker met code in none of the process's mappings (a
     /// library loaded since, or JIT code): its maps are read again.
     pub const MAPS: u32 = 4;
+    /// The walker met a file whose table was not built (see
+    /// `unwind::file_state::UNBUILT`): its index is in `parent`.
+    pub const TABLE: u32 = 5;
 
     /// Events that wake user space at once: the process's code changed, and its
-    /// maps are read while it still runs.
+    /// maps are read while it still runs; or stacks wait for a table.
     #[inline(always)]
     pub const fn urgent(kind: u32) -> bool {
-        kind == EXEC || kind == MAPS
+        kind == EXEC || kind == MAPS || kind == TABLE
     }
 
     /// The other events wake user space at most once in this many ns: a wakeup

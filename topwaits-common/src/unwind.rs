@@ -105,6 +105,10 @@ pub mod file_state {
     pub const NO_TABLE: u32 = 2;
     /// Its table did not fit into the kernel's maps: a stack through it is cut.
     pub const FULL: u32 = 3;
+    /// Known, its table not asked for: the first walk that meets it asks user
+    /// space for it (marking it loading), so that only the files whose code
+    /// stacks pass through get tables.
+    pub const UNBUILT: u32 = 4;
 }
 
 /// The last frame of a user stack cut short: this bit and one of [`cut`]. User

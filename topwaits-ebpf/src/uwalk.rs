@@ -17,10 +17,10 @@ use topwaits_common::{
         cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS, NODE_ROWS, REUSE_SLOTS, SIG_BP, SIG_IP,
         SIG_SP, WALK_DEPTH,
     },
-    KernelStack, KSTACK_DEPTH, STACK_STORED,
+    KernelStack, ProcEvent, KSTACK_DEPTH, STACK_STORED,
 };
 
-use crate::maps::{proc_event, settings, GROWS, USTACKS};
+use crate::maps::{proc_event, send_proc_event, settings, GROWS, USTACKS};
 use crate::pyframes::{self, PY_PROCS};
 use crate::taskmap::{LastWalk, TaskState};
 use crate::uread::{user_word, StackWindow};
@@ -265,6 +265,10 @@ fn rule_of(file: u32, addr: u64) -> Result<u32, u64> {
     match info.state {
         file_state::READY => {}
         file_state::LOADING => return Err(cut::LOADING),
+        file_state::UNBUILT => {
+            ask_for_table(file);
+            return Err(cut::LOADING);
+        }
         file_state::NO_TABLE => return Ok(rule::STOP | 1 << 31),
         _ => return Err(cut::FULL),
     }
@@ -292,6 +296,18 @@ fn rule_of(file: u32, addr: u64) -> Result<u32, u64> {
         index = index * NODE_ROWS as u32 + i as u32;
     }
     Err(cut::NO_INFO)
+}
+
+/// Asks user space for file `file`'s table, marking it loading first so that
+/// the walks meeting it meanwhile ask no more (two CPUs racing ask twice, which
+/// user space takes once).
+#[inline(always)]
+fn ask_for_table(file: u32) {
+    if let Some(info) = UNWIND_FILES.get_ptr_mut(file) {
+        // SAFETY: a map value; user space writes it only to install the table.
+        unsafe { (*info).state = file_state::LOADING };
+    }
+    send_proc_event(&ProcEvent { tgid: 0, kind: proc_event::TABLE, parent: file });
 }
 
 /// One frame-pointer step: (pc, sp, bp) of the caller, if the frame pointer leads

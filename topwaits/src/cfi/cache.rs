@@ -17,7 +17,7 @@ use std::time::SystemTime;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::{Base, Row, Rule, Table};
+use super::Table;
 use crate::sys::elf;
 
 /// The most the entries may take.
@@ -26,7 +26,7 @@ pub const DEFAULT_LIMIT: u64 = 256 << 20;
 /// The first bytes of every entry, and its format: raised whenever the rows'
 /// meaning or their encoding changes, so that an older entry is rebuilt.
 const MAGIC: &[u8; 8] = b"TWCFI\0\0\0";
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 /// An entry's suffix.
 const SUFFIX: &str = ".cfi";
 
@@ -61,101 +61,68 @@ impl Key {
     }
 }
 
-/// 64-bit FNV-1a: finds a damaged entry (a checksum, not a signature: entries
-/// are trusted only because no other user can write them).
-fn checksum(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
-}
-
-/// A rule as 12 bytes: a tag (its kind, base, whether bp is saved, and a PLT
-/// stub's threshold) and two numbers.
-fn encode_rule(r: Rule) -> (u32, i32, i32) {
-    match r {
-        Rule::Stop => (0, 0, 0),
-        Rule::End => (1, 0, 0),
-        Rule::Signal => (2, 0, 0),
-        Rule::Plt { threshold } => (3 | (threshold as u32) << 8, 0, 0),
-        Rule::Cfa { base, offset, bp_at } => {
-            let tag = 4 | u32::from(base == Base::Bp) << 4 | u32::from(bp_at.is_some()) << 5;
-            (tag, offset, bp_at.unwrap_or(0))
-        }
+/// A checksum of an entry's words: finds a damaged entry (not a signature:
+/// entries are trusted only because no other user can write them).
+fn checksum(words: &[u64]) -> u64 {
+    use std::hash::Hasher as _;
+    let mut h = crate::fasthash::FastHasher::default();
+    for &w in words {
+        h.write_u64(w);
     }
+    h.finish()
 }
 
-fn decode_rule(tag: u32, a: i32, b: i32) -> Option<Rule> {
-    Some(match tag & 15 {
-        0 => Rule::Stop,
-        1 => Rule::End,
-        2 => Rule::Signal,
-        3 => Rule::Plt { threshold: (tag >> 8) as u8 },
-        4 => Rule::Cfa { base: if tag & 16 != 0 { Base::Bp } else { Base::Sp }, offset: a, bp_at: (tag & 32 != 0).then_some(b) },
-        _ => return None,
-    })
-}
-
-/// An entry's bytes: magic, format, key, row count, rows, checksum.
-pub fn encode(key: &Key, t: &Table) -> Vec<u8> {
+/// An entry's bytes: magic, format, the key's length and text, the entries'
+/// count and the entries (the walker's words: address above, rule word below),
+/// then the checksum of all of it. Little-endian words throughout.
+pub fn encode(key: &Key, entries: &[u64]) -> Vec<u8> {
     let name = key.name();
-    let mut out = Vec::with_capacity(32 + name.len() + t.rows.len() * 20);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT.to_le_bytes());
-    out.extend_from_slice(&(name.len() as u32).to_le_bytes());
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(&(t.rows.len() as u64).to_le_bytes());
-    for row in &t.rows {
-        let (tag, a, b) = encode_rule(row.rule);
-        out.extend_from_slice(&row.pc.to_le_bytes());
-        out.extend_from_slice(&tag.to_le_bytes());
-        out.extend_from_slice(&a.to_le_bytes());
-        out.extend_from_slice(&b.to_le_bytes());
-    }
-    let sum = checksum(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    out
+    let mut words: Vec<u64> = Vec::with_capacity(4 + name.len() / 8 + entries.len());
+    words.push(u64::from_le_bytes(*MAGIC));
+    words.push(u64::from(FORMAT) | (name.len() as u64) << 32);
+    let mut padded = name.into_bytes();
+    padded.resize(padded.len().div_ceil(8) * 8, 0);
+    words.extend(padded.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())));
+    words.push(entries.len() as u64);
+    words.extend_from_slice(entries);
+    words.push(checksum(&words));
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-/// The table in an entry's bytes, if they are a whole, undamaged entry of this
-/// format made for `key`; else why not.
-pub fn decode(key: &Key, bytes: &[u8]) -> Result<Table> {
-    let Some((body, sum)) = bytes.split_last_chunk::<8>() else { bail!("too short") };
-    if checksum(body) != u64::from_le_bytes(*sum) {
+/// The entries in an entry's bytes, if they are a whole, undamaged entry of
+/// this format made for `key`; else why not.
+pub fn decode(key: &Key, bytes: &[u8]) -> Result<Vec<u64>> {
+    if !bytes.len().is_multiple_of(8) || bytes.len() < 32 {
+        bail!("truncated");
+    }
+    let words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+    let (sum, body) = words.split_last().context("empty")?;
+    if checksum(body) != *sum {
         bail!("checksum mismatch");
     }
-    let mut at = 0usize;
-    let mut take = |n: usize| -> Result<&[u8]> {
-        let s = body.get(at..at + n).context("truncated")?;
-        at += n;
-        Ok(s)
-    };
-    if take(8)? != MAGIC {
+    if body[0] != u64::from_le_bytes(*MAGIC) {
         bail!("not a table");
     }
-    let u32_of = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap_or_default());
-    if u32_of(take(4)?) != FORMAT {
+    if body[1] as u32 != FORMAT {
         bail!("another format");
     }
-    let len = u32_of(take(4)?) as usize;
-    if take(len)? != key.name().as_bytes() {
+    let name = key.name();
+    let name_words = name.len().div_ceil(8);
+    let mut padded = name.into_bytes();
+    padded.resize(name_words * 8, 0);
+    let stored: Vec<u8> = body.get(2..2 + name_words).context("truncated")?.iter().flat_map(|w| w.to_le_bytes()).collect();
+    if (body[1] >> 32) as usize != padded.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1) || stored != padded {
         bail!("made for another file");
     }
-    let n = u64::from_le_bytes(take(8)?.try_into().unwrap_or_default());
-    if n > (body.len() / 20) as u64 {
-        bail!("bad row count");
+    let count = *body.get(2 + name_words).context("truncated")? as usize;
+    let entries = &body[3 + name_words..];
+    if entries.len() != count {
+        bail!("bad entry count");
     }
-    let mut rows = Vec::with_capacity(n as usize);
-    for _ in 0..n {
-        let r = take(20)?;
-        let pc = u64::from_le_bytes(r[..8].try_into().unwrap_or_default());
-        let (tag, a, b) = (u32_of(&r[8..12]), u32_of(&r[12..16]) as i32, u32_of(&r[16..20]) as i32);
-        rows.push(Row { pc, rule: decode_rule(tag, a, b).context("bad rule")? });
+    if !entries.windows(2).all(|w| w[0] >> 32 < w[1] >> 32) {
+        bail!("entries out of order");
     }
-    if at != body.len() {
-        bail!("trailing bytes");
-    }
-    if !rows.windows(2).all(|w| w[0].pc < w[1].pc) {
-        bail!("rows out of order");
-    }
-    Ok(Table { rows })
+    Ok(entries.to_vec())
 }
 
 /// Where a file's table came from.
@@ -165,10 +132,12 @@ pub enum Source {
     Built,
 }
 
-/// The table of an open ELF file (None: it has no `.eh_frame`): from `cache`
-/// when it holds a good one, else built (`before_build` is called first: the
-/// builder's thread lowers its priority there) and kept in it.
-pub fn table_of(cache: Option<&Cache>, file: fs::File, before_build: impl FnOnce()) -> Result<(Option<Table>, Source)> {
+/// The table of an open ELF file as the walker's entries (see
+/// [`super::tree::entries`]; None: it has no `.eh_frame`, or no table the
+/// walker can hold): from `cache` when it holds a good one, else built
+/// (`before_build` is called first: the builder's thread lowers its priority
+/// there) and kept in it.
+pub fn entries_of(cache: Option<&Cache>, file: fs::File, before_build: impl FnOnce()) -> Result<(Option<Vec<u64>>, Source)> {
     let meta = file.metadata()?;
     let mut r = std::io::BufReader::new(file);
     let key = cache.map(|_| Key::of(&mut r, &meta));
@@ -178,13 +147,13 @@ pub fn table_of(cache: Option<&Cache>, file: fs::File, before_build: impl FnOnce
         }
     }
     before_build();
-    let table = Table::from_elf(&mut r)?;
-    if let (Some(c), Some(k), Some(t)) = (cache, &key, &table) {
-        if let Err(e) = c.put(k, t) {
-            log::debug!("unwind table cache: {e:#}");
+    let entries = Table::from_elf(&mut r)?.as_ref().and_then(super::tree::entries);
+    if let (Some(c), Some(k), Some(e)) = (cache, &key, &entries) {
+        if let Err(err) = c.put(k, e) {
+            log::debug!("unwind table cache: {err:#}");
         }
     }
-    Ok((table, Source::Built))
+    Ok((entries, Source::Built))
 }
 
 /// The cache directory, checked, with its bound.
@@ -219,7 +188,7 @@ impl Cache {
 
     /// The table kept for `key`, if a good one is; its use is noted (for the
     /// least recently used to go first). A bad entry is removed.
-    pub fn get(&self, key: &Key) -> Option<Table> {
+    pub fn get(&self, key: &Key) -> Option<Vec<u64>> {
         let path = self.dir.join(key.name());
         let mut f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path).ok()?;
         let meta = f.metadata().ok()?;
@@ -245,7 +214,7 @@ impl Cache {
 
     /// Keeps `t` for `key` (written whole, then renamed into place), then trims
     /// the directory to its bound.
-    pub fn put(&self, key: &Key, t: &Table) -> Result<()> {
+    pub fn put(&self, key: &Key, t: &[u64]) -> Result<()> {
         let path = self.dir.join(key.name());
         let tmp = self.dir.join(format!(".{}.{}.tmp", key.name(), std::process::id()));
         let write = || -> std::io::Result<()> {
@@ -292,16 +261,9 @@ impl Cache {
 mod tests {
     use super::*;
 
-    fn table(n: u64) -> Table {
-        let rules = [
-            Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None },
-            Rule::Cfa { base: Base::Bp, offset: 16, bp_at: Some(-16) },
-            Rule::Plt { threshold: 11 },
-            Rule::End,
-            Rule::Signal,
-            Rule::Stop,
-        ];
-        Table { rows: (0..n).map(|i| Row { pc: 0x1000 + i * 16, rule: rules[i as usize % rules.len()] }).collect() }
+    /// `n` entries in order, with rule words of every kind.
+    fn table(n: u64) -> Vec<u64> {
+        (0..n).map(|i| (0x1000 + i * 16) << 32 | (i % 6) | (i % 200) << 8).collect()
     }
 
     fn scratch(tag: &str) -> PathBuf {
@@ -326,7 +288,7 @@ mod tests {
     fn damaged_foreign_and_stale_entries_are_refused() {
         let key = Key::BuildId(vec![1, 2, 3]);
         let bytes = encode(&key, &table(40));
-        for i in (0..bytes.len()).step_by(7) {
+        for i in (0..bytes.len()).step_by(3) {
             let mut bad = bytes.clone();
             bad[i] ^= 0x40;
             assert!(decode(&key, &bad).is_err(), "a flipped byte {i} passed");
@@ -335,12 +297,21 @@ mod tests {
         assert!(decode(&key, &[]).is_err());
         let err = decode(&Key::BuildId(vec![9]), &bytes).unwrap_err().to_string();
         assert!(err.contains("another file"), "{err}");
-        // Another format: rewritten with a valid checksum, still refused.
-        let mut other = bytes[..bytes.len() - 8].to_vec();
-        other[8] = 2;
-        let sum = checksum(&other);
-        other.extend_from_slice(&sum.to_le_bytes());
-        assert!(decode(&key, &other).unwrap_err().to_string().contains("format"));
+        // Another format, or rows out of order: rewritten with a valid
+        // checksum, still refused.
+        let rewrite = |at: usize, value: u64| {
+            let mut words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+            words.pop();
+            words[at] = value;
+            words.push(checksum(&words));
+            words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()
+        };
+        assert!(decode(&key, &rewrite(1, u64::from(FORMAT + 1) | (key.name().len() as u64) << 32))
+            .unwrap_err()
+            .to_string()
+            .contains("format"));
+        let last = bytes.len() / 8 - 2;
+        assert!(decode(&key, &rewrite(last, 0)).unwrap_err().to_string().contains("order"));
     }
 
     /// The key of a file without a build id changes with its contents: the same

@@ -143,6 +143,9 @@ pub struct Loader {
     fresh: Vec<(u32, Vec<procfs::Mapping>)>,
     /// Tables asked for now are the start's own (see [`Loader::settle`]).
     urgent: bool,
+    /// Files known but not built, with the process and mapping they were
+    /// first seen in: built when a walk first meets their code.
+    unbuilt: HashMap<u32, (u32, procfs::Mapping)>,
     pub stats: Stats,
 }
 
@@ -167,9 +170,9 @@ fn builder(jobs: mpsc::Receiver<Job>, built: mpsc::Sender<Built>, cache: Option<
     for Job { id, file, path, urgent } in jobs {
         set(false);
         let t0 = Instant::now();
-        let got = cache::table_of(cache.as_ref(), file, || set(!urgent));
+        let got = cache::entries_of(cache.as_ref(), file, || set(!urgent));
         let (tree, source) = match got {
-            Ok((table, source)) => (Ok(table.and_then(|t| tree::build(&t))), source),
+            Ok((entries, source)) => (Ok(entries.and_then(tree::build_from)), source),
             Err(e) => (Err(e), Source::Built),
         };
         if built.send(Built { id, tree, path, took: t0.elapsed(), source }).is_err() {
@@ -200,6 +203,7 @@ impl Loader {
             swept: (Instant::now(), 0),
             fresh: Vec::new(),
             urgent: true,
+            unbuilt: HashMap::new(),
             stats: Stats::default(),
         })
     }
@@ -217,6 +221,7 @@ impl Loader {
                     }
                     self.fork(ev, now, sink);
                 }
+                proc_event::TABLE => self.wanted(ev.parent, sink),
                 proc_event::EXEC => {
                     self.read(ev.tgid, now, sink);
                     self.execed.insert(ev.tgid);
@@ -290,6 +295,11 @@ impl Loader {
         }
     }
 
+    /// Files known whose code no walk has met (their tables never built).
+    pub fn unbuilt(&self) -> usize {
+        self.unbuilt.len()
+    }
+
     /// Whether every table asked for is in place.
     pub fn idle(&self) -> bool {
         self.in_flight == 0
@@ -344,7 +354,7 @@ impl Loader {
 
     /// The index of the file behind `m` (of process `tgid`), asking for its tree
     /// when it is new, with its loaded segments; None when it is not ELF.
-    fn file_of(&mut self, tgid: u32, m: &procfs::Mapping) -> Option<(u32, Option<u64>)> {
+    fn file_of(&mut self, tgid: u32, m: &procfs::Mapping, sink: &mut dyn Sink) -> Option<(u32, Option<u64>)> {
         let key = (m.dev, m.inode);
         if let Some(f) = self.files.get(&key) {
             return Some((f.id, elf::vaddr_of(&f.segments, m.offset)));
@@ -354,10 +364,15 @@ impl Loader {
         let id = if self.next_id < MAX_FILES {
             self.next_id += 1;
             let id = self.next_id - 1;
-            if let Some(jobs) = &self.jobs {
-                if jobs.send(Job { id, file: opened, path: m.path.clone(), urgent: self.urgent }).is_ok() {
-                    self.in_flight += 1;
-                }
+            // The start's tables are built at once; any other file's when a walk
+            // first meets its code (most of a process's libraries never hold a
+            // frame of a wait).
+            match self.urgent {
+                true => self.build(id, opened, m.path.clone()),
+                false => match sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 }) {
+                    Ok(()) => _ = self.unbuilt.insert(id, (tgid, m.clone())),
+                    Err(_) => self.build(id, opened, m.path.clone()),
+                },
             }
             id
         } else {
@@ -367,6 +382,32 @@ impl Loader {
         let vaddr = elf::vaddr_of(&segments, m.offset);
         self.files.insert(key, File { id, segments });
         Some((id, vaddr))
+    }
+
+    /// Asks the builder for file `id`'s tree.
+    fn build(&mut self, id: u32, file: std::fs::File, path: String) {
+        if let Some(jobs) = &self.jobs {
+            if jobs.send(Job { id, file, path, urgent: self.urgent }).is_ok() {
+                self.in_flight += 1;
+            }
+        }
+    }
+
+    /// A walk met file `id`, whose table was not built: it is built now, from
+    /// the mapping it was first seen in (or, if that process has gone, its
+    /// path, while it is still the same file).
+    fn wanted(&mut self, id: u32, sink: &mut dyn Sink) {
+        let Some((tgid, m)) = self.unbuilt.remove(&id) else { return };
+        let same = |f: &std::fs::File| f.metadata().is_ok_and(|meta| std::os::unix::fs::MetadataExt::ino(&meta) == m.inode);
+        let opened = procfs::open_mapped(tgid, &m).or_else(|| std::fs::File::open(&m.path).ok()).filter(same);
+        match opened {
+            Some(f) => self.build(id, f, m.path),
+            None => {
+                // Gone: its frames are followed by frame pointers.
+                let _ = sink.put_file(id, FileInfo { state: file_state::NO_TABLE, levels: 0 });
+                self.stats.files_without_tables += 1;
+            }
+        }
     }
 
     /// A fork maps what its parent does until it execs.
@@ -398,7 +439,7 @@ impl Loader {
         let mut maps: Vec<ExecMap> = Vec::new();
         let code: Vec<procfs::Mapping> = procfs::parse_maps(&text[..]).into_iter().filter(|m| m.exec).collect();
         for m in &code {
-            let Some((file, vaddr)) = self.file_of(tgid, m) else { continue };
+            let Some((file, vaddr)) = self.file_of(tgid, m, sink) else { continue };
             let vaddr = vaddr.unwrap_or(m.offset);
             maps.push(ExecMap { start: m.start, end: m.end, bias: m.start.wrapping_sub(vaddr), file, pad: 0 });
         }
@@ -460,6 +501,7 @@ impl Drop for Loader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     /// The kernel side, as maps in memory.
     #[derive(Default)]
@@ -521,6 +563,31 @@ mod tests {
         loader.on_event(seen(me), &mut mem);
         assert!(loader.idle());
         assert_eq!(mem.files.len(), files);
+    }
+
+    /// After the start, a process's files are known but not built: only the one
+    /// a walk asks for (its TABLE event) gets a tree; the others stay unbuilt.
+    #[test]
+    fn after_the_start_only_the_files_a_walk_meets_are_built() {
+        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem, None).unwrap();
+        loader.settle(Duration::ZERO, &mut mem);
+        let me = std::process::id();
+        loader.on_event(seen(me), &mut mem);
+        assert!(loader.idle(), "nothing is built before a walk asks");
+        let maps = mem.procs[&me];
+        let files: BTreeSet<u32> = maps.maps[..maps.len as usize].iter().map(|m| m.file).collect();
+        assert!(files.len() >= 2 && files.iter().all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
+        let here = after_the_start_only_the_files_a_walk_meets_are_built as fn() as usize as u64;
+        let mine = maps.maps[..maps.len as usize].iter().find(|m| m.start <= here && here < m.end).unwrap().file;
+        loader.on_event(Some(ProcEvent { tgid: 0, kind: proc_event::TABLE, parent: mine }), &mut mem);
+        loader.settle(Duration::from_secs(60), &mut mem);
+        assert_eq!(mem.files[&mine].state, file_state::READY);
+        assert!(files.iter().filter(|&&f| f != mine).all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
+        assert_eq!(loader.stats.files_ready, 1);
+        // Asked again (two CPUs raced): built once.
+        loader.on_event(Some(ProcEvent { tgid: 0, kind: proc_event::TABLE, parent: mine }), &mut mem);
+        assert!(loader.idle());
     }
 
     /// A second loader with the same cache finds every table there, and the

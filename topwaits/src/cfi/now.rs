@@ -154,8 +154,8 @@ impl Tables {
         let table = self
             .files
             .entry((m.dev, m.inode))
-            .or_insert_with(|| match cache::table_of(cache, file, || {}) {
-                Ok((t, _)) => t.map(Arc::new),
+            .or_insert_with(|| match cache::entries_of(cache, file, || {}) {
+                Ok((entries, _)) => entries.map(|e| Arc::new(super::tree::table_of(&e))),
                 Err(e) => {
                     log::debug!("no unwind table for {}: {e:#}", m.path);
                     None

@@ -32,6 +32,38 @@ pub fn encode(r: Rule) -> u32 {
     }
 }
 
+/// The rule a rule word stands for, as the walker reads it.
+pub fn decode(word: u32) -> Rule {
+    let (kind, threshold, offset, bp_words) = (word & 15, (word >> 4) & 15, (word >> 8) & 0xffff, (word >> 24) as u8 as i8);
+    match kind {
+        rule::CFA_SP | rule::CFA_BP => Rule::Cfa {
+            base: if kind == rule::CFA_SP { Base::Sp } else { Base::Bp },
+            offset: offset as i32,
+            bp_at: (bp_words != 0).then_some(i32::from(bp_words) * 8),
+        },
+        rule::PLT => Rule::Plt { threshold: threshold as u8 },
+        rule::END => Rule::End,
+        rule::SIGNAL => Rule::Signal,
+        _ => Rule::Stop,
+    }
+}
+
+/// A table's rows as the walker's entries (address above, rule word below),
+/// what the cache keeps; None when an address is beyond 32 bits (the walker
+/// keeps 32-bit file addresses).
+pub fn entries(table: &Table) -> Option<Vec<u64>> {
+    if table.rows.iter().any(|r| r.pc >= u64::from(u32::MAX)) {
+        return None;
+    }
+    Some(table.rows.iter().map(|r| r.pc << 32 | u64::from(encode(r.rule))).collect())
+}
+
+/// The table the walker sees in `entries` (rules that did not fit its words
+/// are stops there too).
+pub fn table_of(entries: &[u64]) -> Table {
+    Table { rows: entries.iter().map(|&e| super::Row { pc: e >> 32, rule: decode(e as u32) }).collect() }
+}
+
 /// A file's tree: its nodes by level (0: the leaves) and index, and how many
 /// levels it has.
 #[derive(Debug, Default)]
@@ -68,10 +100,15 @@ fn nodes_of(entries: &[u64]) -> Vec<Node> {
 /// (the walker keeps 32-bit file addresses), or more rows than [`MAX_LEVELS`]
 /// levels hold.
 pub fn build(table: &Table) -> Option<Tree> {
-    if table.rows.is_empty() || table.rows.iter().any(|r| r.pc >= u64::from(u32::MAX)) {
+    build_from(entries(table)?)
+}
+
+/// The tree of a table's [`entries`]; None when there are none, or more than
+/// [`MAX_LEVELS`] levels hold.
+pub fn build_from(mut entries: Vec<u64>) -> Option<Tree> {
+    if entries.is_empty() {
         return None;
     }
-    let mut entries: Vec<u64> = table.rows.iter().map(|r| r.pc << 32 | u64::from(encode(r.rule))).collect();
     let mut tree = Tree::default();
     for level in 0..MAX_LEVELS {
         let nodes = nodes_of(&entries);
@@ -116,6 +153,28 @@ pub fn lookup(levels: u32, get: impl Fn(u32, u32) -> Option<Node>, addr: u64) ->
 mod tests {
     use super::*;
     use crate::cfi::Row;
+
+    /// Every rule the walker's words hold comes back as it went in; what they
+    /// cannot hold is a stop, on both sides.
+    #[test]
+    fn rule_words_decode_to_their_rules() {
+        let rules = [
+            Rule::Stop,
+            Rule::End,
+            Rule::Signal,
+            Rule::Plt { threshold: 11 },
+            Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None },
+            Rule::Cfa { base: Base::Bp, offset: 16, bp_at: Some(-16) },
+            Rule::Cfa { base: Base::Sp, offset: 400, bp_at: Some(-56) },
+        ];
+        for r in rules {
+            assert_eq!(decode(encode(r)), r);
+        }
+        assert_eq!(decode(encode(Rule::Cfa { base: Base::Sp, offset: 1 << 20, bp_at: None })), Rule::Stop);
+        let t = Table { rows: rules.iter().enumerate().map(|(i, &rule)| Row { pc: 0x100 * i as u64, rule }).collect() };
+        assert_eq!(table_of(&entries(&t).unwrap()), t);
+        assert!(entries(&Table { rows: vec![Row { pc: 1 << 40, rule: Rule::End }] }).is_none());
+    }
 
     fn find(tree: &Tree) -> impl Fn(u32, u32) -> Option<Node> + '_ {
         |level, index| tree.nodes.iter().find(|(l, i, _)| *l == level && *i == index).map(|(_, _, n)| *n)

@@ -81,6 +81,11 @@ impl Unwinder {
         self.0.as_ref().map(|(l, _, _)| &l.stats)
     }
 
+    /// Files known whose code no walk met: their tables were never built.
+    pub fn unbuilt(&self) -> usize {
+        self.0.as_ref().map_or(0, |(l, _, _)| l.unbuilt())
+    }
+
     /// What did not fit, and the interpreters whose frames could not be named.
     pub fn warnings(&self) -> Vec<String> {
         self.0.as_ref().map(|(l, p, _)| l.stats.warnings().into_iter().chain(p.warnings()).collect()).unwrap_or_default()

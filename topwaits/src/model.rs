@@ -191,6 +191,10 @@ pub struct Counters {
     /// run time since that switch-in gives.
     #[serde(default)]
     pub ends_estimated: u64,
+    /// Process events (a first sight, a fork, an exec, a table asked for) the
+    /// full ring buffer could not take: their processes' frames may go unnamed.
+    #[serde(default)]
+    pub lost_proc_events: u64,
 }
 
 impl Counters {
@@ -221,6 +225,7 @@ impl Counters {
             lost_wait_events: at(c::LOST_WAIT_EVENTS),
             unended: at(c::UNENDED),
             ends_estimated: at(c::ENDS_ESTIMATED),
+            lost_proc_events: at(c::LOST_EVENTS),
         }
     }
 
@@ -247,6 +252,7 @@ impl Counters {
             lost_wait_events: self.lost_wait_events.saturating_sub(earlier.lost_wait_events),
             unended: self.unended.saturating_sub(earlier.unended),
             ends_estimated: self.ends_estimated.saturating_sub(earlier.ends_estimated),
+            lost_proc_events: self.lost_proc_events.saturating_sub(earlier.lost_proc_events),
         }
     }
 
@@ -261,6 +267,7 @@ impl Counters {
             + self.chains_full
             + self.lost_wait_events
             + self.unended
+            + self.lost_proc_events
     }
 
     /// Whether anything was lost.
@@ -284,6 +291,12 @@ impl Counters {
                 "{} waits ({:.3} ms) did not fit into the full aggregate map; increase --max-entries",
                 self.aggregate_full,
                 self.aggregate_full_ns as f64 / 1e6
+            ));
+        }
+        if self.lost_proc_events > 0 {
+            w.push(format!(
+                "{} process events were lost (the ring buffer was full): some processes' frames may be unnamed or their stacks walked by frame pointers",
+                self.lost_proc_events
             ));
         }
         if self.start_full > 0 {

@@ -127,6 +127,7 @@ pub fn lost(c: &Counters) -> Value {
         "chain_map_full": c.chains_full,
         "wait_events": c.lost_wait_events,
         "unended_waits": c.unended,
+        "proc_events": c.lost_proc_events,
     })
 }
 

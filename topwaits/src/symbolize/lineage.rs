@@ -37,14 +37,18 @@ impl Lineage {
     }
 
     /// Reads `tgid`'s own maps with `read` (which says whether it has any), ending
-    /// any sharing.
+    /// any sharing. A process that shares another's maps and has none of its own
+    /// to read (it is exiting: its memory is already gone) keeps sharing them.
     fn read_own(&mut self, tgid: u32, read: &mut dyn FnMut(u32) -> bool) {
+        let found = read(tgid);
+        if !found && self.shares.contains_key(&tgid) {
+            return;
+        }
         if let Some(from) = self.shares.remove(&tgid) {
             if let Some(set) = self.sharers.get_mut(&from) {
                 set.remove(&tgid);
             }
         }
-        let found = read(tgid);
         self.read.insert(tgid, found);
     }
 
@@ -199,6 +203,21 @@ mod tests {
         assert_eq!(l.source_of(150), 10);
         assert_eq!(l.source_of(500), 10);
         assert_eq!((l.read.len(), l.shares.len()), (1, 201), "one read, 201 sharing it");
+    }
+
+    /// Regression: a forked child's MAPS event, read while it exits (its maps
+    /// already empty), ended its sharing, and its frames went unnamed (the quiet
+    /// test's exited sched-messaging processes).
+    #[test]
+    fn an_exiting_child_that_reads_no_maps_keeps_its_parents() {
+        let mut l = Lineage::default();
+        let reads = run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0)], &[10], &[]);
+        assert_eq!(reads, [10, 11], "read, and found empty");
+        assert_eq!(l.source_of(11), 10, "still named from its parent's maps");
+        // One with maps of its own now (a library it loaded) reads its own.
+        let mut l = Lineage::default();
+        run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0)], &[10, 11], &[]);
+        assert_eq!(l.source_of(11), 11);
     }
 
     #[test]

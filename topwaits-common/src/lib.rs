@@ -536,7 +536,8 @@ pub mod proc_event {
     /// library loaded since, or JIT code): its maps are read again.
     pub const MAPS: u32 = 4;
     /// The walker met a file whose table was not built (see
-    /// `unwind::file_state::UNBUILT`): its index is in `parent`.
+    /// `unwind::file_state::UNBUILT`) in process `tgid`: the file's index is in
+    /// `parent`.
     pub const TABLE: u32 = 5;
 
     /// Events that wake user space at once: the process's code changed, and its
@@ -721,6 +722,11 @@ pub mod names {
     pub const WAKE_WAITS: &str = "WAKE_WAITS";
     pub const PROG_WAKING_BTF: &str = "sched_waking_btf";
     pub const PROG_WAKING_RAW: &str = "sched_waking_raw";
+    pub const WAKING_IMPL: &str = "WAKING_IMPL";
+    pub const PROG_WAKING_FULL_BTF: &str = "sched_waking_full_btf";
+    pub const PROG_WAKING_FULL_RAW: &str = "sched_waking_full_raw";
+    pub const PROG_WAKING_QUICK_BTF: &str = "sched_waking_quick_btf";
+    pub const PROG_WAKING_QUICK_RAW: &str = "sched_waking_quick_raw";
     pub const THREADS: &str = "THREADS";
     pub const DEPS: &str = "DEPS";
     pub const FUTEX_WAKING: &str = "FUTEX_WAKING";
@@ -741,6 +747,11 @@ pub mod names {
     pub const COUNTERS: &str = "COUNTERS";
     pub const PROG_SWITCH_BTF: &str = "sched_switch_btf";
     pub const PROG_SWITCH_RAW: &str = "sched_switch_raw";
+    pub const SWITCH_IMPL: &str = "SWITCH_IMPL";
+    pub const PROG_SWITCH_FULL_BTF: &str = "sched_switch_full_btf";
+    pub const PROG_SWITCH_FULL_RAW: &str = "sched_switch_full_raw";
+    pub const PROG_SWITCH_QUICK_BTF: &str = "sched_switch_quick_btf";
+    pub const PROG_SWITCH_QUICK_RAW: &str = "sched_switch_quick_raw";
     pub const PROG_FINISH_KPROBE: &str = "finish_task_switch_kprobe";
 }
 

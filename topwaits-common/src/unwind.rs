@@ -143,6 +143,9 @@ pub mod cut {
     /// The frames below were found by scanning the stack for return addresses
     /// in code with no unwind table: a guess (user space only).
     pub const GUESSED: u64 = 8;
+    /// Taken by frame pointers in the trace's first moments, while the walker
+    /// itself was being loaded.
+    pub const STARTING: u64 = 9;
 }
 
 /// Most frames the walker follows.

@@ -27,8 +27,8 @@ pub fn finish_task_switch_kprobe(ctx: ProbeContext) -> u32 {
             current: false,
             next: 0,
         };
-        switch_out(&ctx, &out, &mut clock, false);
+        switch_out::<_, true>(&ctx, &out, &mut clock, false);
     }
-    switch_in(&ctx, current, &mut clock, true);
+    switch_in::<_, true>(&ctx, current, &mut clock, true);
     0
 }

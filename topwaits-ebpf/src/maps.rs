@@ -108,6 +108,17 @@ pub static WAITS: HashMap<WaitKey, WaitVal> = HashMap::with_max_entries(limits::
 #[map]
 pub static LEARNERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
+/// Slot 0: the body of the `sched_switch` hook its attached program tail-calls:
+/// first its quickly verified version (user stacks by frame pointers), so that
+/// tracing starts at once, then, once loaded, the whole one (see `sched_switch`).
+#[map]
+pub static SWITCH_IMPL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// Slot 0: the same for `sched_waking` (an array of its own, as the learners'
+/// are: a tracing program may tail-call only programs of its prototype).
+#[map]
+pub static WAKING_IMPL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
 /// Slot 0: the learner of wakers' stacks (`learn_waker_stack`), for the
 /// `sched_waking` hook. A separate array: a tracing program may tail-call only
 /// programs attached to a function of the same prototype.

@@ -58,7 +58,7 @@ static SCRATCH_ROW: PerCpuArray<WaitKey> = PerCpuArray::with_max_entries(1, 0);
 /// Records the start of a wait. `in_own_context`: the hook runs as the outgoing
 /// task, so its stacks are taken here.
 #[inline(always)]
-pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock, in_own_context: bool) {
+pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, clock: &mut Clock, in_own_context: bool) {
     if out.tid == 0 {
         // The idle task does not wait.
         return;
@@ -69,7 +69,7 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
             // SAFETY: a pointer from a map lookup; only this task's switches touch it.
             let start = unsafe { &mut *slot };
             if start.ts != 0 {
-                end_unseen(ctx, out, start, clock.now(), in_own_context);
+                end_unseen::<C, CFI>(ctx, out, start, clock.now(), in_own_context);
             }
             write_held(start);
         }
@@ -83,15 +83,18 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, out: &Outgoing, clock: &mut Clock,
     }
     // Before the stacks are taken: the wait begins at the switch.
     let now = clock.now();
-    let (kstack, ustack) =
-        if in_own_context { capture_stacks(ctx, Some((out.task, Hook::switch(out.state == 0)))) } else { (STACK_NONE, STACK_NONE) };
+    let (kstack, ustack) = if in_own_context {
+        capture_stacks::<C, CFI>(ctx, Some((out.task, Hook::switch(out.state == 0))))
+    } else {
+        (STACK_NONE, STACK_NONE)
+    };
     let arrivals = task_u32(out.task, settings().task.pcount).unwrap_or(0);
     let comm = out.comm();
     if let Some(slot) = STARTS.get_ptr_mut(&out.task) {
         // SAFETY: a pointer from a map lookup; only this task's switches touch it.
         let start = unsafe { &mut *slot };
         if start.ts != 0 {
-            end_unseen(ctx, out, start, now, in_own_context);
+            end_unseen::<C, CFI>(ctx, out, start, now, in_own_context);
         }
         // The wait's own fields: a held row stays.
         begin(start, out, now, (kstack, ustack), arrivals, comm, in_own_context);
@@ -145,7 +148,7 @@ fn begin(
 /// Ends the wait of `task`, which is switching in, and adds it to the aggregate.
 /// With `stacks_now`, the stacks are taken here (the hook runs as that task).
 #[inline(always)]
-pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, clock: &mut Clock, stacks_now: bool) {
+pub fn switch_in<C: StackIdContext, const CFI: bool>(ctx: &C, task: u64, clock: &mut Clock, stacks_now: bool) {
     if !maybe_started(task) {
         return;
     }
@@ -157,7 +160,7 @@ pub fn switch_in<C: StackIdContext>(ctx: &C, task: u64, clock: &mut Clock, stack
     if start.ts == 0 {
         return;
     }
-    end_wait(ctx, start, clock.now(), stacks_now);
+    end_wait::<C, CFI>(ctx, start, clock.now(), stacks_now);
 }
 
 /// The time of this switch, read from the clock once and only when needed: a
@@ -186,13 +189,13 @@ impl Clock {
 /// such a switch put on the CPU is missed. The wait is ended at the switch-in time
 /// its run time gives where that is known, and otherwise counted as lost.
 #[inline(always)]
-fn end_unseen<C: StackIdContext>(ctx: &C, out: &Outgoing, start: &mut SwitchOut, now: u64, in_own_context: bool) {
+fn end_unseen<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, start: &mut SwitchOut, now: u64, in_own_context: bool) {
     match crate::task::switched_in_at(out.task, now) {
         // Only where the stacks were taken at switch-out: the other path takes them
         // at a switch-in, and this one was missed.
         Some(at) if in_own_context && at >= start.ts => {
             count(counter::ENDS_ESTIMATED, 1);
-            end_wait(ctx, start, at, false);
+            end_wait::<C, CFI>(ctx, start, at, false);
         }
         _ => {
             count(counter::UNENDED, 1);
@@ -204,7 +207,7 @@ fn end_unseen<C: StackIdContext>(ctx: &C, out: &Outgoing, start: &mut SwitchOut,
 /// Adds the wait in `start` (not yet consumed), ending at `now`, to the aggregate
 /// and marks it consumed.
 #[inline(always)]
-fn end_wait<C: StackIdContext>(ctx: &C, start: &mut SwitchOut, now: u64, stacks_now: bool) {
+fn end_wait<C: StackIdContext, const CFI: bool>(ctx: &C, start: &mut SwitchOut, now: u64, stacks_now: bool) {
     let began = start.ts;
     // Mark as consumed rather than delete: no map delete on the hot path.
     start.ts = 0;
@@ -219,7 +222,7 @@ fn end_wait<C: StackIdContext>(ctx: &C, start: &mut SwitchOut, now: u64, stacks_
         count(counter::OUTSIDE_BLOCK_TIME, 1);
         return;
     }
-    let (kstack, ustack) = if stacks_now { capture_stacks(ctx, None) } else { (start.kstack, start.ustack) };
+    let (kstack, ustack) = if stacks_now { capture_stacks::<C, CFI>(ctx, None) } else { (start.kstack, start.ustack) };
     // Built in per-CPU scratch, as the start entry is: the BPF stack is too small.
     let Some(key) = SCRATCH_ROW.get_ptr_mut(0) else { return };
     // SAFETY: this CPU's scratch slot, used by this program run alone.

@@ -63,26 +63,27 @@ pub fn comm_of(task: u64) -> [u8; TASK_COMM_LEN] {
 
 /// The current task's user stack reference, if the settings ask for it.
 #[inline(always)]
-fn user_stack<C: EbpfContext>(ctx: &C, state: Option<*mut TaskState>) -> u64 {
+fn user_stack<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut TaskState>) -> u64 {
     if settings().stacks & CAPTURE_USER == 0 {
         return STACK_NONE;
     }
-    ustack::of_current(ctx, state)
+    ustack::of_current::<C, CFI>(ctx, state)
 }
 
 /// Takes the current task's stacks as references in `KSTACKS` and `USTACKS`, as
 /// the settings ask, counting failures. `at` (the current task and the
 /// tracepoint the hook runs at) lets a kernel stack still in place be reused;
-/// hooks that do not run at the tracepoint pass none.
+/// hooks that do not run at the tracepoint pass none. `CFI`: whether user
+/// stacks may be walked from the unwind tables (see `ustack::of_current`).
 #[inline(always)]
-pub fn capture_stacks<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook)>) -> (u64, u64) {
+pub fn capture_stacks<C: EbpfContext, const CFI: bool>(ctx: &C, at: Option<(u64, Hook)>) -> (u64, u64) {
     // The task's state (its stacks' reuse), found once for both stacks and made
     // at its first capture. Without one (no BTF, or no memory) the kernel stack
     // is unwound and the user stack taken by frame pointers.
     let state = TASKS.current_or_zeroed();
     // The user stack first: with the state's pointer live across the shorter
     // code, the verifier checks 160,000 instructions rather than 300,000.
-    let ustack = user_stack(ctx, state);
+    let ustack = user_stack::<C, CFI>(ctx, state);
     let at = match (at, state) {
         (Some((task, hook)), Some(s)) => Some((task, hook, s)),
         _ => None,

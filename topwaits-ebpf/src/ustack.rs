@@ -83,14 +83,21 @@ const BYTES: u32 = (KSTACK_DEPTH * 8) as u32;
 /// (see `TaskState`): walks from the unwind tables keep there what lets the next
 /// one be reused, and without it the stack is taken by frame pointers (as on a
 /// kernel without BTF, where the walker cannot find the registers either).
+/// Without `CFI` (the hook's first, quickly verified version, in place while
+/// the full one loads) the stack is taken by frame pointers, marked loading
+/// where the settings ask for the walker.
 #[inline(always)]
-pub fn of_current<C: EbpfContext>(ctx: &C, state: Option<*mut TaskState>) -> u64 {
+pub fn of_current<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut TaskState>) -> u64 {
     let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
+    if !CFI {
+        let mark = if settings().cfi != 0 { cut::STARTING } else { 0 };
+        return by_frame_pointers(ctx, buf, mark);
+    }
     let regs = if settings().cfi != 0 && state.is_some() { uwalk::user_regs() } else { None };
     let (Some(regs), Some(state)) = (regs, state) else {
-        return by_frame_pointers(ctx, buf, false);
+        return by_frame_pointers(ctx, buf, 0);
     };
     if let Some(stack) = uwalk::reuse(regs, state) {
         return stack;
@@ -102,9 +109,9 @@ pub fn of_current<C: EbpfContext>(ctx: &C, state: Option<*mut TaskState>) -> u64
         // user space is asked to read them (a waker outside the targets).
         Walked::NoMaps => {
             ask_for_maps(tgid);
-            return by_frame_pointers(ctx, buf, true);
+            return by_frame_pointers(ctx, buf, cut::LOADING);
         }
-        Walked::NotUser => return by_frame_pointers(ctx, buf, false),
+        Walked::NotUser => return by_frame_pointers(ctx, buf, 0),
     };
     let stack = keep(buf, n);
     uwalk::remember(stack, n, regs, state);
@@ -112,10 +119,11 @@ pub fn of_current<C: EbpfContext>(ctx: &C, state: Option<*mut TaskState>) -> u64
 }
 
 /// The stack by frame pointers, as the kernel's helper walks it: everywhere with
-/// `--unwind fp`, from kernel threads, and, marked `loading`, while the walker does
-/// not know where the process maps its code.
+/// `--unwind fp`, from kernel threads, and, cut with `mark` (a `cut` reason; 0:
+/// none), while the walker does not know where the process maps its code or is
+/// not yet loaded itself.
 #[inline(always)]
-fn by_frame_pointers<C: EbpfContext>(ctx: &C, buf: *mut KernelStack, loading: bool) -> u64 {
+fn by_frame_pointers<C: EbpfContext>(ctx: &C, buf: *mut KernelStack, mark: u64) -> u64 {
     // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
     let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), BYTES, BPF_F_USER_STACK as u64) };
     if ret == 0 || ret == -EFAULT || (ret == -EPERM && bpf_get_current_pid_tgid() as u32 == 0) {
@@ -128,7 +136,7 @@ fn by_frame_pointers<C: EbpfContext>(ctx: &C, buf: *mut KernelStack, loading: bo
     }
     let n = ret as usize / 8;
     // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
-    let n = if loading { uwalk::mark(buf, n, cut::LOADING) } else { append_leaf_words(unsafe { &mut *buf }, n) };
+    let n = if mark != 0 { uwalk::mark(buf, n, mark) } else { append_leaf_words(unsafe { &mut *buf }, n) };
     keep(buf, n)
 }
 

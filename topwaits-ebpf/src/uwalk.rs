@@ -117,13 +117,13 @@ fn rule_slot(key: u64) -> usize {
 /// The rule word of file address `addr` in file `file`, from the cache or the
 /// file's tree (then kept when final), or a cut reason.
 #[inline(always)]
-fn cached_rule(cache: &mut RuleCache, file: u32, addr: u64) -> Result<u32, u64> {
+fn cached_rule(cache: &mut RuleCache, file: u32, addr: u64, tgid: u64) -> Result<u32, u64> {
     let key = rule_key(file, addr);
     let i = rule_slot(key);
     if addr <= CACHED_ADDR && cache.keys[i] == key {
         return Ok(cache.rules[i]);
     }
-    let found = match rule_of(file, addr) {
+    let found = match rule_of(file, addr, tgid) {
         // Past every row of a table in place: no rule, for good.
         Err(cut::NO_INFO) => Ok(rule::STOP),
         other => other,
@@ -260,13 +260,13 @@ fn mapping_of(maps: &ProcMaps, pc: u64) -> Option<(u64, u32)> {
 
 /// The rule word of file address `addr` in file `file`'s tree, or a cut reason.
 #[inline(always)]
-fn rule_of(file: u32, addr: u64) -> Result<u32, u64> {
+fn rule_of(file: u32, addr: u64, tgid: u64) -> Result<u32, u64> {
     let info = UNWIND_FILES.get(file).copied().unwrap_or_default();
     match info.state {
         file_state::READY => {}
         file_state::LOADING => return Err(cut::LOADING),
         file_state::UNBUILT => {
-            ask_for_table(file);
+            ask_for_table(file, tgid as u32);
             return Err(cut::LOADING);
         }
         file_state::NO_TABLE => return Ok(rule::STOP | 1 << 31),
@@ -298,16 +298,16 @@ fn rule_of(file: u32, addr: u64) -> Result<u32, u64> {
     Err(cut::NO_INFO)
 }
 
-/// Asks user space for file `file`'s table, marking it loading first so that
-/// the walks meeting it meanwhile ask no more (two CPUs racing ask twice, which
-/// user space takes once).
+/// Asks user space for file `file`'s table, met in process `tgid`, marking it
+/// loading first so that the walks meeting it meanwhile ask no more (two CPUs
+/// racing ask twice, which user space takes once).
 #[inline(always)]
-fn ask_for_table(file: u32) {
+fn ask_for_table(file: u32, tgid: u32) {
     if let Some(info) = UNWIND_FILES.get_ptr_mut(file) {
         // SAFETY: a map value; user space writes it only to install the table.
         unsafe { (*info).state = file_state::LOADING };
     }
-    send_proc_event(&ProcEvent { tgid: 0, kind: proc_event::TABLE, parent: file });
+    send_proc_event(&ProcEvent { tgid, kind: proc_event::TABLE, parent: file });
 }
 
 /// One frame-pointer step: (pc, sp, bp) of the caller, if the frame pointer leads
@@ -406,7 +406,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         return by_frame_pointer(w, cut::UNMAPPED);
     };
     let addr = at.wrapping_sub(bias);
-    let word = match cached_rule(&mut w.cache, file, addr) {
+    let word = match cached_rule(&mut w.cache, file, addr, w.tgid) {
         Ok(word) => word,
         // No table yet: frame pointers, for what they give, and the stack marked.
         Err(why @ (cut::LOADING | cut::FULL)) => {

@@ -47,7 +47,7 @@ fn chain_ref(h: &Hops) -> u64 {
 /// chain: the waker as hop 0 followed by the first `chain - 1` hops of the
 /// waker's own last wakeup.
 #[inline(always)]
-pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
+pub fn record_wakeup<C: StackIdContext, const CFI: bool>(ctx: &C, woken: u64) {
     let s = settings();
     count(counter::WAKINGS, 1);
     if s.threads != 0 {
@@ -72,7 +72,7 @@ pub fn record_wakeup<C: StackIdContext>(ctx: &C, woken: u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: a helper call without preconditions.
     let me = unsafe { bpf_get_current_task() };
-    let (kstack, ustack) = capture_stacks(ctx, Some((me, Hook::Waking)));
+    let (kstack, ustack) = capture_stacks::<C, CFI>(ctx, Some((me, Hook::Waking)));
     h.hops[0] =
         Hop { tgid: (pid_tgid >> 32) as u32, tid: pid_tgid as u32, kstack, ustack, comm: bpf_get_current_comm().unwrap_or([0; 16]) };
     let mut len = 1u32;

@@ -313,7 +313,8 @@ fn every_record_and_stack_of_a_large_trace_is_read_back() {
     // wait for a CPU longer than 20 ms, and a thread preempted inside nanosleep
     // before it blocks finds its timer expired and never sleeps (seen in CI): its
     // wait is then a preemption, state 0.
-    let tracer = Tracer::start(&["--json", "-p", &pid]);
+    // Once the walker is in place: every stack must be whole.
+    let tracer = Tracer::start_learned(&["--json", "-p", &pid]);
     let go = std::sync::Arc::new(std::sync::Barrier::new(THREADS + 1));
     let threads: Vec<_> = (0..THREADS)
         .map(|i| {

@@ -142,8 +142,8 @@ fn leaf_callers_name_the_caller_a_frame_pointer_walk_skips() {
     let tid = reader.tid.to_string();
     let with = Tracer::start(&["--json", "--open-waits", "no", "--leaf-callers", "-t", &tid, "1.5"]);
     let without = Tracer::start(&["--json", "--open-waits", "no", "--unwind", "fp", "-t", &tid, "1.5"]);
-    // Unwind tables find the caller too, in its place.
-    let cfi = Tracer::start(&["--json", "--open-waits", "no", "-t", &tid, "1.5"]);
+    // Unwind tables find the caller too, in its place (once the walker is).
+    let cfi = Tracer::start_learned(&["--json", "--open-waits", "no", "-t", &tid, "1.5"]);
     reader.go();
     for _ in 0..3 {
         std::thread::sleep(std::time::Duration::from_millis(150));

@@ -60,7 +60,7 @@ fn a_program_without_frame_pointers_gets_whole_stacks_through_libc() {
     let exe = deep_binary();
     let mut child = start_ready(&exe, &["6"]);
     let pid = child.id().to_string();
-    let doc = json(&run(&["--json", "-U", "-p", &pid, "2"]));
+    let doc = json(&run_walked(&["--json", "-U", "-p", &pid], 2.0));
     // Frame pointers alone stop in libc, at the first frame without one.
     let fp = json(&run(&["--json", "-U", "--unwind", "fp", "-p", &pid, "1"]));
     let _ = child.kill();
@@ -97,7 +97,7 @@ fn debians_gzip_on_a_pipe_gets_whole_stacks() {
     });
     let drain = std::thread::spawn(move || std::io::copy(&mut output, &mut std::io::sink()));
     std::thread::sleep(std::time::Duration::from_millis(100));
-    let doc = json(&run(&["--json", "-U", "-p", &gzip.id().to_string(), "1.5"]));
+    let doc = json(&run_walked(&["--json", "-U", "-p", &gzip.id().to_string()], 1.5));
     feeder.join().unwrap();
     let _ = gzip.wait();
     let _ = drain.join();
@@ -131,7 +131,7 @@ fn debians_sqlite3_committing_gets_whole_stacks() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     // Long enough that the waits before libsqlite3's table is in place (marked
     // [cut:table-loading]) are a small share.
-    let doc = json(&run(&["--json", "-U", "-p", &sqlite.id().to_string(), "4"]));
+    let doc = json(&run_walked(&["--json", "-U", "-p", &sqlite.id().to_string()], 4.0));
     feeder.join().unwrap();
     let _ = sqlite.wait();
     let _ = std::fs::remove_file(&db);
@@ -154,7 +154,7 @@ fn a_reused_walk_never_stands_for_another_caller_with_the_same_registers() {
     assert!(status.success(), "compiling {src} failed");
     let mut child = start_ready(&out, &[]);
     let pid = child.id();
-    let doc = json(&run(&["--json", "-U", "-t", &pid.to_string(), "2"]));
+    let doc = json(&run_walked(&["--json", "-U", "-t", &pid.to_string()], 2.0));
     let _ = child.kill();
     let _ = child.wait();
     let share = |f: &str| -> u64 { records_in(&doc, f).iter().map(|r| r["total_ns"].as_u64().unwrap()).sum() };
@@ -165,8 +165,9 @@ fn a_reused_walk_never_stands_for_another_caller_with_the_same_registers() {
 }
 
 /// The unwind tables built in one trace are kept (`--cache-dir`) and found by
-/// the next: a program started after the second trace attached is walked from
-/// cached tables, whole from its first waits, where the first trace built them.
+/// the next: a program started once the second trace's walker is in place is
+/// walked from cached tables, whole from its first waits (no table-loading),
+/// where the first trace built them.
 #[test]
 fn a_second_trace_finds_its_tables_in_the_cache() {
     require_bpf!();
@@ -180,7 +181,8 @@ fn a_second_trace_finds_its_tables_in_the_cache() {
     };
     let mut runs = Vec::new();
     for _ in 0..2 {
-        let t = Tracer::start_env(&["--json", "--cache-dir", &dir, "2"], &[("RUST_LOG", "topwaits::run::trace=info")]);
+        let mut t = Tracer::start_env(&["--json", "--cache-dir", &dir, "2"], &[("RUST_LOG", "topwaits::run::trace=debug")]);
+        t.wait_for_line("kernel stack learners in place");
         let mut py = Command::new("/usr/bin/python3").args(["-c", script]).spawn().expect("python3 (cargo xtask setup)");
         let pid = py.id();
         let out = t.finish();

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
+use aya::maps::{MapData, ProgramArray};
 use aya::programs::{BtfTracePoint, KProbe, Program, ProgramError, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf};
 use log::info;
@@ -23,19 +24,61 @@ pub(super) fn attach_one_raw_tp(ebpf: &mut Ebpf, prog: &str, tp: &str) -> Result
     Ok(())
 }
 
-/// One tracepoint hook: its tracepoint, and its program on each attach path.
+/// One tracepoint hook: its tracepoint, its program on each attach path, and
+/// the body it tail-calls, if it has one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Hook {
     pub tracepoint: &'static str,
     pub btf: &'static str,
     pub raw: &'static str,
+    pub body: Option<Body>,
 }
 
-pub(super) const SWITCH: Hook = Hook { tracepoint: "sched_switch", btf: names::PROG_SWITCH_BTF, raw: names::PROG_SWITCH_RAW };
-pub(super) const WAKING: Hook = Hook { tracepoint: "sched_waking", btf: names::PROG_WAKING_BTF, raw: names::PROG_WAKING_RAW };
-pub(super) const EXEC: Hook = Hook { tracepoint: "sched_process_exec", btf: names::PROG_EXEC_BTF, raw: names::PROG_EXEC_RAW };
-pub(super) const FORK: Hook = Hook { tracepoint: "sched_process_fork", btf: names::PROG_FORK_BTF, raw: names::PROG_FORK_RAW };
-pub(super) const WAKEUP_NEW: Hook = Hook { tracepoint: "sched_wakeup_new", btf: names::PROG_NEW_BTF, raw: names::PROG_NEW_RAW };
+/// The body of a hook, in a program array of its own: a quick version, in place
+/// before the hook attaches (the verifier checks it in a fraction of the time:
+/// user stacks by frame pointers), and the full one, put in its place once it
+/// has loaded after attaching.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Body {
+    pub array: &'static str,
+    pub quick: (&'static str, &'static str),
+    pub full: (&'static str, &'static str),
+}
+
+impl Body {
+    /// The (tp_btf, raw_tp) pair's program for the path.
+    pub fn pick(pair: (&'static str, &'static str), btf: bool) -> &'static str {
+        if btf {
+            pair.0
+        } else {
+            pair.1
+        }
+    }
+}
+
+pub(super) const SWITCH: Hook = Hook {
+    tracepoint: "sched_switch",
+    btf: names::PROG_SWITCH_BTF,
+    raw: names::PROG_SWITCH_RAW,
+    body: Some(Body {
+        array: names::SWITCH_IMPL,
+        quick: (names::PROG_SWITCH_QUICK_BTF, names::PROG_SWITCH_QUICK_RAW),
+        full: (names::PROG_SWITCH_FULL_BTF, names::PROG_SWITCH_FULL_RAW),
+    }),
+};
+pub(super) const WAKING: Hook = Hook {
+    tracepoint: "sched_waking",
+    btf: names::PROG_WAKING_BTF,
+    raw: names::PROG_WAKING_RAW,
+    body: Some(Body {
+        array: names::WAKING_IMPL,
+        quick: (names::PROG_WAKING_QUICK_BTF, names::PROG_WAKING_QUICK_RAW),
+        full: (names::PROG_WAKING_FULL_BTF, names::PROG_WAKING_FULL_RAW),
+    }),
+};
+pub(super) const EXEC: Hook = Hook { tracepoint: "sched_process_exec", btf: names::PROG_EXEC_BTF, raw: names::PROG_EXEC_RAW, body: None };
+pub(super) const FORK: Hook = Hook { tracepoint: "sched_process_fork", btf: names::PROG_FORK_BTF, raw: names::PROG_FORK_RAW, body: None };
+pub(super) const WAKEUP_NEW: Hook = Hook { tracepoint: "sched_wakeup_new", btf: names::PROG_NEW_BTF, raw: names::PROG_NEW_RAW, body: None };
 
 /// The hooks a mode attaches, in order: sched_switch last, so that every event it
 /// sees had the others in place.
@@ -61,9 +104,26 @@ impl Plan {
         Plan(vec![WAKEUP_NEW, WAKING, SWITCH])
     }
 
-    /// (program, tracepoint) pairs on tp_btf (`btf`) or raw_tp.
+    /// (program, tracepoint) pairs on tp_btf (`btf`) or raw_tp: each hook's
+    /// attached program, then the quick bodies.
     fn pairs(&self, btf: bool) -> Vec<(&'static str, &'static str)> {
+        let hooks = self.0.iter().map(|h| (if btf { h.btf } else { h.raw }, h.tracepoint));
+        hooks.chain(self.quick_bodies(btf).map(|(_, prog, tp)| (prog, tp))).collect()
+    }
+
+    /// The attached programs alone, on the path.
+    fn attached(&self, btf: bool) -> Vec<(&'static str, &'static str)> {
         self.0.iter().map(|h| (if btf { h.btf } else { h.raw }, h.tracepoint)).collect()
+    }
+
+    /// (array, program, tracepoint) of each hook's quick body on the path.
+    fn quick_bodies(&self, btf: bool) -> impl Iterator<Item = (&'static str, &'static str, &'static str)> + '_ {
+        self.0.iter().filter_map(move |h| h.body.map(|b| (b.array, Body::pick(b.quick, btf), h.tracepoint)))
+    }
+
+    /// (array, program, tracepoint) of each hook's full body on the path.
+    pub fn full_bodies(&self, btf: bool) -> Vec<(&'static str, &'static str, &'static str)> {
+        self.0.iter().filter_map(|h| h.body.map(|b| (b.array, Body::pick(b.full, btf), h.tracepoint))).collect()
     }
 
     /// The hooks besides sched_switch, which the kprobe path attaches by raw_tp.
@@ -109,13 +169,24 @@ pub(super) fn load_in_parallel(
     })
 }
 
+/// Puts program `prog` (loaded) in slot 0 of program array `array`: the body its
+/// hook tail-calls.
+pub(super) fn hand_over(ebpf: &mut Ebpf, array: &str, prog: &str) -> Result<()> {
+    let fd = program(ebpf, prog)?.fd()?.try_clone()?;
+    let map = ebpf.map_mut(array).ok_or_else(|| anyhow!("map {array} missing from the eBPF object"))?;
+    let mut slot: ProgramArray<&mut MapData> = ProgramArray::try_from(map)?;
+    slot.set(0, &fd, 0).with_context(|| format!("failed to hand {prog} to its hook"))
+}
+
 pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan) -> Result<()> {
-    let hooks = plan.pairs(true);
-    load_in_parallel(ebpf, &hooks, |p, tp| {
+    load_in_parallel(ebpf, &plan.pairs(true), |p, tp| {
         let p: &mut BtfTracePoint = p.try_into()?;
         loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))
     })?;
-    for (prog, tp) in hooks {
+    for (array, prog, _) in plan.quick_bodies(true).collect::<Vec<_>>() {
+        hand_over(ebpf, array, prog)?;
+    }
+    for (prog, tp) in plan.attached(true) {
         let p: &mut BtfTracePoint = program(ebpf, prog)?.try_into()?;
         p.attach().with_context(|| format!("failed to attach tp_btf/{tp}"))?;
     }
@@ -123,12 +194,14 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan) -> Result<(
 }
 
 pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, plan: &Plan) -> Result<()> {
-    let hooks = plan.pairs(false);
-    load_in_parallel(ebpf, &hooks, |p, tp| {
+    load_in_parallel(ebpf, &plan.pairs(false), |p, tp| {
         let p: &mut RawTracePoint = p.try_into()?;
         loaded(p.load(), || format!("the raw_tp {tp} program"))
     })?;
-    for (prog, tp) in hooks {
+    for (array, prog, _) in plan.quick_bodies(false).collect::<Vec<_>>() {
+        hand_over(ebpf, array, prog)?;
+    }
+    for (prog, tp) in plan.attached(false) {
         let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
         p.attach(tp).with_context(|| format!("failed to attach raw_tp/{tp}"))?;
     }
@@ -146,8 +219,14 @@ pub(super) fn attach_kprobe(ebpf: &mut Ebpf, plan: &Plan) -> Result<()> {
         return Err(UserError::NoKprobes(KPROBE_PMU.to_string()).into());
     }
     prog.attach(&symbol, 0).with_context(|| format!("failed to attach a kprobe to {symbol}"))?;
-    // Wakers, execs and forks come from tracepoints on every path.
-    for hook in plan.besides_switch() {
+    // Wakers, execs and forks come from tracepoints on every path (a hook's
+    // body, its full version at once: this path has no quick start).
+    for hook in plan.besides_switch().copied().collect::<Vec<_>>() {
+        if let Some(b) = hook.body {
+            let p: &mut RawTracePoint = program(ebpf, b.full.1)?.try_into()?;
+            loaded(p.load(), || format!("the raw_tp {} program", hook.tracepoint))?;
+            hand_over(ebpf, b.array, b.full.1)?;
+        }
         attach_one_raw_tp(ebpf, hook.raw, hook.tracepoint)?;
     }
     Ok(())
@@ -222,12 +301,24 @@ mod tests {
         assert_eq!(Plan::trace(false, false).0, [SWITCH]);
         assert_eq!(Plan::trace(true, true).0, [WAKING, EXEC, FORK, SWITCH]);
         assert_eq!(Plan::threads().0, [WAKEUP_NEW, WAKING, SWITCH]);
+        // Loaded before attaching: the attached programs, then the quick bodies
+        // they tail-call; attached: only the former.
         assert_eq!(
             Plan::trace(false, true).pairs(true),
             [
                 (names::PROG_EXEC_BTF, "sched_process_exec"),
                 (names::PROG_FORK_BTF, "sched_process_fork"),
-                (names::PROG_SWITCH_BTF, "sched_switch")
+                (names::PROG_SWITCH_BTF, "sched_switch"),
+                (names::PROG_SWITCH_QUICK_BTF, "sched_switch"),
+            ]
+        );
+        assert_eq!(Plan::trace(false, true).attached(false).last(), Some(&(names::PROG_SWITCH_RAW, "sched_switch")));
+        // The full bodies follow after the start, each into its hook's array.
+        assert_eq!(
+            Plan::trace(true, false).full_bodies(false),
+            [
+                (names::WAKING_IMPL, names::PROG_WAKING_FULL_RAW, "sched_waking"),
+                (names::SWITCH_IMPL, names::PROG_SWITCH_FULL_RAW, "sched_switch")
             ]
         );
         assert_eq!(Plan::trace(true, false).besides_switch().collect::<Vec<_>>(), [&WAKING]);

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::maps::{Array, MapData, PerCpuArray, ProgramArray, RingBuf};
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
@@ -28,7 +28,7 @@ use crate::error::UserError;
 use crate::model::{AttachKind, Counters};
 use crate::sys::btf::{self, FromBtf as _};
 use crate::sys::tracefs::Tracefs;
-use attach::{attach_futex, attach_kprobe, attach_raw_tp, attach_tp_btf, load_in_parallel, program, Plan};
+use attach::{attach_futex, attach_kprobe, attach_raw_tp, attach_tp_btf, load_in_parallel, Plan};
 
 /// The eBPF object, built by build.rs and embedded so the binary is self-contained.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/topwaits"));
@@ -45,6 +45,9 @@ pub struct Tracer {
     attached_mono: u64,
     /// The kernel's BTF, kept for loading the stack learner after attaching.
     btf: Option<Btf>,
+    /// The hooks' full bodies (array, program, tracepoint), loaded after the
+    /// start by [`Tracer::load_after_start`].
+    bodies: Vec<(&'static str, &'static str, &'static str)>,
     /// `-m`/`-M` in µs, which waits still in progress must pass too.
     block_us: (u64, u64),
     /// Long waits are sent as events (`--events-over`).
@@ -333,10 +336,15 @@ impl Tracer {
             attach::attach_lock_contention(&mut ebpf);
         }
         info!("attached with {}", attach.name());
+        // The hooks' full bodies (user stacks from the unwind tables) follow the
+        // quick ones after attaching, with the learners; without the walker the
+        // quick ones are the same.
+        let bodies = if cfi && attach != AttachKind::Kprobe { plan.full_bodies(attach == AttachKind::TpBtf) } else { Vec::new() };
         let tracer = Tracer {
             ebpf,
             attach,
             waker: config.waker,
+            bodies,
             cpu_time: false,
             attached_mono,
             btf: kept_btf,
@@ -348,12 +356,14 @@ impl Tracer {
         Ok((tracer, prepared))
     }
 
-    /// Loads the kernel-stack learners and hands them to the hooks, which tail-call
-    /// them: the `sched_switch` one, and with `--waker` the `sched_waking` one,
-    /// verified at once. Done after attaching, so that their verification (35-50
-    /// ms each on a slow day) does not delay the start; until then every kernel
-    /// stack is unwound.
-    pub fn load_learner(&mut self) -> Result<()> {
+    /// Loads the programs that wait for the start (the hooks' full bodies and the
+    /// kernel-stack learners) and hands them to the hooks, which tail-call them:
+    /// the `sched_switch` ones, and with `--waker` the `sched_waking` ones, verified
+    /// at once. Done after attaching, so that their verification (the full
+    /// `sched_switch` body takes 150-200 ms, a learner 35-50) does not delay the
+    /// start; until then user stacks are taken by frame pointers (marked loading)
+    /// and every kernel stack is unwound.
+    pub fn load_after_start(&mut self) -> Result<()> {
         if matches!(self.attach, AttachKind::Kprobe) {
             // The kprobe path takes stacks as the incoming task and learns nothing.
             return Ok(());
@@ -364,6 +374,7 @@ impl Tracer {
             let prog = if tp_btf { names::PROG_LEARN_WAKER_BTF } else { names::PROG_LEARN_WAKER_RAW };
             learners.push((names::WAKE_LEARNERS, prog, "sched_waking"));
         }
+        learners.extend(std::mem::take(&mut self.bodies));
         let progs: Vec<_> = learners.iter().map(|&(_, prog, tp)| (prog, tp)).collect();
         let btf = self.btf.take();
         let loaded = if tp_btf {
@@ -379,10 +390,8 @@ impl Tracer {
             })
         };
         loaded?;
-        for (array, prog, tp) in learners {
-            let fd = program(&mut self.ebpf, prog)?.fd()?.try_clone()?;
-            let mut slot: ProgramArray<&mut MapData> = ProgramArray::try_from(self.map_mut(array)?)?;
-            slot.set(0, &fd, 0).with_context(|| format!("failed to hand the {tp} stack learner to its hook"))?;
+        for (array, prog, _) in learners {
+            attach::hand_over(&mut self.ebpf, array, prog)?;
         }
         Ok(())
     }
@@ -442,6 +451,7 @@ impl Tracer {
             ebpf,
             attach,
             waker: false,
+            bodies: Vec::new(),
             cpu_time: off.sum_exec != u32::MAX,
             attached_mono,
             btf: None,

@@ -221,7 +221,7 @@ impl Loader {
                     }
                     self.fork(ev, now, sink);
                 }
-                proc_event::TABLE => self.wanted(ev.parent, sink),
+                proc_event::TABLE => self.wanted(ev.tgid, ev.parent, sink),
                 proc_event::EXEC => {
                     self.read(ev.tgid, now, sink);
                     self.execed.insert(ev.tgid);
@@ -393,10 +393,25 @@ impl Loader {
         }
     }
 
-    /// A walk met file `id`, whose table was not built: it is built now, from
-    /// the mapping it was first seen in (or, if that process has gone, its
-    /// path, while it is still the same file).
-    fn wanted(&mut self, id: u32, sink: &mut dyn Sink) {
+    /// A walk met file `id`, whose table was not built, in process `tgid`: it is
+    /// built now, and so are the other files that process maps, whose code its
+    /// next waits are likely to pass through (a process's libraries meet the
+    /// walker in its start-up, one after the other, and building them together
+    /// keeps that work out of the time it then runs for).
+    fn wanted(&mut self, tgid: u32, id: u32, sink: &mut dyn Sink) {
+        let mut ids = vec![id];
+        if let Some(p) = self.procs.get(&tgid) {
+            ids.extend(p.maps.maps[..p.maps.len as usize].iter().map(|m| m.file).filter(|f| *f != id));
+        }
+        for id in ids {
+            self.build_unbuilt(id, sink);
+        }
+    }
+
+    /// Builds file `id`'s table if it is unbuilt, from the mapping it was first
+    /// seen in (or, if that process has gone, its path, while it is still the
+    /// same file).
+    fn build_unbuilt(&mut self, id: u32, sink: &mut dyn Sink) {
         let Some((tgid, m)) = self.unbuilt.remove(&id) else { return };
         let same = |f: &std::fs::File| f.metadata().is_ok_and(|meta| std::os::unix::fs::MetadataExt::ino(&meta) == m.inode);
         let opened = procfs::open_mapped(tgid, &m).or_else(|| std::fs::File::open(&m.path).ok()).filter(same);
@@ -565,10 +580,11 @@ mod tests {
         assert_eq!(mem.files.len(), files);
     }
 
-    /// After the start, a process's files are known but not built: only the one
-    /// a walk asks for (its TABLE event) gets a tree; the others stay unbuilt.
+    /// After the start, a process's files are known but not built until a walk
+    /// asks for one (its TABLE event): then that process's files get trees, and
+    /// the others stay unbuilt.
     #[test]
-    fn after_the_start_only_the_files_a_walk_meets_are_built() {
+    fn after_the_start_only_the_files_of_a_process_a_walk_meets_are_built() {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
         let mut loader = Loader::new(&mut mem, None).unwrap();
         loader.settle(Duration::ZERO, &mut mem);
@@ -578,16 +594,22 @@ mod tests {
         let maps = mem.procs[&me];
         let files: BTreeSet<u32> = maps.maps[..maps.len as usize].iter().map(|m| m.file).collect();
         assert!(files.len() >= 2 && files.iter().all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
-        let here = after_the_start_only_the_files_a_walk_meets_are_built as fn() as usize as u64;
+        let here = after_the_start_only_the_files_of_a_process_a_walk_meets_are_built as fn() as usize as u64;
         let mine = maps.maps[..maps.len as usize].iter().find(|m| m.start <= here && here < m.end).unwrap().file;
-        loader.on_event(Some(ProcEvent { tgid: 0, kind: proc_event::TABLE, parent: mine }), &mut mem);
+        // Asked for by a process the loader does not know: that file alone.
+        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine }), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::READY);
         assert!(files.iter().filter(|&&f| f != mine).all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
         assert_eq!(loader.stats.files_ready, 1);
         // Asked again (two CPUs raced): built once.
-        loader.on_event(Some(ProcEvent { tgid: 0, kind: proc_event::TABLE, parent: mine }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine }), &mut mem);
         assert!(loader.idle());
+        // Met in this process: every file it maps is built.
+        let other = *files.iter().find(|&&f| f != mine).unwrap();
+        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::TABLE, parent: other }), &mut mem);
+        loader.settle(Duration::from_secs(60), &mut mem);
+        assert!(files.iter().all(|f| mem.files[f].state != file_state::UNBUILT), "{:?}", mem.files);
     }
 
     /// A second loader with the same cache finds every table there, and the

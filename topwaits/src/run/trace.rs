@@ -33,7 +33,7 @@ fn load_learners(
     let done = AtomicBool::new(false);
     let loaded = std::thread::scope(|s| {
         let loading = s.spawn(|| {
-            let r = tracer.load_learner();
+            let r = tracer.load_after_start();
             done.store(true, Ordering::Release);
             r
         });
@@ -48,9 +48,12 @@ fn load_learners(
         loading.join()
     });
     match loaded {
-        Ok(Ok(())) => log::debug!("kernel stack learners in place"),
-        // Stacks stay exact, only every one is unwound.
-        Ok(Err(e)) => log::warn!("kernel stacks will not be reused: {}", crate::stderr::error_line(&e)),
+        Ok(Ok(())) => log::debug!("kernel stack learners in place, and the hooks' full bodies"),
+        // Stacks stay exact, only every one is unwound, and user stacks taken
+        // by frame pointers.
+        Ok(Err(e)) => {
+            log::warn!("kernel stacks will not be reused and user stacks are taken by frame pointers: {}", crate::stderr::error_line(&e))
+        }
         Err(_) => log::warn!("kernel stacks will not be reused: the loading thread panicked"),
     }
 }

@@ -122,6 +122,7 @@ pub fn cut_frame(word: u64) -> Option<Frame> {
         cut::FULL => "[cut:tables-full]",
         cut::BP_UNKNOWN => "[cut:frame-pointer-unknown]",
         cut::GUESSED => "[cut:scanned-guess]",
+        cut::STARTING => "[cut:walker-starting]",
         _ => "[cut]",
     };
     Some(Frame { addr: word, symbol: Some(why.into()), module: None, offset: None })

@@ -171,6 +171,16 @@ impl Tracer {
     }
 }
 
+/// Runs topwaits for `secs` seconds from when its user stack walker is in place
+/// (tracing starts before it, with user stacks by frame pointers): for tests
+/// that hold every stack of the window to be whole.
+pub fn run_walked(args: &[&str], secs: f64) -> Finished {
+    let t = Tracer::start_learned(args);
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    t.signal(libc::SIGINT);
+    t.finish()
+}
+
 /// Runs topwaits to completion without waiting for attach.
 pub fn run(args: &[&str]) -> Finished {
     let out = Command::new(BIN).args(with_attach(args)).output().expect("failed to run topwaits");

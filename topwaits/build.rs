@@ -1,9 +1,12 @@
-//! Builds the eBPF crate with aya-build so the object is embedded in the binary.
-//! The nested cargo build's output (which aya-build passes on as `warning:` lines,
-//! dozens per fresh build) is shown only when that build fails, or with
+//! Builds the eBPF crate with aya-build so the object is embedded in the binary,
+//! and names the git commit the binary is built from (`--version`). The nested
+//! cargo build's output (which aya-build passes on as `warning:` lines, dozens
+//! per fresh build) is shown only when that build fails, or with
 //! `TOPWAITS_EBPF_VERBOSE=1`.
 
 use std::process::Command;
+
+include!("build_commit.rs");
 
 use anyhow::{anyhow, bail, Context as _};
 use aya_build::Toolchain;
@@ -17,6 +20,7 @@ fn main() -> anyhow::Result<()> {
         return build();
     }
     println!("cargo:rerun-if-env-changed={VERBOSE}");
+    commit();
     // The eBPF object also compiles the shared types and limits: aya-build watches
     // only the eBPF crate, so a change there alone once left a stale object.
     println!("cargo:rerun-if-changed=../topwaits-common/src");

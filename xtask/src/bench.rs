@@ -19,7 +19,7 @@ use crate::{cargo, root, run};
 #[derive(clap::Args)]
 pub struct Options {
     /// Interleaved rounds per configuration; medians are reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Also run a soak of this many seconds under perf bench sched pipe, sampling
     /// topwaits' RSS and map memory (the README's soak figure uses 600).
@@ -35,12 +35,24 @@ const BPFTRACE_OFFCPU: &str = "tracepoint:sched:sched_switch { @start[args->prev
 @stk[args->prev_pid] = kstack; $s = @start[args->next_pid]; if ($s) { \
 @off[@stk[args->next_pid], args->next_comm] = sum(nsecs - $s); delete(@start[args->next_pid]); } }";
 
+/// The unwind table cache of the bench's topwaits runs: removed as the bench
+/// starts, so that its first round starts cold, as a first run on a machine
+/// does, and the later ones find what the first built.
+fn bench_cache() -> PathBuf {
+    root().join("target/bench-cache")
+}
+
 /// `idle`: a process that only sleeps, for the cost that `-p` puts on every other
 /// task's switches (all of them are filtered out).
 fn tracers(bin: &str, idle: u32) -> Vec<Tracer> {
+    let cache = bench_cache().to_string_lossy().into_owned();
     let tw = |extra: &[&str]| {
         let mut v = vec![bin.to_string()];
         v.extend(extra.iter().map(|s| s.to_string()));
+        // `threads` walks no user stack, and keeps no tables.
+        if extra.first() != Some(&"threads") {
+            v.extend(["--cache-dir".to_string(), cache.clone()]);
+        }
         Some(v)
     };
     vec![
@@ -85,6 +97,8 @@ struct Samples {
     cost_messaging: Vec<f64>,
     cost_pipe: Vec<f64>,
     startup_ms: Vec<f64>,
+    /// From the start to the user stack walker in place (topwaits).
+    walker_ms: Vec<f64>,
     map_kib: Vec<f64>,
     verified: Vec<f64>,
     /// The tracer process's own CPU over the messaging workload, in % of a core.
@@ -112,10 +126,13 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
         }
         return Ok(());
     };
-    let r = start(cmd, &[])?;
+    let r = start(cmd, &[("RUST_LOG", "topwaits::run::trace=debug")])?;
     // Start-up work on threads of the tracer's own (topwaits reads the kernel's
     // symbols) is over before its CPU is counted.
     settle(r.child.id());
+    if let Some(w) = r.walker.lock().ok().and_then(|w| *w) {
+        s.walker_ms.push(w.as_secs_f64() * 1e3);
+    }
     let before = snapshot(&r.prog_ids)?;
     let (cpu0, t0) = (cpu_ns(r.child.id()), Instant::now());
     let secs = workload(kind)?;
@@ -177,7 +194,7 @@ fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
     // trace then ends by itself and reports.
     drop(work.stdin.take());
     work.wait()?;
-    let r = Running { child, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0 };
+    let r = Running { child, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0, walker: Default::default() };
     let (report, rss_kib) = end(r, false)?;
     if rss_kib <= harness_kib {
         bail!(
@@ -264,7 +281,7 @@ fn full_load(bin: &str) -> Result<String> {
     let tracer = spawn_attached(bin, &["--json", "-w", "--open-waits", "no"], std::fs::File::create(&out_path)?)?;
     let out = Command::new("perf").args(["bench", "sched", "messaging", "-g", "20", "-l", "300"]).output()?;
     let secs = total_time(&out.stdout).unwrap_or(f64::NAN);
-    let r = Running { child: tracer, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0 };
+    let r = Running { child: tracer, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0, walker: Default::default() };
     let (report, _) = stop(r)?;
     let text = std::fs::read_to_string(&out_path)?;
     let grab = |key: &str| -> u64 { num(&text, key).unwrap_or(0) };
@@ -335,6 +352,8 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
     }
     // First, while this process is small (see `many_stacks`).
     let (report_ms, rss_mib, records) = many_stacks(bin)?;
+    let _ = std::fs::remove_dir_all(bench_cache());
+    let startup = startup_cold_warm(bin)?;
     let mut idle = Command::new("sleep").arg("1000000").spawn().context("failed to start sleep")?;
     let configs = tracers(bin, idle.id());
     let mut samples: Vec<Samples> = configs.iter().map(|_| Samples::default()).collect();
@@ -369,13 +388,13 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
     let mut out = String::new();
     out.push_str(&machine());
     out.push_str(
-        "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | pipe slowdown | tracer's own CPU, messaging (% of a core) | start-up (ms) | verified insns | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | pipe slowdown | tracer's own CPU, messaging (% of a core) | start-up (ms) | walker in place (ms) | verified insns | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (t, s) in configs.iter().zip(samples.iter_mut()) {
         let (cm, cp) = (median(&mut s.cost_messaging), median(&mut s.cost_pipe));
         let fmt = |v: f64, f: &dyn Fn(f64) -> String| if v.is_nan() { "-".to_string() } else { f(v) };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} | {} | {} | {} | {} |\n",
             t.name,
             fmt(cm, &|v| format!("{v:.0}")),
             fmt(cm / peer_msg, &|v| format!("{v:.2}x")),
@@ -385,15 +404,17 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
             median(&mut s.pipe) / base_pipe,
             fmt(median(&mut s.user_cpu_messaging), &|v| format!("{v:.2}%")),
             fmt(median(&mut s.startup_ms), &|v| format!("{v:.0}")),
+            fmt(median(&mut s.walker_ms), &|v| format!("{v:.0}")),
             fmt(median(&mut s.verified), &|v| if v > 0.0 { format!("{v:.0}") } else { "-".to_string() }),
             fmt(median(&mut s.map_kib), &|v| format!("{v:.0}")),
         ));
     }
     out.push_str(&format!(
-        "\nMedians of {} interleaved rounds; workloads `perf bench sched messaging -g 5 -l 400` (baseline {base_msg:.3} s) and `perf bench sched pipe -l 40000` (baseline {base_pipe:.3} s). Per-switch cost is the run time of all of a tracer's BPF programs (kernel.bpf_stats_enabled) divided by its sched_switch program's runs. Verified insns: the instructions the kernel's verifier processed to load all of a tracer's programs (`verified_insns` in their fdinfo), the work most of its start-up goes to.\n",
+        "\nMedians of {} interleaved rounds; workloads `perf bench sched messaging -g 5 -l 400` (baseline {base_msg:.3} s) and `perf bench sched pipe -l 40000` (baseline {base_pipe:.3} s). Per-switch cost is the run time of all of a tracer's BPF programs (kernel.bpf_stats_enabled) divided by its sched_switch program's runs. Verified insns: the instructions the kernel's verifier processed to load all of a tracer's programs (`verified_insns` in their fdinfo), the work most of its start-up goes to. Start-up: from exec to attached (topwaits: tracing, its user stacks by frame pointers at first); walker in place: to its full programs loaded (user stacks from the unwind tables). Every round starts a new tracer; topwaits' unwind table cache starts empty in the first round.\n",
         opts.rounds
     ));
     out.push_str(&rounds);
+    out.push_str(&startup);
     out.push_str(&crate::scale_bench::scale(bin, opts.rounds)?);
     out.push('\n');
     out.push_str(&full_load(bin)?);
@@ -406,6 +427,41 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
         out.push_str(&soak(bin, secs)?);
     }
     Ok(out)
+}
+
+/// Start-up of `topwaits -p` on a Python server (Debian's python3, whose tables
+/// the start waits for): with an empty cache, then with the cache it filled.
+fn startup_cold_warm(bin: &str) -> Result<String> {
+    let dir = root().join("target/bench-cache-startup");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut py = Command::new("/usr/bin/python3")
+        .args(["-c", "import time\nwhile True: time.sleep(0.01)"])
+        .spawn()
+        .context("python3 (cargo xtask setup)")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let cmd = |dir: &std::path::Path| -> Vec<String> {
+        vec![bin.to_string(), "-f".into(), "--cache-dir".into(), dir.to_string_lossy().into_owned(), "-p".into(), py.id().to_string()]
+    };
+    let once = || -> Result<(f64, f64)> {
+        let r = start(&cmd(&dir), &[("RUST_LOG", "topwaits::run::trace=debug")])?;
+        settle(r.child.id());
+        let walker = r.walker.lock().ok().and_then(|w| *w).map_or(f64::NAN, |w| w.as_secs_f64() * 1e3);
+        let startup = r.startup.as_secs_f64() * 1e3;
+        stop(r)?;
+        Ok((startup, walker))
+    };
+    // (start-up, walker in place) of each run, the first with an empty cache.
+    let measured: Result<Vec<(f64, f64)>> = (0..6).map(|_| once()).collect();
+    let _ = py.kill();
+    let _ = py.wait();
+    let runs = measured?;
+    let (cold, cold_walker) = runs[0];
+    let (mut up, mut walker): (Vec<f64>, Vec<f64>) = runs[1..].iter().copied().unzip();
+    Ok(format!(
+        "\nStart-up of `topwaits -p` on Debian's python3 (its tables built before attaching): {cold:.0} ms with an empty unwind table cache (walker in place at {cold_walker:.0} ms), {:.0} ms with the cache it filled (median of 5; walker at {:.0} ms).\n",
+        median(&mut up),
+        median(&mut walker)
+    ))
 }
 
 fn machine() -> String {

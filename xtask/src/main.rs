@@ -9,6 +9,7 @@ mod layering;
 mod licenses;
 mod scale_bench;
 mod setup;
+mod subjects;
 mod tracers;
 mod unknown_bench;
 
@@ -92,10 +93,11 @@ pub fn as_root(program: &str) -> Command {
     }
 }
 
-/// The lints `test` runs first: formatting, and clippy over every crate and
+/// The lints `test` runs first: commit subjects, formatting, and clippy over every crate and
 /// target with warnings as errors (the eBPF crate is checked as a host program).
 fn lints() -> Result<()> {
-    eprintln!("xtask: cargo fmt --check, then clippy -D warnings");
+    eprintln!("xtask: commit subjects, cargo fmt --check, then clippy -D warnings");
+    subjects::check()?;
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args(["clippy", "--workspace", "--all-targets", "--quiet", "--", "-D", "warnings"]))
 }

@@ -112,7 +112,14 @@ pub struct Running {
     pub startup: Duration,
     pub prog_ids: BTreeSet<u64>,
     pub map_bytes: u64,
+    /// From the start to the line on stderr that says topwaits' user stack
+    /// walker is in place (its full programs loaded after attaching), once
+    /// seen; topwaits says it at `RUST_LOG=topwaits::run::trace=debug`.
+    pub walker: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
 }
+
+/// The debug line topwaits prints once its programs loaded after attaching are in place.
+pub const WALKER_IN_PLACE: &str = "kernel stack learners in place";
 
 pub fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
     let before: BTreeSet<u64> = progs()?.into_iter().map(|p| p.id).collect();
@@ -161,9 +168,20 @@ pub fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
     };
     let prog_ids = progs()?.into_iter().map(|p| p.id).filter(|id| !before.contains(id)).collect();
     let map_bytes = maps()?.into_iter().filter(|m| !maps_before.contains(&m.0)).map(|m| m.1).sum();
-    // Keep draining stderr so the tracer never blocks on it.
-    std::thread::spawn(move || while rx.recv().is_ok() {});
-    Ok(Running { child, startup: ready, prog_ids, map_bytes })
+    // Keep draining stderr so the tracer never blocks on it, noting when the
+    // walker is in place.
+    let walker = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen = walker.clone();
+    std::thread::spawn(move || {
+        while let Ok(line) = rx.recv() {
+            if line.contains(WALKER_IN_PLACE) {
+                if let Ok(mut w) = seen.lock() {
+                    w.get_or_insert(t0.elapsed());
+                }
+            }
+        }
+    });
+    Ok(Running { child, startup: ready, prog_ids, map_bytes, walker })
 }
 
 /// Stops a tracer with SIGINT; returns (time to exit, peak RSS in KiB).

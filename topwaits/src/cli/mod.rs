@@ -44,10 +44,13 @@ Examples:
   topwaits --chain 3 -f 10        off-wake stacks with the waker's wakers, 3 hops deep
   topwaits --wakeups -f 10        wakeup view: blocked time by waker stack (like wakeuptime)";
 
+/// `--version`: the release, and the commit the binary was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TOPWAITS_COMMIT"), ")");
+
 /// Where did threads wait, for how long, at most when? An off-CPU profiler that keeps,
 /// per unique stack, the total wait, the count, the longest single wait and when it ended.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "topwaits", version, after_help = EXAMPLES, max_term_width = 100, args_conflicts_with_subcommands = true)]
+#[command(name = "topwaits", version = VERSION, after_help = EXAMPLES, max_term_width = 100, args_conflicts_with_subcommands = true)]
 pub struct Args {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -574,6 +577,14 @@ mod tests {
     fn parse(args: &[&str]) -> Result<Config, String> {
         let a = Args::try_parse_from(std::iter::once("topwaits").chain(args.iter().copied())).map_err(|e| e.kind().to_string())?;
         Config::from_args(a.trace).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn version_names_the_release_and_the_commit() {
+        let text = Args::try_parse_from(["topwaits", "--version"]).unwrap_err().to_string();
+        let want = format!("topwaits {} (", env!("CARGO_PKG_VERSION"));
+        assert!(text.starts_with(&want) && text.trim_end().ends_with(')'), "{text}");
+        assert!(!text.contains("()"), "a commit or `unknown`: {text}");
     }
 
     #[test]

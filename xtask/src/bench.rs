@@ -328,27 +328,29 @@ pub fn bench(opts: &Options) -> Result<()> {
     let bin = root().join("target/release/topwaits").to_string_lossy().into_owned();
     ensure_tracefs();
     set_bpf_stats(true)?;
-    let result = bench_inner(opts, &bin);
+    // What was measured before a failure is kept: a later section failing
+    // does not throw away the rounds before it.
+    let mut table = String::new();
+    let result = bench_inner(opts, &bin, &mut table);
     let _ = set_bpf_stats(false);
-    let table = result?;
     print!("{table}");
     let path: PathBuf = root().join("target/bench.md");
     std::fs::write(&path, &table)?;
-    eprintln!("bench: wrote {}", path.display());
-    Ok(())
+    eprintln!("bench: wrote {}{}", path.display(), if result.is_err() { " (up to the failure)" } else { "" });
+    result
 }
 
-fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
+fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     if opts.stacks_only {
         let (report_ms, rss_mib, records) = many_stacks(bin)?;
-        let mut out = format!("Many stacks: {records} records; report {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n");
+        out.push_str(&format!("Many stacks: {records} records; report {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"));
         out.push_str(&full_load(bin)?);
         out.push_str(&crate::blocked_bench::blocked_snapshot(bin)?);
         out.push_str(&crate::unknown_bench::user_stacks(bin)?);
         if let Some(secs) = opts.soak {
             out.push_str(&soak(bin, secs)?);
         }
-        return Ok(out);
+        return Ok(());
     }
     // First, while this process is small (see `many_stacks`).
     let (report_ms, rss_mib, records) = many_stacks(bin)?;
@@ -385,7 +387,6 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
     for (t, s) in configs.iter().zip(&samples).skip(1) {
         rounds.push_str(&format!("- {}: {}\n", t.name, by_round(s)));
     }
-    let mut out = String::new();
     out.push_str(&machine());
     out.push_str(
         "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | pipe slowdown | tracer's own CPU, messaging (% of a core) | start-up (ms) | walker in place (ms) | verified insns | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
@@ -415,18 +416,18 @@ fn bench_inner(opts: &Options, bin: &str) -> Result<String> {
     ));
     out.push_str(&rounds);
     out.push_str(&startup);
-    out.push_str(&crate::scale_bench::scale(bin, opts.rounds)?);
-    out.push('\n');
-    out.push_str(&full_load(bin)?);
     out.push_str(&format!(
         "\nMany stacks: 19,683 distinct call paths traced with `topwaits --json -p PID`: {records} records; report (drain, symbolize, write, from the workload's exit to topwaits' exit) {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"
     ));
+    out.push_str(&crate::scale_bench::scale(bin, opts.rounds)?);
+    out.push('\n');
+    out.push_str(&full_load(bin)?);
     out.push_str(&crate::blocked_bench::blocked_snapshot(bin)?);
     out.push_str(&crate::unknown_bench::user_stacks(bin)?);
     if let Some(secs) = opts.soak {
         out.push_str(&soak(bin, secs)?);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Start-up of `topwaits -p` on a Python server (Debian's python3, whose tables

@@ -217,11 +217,12 @@ fn first_whole(doc: &Value) -> Option<f64> {
 }
 
 /// The files and KiB of the info line topwaits writes at its end about its
-/// unwind tables (`unwind tables: 13 files, 1680 KiB in the kernel, ...`).
+/// unwind tables (`unwind tables: 13 files (2 from the cache), 1680 KiB in the
+/// kernel, ...`).
 fn tables_line(stderr: &str) -> Option<(u64, u64)> {
     let rest = stderr.lines().find_map(|l| l.split_once("unwind tables: ").map(|(_, r)| r))?;
-    let (files, rest) = rest.split_once(" files, ")?;
-    let kib = rest.split_once(" KiB")?.0;
+    let (files, rest) = rest.split_once(" files")?;
+    let kib = rest.split_once(" KiB")?.0.rsplit(' ').next()?;
     Some((files.parse().ok()?, kib.parse().ok()?))
 }
 
@@ -321,6 +322,8 @@ mod tests {
         let err = "[INFO  topwaits::run::trace] unwind tables: 13 files, 1680 KiB in the kernel, the first after Some(18ms); 0 files without unwind information\n";
         assert_eq!(tables_line(err), Some((13, 1680)));
         assert_eq!(tables_line("topwaits: warning: something\n"), None);
+        let cached = "unwind tables: 13 files (2 from the cache), 1680 KiB in the kernel, the first after Some(3ms)";
+        assert_eq!(tables_line(cached), Some((13, 1680)));
     }
 
     #[test]

@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 
 mod blocked;
 mod cache;
+#[cfg(test)]
+mod docs_check;
 mod locks;
 mod record;
 mod target;
@@ -57,6 +59,33 @@ pub struct Args {
 
     #[command(flatten)]
     pub trace: TraceArgs,
+}
+
+/// The validated options of the subcommand asked for.
+#[derive(Debug)]
+pub enum Validated {
+    /// A trace (`topwaits`, `topwaits record`).
+    Trace(Box<Config>),
+    Threads(ThreadsConfig),
+    Blocked(BlockedConfig),
+    Report(ReportConfig),
+    Why(WhyConfig),
+    Locks(LocksConfig),
+}
+
+impl Args {
+    /// Checks the options against each other, before anything runs.
+    pub fn validate(self) -> Result<Validated, ConfigError> {
+        Ok(match self.command {
+            Some(Command::Threads(t)) => Validated::Threads(ThreadsConfig::from_args(t)?),
+            Some(Command::Blocked(b)) => Validated::Blocked(BlockedConfig::from_args(b)?),
+            Some(Command::Record(r)) => Validated::Trace(Box::new(Config::for_record(r)?)),
+            Some(Command::Report(r)) => Validated::Report(ReportConfig::from_args(r)?),
+            Some(Command::Why(w)) => Validated::Why(WhyConfig::from_args(w)?),
+            Some(Command::Locks(l)) => Validated::Locks(LocksConfig::from_args(l)?),
+            None => Validated::Trace(Box::new(Config::from_args(self.trace)?)),
+        })
+    }
 }
 
 /// What to trace and how: the options of a trace, shared by `topwaits` and

@@ -27,14 +27,13 @@ use crate::sys::{caps, procfs};
 /// Validates the options of the subcommand asked for and runs it: a bad option is
 /// the outer error (exit code 2), a failed run the inner one (exit code 1).
 pub fn command(args: cli::Args) -> Result<Result<()>, ConfigError> {
-    Ok(match args.command {
-        Some(cli::Command::Threads(t)) => threads::run(&cli::ThreadsConfig::from_args(t)?),
-        Some(cli::Command::Blocked(b)) => blocked::run(&cli::BlockedConfig::from_args(b)?),
-        Some(cli::Command::Record(r)) => trace::run(&cli::Config::for_record(r)?),
-        Some(cli::Command::Report(r)) => report::run(&cli::ReportConfig::from_args(r)?),
-        Some(cli::Command::Why(w)) => why::run(cli::WhyConfig::from_args(w)?),
-        Some(cli::Command::Locks(l)) => locks::run(cli::LocksConfig::from_args(l)?),
-        None => trace::run(&cli::Config::from_args(args.trace)?),
+    Ok(match args.validate()? {
+        cli::Validated::Threads(t) => threads::run(&t),
+        cli::Validated::Blocked(b) => blocked::run(&b),
+        cli::Validated::Trace(c) => trace::run(&c),
+        cli::Validated::Report(r) => report::run(&r),
+        cli::Validated::Why(w) => why::run(w),
+        cli::Validated::Locks(l) => locks::run(l),
     })
 }
 

@@ -108,7 +108,11 @@ pub fn run(config: &Config) -> Result<()> {
     load_learners(&mut tracer, &mut events, &mut |e| on_event(&mut symbolizer, &unwinder, e));
     let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
-    let t0 = std::time::Instant::now();
+    // The duration and the interval grid count from the attach, not from the
+    // end of the loading above, so that an interval is as long as asked and
+    // the trace as long as its duration.
+    let since_attach = Duration::from_nanos(monotonic_now().saturating_sub(start_mono));
+    let t0 = std::time::Instant::now().checked_sub(since_attach).unwrap_or_else(std::time::Instant::now);
     let deadline = config.duration.map(|d| t0 + d);
     let format = report::for_output(config.view, &config.shown.output);
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());

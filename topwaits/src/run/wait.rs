@@ -219,10 +219,22 @@ pub fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 
 /// Holds (blocks) or releases SIGINT, SIGTERM and SIGHUP on this thread. They are
 /// held from before attaching until [`wait`] handles them, so that a Ctrl-C right
-/// after the "Tracing..." line still ends the trace with a report.
+/// after the "Tracing..." line still ends the trace with a report. A shell
+/// starts a background command with SIGINT ignored, which would make `kill -INT`
+/// of `topwaits 10 &` do nothing: SIGINT and SIGTERM are heard whatever the
+/// parent set (SIGHUP stays ignored under nohup, as asked).
 pub fn hold_signals(hold: bool) {
-    // SAFETY: sigset operations on a local set, and a mask change of this thread.
+    // SAFETY: sigset operations on a local set, a mask change of this thread, and
+    // dispositions read and restored to the default, which is always allowed.
     unsafe {
+        if hold {
+            for sig in [libc::SIGINT, libc::SIGTERM] {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
+        }
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {

@@ -183,8 +183,9 @@ pub struct Settings {
     pub cfi: u32,
     /// Non-zero: each wait keeps what it was for ([`What`]) in its row's key.
     pub labels: u32,
-    /// Explicit padding to the 8-byte alignment (no implicit padding in shared types).
-    pub _pad: u32,
+    /// Bits of [`on_cpu`]: `--on-cpu` samples counted in [`names::SAMPLES`], and
+    /// each also sent through [`names::WAIT_EVENTS`] when their times are wanted.
+    pub on_cpu: u32,
     /// Where the `task_struct` fields the programs read lie.
     pub task: TaskOffsets,
 }
@@ -212,7 +213,7 @@ impl Settings {
             hold_rows: 0,
             cfi: 0,
             labels: 1,
-            _pad: 0,
+            on_cpu: 0,
             task: TaskOffsets::UNKNOWN,
         }
     }
@@ -248,6 +249,42 @@ pub struct SwitchOut {
     /// wakeup from before `ts` belongs to an earlier wait.
     pub woken: u64,
     pub chain: u64,
+    /// 1 when the hook's first, quickly verified body took the wait's user
+    /// stack (by frame pointers, marked `cut::STARTING`): user space may walk
+    /// it again, from the tables, while the thread is still blocked (see
+    /// [`Rewalk`]).
+    pub quick: u32,
+    pub _pad: u32,
+}
+
+/// A user stack walked again by user space for a wait that the quick body
+/// began and that was still open when the full body took over, keyed by thread
+/// id in [`names::REWALKS`]. The full body uses `ustack` instead of the wait's
+/// own only when `ts` is the start of the wait it ends, so a walk that raced
+/// with a wakeup is never given to a later wait.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rewalk {
+    pub ts: u64,
+    pub ustack: u64,
+}
+
+/// The seed of user stacks' references (see [`stack_ref`]), unlike the
+/// kernel stacks' so that the two kinds never share one.
+pub const USER_SEED: u64 = 0x1319_8a2e_0370_7344;
+
+/// Folds one frame into a stack reference's hash.
+#[inline(always)]
+pub fn mix(hash: u64, ip: u64) -> u64 {
+    let h = (hash ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 29)
+}
+
+/// The reference of a stack of `frames`, hashed from `seed` as the eBPF
+/// programs hash what they keep: user space stores stacks under the same
+/// reference the kernel would give them.
+pub fn stack_ref(frames: &[u64], seed: u64) -> u64 {
+    frames.iter().fold(seed ^ frames.len() as u64, |h, &ip| mix(h, ip)) | STACK_STORED
 }
 
 /// Whether a task's last wakeup, at `woken` with chain reference `chain` (see
@@ -458,6 +495,37 @@ pub struct WaitEvent {
     /// With `--waker`: the task that woke it.
     pub waker: Hop,
     pub what: What,
+}
+
+/// Bits of [`Settings::on_cpu`].
+pub mod on_cpu {
+    /// Samples of traced threads are counted per stack in `SAMPLES`.
+    pub const COUNT: u32 = 1;
+    /// The `cpu-clock` event ticks this many times as fast as the asked rate,
+    /// and one tick in this many, at random, is a sample (see the hook).
+    pub const OVERSAMPLE: u32 = 4;
+}
+
+/// The row of an on-CPU sample in [`names::SAMPLES`]: whose it was and where.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SampleKey {
+    /// Stack references (see [`STACK_STORED`]); [`STACK_NONE`] for a kernel stack
+    /// when the sample interrupted user code.
+    pub kstack: u64,
+    pub ustack: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: [u8; TASK_COMM_LEN],
+}
+
+/// The samples of one row: how many, and when the latest was taken
+/// (CLOCK_MONOTONIC ns).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SampleVal {
+    pub count: u64,
+    pub last_ns: u64,
 }
 
 /// A wakeup chain: hop 0 woke the task, hop 1 had last woken hop 0, and so on.
@@ -690,8 +758,12 @@ pub mod counter {
     /// Wakeups whose chain did not fit into the full [`super::names::CHAINS`] map
     /// (their waits show no waker).
     pub const LOST_CHAINS_FULL: u32 = 22;
+    /// On-CPU samples of traced threads (`--on-cpu`).
+    pub const SAMPLES: u32 = 23;
+    /// Samples that did not fit into the full [`super::names::SAMPLES`] map.
+    pub const LOST_SAMPLES_FULL: u32 = 24;
     /// Number of counters (the size of the COUNTERS map).
-    pub const COUNT: u32 = 23;
+    pub const COUNT: u32 = 25;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -714,6 +786,7 @@ pub mod names {
     pub const PROG_LEARN_WAKER_BTF: &str = "learn_waker_btf";
     pub const PROG_LEARN_WAKER_RAW: &str = "learn_waker_raw";
     pub const STARTS: &str = "STARTS";
+    pub const REWALKS: &str = "REWALKS";
     pub const WAITS: &str = "WAITS";
     pub const PIDS: &str = "PIDS";
     pub const CONTROL: &str = "CONTROL";
@@ -753,6 +826,11 @@ pub mod names {
     pub const PROG_SWITCH_QUICK_BTF: &str = "sched_switch_quick_btf";
     pub const PROG_SWITCH_QUICK_RAW: &str = "sched_switch_quick_raw";
     pub const PROG_FINISH_KPROBE: &str = "finish_task_switch_kprobe";
+    pub const SAMPLES: &str = "SAMPLES";
+    pub const SAMPLE_IMPL: &str = "SAMPLE_IMPL";
+    pub const PROG_SAMPLE: &str = "cpu_sample";
+    pub const PROG_SAMPLE_QUICK: &str = "cpu_sample_quick";
+    pub const PROG_SAMPLE_FULL: &str = "cpu_sample_full";
 }
 
 /// Default and hard limits.
@@ -767,6 +845,9 @@ pub mod limits {
     pub const CACHED_PER_TASK: usize = 3;
     /// Capacity of the per-task start map.
     pub const START_ENTRIES: u32 = 65536;
+    /// User stacks walked again after the staged start (see [`super::Rewalk`]):
+    /// one per thread blocked since the quick body began its wait.
+    pub const REWALK_ENTRIES: u32 = 8192;
     /// Kernel stack layouts shared by all tasks, and the call sites they are kept
     /// under (entries are allocated as stacks are learned).
     pub const LAYOUTS: u32 = 16384;
@@ -792,6 +873,7 @@ mod pod {
     // laid out without implicit padding (checked by the size tests below).
     unsafe impl aya::Pod for super::Settings {}
     unsafe impl aya::Pod for super::SwitchOut {}
+    unsafe impl aya::Pod for super::Rewalk {}
     unsafe impl aya::Pod for super::StackCache {}
     unsafe impl aya::Pod for super::CacheKey {}
     unsafe impl aya::Pod for super::WaitKey {}
@@ -805,6 +887,8 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadStats {}
     unsafe impl aya::Pod for super::DepKey {}
     unsafe impl aya::Pod for super::WaitEvent {}
+    unsafe impl aya::Pod for super::SampleKey {}
+    unsafe impl aya::Pod for super::SampleVal {}
     unsafe impl aya::Pod for super::unwind::ExecMap {}
     unsafe impl aya::Pod for super::unwind::ProcMaps {}
     unsafe impl aya::Pod for super::unwind::FileInfo {}
@@ -848,7 +932,7 @@ mod tests {
         assert_eq!(size_of::<CacheKey>(), 8 * 2);
         assert_eq!(
             size_of::<SwitchOut>(),
-            8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<What>() + size_of::<WaitKey>() + size_of::<WaitVal>() + 8 * 2
+            8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<What>() + size_of::<WaitKey>() + size_of::<WaitVal>() + 8 * 3
         );
         assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);
         assert_eq!(size_of::<Hops>(), 8 + MAX_CHAIN * size_of::<Hop>());
@@ -858,6 +942,8 @@ mod tests {
         assert_eq!(size_of::<WaitKey>(), 8 * 2 + 4 * 2 + TASK_COMM_LEN + size_of::<What>());
         assert_eq!(size_of::<What>(), 24);
         assert_eq!(size_of::<WaitVal>(), 8 * 4);
+        assert_eq!(size_of::<SampleKey>(), 8 * 2 + 4 * 2 + TASK_COMM_LEN);
+        assert_eq!(size_of::<SampleVal>(), 8 * 2);
         assert_eq!(size_of::<WaitEvent>(), 8 * 5 + 4 * 4 + TASK_COMM_LEN + size_of::<Hop>() + size_of::<What>());
     }
 }

@@ -96,6 +96,28 @@ pub fn of_current<C: EbpfContext>(ctx: &C, at: Option<(u64, Hook, *mut TaskState
     kstack
 }
 
+/// The kernel stack where an on-CPU sample interrupted the task: none when it
+/// interrupted user code (the helper then finds no kernel frame), else
+/// unwound as [`unwound`] does.
+#[inline(always)]
+pub fn sampled<C: EbpfContext>(ctx: &C) -> u64 {
+    let Some(buf) = SCRATCH_STACK.get_ptr_mut(0) else {
+        return ENOMEM;
+    };
+    // SAFETY: the helper writes at most BYTES into the per-CPU buffer of that size.
+    let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), BYTES, 0) };
+    if ret == 0 {
+        return topwaits_common::STACK_NONE;
+    }
+    if ret < 0 {
+        count(counter::LOST_KERNEL_STACK, 1);
+        return (-ret) as u64;
+    }
+    // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
+    let frames = unsafe { &*buf };
+    stackref::keep(&KSTACKS, stackref::hash(frames, ret as usize / 8, SEED), frames, counter::LOST_KERNEL_STACK)
+}
+
 /// The kernel stack of a task with nothing to reuse or learn (a waker in an
 /// interrupt, or a task switching in on the kprobe path): unwound and hashed
 /// in place, without the `bpf_loop` callback per frame and the reuse bookkeeping

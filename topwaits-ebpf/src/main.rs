@@ -1,5 +1,5 @@
 //! topwaits' eBPF object: one module per hook, plus the maps and the shared
-//! accounting they use. Dependencies run one way: hooks → switch → events → wake →
+//! accounting they use. Dependencies run one way: hooks (and cpu_sample) → switch → events → wake →
 //! threads → task → what → kstack/ustack/kcache/klearn → uwalk/layouts → stackref → taskmap →
 //! maps.
 // Built for the BPF target it is freestanding; on the host (clippy, `cargo check
@@ -12,6 +12,7 @@
 // (512 bytes in all) for keys of up to a few hundred bytes.
 #![allow(clippy::needless_borrows_for_generic_args)]
 
+mod cpu_sample;
 mod events;
 mod finish_task_switch;
 mod futex;

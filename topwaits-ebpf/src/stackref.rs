@@ -9,15 +9,10 @@ use crate::maps::count;
 
 const EEXIST: i32 = 17;
 
-/// Folds one frame into a stack hash.
-#[inline(always)]
-pub fn mix(hash: u64, ip: u64) -> u64 {
-    let h = (hash ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h ^ (h >> 29)
-}
+pub use topwaits_common::mix;
 
 /// The reference of the first `n` frames, hashed from `seed` by a bounded loop in
-/// place (no call per frame).
+/// place (no call per frame), as `topwaits_common::stack_ref` hashes it.
 #[inline(always)]
 pub fn hash(frames: &KernelStack, n: usize, seed: u64) -> u64 {
     // Read through memory, so that the compiler keeps the loop's own bound (the

@@ -68,9 +68,7 @@ fn append_leaf_words(frames: &mut [u64; KSTACK_DEPTH], n: usize) -> usize {
     len
 }
 
-/// The seed of user stacks' hashes, unlike the kernel stacks' so that the two
-/// kinds never share a reference.
-const USER_SEED: u64 = 0x1319_8a2e_0370_7344;
+use topwaits_common::USER_SEED;
 
 const EFAULT: i64 = 14;
 const EPERM: i64 = 1;
@@ -116,6 +114,30 @@ pub fn of_current<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut T
     let stack = keep(buf, n);
     uwalk::remember(stack, n, regs, state);
     stack
+}
+
+/// The user stack of the task an on-CPU sample interrupted: walked from the
+/// unwind tables (with `CFI`, as the hook's full body does) or by frame pointers,
+/// as [`of_current`] takes them, but without the task's state, which the
+/// switches' reuse keeps for their own call sites.
+#[inline(always)]
+pub fn sampled<C: EbpfContext, const CFI: bool>(ctx: &C) -> u64 {
+    let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
+        return ENOMEM;
+    };
+    if !CFI || settings().cfi == 0 {
+        let mark = if !CFI && settings().cfi != 0 { cut::STARTING } else { 0 };
+        return by_frame_pointers(ctx, buf, mark);
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    match uwalk::walk(tgid, uwalk::user_regs(), buf) {
+        Walked::Frames(n) => keep(buf, n),
+        Walked::NoMaps => {
+            ask_for_maps(tgid);
+            by_frame_pointers(ctx, buf, cut::LOADING)
+        }
+        Walked::NotUser => by_frame_pointers(ctx, buf, 0),
+    }
 }
 
 /// The stack by frame pointers, as the kernel's helper walks it: everywhere with

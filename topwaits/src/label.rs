@@ -40,6 +40,8 @@ pub enum WaitsOn {
     File { fd: u64, target: Option<String>, syscall: String },
     /// Anything else: the syscall's name, or the kernel function it waited in.
     Other { what: String },
+    /// Not a wait: the thread was running on a CPU (`--on-cpu` samples).
+    Running,
 }
 
 /// `1.5 ms`, `20 s`: a duration for a label.
@@ -81,6 +83,7 @@ impl WaitsOn {
             WaitsOn::Signal { .. } => "signal",
             WaitsOn::File { .. } => "file",
             WaitsOn::Other { .. } => "other",
+            WaitsOn::Running => "running",
         }
     }
 
@@ -138,6 +141,7 @@ impl WaitsOn {
             WaitsOn::File { target: Some(t), .. } => format!("file {t}"),
             WaitsOn::File { target: None, syscall, .. } => format!("fd in {syscall}"),
             WaitsOn::Other { what } => what.clone(),
+            WaitsOn::Running => "running".to_string(),
         }
     }
 
@@ -147,6 +151,7 @@ impl WaitsOn {
         match self {
             WaitsOn::Other { what } if what.starts_with("in ") => format!("waits {what}"),
             WaitsOn::RunQueue { .. } => format!("was {}", self.describe(mean_ns)),
+            WaitsOn::Running => "was running on a CPU (sampled)".to_string(),
             _ => format!("waits on {}", self.describe(mean_ns)),
         }
     }
@@ -193,6 +198,7 @@ impl WaitsOn {
             WaitsOn::File { fd, target: Some(t), syscall } => format!("fd {fd} ({t}), in {syscall}"),
             WaitsOn::File { fd, target: None, syscall } => format!("fd {fd} (closed before it could be resolved), in {syscall}"),
             WaitsOn::Other { what } => what.clone(),
+            WaitsOn::Running => "running on a CPU".to_string(),
         }
     }
 }

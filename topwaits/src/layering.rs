@@ -18,6 +18,7 @@ const ORDER: &[&str] = &[
     "deps",
     "recording",
     "longwaits",
+    "timeshare",
     "what",
     "reduce",
     "symbolize",

@@ -33,6 +33,7 @@ pub mod snapshot;
 mod stderr;
 pub mod symbolize;
 pub mod sys;
+pub mod timeshare;
 pub mod unwind;
 pub mod waitfor;
 pub mod what;

@@ -310,6 +310,7 @@ mod tests {
             waker: true,
             by: crate::reduce::By::Thread,
             state_filter: None,
+            on_cpu_hz: None,
         }
     }
 

@@ -30,6 +30,7 @@ pub fn raw(e: &WaitEvent, waker: bool) -> (RawRecord, u32) {
         wake,
         open: None,
         what: e.what,
+        on_cpu: false,
     };
     (r, e.state)
 }

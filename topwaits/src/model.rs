@@ -55,6 +55,9 @@ pub struct RawRecord {
     /// What the wait was for, as the kernel saw it (classified into
     /// [`Record::waits_on`]).
     pub what: topwaits_common::What,
+    /// Not a wait: on-CPU samples of the thread at these stacks (`--on-cpu`);
+    /// `count` is the samples, `total_ns` their time, `max_end_mono` the last.
+    pub on_cpu: bool,
 }
 
 /// When a wait still in progress at the end of the trace began.
@@ -195,6 +198,12 @@ pub struct Counters {
     /// full ring buffer could not take: their processes' frames may go unnamed.
     #[serde(default)]
     pub lost_proc_events: u64,
+    /// On-CPU samples of traced threads, and those the full sample map could
+    /// not count.
+    #[serde(default)]
+    pub samples: u64,
+    #[serde(default)]
+    pub lost_samples: u64,
 }
 
 impl Counters {
@@ -226,6 +235,8 @@ impl Counters {
             unended: at(c::UNENDED),
             ends_estimated: at(c::ENDS_ESTIMATED),
             lost_proc_events: at(c::LOST_EVENTS),
+            samples: at(c::SAMPLES),
+            lost_samples: at(c::LOST_SAMPLES_FULL),
         }
     }
 
@@ -253,6 +264,8 @@ impl Counters {
             unended: self.unended.saturating_sub(earlier.unended),
             ends_estimated: self.ends_estimated.saturating_sub(earlier.ends_estimated),
             lost_proc_events: self.lost_proc_events.saturating_sub(earlier.lost_proc_events),
+            samples: self.samples.saturating_sub(earlier.samples),
+            lost_samples: self.lost_samples.saturating_sub(earlier.lost_samples),
         }
     }
 
@@ -268,6 +281,7 @@ impl Counters {
             + self.lost_wait_events
             + self.unended
             + self.lost_proc_events
+            + self.lost_samples
     }
 
     /// Whether anything was lost.
@@ -297,6 +311,12 @@ impl Counters {
             w.push(format!(
                 "{} process events were lost (the ring buffer was full): some processes' frames may be unnamed or their stacks walked by frame pointers",
                 self.lost_proc_events
+            ));
+        }
+        if self.lost_samples > 0 {
+            w.push(format!(
+                "{} on-CPU samples did not fit into the full sample map (their running time is missing); raise --max-entries",
+                self.lost_samples
             ));
         }
         if self.start_full > 0 {
@@ -468,9 +488,17 @@ pub struct Record {
     /// How many threads the record stands for: 1, or more once merged with
     /// `--by process` or `--by comm`.
     pub threads: u32,
-    /// What the waits were for (none in recordings made before labels).
+    /// What the waits were for (none in recordings made before labels);
+    /// [`crate::label::WaitsOn::Running`] for on-CPU samples.
     #[serde(default)]
     pub waits_on: Option<crate::label::WaitsOn>,
+}
+
+impl Record {
+    /// Whether the record holds on-CPU samples (`--on-cpu`) rather than waits.
+    pub fn on_cpu(&self) -> bool {
+        matches!(self.waits_on, Some(crate::label::WaitsOn::Running))
+    }
 }
 
 /// Facts about the trace itself, for headers, titles and JSON.
@@ -491,6 +519,9 @@ pub struct TraceInfo {
     pub by: crate::cli::By,
     /// `--state`: the state every recorded wait began in.
     pub state_filter: Option<u32>,
+    /// `--on-cpu`: the rate at which running threads were sampled (Hz).
+    #[serde(default)]
+    pub on_cpu_hz: Option<u32>,
 }
 
 impl TraceInfo {

@@ -111,6 +111,7 @@ pub fn add_waits_before_trace(config: &Config, capture: &mut Capture, snap: &mut
             }),
             open: Some(since),
             what: what_of(&s.syscall),
+            on_cpu: false,
         });
     }
 }

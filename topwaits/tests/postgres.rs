@@ -198,7 +198,7 @@ fn backends_blocked_time_splits_as_postgresql_accounts_it_and_why_is_short() {
     let mut tw_blocked = 0.0;
     for r in doc["records"].as_array().unwrap() {
         let tid = r["tid"].as_u64().unwrap() as u32;
-        if !backends.contains(&tid) || r["waits_on"]["kind"] == "run_queue" {
+        if !backends.contains(&tid) || r["waits_on"]["kind"] == "run_queue" || r["waits_on"]["kind"] == "running" {
             continue;
         }
         let ns = r["total_ns"].as_u64().unwrap();

@@ -25,6 +25,7 @@ pub(super) fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, ma
         wake: None,
         open: None,
         what: k.what,
+        on_cpu: false,
     }
 }
 
@@ -79,6 +80,9 @@ impl Tracer {
                 let _ = m.remove(&k);
             }
         }
+        if self.sample_period.is_some() {
+            super::sample::clear(self.map_mut(names::SAMPLES)?)?;
+        }
         Ok(capture)
     }
 
@@ -108,7 +112,8 @@ impl Tracer {
             if !(min_us..=max_us).contains(&(so_far / 1000)) {
                 return;
             }
-            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack: st.ustack, comm: st.comm, what: st.what };
+            let ustack = self.rewalked(st.tid, st.ts).filter(|_| st.quick != 0).unwrap_or(st.ustack);
+            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack, comm: st.comm, what: st.what };
             let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
             r.open = Some(OpenSince::Exact(st.ts));
             if self.waker {
@@ -166,6 +171,9 @@ impl Tracer {
                 records.push(raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
             })
             .context("failed to read the aggregate map")?;
+        }
+        if let Some(period) = self.sample_period {
+            super::sample::drain(self.map(names::SAMPLES)?, period, &mut records)?;
         }
         let mut switched = std::collections::HashSet::new();
         let mut counters = self.counters()?;

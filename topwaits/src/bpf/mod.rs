@@ -8,9 +8,13 @@ mod batch;
 mod drain;
 mod events;
 mod regs;
+mod rewalk;
+mod sample;
 mod unwind;
 
 pub use events::{ProcEvents, WaitEvents, MAX_HELD_EVENTS};
+pub use rewalk::QuickWait;
+
 pub use unwind::UnwindMaps;
 
 use std::collections::HashMap;
@@ -58,6 +62,13 @@ pub struct Tracer {
     /// Taken by [`Tracer::stop`]: the open waits (task, start) whose thread had
     /// been back on a CPU by then, unseen by the hook; None while attached.
     arrived_at_stop: Option<HashMap<u64, u64>>,
+    /// User stacks walked again for waits the quick body began, by (thread,
+    /// start): see [`rewalk`].
+    rewalked: HashMap<(u32, u64), u64>,
+    /// `--on-cpu`: the sampling period (ns), and whether the sampler's full body
+    /// is still to load after the start.
+    sample_period: Option<u64>,
+    sampler_full: bool,
 }
 
 /// The long-wait event ring buffer: 8 MiB, about 75,000 events of 112 bytes,
@@ -73,6 +84,7 @@ fn self_unload(ebpf: &mut Ebpf) {
             aya::programs::Program::RawTracePoint(p) => p.unload(),
             aya::programs::Program::KProbe(p) => p.unload(),
             aya::programs::Program::TracePoint(p) => p.unload(),
+            aya::programs::Program::PerfEvent(p) => p.unload(),
             _ => Ok(()),
         };
     }
@@ -102,6 +114,8 @@ struct Sizes {
     /// The user stack walker's tree nodes and processes (with `--unwind cfi`).
     unwind_nodes: u32,
     unwind_procs: u32,
+    /// Rows of on-CPU samples (with `--on-cpu`).
+    samples: u32,
 }
 
 impl Sizes {
@@ -120,6 +134,7 @@ impl Sizes {
             sites: 1,
             unwind_nodes: 1,
             unwind_procs: 1,
+            samples: 1,
         }
     }
 }
@@ -159,6 +174,7 @@ fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Setting
         .map_max_entries(names::SITES, sizes.sites)
         .map_max_entries(names::UNWIND_NODES, sizes.unwind_nodes)
         .map_max_entries(names::UNWIND_PROCS, sizes.unwind_procs)
+        .map_max_entries(names::SAMPLES, sizes.samples)
         // TASKS is task storage, which aya 0.14 cannot wrap in
         // user space; only the programs use them.
         .allow_unsupported_maps()
@@ -277,6 +293,9 @@ impl Tracer {
             sizes.unwind_nodes = limits::UNWIND_NODES;
             sizes.unwind_procs = limits::UNWIND_PROCS;
         }
+        if config.on_cpu.is_some() {
+            sizes.samples = config.max_entries;
+        }
         if config.waker {
             sizes.wake_waits = config.max_entries;
             // Only deeper chains need every task's last wakeup; a traced task's is
@@ -335,6 +354,9 @@ impl Tracer {
         if config.labels {
             attach::attach_lock_contention(&mut ebpf);
         }
+        if let Some(hz) = config.on_cpu {
+            sample::attach(&mut ebpf, hz)?;
+        }
         info!("attached with {}", attach.name());
         // The hooks' full bodies (user stacks from the unwind tables) follow the
         // quick ones after attaching, with the learners; without the walker the
@@ -352,6 +374,9 @@ impl Tracer {
             wait_events: config.events_over_us.is_some(),
             holds_rows: settings.hold_rows != 0,
             arrived_at_stop: None,
+            rewalked: HashMap::new(),
+            sample_period: config.on_cpu.map(sample::period_ns),
+            sampler_full: cfi && config.on_cpu.is_some(),
         };
         Ok((tracer, prepared))
     }
@@ -366,6 +391,9 @@ impl Tracer {
     pub fn load_after_start(&mut self) -> Result<()> {
         if matches!(self.attach, AttachKind::Kprobe) {
             // The kprobe path takes stacks as the incoming task and learns nothing.
+            if std::mem::take(&mut self.sampler_full) {
+                sample::load_full(&mut self.ebpf)?;
+            }
             return Ok(());
         }
         let tp_btf = matches!(self.attach, AttachKind::TpBtf);
@@ -392,6 +420,9 @@ impl Tracer {
         loaded?;
         for (array, prog, _) in learners {
             attach::hand_over(&mut self.ebpf, array, prog)?;
+        }
+        if std::mem::take(&mut self.sampler_full) {
+            sample::load_full(&mut self.ebpf)?;
         }
         Ok(())
     }
@@ -459,6 +490,9 @@ impl Tracer {
             wait_events: false,
             holds_rows: false,
             arrived_at_stop: None,
+            rewalked: HashMap::new(),
+            sample_period: None,
+            sampler_full: false,
         })
     }
 

@@ -172,6 +172,13 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_labels: bool,
 
+    /// Also sample each traced thread's stacks while it runs, HZ times a second
+    /// (default 99), so that its whole time is accounted for: where it ran
+    /// (samples scaled to time) beside where it waited.
+    #[arg(long, value_name = "HZ", num_args = 0..=1, require_equals = true, default_missing_value = "99",
+          value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "wakeups")]
+    pub on_cpu: Option<u32>,
+
     #[command(flatten)]
     pub cache: CacheArgs,
 
@@ -401,7 +408,13 @@ pub struct Config {
     pub labels: bool,
     /// Where built unwind tables are kept between runs (None: `--no-cache`).
     pub cache: Option<PathBuf>,
+    /// `--on-cpu`: sample running threads at this rate (Hz).
+    pub on_cpu: Option<u32>,
 }
+
+/// The rate of `--on-cpu` given without one: prime against the kernel's timer
+/// tick, so that samples do not lock onto work that follows it.
+pub const DEFAULT_ON_CPU_HZ: u32 = 99;
 
 /// How user stacks are walked (`--unwind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -510,6 +523,7 @@ impl Config {
             },
             labels: !a.no_labels,
             cache: a.cache.dir(),
+            on_cpu: a.on_cpu,
         })
     }
 
@@ -590,6 +604,9 @@ impl Config {
         // intervals, which drain and clear the aggregate while tracing.
         s.hold_rows = u32::from(self.interval.is_none() && !self.waker);
         s.labels = u32::from(self.labels);
+        if self.on_cpu.is_some() {
+            s.on_cpu = topwaits_common::on_cpu::COUNT;
+        }
         s
     }
 
@@ -729,6 +746,19 @@ mod tests {
         assert_eq!(parse(&["--json", "-n", "5"]).unwrap().shown.output, Output::Json { limit: 5 });
         assert!(parse(&["-u"]).unwrap().needs_task_flags());
         assert_eq!(parse(&["--attach", "raw_tp"]).unwrap().attach, AttachMode::RawTp);
+    }
+
+    #[test]
+    fn on_cpu_samples_at_the_rate_given_or_99() {
+        use topwaits_common::on_cpu;
+        assert_eq!(parse(&[]).unwrap().settings().on_cpu, 0, "no samples unless asked");
+        let c = parse(&["--on-cpu", "5"]).unwrap();
+        assert_eq!((c.on_cpu, c.duration), (Some(DEFAULT_ON_CPU_HZ), Some(Duration::from_secs(5))), "a bare --on-cpu takes no value");
+        assert_eq!(c.settings().on_cpu, on_cpu::COUNT);
+        assert_eq!(parse(&["--on-cpu=49"]).unwrap().on_cpu, Some(49));
+        for bad in [&["--on-cpu=0"][..], &["--on-cpu=5000"], &["--on-cpu=fast"], &["--on-cpu", "--wakeups"]] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

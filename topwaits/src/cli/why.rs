@@ -102,6 +102,9 @@ pub(super) fn file_or_trace(
     if trace.wakeups {
         return Err(err(format!("--wakeups: {name} has views of its own")));
     }
+    if trace.on_cpu.is_some() {
+        return Err(err(format!("--on-cpu: {name} ranks waits only (sample running threads with `topwaits --on-cpu`)")));
+    }
     let mut c = Config::from_args(trace)?;
     if duration.is_some() {
         c.duration = duration;

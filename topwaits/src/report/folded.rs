@@ -60,6 +60,10 @@ fn push_delimiter(line: &mut Vec<String>, delimited: bool, a: &Stack, b: &Stack)
     }
 }
 
+/// The leaf frame of an on-CPU sample's line (`--on-cpu`), which sets it apart
+/// from the waits at the same stacks.
+pub const RUNNING: &str = "[running]";
+
 /// The frames of one record, root first, starting with the comm (after what the
 /// wait was for, with `what`): the target's user
 /// then kernel frames root→leaf, and with `--waker` each hop after a `--` frame, its
@@ -73,6 +77,9 @@ pub fn line_frames(r: &Record, delimited: bool, what: bool) -> Vec<String> {
     push_stack(&mut line, &r.user, MISSING_USER, false);
     push_delimiter(&mut line, delimited, &r.user, &r.kernel);
     push_stack(&mut line, &r.kernel, MISSING_KERNEL, false);
+    if r.on_cpu() {
+        line.push(RUNNING.to_string());
+    }
     if let Some(w) = &r.wake {
         if w.hops.is_empty() {
             line.push("--".to_string());
@@ -127,6 +134,13 @@ mod tests {
         let mut out = Vec::new();
         f.write(r, &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn on_cpu_lines_end_in_a_running_frame() {
+        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &crate::report::fixtures::on_cpu_report());
+        assert!(got.contains("sleeper;main;compute;[running] 2000000\n"), "{got}");
+        assert!(got.contains("sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1000500\n"), "{got}");
     }
 
     #[test]

@@ -210,6 +210,10 @@ struct JRecord<'a> {
     /// What the waits were for: `kind`, `description` and the kind's fields.
     #[serde(skip_serializing_if = "Option::is_none")]
     waits_on: Option<Value>,
+    /// On-CPU sample records (`waits_on.kind` "running"): the samples, whose
+    /// time `total_ns` estimates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    samples: Option<u64>,
     comm: String,
     kernel_stack: Frames<'a>,
     kernel_stack_status: &'static str,
@@ -265,6 +269,7 @@ fn record<'a>(report: &Report, r: &'a Record, texts: &'a FrameTexts) -> JRecord<
         tid: (info.by == By::Thread).then_some(r.tid),
         waits_on: r.waits_on.as_ref().map(|w| waits_on(w, r.total_ns / r.count.max(1))),
         threads: r.threads,
+        samples: r.on_cpu().then_some(r.count),
         comm: comm_text(&r.comm),
         kernel_stack: Frames { stack: &r.kernel, texts },
         kernel_stack_status: status(&r.kernel),
@@ -319,9 +324,34 @@ fn head(report: &Report) -> Value {
             "kernel_stacks_shared": report.counters.kstacks_shared,
             "wait_events": report.counters.wait_events,
             "ends_estimated": report.counters.ends_estimated,
+            "on_cpu_samples": report.counters.samples,
+            "lost_on_cpu_samples": report.counters.lost_samples,
         },
+        "on_cpu_hz": info.on_cpu_hz,
+        "thread_times": crate::timeshare::of(report).map(|times| thread_times(&times)),
         "records_total": report.records.len(),
     })
+}
+
+/// Each thread's time (`--on-cpu`), most running first.
+fn thread_times(times: &[crate::timeshare::ThreadTime]) -> Value {
+    Value::Array(
+        times
+            .iter()
+            .map(|t| {
+                json!({
+                    "tgid": t.tgid,
+                    "tid": t.tid,
+                    "comm": comm_text(&t.comm),
+                    "samples": t.samples,
+                    "running_ns": t.running_ns,
+                    "runnable_ns": t.runnable_ns,
+                    "blocked_ns": t.blocked_ns,
+                    "accounted_ns": t.accounted_ns(),
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The whole document as a value (for tests and small reports).
@@ -389,6 +419,22 @@ impl Format for Json {
 mod tests {
     use super::*;
     use crate::report::fixtures::report;
+
+    #[test]
+    fn on_cpu_records_carry_their_samples_and_each_thread_its_time() {
+        let v = document(&crate::report::fixtures::on_cpu_report(), 0);
+        assert_eq!(v["on_cpu_hz"], 100);
+        let running: Vec<&Value> = v["records"].as_array().unwrap().iter().filter(|r| r["waits_on"]["kind"] == "running").collect();
+        assert_eq!(running.len(), 1);
+        assert_eq!((running[0]["samples"].as_u64(), running[0]["total_ns"].as_u64()), (Some(200), Some(2_000_000_000)));
+        assert!(v["records"].as_array().unwrap().iter().filter(|r| r["waits_on"]["kind"] != "running").all(|r| r.get("samples").is_none()));
+        let t = &v["thread_times"][0];
+        assert_eq!(
+            (t["tid"].as_u64(), t["running_ns"].as_u64(), t["blocked_ns"].as_u64()),
+            (Some(101), Some(2_000_000_000), Some(1_000_500_000))
+        );
+        assert_eq!(document(&report(), 0)["thread_times"], Value::Null, "only with samples");
+    }
 
     #[test]
     fn document_has_the_documented_schema() {

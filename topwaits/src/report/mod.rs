@@ -104,8 +104,8 @@ pub fn no_waker_label(kind: WakeKind) -> &'static str {
 }
 
 /// Records ordered by longest wait, then total, then tid: the "top waits" order.
-pub fn by_longest(records: &[Record]) -> Vec<&Record> {
-    let mut v: Vec<&Record> = records.iter().collect();
+pub fn by_longest<'a>(records: impl IntoIterator<Item = &'a Record>) -> Vec<&'a Record> {
+    let mut v: Vec<&Record> = records.into_iter().collect();
     v.sort_by(|a, b| b.max_ns.cmp(&a.max_ns).then(b.total_ns.cmp(&a.total_ns)).then(a.tid.cmp(&b.tid)).then(a.comm.cmp(&b.comm)));
     v
 }
@@ -150,6 +150,7 @@ pub(crate) mod fixtures {
             waker: false,
             by: crate::reduce::By::Thread,
             state_filter: None,
+            on_cpu_hz: None,
         }
     }
 
@@ -182,6 +183,20 @@ pub(crate) mod fixtures {
             max_blocked_ns: 0,
             max_runq_ns: 2_000,
         });
+        r
+    }
+
+    /// The fixture report traced `--on-cpu` at 100 Hz: the sleeper also ran
+    /// for 2 s of the 5 s in `compute`, called from the `main` it waits in.
+    pub fn on_cpu_report() -> Report {
+        let mut r = report();
+        r.info.on_cpu_hz = Some(100);
+        let mut running = r.records[0].clone();
+        running.kernel = Stack::None;
+        running.user = frames(&["compute", "main"]);
+        (running.count, running.total_ns, running.max_ns) = (200, 2_000_000_000, 10_000_000);
+        running.waits_on = Some(crate::label::WaitsOn::Running);
+        r.records.push(running);
         r
     }
 

@@ -1,6 +1,7 @@
 //! Interactive flame graphs drawn by inferno: off-CPU in the io (blue) palette, and
 //! off-wake with a grey divider, the waker's stacks in aqua on top and each further
-//! `--chain` hop in its own colour family.
+//! `--chain` hop in its own colour family. With `--on-cpu`, the sampled running
+//! stacks beside them in warm colours, and a legend in the subtitle.
 
 use std::io::{self, Write};
 
@@ -23,6 +24,16 @@ pub const DIVIDER: &str = "--";
 
 /// Divider colour.
 pub const GREY: Color = Color { r: 160, g: 160, b: 160 };
+
+/// Appended to the frames of on-CPU stacks: it draws nothing, but keeps their
+/// colours (warm) apart from the same functions' off-CPU frames (blue).
+const ON_CPU_MARK: &str = "\u{200b}";
+
+/// The warm colour of an on-CPU frame.
+fn warm(name: &str) -> Color {
+    let v = shade(name);
+    Color { r: 205 + (50.0 * v) as u8, g: (230.0 * v) as u8, b: (55.0 * v) as u8 }
+}
 
 /// A small deterministic hash of a frame name, for shade variation.
 fn shade(name: &str) -> f64 {
@@ -56,7 +67,12 @@ pub struct FlameSvg {
 impl FlameSvg {
     /// The title: what was traced, for how long, with which filters.
     fn title(&self, report: &Report) -> String {
-        let kind = if report.info.waker { "Off-wake time" } else { "Off-CPU time" };
+        let kind = match (report.info.waker, report.info.on_cpu_hz.is_some()) {
+            (true, true) => "Off-wake and on-CPU time",
+            (true, false) => "Off-wake time",
+            (false, true) => "Off-CPU and on-CPU time",
+            (false, false) => "Off-CPU time",
+        };
         let width = match self.value {
             ValueKind::Total => "",
             ValueKind::Max => ", widths by longest wait",
@@ -71,6 +87,21 @@ impl FlameSvg {
         map.insert(DIVIDER, GREY);
         let mut lines = Vec::new();
         for r in &report.records {
+            if r.on_cpu() {
+                let frames: Vec<String> = line_frames(r, false, self.what)
+                    .into_iter()
+                    .map(|f| {
+                        let name = format!("{f}{ON_CPU_MARK}");
+                        map.insert(&name, warm(&f));
+                        name
+                    })
+                    .collect();
+                let v = super::folded::value(r, self.value);
+                if v > 0 {
+                    lines.push(format!("{} {v}", frames.join(";")));
+                }
+                continue;
+            }
             let mut hop = 0usize;
             let frames: Vec<String> = line_frames(r, false, self.what)
                 .into_iter()
@@ -103,7 +134,12 @@ impl Format for FlameSvg {
         let (lines, mut map) = self.lines(report);
         let mut opts = flamegraph::Options::default();
         opts.title = self.title(report);
-        opts.subtitle = Some(format!("{}; attach {}", crate::cli::plural(report.records.len(), "record"), report.info.attach.name()));
+        let mut subtitle = format!("{}; attach {}", crate::cli::plural(report.records.len(), "record"), report.info.attach.name());
+        if let Some(hz) = report.info.on_cpu_hz {
+            let wakers = if report.info.waker { ", aqua: wakers" } else { "" };
+            subtitle.push_str(&format!(" | blue: off-CPU waits{wakers}, red to yellow: running (sampled at {hz} Hz)"));
+        }
+        opts.subtitle = Some(subtitle);
         opts.colors = Palette::Basic(BasicPalette::Io);
         opts.count_name = match self.value {
             ValueKind::Count => "waits".into(),
@@ -160,6 +196,19 @@ pub(crate) mod tests {
     fn aqua((r, g, b): (u8, u8, u8)) -> bool {
         let (r, g, b) = (r as u16, g as u16, b as u16);
         g > r + 40 && b > r + 40
+    }
+
+    #[test]
+    fn on_cpu_frames_are_warm_beside_the_same_functions_blue_off_cpu_frames() {
+        let svg = render(&crate::report::fixtures::on_cpu_report(), ValueKind::Total);
+        assert!(svg.contains("Off-CPU and on-CPU time of all threads"), "titled");
+        assert!(svg.contains("red to yellow: running (sampled at 100 Hz)"), "a legend");
+        let f = frames(&svg);
+        let compute: Vec<_> = f.iter().filter(|(t, _)| t.starts_with("compute")).map(|(_, c)| *c).collect();
+        assert!(!compute.is_empty() && compute.iter().all(|&(r, g, b)| r > 200 && r > g && r > b), "on-CPU frames warm: {compute:?}");
+        let mains: Vec<_> = f.iter().filter(|(t, _)| t.starts_with("main")).map(|(_, c)| *c).collect();
+        assert_eq!(mains.len(), 2, "main on and off the CPU: {mains:?}");
+        assert_eq!(mains.iter().filter(|c| blue(**c)).count(), 1, "one blue main: {mains:?}");
     }
 
     #[test]

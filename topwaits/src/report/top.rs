@@ -1,11 +1,13 @@
 //! The default "top waits" view: records sorted by their longest wait, each with the
-//! wall-clock window of that wait, count, total and average, and its stacks.
+//! wall-clock window of that wait, count, total and average, and its stacks; with
+//! `--on-cpu`, each thread's time and the sampled running stacks first.
 
 use std::io::{self, Write};
 
 use super::{by_longest, hop_name, interrupt_handler, no_waker_label, take, who, Format};
 use crate::clock::{date, hms_millis};
-use crate::model::{Hop, OpenSince, Record, Report, Stack, WakeInfo};
+use crate::model::{Hop, OpenSince, Record, Report, Stack, TraceInfo, WakeInfo};
+use crate::timeshare::ThreadTime;
 
 pub struct Top {
     pub limit: usize,
@@ -125,8 +127,9 @@ fn write_wake(out: &mut dyn Write, w: &WakeInfo<Hop>, delimited: bool) -> io::Re
 impl Format for Top {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let info = &report.info;
-        let total = report.records.len();
-        let mut ranked = by_longest(&report.records);
+        let (running, waits): (Vec<&Record>, Vec<&Record>) = report.records.iter().partition(|r| r.on_cpu());
+        let total = waits.len();
+        let mut ranked = by_longest(waits);
         if report.info.by == crate::reduce::By::What {
             // What the waiting was for is ranked by how much of it there was.
             ranked.sort_by_key(|r| std::cmp::Reverse(r.total_ns));
@@ -145,7 +148,13 @@ impl Format for Top {
             if info.by == crate::reduce::By::What { "most waiting first" } else { "longest first" }
         )?;
         writeln!(out)?;
-        let all = (info.by == crate::reduce::By::What).then(|| report.records.iter().map(|x| x.total_ns).sum());
+        if let Some(times) = crate::timeshare::of(report) {
+            write_times(out, &times, info)?;
+            write_running(out, running, report, self)?;
+            writeln!(out, "Off the CPU, {}:", if info.by == crate::reduce::By::What { "most waiting first" } else { "longest first" })?;
+            writeln!(out)?;
+        }
+        let all = (info.by == crate::reduce::By::What).then(|| report.records.iter().filter(|x| !x.on_cpu()).map(|x| x.total_ns).sum());
         for (i, r) in shown.iter().enumerate() {
             write_record(out, i + 1, r, report, self.delimited, all)?;
         }
@@ -154,6 +163,71 @@ impl Format for Top {
         }
         Ok(())
     }
+}
+
+/// How many threads the time table shows.
+const TIMES_SHOWN: usize = 12;
+
+/// Each thread's time over the window (`--on-cpu`), most running first.
+fn write_times(out: &mut dyn Write, times: &[ThreadTime], info: &TraceInfo) -> io::Result<()> {
+    let wall = info.end_mono.saturating_sub(info.start_mono).max(1);
+    writeln!(
+        out,
+        "Each thread's time over the {:.2} s (running: {} on-CPU samples a second, scaled to time):",
+        info.duration_s(),
+        info.on_cpu_hz.unwrap_or(0)
+    )?;
+    writeln!(out, "  {:>8}  {:<16} {:>16} {:>16} {:>16} {:>9}", "tid", "comm", "running", "runnable", "blocked", "accounted")?;
+    let pct = |ns: u64| format!("{} {:>3.0}%", ms(ns), 100.0 * ns as f64 / wall as f64);
+    for t in times.iter().take(TIMES_SHOWN) {
+        writeln!(
+            out,
+            "  {:>8}  {:<16} {:>16} {:>16} {:>16} {:>8.0}%",
+            t.tid,
+            crate::model::comm_text(&t.comm),
+            pct(t.running_ns),
+            pct(t.runnable_ns),
+            pct(t.blocked_ns),
+            100.0 * t.accounted_ns() as f64 / wall as f64
+        )?;
+    }
+    if times.len() > TIMES_SHOWN {
+        writeln!(out, "  ... {} more", crate::cli::plural(times.len() - TIMES_SHOWN, "thread"))?;
+    }
+    writeln!(out)
+}
+
+/// The on-CPU sample records, most time first.
+fn write_running(out: &mut dyn Write, running: Vec<&Record>, report: &Report, top: &Top) -> io::Result<()> {
+    let info = &report.info;
+    let all = running.len();
+    let mut running = running;
+    running.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.max_end_mono.cmp(&a.max_end_mono)));
+    let running = take(running, top.limit);
+    let wall = info.end_mono.saturating_sub(info.start_mono).max(1);
+    writeln!(out, "On the CPU, most time first ({} of {} shown):", running.len(), crate::cli::plural(all, "stack"))?;
+    writeln!(out)?;
+    for (i, r) in running.iter().enumerate() {
+        writeln!(
+            out,
+            "#{:<3} running ~{}  {:.1}% of the window   {}",
+            i + 1,
+            ms(r.total_ns),
+            100.0 * r.total_ns as f64 / wall as f64,
+            crate::cli::plural(r.count as usize, "sample")
+        )?;
+        writeln!(out, "    {}", who(r, info.by))?;
+        write_stack(out, &r.kernel, "kernel")?;
+        if top.delimited && !matches!(r.kernel, Stack::None) && !matches!(r.user, Stack::None) {
+            writeln!(out, "      -")?;
+        }
+        write_stack(out, &r.user, "user")?;
+        if matches!((&r.kernel, &r.user), (Stack::None, Stack::None)) {
+            writeln!(out, "      [no stack]")?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -165,6 +239,20 @@ mod tests {
         let mut out = Vec::new();
         Top { limit, delimited }.write(&report(), &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn on_cpu_shows_each_threads_time_then_the_running_stacks_then_the_waits() {
+        let mut out = Vec::new();
+        Top { limit: 0, delimited: false }.write(&crate::report::fixtures::on_cpu_report(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(": 2 records, 2 shown, longest first."), "samples are no waits: {text}");
+        let (times, running, waits) =
+            (text.find("Each thread's time").unwrap(), text.find("On the CPU").unwrap(), text.find("Off the CPU").unwrap());
+        assert!(times < running && running < waits, "{text}");
+        assert!(text.contains("#1   running ~2000.000 ms  40.0% of the window   200 samples"), "{text}");
+        let row = text.lines().find(|l| l.trim_start().starts_with("101 ")).unwrap();
+        assert!(row.contains("2000.000 ms  40%") && row.contains("1000.500 ms  20%") && row.ends_with("60%"), "{row}");
     }
 
     #[test]

@@ -64,6 +64,7 @@ mod tests {
             wake: None,
             open: None,
             what: Default::default(),
+            on_cpu: false,
         }
     }
 
@@ -78,6 +79,7 @@ mod tests {
             waker: false,
             by: By::Process,
             state_filter: None,
+            on_cpu_hz: None,
         }
     }
 

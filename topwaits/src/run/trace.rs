@@ -69,6 +69,33 @@ fn on_event(
     super::wait::sooner(unwinder.borrow_mut().on_event(e), named)
 }
 
+/// Walks again, from the unwind tables, the user stacks of the waits that the
+/// hooks' quick bodies began while the full ones loaded and that are still
+/// open: on a busy machine loading takes a while, and a server's threads may
+/// block through it. Their stacks were taken by frame pointers and marked
+/// `walker-starting`; the full body uses the new walk when such a wait ends.
+fn rewalk_quick_waits(tracer: &mut Tracer, snapshots: &mut crate::snapshot::Snapshotter) {
+    let waits = match tracer.quick_waits() {
+        Ok(w) => w,
+        Err(e) => return log::info!("the waits begun while loading keep their first stacks: {}", crate::stderr::error_line(&e)),
+    };
+    let (mut given, mut running) = (0, 0);
+    for w in &waits {
+        let Some(frames) = snapshots.user_stack(w.tgid, w.tid) else {
+            running += 1;
+            continue;
+        };
+        match tracer.give_rewalk(w, &frames) {
+            Ok(()) => given += 1,
+            Err(e) => {
+                log::info!("the waits begun while loading keep their first stacks: {}", crate::stderr::error_line(&e));
+                break;
+            }
+        }
+    }
+    log::debug!("{} waits begun while loading: {given} walked again, {running} no longer blocked in a system call", waits.len());
+}
+
 /// Runs one whole trace, or one report per `--interval`.
 pub fn run(config: &Config) -> Result<()> {
     hold_signals(true);
@@ -106,6 +133,11 @@ pub fn run(config: &Config) -> Result<()> {
     }
     let mut events = tracer.take_events()?;
     load_learners(&mut tracer, &mut events, &mut |e| on_event(&mut symbolizer, &unwinder, e));
+    let mut snapshots = crate::snapshot::Snapshotter::default();
+    snapshots.set_cache(cache);
+    if config.stacks != crate::cli::Stacks::KernelOnly {
+        rewalk_quick_waits(&mut tracer, &mut snapshots);
+    }
     let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
     // The duration and the interval grid count from the attach, not from the
@@ -117,8 +149,6 @@ pub fn run(config: &Config) -> Result<()> {
     let format = report::for_output(config.view, &config.shown.output);
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
     let mut total = crate::model::Counters::default();
-    let mut snapshots = crate::snapshot::Snapshotter::default();
-    snapshots.set_cache(cache);
     for round in 0usize.. {
         // Interval ends are on a fixed grid from the start, so the time spent
         // reporting one interval does not delay the next.
@@ -186,6 +216,7 @@ pub fn run(config: &Config) -> Result<()> {
             waker: config.waker,
             by: By::Thread,
             state_filter: config.state,
+            on_cpu_hz: config.on_cpu,
         };
         let mut resolver = crate::what::procfs::ProcResolver::default();
         let labels = config.labels.then_some(&mut resolver as &mut dyn crate::what::Resolve);

@@ -347,7 +347,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             wake,
             open: r.open,
             threads: 1,
-            waits_on: None,
+            waits_on: r.on_cpu.then_some(crate::label::WaitsOn::Running),
         });
     }
     Resolved { records: out, user_stacks_cut }
@@ -417,6 +417,7 @@ pub(crate) mod tests {
             wake: None,
             open: None,
             what: Default::default(),
+            on_cpu: false,
         }
     }
 

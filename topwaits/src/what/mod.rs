@@ -218,6 +218,10 @@ fn by_fd(fd: u64, syscall: String, io: bool, tgid: u32, r: &mut dyn Resolve) -> 
 /// Labels `records`, each with the [`What`] of the same index.
 pub fn label(records: &mut [Record], whats: &[What], r: &mut dyn Resolve) {
     for (rec, w) in records.iter_mut().zip(whats) {
+        if rec.on_cpu() {
+            // Samples of a running thread: no wait to classify.
+            continue;
+        }
         let kernel: Vec<_> = rec.kernel.frames().iter().map(|f| f.name()).collect();
         let user: Vec<_> = rec.user.frames().iter().map(|f| f.name()).collect();
         let (kernel, user): (Vec<&str>, Vec<&str>) = (kernel.iter().map(AsRef::as_ref).collect(), user.iter().map(AsRef::as_ref).collect());

@@ -16,7 +16,7 @@ mod record;
 mod target;
 mod threads;
 mod values;
-mod view;
+pub mod view;
 mod why;
 
 pub use blocked::{BlockedArgs, BlockedConfig};
@@ -440,6 +440,8 @@ pub enum ConfigError {
     ValueWithoutGraph,
     #[error("{0} writes one file for the whole trace: not with -i/--interval")]
     FileWithInterval(&'static str),
+    #[error("--max-record-size bounds a recording read (report, why FILE, locks FILE, diff): not a trace")]
+    RecordSizeWithoutFile,
     #[error("{0} draws waits, not wakeups: not with --wakeups")]
     FileWithWakeups(&'static str),
     #[error("--interval {:.1} s is longer than the duration {:.1} s", .interval.as_secs_f64(), .duration.as_secs_f64())]
@@ -459,6 +461,9 @@ impl Config {
     /// Checks options against each other.
     pub fn from_args(a: TraceArgs) -> Result<Self, ConfigError> {
         let v = a.view;
+        if v.max_record_size.is_some() {
+            return Err(ConfigError::RecordSizeWithoutFile);
+        }
         if a.min_block_time > a.max_block_time {
             return Err(ConfigError::MinAboveMax { min: a.min_block_time, max: a.max_block_time });
         }

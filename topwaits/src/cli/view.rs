@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use super::{By, ConfigError, Output, ValueKind, DEFAULT_TOP};
 
 /// How a trace is shown: the format on stdout and the files written beside it.
+/// The largest a recording may be, compressed or expanded, when read, unless
+/// `--max-record-size` says otherwise: one of 20,000 stacks takes tens of MiB.
+pub const DEFAULT_MAX_RECORD_MIB: u64 = 1024;
+
 /// The same options for a trace and for `topwaits report`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ViewArgs {
@@ -55,6 +59,11 @@ pub struct ViewArgs {
     /// queue, …) as the root frame of folded lines and of the --svg flame graph.
     #[arg(long = "what", id = "what_root")]
     pub what: bool,
+    /// Read a recording only up to this size in MiB, compressed or expanded
+    /// (default 1024): a larger one, or one that expands past it (a gzip bomb),
+    /// is refused.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_record_size: Option<u64>,
 }
 
 /// Validated view options.
@@ -72,6 +81,8 @@ pub struct ViewConfig {
     pub perfetto: Option<PathBuf>,
     /// `--what`: what each wait was for as the root frame of folded lines and SVG.
     pub what: bool,
+    /// `--max-record-size`: the most a recording read may take, in MiB.
+    pub max_record_mib: u64,
 }
 
 impl ViewArgs {
@@ -98,6 +109,7 @@ impl ViewArgs {
             pprof: self.pprof,
             perfetto: self.perfetto,
             what: self.what,
+            max_record_mib: self.max_record_size.unwrap_or(DEFAULT_MAX_RECORD_MIB),
         })
     }
 }

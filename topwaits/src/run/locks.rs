@@ -10,7 +10,7 @@ pub fn run(c: LocksConfig) -> Result<()> {
         LocksConfig::Trace(config) => super::trace::run(&config),
         LocksConfig::File { file, by, view } => {
             let files = super::files::ViewFiles::create(&view, None)?.shown(View::Locks { by });
-            let report = super::why::recorded(&file)?;
+            let report = super::why::recorded(&file, view.max_record_mib)?;
             if report.events.iter().all(|e| e.record.waits_on.is_none()) {
                 bail!("{} was recorded before waits had labels: record it again with `topwaits record --why`", file.display());
             }

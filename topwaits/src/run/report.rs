@@ -18,7 +18,7 @@ pub fn show(report: &Report, view: crate::cli::View, output: &crate::cli::Output
 /// with the files asked for, and the warnings of its losses.
 pub fn run(c: &crate::cli::ReportConfig) -> Result<()> {
     let files = ViewFiles::create(&c.view, None)?;
-    let report = crate::recording::read(&c.file)?;
+    let report = crate::recording::read(&c.file, c.view.max_record_mib)?;
     if c.view.perfetto.is_some() && report.events.is_empty() {
         anyhow::bail!("{} holds no long-wait events for --perfetto: record with --events-over or --perfetto", c.file.display());
     }

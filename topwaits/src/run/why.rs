@@ -12,15 +12,15 @@ pub fn run(c: WhyConfig) -> Result<()> {
         WhyConfig::File { file, for_tid, by, view } => {
             let shown = View::Why { for_tid, by };
             let files = super::files::ViewFiles::create(&view, None)?.shown(shown);
-            let report = recorded(&file)?;
+            let report = recorded(&file, view.max_record_mib)?;
             show(&report, shown, &view, files)
         }
     }
 }
 
 /// A trace recorded with `record --why`: every wait, with its waker.
-pub(super) fn recorded(file: &std::path::Path) -> Result<Report> {
-    let report = crate::recording::read(file)?;
+pub(super) fn recorded(file: &std::path::Path, max_mib: u64) -> Result<Report> {
+    let report = crate::recording::read(file, max_mib)?;
     if !report.info.waker || report.events.is_empty() {
         bail!("{} holds no waits with their wakers: record it with `topwaits record --why`", file.display());
     }

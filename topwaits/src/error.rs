@@ -77,3 +77,12 @@ mod tests {
         assert_eq!(e.to_string(), "the kernel's verifier rejected x (Invalid argument (os error 22)); RUST_LOG=debug prints its whole log");
     }
 }
+
+/// `topwaits diff` crossed this many of its gate's thresholds (exit status 3,
+/// which CI jobs tell from an error).
+#[derive(Debug, Error)]
+#[error("{0} of the gate's thresholds crossed")]
+pub struct GateCrossed(pub usize);
+
+/// The exit status of a crossed gate.
+pub const GATE_EXIT: i32 = 3;

@@ -29,6 +29,7 @@ const ORDER: &[&str] = &[
     "profile",
     "model",
     "label",
+    "diff",
     "cli",
     "sys",
     "unwind",

@@ -10,6 +10,7 @@ pub mod cfi;
 pub mod cli;
 pub mod clock;
 pub mod deps;
+pub mod diff;
 pub mod error;
 pub mod fasthash;
 pub mod interrupts;
@@ -69,6 +70,10 @@ pub fn main_entry() -> i32 {
     };
     match result {
         Ok(()) => 0,
+        Err(e) if e.downcast_ref::<error::GateCrossed>().is_some() => {
+            say!("topwaits: diff: {e}");
+            error::GATE_EXIT
+        }
         Err(e) => {
             say!("topwaits: error: {}", stderr::error_line(&e));
             1

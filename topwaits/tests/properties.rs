@@ -74,6 +74,7 @@ proptest! {
                 Some(Command::Blocked(b)) => { let _ = BlockedConfig::from_args(b); }
                 Some(Command::Record(r)) => { let _ = Config::for_record(r); }
                 Some(Command::Report(r)) => { let _ = topwaits::cli::ReportConfig::from_args(r); }
+                Some(Command::Diff(d)) => { let _ = topwaits::cli::DiffConfig::from_args(d); }
                 Some(Command::Why(w)) => {
                     if let Ok(topwaits::cli::WhyConfig::Trace(c)) = topwaits::cli::WhyConfig::from_args(w) {
                         // Every wait is an event, with its waker.

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod blocked;
 mod cache;
+mod diff;
 #[cfg(test)]
 mod docs_check;
 mod locks;
@@ -21,6 +22,7 @@ mod why;
 
 pub use blocked::{BlockedArgs, BlockedConfig};
 pub use cache::CacheArgs;
+pub use diff::{DiffArgs, DiffConfig, DiffOutput, Gate};
 pub use locks::{LocksArgs, LocksConfig};
 pub use record::{RecordArgs, ReportArgs, ReportConfig};
 pub use target::{AttachArgs, TargetArgs};
@@ -71,6 +73,7 @@ pub enum Validated {
     Report(ReportConfig),
     Why(WhyConfig),
     Locks(LocksConfig),
+    Diff(DiffConfig),
 }
 
 impl Args {
@@ -83,6 +86,7 @@ impl Args {
             Some(Command::Report(r)) => Validated::Report(ReportConfig::from_args(r)?),
             Some(Command::Why(w)) => Validated::Why(WhyConfig::from_args(w)?),
             Some(Command::Locks(l)) => Validated::Locks(LocksConfig::from_args(l)?),
+            Some(Command::Diff(d)) => Validated::Diff(DiffConfig::from_args(d)?),
             None => Validated::Trace(Box::new(Config::from_args(self.trace)?)),
         })
     }
@@ -273,6 +277,12 @@ pub enum Command {
     /// ended, and what the holders were waiting on while holding it.
     #[command(after_help = locks::LOCKS_EXAMPLES)]
     Locks(LocksArgs),
+    /// Compare two traces (record files or --json outputs): per stack, matched by
+    /// its frames' names, the change in total, count and max, largest first, with
+    /// what is new and what vanished. With --fail-if-*, a gate for CI: exit 3
+    /// when a threshold is crossed.
+    #[command(after_help = diff::DIFF_EXAMPLES)]
+    Diff(DiffArgs),
 }
 
 /// The selection of `-p`/`-t`, else `otherwise` (every thread, or `-u`/`-k`).
@@ -448,6 +458,8 @@ pub enum ConfigError {
     IntervalTooLong { interval: Duration, duration: Duration },
     #[error("--leaf-callers works on frame-pointer walks: not with --unwind cfi, which finds a leaf's caller from its unwind table")]
     LeafCallersWithCfi,
+    #[error("diff: {0}")]
+    Diff(String),
     #[error("why: {0}")]
     Why(String),
     #[error("locks: {0}")]

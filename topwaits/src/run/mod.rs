@@ -5,6 +5,7 @@
 //! the status line, the files beside stdout, the unwind tables, stdout itself) is here.
 
 pub mod blocked;
+pub mod diff;
 mod files;
 pub mod interval;
 pub mod locks;
@@ -34,6 +35,7 @@ pub fn command(args: cli::Args) -> Result<Result<()>, ConfigError> {
         cli::Validated::Report(r) => report::run(&r),
         cli::Validated::Why(w) => why::run(w),
         cli::Validated::Locks(l) => locks::run(l),
+        cli::Validated::Diff(d) => diff::run(&d),
     })
 }
 

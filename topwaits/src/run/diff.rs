@@ -1,0 +1,192 @@
+//! `topwaits diff BEFORE AFTER`: reads both traces (record files or --json
+//! outputs), compares them (see [`crate::diff`]), prints the change and writes
+//! its flame graph, then holds it against the gate's thresholds.
+
+use std::io::{self, Read as _, Write};
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use serde_json::{json, Value};
+
+use crate::cli::{DiffConfig, DiffOutput};
+use crate::diff::{self, Change, Diff, Side};
+use crate::error::GateCrossed;
+use crate::outfile::OutputFile;
+
+/// One side, from a record file (gzip) or a --json output, read within
+/// `max_mib` MiB.
+fn side(path: &Path, max_mib: u64) -> Result<Side> {
+    let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut first = [0u8; 1];
+    if file.read(&mut first).with_context(|| format!("cannot read {}", path.display()))? == 1 && first[0] == 0x1f {
+        let report = crate::recording::read(path, max_mib)?;
+        return Side::of_json(&crate::report::json::document(&report, 0)).map_err(|e| anyhow!("{}: {e}", path.display()));
+    }
+    let max = max_mib.saturating_mul(1 << 20);
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > max {
+        bail!("{}: {size} bytes, larger than the {max_mib} MiB a trace may take (raise it with --max-record-size)", path.display());
+    }
+    let mut text = Vec::new();
+    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut text).with_context(|| format!("cannot read {}", path.display()))?;
+    if text.len() as u64 > max {
+        bail!("{}: larger than the {max_mib} MiB a trace may take (raise it with --max-record-size)", path.display());
+    }
+    let doc: Value = serde_json::from_slice(&text)
+        .map_err(|_| anyhow!("{}: neither a topwaits record file nor the --json output of a trace", path.display()))?;
+    Side::of_json(&doc).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+pub fn run(c: &DiffConfig) -> Result<()> {
+    let svg = OutputFile::create_opt(c.svg.as_deref())?;
+    let (before, after) = (side(&c.before, c.max_record_mib)?, side(&c.after, c.max_record_mib)?);
+    let d = diff::compare(&before, &after, c.normalise);
+    super::write_quietly(|out| match c.output {
+        DiffOutput::Top { limit } => top(out, &d, c, limit),
+        DiffOutput::Json { limit } => {
+            serde_json::to_writer(&mut *out, &document(&d, c, limit)).map_err(io::Error::other)?;
+            writeln!(out)
+        }
+        DiffOutput::Folded => {
+            for l in folded_lines(&d) {
+                writeln!(out, "{l}")?;
+            }
+            Ok(())
+        }
+    })?;
+    if let Some(svg) = svg {
+        svg.write(|out| flame(out, &d, c))?;
+    }
+    let crossed = diff::check(&d, &c.gate);
+    if crossed.is_empty() {
+        return Ok(());
+    }
+    for x in &crossed {
+        crate::stderr::say!("topwaits: diff: gate crossed: {}", x.what);
+        for ch in &x.changes {
+            crate::stderr::say!("    {:>10}  {}", diff::delta(ch.delta_ns()), title(ch));
+        }
+    }
+    Err(GateCrossed(crossed.len()).into())
+}
+
+/// A change's stack in a line: whose, what kind of wait, and where.
+fn title(c: &Change) -> String {
+    let kind = if c.key.kind.is_empty() { String::new() } else { format!(" ({})", c.key.kind) };
+    format!("{}{kind}  {}", if c.key.comm.is_empty() { "[empty]" } else { &c.key.comm }, diff::one_line(&c.key, 8))
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+fn counts(d: &Diff) -> (usize, usize, usize) {
+    let new = d.changes.iter().filter(|c| c.before.is_none()).count();
+    let gone = d.changes.iter().filter(|c| c.after.is_none()).count();
+    (d.changes.len() - new - gone, new, gone)
+}
+
+fn top(out: &mut dyn Write, d: &Diff, c: &DiffConfig, limit: usize) -> io::Result<()> {
+    let pct = d.delta_pct().map_or(String::new(), |p| format!(", {p:+.1}%"));
+    writeln!(
+        out,
+        "Waiting in {} against {}: {} against {} ({}{pct}), traces of {:.2} s and {:.2} s{}.",
+        c.after.display(),
+        c.before.display(),
+        diff::secs(d.after_ns as i64),
+        diff::secs(d.before_ns as i64),
+        diff::delta(d.delta_ns()),
+        d.after_s,
+        d.before_s,
+        if d.normalised { ", the before trace scaled to the after one's length" } else { "" }
+    )?;
+    let (both, new, gone) = counts(d);
+    let shown = if limit == 0 { d.changes.len() } else { limit.min(d.changes.len()) };
+    writeln!(out, "{both} stacks in both, {new} new, {gone} gone; the {shown} largest changes first.")?;
+    writeln!(out)?;
+    for (i, ch) in d.changes.iter().take(shown).enumerate() {
+        let (b, a) = (ch.before.unwrap_or_default(), ch.after.unwrap_or_default());
+        writeln!(
+            out,
+            "#{:<3} {:>10}  {:<7}  total {} -> {}   count {} -> {}   max {} -> {}",
+            i + 1,
+            diff::delta(ch.delta_ns()),
+            ch.status(),
+            diff::secs(b.total_ns as i64),
+            diff::secs(a.total_ns as i64),
+            b.count,
+            a.count,
+            ms(b.max_ns),
+            ms(a.max_ns)
+        )?;
+        writeln!(out, "     {}", title(ch))?;
+    }
+    if shown < d.changes.len() {
+        writeln!(out, "\n{}; use -n 0 to show all.", crate::cli::plural(d.changes.len() - shown, "more change"))?;
+    }
+    Ok(())
+}
+
+fn stat(s: Option<diff::Stat>) -> Value {
+    s.map_or(Value::Null, |s| json!({"total_ns": s.total_ns, "count": s.count, "max_ns": s.max_ns}))
+}
+
+fn document(d: &Diff, c: &DiffConfig, limit: usize) -> Value {
+    let (both, new, gone) = counts(d);
+    let rows: Vec<Value> = d
+        .changes
+        .iter()
+        .take(if limit == 0 { usize::MAX } else { limit })
+        .map(|ch| {
+            json!({
+                "status": ch.status(),
+                "comm": ch.key.comm,
+                "kind": ch.key.kind,
+                "user_stack": ch.key.user,
+                "kernel_stack": ch.key.kernel,
+                "delta_ns": ch.delta_ns(),
+                "delta_count": ch.after.map_or(0, |s| s.count as i64) - ch.before.map_or(0, |s| s.count as i64),
+                "delta_max_ns": ch.after.map_or(0, |s| s.max_ns as i64) - ch.before.map_or(0, |s| s.max_ns as i64),
+                "before": stat(ch.before),
+                "after": stat(ch.after),
+            })
+        })
+        .collect();
+    let crossed: Vec<Value> = diff::check(d, &c.gate).iter().map(|x| json!({"what": x.what, "stacks": x.changes.len()})).collect();
+    json!({
+        "before": {"file": c.before.display().to_string(), "duration_s": d.before_s, "total_ns": d.before_ns},
+        "after": {"file": c.after.display().to_string(), "duration_s": d.after_s, "total_ns": d.after_ns},
+        "normalised": d.normalised,
+        "delta_ns": d.delta_ns(),
+        "delta_pct": d.delta_pct(),
+        "stacks": {"both": both, "new": new, "gone": gone},
+        "rows_total": d.changes.len(),
+        "rows": rows,
+        "gate_crossed": crossed,
+    })
+}
+
+/// Folded lines with the before and after values (µs), the input of a
+/// differential flame graph.
+fn folded_lines(d: &Diff) -> Vec<String> {
+    let mut merged: std::collections::BTreeMap<String, (u64, u64)> = std::collections::BTreeMap::new();
+    for ch in &d.changes {
+        let slot = merged.entry(diff::folded(&ch.key)).or_default();
+        slot.0 += ch.before.map_or(0, |s| s.total_ns / 1000);
+        slot.1 += ch.after.map_or(0, |s| s.total_ns / 1000);
+    }
+    merged.into_iter().map(|(l, (b, a))| format!("{l} {b} {a}")).collect()
+}
+
+fn flame(out: &mut dyn Write, d: &Diff, c: &DiffConfig) -> io::Result<()> {
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = format!("Waiting in {} against {}", c.after.display(), c.before.display());
+    opts.subtitle = Some(format!(
+        "widths: the after trace; red: waits more than before, blue: less ({}{})",
+        diff::delta(d.delta_ns()),
+        d.delta_pct().map_or(String::new(), |p| format!(", {p:+.1}%"))
+    ));
+    opts.count_name = "us".into();
+    opts.deterministic = true;
+    crate::report::svg::draw(&mut opts, &folded_lines(d), "[no waits in either trace]", out)
+}

@@ -127,6 +127,38 @@ fn a_relayed_request_splits_the_clients_time_between_the_two_threads() {
 }
 
 #[test]
+fn the_running_cause_of_a_relay_names_the_function_it_computed_in() {
+    require_bpf!();
+    let w = start(&compile("relay"));
+    let pid = w.0.id().to_string();
+    // From when the walker is in place: the samples before are cut short.
+    let doc = json(&run_walked(&["why", "--json", "-p", &pid, "10"], 2.0));
+    let server = doc["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "running" && comm(&c["thread"]) == "tw_server")
+        .unwrap_or_else(|| panic!("no running cause for the server: {doc:#}"));
+    // The wakeup is in tw_serve's write; what it ran is tw_compute.
+    let sampled = server["sampled"].as_array().unwrap_or_else(|| panic!("no samples: {server:#}"));
+    // Its samples by the innermost function of the program's own: tw_compute
+    // leads (the rest is tw_serve's reads and writes).
+    let mut by_fn: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+    for s in sampled {
+        let own = s["user_stack"].as_array().unwrap().iter().find(|f| f["module"] == "relay");
+        let name = own.and_then(|f| f["symbol"].as_str()).unwrap_or("[elsewhere]").to_string();
+        *by_fn.entry(name).or_default() += s["share"].as_f64().unwrap();
+    }
+    let top = by_fn.iter().max_by(|a, b| a.1.total_cmp(b.1)).unwrap();
+    assert_eq!(top.0, "tw_compute", "the server ran in tw_compute most: {by_fn:?}");
+    assert!(*top.1 >= 0.4, "{by_fn:?}");
+    assert!(!stack_names(&server["user_stack"]).iter().any(|f| f == "tw_compute"), "the cause's own stack is where it woke: {server:#}");
+    // Without samples, no such list.
+    let doc = json(&run(&["why", "--json", "--no-on-cpu", "-p", &pid, "1"]));
+    assert!(doc["causes"].as_array().unwrap().iter().all(|c| c["sampled"].as_array().is_none_or(|s| s.is_empty())), "{doc:#}");
+}
+
+#[test]
 fn system_wide_the_kernels_own_idle_waits_are_idle_not_causes() {
     require_bpf!();
     let _w = start(&compile("holder"));

@@ -180,8 +180,13 @@ pub struct TraceArgs {
     /// (default 99), so that its whole time is accounted for: where it ran
     /// (samples scaled to time) beside where it waited.
     #[arg(long, value_name = "HZ", num_args = 0..=1, require_equals = true, default_missing_value = "99",
-          value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "wakeups")]
+          value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with_all = ["wakeups", "no_on_cpu"])]
     pub on_cpu: Option<u32>,
+
+    /// Take no on-CPU samples (`why`, `locks` and `record --why` take them by
+    /// default, to show what a running cause ran).
+    #[arg(long)]
+    pub no_on_cpu: bool,
 
     #[command(flatten)]
     pub cache: CacheArgs,
@@ -420,6 +425,8 @@ pub struct Config {
     pub cache: Option<PathBuf>,
     /// `--on-cpu`: sample running threads at this rate (Hz).
     pub on_cpu: Option<u32>,
+    /// `--no-on-cpu`: no samples, not even for `why`.
+    pub no_on_cpu: bool,
 }
 
 /// The rate of `--on-cpu` given without one: prime against the kernel's timer
@@ -541,6 +548,7 @@ impl Config {
             labels: !a.no_labels,
             cache: a.cache.dir(),
             on_cpu: a.on_cpu,
+            no_on_cpu: a.no_on_cpu,
         })
     }
 

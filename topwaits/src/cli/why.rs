@@ -102,9 +102,6 @@ pub(super) fn file_or_trace(
     if trace.wakeups {
         return Err(err(format!("--wakeups: {name} has views of its own")));
     }
-    if trace.on_cpu.is_some() {
-        return Err(err(format!("--on-cpu: {name} ranks waits only (sample running threads with `topwaits --on-cpu`)")));
-    }
     let mut c = Config::from_args(trace)?;
     if duration.is_some() {
         c.duration = duration;
@@ -145,10 +142,15 @@ fn check_view(view: &ViewConfig, for_tid: Option<u32>) -> Result<(), ConfigError
     Ok(())
 }
 
-/// What a trace records for `why`: every wait as an event, with its waker.
+/// What a trace records for `why`: every wait as an event, with its waker;
+/// and, unless `--no-on-cpu`, on-CPU samples, which show what a running cause
+/// ran.
 pub(super) fn for_why(c: &mut Config) {
     c.waker = true;
     c.events_over_us = Some(1);
+    if !c.no_on_cpu {
+        c.on_cpu.get_or_insert(super::DEFAULT_ON_CPU_HZ);
+    }
 }
 
 #[cfg(test)]
@@ -169,7 +171,12 @@ mod tests {
         let WhyConfig::Trace(c) = why(&["-p", "7", "2.5"]).unwrap() else { panic!("not a trace") };
         assert_eq!(c.duration, Some(Duration::from_millis(2500)));
         assert!(c.waker && c.events_over_us == Some(1));
+        assert_eq!(c.on_cpu, Some(super::super::DEFAULT_ON_CPU_HZ), "why samples running threads");
         assert_eq!(c.view, View::Why { for_tid: None, by: By::Comm });
+        let WhyConfig::Trace(c) = why(&["--no-on-cpu", "2"]).unwrap() else { panic!("not a trace") };
+        assert_eq!(c.on_cpu, None);
+        let WhyConfig::Trace(c) = why(&["--on-cpu=49", "2"]).unwrap() else { panic!("not a trace") };
+        assert_eq!(c.on_cpu, Some(49));
         let WhyConfig::File { file, for_tid, by, view } = why(&["inc.twr", "--for", "9", "--json", "--by", "thread"]).unwrap() else {
             panic!("not a file")
         };

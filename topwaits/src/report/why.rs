@@ -55,6 +55,8 @@ struct Input {
     locks: HashMap<Tid, String>,
     /// Threads with a wait still open at the end.
     open: HashSet<Tid>,
+    /// With on-CPU samples: each thread's sampled time by site.
+    running: HashMap<Tid, Vec<(u64, u64)>>,
     by: By,
 }
 
@@ -121,9 +123,16 @@ impl Input {
             let s = site(r.tgid, &r.kernel, &r.user, r.waits_on.as_ref().map(WaitsOn::short));
             waits.push(Wait { tid: r.tid, start, woken: None, end: report.info.end_mono, waker: Waker::Unknown, site: s, waker_site: 0 });
         }
+        // On-CPU samples: what each thread ran, by site.
+        let mut running: HashMap<Tid, HashMap<u64, u64>> = HashMap::new();
+        for r in report.records.iter().filter(|r| r.on_cpu()) {
+            let s = site(r.tgid, &r.kernel, &r.user, None);
+            *running.entry(r.tid).or_default().entry(s).or_default() += r.total_ns;
+        }
+        let running = running.into_iter().map(|(t, m)| (t, m.into_iter().map(|(s, ns)| (ns, s)).collect())).collect();
         let n = waits.len();
         let locks = locked.into_iter().filter_map(|(t, m)| Some((t, m.into_iter().max_by_key(|(l, ns)| (*ns, l.clone()))?.0))).collect();
-        Input { trace: Trace::new(waits), sites, threads, waits: n, labels, locks, open, by }
+        Input { trace: Trace::new(waits), sites, threads, waits: n, labels, locks, open, running, by }
     }
 
     /// The key a thread's doings are grouped under.
@@ -175,6 +184,17 @@ impl Input {
             .collect();
         let more = if groups.len() > n { format!(" and {} more", groups.len() - n) } else { String::new() };
         format!("{}{more}", shown.join(", "))
+    }
+
+    /// What `tids` ran, from their on-CPU samples: (time, site), most first.
+    fn sampled(&self, tids: &BTreeSet<Tid>) -> Vec<(u64, u64)> {
+        let mut by_site: HashMap<u64, u64> = HashMap::new();
+        for (ns, site) in tids.iter().filter_map(|t| self.running.get(t)).flatten() {
+            *by_site.entry(*site).or_default() += ns;
+        }
+        let mut v: Vec<(u64, u64)> = by_site.into_iter().map(|(s, ns)| (ns, s)).collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        v
     }
 
     fn site(&self, id: u64) -> Option<&Site> {
@@ -374,6 +394,16 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
     let shown = if limit == 0 { causes.len() } else { limit.min(causes.len()) };
     for (i, c) in causes.iter().take(shown).enumerate() {
         writeln!(out, "{:>3}. {:>5.1}%  {:>11}  {}", i + 1, c.share * 100.0, secs(c.ns), describe(input, c))?;
+        let sampled = if matches!(c.what, What::Running { .. }) { input.sampled(&c.tids) } else { Vec::new() };
+        if !sampled.is_empty() {
+            let all: u64 = sampled.iter().map(|s| s.0).sum();
+            let top: Vec<String> = sampled
+                .iter()
+                .take(3)
+                .map(|(ns, site)| format!("{:.0}% {}", 100.0 * *ns as f64 / all as f64, input.place(*site)))
+                .collect();
+            writeln!(out, "{:>26}on the CPU (sampled): {}", "", top.join("; "))?;
+        }
         // One thread is not said to wait behind itself; a group's threads may
         // well have waited behind each other.
         let others: BTreeSet<Tid> = c.waiters.iter().copied().filter(|t| c.tids.len() > 1 || !c.tids.contains(t)).collect();
@@ -449,6 +479,18 @@ fn causes_json(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
             if let What::Blocked { on, site } = &c.what {
                 v["on"] = json!(waker_text(on));
                 v["waits_on"] = json!(input.labels.get(site));
+            }
+            if matches!(c.what, What::Running { .. }) {
+                let sampled = input.sampled(&c.tids);
+                let all: u64 = sampled.iter().map(|s| s.0).sum();
+                v["sampled"] = sampled
+                    .iter()
+                    .take(5)
+                    .map(|&(ns, site)| {
+                        let (kernel, user) = input.json_site(site);
+                        json!({"share": ns as f64 / all as f64, "ns": ns, "kernel_stack": kernel, "user_stack": user})
+                    })
+                    .collect();
             }
             v
         })

@@ -12,7 +12,8 @@
 static int to_server[2], to_sleeper[2], to_client[2];
 static volatile long client_tid;
 
-static void compute_ms(long ms) {
+/* Where the server computes: on-CPU samples of `why` name it. */
+__attribute__((noinline)) void tw_compute(long ms) {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     do
@@ -33,7 +34,7 @@ static void put(int fd) {
 
 __attribute__((noinline)) void tw_serve(void) {
     get(to_server[0]);
-    compute_ms(3);
+    tw_compute(3);
     put(to_sleeper[1]);
 }
 

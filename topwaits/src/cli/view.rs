@@ -45,7 +45,8 @@ pub struct ViewArgs {
     pub timeline: Option<PathBuf>,
     /// Also write a pprof profile (gzip-compressed profile.proto) for go tool pprof,
     /// Pyroscope or Parca: sample values off_cpu (ns, the default) and waits, with
-    /// -w also blocked and runq (ns); labels comm, pid, tid, max_wait (ns), state,
+    /// -w also blocked and runq (ns), with --on-cpu also on_cpu (ns) and samples;
+    /// labels comm, pid, tid, max_wait (ns), state,
     /// waker; user frames with their file's mapping and build id.
     #[arg(long, value_name = "FILE")]
     pub pprof: Option<PathBuf>,

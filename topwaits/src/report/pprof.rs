@@ -127,6 +127,10 @@ pub mod proto {
 /// pprof adds up a value over the samples it merges, so the longest wait, which
 /// adds up to nothing meaningful, is a numeric label ([`MAX_WAIT`]) instead.
 pub const VALUES: [(&str, &str); 2] = [("off_cpu", "nanoseconds"), ("waits", "count")];
+
+/// The sample types added with on-CPU samples (`--on-cpu`): a running record's
+/// time and samples, where its off-CPU values are 0 (and a wait's are these).
+pub const ON_CPU_VALUES: [(&str, &str); 2] = [("on_cpu", "nanoseconds"), ("samples", "count")];
 pub const WAKER_VALUES: [(&str, &str); 2] = [("blocked", "nanoseconds"), ("runq", "nanoseconds")];
 /// The label of a sample's longest wait, in nanoseconds.
 pub const MAX_WAIT: &str = "max_wait";
@@ -297,6 +301,10 @@ pub fn profile(report: &Report) -> proto::Profile {
     if waker {
         sample_type.extend(WAKER_VALUES.iter().map(|&v| b.value_type(v)));
     }
+    let on_cpu = report.info.on_cpu_hz.is_some();
+    if on_cpu {
+        sample_type.extend(ON_CPU_VALUES.iter().map(|&v| b.value_type(v)));
+    }
     let no_objects = Vec::new();
     let mut samples = Vec::with_capacity(report.records.len());
     for r in &report.records {
@@ -304,10 +312,15 @@ pub fn profile(report: &Report) -> proto::Profile {
         // Leaf first: the kernel frames, then the user frames.
         let mut location_id: Vec<u64> = r.kernel.frames().iter().map(|f| b.location(f, None, true)).collect();
         location_id.extend(r.user.frames().iter().map(|f| b.location(f, object_of(objects, f.addr), false)));
-        let mut value = vec![r.total_ns as i64, r.count as i64];
+        let (off, on) =
+            if r.on_cpu() { ([0, 0], [r.total_ns as i64, r.count as i64]) } else { ([r.total_ns as i64, r.count as i64], [0, 0]) };
+        let mut value = off.to_vec();
         if waker {
             let (blocked, runq) = r.wake.as_ref().map_or((0, 0), |w| (w.blocked_ns, w.runq_ns));
             value.extend([blocked as i64, runq as i64]);
+        }
+        if on_cpu {
+            value.extend(on);
         }
         let mut label = vec![b.label("comm", &comm_text(&r.comm)), b.num_label("pid", r.tgid.into()), b.ns_label(MAX_WAIT, r.max_ns)];
         if r.threads <= 1 {
@@ -368,6 +381,17 @@ mod tests {
 
     fn label<'a>(p: &'a proto::Profile, smp: &proto::Sample, key: &str) -> Option<(&'a str, i64)> {
         smp.label.iter().find(|l| s(p, l.key) == key).map(|l| (s(p, l.str), l.num))
+    }
+
+    #[test]
+    fn on_cpu_samples_are_a_second_sample_type() {
+        let p = decoded(&crate::report::fixtures::on_cpu_report());
+        let types: Vec<&str> = p.sample_type.iter().map(|t| s(&p, t.r#type)).collect();
+        assert_eq!(types, ["off_cpu", "waits", "on_cpu", "samples"]);
+        assert_eq!(s(&p, p.default_sample_type), "off_cpu");
+        let values: Vec<&Vec<i64>> = p.sample.iter().map(|x| &x.value).collect();
+        assert!(values.contains(&&vec![1_000_500_000, 10, 0, 0]), "a wait: {values:?}");
+        assert!(values.contains(&&vec![0, 0, 2_000_000_000, 200]), "the running record: {values:?}");
     }
 
     #[test]

@@ -63,6 +63,7 @@ fn tracers(bin: &str, idle: u32) -> Vec<Tracer> {
         Tracer { name: "topwaits --unwind fp", cmd: tw(&["-f", "--unwind", "fp"]) },
         Tracer { name: "topwaits --leaf-callers", cmd: tw(&["-f", "--leaf-callers"]) },
         Tracer { name: "topwaits --events-over 10000", cmd: tw(&["-f", "--events-over", "10000"]) },
+        Tracer { name: "topwaits --on-cpu (99 samples a second)", cmd: tw(&["-f", "--on-cpu"]) },
         Tracer { name: "topwaits --waker", cmd: tw(&["-f", "--waker"]) },
         Tracer { name: "topwaits --waker --chain 4", cmd: tw(&["-f", "--chain", "4"]) },
         Tracer { name: "topwaits why (every wait an event, with its waker)", cmd: tw(&["why", "--json"]) },

@@ -79,6 +79,17 @@ fn rewalk_quick_waits(tracer: &mut Tracer, snapshots: &mut crate::snapshot::Snap
         Ok(w) => w,
         Err(e) => return log::info!("the waits begun while loading keep their first stacks: {}", crate::stderr::error_line(&e)),
     };
+    if waits.is_empty() {
+        return;
+    }
+    // Their frame pointers, which /proc does not show: code built with them
+    // is unwound through rbp.
+    match tracer.task_regs() {
+        Ok(regs) => snapshots.set_regs(regs),
+        Err(e) => {
+            log::info!("no task registers: stacks walked again that need a frame pointer are cut ({})", crate::stderr::error_line(&e))
+        }
+    }
     let (mut given, mut running) = (0, 0);
     for w in &waits {
         let Some(frames) = snapshots.user_stack(w.tgid, w.tid) else {

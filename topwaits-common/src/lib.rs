@@ -501,6 +501,9 @@ pub struct WaitEvent {
 pub mod on_cpu {
     /// Samples of traced threads are counted per stack in `SAMPLES`.
     pub const COUNT: u32 = 1;
+    /// Each sample is also sent, with its time, through `WAIT_EVENTS`
+    /// (`--perfetto`).
+    pub const EVENTS: u32 = 2;
     /// The `cpu-clock` event ticks this many times as fast as the asked rate,
     /// and one tick in this many, at random, is a sample (see the hook).
     pub const OVERSAMPLE: u32 = 4;
@@ -526,6 +529,16 @@ pub struct SampleKey {
 pub struct SampleVal {
     pub count: u64,
     pub last_ns: u64,
+}
+
+/// One on-CPU sample with its time, sent through [`names::WAIT_EVENTS`] (where
+/// its size tells it from a [`WaitEvent`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SampleEvent {
+    /// CLOCK_MONOTONIC ns.
+    pub at: u64,
+    pub key: SampleKey,
 }
 
 /// A wakeup chain: hop 0 woke the task, hop 1 had last woken hop 0, and so on.
@@ -762,8 +775,10 @@ pub mod counter {
     pub const SAMPLES: u32 = 23;
     /// Samples that did not fit into the full [`super::names::SAMPLES`] map.
     pub const LOST_SAMPLES_FULL: u32 = 24;
+    /// Samples whose event did not fit into the full event ring buffer.
+    pub const LOST_SAMPLE_EVENTS: u32 = 25;
     /// Number of counters (the size of the COUNTERS map).
-    pub const COUNT: u32 = 25;
+    pub const COUNT: u32 = 26;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -874,6 +889,7 @@ mod pod {
     unsafe impl aya::Pod for super::Settings {}
     unsafe impl aya::Pod for super::SwitchOut {}
     unsafe impl aya::Pod for super::Rewalk {}
+    unsafe impl aya::Pod for super::SampleEvent {}
     unsafe impl aya::Pod for super::StackCache {}
     unsafe impl aya::Pod for super::CacheKey {}
     unsafe impl aya::Pod for super::WaitKey {}
@@ -934,6 +950,8 @@ mod tests {
             size_of::<SwitchOut>(),
             8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<What>() + size_of::<WaitKey>() + size_of::<WaitVal>() + 8 * 3
         );
+        assert_eq!(size_of::<SampleEvent>(), 8 + size_of::<SampleKey>());
+        assert_ne!(size_of::<SampleEvent>(), size_of::<WaitEvent>(), "the event ring tells them apart by size");
         assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);
         assert_eq!(size_of::<Hops>(), 8 + MAX_CHAIN * size_of::<Hop>());
         assert_eq!(size_of::<Chain>(), 16);

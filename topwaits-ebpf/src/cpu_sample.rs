@@ -15,7 +15,9 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, ProgramArray},
     programs::PerfEventContext,
 };
-use topwaits_common::{counter, limits, on_cpu, thread_kind, SampleKey, SampleVal, CAPTURE_KERNEL, CAPTURE_USER, PF_KTHREAD, STACK_NONE};
+use topwaits_common::{
+    counter, limits, on_cpu, thread_kind, SampleEvent, SampleKey, SampleVal, CAPTURE_KERNEL, CAPTURE_USER, PF_KTHREAD, STACK_NONE,
+};
 
 use crate::maps::{count, ended, fold_or_insert, settings, task_u32, thread_wanted, GROWS};
 
@@ -105,5 +107,8 @@ fn sample<const CFI: bool>(ctx: &PerfEventContext) {
     });
     if !kept {
         count(counter::LOST_SAMPLES_FULL, 1);
+    }
+    if s.on_cpu & on_cpu::EVENTS != 0 {
+        crate::events::send_sample(&SampleEvent { at: now, key: *key });
     }
 }

@@ -1,10 +1,12 @@
 //! Long-wait events (`--events-over`): each wait of at least the threshold is sent
 //! at its end through the `WAIT_EVENTS` ring buffer, with its stacks and waker,
-//! while shorter waits stay aggregated in the kernel. User space polls the buffer
-//! rather than being woken per event; it is woken only once the buffer is half full.
+//! while shorter waits stay aggregated in the kernel; on-CPU samples go the same
+//! way where their times are wanted (`--perfetto`), each a record of its own
+//! size. User space polls the buffer rather than being woken per event; it is
+//! woken only once the buffer is half full.
 
 use aya_ebpf::{macros::map, maps::RingBuf};
-use topwaits_common::{counter, wake_kind, Hop, WaitEvent, WaitKey};
+use topwaits_common::{counter, wake_kind, Hop, SampleEvent, WaitEvent, WaitKey};
 
 use crate::maps::{count, CHAINS};
 
@@ -51,8 +53,25 @@ pub fn send(key: &WaitKey, began: u64, now: u64, state: u32, waker: bool, woken:
             }
         }
     }
-    let half = WAIT_EVENTS.query(BPF_RB_RING_SIZE) / 2;
-    let flags = if WAIT_EVENTS.query(BPF_RB_AVAIL_DATA) >= half { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
-    entry.submit(flags);
+    entry.submit(wakeup());
     count(counter::WAIT_EVENTS, 1);
+}
+
+/// Wakes user space only once the buffer is half full.
+#[inline(always)]
+fn wakeup() -> u64 {
+    let half = WAIT_EVENTS.query(BPF_RB_RING_SIZE) / 2;
+    if WAIT_EVENTS.query(BPF_RB_AVAIL_DATA) >= half {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
+/// Sends one on-CPU sample with its time.
+#[inline(always)]
+pub fn send_sample(ev: &SampleEvent) {
+    if WAIT_EVENTS.output::<SampleEvent>(ev, wakeup()).is_err() {
+        count(counter::LOST_SAMPLE_EVENTS, 1);
+    }
 }

@@ -347,7 +347,7 @@ mod tests {
     }
 
     fn report(events: Vec<Event>) -> Report {
-        Report { info: info(), counters: Default::default(), records: Vec::new(), objects: Default::default(), events }
+        Report { info: info(), counters: Default::default(), records: Vec::new(), objects: Default::default(), events, samples: Vec::new() }
     }
 
     const MUTEX: WaitsOn = WaitsOn::Mutex { addr: 0x40, pi: false };

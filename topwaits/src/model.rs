@@ -198,12 +198,14 @@ pub struct Counters {
     /// full ring buffer could not take: their processes' frames may go unnamed.
     #[serde(default)]
     pub lost_proc_events: u64,
-    /// On-CPU samples of traced threads, and those the full sample map could
-    /// not count.
+    /// On-CPU samples of traced threads, those the full sample map could not
+    /// count, and those whose time the full ring buffer could not take.
     #[serde(default)]
     pub samples: u64,
     #[serde(default)]
     pub lost_samples: u64,
+    #[serde(default)]
+    pub lost_sample_events: u64,
 }
 
 impl Counters {
@@ -237,6 +239,7 @@ impl Counters {
             lost_proc_events: at(c::LOST_EVENTS),
             samples: at(c::SAMPLES),
             lost_samples: at(c::LOST_SAMPLES_FULL),
+            lost_sample_events: at(c::LOST_SAMPLE_EVENTS),
         }
     }
 
@@ -266,6 +269,7 @@ impl Counters {
             lost_proc_events: self.lost_proc_events.saturating_sub(earlier.lost_proc_events),
             samples: self.samples.saturating_sub(earlier.samples),
             lost_samples: self.lost_samples.saturating_sub(earlier.lost_samples),
+            lost_sample_events: self.lost_sample_events.saturating_sub(earlier.lost_sample_events),
         }
     }
 
@@ -282,6 +286,7 @@ impl Counters {
             + self.unended
             + self.lost_proc_events
             + self.lost_samples
+            + self.lost_sample_events
     }
 
     /// Whether anything was lost.
@@ -317,6 +322,12 @@ impl Counters {
             w.push(format!(
                 "{} on-CPU samples did not fit into the full sample map (their running time is missing); raise --max-entries",
                 self.lost_samples
+            ));
+        }
+        if self.lost_sample_events > 0 {
+            w.push(format!(
+                "{} on-CPU samples could not be sent with their times (the ring buffer was full): they count in the totals but are missing from the Perfetto trace",
+                self.lost_sample_events
             ));
         }
         if self.start_full > 0 {
@@ -542,6 +553,10 @@ pub struct Report {
     /// Each wait of at least `--events-over`, in the order they ended.
     #[serde(default)]
     pub events: Vec<Event>,
+    /// With `--on-cpu` and `--perfetto`: each on-CPU sample as a record of one
+    /// sample, `max_end_mono` its time, in the order they were taken.
+    #[serde(default)]
+    pub samples: Vec<Record>,
 }
 
 /// One long wait (`--events-over`): a record of one wait (`count` 1, `max_ns` its

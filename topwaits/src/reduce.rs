@@ -161,6 +161,7 @@ pub fn grouped(report: &Report, by: By) -> Option<Report> {
         records: merge(report.records.clone(), by),
         objects: Default::default(),
         events: report.events.clone(),
+        samples: report.samples.clone(),
     })
 }
 

@@ -93,7 +93,7 @@ mod tests {
     fn report(records: Vec<Record>, hz: Option<u32>) -> Report {
         let mut info = crate::report::fixtures::info();
         (info.on_cpu_hz, info.start_mono) = (hz, 5_000_000_000);
-        Report { info, counters: Default::default(), records, objects: Default::default(), events: Vec::new() }
+        Report { info, counters: Default::default(), records, objects: Default::default(), events: Vec::new(), samples: Vec::new() }
     }
 
     #[test]

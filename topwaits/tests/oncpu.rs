@@ -37,8 +37,14 @@ fn a_thread_that_spins_half_the_time_is_sampled_running_half_the_time_at_its_sta
     w.go();
     // 499 Hz: ~750 samples over the 3 s, so that chance moves the share by
     // well under the 5% asked.
-    let doc = json(&run_walked(&["--json", "--on-cpu=499", "-t", &tid, "3"], 3.0));
+    let perfetto = format!("{}/oncpu.pftrace", env!("CARGO_TARGET_TMPDIR"));
+    let doc = json(&run_walked(&["--json", "--on-cpu=499", "--perfetto", &perfetto, "-t", &tid, "10"], 3.0));
     w.join();
+    // Each sample an instant on the thread's track, with its stacks.
+    let trace = std::fs::read(&perfetto).unwrap();
+    let named = trace.windows(b"running: ".len()).filter(|w| *w == b"running: ").count();
+    assert!(named >= 100, "{named} sample instants in the Perfetto trace");
+    assert!(trace.windows(b"tw_known_compute".len()).any(|w| w == b"tw_known_compute"), "their stacks in the trace");
     assert_eq!(doc["on_cpu_hz"], 499);
     let wall = doc["duration_s"].as_f64().unwrap() * 1e9;
     let times = doc["thread_times"].as_array().expect("thread_times with --on-cpu");

@@ -83,7 +83,9 @@ pub(super) const WAKEUP_NEW: Hook = Hook { tracepoint: "sched_wakeup_new", btf: 
 /// The hooks a mode attaches, in order: sched_switch last, so that every event it
 /// sees had the others in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Plan(Vec<Hook>);
+/// The hooks to attach, and whether their quick bodies are handed over at the
+/// start (otherwise a hook records nothing until its full body is in place).
+pub(super) struct Plan(Vec<Hook>, bool);
 
 impl Plan {
     /// A trace: wakers with `waker`, process events (exec and fork) with `events`.
@@ -96,12 +98,17 @@ impl Plan {
             hooks.extend([EXEC, FORK]);
         }
         hooks.push(SWITCH);
-        Plan(hooks)
+        Plan(hooks, true)
     }
 
     /// `topwaits threads`: new threads, wakeups and switches; no process events.
+    /// The same hooks, recording nothing until their full bodies are in place.
+    pub fn whole_from_the_start(self) -> Plan {
+        Plan(self.0, false)
+    }
+
     pub fn threads() -> Plan {
-        Plan(vec![WAKEUP_NEW, WAKING, SWITCH])
+        Plan(vec![WAKEUP_NEW, WAKING, SWITCH], true)
     }
 
     /// (program, tracepoint) pairs on tp_btf (`btf`) or raw_tp: each hook's
@@ -183,7 +190,7 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan) -> Result<(
         let p: &mut BtfTracePoint = p.try_into()?;
         loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))
     })?;
-    for (array, prog, _) in plan.quick_bodies(true).collect::<Vec<_>>() {
+    for (array, prog, _) in plan.quick_bodies(true).filter(|_| plan.1).collect::<Vec<_>>() {
         hand_over(ebpf, array, prog)?;
     }
     for (prog, tp) in plan.attached(true) {
@@ -198,7 +205,7 @@ pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, plan: &Plan) -> Result<()> {
         let p: &mut RawTracePoint = p.try_into()?;
         loaded(p.load(), || format!("the raw_tp {tp} program"))
     })?;
-    for (array, prog, _) in plan.quick_bodies(false).collect::<Vec<_>>() {
+    for (array, prog, _) in plan.quick_bodies(false).filter(|_| plan.1).collect::<Vec<_>>() {
         hand_over(ebpf, array, prog)?;
     }
     for (prog, tp) in plan.attached(false) {

@@ -2,7 +2,7 @@
 //! and long-wait events (`--events-over`).
 
 use aya::maps::{MapData, RingBuf};
-use topwaits_common::{ProcEvent, WaitEvent};
+use topwaits_common::{ProcEvent, SampleEvent, WaitEvent};
 
 /// Process events from the kernel: a task seen for the first time, a fork or an exec.
 pub struct ProcEvents {
@@ -39,6 +39,8 @@ pub struct WaitEvents {
     pub(super) ring: RingBuf<MapData>,
     /// The events read so far, in the order they ended.
     pub got: Vec<WaitEvent>,
+    /// The on-CPU samples read so far (`--perfetto`), in the order they were taken.
+    pub samples: Vec<SampleEvent>,
     /// Events read while `got` held [`MAX_HELD_EVENTS`]: dropped, counted.
     pub dropped: u64,
 }
@@ -52,8 +54,11 @@ impl WaitEvents {
     /// Moves every pending event into [`WaitEvents::got`].
     pub fn pull(&mut self) {
         while let Some(item) = self.ring.next() {
-            if self.got.len() >= MAX_HELD_EVENTS {
+            if self.got.len() + self.samples.len() >= MAX_HELD_EVENTS {
                 self.dropped += 1;
+            } else if item.len() == std::mem::size_of::<SampleEvent>() {
+                // SAFETY: a whole SampleEvent record; the read is unaligned-safe.
+                self.samples.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) });
             } else if item.len() >= std::mem::size_of::<WaitEvent>() {
                 // SAFETY: the kernel writes whole WaitEvent records; the read is
                 // unaligned-safe.

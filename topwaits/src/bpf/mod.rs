@@ -14,6 +14,7 @@ mod unwind;
 
 pub use events::{ProcEvents, WaitEvents, MAX_HELD_EVENTS};
 pub use rewalk::QuickWait;
+pub use sample::{period_ns, record as sample_record};
 
 pub use unwind::UnwindMaps;
 
@@ -62,6 +63,10 @@ pub struct Tracer {
     /// Taken by [`Tracer::stop`]: the open waits (task, start) whose thread had
     /// been back on a CPU by then, unseen by the hook; None while attached.
     arrived_at_stop: Option<HashMap<u64, u64>>,
+    /// The trace begins once the full bodies are in place (see
+    /// `Config::whole_from_the_start`): [`Tracer::load_after_start`] moves
+    /// `attached_mono` there.
+    begins_at_full: bool,
     /// User stacks walked again for waits the quick body began, by (thread,
     /// start): see [`rewalk`].
     rewalked: HashMap<(u32, u64), u64>,
@@ -314,6 +319,10 @@ impl Tracer {
         let take_unwind = |ebpf: &mut aya::Ebpf| if cfi { UnwindMaps::take(ebpf).map(Some) } else { Ok(None) };
         let mut prepared = prepare(take_unwind(&mut ebpf)?)?;
         let plan = Plan::trace(config.waker, settings.events != 0);
+        // Analyses built on whole stacks (`why`, `locks`, `record --why`) record
+        // nothing until the walker is in place: their trace begins then.
+        let whole = cfi && config.whole_from_the_start;
+        let plan = if whole { plan.whole_from_the_start() } else { plan };
         let mut attached_mono = crate::clock::monotonic_now();
         let mut kept_btf = None;
         let attach = match config.attach {
@@ -355,7 +364,7 @@ impl Tracer {
             attach::attach_lock_contention(&mut ebpf);
         }
         if let Some(hz) = config.on_cpu {
-            sample::attach(&mut ebpf, hz)?;
+            sample::attach(&mut ebpf, hz, !whole)?;
         }
         info!("attached with {}", attach.name());
         // The hooks' full bodies (user stacks from the unwind tables) follow the
@@ -377,6 +386,7 @@ impl Tracer {
             rewalked: HashMap::new(),
             sample_period: config.on_cpu.map(sample::period_ns),
             sampler_full: cfi && config.on_cpu.is_some(),
+            begins_at_full: whole,
         };
         Ok((tracer, prepared))
     }
@@ -423,6 +433,9 @@ impl Tracer {
         }
         if std::mem::take(&mut self.sampler_full) {
             sample::load_full(&mut self.ebpf)?;
+        }
+        if self.begins_at_full {
+            self.attached_mono = crate::clock::monotonic_now();
         }
         Ok(())
     }
@@ -493,6 +506,7 @@ impl Tracer {
             rewalked: HashMap::new(),
             sample_period: None,
             sampler_full: false,
+            begins_at_full: false,
         })
     }
 
@@ -504,7 +518,7 @@ impl Tracer {
         let Some(map) = self.ebpf.take_map(names::WAIT_EVENTS) else {
             return Ok(None);
         };
-        Ok(Some(events::WaitEvents { ring: RingBuf::try_from(map)?, got: Vec::new(), dropped: 0 }))
+        Ok(Some(events::WaitEvents { ring: RingBuf::try_from(map)?, got: Vec::new(), samples: Vec::new(), dropped: 0 }))
     }
 
     pub fn take_events(&mut self) -> Result<Option<ProcEvents>> {

@@ -17,17 +17,21 @@ pub fn period_ns(hz: u32) -> u64 {
     1_000_000_000 / u64::from(hz.max(1))
 }
 
-/// Loads the attached program and the quick body it tail-calls (user stacks by
-/// frame pointers until the full body is in place), and opens a `cpu-clock`
+/// Loads the attached program and, with `quick`, the quick body it tail-calls
+/// (user stacks by frame pointers until the full body is in place; without it,
+/// no sample is taken until then), and opens a `cpu-clock`
 /// event on every online CPU with the program attached, ticking
 /// `on_cpu::OVERSAMPLE` times as fast as `hz`: the program keeps a random one in
 /// that many ticks, so that samples come at `hz` on average.
-pub(super) fn attach(ebpf: &mut Ebpf, hz: u32) -> Result<()> {
-    for name in [names::PROG_SAMPLE, names::PROG_SAMPLE_QUICK] {
+pub(super) fn attach(ebpf: &mut Ebpf, hz: u32, quick: bool) -> Result<()> {
+    let names = if quick { &[names::PROG_SAMPLE, names::PROG_SAMPLE_QUICK][..] } else { &[names::PROG_SAMPLE][..] };
+    for &name in names {
         let p: &mut PerfEvent = program(ebpf, name)?.try_into()?;
         loaded(p.load(), || format!("the on-CPU sampler ({name})"))?;
     }
-    hand_over(ebpf, names::SAMPLE_IMPL, names::PROG_SAMPLE_QUICK)?;
+    if quick {
+        hand_over(ebpf, names::SAMPLE_IMPL, names::PROG_SAMPLE_QUICK)?;
+    }
     let cpus = aya::util::online_cpus().map_err(|(path, e)| anyhow!("cannot read the online CPUs from {path}: {e}"))?;
     let p: &mut PerfEvent = program(ebpf, names::PROG_SAMPLE)?.try_into()?;
     for cpu in cpus {

@@ -427,6 +427,10 @@ pub struct Config {
     pub on_cpu: Option<u32>,
     /// `--no-on-cpu`: no samples, not even for `why`.
     pub no_on_cpu: bool,
+    /// The trace begins once the user stack walker is in place, rather than
+    /// with user stacks by frame pointers while it loads: for analyses built on
+    /// whole stacks (`why`, `locks`, `record --why`).
+    pub whole_from_the_start: bool,
 }
 
 /// The rate of `--on-cpu` given without one: prime against the kernel's timer
@@ -549,6 +553,7 @@ impl Config {
             cache: a.cache.dir(),
             on_cpu: a.on_cpu,
             no_on_cpu: a.no_on_cpu,
+            whole_from_the_start: false,
         })
     }
 
@@ -630,7 +635,9 @@ impl Config {
         s.hold_rows = u32::from(self.interval.is_none() && !self.waker);
         s.labels = u32::from(self.labels);
         if self.on_cpu.is_some() {
-            s.on_cpu = topwaits_common::on_cpu::COUNT;
+            use topwaits_common::on_cpu;
+            // Each sample's time, for its instant in the Perfetto trace.
+            s.on_cpu = on_cpu::COUNT | if self.shown.perfetto.is_some() { on_cpu::EVENTS } else { 0 };
         }
         s
     }

@@ -53,7 +53,8 @@ pub struct ViewArgs {
 
     /// Also write a Perfetto trace (ui.perfetto.dev): one track per thread, each
     /// wait of at least --events-over (default 1000 µs) a slice named by its most
-    /// telling frame with its stacks, and with -w a flow arrow from its waker.
+    /// telling frame with its stacks, and with -w a flow arrow from its waker;
+    /// with --on-cpu, each sample an instant named where the thread ran.
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
     /// Put what each wait was for (mutex 0x…, disk vda, socket …, sleep, run

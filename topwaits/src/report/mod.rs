@@ -249,6 +249,7 @@ pub(crate) mod fixtures {
             )]
             .into(),
             events: Vec::new(),
+            samples: Vec::new(),
         }
     }
 }

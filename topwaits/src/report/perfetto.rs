@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use prost::Message;
 
 use super::Format;
-use crate::model::{comm_text, Event, Report, Stack, WakeKind};
+use crate::model::{comm_text, Event, Record, Report, Stack, WakeKind};
 
 /// The messages of Perfetto's trace schema (protos/perfetto/trace) that topwaits
 /// writes, with the schema's field numbers; prost does the encoding.
@@ -267,12 +267,32 @@ fn wait_packets(e: &Event, flow: u64, tracks: &mut Tracks, out: &mut Vec<TracePa
     out.push(packet(Some(e.end_mono()), end));
 }
 
-/// The trace of a report's events.
+/// The instant of one on-CPU sample (`--on-cpu`) on its thread's track, named
+/// by where it ran.
+fn sample_packet(r: &Record, tracks: &mut Tracks, out: &mut Vec<TracePacket>) {
+    let track = tracks.add(r.tgid, r.tid, &r.comm);
+    out.push(packet(
+        Some(r.max_end_mono),
+        TrackEvent {
+            r#type: Some(INSTANT),
+            track_uuid: Some(track),
+            name: Some(format!("running: {}", super::timeline::telling_frame(r))),
+            categories: vec!["on-cpu".into()],
+            debug_annotations: vec![text("kernel_stack", stack_text(&r.kernel)), text("user_stack", stack_text(&r.user))],
+            ..Default::default()
+        },
+    ));
+}
+
+/// The trace of a report's events, and of its on-CPU samples.
 pub fn trace(report: &Report) -> Trace {
     let mut tracks = Tracks::default();
     let mut events = Vec::new();
     for (i, e) in report.events.iter().enumerate() {
         wait_packets(e, i as u64 + 1, &mut tracks, &mut events);
+    }
+    for r in &report.samples {
+        sample_packet(r, &mut tracks, &mut events);
     }
     // Timestamps are CLOCK_MONOTONIC: a clock snapshot at the trace's start makes
     // it the trace's clock (readers otherwise expect BOOTTIME, and drop what they
@@ -298,7 +318,7 @@ pub fn trace(report: &Report) -> Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Event, Record};
+    use crate::model::Event;
     use crate::report::fixtures::offwake_report;
 
     fn with_events() -> Report {
@@ -341,6 +361,23 @@ mod tests {
         assert_eq!(t.packet[0].sequence_flags, Some(SEQ_INCREMENTAL_STATE_CLEARED));
         let snap = t.packet[0].clock_snapshot.as_ref().expect("a clock snapshot first");
         assert_eq!(snap.primary_trace_clock, Some(CLOCK_MONOTONIC as i32));
+    }
+
+    #[test]
+    fn each_on_cpu_sample_is_an_instant_named_by_where_it_ran() {
+        let mut r = with_events();
+        let mut s = crate::report::fixtures::on_cpu_report().records.pop().unwrap();
+        (s.count, s.total_ns, s.max_end_mono) = (1, 10_000_000, 2_500_000_000);
+        r.samples = vec![s];
+        let t = Trace::decode(&encoded(&r)[..]).unwrap();
+        let on: Vec<(&TracePacket, &TrackEvent)> =
+            t.packet.iter().filter_map(|p| p.track_event.as_ref().map(|e| (p, e))).filter(|(_, e)| e.categories == ["on-cpu"]).collect();
+        assert_eq!(on.len(), 1);
+        assert_eq!((on[0].0.timestamp, on[0].1.r#type), (Some(2_500_000_000), Some(INSTANT)));
+        assert_eq!(on[0].1.name.as_deref(), Some("running: compute"));
+        let sleeper =
+            t.packet.iter().filter_map(|p| p.track_descriptor.as_ref()).find(|d| d.thread.as_ref().and_then(|t| t.tid) == Some(101));
+        assert_eq!(on[0].1.track_uuid, sleeper.unwrap().uuid, "on the thread's own track");
     }
 
     fn encoded(r: &Report) -> Vec<u8> {

@@ -9,11 +9,13 @@ use crate::symbolize::{resolve, Symbolizer};
 use crate::what::Resolve;
 
 /// The long waits the kernel sent one by one (`--events-over`), as one-wait rows,
-/// with the thread state each began in.
+/// with the thread state each began in; and the on-CPU samples it sent with
+/// their times (`--perfetto`), as one-sample rows.
 #[derive(Default)]
 pub struct Events {
     pub rows: Vec<RawRecord>,
     pub states: Vec<u32>,
+    pub samples: Vec<RawRecord>,
 }
 
 /// The report of one interval. `before` holds the counters at the interval's
@@ -30,17 +32,20 @@ pub fn report(
     // Events are symbolized and labelled with the records, then split off again.
     let aggregate = capture.records.len();
     capture.records.extend(events.rows);
+    let sampled = capture.records.len();
+    capture.records.extend(events.samples);
     let mut resolved = resolve(&capture, sym);
     if let Some(res) = res {
         let whats: Vec<_> = capture.records.iter().map(|r| r.what).collect();
         crate::what::label(&mut resolved.records, &whats, res);
     }
+    let samples = resolved.records.split_off(sampled);
     let events = crate::longwaits::events(resolved.records.split_off(aggregate), &events.states);
     let mut counters = capture.counters.since(before);
     counters.user_stacks_cut = resolved.user_stacks_cut;
     // Records alike in all a report shows are one; the graphs keep threads apart.
     let records = reduce::merge(resolved.records, By::Thread);
-    Report { info: TraceInfo { by: By::Thread, ..info }, counters, records, objects: Default::default(), events }
+    Report { info: TraceInfo { by: By::Thread, ..info }, counters, records, objects: Default::default(), events, samples }
 }
 
 #[cfg(test)]
@@ -100,7 +105,7 @@ mod tests {
         sym.names.insert(0x100, "schedule".into());
         sym.names.insert(0x101, "schedule".into());
         let rows = vec![row(11, 1, 30, 3, 20), row(11, 2, 5, 1, 5), row(12, 1, 8, 1, 8)];
-        let events = Events { rows: vec![row(11, 1, 20, 1, 20)], states: vec![1] };
+        let events = Events { rows: vec![row(11, 1, 20, 1, 20)], states: vec![1], samples: Vec::new() };
         let r = report(capture(rows, 6), events, &Counters::default(), info(), &mut sym, Some(&mut crate::what::tests::NoSystem));
         assert_eq!(r.records.len(), 2, "{:#?}", r.records);
         let t11 = r.records.iter().find(|x| x.tid == 11).unwrap();

@@ -126,7 +126,6 @@ pub fn run(config: &Config) -> Result<()> {
     let cache = super::unwind::open_cache(config.cache.as_deref());
     let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, config, cache.clone()))?;
     let unwinder = std::cell::RefCell::new(unwinder);
-    let start_mono = tracer.attached_mono();
     let target = config.target();
     let what = match config.view {
         crate::cli::View::Wakeups => "wakeups",
@@ -149,6 +148,8 @@ pub fn run(config: &Config) -> Result<()> {
     if config.stacks != crate::cli::Stacks::KernelOnly {
         rewalk_quick_waits(&mut tracer, &mut snapshots);
     }
+    // Read after the full bodies load: a trace that waits for them begins then.
+    let start_mono = tracer.attached_mono();
     let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
     // The duration and the interval grid count from the attach, not from the
@@ -195,18 +196,23 @@ pub fn run(config: &Config) -> Result<()> {
         }
         let end_mono = monotonic_now();
         let open_at = config.open_waits.then_some(end_mono);
-        // Long waits sent until the programs were detached, as one-wait records.
-        let (rows, states): (Vec<_>, Vec<u32>) = long
+        // Long waits sent until the programs were detached, as one-wait records;
+        // the on-CPU samples sent with them, as one-sample records.
+        let (got, sent_samples) = long
             .as_mut()
             .map(|l| {
                 l.pull();
-                std::mem::take(&mut l.got)
+                (std::mem::take(&mut l.got), std::mem::take(&mut l.samples))
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let (rows, states): (Vec<_>, Vec<u32>) = got.iter().map(|e| crate::longwaits::raw(e, config.waker)).unzip();
+        let period = config.on_cpu.map(crate::bpf::period_ns).unwrap_or(0);
+        let samples: Vec<_> = sent_samples
             .iter()
-            .map(|e| crate::longwaits::raw(e, config.waker))
-            .unzip();
-        let mut capture = if finished { tracer.drain(open_at, &rows)? } else { tracer.drain_and_clear(open_at)? };
+            .map(|e| crate::bpf::sample_record(&e.key, &topwaits_common::SampleVal { count: 1, last_ns: e.at }, period))
+            .collect();
+        let mut capture =
+            if finished { tracer.drain(open_at, &[&rows[..], &samples[..]].concat())? } else { tracer.drain_and_clear(open_at)? };
         if config.open_waits {
             // Frame pointers of the threads blocked since before the trace.
             match tracer.task_regs() {
@@ -231,7 +237,7 @@ pub fn run(config: &Config) -> Result<()> {
         };
         let mut resolver = crate::what::procfs::ProcResolver::default();
         let labels = config.labels.then_some(&mut resolver as &mut dyn crate::what::Resolve);
-        let mut report = interval::report(capture, interval::Events { rows, states }, &before, info, &mut symbolizer, labels);
+        let mut report = interval::report(capture, interval::Events { rows, states, samples }, &before, info, &mut symbolizer, labels);
         let grouped = crate::reduce::grouped(&report, config.shown.by);
         write_quietly(|out| {
             if !config.print {

@@ -69,44 +69,6 @@ fn on_event(
     super::wait::sooner(unwinder.borrow_mut().on_event(e), named)
 }
 
-/// Walks again, from the unwind tables, the user stacks of the waits that the
-/// hooks' quick bodies began while the full ones loaded and that are still
-/// open: on a busy machine loading takes a while, and a server's threads may
-/// block through it. Their stacks were taken by frame pointers and marked
-/// `walker-starting`; the full body uses the new walk when such a wait ends.
-fn rewalk_quick_waits(tracer: &mut Tracer, snapshots: &mut crate::snapshot::Snapshotter) {
-    let waits = match tracer.quick_waits() {
-        Ok(w) => w,
-        Err(e) => return log::info!("the waits begun while loading keep their first stacks: {}", crate::stderr::error_line(&e)),
-    };
-    if waits.is_empty() {
-        return;
-    }
-    // Their frame pointers, which /proc does not show: code built with them
-    // is unwound through rbp.
-    match tracer.task_regs() {
-        Ok(regs) => snapshots.set_regs(regs),
-        Err(e) => {
-            log::info!("no task registers: stacks walked again that need a frame pointer are cut ({})", crate::stderr::error_line(&e))
-        }
-    }
-    let (mut given, mut running) = (0, 0);
-    for w in &waits {
-        let Some(frames) = snapshots.user_stack(w.tgid, w.tid) else {
-            running += 1;
-            continue;
-        };
-        match tracer.give_rewalk(w, &frames) {
-            Ok(()) => given += 1,
-            Err(e) => {
-                log::info!("the waits begun while loading keep their first stacks: {}", crate::stderr::error_line(&e));
-                break;
-            }
-        }
-    }
-    log::debug!("{} waits begun while loading: {given} walked again, {running} no longer blocked in a system call", waits.len());
-}
-
 /// Runs one whole trace, or one report per `--interval`.
 pub fn run(config: &Config) -> Result<()> {
     hold_signals(true);
@@ -145,9 +107,6 @@ pub fn run(config: &Config) -> Result<()> {
     load_learners(&mut tracer, &mut events, &mut |e| on_event(&mut symbolizer, &unwinder, e));
     let mut snapshots = crate::snapshot::Snapshotter::default();
     snapshots.set_cache(cache);
-    if config.stacks != crate::cli::Stacks::KernelOnly {
-        rewalk_quick_waits(&mut tracer, &mut snapshots);
-    }
     // Read after the full bodies load: a trace that waits for them begins then.
     let start_mono = tracer.attached_mono();
     let mut long = tracer.take_wait_events()?;

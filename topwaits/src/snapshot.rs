@@ -116,17 +116,6 @@ impl Snapshotter {
         })
     }
 
-    /// The user stack of a thread blocked in a system call right now, walked
-    /// as [`Snapshotter::take`] walks it; `None` when it is not so blocked.
-    pub fn user_stack(&mut self, tgid: u32, tid: u32) -> Option<Vec<u64>> {
-        let (pc, sp) = match thread::syscall(tgid, tid).ok()? {
-            SyscallState::In(s) => (s.pc, s.sp),
-            SyscallState::Blocked { sp, pc } => (pc, sp),
-            _ => return None,
-        };
-        Some(self.walk(tgid, tid, pc, sp)).filter(|f| !f.is_empty())
-    }
-
     /// The user stack from its pc and sp: unwound from the tables on x86-64
     /// (the one architecture they are read for), else scanned, marked a guess.
     fn walk(&mut self, tgid: u32, tid: u32, pc: u64, sp: u64) -> Vec<u64> {

@@ -112,8 +112,7 @@ impl Tracer {
             if !(min_us..=max_us).contains(&(so_far / 1000)) {
                 return;
             }
-            let ustack = self.rewalked(st.tid, st.ts).filter(|_| st.quick != 0).unwrap_or(st.ustack);
-            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack, comm: st.comm, what: st.what };
+            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack: st.ustack, comm: st.comm, what: st.what };
             let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
             r.open = Some(OpenSince::Exact(st.ts));
             if self.waker {

@@ -8,12 +8,10 @@ mod batch;
 mod drain;
 mod events;
 mod regs;
-mod rewalk;
 mod sample;
 mod unwind;
 
 pub use events::{ProcEvents, WaitEvents, MAX_HELD_EVENTS};
-pub use rewalk::QuickWait;
 pub use sample::{period_ns, record as sample_record};
 
 pub use unwind::UnwindMaps;
@@ -67,9 +65,6 @@ pub struct Tracer {
     /// `Config::whole_from_the_start`): [`Tracer::load_after_start`] moves
     /// `attached_mono` there.
     begins_at_full: bool,
-    /// User stacks walked again for waits the quick body began, by (thread,
-    /// start): see [`rewalk`].
-    rewalked: HashMap<(u32, u64), u64>,
     /// `--on-cpu`: the sampling period (ns), and whether the sampler's full body
     /// is still to load after the start.
     sample_period: Option<u64>,
@@ -383,7 +378,6 @@ impl Tracer {
             wait_events: config.events_over_us.is_some(),
             holds_rows: settings.hold_rows != 0,
             arrived_at_stop: None,
-            rewalked: HashMap::new(),
             sample_period: config.on_cpu.map(sample::period_ns),
             sampler_full: cfi && config.on_cpu.is_some(),
             begins_at_full: whole,
@@ -503,7 +497,6 @@ impl Tracer {
             wait_events: false,
             holds_rows: false,
             arrived_at_stop: None,
-            rewalked: HashMap::new(),
             sample_period: None,
             sampler_full: false,
             begins_at_full: false,

@@ -249,24 +249,6 @@ pub struct SwitchOut {
     /// wakeup from before `ts` belongs to an earlier wait.
     pub woken: u64,
     pub chain: u64,
-    /// 1 when the hook's first, quickly verified body took the wait's user
-    /// stack (by frame pointers, marked `cut::STARTING`): user space may walk
-    /// it again, from the tables, while the thread is still blocked (see
-    /// [`Rewalk`]).
-    pub quick: u32,
-    pub _pad: u32,
-}
-
-/// A user stack walked again by user space for a wait that the quick body
-/// began and that was still open when the full body took over, keyed by thread
-/// id in [`names::REWALKS`]. The full body uses `ustack` instead of the wait's
-/// own only when `ts` is the start of the wait it ends, so a walk that raced
-/// with a wakeup is never given to a later wait.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Rewalk {
-    pub ts: u64,
-    pub ustack: u64,
 }
 
 /// The seed of user stacks' references (see [`stack_ref`]), unlike the
@@ -801,7 +783,6 @@ pub mod names {
     pub const PROG_LEARN_WAKER_BTF: &str = "learn_waker_btf";
     pub const PROG_LEARN_WAKER_RAW: &str = "learn_waker_raw";
     pub const STARTS: &str = "STARTS";
-    pub const REWALKS: &str = "REWALKS";
     pub const WAITS: &str = "WAITS";
     pub const PIDS: &str = "PIDS";
     pub const CONTROL: &str = "CONTROL";
@@ -860,9 +841,6 @@ pub mod limits {
     pub const CACHED_PER_TASK: usize = 3;
     /// Capacity of the per-task start map.
     pub const START_ENTRIES: u32 = 65536;
-    /// User stacks walked again after the staged start (see [`super::Rewalk`]):
-    /// one per thread blocked since the quick body began its wait.
-    pub const REWALK_ENTRIES: u32 = 8192;
     /// Kernel stack layouts shared by all tasks, and the call sites they are kept
     /// under (entries are allocated as stacks are learned).
     pub const LAYOUTS: u32 = 16384;
@@ -888,7 +866,6 @@ mod pod {
     // laid out without implicit padding (checked by the size tests below).
     unsafe impl aya::Pod for super::Settings {}
     unsafe impl aya::Pod for super::SwitchOut {}
-    unsafe impl aya::Pod for super::Rewalk {}
     unsafe impl aya::Pod for super::SampleEvent {}
     unsafe impl aya::Pod for super::StackCache {}
     unsafe impl aya::Pod for super::CacheKey {}

@@ -7,8 +7,7 @@ use aya_ebpf::{
     Global,
 };
 use topwaits_common::{
-    counter, limits, Chain, DepKey, Hops, KernelStack, ProcEvent, Rewalk, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey,
-    WakeVal,
+    counter, limits, Chain, DepKey, Hops, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal,
 };
 
 /// Options from user space; overridden at load time.
@@ -48,11 +47,6 @@ pub static KSTACKS: HashMap<u64, KernelStack> = HashMap::with_max_entries(limits
 /// consumed at switch-in rather than deleted, and freed at the task's last switch.
 #[map]
 pub static STARTS: HashMap<u64, SwitchOut> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
-
-/// User stacks that user space walked again for waits the quick body began
-/// (see `topwaits_common::Rewalk`), by thread id; each is used once.
-#[map]
-pub static REWALKS: HashMap<u32, Rewalk> = HashMap::with_max_entries(limits::REWALK_ENTRIES, GROWS);
 
 /// One byte per hash of a `task_struct` address, set before a task first gets a
 /// `STARTS` entry and never cleared. A switch-in whose byte is 0 has no wait to end,

@@ -10,8 +10,7 @@ use topwaits_common::{
 
 use crate::kcache::Hook;
 use crate::maps::{
-    count, fold_or_insert, mark_started, maybe_started, proc_event, settings, task_u32, thread_wanted, upsert, LAST_WAKE, REWALKS, STARTS,
-    WAITS,
+    count, fold_or_insert, mark_started, maybe_started, proc_event, settings, task_u32, thread_wanted, upsert, LAST_WAKE, STARTS, WAITS,
 };
 use crate::task::{capture_stacks, Outgoing};
 use crate::wake;
@@ -99,7 +98,6 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
         }
         // The wait's own fields: a held row stays.
         begin(start, out, now, (kstack, ustack), arrivals, comm, in_own_context);
-        start.quick = quick::<CFI>(in_own_context);
     } else {
         mark_started(out.task);
         // Built in per-CPU scratch: the entry is too large for the BPF stack
@@ -108,7 +106,6 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
         // SAFETY: this CPU's scratch slot, used by this program run alone.
         let rec = unsafe { &mut *rec };
         begin(rec, out, now, (kstack, ustack), arrivals, comm, in_own_context);
-        rec.quick = quick::<CFI>(in_own_context);
         rec.row = NO_ROW;
         rec.held = WaitVal::default();
         rec.woken = 0;
@@ -120,13 +117,6 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
             proc_event(out.tgid, topwaits_common::proc_event::SEEN);
         }
     }
-}
-
-/// Whether the quick body takes this wait's user stack now (see
-/// `SwitchOut::quick`): by frame pointers where the walker was asked for.
-#[inline(always)]
-fn quick<const CFI: bool>(in_own_context: bool) -> u32 {
-    (!CFI && in_own_context && settings().cfi != 0) as u32
 }
 
 /// Writes a wait's own fields into its task's start entry. What it waits for is
@@ -232,18 +222,7 @@ fn end_wait<C: StackIdContext, const CFI: bool>(ctx: &C, start: &mut SwitchOut, 
         count(counter::OUTSIDE_BLOCK_TIME, 1);
         return;
     }
-    let (kstack, mut ustack) = if stacks_now { capture_stacks::<C, CFI>(ctx, None) } else { (start.kstack, start.ustack) };
-    if CFI && start.quick != 0 {
-        // Begun by the quick body: user space may have walked the stack again.
-        if let Some(r) = REWALKS.get_ptr(&start.tid) {
-            // SAFETY: a pointer from a map lookup, read once.
-            let r = unsafe { *r };
-            if r.ts == began {
-                ustack = r.ustack;
-            }
-            let _ = REWALKS.remove(&start.tid);
-        }
-    }
+    let (kstack, ustack) = if stacks_now { capture_stacks::<C, CFI>(ctx, None) } else { (start.kstack, start.ustack) };
     // Built in per-CPU scratch, as the start entry is: the BPF stack is too small.
     let Some(key) = SCRATCH_ROW.get_ptr_mut(0) else { return };
     // SAFETY: this CPU's scratch slot, used by this program run alone.

@@ -156,7 +156,16 @@ fn by_frame_pointers<C: EbpfContext>(ctx: &C, buf: *mut KernelStack, mark: u64) 
         count(counter::LOST_USER_STACK, 1);
         return (-ret) as u64;
     }
-    let n = ret as usize / 8;
+    let mut n = ret as usize / 8;
+    if mark != 0 {
+        // A walk that read a zero return address (the outermost frame of a
+        // thread) stores it as its last frame; user space reads a stack up to its
+        // first zero, so the mark goes in that zero's place.
+        // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
+        if n > 0 && n <= KSTACK_DEPTH && unsafe { (*buf)[n - 1] } == 0 {
+            n -= 1;
+        }
+    }
     // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
     let n = if mark != 0 { uwalk::mark(buf, n, mark) } else { append_leaf_words(unsafe { &mut *buf }, n) };
     keep(buf, n)

@@ -60,9 +60,13 @@ fn a_program_without_frame_pointers_gets_whole_stacks_through_libc() {
     let exe = deep_binary();
     let mut child = start_ready(&exe, &["6"]);
     let pid = child.id().to_string();
-    let doc = json(&run_walked(&["--json", "-U", "-p", &pid], 2.0));
+    let doc = json(&run_walked(&["--json", "-U", "--wait-for-walker", "-p", &pid], 2.0));
     // Frame pointers alone stop in libc, at the first frame without one.
     let fp = json(&run(&["--json", "-U", "--unwind", "fp", "-p", &pid, "1"]));
+    // By default the trace begins before the walker is in place: the stacks of
+    // its first moments, by frame pointers, say so, even where the frame-pointer
+    // walk ended cleanly at a zero return address.
+    let quick = json(&run(&["--json", "-U", "-p", &pid, "1"]));
     let _ = child.kill();
     let _ = child.wait();
     let share = whole_share(&doc);
@@ -77,6 +81,17 @@ fn a_program_without_frame_pointers_gets_whole_stacks_through_libc() {
     let at = read.iter().position(|n| n == "tw_read_leaf").unwrap_or_else(|| panic!("{read:?}"));
     assert_eq!(&read[at..at + want.len()], want, "a pthread's stack reaches start_thread: {read:?}");
     assert!(whole_share(&fp) < 0.5, "frame pointers alone were expected to stop early: {fp:#}");
+    let mut starting = 0;
+    for r in quick["records"].as_array().unwrap() {
+        let names = stack_names(&r["user_stack"]);
+        if names.last().is_some_and(|n| n == "[cut:walker-starting]") {
+            starting += 1;
+            assert_eq!(r["user_stack_status"], "cut", "{r:#}");
+        } else if r["user_stack_status"] == "ok" {
+            assert!(names.iter().any(|n| ENTRIES.contains(&n.as_str())), "a stack said whole that is not: {r:#}");
+        }
+    }
+    assert!(starting > 0, "no stack of the first moments is marked [cut:walker-starting]: {quick:#}");
 }
 
 #[test]
@@ -97,7 +112,7 @@ fn debians_gzip_on_a_pipe_gets_whole_stacks() {
     });
     let drain = std::thread::spawn(move || std::io::copy(&mut output, &mut std::io::sink()));
     std::thread::sleep(std::time::Duration::from_millis(100));
-    let doc = json(&run_walked(&["--json", "-U", "-p", &gzip.id().to_string()], 1.5));
+    let doc = json(&run_walked(&["--json", "-U", "--wait-for-walker", "-p", &gzip.id().to_string()], 1.5));
     feeder.join().unwrap();
     let _ = gzip.wait();
     let _ = drain.join();
@@ -131,7 +146,7 @@ fn debians_sqlite3_committing_gets_whole_stacks() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     // Long enough that the waits before libsqlite3's table is in place (marked
     // [cut:table-loading]) are a small share.
-    let doc = json(&run_walked(&["--json", "-U", "-p", &sqlite.id().to_string()], 4.0));
+    let doc = json(&run_walked(&["--json", "-U", "--wait-for-walker", "-p", &sqlite.id().to_string()], 4.0));
     feeder.join().unwrap();
     let _ = sqlite.wait();
     let _ = std::fs::remove_file(&db);

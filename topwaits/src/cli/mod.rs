@@ -170,6 +170,13 @@ pub struct TraceArgs {
     #[arg(long, value_name = "HOW", value_enum)]
     pub unwind: Option<Unwind>,
 
+    /// Begin the trace (and its duration) only once the unwind table walker is
+    /// in place, a few hundred milliseconds after attaching, so that no stack is
+    /// taken by frame pointers and marked [cut:walker-starting] at the start.
+    /// `why`, `locks` and `record --why` always begin so; no effect with --unwind fp.
+    #[arg(long, conflicts_with = "kernel_stacks_only")]
+    pub wait_for_walker: bool,
+
     /// Do not record what each wait was for (its syscall, descriptor, lock, sleep
     /// or preemption): waits are then told apart by their stacks alone, as before
     /// labels, at a little less cost per switch.
@@ -553,7 +560,7 @@ impl Config {
             cache: a.cache.dir(),
             on_cpu: a.on_cpu,
             no_on_cpu: a.no_on_cpu,
-            whole_from_the_start: false,
+            whole_from_the_start: a.wait_for_walker,
         })
     }
 

@@ -925,7 +925,7 @@ mod tests {
         assert_eq!(size_of::<CacheKey>(), 8 * 2);
         assert_eq!(
             size_of::<SwitchOut>(),
-            8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<What>() + size_of::<WaitKey>() + size_of::<WaitVal>() + 8 * 3
+            8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<What>() + size_of::<WaitKey>() + size_of::<WaitVal>() + 8 * 2
         );
         assert_eq!(size_of::<SampleEvent>(), 8 + size_of::<SampleKey>());
         assert_ne!(size_of::<SampleEvent>(), size_of::<WaitEvent>(), "the event ring tells them apart by size");

@@ -63,6 +63,10 @@ pub mod thread_filter {
     pub const TGID: u32 = 1;
     /// Threads whose tid is in the `PIDS` map.
     pub const TID: u32 = 2;
+    /// Threads in a cgroup (see [`super::CgroupFilter`]): as `TID`, but the
+    /// programs keep the map, setting a thread's bit when it is forked by one in
+    /// the cgroup or moved into it, and clearing it when it leaves or exits.
+    pub const CGROUP: u32 = 3;
 }
 
 /// Values of [`Settings::thread_kind`].
@@ -188,6 +192,53 @@ pub struct Settings {
     pub on_cpu: u32,
     /// Where the `task_struct` fields the programs read lie.
     pub task: TaskOffsets,
+    /// With [`thread_filter::CGROUP`]: the cgroup, and where the fields that
+    /// place another cgroup under it lie.
+    pub cgroup: CgroupFilter,
+}
+
+/// The cgroup `--cgroup` (or `--unit`, `--container`) traces, and the BTF
+/// offsets that tell whether a cgroup a task moves to is it or lies below it:
+/// in the same hierarchy (`cgroup.root->hierarchy_id`; 0 is the unified one),
+/// at least as deep, and with the cgroup as its ancestor at `level`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupFilter {
+    /// The cgroup's id: its kernfs node id, the inode number of its directory.
+    pub id: u64,
+    pub hierarchy: u32,
+    /// Its depth below the hierarchy's root (the root is 0).
+    pub level: u32,
+    /// In `struct cgroup`: `root`, `level`, `ancestors` (or `ancestor_ids`),
+    /// `kn`; in `struct cgroup_root`: `hierarchy_id`; in `struct kernfs_node`:
+    /// `id`. `u32::MAX` where unknown: moves are then not followed.
+    pub off_root: u32,
+    pub off_level: u32,
+    pub off_ancestors: u32,
+    pub off_kn: u32,
+    pub off_hierarchy_id: u32,
+    pub off_kn_id: u32,
+    /// Non-zero: `ancestors` holds ids (`ancestor_ids`, kernels before 6.1),
+    /// not pointers to the ancestors.
+    pub ancestors_are_ids: u32,
+    pub _pad: u32,
+}
+
+impl CgroupFilter {
+    /// No cgroup.
+    pub const NONE: CgroupFilter = CgroupFilter {
+        id: 0,
+        hierarchy: 0,
+        level: 0,
+        off_root: u32::MAX,
+        off_level: u32::MAX,
+        off_ancestors: u32::MAX,
+        off_kn: u32::MAX,
+        off_hierarchy_id: u32::MAX,
+        off_kn_id: u32::MAX,
+        ancestors_are_ids: 0,
+        _pad: 0,
+    };
 }
 
 impl Settings {
@@ -215,6 +266,7 @@ impl Settings {
             labels: 1,
             on_cpu: 0,
             task: TaskOffsets::UNKNOWN,
+            cgroup: CgroupFilter::NONE,
         }
     }
 }
@@ -805,6 +857,8 @@ pub mod names {
     pub const PROG_EXEC_RAW: &str = "sched_process_exec_raw";
     pub const PROG_FORK_BTF: &str = "sched_process_fork_btf";
     pub const PROG_FORK_RAW: &str = "sched_process_fork_raw";
+    pub const PROG_CGROUP_ATTACH_BTF: &str = "cgroup_attach_task_btf";
+    pub const PROG_CGROUP_ATTACH_RAW: &str = "cgroup_attach_task_raw";
     pub const PROG_NEW_BTF: &str = "sched_wakeup_new_btf";
     pub const PROG_NEW_RAW: &str = "sched_wakeup_new_raw";
     pub const PROG_FUTEX_ENTER: &str = "sys_enter_futex";
@@ -912,7 +966,8 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 18 + size_of::<TaskOffsets>());
+        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 18 + size_of::<TaskOffsets>() + size_of::<CgroupFilter>());
+        assert_eq!(size_of::<CgroupFilter>(), 8 + 4 * 10);
         assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
         assert_eq!(size_of::<unwind::ProcMaps>(), 8 + 32 * unwind::MAX_MAPS);
         assert_eq!(size_of::<unwind::FileInfo>(), 8);

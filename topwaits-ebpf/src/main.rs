@@ -6,12 +6,17 @@
 // --workspace`) it is checked as a plain program, with std's panic handler.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// The BPF target has no atomic read-modify-write in `core::sync::atomic`; its
+// atomic add is reached through the intrinsic (see `maps::atomic_add`).
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 // Its build output is shown only when it fails, so warnings must fail it.
 #![deny(unused)]
 // Map keys and values go by reference: a value by copy would take BPF stack
 // (512 bytes in all) for keys of up to a few hundred bytes.
 #![allow(clippy::needless_borrows_for_generic_args)]
 
+mod cgroup_attach_task;
 mod cpu_sample;
 mod events;
 mod finish_task_switch;

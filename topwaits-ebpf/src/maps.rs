@@ -299,10 +299,47 @@ pub fn thread_wanted(tgid: u32, tid: u32) -> bool {
     }
     let id = match s.thread_filter {
         topwaits_common::thread_filter::TGID => tgid,
-        topwaits_common::thread_filter::TID => tid,
+        topwaits_common::thread_filter::TID | topwaits_common::thread_filter::CGROUP => tid,
         _ => return true,
     };
     PIDS.get(id / 64).is_some_and(|w| w & (1 << (id % 64)) != 0)
+}
+
+/// With `--cgroup`: puts thread `tid` in the traced set (`on`) or takes it out.
+/// Bits of one word belong to different threads and may change on two CPUs at
+/// once, so each is flipped by an atomic add (which every BPF CPU version has)
+/// of its own value, and only when it is not already as asked: a thread's own
+/// bit changes by events about that thread alone, which do not race.
+#[inline(always)]
+pub fn set_member(tid: u32, on: bool) {
+    if settings().thread_filter != topwaits_common::thread_filter::CGROUP || tid == 0 {
+        return;
+    }
+    let Some(word) = PIDS.get_ptr_mut(tid / 64) else { return };
+    let bit = 1u64 << (tid % 64);
+    // SAFETY: a pointer from an array lookup, valid for the program's run.
+    let was = unsafe { core::ptr::read_volatile(word) } & bit != 0;
+    if was != on {
+        // SAFETY: as above; the add is atomic.
+        unsafe { atomic_add(word, if on { bit } else { bit.wrapping_neg() }) };
+    }
+}
+
+/// Adds `v` to `*p` atomically, its old value unused: the BPF instruction
+/// `lock *(u64 *)p += v`, in every BPF CPU version. The BPF target has no
+/// `AtomicU64::fetch_add`; the host build (clippy) uses it.
+#[cfg(target_arch = "bpf")]
+#[inline(always)]
+unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: the caller's pointer is valid for the program's run.
+    let _ = unsafe { core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(p, v) };
+}
+
+#[cfg(not(target_arch = "bpf"))]
+#[inline(always)]
+unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: the caller's pointer is valid and aligned for a u64.
+    unsafe { core::sync::atomic::AtomicU64::from_ptr(p) }.fetch_add(v, core::sync::atomic::Ordering::Relaxed);
 }
 
 /// Reads a `u64` field of a `task_struct` at a byte offset found in BTF.

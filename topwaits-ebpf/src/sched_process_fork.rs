@@ -2,27 +2,39 @@
 //! maps what its parent does until it execs, so user space shares the parent's
 //! maps with it instead of reading its own: under fork-heavy work (`perf bench
 //! sched messaging` forks 40 processes a group) that reading was most of the
-//! user side's CPU. The walker's copy is made here, at once.
+//! user side's CPU. The walker's copy is made here, at once. With `--cgroup` it
+//! also adds the new thread to the traced set when its parent is in it.
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::{btf_tracepoint, raw_tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
-use topwaits_common::{proc_event::FORK, ProcEvent};
+use topwaits_common::{proc_event::FORK, thread_filter, ProcEvent};
 
-use crate::maps::{send_proc_event, settings, task_u32, thread_wanted};
+use crate::maps::{send_proc_event, set_member, settings, task_u32, thread_wanted};
 
 /// Tells user space about a new process (not a thread) that the filters trace.
+/// With `--cgroup`, a thread or process forked by a traced thread is in its
+/// cgroup, so it is traced from its first switch.
 #[inline(always)]
 fn on_fork(child: u64) {
     let s = settings();
-    if s.events == 0 {
+    if s.events == 0 && s.thread_filter != thread_filter::CGROUP {
         return;
     }
     let (Some(pid), Some(tgid)) = (task_u32(child, s.task.pid), task_u32(child, s.task.tgid)) else {
         return;
     };
+    if s.thread_filter == thread_filter::CGROUP {
+        let current = bpf_get_current_pid_tgid();
+        if thread_wanted((current >> 32) as u32, current as u32) {
+            set_member(pid, true);
+        }
+    }
+    if s.events == 0 {
+        return;
+    }
     if pid != tgid || !thread_wanted(tgid, pid) {
         return;
     }

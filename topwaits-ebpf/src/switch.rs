@@ -10,7 +10,8 @@ use topwaits_common::{
 
 use crate::kcache::Hook;
 use crate::maps::{
-    count, fold_or_insert, mark_started, maybe_started, proc_event, settings, task_u32, thread_wanted, upsert, LAST_WAKE, STARTS, WAITS,
+    count, fold_or_insert, mark_started, maybe_started, proc_event, set_member, settings, task_u32, thread_wanted, upsert, LAST_WAKE,
+    STARTS, WAITS,
 };
 use crate::task::{capture_stacks, Outgoing};
 use crate::wake;
@@ -76,6 +77,8 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
         let _ = STARTS.remove(&out.task);
         let _ = LAST_WAKE.remove(&out.task);
         crate::kcache::drop_task();
+        // Its tid may be reused by a thread outside the cgroup.
+        set_member(out.tid, false);
         return;
     }
     if !wanted(out) {

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use topwaits_common::{counter, thread_state, DepKey, ThreadStats, TASK_COMM_LEN, TASK_DEAD, THREAD_EXITED, THREAD_STARTED};
 
-use crate::maps::{count, ended, settings, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING, THREADS};
+use crate::maps::{count, ended, set_member, settings, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING, THREADS};
 use crate::task::{comm_of, switched_in_at, Outgoing};
 
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -98,6 +98,8 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
             sched_params(t, out.task);
             t.state = if out.state & TASK_DEAD != 0 {
                 t.flags |= THREAD_EXITED;
+                // Its tid may be reused by a thread outside the cgroup.
+                set_member(out.tid, false);
                 thread_state::UNKNOWN
             } else if out.state == 0 {
                 thread_state::RUNQ

@@ -37,6 +37,10 @@ pub struct Span {
     pub end: u64,
 }
 
+/// How far past the trace's start a thread's last run may be estimated and
+/// still be taken for a wait that began before it (the clocks' conversion).
+const BORN_LATE_NS: u64 = 20_000_000;
+
 /// Adds, as open records, the waits of the target's threads that have been blocked
 /// since before the trace began (they never switched out during it). Process `me`
 /// (topwaits itself) is left out.
@@ -59,8 +63,14 @@ pub fn add_waits_before_trace(config: &Config, capture: &mut Capture, snap: &mut
         if !wanted(config, &s) {
             continue;
         }
-        // It never ran while tracing, so its wait began before the trace did.
+        // It never ran while tracing, so its wait began before the trace did;
+        // unless it last ran well after the start: a thread born once the hooks
+        // were detached, whose wait no hook saw and which is not this one's.
         let since = match s.since {
+            Some(t) if t > start_mono + BORN_LATE_NS => {
+                log::debug!("tid {tid} began to wait after the trace began, unseen: left out");
+                continue;
+            }
             Some(t) => OpenSince::Estimated(t.min(start_mono)),
             None => OpenSince::BeforeTrace,
         };

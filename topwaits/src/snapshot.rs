@@ -19,12 +19,14 @@ use crate::sys::thread::{self, SyscallState};
 use crate::unwind::{Arch, Region, Walker};
 
 /// The threads a selection names, as (tgid, tid): every thread of each `-p`
-/// process, each `-t` thread, or otherwise every thread on the system.
+/// process, each `-t` thread, each thread in the cgroup, or otherwise every
+/// thread on the system.
 pub fn candidates(threads: &Threads) -> Vec<(u32, u32)> {
     let of = |p: u32| thread::tids_of(p).into_iter().map(move |t| (p, t));
     match threads {
         Threads::Pids(pids) => pids.iter().flat_map(|&p| of(p)).collect(),
         Threads::Tids(tids) => tids.iter().filter_map(|&t| Some((procfs::tgid_of(t)?, t))).collect(),
+        Threads::Cgroup(cg, _) => crate::sys::cgroup::threads_in(cg).into_iter().filter_map(|t| Some((procfs::tgid_of(t)?, t))).collect(),
         _ => thread::all_pids().into_iter().flat_map(of).collect(),
     }
 }

@@ -4,12 +4,19 @@
 mod bench;
 mod binary;
 mod blocked_bench;
+/// The cgroup finder that topwaits' options (shared as source by `docs`) name.
+#[allow(dead_code)]
+#[path = "../../topwaits/src/sys/cgroup.rs"]
+mod cgroup_shared;
 mod docs;
 mod layering;
 mod licenses;
 mod scale_bench;
 mod setup;
 mod subjects;
+mod sys {
+    pub(crate) use super::cgroup_shared as cgroup;
+}
 mod tracers;
 mod unknown_bench;
 
@@ -148,6 +155,8 @@ fn main() -> ExitCode {
                     "labels",
                     "--test",
                     "locks",
+                    "--test",
+                    "containers",
                     "--",
                 ])
                 .arg("--test-threads=1")

@@ -78,6 +78,8 @@ pub(super) const WAKING: Hook = Hook {
 };
 pub(super) const EXEC: Hook = Hook { tracepoint: "sched_process_exec", btf: names::PROG_EXEC_BTF, raw: names::PROG_EXEC_RAW, body: None };
 pub(super) const FORK: Hook = Hook { tracepoint: "sched_process_fork", btf: names::PROG_FORK_BTF, raw: names::PROG_FORK_RAW, body: None };
+pub(super) const CGROUP_ATTACH: Hook =
+    Hook { tracepoint: "cgroup_attach_task", btf: names::PROG_CGROUP_ATTACH_BTF, raw: names::PROG_CGROUP_ATTACH_RAW, body: None };
 pub(super) const WAKEUP_NEW: Hook = Hook { tracepoint: "sched_wakeup_new", btf: names::PROG_NEW_BTF, raw: names::PROG_NEW_RAW, body: None };
 
 /// The hooks a mode attaches, in order: sched_switch last, so that every event it
@@ -109,6 +111,20 @@ impl Plan {
 
     pub fn threads() -> Plan {
         Plan(vec![WAKEUP_NEW, WAKING, SWITCH], true)
+    }
+
+    /// With `on` (`--cgroup`): also the hooks that keep the cgroup's set of
+    /// threads, forks and moves, in place before any switch is seen.
+    pub fn following_cgroup(mut self, on: bool) -> Plan {
+        if on {
+            let at = self.0.iter().position(|h| *h == SWITCH).unwrap_or(self.0.len());
+            let mut add = vec![CGROUP_ATTACH];
+            if !self.0.contains(&FORK) {
+                add.insert(0, FORK);
+            }
+            self.0.splice(at..at, add);
+        }
+        self
     }
 
     /// (program, tracepoint) pairs on tp_btf (`btf`) or raw_tp: each hook's
@@ -308,6 +324,9 @@ mod tests {
         assert_eq!(Plan::trace(false, false).0, [SWITCH]);
         assert_eq!(Plan::trace(true, true).0, [WAKING, EXEC, FORK, SWITCH]);
         assert_eq!(Plan::threads().0, [WAKEUP_NEW, WAKING, SWITCH]);
+        assert_eq!(Plan::threads().following_cgroup(true).0, [WAKEUP_NEW, WAKING, FORK, CGROUP_ATTACH, SWITCH]);
+        assert_eq!(Plan::trace(false, true).following_cgroup(true).0, [EXEC, FORK, CGROUP_ATTACH, SWITCH]);
+        assert_eq!(Plan::trace(true, false).following_cgroup(false).0, [WAKING, SWITCH]);
         // Loaded before attaching: the attached programs, then the quick bodies
         // they tail-call; attached: only the former.
         assert_eq!(

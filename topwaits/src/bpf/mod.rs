@@ -26,10 +26,11 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
 use topwaits_common::{counter, limits, names, Settings, SwitchOut};
 
-use crate::cli::{AttachMode, Config, ThreadsConfig};
+use crate::cli::{AttachMode, Config, Threads, ThreadsConfig};
 use crate::error::UserError;
 use crate::model::{AttachKind, Counters};
 use crate::sys::btf::{self, FromBtf as _};
+use crate::sys::cgroup;
 use crate::sys::tracefs::Tracefs;
 use attach::{attach_futex, attach_kprobe, attach_raw_tp, attach_tp_btf, load_in_parallel, Plan};
 
@@ -154,8 +155,19 @@ fn loader_in_background() -> std::thread::JoinHandle<EbpfLoader<'static>> {
     })
 }
 
-fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Settings, sizes: &Sizes, ids: &[u32]) -> Result<Ebpf> {
-    let bitmap = id_bitmap(ids);
+fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Settings, sizes: &Sizes, threads: &Threads) -> Result<Ebpf> {
+    let bitmap = match threads {
+        // Every thread of the cgroup now; the programs keep the set from then on,
+        // so it spans every id a thread can have.
+        Threads::Cgroup(cg, _) => {
+            let mut words = vec![0u64; (pid_max() as usize).div_ceil(64)];
+            for id in cgroup::threads_in(cg).into_iter().filter(|&t| t < pid_max()) {
+                words[id as usize / 64] |= 1 << (id % 64);
+            }
+            words
+        }
+        t => id_bitmap(t.ids()),
+    };
     let mut loader = loader.join().map_err(|_| anyhow!("the eBPF loader thread panicked"))?;
     let mut ebpf = loader
         .override_global(names::SETTINGS, settings, true)
@@ -208,10 +220,45 @@ fn label_syscalls(ebpf: &mut Ebpf) -> Result<()> {
 /// object, then loads a fresh one. Not the same object: a program array takes the
 /// type of the first program loaded with it, so the other path's hooks that
 /// tail-call through it would be refused (EINVAL).
-fn reload(mut ebpf: Ebpf, settings: &Settings, sizes: &Sizes, ids: &[u32]) -> Result<Ebpf> {
+fn reload(mut ebpf: Ebpf, settings: &Settings, sizes: &Sizes, threads: &Threads) -> Result<Ebpf> {
     self_unload(&mut ebpf);
     drop(ebpf);
-    load(loader_in_background(), settings, sizes, ids)
+    load(loader_in_background(), settings, sizes, threads)
+}
+
+/// The largest thread id the kernel gives, plus one (`kernel.pid_max`).
+fn pid_max() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|t| t.trim().parse().ok()).unwrap_or(PID_MAX_LIMIT).min(PID_MAX_LIMIT)
+}
+
+/// With `--cgroup`: the threads that joined the cgroup between the programs'
+/// load and the hooks that follow joins being attached, added to the set. A
+/// word is rewritten only where one is missing, which a thread forked at that
+/// very moment could race with; it is then traced from its next fork on.
+fn add_late_members(ebpf: &mut Ebpf, threads: &Threads) -> Result<()> {
+    let Threads::Cgroup(cg, _) = threads else { return Ok(()) };
+    let mut pids: Array<_, u64> = Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
+    for id in cgroup::threads_in(cg).into_iter().filter(|&t| t < pid_max()) {
+        let (i, bit) = (id / 64, 1u64 << (id % 64));
+        let word = pids.get(&i, 0).context("failed to read the cgroup's threads")?;
+        if word & bit == 0 {
+            pids.set(i, word | bit, 0).context("failed to add a thread of the cgroup")?;
+        }
+    }
+    Ok(())
+}
+
+/// With `--cgroup`: where the programs find what places a cgroup under the
+/// traced one (see `topwaits_common::CgroupFilter`).
+fn cgroup_offsets_into(settings: &mut Settings) -> Result<()> {
+    if settings.thread_filter != topwaits_common::thread_filter::CGROUP {
+        return Ok(());
+    }
+    let path = Path::new(btf::VMLINUX_BTF);
+    if !path.exists() {
+        return Err(UserError::NoBtf { path: btf::VMLINUX_BTF.into(), what: "--cgroup (to follow threads moved into the cgroup)" }.into());
+    }
+    btf::cgroup_offsets_into(path, &mut settings.cgroup)
 }
 
 /// No pid or tid reaches this (the kernel's `PID_MAX_LIMIT` on 64-bit), so the
@@ -235,7 +282,7 @@ fn id_bitmap(ids: &[u32]) -> Vec<u64> {
 pub fn task_regs_now() -> Result<HashMap<u32, topwaits_common::TaskRegs>> {
     let mut settings = Settings::defaults();
     offsets_into(&mut settings, &task_offsets("the registers of blocked threads")?);
-    let mut ebpf = load(loader_in_background(), &settings, &Sizes::unused(), &[])?;
+    let mut ebpf = load(loader_in_background(), &settings, &Sizes::unused(), &Threads::All)?;
     regs::of_tasks(&mut ebpf, &Btf::from_sys_fs()?)
 }
 
@@ -309,11 +356,13 @@ impl Tracer {
         } else {
             sizes.waits = config.max_entries;
         }
-        let mut ebpf = load(loader, &settings, &sizes, config.filter_ids())?;
+        cgroup_offsets_into(&mut settings)?;
+        let mut ebpf = load(loader, &settings, &sizes, &config.threads)?;
         let cfi = settings.cfi != 0;
         let take_unwind = |ebpf: &mut aya::Ebpf| if cfi { UnwindMaps::take(ebpf).map(Some) } else { Ok(None) };
         let mut prepared = prepare(take_unwind(&mut ebpf)?)?;
-        let plan = Plan::trace(config.waker, settings.events != 0);
+        let plan = Plan::trace(config.waker, settings.events != 0)
+            .following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP);
         // Analyses built on whole stacks (`why`, `locks`, `record --why`) record
         // nothing until the walker is in place: their trace begins then.
         let whole = cfi && config.whole_from_the_start;
@@ -345,7 +394,7 @@ impl Tracer {
                 Err(e) if !have_btf => return Err(e),
                 Err(e) => {
                     warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::stderr::error_line(&e));
-                    ebpf = reload(ebpf, &settings, &sizes, config.filter_ids())?;
+                    ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
                     prepared = prepare(take_unwind(&mut ebpf)?)?;
                     attached_mono = crate::clock::monotonic_now();
                     let btf = kernel_btf()?;
@@ -355,6 +404,7 @@ impl Tracer {
                 }
             },
         };
+        add_late_members(&mut ebpf, &config.threads)?;
         if config.labels {
             attach::attach_lock_contention(&mut ebpf);
         }
@@ -456,13 +506,15 @@ impl Tracer {
         sizes.threads = limits::START_ENTRIES;
         sizes.deps = limits::DEPS_ENTRIES;
         sizes.futex = limits::START_ENTRIES;
-        let mut ebpf = load(loader, &settings, &sizes, config.threads.ids())?;
+        cgroup_offsets_into(&mut settings)?;
+        let mut ebpf = load(loader, &settings, &sizes, &config.threads)?;
         let mut attached_mono = crate::clock::monotonic_now();
+        let plan = Plan::threads().following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP);
         let attach_btf = |ebpf: &mut Ebpf| -> Result<()> {
             let btf = Btf::from_sys_fs()?;
-            attach_tp_btf(ebpf, &btf, &Plan::threads())
+            attach_tp_btf(ebpf, &btf, &plan)
         };
-        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> { attach_raw_tp(ebpf, &Plan::threads()) };
+        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> { attach_raw_tp(ebpf, &plan) };
         // As for the off-CPU trace: raw_tp first, tp_btf when it fails.
         let attach = match config.attach {
             AttachMode::TpBtf => {
@@ -474,7 +526,7 @@ impl Tracer {
                 Err(e) if mode == AttachMode::RawTp => return Err(e),
                 Err(e) => {
                     warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::stderr::error_line(&e));
-                    ebpf = reload(ebpf, &settings, &sizes, config.threads.ids())?;
+                    ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
                     attached_mono = crate::clock::monotonic_now();
                     attach_btf(&mut ebpf)?;
                     AttachKind::TpBtf
@@ -484,6 +536,7 @@ impl Tracer {
         if let Some(t) = &tracefs {
             attach_futex(&mut ebpf, t)?;
         }
+        add_late_members(&mut ebpf, &config.threads)?;
         info!("attached with {}", attach.name());
         Ok(Tracer {
             ebpf,

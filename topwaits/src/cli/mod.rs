@@ -114,11 +114,11 @@ pub struct TraceArgs {
     pub target: TargetArgs,
 
     /// Trace user threads only (no kernel threads).
-    #[arg(short = 'u', long, conflicts_with_all = ["kernel_threads_only", "pid", "tid"])]
+    #[arg(short = 'u', long, conflicts_with_all = ["kernel_threads_only", "pid", "tid", "cgroup", "unit", "container"])]
     pub user_threads_only: bool,
 
     /// Trace kernel threads only (no user threads).
-    #[arg(short = 'k', long, conflicts_with_all = ["pid", "tid"])]
+    #[arg(short = 'k', long, conflicts_with_all = ["pid", "tid", "cgroup", "unit", "container"])]
     pub kernel_threads_only: bool,
 
     /// Show user-space stacks only (no kernel stacks).
@@ -321,11 +321,22 @@ pub(crate) fn ids(mut v: Vec<u32>) -> Result<Vec<u32>, ConfigError> {
     Ok(v)
 }
 
+/// The cgroup the programs recognise for `--cgroup` (its BTF offsets are added
+/// when the programs load).
+pub(crate) fn cgroup_filter(t: &Threads) -> topwaits_common::CgroupFilter {
+    let mut f = topwaits_common::CgroupFilter::NONE;
+    if let Threads::Cgroup(cg, _) = t {
+        (f.id, f.hierarchy, f.level) = (cg.id, cg.hierarchy, cg.level);
+    }
+    f
+}
+
 pub(crate) fn filter_kind(t: &Threads) -> u32 {
     use topwaits_common::thread_filter;
     match t {
         Threads::Pids(_) => thread_filter::TGID,
         Threads::Tids(_) => thread_filter::TID,
+        Threads::Cgroup(..) => thread_filter::CGROUP,
         _ => thread_filter::ALL,
     }
 }
@@ -336,6 +347,9 @@ pub enum Threads {
     All,
     Pids(Vec<u32>),
     Tids(Vec<u32>),
+    /// `--cgroup`, `--unit`, `--container`: the cgroup, and how it was named
+    /// (`cgroup`, `unit nginx.service`, `container 3f2a1b9c8d7e`).
+    Cgroup(Box<crate::sys::cgroup::Cgroup>, String),
     UserOnly,
     KernelOnly,
 }
@@ -349,6 +363,8 @@ impl Threads {
             Threads::All => "all threads".to_string(),
             Threads::Pids(v) => format!("PID {}", list(v)),
             Threads::Tids(v) => format!("TID {}", list(v)),
+            Threads::Cgroup(cg, named) if named == "cgroup" => format!("cgroup {}", cg.path),
+            Threads::Cgroup(cg, named) => format!("{named} (cgroup {})", cg.path),
             Threads::UserOnly => "user threads".to_string(),
             Threads::KernelOnly => "kernel threads".to_string(),
         }
@@ -462,6 +478,8 @@ pub enum ConfigError {
     TooManyIds(usize),
     #[error("-p/-t ids must be positive, got 0")]
     ZeroId,
+    #[error(transparent)]
+    Cgroup(#[from] crate::sys::cgroup::CgroupError),
     #[error("topwaits threads cannot use --attach kprobe; use tp_btf or raw_tp")]
     ThreadsKprobe,
     #[error("--value applies to -f and --svg")]
@@ -614,6 +632,7 @@ impl Config {
         s.min_us = self.min_us;
         s.max_us = self.max_us;
         s.thread_filter = filter_kind(&self.threads);
+        s.cgroup = cgroup_filter(&self.threads);
         s.thread_kind = match self.threads {
             Threads::UserOnly => thread_kind::USER,
             Threads::KernelOnly => thread_kind::KERNEL,
@@ -647,11 +666,6 @@ impl Config {
             s.on_cpu = on_cpu::COUNT | if self.shown.perfetto.is_some() { on_cpu::EVENTS } else { 0 };
         }
         s
-    }
-
-    /// The pids or tids for the kernel filter map.
-    pub fn filter_ids(&self) -> &[u32] {
-        self.threads.ids()
     }
 }
 

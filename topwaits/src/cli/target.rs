@@ -1,12 +1,13 @@
-//! The options every subcommand shares: which processes or threads (`-p`, `-t`),
-//! and, for those that trace, how to attach (`--attach`). Defined once here and
+//! The options every subcommand shares: which processes or threads (`-p`, `-t`,
+//! or a cgroup by `--cgroup`, `--unit`, `--container`), and, for those that
+//! trace, how to attach (`--attach`). Defined once here and
 //! flattened into each subcommand's options.
 
 use clap::Args;
 
 use super::{pid_or_tid, AttachMode, ConfigError, Threads};
 
-/// `-p` and `-t`.
+/// `-p`, `-t`, and the cgroup options.
 #[derive(Args, Debug, Clone, Default)]
 pub struct TargetArgs {
     /// Only these processes (comma-separated PIDs).
@@ -17,12 +18,43 @@ pub struct TargetArgs {
     /// Only these threads (comma-separated TIDs).
     #[arg(short = 't', long = "tid", value_name = "TID", value_hint = clap::ValueHint::Other, value_delimiter = ',', num_args = 1)]
     pub tid: Vec<u32>,
+
+    /// Only the threads in this cgroup and the cgroups below it, including those
+    /// that join during the trace: a directory of a mounted hierarchy, or a path
+    /// within one (/system.slice/nginx.service), unified hierarchy first.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "tid", "unit", "container"])]
+    pub cgroup: Option<String>,
+
+    /// Only the threads of this systemd unit (nginx, or nginx.service), found by
+    /// its cgroup.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["pid", "tid", "container"])]
+    pub unit: Option<String>,
+
+    /// Only the threads of this container (docker, containerd, CRI-O, podman),
+    /// by its ID or a unique prefix of it, as `docker ps` or `crictl ps` show it.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["pid", "tid"])]
+    pub container: Option<String>,
 }
 
 impl TargetArgs {
-    /// The threads named, or `otherwise` when neither option is given.
+    /// The threads named, or `otherwise` when no option is given. A cgroup is
+    /// found now, so that a wrong one is an error before anything loads.
     pub fn threads(self, otherwise: Threads) -> Result<Threads, ConfigError> {
-        pid_or_tid(self.pid, self.tid, otherwise)
+        use crate::sys::cgroup;
+        let found = match (&self.cgroup, &self.unit, &self.container) {
+            (Some(p), _, _) => Some((cgroup::by_path(p, &cgroup::mounts()?)?, "cgroup".to_string())),
+            (_, Some(u), _) => Some((cgroup::by_unit(u, &cgroup::mounts()?)?, format!("unit {}", cgroup::unit_name(u)))),
+            (_, _, Some(c)) => {
+                let cg = cgroup::by_container(c, &cgroup::mounts()?)?;
+                let id = cg.dir.file_name().and_then(|f| cgroup::container_id_of(f.to_str()?)).unwrap_or(c).to_string();
+                Some((cg, format!("container {}", &id[..12.min(id.len())])))
+            }
+            _ => None,
+        };
+        match found {
+            Some((cg, named)) => Ok(Threads::Cgroup(Box::new(cg), named)),
+            None => pid_or_tid(self.pid, self.tid, otherwise),
+        }
     }
 }
 

@@ -86,6 +86,7 @@ impl ThreadsConfig {
     pub fn settings(&self) -> topwaits_common::Settings {
         let mut s = topwaits_common::Settings::defaults();
         s.thread_filter = filter_kind(&self.threads);
+        s.cgroup = super::cgroup_filter(&self.threads);
         s.threads = 1;
         s.stacks = 0;
         s.self_tgid = std::process::id();

@@ -36,6 +36,12 @@ impl Unwinder {
         let tgids: Vec<u32> = match &config.threads {
             Threads::Pids(p) => p.clone(),
             Threads::Tids(t) => t.iter().filter_map(|&t| procfs::tgid_of(t)).collect(),
+            Threads::Cgroup(cg, _) => {
+                let mut p: Vec<u32> = crate::sys::cgroup::threads_in(cg).into_iter().filter_map(procfs::tgid_of).collect();
+                p.sort_unstable();
+                p.dedup();
+                p
+            }
             _ => Vec::new(),
         };
         for tgid in tgids {

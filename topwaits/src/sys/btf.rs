@@ -251,22 +251,51 @@ impl FromBtf for TaskOffsets {
         })
     }
 
-    /// Mapped where the kernel allows it (6.16 on, and only privately), which
-    /// spares copying its 5-6 MiB, read otherwise.
     fn from_sys(path: &Path) -> anyhow::Result<Self> {
-        use anyhow::Context as _;
-        let file = std::fs::File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
-        // SAFETY: the kernel's BTF is read-only and never changes while mapped.
-        let parsed = match unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) } {
-            Ok(map) => Self::from_bytes(&map),
-            Err(_) => {
-                let mut data = Vec::with_capacity(file.metadata().map_or(0, |m| m.len() as usize));
-                std::io::Read::read_to_end(&mut &file, &mut data).with_context(|| format!("failed to read {}", path.display()))?;
-                Self::from_bytes(&data)
-            }
-        };
-        parsed.with_context(|| format!("failed to parse {}", path.display()))
+        with_bytes(path, Self::from_bytes)
     }
+}
+
+/// `parse` of the BTF file at `path`: mapped where the kernel allows it (6.16
+/// on, and only privately), which spares copying its 5-6 MiB, read otherwise.
+fn with_bytes<T>(path: &Path, parse: impl FnOnce(&[u8]) -> Result<T, BtfError>) -> anyhow::Result<T> {
+    use anyhow::Context as _;
+    let file = std::fs::File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
+    // SAFETY: the kernel's BTF is read-only and never changes while mapped.
+    let parsed = match unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) } {
+        Ok(map) => parse(&map),
+        Err(_) => {
+            let mut data = Vec::with_capacity(file.metadata().map_or(0, |m| m.len() as usize));
+            std::io::Read::read_to_end(&mut &file, &mut data).with_context(|| format!("failed to read {}", path.display()))?;
+            parse(&data)
+        }
+    };
+    parsed.with_context(|| format!("failed to parse {}", path.display()))
+}
+
+/// The offsets of [`topwaits_common::CgroupFilter`] from raw BTF bytes.
+pub fn cgroup_offsets(data: &[u8], f: &mut topwaits_common::CgroupFilter) -> Result<(), BtfError> {
+    let btf = Btf::parse(data)?;
+    let cgroup = btf.member_offsets("cgroup")?;
+    let get = |m: &HashMap<String, u32>, s: &str, name: &str| {
+        m.get(name).copied().ok_or_else(|| BtfError::NoMember { strukt: s.into(), member: name.into() })
+    };
+    f.off_root = get(&cgroup, "cgroup", "root")?;
+    f.off_level = get(&cgroup, "cgroup", "level")?;
+    f.off_kn = get(&cgroup, "cgroup", "kn")?;
+    // 6.1 on: pointers to the ancestors; before: their ids.
+    (f.off_ancestors, f.ancestors_are_ids) = match get(&cgroup, "cgroup", "ancestors") {
+        Ok(off) => (off, 0),
+        Err(_) => (get(&cgroup, "cgroup", "ancestor_ids")?, 1),
+    };
+    f.off_hierarchy_id = get(&btf.member_offsets("cgroup_root")?, "cgroup_root", "hierarchy_id")?;
+    f.off_kn_id = get(&btf.member_offsets("kernfs_node")?, "kernfs_node", "id")?;
+    Ok(())
+}
+
+/// Reads [`cgroup_offsets`] from the running kernel's BTF at `path`.
+pub fn cgroup_offsets_into(path: &Path, f: &mut topwaits_common::CgroupFilter) -> anyhow::Result<()> {
+    with_bytes(path, |data| cgroup_offsets(data, f))
 }
 
 #[cfg(test)]
@@ -420,6 +449,21 @@ pub(crate) mod tests {
         });
         assert_eq!(seen.join().unwrap(), (false, false), "hidden from the thread");
         assert!(path.exists() && TaskOffsets::from_sys(path).is_ok(), "the rest of the process still reads it");
+    }
+
+    #[test]
+    fn finds_where_a_cgroup_names_its_ancestors() {
+        let path = Path::new(VMLINUX_BTF);
+        if !path.exists() {
+            eprintln!("skipped: {VMLINUX_BTF} is absent");
+            return;
+        }
+        let mut f = topwaits_common::CgroupFilter::NONE;
+        cgroup_offsets_into(path, &mut f).unwrap();
+        // The ancestors are the last member of struct cgroup, after its kernfs node.
+        assert!(f.off_ancestors > f.off_kn && f.off_ancestors > f.off_level, "{f:?}");
+        assert!([f.off_root, f.off_hierarchy_id, f.off_kn_id].iter().all(|&o| o != u32::MAX), "{f:?}");
+        assert!(cgroup_offsets(&fake_task_btf(), &mut f).is_err(), "BTF without struct cgroup");
     }
 
     #[test]

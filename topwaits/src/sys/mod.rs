@@ -3,6 +3,7 @@
 
 pub mod btf;
 pub mod caps;
+pub mod cgroup;
 pub mod elf;
 pub mod heap;
 pub mod kallsyms;

@@ -1,0 +1,261 @@
+//! Kernel tests of tracing by cgroup (`--cgroup`, `--unit`, `--container`),
+//! with cgroups this test makes under the unified hierarchy: no container
+//! runtime or systemd needed, though `--unit` is also tried on a real
+//! transient unit where systemd runs.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+use serde_json::Value;
+
+/// Where the unified (v2) hierarchy is mounted, if it is.
+fn unified_mount() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let f: Vec<&str> = left.split(' ').collect();
+        (right.starts_with("cgroup2 ") && f.get(3) == Some(&"/")).then(|| PathBuf::from(f[4]))
+    })
+}
+
+/// A cgroup made for one test, removed (with whatever it still holds killed)
+/// when dropped.
+struct TestCgroup {
+    dir: PathBuf,
+    /// Its path within the hierarchy.
+    path: String,
+}
+
+impl TestCgroup {
+    fn make(test: &str, sub: &str) -> Option<TestCgroup> {
+        let missing = match unified_mount() {
+            None => Some("no cgroup2 hierarchy is mounted".to_string()),
+            Some(m) if std::fs::metadata(m.join("cgroup.procs")).is_err() => Some(format!("{} is unreadable", m.display())),
+            Some(_) => None,
+        };
+        if !present(test, "a cgroup2 hierarchy", missing) {
+            return None;
+        }
+        let root = unified_mount().unwrap();
+        let top = format!("topwaits-test-{}-{test}", std::process::id());
+        let path = if sub.is_empty() { format!("/{top}") } else { format!("/{top}/{sub}") };
+        let dir = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("making {}: {e}", dir.display()));
+        Some(TestCgroup { dir, path })
+    }
+
+    /// Moves process `pid` (every thread of it) into the cgroup.
+    fn enter(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap_or_else(|e| panic!("moving {pid} in: {e}"));
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // The top directory this test made, and everything below it.
+        let root = unified_mount().unwrap();
+        let rel = self.path.trim_start_matches('/');
+        let top = root.join(rel.split('/').next().unwrap());
+        let mut dirs = vec![];
+        let mut todo = vec![top.clone()];
+        while let Some(d) = todo.pop() {
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                todo.extend(rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+            }
+            dirs.push(d);
+        }
+        for d in dirs.iter().rev() {
+            let _ = std::fs::write(d.join("cgroup.kill"), "1");
+            for _ in 0..100 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// A Python workload that, once told to go (a line on stdin), starts two
+/// threads that sleep in turns and prints their ids; the threads are created
+/// during the trace.
+const LATE_THREADS: &str = r#"
+import sys, threading, time
+print("ready", flush=True)
+sys.stdin.readline()
+def work():
+    for _ in range(40):
+        time.sleep(0.01)
+ts = [threading.Thread(target=work) for _ in range(2)]
+for t in ts:
+    t.start()
+print(" ".join(str(t.native_id) for t in ts), flush=True)
+for t in ts:
+    t.join()
+time.sleep(5)
+"#;
+
+/// A child process, killed when dropped (a failed test leaves none behind).
+struct Proc(Child);
+
+impl Proc {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The distribution's Python, not a version manager's shim (a script that
+/// forks helpers before it becomes Python).
+const PYTHON: &str = "/usr/bin/python3";
+
+/// A process that sleeps in a loop until killed.
+fn sleeper() -> Proc {
+    Proc(Command::new(PYTHON).args(["-c", "import time\nwhile True: time.sleep(0.01)"]).spawn().expect("/usr/bin/python3 is installed"))
+}
+
+fn start_in(cg: &TestCgroup, script: &str) -> Proc {
+    // The shell enters the cgroup, then becomes the workload.
+    let cmd = format!("echo $$ > {}/cgroup.procs && exec /usr/bin/python3 -c \"$0\"", cg.dir.display());
+    let mut child = Command::new("sh")
+        .args(["-c", &cmd, script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sh and python3 are installed");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let child = Proc(child);
+    assert_eq!(line.trim(), "ready", "the workload did not start in {}", cg.dir.display());
+    child
+}
+
+fn tgids_and_tids(doc: &Value) -> (Vec<u64>, Vec<u64>) {
+    let records = doc["records"].as_array().unwrap();
+    (records.iter().map(|r| r["tgid"].as_u64().unwrap()).collect(), records.iter().map(|r| r["tid"].as_u64().unwrap()).collect())
+}
+
+#[test]
+fn a_cgroup_is_traced_with_the_threads_that_join_it_and_nothing_else() {
+    require_bpf!();
+    let Some(cg) = TestCgroup::make("joins", "") else { return };
+    let mut work = start_in(&cg, LATE_THREADS);
+    let outsider = sleeper();
+    let mover = sleeper();
+    let t = Tracer::start(&["--json", "-U", "--cgroup", &cg.path, "2"]);
+    // After the attach: two new threads in the cgroup, and a process moved in.
+    writeln!(work.0.stdin.as_mut().unwrap(), "go").unwrap();
+    let mut line = String::new();
+    BufReader::new(work.0.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let late: Vec<u64> = line.split_whitespace().map(|t| t.parse().unwrap()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    cg.enter(mover.id());
+    let doc = json(&t.finish());
+    let (tgids, tids) = tgids_and_tids(&doc);
+    let ours = [u64::from(work.id()), u64::from(mover.id())];
+    assert!(tgids.iter().all(|t| ours.contains(t)), "only the cgroup's processes ({ours:?}): {tgids:?}");
+    assert!(!tgids.contains(&u64::from(outsider.id())), "a process outside the cgroup was traced");
+    for tid in &late {
+        assert!(tids.contains(tid), "thread {tid}, made in the cgroup during the trace, is missing: {tids:?}");
+    }
+    assert!(tgids.contains(&u64::from(mover.id())), "the process moved into the cgroup is missing: {tgids:?}");
+    assert_eq!(doc["target"], format!("cgroup {}, user stacks", cg.path), "the header names the cgroup");
+}
+
+#[test]
+fn a_process_moved_out_of_the_cgroup_is_no_longer_traced() {
+    require_bpf!();
+    let Some(cg) = TestCgroup::make("leaves", "") else { return };
+    let parent = unified_mount().unwrap();
+    let leaver = sleeper();
+    cg.enter(leaver.id());
+    let t = Tracer::start(&["--json", "-U", "--cgroup", &cg.path, "3"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Back to the root cgroup: from then on it is outside.
+    std::fs::write(parent.join("cgroup.procs"), leaver.id().to_string()).unwrap();
+    let moved = now_wall_ns();
+    let doc = json(&t.finish());
+    let records = doc["records"].as_array().unwrap();
+    let mine: Vec<&Value> = records.iter().filter(|r| r["tgid"] == leaver.id()).collect();
+    assert!(!mine.is_empty(), "its waits while inside are traced: {doc:#}");
+    // Its 10 ms sleeps: none that ended later than a moment after it left.
+    for r in &mine {
+        let end = parse_rfc3339(r["max_end"].as_str().unwrap());
+        assert!(end < moved + 50_000_000 || r["open"] == true, "a wait after it left: {r:#}");
+    }
+    let count: u64 = mine.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert!(count < 150, "{count} waits: it kept being traced after it left the cgroup");
+}
+
+#[test]
+fn a_unit_and_a_container_are_found_by_their_cgroups() {
+    require_bpf!();
+    let id = "c0ffee00112233445566778899aabbccddeeff00112233445566778899aabbcc";
+    let Some(unit) = TestCgroup::make("names", "tw-probe.service") else { return };
+    let container = TestCgroup {
+        dir: unit.dir.parent().unwrap().join(format!("docker-{id}.scope")),
+        path: format!("{}/docker-{id}.scope", Path::new(&unit.path).parent().unwrap().display()),
+    };
+    std::fs::create_dir_all(&container.dir).unwrap();
+    let a = sleeper();
+    let b = sleeper();
+    unit.enter(a.id());
+    container.enter(b.id());
+    let by_unit = json(&run(&["--json", "-U", "--unit", "tw-probe", "1"]));
+    let by_container = json(&run(&["--json", "-U", "--container", &id[..12], "1"]));
+    let (unit_tgids, _) = tgids_and_tids(&by_unit);
+    let (ctr_tgids, _) = tgids_and_tids(&by_container);
+    assert!(!unit_tgids.is_empty() && unit_tgids.iter().all(|&t| t == u64::from(a.id())), "{unit_tgids:?} {by_unit:#}");
+    assert!(!ctr_tgids.is_empty() && ctr_tgids.iter().all(|&t| t == u64::from(b.id())), "{ctr_tgids:?}");
+    assert_eq!(by_unit["target"], format!("unit tw-probe.service (cgroup {}), user stacks", unit.path));
+    assert_eq!(by_container["target"], format!("container {} (cgroup {}), user stacks", &id[..12], container.path));
+    drop((a, b));
+}
+
+#[test]
+fn a_real_systemd_unit_is_traced_where_systemd_runs() {
+    require_bpf!();
+    let systemd = std::fs::read_to_string("/proc/1/comm").is_ok_and(|c| c.trim() == "systemd");
+    if !systemd || Command::new("systemd-run").arg("--version").output().is_err() {
+        eprintln!("skipped a_real_systemd_unit_is_traced_where_systemd_runs: systemd is not this machine's init");
+        return;
+    }
+    let unit = format!("topwaits-test-{}", std::process::id());
+    let ok = Command::new("systemd-run")
+        .args(["--unit", &unit, "--collect", "python3", "-c", "import time\nwhile True: time.sleep(0.01)"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "systemd-run failed");
+    let doc = json(&run(&["--json", "-U", "--unit", &unit, "1"]));
+    let _ = Command::new("systemctl").args(["stop", &unit]).status();
+    let comms: Vec<&str> = doc["records"].as_array().unwrap().iter().map(|r| r["comm"].as_str().unwrap()).collect();
+    assert!(!comms.is_empty() && comms.iter().all(|c| c.starts_with("python3")), "{comms:?}");
+}
+
+#[test]
+fn a_missing_cgroup_unit_or_container_is_a_one_line_error() {
+    for (args, says) in [
+        (vec!["--cgroup", "/no/such/cgroup-here"], "no cgroup /no/such/cgroup-here"),
+        (vec!["--unit", "no-such-unit-here"], "no systemd unit no-such-unit-here.service is running"),
+        (vec!["--container", "0123456789ab"], "no container 0123456789ab is running"),
+        (vec!["--container", "not-an-id"], "bad container ID"),
+        (vec!["--cgroup", "/x", "-p", "1"], "cannot be used with"),
+    ] {
+        let out = Command::new(BIN).args(&args).arg("1").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(err.trim().lines().count() <= 3, "{args:?}: a short error, not a report: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}

@@ -23,18 +23,21 @@ impl Objects {
             if out.contains_key(&r.tgid) {
                 continue;
             }
-            let maps = self.convert(maps_of(r.tgid));
+            // A container's files are read through its root (while it lives).
+            let foreign = crate::sys::procfs::foreign_root(r.tgid);
+            let maps = self.convert(r.tgid, foreign, maps_of(r.tgid));
             out.insert(r.tgid, maps);
         }
         out
     }
 
-    fn convert(&mut self, mut maps: Vec<Mapping>) -> Vec<ObjectMap> {
+    fn convert(&mut self, tgid: u32, foreign: bool, mut maps: Vec<Mapping>) -> Vec<ObjectMap> {
         maps.sort_by_key(|m| m.start);
         maps.into_iter()
             .map(|m| {
+                let file = crate::sys::procfs::path_in(tgid, foreign, &m.path).to_string_lossy().into_owned();
                 let build_id =
-                    self.build_ids.entry(m.path.clone()).or_insert_with(|| crate::symbolize::build_id_hex(&m.path).map(Arc::from)).clone();
+                    self.build_ids.entry(file.clone()).or_insert_with(|| crate::symbolize::build_id_hex(&file).map(Arc::from)).clone();
                 let path = self.paths.entry(m.path.clone()).or_insert_with(|| m.path.as_str().into()).clone();
                 ObjectMap { start: m.start, end: m.end, offset: m.offset, path, build_id }
             })

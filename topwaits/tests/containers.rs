@@ -259,3 +259,73 @@ fn a_missing_cgroup_unit_or_container_is_a_one_line_error() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// The libraries `ldd` says a program loads (its loader among them), by path.
+fn libraries_of(program: &Path) -> Vec<PathBuf> {
+    let out = Command::new("ldd").arg(program).output().expect("ldd is installed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let path = l.split("=>").last()?.split_whitespace().next()?;
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+#[test]
+fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
+    require_bpf!();
+    let tools = ["unshare", "pivot_root", "ldd", "cc"]
+        .iter()
+        .find(|t| Command::new("sh").args(["-c", &format!("command -v {t}")]).output().map_or(true, |o| !o.status.success()));
+    if !present(
+        "a_program_in_its_own_namespaces_is_named_from_its_own_files",
+        "util-linux and a C compiler",
+        tools.map(|t| format!("no {t}")),
+    ) {
+        return;
+    }
+    // A root of its own: the program (built without frame pointers) at
+    // /ctr_app, a path that names nothing here, and copies of its libraries.
+    let root = PathBuf::from(format!("{}/ctr-root-{}", env!("CARGO_TARGET_TMPDIR"), std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("old")).unwrap();
+    assert!(!Path::new("/ctr_app").exists(), "/ctr_app must name nothing on this machine");
+    let app = root.join("ctr_app");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/deep.c");
+    let built = Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-pthread", "-o"]).arg(&app).arg(src).status().unwrap();
+    assert!(built.success(), "compiling {src} failed");
+    for lib in libraries_of(&app) {
+        let to = root.join(lib.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&lib, &to).unwrap_or_else(|e| panic!("copying {}: {e}", lib.display()));
+    }
+    let script = format!("mount --bind {r} {r} && cd {r} && pivot_root . old && exec /ctr_app 6", r = root.display());
+    let mut ns = Command::new("unshare")
+        .args(["--mount", "--pid", "--fork", "--kill-child", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare runs");
+    let mut line = String::new();
+    BufReader::new(ns.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let ns = Proc(ns);
+    assert!(line.starts_with("ready"), "the program did not start in its own root: {line:?}");
+    // The program is unshare's child; its pid here is not the one it sees.
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", ns.id())).unwrap();
+    let pid: u32 = children.split_whitespace().next().expect("unshare's child").parse().unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(maps.contains(" /ctr_app"), "its maps name its own path: {maps}");
+    let doc = json(&run_walked(&["--json", "-U", "--wait-for-walker", "-p", &pid.to_string()], 1.5));
+    drop(ns);
+    let _ = std::fs::remove_dir_all(&root);
+    let sleep = records_in(&doc, "tw_sleep_leaf");
+    let r = sleep.first().unwrap_or_else(|| panic!("its functions are not named: {doc:#}"));
+    let names = stack_names(&r["user_stack"]);
+    let want = ["tw_sleep_leaf", "tw_sleep_5", "tw_sleep_4", "tw_sleep_3", "tw_sleep_2", "tw_sleep_1", "main"];
+    let at = names.iter().position(|n| n == "tw_sleep_leaf").unwrap();
+    assert_eq!(&names[at..at + want.len()], want, "{names:?}");
+    assert!(names.iter().any(|n| n == "__libc_start_call_main"), "a whole stack: {names:?}");
+    assert_eq!(r["user_stack_status"], "ok", "{r:#}");
+    let modules: Vec<&str> = r["user_stack"].as_array().unwrap().iter().filter_map(|f| f["module"].as_str()).collect();
+    assert!(modules.contains(&"ctr_app"), "{modules:?}");
+}

@@ -180,14 +180,16 @@ pub fn build_id_hex(path: &str) -> Option<String> {
 }
 
 /// A module's separate debug file, by its build id under `/usr/lib/debug` (where
-/// distributions install them), and the module's loaded segments.
-fn debug_file(module: &str) -> Option<(PathBuf, Vec<elf::Segment>)> {
-    let hex = build_id_hex(module)?;
+/// distributions install them), and the module's loaded segments. `root`: where
+/// the process's files are read (`/proc/PID/root` for a container), or "".
+fn debug_file(root: &str, module: &str) -> Option<(PathBuf, Vec<elf::Segment>)> {
+    let module = format!("{root}{module}");
+    let hex = build_id_hex(&module)?;
     if hex.len() < 3 {
         return None;
     }
-    let path = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
-    let segments = elf::load_segments(&mut std::fs::File::open(module).ok()?).ok()?;
+    let path = PathBuf::from(format!("{root}/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
+    let segments = elf::load_segments(&mut std::fs::File::open(&module).ok()?).ok()?;
     path.exists().then_some((path, segments))
 }
 
@@ -198,6 +200,7 @@ fn debug_file(module: &str) -> Option<(PathBuf, Vec<elf::Segment>)> {
 /// debug file is not found by build id) also loads the DWARF sections, which took a
 /// tenth of a 20,000-stack report.
 fn from_debug_files(
+    root: &str,
     blaze: &Blaze,
     found: &mut HashMap<String, Option<(PathBuf, Vec<elf::Segment>)>>,
     maps: &[procfs::Mapping],
@@ -213,7 +216,7 @@ fn from_debug_files(
     let mut out = Vec::new();
     let mut rest = Vec::new();
     for (module, addrs) in by_module {
-        let Some((dbg, segments)) = found.entry(module.to_string()).or_insert_with(|| debug_file(module)) else {
+        let Some((dbg, segments)) = found.entry(format!("{root}{module}")).or_insert_with(|| debug_file(root, module)) else {
             rest.extend(addrs);
             continue;
         };
@@ -300,11 +303,15 @@ impl Symbolizer for BlazeSymbolizer {
             // Cached maps are not re-read by blazesym: refresh them (dlopen, ...).
             let _ = self.remember(tgid);
         }
+        let foreign = live && procfs::foreign_root(tgid);
+        let root = if foreign { format!("/proc/{tgid}/root") } else { String::new() };
         let source = |debug_syms: bool| {
             let mut proc_src = Process::new(tgid.into());
             proc_src.perf_map = true;
-            // With cached maps, files are opened by path (the process may be gone).
-            proc_src.map_files = !cached;
+            // With cached maps, files are opened by path (the process may be
+            // gone); a container's paths are its own, so its files are opened
+            // through the process (`map_files`) while it lives.
+            proc_src.map_files = !cached || foreign;
             proc_src.debug_syms = debug_syms;
             Source::Process(proc_src)
         };
@@ -348,12 +355,13 @@ impl Symbolizer for BlazeSymbolizer {
                 .copied()
                 .filter(|&a| {
                     procfs::mapping_of(maps, a).is_some_and(|m| {
-                        !*symtab.entry(m.path.clone()).or_insert_with(|| crate::sys::elf::has_symtab(&m.path).unwrap_or(true))
+                        let path = format!("{root}{}", m.path);
+                        !*symtab.entry(path.clone()).or_insert_with(|| crate::sys::elf::has_symtab(&path).unwrap_or(true))
                     })
                 })
                 .collect();
             if !debug.is_empty() {
-                for f in from_debug_files(&self.inner, &mut self.debug_files, maps, &debug, &source(true)) {
+                for f in from_debug_files(&root, &self.inner, &mut self.debug_files, maps, &debug, &source(true)) {
                     if f.symbol.is_some() {
                         named.insert(f.addr, f);
                     }

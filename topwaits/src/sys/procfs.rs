@@ -117,6 +117,26 @@ pub fn open_mapped(pid: u32, m: &Mapping) -> Option<std::fs::File> {
         .ok()
 }
 
+/// Whether process `pid` sees files other than this process does: in another
+/// mount namespace (a container), or with another root (a chroot). Its maps'
+/// paths are then its own, and name nothing, or another file, here.
+pub fn foreign_root(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let ns = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    let other_ns = matches!((ns(&format!("/proc/{pid}/ns/mnt")), ns("/proc/self/ns/mnt")), (Some(a), Some(b)) if a != b);
+    other_ns || std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r != Path::new("/"))
+}
+
+/// Where this process reads file `path` as process `pid` names it: through
+/// `/proc/PID/root` when `foreign` (see [`foreign_root`]), else `path` itself.
+pub fn path_in(pid: u32, foreign: bool, path: &str) -> std::path::PathBuf {
+    if foreign {
+        std::path::PathBuf::from(format!("/proc/{pid}/root{path}"))
+    } else {
+        std::path::PathBuf::from(path)
+    }
+}
+
 /// Reads `/proc/PID/maps`; empty when the process is gone.
 pub fn maps_of(pid: u32) -> Vec<Mapping> {
     match std::fs::File::open(format!("/proc/{pid}/maps")) {
@@ -140,6 +160,14 @@ pub fn locate(maps: &[Mapping], addr: u64) -> Option<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_containers_files_are_read_through_its_root() {
+        let me = std::process::id();
+        assert!(!foreign_root(me), "this process shares its own root");
+        assert_eq!(path_in(me, false, "/usr/lib/libc.so.6"), Path::new("/usr/lib/libc.so.6"));
+        assert_eq!(path_in(42, true, "/app/server"), Path::new("/proc/42/root/app/server"));
+    }
 
     const MAPS: &str = "\
 5581a000-5581b000 r--p 00000000 fe:01 123 /usr/bin/app

@@ -13,8 +13,10 @@
 //!
 //! Before that, [`driving`] keeps only the edges that drive their sleeper: a
 //! thread is a consumer of a waker only if that waker's futex wakeups ended at
-//! least a quarter ([`CONSUMER_SHARE`]) of its sleeps. A thread woken by futex 12
-//! times in 1,867 sleeps is not anyone's consumer.
+//! least a quarter ([`CONSUMER_SHARE`]) of its sleeps, and at least
+//! [`CONSUMER_WAKES`] times. A thread woken by futex 12 times in 1,867 sleeps is
+//! not anyone's consumer, nor is a thread joining another, which that thread's
+//! exit wakes once.
 //!
 //! Consumers that wake their producer back (a completion, or a mutex hand-off) are
 //! placed as consumers before their own wake sets are considered, so they do not
@@ -36,11 +38,20 @@ pub struct Group {
 /// for the thread to be its consumer: 1 in 4.
 pub const CONSUMER_SHARE: (u64, u64) = (1, 4);
 
+/// The fewest futex wakeups from one waker that make a thread its consumer: a
+/// wake seen once or twice is no pattern to reproduce (a `pthread_join`, which
+/// the joined thread's exit ends through a futex, is one).
+pub const CONSUMER_WAKES: u64 = 3;
+
 /// The futex edges that drive their sleeper (see [`CONSUMER_SHARE`]), given each
 /// traced thread's number of sleeps. Edges to untraced threads are dropped.
 pub fn driving(edges: &[Edge], sleeps: &std::collections::HashMap<u32, u64>) -> Vec<Edge> {
     let (num, den) = CONSUMER_SHARE;
-    edges.iter().filter(|e| e.futex && sleeps.get(&e.sleeper).is_some_and(|&s| e.count * den >= s * num)).copied().collect()
+    edges
+        .iter()
+        .filter(|e| e.futex && e.count >= CONSUMER_WAKES && sleeps.get(&e.sleeper).is_some_and(|&s| e.count * den >= s * num))
+        .copied()
+        .collect()
 }
 
 /// Reduces edges to groups, in the order the producers were chosen.
@@ -125,6 +136,15 @@ mod tests {
         let kept: Vec<u32> = driving(&e, &sleeps).iter().map(|e| e.sleeper).collect();
         assert_eq!(kept, [3, 4], "2 is rarely woken by 1; 9 is not traced");
         assert_eq!(reduce(&driving(&e, &sleeps)), vec![group(1, &[3, 4])]);
+    }
+
+    /// Regression: rt-app's main thread, in pthread_join all along (one sleep),
+    /// was made a fourth consumer of the producer whose exit woke it.
+    #[test]
+    fn a_single_wake_makes_no_consumer() {
+        let e = edges(&[(1, 2, 30), (1, 7, 1)]);
+        let sleeps: std::collections::HashMap<u32, u64> = [(2, 31), (7, 1)].into_iter().collect();
+        assert_eq!(reduce(&driving(&e, &sleeps)), vec![group(1, &[2])]);
     }
 
     #[test]

@@ -263,7 +263,7 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
     }
     let rg = &replay["groups"][0];
     assert_eq!(rg["producer"].as_u64(), Some(rptid as u64), "{replay:#}");
-    assert_eq!(rg["consumers"].as_array().unwrap().len(), 3);
+    assert_eq!(rg["consumers"].as_array().unwrap().len(), 3, "{replay:#}");
 }
 
 #[test]

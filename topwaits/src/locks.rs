@@ -341,6 +341,7 @@ mod tests {
             wake,
             open: None,
             threads: 1,
+            ns_ids: None,
             waits_on: Some(on),
         };
         Event { record, state: 1 }

@@ -503,6 +503,10 @@ pub struct Record {
     /// [`crate::label::WaitsOn::Running`] for on-CPU samples.
     #[serde(default)]
     pub waits_on: Option<crate::label::WaitsOn>,
+    /// The process's and thread's ids in their own PID namespace (a
+    /// container's), where that is not this one: (pid, tid).
+    #[serde(default)]
+    pub ns_ids: Option<(u32, u32)>,
 }
 
 impl Record {

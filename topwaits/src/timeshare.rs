@@ -86,6 +86,7 @@ mod tests {
             wake: None,
             open: None,
             threads: 1,
+            ns_ids: None,
             waits_on: on,
         }
     }

@@ -328,4 +328,7 @@ fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
     assert_eq!(r["user_stack_status"], "ok", "{r:#}");
     let modules: Vec<&str> = r["user_stack"].as_array().unwrap().iter().filter_map(|f| f["module"].as_str()).collect();
     assert!(modules.contains(&"ctr_app"), "{modules:?}");
+    // The host's ids, and its own: the first process of its namespace.
+    assert_eq!((r["tgid"].as_u64(), r["ns_pid"].as_u64()), (Some(u64::from(pid)), Some(1)), "{r:#}");
+    assert!(r["ns_tid"].as_u64().is_some(), "{r:#}");
 }

@@ -205,6 +205,12 @@ struct JRecord<'a> {
     tgid: Option<u32>,
     /// `null` with `--by process` or `--by comm`.
     tid: Option<u32>,
+    /// The ids in the process's own PID namespace (a container's), where that
+    /// is not the tracer's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ns_pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ns_tid: Option<u32>,
     /// Threads the record stands for (more than 1 only with `--by`).
     threads: u32,
     /// What the waits were for: `kind`, `description` and the kind's fields.
@@ -267,6 +273,8 @@ fn record<'a>(report: &Report, r: &'a Record, texts: &'a FrameTexts) -> JRecord<
     JRecord {
         tgid: matches!(info.by, By::Thread | By::Process).then_some(r.tgid),
         tid: (info.by == By::Thread).then_some(r.tid),
+        ns_pid: r.ns_ids.filter(|_| matches!(info.by, By::Thread | By::Process)).map(|n| n.0),
+        ns_tid: r.ns_ids.filter(|_| info.by == By::Thread).map(|n| n.1),
         waits_on: r.waits_on.as_ref().map(|w| waits_on(w, r.total_ns / r.count.max(1))),
         threads: r.threads,
         samples: r.on_cpu().then_some(r.count),

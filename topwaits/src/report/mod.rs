@@ -86,7 +86,13 @@ pub fn named(comm: &str, tgid: u32, tid: u32, by: By) -> String {
 /// Who a record stands for, as the top view heads it: a thread, a process's
 /// threads (`--by process`) or every thread of a name (`--by comm`).
 pub fn who(r: &Record, by: By) -> String {
-    let name = named(&comm_text(&r.comm), r.tgid, r.tid, by);
+    let mut name = named(&comm_text(&r.comm), r.tgid, r.tid, by);
+    // A container's own ids beside the host's.
+    match (r.ns_ids, by) {
+        (Some((pid, tid)), By::Thread) => name.push_str(&format!(" (pid {pid}, tid {tid} in its namespace)")),
+        (Some((pid, _)), By::Process) => name.push_str(&format!(" ({pid} in its namespace)")),
+        _ => {}
+    }
     match by {
         By::Thread => name,
         By::Process | By::Comm => format!("{name}  {}", crate::cli::plural(r.threads as usize, "thread")),
@@ -219,6 +225,7 @@ pub(crate) mod fixtures {
                     wake: None,
                     open: None,
                     threads: 1,
+                    ns_ids: None,
                     waits_on: None,
                 },
                 Record {
@@ -234,6 +241,7 @@ pub(crate) mod fixtures {
                     wake: None,
                     open: None,
                     threads: 1,
+                    ns_ids: None,
                     waits_on: None,
                 },
             ],
@@ -251,5 +259,22 @@ pub(crate) mod fixtures {
             events: Vec::new(),
             samples: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_containers_thread_shows_its_own_ids_beside_the_hosts() {
+        let mut r = fixtures::report().records.remove(0);
+        assert_eq!(who(&r, By::Thread), "sleeper  pid 100  tid 101");
+        r.ns_ids = Some((1, 3));
+        assert_eq!(who(&r, By::Thread), "sleeper  pid 100  tid 101 (pid 1, tid 3 in its namespace)");
+        assert_eq!(who(&r, By::Process), "sleeper  pid 100 (1 in its namespace)  1 thread");
+        assert_eq!(who(&r, By::Comm), "sleeper  1 thread", "a name stands for threads of any namespace");
+        let doc = crate::report::json::document(&Report { records: vec![r], ..fixtures::report() }, 0);
+        assert_eq!((doc["records"][0]["ns_pid"].as_u64(), doc["records"][0]["ns_tid"].as_u64()), (Some(1), Some(3)));
     }
 }

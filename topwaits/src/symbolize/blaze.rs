@@ -44,6 +44,8 @@ pub struct BlazeSymbolizer {
     kernel_thread: Option<KernelThread>,
     /// Names Python frames from the interpreters' memory.
     python: crate::python::Resolver,
+    /// Whether each process is in another PID namespace (a container's).
+    pid_ns: FastMap<u32, bool>,
 }
 
 /// The kernel symbolizing thread's channels: addresses out, frames back.
@@ -75,6 +77,7 @@ impl Default for BlazeSymbolizer {
             kernel_thread: None,
             python: Default::default(),
             regions: FastMap::default(),
+            pid_ns: FastMap::default(),
         }
     }
 }
@@ -393,6 +396,13 @@ impl Symbolizer for BlazeSymbolizer {
             Some(r) if !r.is_empty() => unwind::region_of(r, addr).is_some_and(|m| m.exec),
             _ => true,
         }
+    }
+
+    fn ns_ids(&mut self, tgid: u32, tid: u32) -> Option<(u32, u32)> {
+        if !*self.pid_ns.entry(tgid).or_insert_with(|| procfs::foreign_pid_ns(tgid)) {
+            return None;
+        }
+        procfs::ns_ids(tgid, tid)
     }
 
     fn python(&mut self, tgid: u32, words: &[u64]) -> Vec<Frame> {

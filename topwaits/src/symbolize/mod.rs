@@ -40,6 +40,12 @@ pub trait Symbolizer {
 
     /// The frames of a process's Python frame words (see
     /// `topwaits_common::python`), in order.
+    /// Thread `tid`'s (pid, tid) in its own PID namespace, where that is not
+    /// this one (a container's); none by default.
+    fn ns_ids(&mut self, _tgid: u32, _tid: u32) -> Option<(u32, u32)> {
+        None
+    }
+
     fn python(&mut self, _tgid: u32, words: &[u64]) -> Vec<Frame> {
         words.iter().map(|&w| Frame { addr: w, symbol: Some("[python]".into()), module: None, offset: None }).collect()
     }
@@ -245,6 +251,11 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     // With each user frame, whether it lies in executable code.
     let mut shared_frames: FastMap<FrameKey, (Arc<Frame>, bool)> = FastMap::default();
     let mut user_stacks_cut = 0u64;
+    // Each thread's ids in its own PID namespace, asked once per thread.
+    let mut ns_ids: FastMap<(u32, u32), Option<(u32, u32)>> = FastMap::default();
+    for r in &capture.records {
+        ns_ids.entry((r.tgid, r.tid)).or_insert_with(|| sym.ns_ids(r.tgid, r.tid));
+    }
     let sym: &dyn Symbolizer = sym;
     let mut build = |space: Space, id: &StackId| match id {
         StackId::None => Stack::None,
@@ -347,6 +358,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             wake,
             open: r.open,
             threads: 1,
+            ns_ids: ns_ids.get(&(r.tgid, r.tid)).copied().flatten(),
             waits_on: r.on_cpu.then_some(crate::label::WaitsOn::Running),
         });
     }

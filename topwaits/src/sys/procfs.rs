@@ -137,6 +137,31 @@ pub fn path_in(pid: u32, foreign: bool, path: &str) -> std::path::PathBuf {
     }
 }
 
+/// A thread's (pid, tid) in its innermost PID namespace, from its `status`
+/// (`NStgid:` and `NSpid:` list them outermost first); none when it is in
+/// this namespace alone.
+pub fn parse_ns_ids(status: &str) -> Option<(u32, u32)> {
+    let innermost = |key: &str| -> Option<(usize, u32)> {
+        let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+        let ids: Vec<u32> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        Some((ids.len(), *ids.last()?))
+    };
+    let ((levels, pid), (_, tid)) = (innermost("NStgid:")?, innermost("NSpid:")?);
+    (levels > 1).then_some((pid, tid))
+}
+
+/// Whether process `pid` is in another PID namespace than this process.
+pub fn foreign_pid_ns(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let ns = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    matches!((ns(&format!("/proc/{pid}/ns/pid")), ns("/proc/self/ns/pid")), (Some(a), Some(b)) if a != b)
+}
+
+/// Thread `tid`'s ids in its own PID namespace (see [`parse_ns_ids`]).
+pub fn ns_ids(tgid: u32, tid: u32) -> Option<(u32, u32)> {
+    parse_ns_ids(&std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/status")).ok()?)
+}
+
 /// Reads `/proc/PID/maps`; empty when the process is gone.
 pub fn maps_of(pid: u32) -> Vec<Mapping> {
     match std::fs::File::open(format!("/proc/{pid}/maps")) {
@@ -160,6 +185,19 @@ pub fn locate(maps: &[Mapping], addr: u64) -> Option<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_threads_ids_in_its_own_pid_namespace_are_the_innermost() {
+        let status = "Name:\tctr_app\nTgid:\t2063\nNgid:\t0\nPid:\t2065\nNStgid:\t2063\t1\nNSpid:\t2065\t3\n";
+        assert_eq!(parse_ns_ids(status), Some((1, 3)));
+        let nested = "NStgid:\t900\t40\t1\nNSpid:\t900\t40\t1\n";
+        assert_eq!(parse_ns_ids(nested), Some((1, 1)));
+        assert_eq!(parse_ns_ids("NStgid:\t77\nNSpid:\t78\n"), None, "one namespace: the host's ids are its own");
+        assert_eq!(parse_ns_ids("Name:\tx\n"), None, "kernels before 4.1 list none");
+        let me = std::process::id();
+        assert!(!foreign_pid_ns(me));
+        assert_eq!(ns_ids(me, me), None);
+    }
 
     #[test]
     fn a_containers_files_are_read_through_its_root() {

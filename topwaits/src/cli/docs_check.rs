@@ -156,8 +156,11 @@ mod tests {
                         continue;
                     }
                 };
-                if let Err(e) = args.validate() {
-                    bad.push(format!("{doc}: `{c}` is refused: {e}"));
+                match args.validate() {
+                    // The options are right; the cgroup, unit or container it
+                    // names is not on this machine.
+                    Err(super::super::ConfigError::Cgroup(_)) | Ok(_) => {}
+                    Err(e) => bad.push(format!("{doc}: `{c}` is refused: {e}")),
                 }
                 checked += 1;
             }

@@ -25,7 +25,8 @@ pub use cache::CacheArgs;
 pub use diff::{DiffArgs, DiffConfig, DiffOutput, Gate};
 pub use locks::{LocksArgs, LocksConfig};
 pub use record::{RecordArgs, ReportArgs, ReportConfig};
-pub use target::{AttachArgs, TargetArgs};
+pub(crate) use target::{cgroup_filter, filter_kind};
+pub use target::{AttachArgs, TargetArgs, Threads};
 use thiserror::Error;
 pub use threads::{Calibration, ThreadsArgs, ThreadsConfig};
 pub(crate) use values::parse_duration;
@@ -295,88 +296,6 @@ pub enum Command {
     /// when a threshold is crossed.
     #[command(after_help = diff::DIFF_EXAMPLES)]
     Diff(DiffArgs),
-}
-
-/// The selection of `-p`/`-t`, else `otherwise` (every thread, or `-u`/`-k`).
-pub(crate) fn pid_or_tid(pid: Vec<u32>, tid: Vec<u32>, otherwise: Threads) -> Result<Threads, ConfigError> {
-    Ok(if !pid.is_empty() {
-        Threads::Pids(ids(pid)?)
-    } else if !tid.is_empty() {
-        Threads::Tids(ids(tid)?)
-    } else {
-        otherwise
-    })
-}
-
-/// Sorted, deduplicated, checked ids of -p/-t.
-pub(crate) fn ids(mut v: Vec<u32>) -> Result<Vec<u32>, ConfigError> {
-    v.sort_unstable();
-    v.dedup();
-    if v.len() > limits::MAX_FILTER_IDS as usize {
-        return Err(ConfigError::TooManyIds(v.len()));
-    }
-    if v.contains(&0) {
-        return Err(ConfigError::ZeroId);
-    }
-    Ok(v)
-}
-
-/// The cgroup the programs recognise for `--cgroup` (its BTF offsets are added
-/// when the programs load).
-pub(crate) fn cgroup_filter(t: &Threads) -> topwaits_common::CgroupFilter {
-    let mut f = topwaits_common::CgroupFilter::NONE;
-    if let Threads::Cgroup(cg, _) = t {
-        (f.id, f.hierarchy, f.level) = (cg.id, cg.hierarchy, cg.level);
-    }
-    f
-}
-
-pub(crate) fn filter_kind(t: &Threads) -> u32 {
-    use topwaits_common::thread_filter;
-    match t {
-        Threads::Pids(_) => thread_filter::TGID,
-        Threads::Tids(_) => thread_filter::TID,
-        Threads::Cgroup(..) => thread_filter::CGROUP,
-        _ => thread_filter::ALL,
-    }
-}
-
-/// Which threads to trace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Threads {
-    All,
-    Pids(Vec<u32>),
-    Tids(Vec<u32>),
-    /// `--cgroup`, `--unit`, `--container`: the cgroup, and how it was named
-    /// (`cgroup`, `unit nginx.service`, `container 3f2a1b9c8d7e`).
-    Cgroup(Box<crate::sys::cgroup::Cgroup>, String),
-    UserOnly,
-    KernelOnly,
-}
-
-impl Threads {
-    /// What the selection traces, for headers and titles: `all threads`,
-    /// `PID 1,2`, `TID 5`, `user threads` or `kernel threads`.
-    pub fn describe(&self) -> String {
-        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-        match self {
-            Threads::All => "all threads".to_string(),
-            Threads::Pids(v) => format!("PID {}", list(v)),
-            Threads::Tids(v) => format!("TID {}", list(v)),
-            Threads::Cgroup(cg, named) if named == "cgroup" => format!("cgroup {}", cg.path),
-            Threads::Cgroup(cg, named) => format!("{named} (cgroup {})", cg.path),
-            Threads::UserOnly => "user threads".to_string(),
-            Threads::KernelOnly => "kernel threads".to_string(),
-        }
-    }
-
-    /// The pids or tids of `-p`/`-t`.
-    pub fn ids(&self) -> &[u32] {
-        match self {
-            Threads::Pids(v) | Threads::Tids(v) => v,
-            _ => &[],
-        }
-    }
 }
 
 /// Which stacks to capture.

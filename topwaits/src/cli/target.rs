@@ -1,11 +1,14 @@
 //! The options every subcommand shares: which processes or threads (`-p`, `-t`,
 //! or a cgroup by `--cgroup`, `--unit`, `--container`), and, for those that
-//! trace, how to attach (`--attach`). Defined once here and
-//! flattened into each subcommand's options.
+//! trace, how to attach (`--attach`). Defined once here and flattened into
+//! each subcommand's options; with the selection they make (`Threads`) and
+//! how the programs' filter is told it.
 
 use clap::Args;
 
-use super::{pid_or_tid, AttachMode, ConfigError, Threads};
+use topwaits_common::limits;
+
+use super::{AttachMode, ConfigError};
 
 /// `-p`, `-t`, and the cgroup options.
 #[derive(Args, Debug, Clone, Default)]
@@ -31,7 +34,8 @@ pub struct TargetArgs {
     pub unit: Option<String>,
 
     /// Only the threads of this container (docker, containerd, CRI-O, podman),
-    /// by its ID or a unique prefix of it, as `docker ps` or `crictl ps` show it.
+    /// by its ID or a unique prefix of it, as `docker ps` or `crictl ps` show it
+    /// (or Kubernetes, as containerd://ID).
     #[arg(long, value_name = "ID", conflicts_with_all = ["pid", "tid"])]
     pub container: Option<String>,
 }
@@ -46,7 +50,7 @@ impl TargetArgs {
             (_, Some(u), _) => Some((cgroup::by_unit(u, &cgroup::mounts()?)?, format!("unit {}", cgroup::unit_name(u)))),
             (_, _, Some(c)) => {
                 let cg = cgroup::by_container(c, &cgroup::mounts()?)?;
-                let id = cg.dir.file_name().and_then(|f| cgroup::container_id_of(f.to_str()?)).unwrap_or(c).to_string();
+                let id = cg.dir.file_name().and_then(|f| cgroup::container_id_of(f.to_str()?)).map_or_else(|| c.clone(), str::to_string);
                 Some((cg, format!("container {}", &id[..12.min(id.len())])))
             }
             _ => None,
@@ -65,4 +69,86 @@ pub struct AttachArgs {
     /// (finish_task_switch; not for `threads`), or auto (raw_tp, else tp_btf).
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
     pub attach: AttachMode,
+}
+
+/// The selection of `-p`/`-t`, else `otherwise` (every thread, or `-u`/`-k`).
+pub(crate) fn pid_or_tid(pid: Vec<u32>, tid: Vec<u32>, otherwise: Threads) -> Result<Threads, ConfigError> {
+    Ok(if !pid.is_empty() {
+        Threads::Pids(ids(pid)?)
+    } else if !tid.is_empty() {
+        Threads::Tids(ids(tid)?)
+    } else {
+        otherwise
+    })
+}
+
+/// Sorted, deduplicated, checked ids of -p/-t.
+pub(crate) fn ids(mut v: Vec<u32>) -> Result<Vec<u32>, ConfigError> {
+    v.sort_unstable();
+    v.dedup();
+    if v.len() > limits::MAX_FILTER_IDS as usize {
+        return Err(ConfigError::TooManyIds(v.len()));
+    }
+    if v.contains(&0) {
+        return Err(ConfigError::ZeroId);
+    }
+    Ok(v)
+}
+
+/// The cgroup the programs recognise for `--cgroup` (its BTF offsets are added
+/// when the programs load).
+pub(crate) fn cgroup_filter(t: &Threads) -> topwaits_common::CgroupFilter {
+    let mut f = topwaits_common::CgroupFilter::NONE;
+    if let Threads::Cgroup(cg, _) = t {
+        (f.id, f.hierarchy, f.level) = (cg.id, cg.hierarchy, cg.level);
+    }
+    f
+}
+
+pub(crate) fn filter_kind(t: &Threads) -> u32 {
+    use topwaits_common::thread_filter;
+    match t {
+        Threads::Pids(_) => thread_filter::TGID,
+        Threads::Tids(_) => thread_filter::TID,
+        Threads::Cgroup(..) => thread_filter::CGROUP,
+        _ => thread_filter::ALL,
+    }
+}
+
+/// Which threads to trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Threads {
+    All,
+    Pids(Vec<u32>),
+    Tids(Vec<u32>),
+    /// `--cgroup`, `--unit`, `--container`: the cgroup, and how it was named
+    /// (`cgroup`, `unit nginx.service`, `container 3f2a1b9c8d7e`).
+    Cgroup(Box<crate::sys::cgroup::Cgroup>, String),
+    UserOnly,
+    KernelOnly,
+}
+
+impl Threads {
+    /// What the selection traces, for headers and titles: `all threads`,
+    /// `PID 1,2`, `TID 5`, `user threads` or `kernel threads`.
+    pub fn describe(&self) -> String {
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        match self {
+            Threads::All => "all threads".to_string(),
+            Threads::Pids(v) => format!("PID {}", list(v)),
+            Threads::Tids(v) => format!("TID {}", list(v)),
+            Threads::Cgroup(cg, named) if named == "cgroup" => format!("cgroup {}", cg.path),
+            Threads::Cgroup(cg, named) => format!("{named} (cgroup {})", cg.path),
+            Threads::UserOnly => "user threads".to_string(),
+            Threads::KernelOnly => "kernel threads".to_string(),
+        }
+    }
+
+    /// The pids or tids of `-p`/`-t`.
+    pub fn ids(&self) -> &[u32] {
+        match self {
+            Threads::Pids(v) | Threads::Tids(v) => v,
+            _ => &[],
+        }
+    }
 }

@@ -256,7 +256,8 @@ pub fn container_id_of(dir_name: &str) -> Option<&str> {
 
 /// The cgroup of the container whose ID is `id` or begins with it.
 pub fn by_container(id: &str, mounts: &[Mount]) -> Result<Cgroup, CgroupError> {
-    let id = id.trim().to_ascii_lowercase();
+    // As Kubernetes shows it (`containerd://ID`, `cri-o://ID`, `docker://ID`).
+    let id = id.trim().rsplit("://").next().unwrap_or(id).to_ascii_lowercase();
     if id.len() < 4 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(CgroupError::BadContainerId(id));
     }
@@ -399,6 +400,8 @@ mod tests {
         assert!(matches!(by_container("0123abcd", &mounts), Err(CgroupError::NoContainer(..))));
         assert!(matches!(by_container("xyz!", &mounts), Err(CgroupError::BadContainerId(_))));
         assert!(matches!(by_container("3f", &mounts), Err(CgroupError::BadContainerId(_))));
+        // As `kubectl get pod -o jsonpath='{..containerID}'` prints it.
+        assert_eq!(by_container(&format!("docker://{ID}"), &mounts).unwrap(), cg);
         let _ = std::fs::remove_dir_all(root);
     }
 

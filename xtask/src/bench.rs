@@ -347,7 +347,7 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
         out.push_str(&format!("Many stacks: {records} records; report {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"));
         out.push_str(&full_load(bin)?);
         out.push_str(&crate::blocked_bench::blocked_snapshot(bin)?);
-        out.push_str(&crate::unknown_bench::user_stacks(bin)?);
+        out.push_str(&crate::python_server_bench::user_stacks(bin)?);
         if let Some(secs) = opts.soak {
             out.push_str(&soak(bin, secs)?);
         }
@@ -424,7 +424,7 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     out.push('\n');
     out.push_str(&full_load(bin)?);
     out.push_str(&crate::blocked_bench::blocked_snapshot(bin)?);
-    out.push_str(&crate::unknown_bench::user_stacks(bin)?);
+    out.push_str(&crate::python_server_bench::user_stacks(bin)?);
     if let Some(secs) = opts.soak {
         out.push_str(&soak(bin, secs)?);
     }

@@ -17,8 +17,8 @@ mod subjects;
 mod sys {
     pub(crate) use super::cgroup_shared as cgroup;
 }
+mod python_server_bench;
 mod tracers;
-mod unknown_bench;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};

@@ -121,10 +121,15 @@ pub fn open_mapped(pid: u32, m: &Mapping) -> Option<std::fs::File> {
 /// mount namespace (a container), or with another root (a chroot). Its maps'
 /// paths are then its own, and name nothing, or another file, here.
 pub fn foreign_root(pid: u32) -> bool {
+    other_namespace(pid, "mnt") || std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r != Path::new("/"))
+}
+
+/// Whether process `pid` is in another namespace of `kind` (`mnt`, `pid`) than
+/// this process; false when either cannot be read.
+fn other_namespace(pid: u32, kind: &str) -> bool {
     use std::os::unix::fs::MetadataExt as _;
     let ns = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
-    let other_ns = matches!((ns(&format!("/proc/{pid}/ns/mnt")), ns("/proc/self/ns/mnt")), (Some(a), Some(b)) if a != b);
-    other_ns || std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r != Path::new("/"))
+    matches!((ns(&format!("/proc/{pid}/ns/{kind}")), ns(&format!("/proc/self/ns/{kind}"))), (Some(a), Some(b)) if a != b)
 }
 
 /// Where this process reads file `path` as process `pid` names it: through
@@ -152,9 +157,7 @@ pub fn parse_ns_ids(status: &str) -> Option<(u32, u32)> {
 
 /// Whether process `pid` is in another PID namespace than this process.
 pub fn foreign_pid_ns(pid: u32) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    let ns = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
-    matches!((ns(&format!("/proc/{pid}/ns/pid")), ns("/proc/self/ns/pid")), (Some(a), Some(b)) if a != b)
+    other_namespace(pid, "pid")
 }
 
 /// Thread `tid`'s ids in its own PID namespace (see [`parse_ns_ids`]).

@@ -160,8 +160,9 @@ fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Setting
         // Every thread of the cgroup now; the programs keep the set from then on,
         // so it spans every id a thread can have.
         Threads::Cgroup(cg, _) => {
-            let mut words = vec![0u64; (pid_max() as usize).div_ceil(64)];
-            for id in cgroup::threads_in(cg).into_iter().filter(|&t| t < pid_max()) {
+            let max = pid_max();
+            let mut words = vec![0u64; (max as usize).div_ceil(64)];
+            for id in cgroup::threads_in(cg).into_iter().filter(|&t| t < max) {
                 words[id as usize / 64] |= 1 << (id % 64);
             }
             words
@@ -238,7 +239,8 @@ fn pid_max() -> u32 {
 fn add_late_members(ebpf: &mut Ebpf, threads: &Threads) -> Result<()> {
     let Threads::Cgroup(cg, _) = threads else { return Ok(()) };
     let mut pids: Array<_, u64> = Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
-    for id in cgroup::threads_in(cg).into_iter().filter(|&t| t < pid_max()) {
+    let max = pid_max();
+    for id in cgroup::threads_in(cg).into_iter().filter(|&t| t < max) {
         let (i, bit) = (id / 64, 1u64 << (id % 64));
         let word = pids.get(&i, 0).context("failed to read the cgroup's threads")?;
         if word & bit == 0 {

@@ -172,7 +172,7 @@ fn same_owner(by: By, comm: &[u8], tids: &BTreeSet<u32>, pids: &BTreeSet<u32>, t
         && match by {
             By::Thread => tids.contains(&t.tid),
             By::Process => pids.contains(&t.tgid),
-            By::Comm | By::What => true,
+            By::Comm | By::What | By::Cgroup => true,
         }
 }
 
@@ -311,6 +311,7 @@ mod tests {
             by: crate::reduce::By::Thread,
             state_filter: None,
             on_cpu_hz: None,
+            cgroup_target: false,
         }
     }
 
@@ -342,6 +343,7 @@ mod tests {
             open: None,
             threads: 1,
             ns_ids: None,
+            cgroup: None,
             waits_on: Some(on),
         };
         Event { record, state: 1 }

@@ -507,6 +507,10 @@ pub struct Record {
     /// container's), where that is not this one: (pid, tid).
     #[serde(default)]
     pub ns_ids: Option<(u32, u32)>,
+    /// The cgroup its process was in (a path within its hierarchy, `/` for the
+    /// root), where it could be read: at the end, or when last seen alive.
+    #[serde(default)]
+    pub cgroup: Option<Arc<str>>,
 }
 
 impl Record {
@@ -537,6 +541,10 @@ pub struct TraceInfo {
     /// `--on-cpu`: the rate at which running threads were sampled (Hz).
     #[serde(default)]
     pub on_cpu_hz: Option<u32>,
+    /// The trace was of a cgroup (`--cgroup`, `--unit`, `--container`): folded
+    /// lines and pprof samples then carry each record's cgroup by default.
+    #[serde(default)]
+    pub cgroup_target: bool,
 }
 
 impl TraceInfo {

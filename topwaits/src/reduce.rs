@@ -101,7 +101,13 @@ struct Key {
     what: Option<crate::label::WaitsOn>,
     /// `--by what`: the label alone.
     group: Option<String>,
+    /// `--by cgroup`: the cgroup, with the stacks.
+    cgroup: Option<std::sync::Arc<str>>,
 }
+
+/// What `--by cgroup` groups a record under whose cgroup could not be read (its
+/// process exited before topwaits saw it alive).
+pub const UNKNOWN_CGROUP: &str = "[cgroup unknown]";
 
 fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
     if by == By::What {
@@ -116,12 +122,14 @@ fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
             open: None,
             what: None,
             group: Some(group),
+            cgroup: None,
         };
     }
     let (tgid, tid, comm) = match by {
         By::Thread => (r.tgid, r.tid, r.comm.clone()),
         By::Process => (r.tgid, 0, Vec::new()),
         By::Comm | By::What => (0, 0, r.comm.clone()),
+        By::Cgroup => (0, 0, Vec::new()),
     };
     Key {
         tgid,
@@ -133,6 +141,7 @@ fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
         open: r.open.map(|_| index),
         what: r.waits_on.clone(),
         group: None,
+        cgroup: if by == By::Cgroup { Some(r.cgroup.clone().unwrap_or_else(|| UNKNOWN_CGROUP.into())) } else { None },
     }
 }
 
@@ -231,6 +240,19 @@ mod tests {
         let m = &got[0];
         assert_eq!((m.count, m.total_ns, m.max_ns, m.max_end_mono), (15, 1_900_500_000, 600_000_000, 4_200_000_000));
         assert_eq!(m.threads, 1);
+    }
+
+    #[test]
+    fn by_cgroup_merges_alike_stacks_across_processes_of_one_cgroup_only() {
+        let mut rs = report().records;
+        let base = rs[0].clone();
+        rs.clear();
+        for (tgid, cg) in [(10, Some("/a")), (11, Some("/a")), (12, Some("/b")), (13, None), (14, None)] {
+            rs.push(Record { tgid, tid: tgid, cgroup: cg.map(Into::into), ..base.clone() });
+        }
+        let got = merge(rs, By::Cgroup);
+        let groups: Vec<(Option<&str>, u32, u64)> = got.iter().map(|r| (r.cgroup.as_deref(), r.threads, r.count)).collect();
+        assert_eq!(groups, [(Some("/a"), 2, 2 * base.count), (Some("/b"), 1, base.count), (None, 2, 2 * base.count)]);
     }
 
     #[test]

@@ -87,6 +87,7 @@ mod tests {
             open: None,
             threads: 1,
             ns_ids: None,
+            cgroup: None,
             waits_on: on,
         }
     }

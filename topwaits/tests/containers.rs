@@ -197,6 +197,58 @@ fn a_process_moved_out_of_the_cgroup_is_no_longer_traced() {
     assert!(count < 150, "{count} waits: it kept being traced after it left the cgroup");
 }
 
+/// The waits of one recording of a cgroup with two below it, as `--by cgroup`,
+/// folded lines and pprof show them: each record names its own cgroup (also for
+/// a process that exited before the end), and folded lines begin with it
+/// unless `--no-cgroup-frames` says otherwise.
+#[test]
+fn records_carry_their_cgroup_and_group_by_it() {
+    require_bpf!();
+    let Some(a) = TestCgroup::make("groups", "a") else { return };
+    let b = TestCgroup { dir: a.dir.parent().unwrap().join("b"), path: format!("{}/b", Path::new(&a.path).parent().unwrap().display()) };
+    std::fs::create_dir_all(&b.dir).unwrap();
+    let parent = Path::new(&a.path).parent().unwrap().display().to_string();
+    let (in_a, in_a_too, in_b) = (sleeper(), sleeper(), sleeper());
+    a.enter(in_a.id());
+    a.enter(in_a_too.id());
+    b.enter(in_b.id());
+    let file = std::env::temp_dir().join(format!("topwaits-cgroups-{}.twr", std::process::id()));
+    let file = file.to_str().unwrap();
+    let t = Tracer::start(&["record", "-o", file, "-U", "--cgroup", &parent, "2"]);
+    // A process that exits during the trace: its cgroup is the one it had.
+    let brief = start_in(&b, "print('ready', flush=True)\nimport time\nfor _ in range(20): time.sleep(0.01)");
+    let brief_pid = brief.id();
+    drop(brief);
+    let rec = t.finish();
+    assert!(rec.status.success(), "{}", rec.stderr);
+
+    let doc = json(&run(&["report", file, "--json"]));
+    let records = doc["records"].as_array().unwrap();
+    let cgroup_of =
+        |pid: u32| records.iter().filter(|r| r["tgid"] == pid).map(|r| r["cgroup"].as_str().map(String::from)).collect::<Vec<_>>();
+    for (pid, cg) in [(in_a.id(), &a.path), (in_a_too.id(), &a.path), (in_b.id(), &b.path), (brief_pid, &b.path)] {
+        let got = cgroup_of(pid);
+        assert!(!got.is_empty() && got.iter().all(|c| c.as_deref() == Some(cg.as_str())), "pid {pid} in {cg}: {got:?}");
+    }
+
+    let grouped = json(&run(&["report", file, "--json", "--by", "cgroup"]));
+    let groups = grouped["records"].as_array().unwrap();
+    assert_eq!(grouped["by"], "cgroup");
+    let sleeping_in_a = groups.iter().find(|r| r["cgroup"] == a.path.as_str() && r["threads"].as_u64() >= Some(2));
+    assert!(sleeping_in_a.is_some(), "the two sleepers of {} with one stack are one record: {grouped:#}", a.path);
+    assert!(groups.iter().all(|r| r["tgid"].is_null() && r["cgroup"].is_string()), "{grouped:#}");
+
+    let folded = run(&["report", file, "-f"]);
+    assert!(folded.status.success(), "{}", folded.stderr);
+    for line in folded.stdout.lines() {
+        let root = line.split(';').next().unwrap();
+        assert!(root == format!("[cgroup:{}]", a.path) || root == format!("[cgroup:{}]", b.path), "a line of a cgroup trace: {line}");
+    }
+    let plain = run(&["report", file, "-f", "--no-cgroup-frames"]);
+    assert!(!plain.stdout.is_empty() && !plain.stdout.contains("[cgroup:"), "{}", plain.stdout);
+    let _ = std::fs::remove_file(file);
+}
+
 #[test]
 fn a_unit_and_a_container_are_found_by_their_cgroups() {
     require_bpf!();

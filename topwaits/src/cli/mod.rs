@@ -309,9 +309,21 @@ pub enum Stacks {
 /// What to print.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
-    Top { limit: usize, delimited: bool },
-    Folded { delimited: bool, value: ValueKind, what: bool },
-    Json { limit: usize },
+    Top {
+        limit: usize,
+        delimited: bool,
+    },
+    /// `cgroup`: each record's cgroup as the root frame, as asked (else as
+    /// the trace's target decides).
+    Folded {
+        delimited: bool,
+        value: ValueKind,
+        what: bool,
+        cgroup: Option<bool>,
+    },
+    Json {
+        limit: usize,
+    },
 }
 
 /// Which aggregation the report shows.
@@ -409,6 +421,8 @@ pub enum ConfigError {
     RecordSizeWithoutFile,
     #[error("{0} draws waits, not wakeups: not with --wakeups")]
     FileWithWakeups(&'static str),
+    #[error("--by cgroup groups waits, not wakeups: not with --wakeups")]
+    ByCgroupWakeups,
     #[error("--interval {:.1} s is longer than the duration {:.1} s", .interval.as_secs_f64(), .duration.as_secs_f64())]
     IntervalTooLong { interval: Duration, duration: Duration },
     #[error("--leaf-callers works on frame-pointer walks: not with --unwind cfi, which finds a leaf's caller from its unwind table")]
@@ -460,6 +474,9 @@ impl Config {
         }
         if let Some((name, _)) = files[2..].iter().find(|f| f.1 && a.wakeups) {
             return Err(ConfigError::FileWithWakeups(name));
+        }
+        if a.wakeups && v.by == By::Cgroup {
+            return Err(ConfigError::ByCgroupWakeups);
         }
         if let (Some(i), Some(d)) = (a.interval, a.duration) {
             if i > d {
@@ -663,6 +680,8 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().shown.by, By::Thread);
         assert_eq!(parse(&["--by", "process", "--json"]).unwrap().shown.by, By::Process);
         assert_eq!(parse(&["--by", "comm", "--wakeups"]).unwrap().shown.by, By::Comm);
+        assert_eq!(parse(&["--by", "cgroup", "--json"]).unwrap().shown.by, By::Cgroup);
+        assert_eq!(parse(&["--by", "cgroup", "--wakeups"]).unwrap_err(), ConfigError::ByCgroupWakeups.to_string());
         assert!(parse(&["--by", "cpu"]).is_err());
         use clap::ValueEnum as _;
         for b in By::value_variants() {
@@ -711,7 +730,7 @@ mod tests {
     fn outputs_and_stack_modes_map_to_settings() {
         use topwaits_common::{CAPTURE_KERNEL, CAPTURE_USER};
         let c = parse(&["-f", "-d", "--value", "count", "-K"]).unwrap();
-        assert_eq!(c.shown.output, Output::Folded { delimited: true, value: ValueKind::Count, what: false });
+        assert_eq!(c.shown.output, Output::Folded { delimited: true, value: ValueKind::Count, what: false, cgroup: None });
         assert_eq!(c.settings().stacks, CAPTURE_KERNEL);
         assert_eq!(parse(&["-U"]).unwrap().settings().stacks, CAPTURE_USER);
         assert_eq!(parse(&["--json"]).unwrap().shown.output, Output::Json { limit: 0 });

@@ -33,6 +33,9 @@ pub enum By {
     /// Every wait on the same thing (mutex 0x…, disk vda, sleep, …) is one record,
     /// whatever its thread and stacks; the stacks shown are its heaviest record's.
     What,
+    /// Every thread in the same cgroup with the same stacks is one record (a
+    /// container's, a unit's), whatever its process.
+    Cgroup,
 }
 
 impl By {
@@ -43,6 +46,7 @@ impl By {
             By::Process => "process",
             By::Comm => "comm",
             By::What => "what",
+            By::Cgroup => "cgroup",
         }
     }
 }

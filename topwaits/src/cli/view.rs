@@ -31,8 +31,9 @@ pub struct ViewArgs {
     #[arg(long, value_enum)]
     pub value: Option<ValueKind>,
     /// What one record of the top view and JSON stands for: a thread (the default),
-    /// the threads of a process with the same stacks (process), or every thread
-    /// of that name (comm). Folded lines are per comm, as bcc prints them.
+    /// the threads of a process with the same stacks (process), every thread
+    /// of that name (comm), or every thread in a cgroup, a container's or a
+    /// unit's (cgroup). Folded lines are per comm, as bcc prints them.
     #[arg(long, value_enum, value_name = "WHAT", conflicts_with = "folded")]
     pub by: Option<By>,
     /// Also write an interactive flame graph (SVG): off-CPU in blue, or with -w an
@@ -61,6 +62,15 @@ pub struct ViewArgs {
     /// queue, …) as the root frame of folded lines and of the --svg flame graph.
     #[arg(long = "what", id = "what_root")]
     pub what: bool,
+    /// Put each record's cgroup ([cgroup:/system.slice/…]) as the root frame of
+    /// folded lines and of the --svg flame graph, and label pprof samples with
+    /// it. The default when tracing --cgroup, --unit or --container.
+    #[arg(long, overrides_with = "no_cgroup_frames")]
+    pub cgroup_frames: bool,
+    /// Leave the cgroup out of folded lines, the flame graph and pprof, even
+    /// when tracing a cgroup, unit or container.
+    #[arg(long, overrides_with = "cgroup_frames")]
+    pub no_cgroup_frames: bool,
     /// Read a recording only up to this size in MiB, compressed or expanded
     /// (default 1024): a larger one, or one that expands past it (a gzip bomb),
     /// is refused.
@@ -83,6 +93,8 @@ pub struct ViewConfig {
     pub perfetto: Option<PathBuf>,
     /// `--what`: what each wait was for as the root frame of folded lines and SVG.
     pub what: bool,
+    /// `--cgroup-frames` (true), `--no-cgroup-frames` (false), or neither.
+    pub cgroup_frames: Option<bool>,
     /// `--max-record-size`: the most a recording read may take, in MiB.
     pub max_record_mib: u64,
 }
@@ -94,8 +106,13 @@ impl ViewArgs {
             return Err(ConfigError::ValueWithoutGraph);
         }
         let value = self.value.unwrap_or(ValueKind::Total);
+        let cgroup_frames = match (self.cgroup_frames, self.no_cgroup_frames) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
         let output = if self.folded {
-            Output::Folded { delimited: self.delimited, value, what: self.what }
+            Output::Folded { delimited: self.delimited, value, what: self.what, cgroup: cgroup_frames }
         } else if self.json {
             Output::Json { limit: self.top.unwrap_or(0) }
         } else {
@@ -111,6 +128,7 @@ impl ViewArgs {
             pprof: self.pprof,
             perfetto: self.perfetto,
             what: self.what,
+            cgroup_frames,
             max_record_mib: self.max_record_size.unwrap_or(DEFAULT_MAX_RECORD_MIB),
         })
     }

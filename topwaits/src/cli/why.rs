@@ -116,13 +116,18 @@ pub(super) fn file_or_trace(
 /// the records stay per thread (the views group them themselves).
 pub(super) fn grouping(trace: &mut TraceArgs, err: fn(String) -> ConfigError, name: &str) -> Result<By, ConfigError> {
     let v = &mut trace.view;
-    let ignored =
-        [(v.value.is_some(), "--value"), (v.delimited, "-d/--delimited"), (v.what, "--what"), (v.by == Some(By::What), "--by what")];
+    let ignored = [
+        (v.value.is_some(), "--value"),
+        (v.delimited, "-d/--delimited"),
+        (v.what, "--what"),
+        (v.by == Some(By::What), "--by what"),
+        (v.by == Some(By::Cgroup), "--by cgroup"),
+    ];
     if let Some((_, opt)) = ignored.iter().find(|(given, _)| *given) {
-        let instead = if *opt == "--by what" {
-            " (it groups by thread, process or comm; `topwaits --by what` ranks waits by what they were for)"
-        } else {
-            ""
+        let instead = match *opt {
+            "--by what" => " (it groups by thread, process or comm; `topwaits --by what` ranks waits by what they were for)",
+            "--by cgroup" => " (it groups by thread, process or comm; `topwaits --by cgroup` ranks stacks per cgroup)",
+            _ => "",
         };
         return Err(err(format!("{opt}: not an option of {name}{instead}")));
     }
@@ -192,6 +197,7 @@ mod tests {
         assert_eq!((c.view, c.shown.by), (View::Why { for_tid: None, by: By::Process }, By::Thread));
         for (args, opt) in [
             (&["--by", "what", "3"][..], "--by what"),
+            (&["--by", "cgroup", "3"][..], "--by cgroup"),
             (&["--value", "max", "--for", "3", "-f", "2"][..], "--value"),
             (&["-d", "3"][..], "-d"),
             (&["--what", "x.twr"][..], "--what"),

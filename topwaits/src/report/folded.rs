@@ -17,6 +17,19 @@ pub struct Folded {
     pub value: ValueKind,
     /// `--what`: what each wait was for as the root frame.
     pub what: bool,
+    /// `--cgroup-frames` / `--no-cgroup-frames` (see [`cgroup_on`]).
+    pub cgroup: Option<bool>,
+}
+
+/// Whether lines carry each record's cgroup as their root frame, and pprof as a
+/// label: as asked, else when the trace was of a cgroup, unit or container.
+pub fn cgroup_on(asked: Option<bool>, report: &Report) -> bool {
+    asked.unwrap_or(report.info.cgroup_target)
+}
+
+/// The root frame naming a record's cgroup.
+pub fn cgroup_frame(r: &Record) -> String {
+    clean(&format!("[cgroup:{}]", r.cgroup.as_deref().unwrap_or("unknown")))
 }
 
 /// Makes one frame safe for the folded format: `;` becomes `:`, whitespace and control
@@ -64,12 +77,15 @@ fn push_delimiter(line: &mut Vec<String>, delimited: bool, a: &Stack, b: &Stack)
 /// from the waits at the same stacks.
 pub const RUNNING: &str = "[running]";
 
-/// The frames of one record, root first, starting with the comm (after what the
-/// wait was for, with `what`): the target's user
+/// The frames of one record, root first, starting with the comm (after its
+/// cgroup, with `cgroup`, and what the wait was for, with `what`): the target's user
 /// then kernel frames root→leaf, and with `--waker` each hop after a `--` frame, its
 /// kernel then user frames leaf→root, then its name (bcc offwaketime's layout).
-pub fn line_frames(r: &Record, delimited: bool, what: bool) -> Vec<String> {
+pub fn line_frames(r: &Record, delimited: bool, what: bool, cgroup: bool) -> Vec<String> {
     let mut line = Vec::new();
+    if cgroup {
+        line.push(cgroup_frame(r));
+    }
     if what {
         line.push(clean(&format!("[{}]", crate::label::short_of(r.waits_on.as_ref()))));
     }
@@ -110,9 +126,10 @@ impl Format for Folded {
         // Records that fold to the same text (two call sites in one function, say)
         // are one line: values add up, or the longer wait wins with `--value max`.
         let mut merged: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+        let cgroup = cgroup_on(self.cgroup, report);
         for r in &report.records {
             let v = value(r, self.value);
-            let slot = merged.entry(line_frames(r, self.delimited, self.what).join(";")).or_insert(0);
+            let slot = merged.entry(line_frames(r, self.delimited, self.what, cgroup).join(";")).or_insert(0);
             *slot = if self.value == ValueKind::Max { (*slot).max(v) } else { *slot + v };
         }
         let mut lines: Vec<(u64, String)> = merged.into_iter().map(|(l, v)| (v, l)).collect();
@@ -138,14 +155,17 @@ mod tests {
 
     #[test]
     fn on_cpu_lines_end_in_a_running_frame() {
-        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &crate::report::fixtures::on_cpu_report());
+        let got = render(
+            Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None },
+            &crate::report::fixtures::on_cpu_report(),
+        );
         assert!(got.contains("sleeper;main;compute;[running] 2000000\n"), "{got}");
         assert!(got.contains("sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1000500\n"), "{got}");
     }
 
     #[test]
     fn matches_bcc_offcputime_layout() {
-        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &report());
+        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None }, &report());
         assert_eq!(
             got,
             "kworker/0:1;[missing_kernel_stack] 3\n\
@@ -154,8 +174,22 @@ mod tests {
     }
 
     #[test]
+    fn a_cgroup_trace_roots_lines_at_their_cgroup_unless_asked_not_to() {
+        let mut r = report();
+        r.records[0].cgroup = Some("/system.slice/docker-4f1c.scope".into());
+        let folded = |cgroup, r: &Report| render(Folded { delimited: false, value: ValueKind::Count, what: true, cgroup }, r);
+        assert!(!folded(None, &r).contains("[cgroup:"), "a trace of threads: bcc's layout");
+        let got = folded(Some(true), &r);
+        assert!(got.contains("[cgroup:/system.slice/docker-4f1c.scope];[not_labelled];sleeper;main;"), "the cgroup above what: {got}");
+        assert!(got.contains("[cgroup:unknown];"), "a record whose cgroup was not read: {got}");
+        r.info.cgroup_target = true;
+        assert_eq!(folded(None, &r), got, "the default of a cgroup trace");
+        assert!(!folded(Some(false), &r).contains("[cgroup:"), "--no-cgroup-frames");
+    }
+
+    #[test]
     fn delimiter_sits_between_user_and_kernel_frames_only_when_both_exist() {
-        let got = render(Folded { delimited: true, value: ValueKind::Count, what: false }, &report());
+        let got = render(Folded { delimited: true, value: ValueKind::Count, what: false, cgroup: None }, &report());
         assert_eq!(
             got,
             "kworker/0:1;[missing_kernel_stack] 2\n\
@@ -173,7 +207,7 @@ mod tests {
             w.hops.clear();
             w.kind = WakeKind::NoWaker;
         }
-        let got = render(Folded { delimited: true, value: ValueKind::Total, what: false }, &r);
+        let got = render(Folded { delimited: true, value: ValueKind::Total, what: false, cgroup: None }, &r);
         for line in got.lines() {
             assert_eq!(line.split(' ').count(), 2, "{line:?}");
         }
@@ -191,25 +225,25 @@ mod tests {
         twin.count = 3;
         twin.max_ns = 400_000_000;
         r.records.push(twin);
-        let sum = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &r);
+        let sum = render(Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None }, &r);
         let sleeper: Vec<&str> = sum.lines().filter(|l| l.starts_with("sleeper;")).collect();
         assert_eq!(sleeper, ["sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1001000"]);
-        let count = render(Folded { delimited: false, value: ValueKind::Count, what: false }, &r);
+        let count = render(Folded { delimited: false, value: ValueKind::Count, what: false, cgroup: None }, &r);
         assert!(count.contains("__schedule 13\n"), "{count}");
-        let max = render(Folded { delimited: false, value: ValueKind::Max, what: false }, &r);
+        let max = render(Folded { delimited: false, value: ValueKind::Max, what: false, cgroup: None }, &r);
         assert!(max.contains("__schedule 400000\n") && max.lines().count() == 2, "{max}");
     }
 
     #[test]
     fn max_value_is_the_longest_wait_in_microseconds() {
-        let got = render(Folded { delimited: false, value: ValueKind::Max, what: false }, &report());
+        let got = render(Folded { delimited: false, value: ValueKind::Max, what: false, cgroup: None }, &report());
         assert!(got.ends_with("__schedule 250000\n"), "{got}");
     }
 
     #[test]
     fn offwake_layout_matches_bcc_offwaketime_with_chain_hops_after_more_dividers() {
         use crate::report::fixtures::offwake_report;
-        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &offwake_report());
+        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None }, &offwake_report());
         assert_eq!(
             got,
             "kworker/0:1;[missing_kernel_stack];--;[preempted] 3\n\
@@ -217,7 +251,7 @@ mod tests {
              try_to_wake_up;pipe_write;vfs_write;write;produce;main;writer;--;\
              try_to_wake_up;hrtimer_wakeup;asm_sysvec_apic_timer_interrupt;[interrupt] 1000500\n"
         );
-        let got = render(Folded { delimited: true, value: ValueKind::Total, what: false }, &offwake_report());
+        let got = render(Folded { delimited: true, value: ValueKind::Total, what: false, cgroup: None }, &offwake_report());
         assert!(got.contains("clock_nanosleep;-;do_nanosleep") && got.contains("vfs_write;-;write;produce"), "{got}");
         assert!(!got.contains("asm_sysvec_apic_timer_interrupt;-"), "no delimiter without a user stack: {got}");
     }
@@ -229,7 +263,7 @@ mod tests {
         for comm in [&b"a;b c"[..], b"", b"\xff\xfe;x", b"tab\there\n"] {
             r.records[0].comm = comm.to_vec();
             r.records[0].user = frames(&["f g", "h;i"]);
-            let out = render(Folded { delimited: false, value: ValueKind::Total, what: false }, &r);
+            let out = render(Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None }, &r);
             let line = out.trim_end_matches('\n');
             assert_eq!(out.matches('\n').count(), 1, "{out:?}");
             let parts: Vec<&str> = line.split(' ').collect();

@@ -211,6 +211,9 @@ struct JRecord<'a> {
     ns_pid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ns_tid: Option<u32>,
+    /// The cgroup the process was in, where it could be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: Option<&'a str>,
     /// Threads the record stands for (more than 1 only with `--by`).
     threads: u32,
     /// What the waits were for: `kind`, `description` and the kind's fields.
@@ -275,6 +278,7 @@ fn record<'a>(report: &Report, r: &'a Record, texts: &'a FrameTexts) -> JRecord<
         tid: (info.by == By::Thread).then_some(r.tid),
         ns_pid: r.ns_ids.filter(|_| matches!(info.by, By::Thread | By::Process)).map(|n| n.0),
         ns_tid: r.ns_ids.filter(|_| info.by == By::Thread).map(|n| n.1),
+        cgroup: r.cgroup.as_deref(),
         waits_on: r.waits_on.as_ref().map(|w| waits_on(w, r.total_ns / r.count.max(1))),
         threads: r.threads,
         samples: r.on_cpu().then_some(r.count),
@@ -482,6 +486,14 @@ mod tests {
         rep.info.by = By::Comm;
         let r = &document(&rep, 0)["records"][0];
         assert!(r["tgid"].is_null() && r["tid"].is_null(), "{r}");
+        assert!(r.get("cgroup").is_none(), "no cgroup read, none shown");
+        rep.info.by = By::Cgroup;
+        rep.records[0].cgroup = Some("/system.slice/postgresql.service".into());
+        let v = document(&rep, 0);
+        let r = &v["records"][0];
+        assert_eq!(v["by"], "cgroup");
+        assert!(r["tgid"].is_null() && r["tid"].is_null(), "{r}");
+        assert_eq!(r["cgroup"], "/system.slice/postgresql.service");
     }
 
     /// Regression: `offset` meant the offset in the symbol for a resolved frame and

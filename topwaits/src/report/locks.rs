@@ -171,7 +171,7 @@ fn folded_lines(locks: &[Lock], by: By) -> Vec<String> {
     for l in locks {
         for s in &l.waiters {
             // The waiters by name, or by process or thread as `--by` splits them.
-            let name = if matches!(by, By::Comm | By::What) { comm_text(&s.comm) } else { site_who(s) };
+            let name = if matches!(by, By::Comm | By::What | By::Cgroup) { comm_text(&s.comm) } else { site_who(s) };
             let mut frames = vec![clean(&format!("[{}]", l.waits_on.short())), clean(&name)];
             frames.extend(s.user.frames().iter().rev().map(|f| clean(&f.name())));
             frames.extend(s.kernel.frames().iter().rev().map(|f| clean(&f.name())));

@@ -36,7 +36,9 @@ pub fn for_output(view: View, output: &Output) -> Box<dyn Format> {
     }
     match output {
         Output::Top { limit, delimited } => Box::new(top::Top { limit: *limit, delimited: *delimited }),
-        Output::Folded { delimited, value, what } => Box::new(folded::Folded { delimited: *delimited, value: *value, what: *what }),
+        Output::Folded { delimited, value, what, cgroup } => {
+            Box::new(folded::Folded { delimited: *delimited, value: *value, what: *what, cgroup: *cgroup })
+        }
         Output::Json { limit } => Box::new(json::Json { limit: *limit }),
     }
 }
@@ -79,7 +81,7 @@ pub fn named(comm: &str, tgid: u32, tid: u32, by: By) -> String {
     match by {
         By::Thread => format!("{comm}  pid {tgid}  tid {tid}"),
         By::Process => format!("{comm}  pid {tgid}"),
-        By::Comm | By::What => comm.to_string(),
+        By::Comm | By::What | By::Cgroup => comm.to_string(),
     }
 }
 
@@ -97,6 +99,10 @@ pub fn who(r: &Record, by: By) -> String {
         By::Thread => name,
         By::Process | By::Comm => format!("{name}  {}", crate::cli::plural(r.threads as usize, "thread")),
         By::What => format!("heaviest: {name}, of {}", crate::cli::plural(r.threads as usize, "thread")),
+        By::Cgroup => {
+            let cgroup = r.cgroup.as_deref().unwrap_or(crate::reduce::UNKNOWN_CGROUP);
+            format!("cgroup {cgroup}  {}, heaviest {name}", crate::cli::plural(r.threads as usize, "thread"))
+        }
     }
 }
 
@@ -157,6 +163,7 @@ pub(crate) mod fixtures {
             by: crate::reduce::By::Thread,
             state_filter: None,
             on_cpu_hz: None,
+            cgroup_target: false,
         }
     }
 
@@ -226,6 +233,7 @@ pub(crate) mod fixtures {
                     open: None,
                     threads: 1,
                     ns_ids: None,
+                    cgroup: None,
                     waits_on: None,
                 },
                 Record {
@@ -242,6 +250,7 @@ pub(crate) mod fixtures {
                     open: None,
                     threads: 1,
                     ns_ids: None,
+                    cgroup: None,
                     waits_on: None,
                 },
             ],
@@ -274,6 +283,10 @@ mod tests {
         assert_eq!(who(&r, By::Thread), "sleeper  pid 100  tid 101 (pid 1, tid 3 in its namespace)");
         assert_eq!(who(&r, By::Process), "sleeper  pid 100 (1 in its namespace)  1 thread");
         assert_eq!(who(&r, By::Comm), "sleeper  1 thread", "a name stands for threads of any namespace");
+        r.cgroup = Some("/system.slice/docker-4f1c.scope".into());
+        assert_eq!(who(&r, By::Cgroup), "cgroup /system.slice/docker-4f1c.scope  1 thread, heaviest sleeper");
+        r.cgroup = None;
+        assert_eq!(who(&r, By::Cgroup), "cgroup [cgroup unknown]  1 thread, heaviest sleeper");
         let doc = crate::report::json::document(&Report { records: vec![r], ..fixtures::report() }, 0);
         assert_eq!((doc["records"][0]["ns_pid"].as_u64(), doc["records"][0]["ns_tid"].as_u64()), (Some(1), Some(3)));
     }

@@ -139,11 +139,15 @@ pub const MAX_WAIT: &str = "max_wait";
 const KERNEL: &str = "[kernel.kallsyms]";
 
 /// `--pprof`: one gzip-compressed profile.
-pub struct Pprof;
+pub struct Pprof {
+    /// Label each sample with its record's cgroup (see
+    /// [`super::folded::cgroup_on`]).
+    pub cgroup: Option<bool>,
+}
 
 impl Format for Pprof {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
-        let bytes = profile(report).encode_to_vec();
+        let bytes = profile(report, super::folded::cgroup_on(self.cgroup, report)).encode_to_vec();
         let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
         gz.write_all(&bytes)?;
         gz.finish()?;
@@ -293,8 +297,8 @@ fn state_of(report: &Report, r: &Record) -> Option<&'static str> {
     }
 }
 
-/// The profile of a report.
-pub fn profile(report: &Report) -> proto::Profile {
+/// The profile of a report; with `cgroup`, each sample labelled with its cgroup.
+pub fn profile(report: &Report, cgroup: bool) -> proto::Profile {
     let mut b = Builder::new();
     let waker = report.info.waker;
     let mut sample_type: Vec<proto::ValueType> = VALUES.iter().map(|&v| b.value_type(v)).collect();
@@ -332,6 +336,9 @@ pub fn profile(report: &Report) -> proto::Profile {
         if let Some(w) = &r.waits_on {
             label.push(b.label("waits_on", &w.short()));
         }
+        if let (true, Some(cg)) = (cgroup, &r.cgroup) {
+            label.push(b.label("cgroup", cg));
+        }
         if let Some(w) = &r.wake {
             let who = match (w.kind, w.hops.first()) {
                 (WakeKind::Woken, Some(h)) => super::hop_name(h),
@@ -368,7 +375,7 @@ mod tests {
 
     fn decoded(report: &Report) -> proto::Profile {
         let mut buf = Vec::new();
-        Pprof.write(report, &mut buf).unwrap();
+        Pprof { cgroup: None }.write(report, &mut buf).unwrap();
         assert_eq!(&buf[..2], &[0x1f, 0x8b], "gzip magic");
         let mut raw = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&buf[..]), &mut raw).unwrap();
@@ -381,6 +388,21 @@ mod tests {
 
     fn label<'a>(p: &'a proto::Profile, smp: &proto::Sample, key: &str) -> Option<(&'a str, i64)> {
         smp.label.iter().find(|l| s(p, l.key) == key).map(|l| (s(p, l.str), l.num))
+    }
+
+    #[test]
+    fn samples_carry_their_cgroup_as_a_label_when_it_is_on() {
+        let mut r = report();
+        r.records[0].cgroup = Some("/kubepods/pod1/cri-containerd-4f1c.scope".into());
+        let cgroups = |asked: Option<bool>, r: &Report| {
+            let p = profile(r, super::super::folded::cgroup_on(asked, r));
+            p.sample.iter().filter_map(|smp| label(&p, smp, "cgroup").map(|l| l.0.to_string())).collect::<Vec<_>>()
+        };
+        assert!(cgroups(None, &r).is_empty(), "off by default for a trace of threads");
+        assert_eq!(cgroups(Some(true), &r), ["/kubepods/pod1/cri-containerd-4f1c.scope"], "only records with a cgroup");
+        r.info.cgroup_target = true;
+        assert_eq!(cgroups(None, &r).len(), 1, "on by default for a trace of a cgroup");
+        assert!(cgroups(Some(false), &r).is_empty());
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub struct FlameSvg {
     pub value: ValueKind,
     /// `--what`: what each wait was for as the root frame.
     pub what: bool,
+    /// Each record's cgroup as the root frame (see [`super::folded::cgroup_on`]).
+    pub cgroup: Option<bool>,
 }
 
 impl FlameSvg {
@@ -86,9 +88,10 @@ impl FlameSvg {
         let mut map = PaletteMap::default();
         map.insert(DIVIDER, GREY);
         let mut lines = Vec::new();
+        let cgroup = super::folded::cgroup_on(self.cgroup, report);
         for r in &report.records {
             if r.on_cpu() {
-                let frames: Vec<String> = line_frames(r, false, self.what)
+                let frames: Vec<String> = line_frames(r, false, self.what, cgroup)
                     .into_iter()
                     .map(|f| {
                         let name = format!("{f}{ON_CPU_MARK}");
@@ -103,7 +106,7 @@ impl FlameSvg {
                 continue;
             }
             let mut hop = 0usize;
-            let frames: Vec<String> = line_frames(r, false, self.what)
+            let frames: Vec<String> = line_frames(r, false, self.what, cgroup)
                 .into_iter()
                 .enumerate()
                 .map(|(i, f)| {
@@ -185,7 +188,7 @@ pub(crate) mod tests {
 
     fn render(r: &Report, value: ValueKind) -> String {
         let mut out = Vec::new();
-        FlameSvg { value, what: false }.write(r, &mut out).unwrap();
+        FlameSvg { value, what: false, cgroup: None }.write(r, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 

@@ -42,7 +42,7 @@ pub fn rows(records: &[Record], by: By) -> Vec<Row> {
     let ids = |tgid: u32, tid: u32| match by {
         By::Thread => (tgid, tid),
         By::Process => (tgid, 0),
-        By::Comm | By::What => (0, 0),
+        By::Comm | By::What | By::Cgroup => (0, 0),
     };
     let mut rows: BTreeMap<Key, Row> = BTreeMap::new();
     for r in records {
@@ -259,7 +259,7 @@ mod tests {
     #[test]
     fn folded_puts_the_waker_at_the_bottom_and_the_target_on_top() {
         let mut out = Vec::new();
-        Wakeups { output: Output::Folded { delimited: false, value: ValueKind::Total, what: false } }
+        Wakeups { output: Output::Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None } }
             .write(&offwake_report(), &mut out)
             .unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "writer;main;produce;write;vfs_write;pipe_write;try_to_wake_up;sleeper 1000000\n");

@@ -138,7 +138,7 @@ impl Input {
     /// The key a thread's doings are grouped under.
     fn who(&self, tid: Tid) -> Who {
         match (self.by, self.threads.get(&tid)) {
-            (By::Comm | By::What, Some((_, comm))) => Who::Comm(comm.clone()),
+            (By::Comm | By::What | By::Cgroup, Some((_, comm))) => Who::Comm(comm.clone()),
             (By::Process, Some((tgid, comm))) => Who::Process(*tgid, comm.clone()),
             _ => Who::Thread(tid),
         }

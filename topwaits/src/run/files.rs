@@ -18,6 +18,7 @@ pub struct ViewFiles {
     record: Option<OutputFile>,
     value: ValueKind,
     what: bool,
+    cgroup_frames: Option<bool>,
     timeline_limit: usize,
     /// What the svg draws: a trace's flame graph, `why --for TID`'s critical
     /// path, or the locks' waiters under their locks.
@@ -36,6 +37,7 @@ impl ViewFiles {
             record: OutputFile::create_opt(record)?,
             value: view.value,
             what: view.what,
+            cgroup_frames: view.cgroup_frames,
             timeline_limit: view.timeline_limit,
             shown: View::OffCpu,
         })
@@ -59,7 +61,9 @@ impl ViewFiles {
             match self.shown {
                 View::Why { for_tid: Some(for_tid), by } => file.write(|out| report::why::PathSvg { for_tid, by }.write(report, out))?,
                 View::Locks { by } => file.write(|out| report::locks::LocksSvg { by }.write(report, out))?,
-                _ => file.write(|out| report::svg::FlameSvg { value: self.value, what: self.what }.write(report, out))?,
+                _ => file.write(|out| {
+                    report::svg::FlameSvg { value: self.value, what: self.what, cgroup: self.cgroup_frames }.write(report, out)
+                })?,
             }
         }
         if let Some(file) = self.timeline {
@@ -67,7 +71,7 @@ impl ViewFiles {
             file.write(|out| t.write(report, out))?;
         }
         if let Some(file) = self.pprof {
-            file.write(|out| report::pprof::Pprof.write(report, out))?;
+            file.write(|out| report::pprof::Pprof { cgroup: self.cgroup_frames }.write(report, out))?;
         }
         if let Some(file) = self.perfetto {
             file.write(|out| report::perfetto::Perfetto.write(report, out))?;

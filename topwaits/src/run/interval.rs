@@ -85,6 +85,7 @@ mod tests {
             by: By::Process,
             state_filter: None,
             on_cpu_hz: None,
+            cgroup_target: false,
         }
     }
 

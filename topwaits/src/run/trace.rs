@@ -193,6 +193,7 @@ pub fn run(config: &Config) -> Result<()> {
             by: By::Thread,
             state_filter: config.state,
             on_cpu_hz: config.on_cpu,
+            cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
         };
         let mut resolver = crate::what::procfs::ProcResolver::default();
         let labels = config.labels.then_some(&mut resolver as &mut dyn crate::what::Resolve);

@@ -46,6 +46,8 @@ pub struct BlazeSymbolizer {
     python: crate::python::Resolver,
     /// Whether each process is in another PID namespace (a container's).
     pid_ns: FastMap<u32, bool>,
+    /// Each remembered process's cgroup, read with its maps.
+    cgroups: FastMap<u32, String>,
 }
 
 /// The kernel symbolizing thread's channels: addresses out, frames back.
@@ -78,6 +80,7 @@ impl Default for BlazeSymbolizer {
             python: Default::default(),
             regions: FastMap::default(),
             pid_ns: FastMap::default(),
+            cgroups: FastMap::default(),
         }
     }
 }
@@ -115,6 +118,9 @@ impl BlazeSymbolizer {
         }
         self.maps.insert(tgid, maps);
         self.regions.insert(tgid, procfs::parse_regions(&text[..]));
+        if let Some(cg) = crate::sys::cgroup::of_process(tgid) {
+            self.cgroups.insert(tgid, cg);
+        }
         let mut cache = blazesym::symbolize::cache::Process::new(tgid.into());
         cache.cache_vmas = true;
         cache.cache_perf_map = true;
@@ -403,6 +409,12 @@ impl Symbolizer for BlazeSymbolizer {
             return None;
         }
         procfs::ns_ids(tgid, tid)
+    }
+
+    fn cgroup(&mut self, tgid: u32) -> Option<String> {
+        crate::sys::cgroup::of_process(tgid)
+            .or_else(|| self.cgroups.get(&tgid).cloned())
+            .or_else(|| self.cgroups.get(&self.source_of(tgid)).cloned())
     }
 
     fn python(&mut self, tgid: u32, words: &[u64]) -> Vec<Frame> {

@@ -46,6 +46,12 @@ pub trait Symbolizer {
         None
     }
 
+    /// The cgroup process `tgid` is in (its path within its hierarchy), or was in
+    /// when last seen; none by default.
+    fn cgroup(&mut self, _tgid: u32) -> Option<String> {
+        None
+    }
+
     fn python(&mut self, _tgid: u32, words: &[u64]) -> Vec<Frame> {
         words.iter().map(|&w| Frame { addr: w, symbol: Some("[python]".into()), module: None, offset: None }).collect()
     }
@@ -253,8 +259,20 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     let mut user_stacks_cut = 0u64;
     // Each thread's ids in its own PID namespace, asked once per thread.
     let mut ns_ids: FastMap<(u32, u32), Option<(u32, u32)>> = FastMap::default();
+    // Each process's cgroup, asked once per process; records share its text.
+    let mut cgroups: FastMap<u32, Option<Arc<str>>> = FastMap::default();
+    let mut paths: FastSet<Arc<str>> = FastSet::default();
     for r in &capture.records {
         ns_ids.entry((r.tgid, r.tid)).or_insert_with(|| sym.ns_ids(r.tgid, r.tid));
+        cgroups.entry(r.tgid).or_insert_with(|| {
+            let path = sym.cgroup(r.tgid)?;
+            if let Some(p) = paths.get(path.as_str()) {
+                return Some(p.clone());
+            }
+            let p: Arc<str> = Arc::from(path);
+            paths.insert(p.clone());
+            Some(p)
+        });
     }
     let sym: &dyn Symbolizer = sym;
     let mut build = |space: Space, id: &StackId| match id {
@@ -359,6 +377,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             open: r.open,
             threads: 1,
             ns_ids: ns_ids.get(&(r.tgid, r.tid)).copied().flatten(),
+            cgroup: cgroups.get(&r.tgid).cloned().flatten(),
             waits_on: r.on_cpu.then_some(crate::label::WaitsOn::Running),
         });
     }

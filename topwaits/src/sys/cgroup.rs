@@ -300,6 +300,44 @@ pub fn threads_in(cg: &Cgroup) -> Vec<u32> {
     out.into_iter().collect()
 }
 
+/// The cgroup a process is in, from its `/proc/PID/cgroup` text, as a path
+/// within its hierarchy: the unified (v2) one's, unless that is the root and a
+/// v1 hierarchy places it deeper (a hybrid system whose container runtime uses
+/// v1), then systemd's v1 hierarchy's, else the first v1 one's.
+pub fn parse_proc_cgroup(text: &str) -> Option<String> {
+    let mut unified = None;
+    let mut systemd = None;
+    let mut first_v1 = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if !path.starts_with('/') {
+            continue;
+        }
+        if id == "0" && controllers.is_empty() {
+            unified = Some(path);
+        } else if controllers.split(',').any(|c| c == "name=systemd") {
+            systemd = Some(path);
+        } else if first_v1.is_none() {
+            first_v1 = Some(path);
+        }
+    }
+    let v1 = systemd.or(first_v1).filter(|p| *p != "/");
+    match unified {
+        Some("/") => v1.or(unified),
+        Some(p) => Some(p),
+        None => systemd.or(first_v1),
+    }
+    .map(str::to_string)
+}
+
+/// The cgroup process `tgid` is in now (see [`parse_proc_cgroup`]).
+pub fn of_process(tgid: u32) -> Option<String> {
+    parse_proc_cgroup(&std::fs::read_to_string(format!("/proc/{tgid}/cgroup")).ok()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,5 +455,23 @@ mod tests {
         assert!(matches!(by_path("/system.slice/none", &mounts), Err(CgroupError::NoCgroup(..))));
         assert!(matches!(by_path("system.slice/../..", &mounts), Err(CgroupError::NoCgroup(..))));
         let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn a_process_cgroup_is_its_unified_path_unless_only_v1_places_it() {
+        let v2 = "0::/system.slice/docker-4f1c.scope\n";
+        assert_eq!(parse_proc_cgroup(v2).as_deref(), Some("/system.slice/docker-4f1c.scope"));
+        let hybrid = "12:memory:/docker/4f1c\n1:name=systemd:/system.slice/docker.service\n0::/\n";
+        assert_eq!(parse_proc_cgroup(hybrid).as_deref(), Some("/system.slice/docker.service"), "systemd's v1 path over the root");
+        let hybrid_v2 = "1:name=systemd:/user.slice/x.scope\n0::/user.slice/x.scope\n";
+        assert_eq!(parse_proc_cgroup(hybrid_v2).as_deref(), Some("/user.slice/x.scope"));
+        let v1_only = "4:cpu,cpuacct:/kubepods/pod1/abc\n3:memory:/kubepods/pod1/abc\n";
+        assert_eq!(parse_proc_cgroup(v1_only).as_deref(), Some("/kubepods/pod1/abc"));
+        assert_eq!(parse_proc_cgroup("0::/\n").as_deref(), Some("/"), "the root is a cgroup too");
+        assert_eq!(parse_proc_cgroup("garbage\n\n"), None);
+        // A path may hold ':' (it is split off at the second one only).
+        assert_eq!(parse_proc_cgroup("0::/a:b\n").as_deref(), Some("/a:b"));
+        let me = of_process(std::process::id()).expect("this process's cgroup");
+        assert!(me.starts_with('/'), "{me}");
     }
 }

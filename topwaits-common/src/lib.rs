@@ -437,6 +437,10 @@ pub mod what {
     pub const PREEMPTED: u32 = 1 << 10;
     /// A futex call: its operation (`op & 0x7f`) is in bits 16 to 22.
     pub const FUTEX_OP: u32 = 1 << 11;
+    /// With [`SLEEP`]: a sleep to an absolute deadline, whose
+    /// [`super::What::obj`] is the time left at the switch, rounded up to 1, 2
+    /// or 5 times a power of ten (what was asked is not known).
+    pub const SLEEP_DEADLINE: u32 = 1 << 12;
     pub const FUTEX_OP_SHIFT: u32 = 16;
     /// `LCB_F_*`: spinning, a reader, a writer, a mutex.
     pub const LCB_SPIN: u32 = 1;

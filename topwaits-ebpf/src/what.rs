@@ -101,8 +101,37 @@ fn syscall(w: &mut What, now: u64) {
     // SAFETY: this CPU's scratch slot, just filled, used by this program run alone.
     let ts = unsafe { &*ts };
     let ns = ts[0].wrapping_mul(1_000_000_000).wrapping_add(ts[1]);
-    w.obj = coarse(if abs { ns.saturating_sub(now) } else { ns });
-    w.flags |= what::SLEEP;
+    if abs {
+        w.obj = up_to_125(ns.saturating_sub(now));
+        w.flags |= what::SLEEP | what::SLEEP_DEADLINE;
+    } else {
+        w.obj = coarse(ns);
+        w.flags |= what::SLEEP;
+    }
+}
+
+/// The time left to an absolute deadline, rounded up to 1, 2 or 5 times a power
+/// of ten (at least 1 us). What was asked is not known: the time left falls
+/// short of it by however late the task reached the switch (a busy CPU delays
+/// it by anything up to milliseconds), so a finer value would split the sleeps
+/// of one loop into rows by that delay.
+#[inline(always)]
+fn up_to_125(ns: u64) -> u64 {
+    let mut step = 1_000u64;
+    // Ten decades reach 10^13 ns (hours); a bounded loop for the verifier.
+    for _ in 0..10 {
+        if ns <= step {
+            return step;
+        }
+        if ns <= 2 * step {
+            return 2 * step;
+        }
+        if ns <= 5 * step {
+            return 5 * step;
+        }
+        step *= 10;
+    }
+    step
 }
 
 /// A sleep's asked time to two significant digits: an absolute deadline less the

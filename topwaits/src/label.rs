@@ -25,8 +25,15 @@ pub enum WaitsOn {
     Pipe { fd: u64, inode: Option<u64>, holders: Vec<String>, syscall: String },
     /// poll, select or an epoll set, with the descriptors watched where known.
     Poll { via: String, fds: Vec<String> },
-    /// A sleep: the time asked for where it was read.
-    Sleep { requested_ns: Option<u64>, syscall: String },
+    /// A sleep: the time asked for where it was read; with `to_deadline`, a
+    /// sleep to an absolute deadline, and `requested_ns` the most it had left
+    /// (the time left at the switch, rounded up to 1, 2 or 5 times a power of ten).
+    Sleep {
+        requested_ns: Option<u64>,
+        syscall: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        to_deadline: bool,
+    },
     /// A page fault that blocked; `major` when it waited for I/O.
     PageFault { major: bool },
     /// Preempted while runnable; `ran_instead` the process put on the CPU.
@@ -185,11 +192,14 @@ impl WaitsOn {
             // a client, a timer): what its syscall says is only that it polled.
             WaitsOn::Poll { via, fds } if fds.is_empty() => format!("event loop ({via})"),
             WaitsOn::Poll { via, fds } => format!("event loop ({via} on {})", fds.join(", ")),
-            WaitsOn::Sleep { requested_ns: Some(r), syscall } => {
+            WaitsOn::Sleep { requested_ns: Some(r), syscall, to_deadline: true } => {
+                format!("sleep to a deadline at most {} away, {} on average, in {syscall}", dur(*r), dur(mean_ns))
+            }
+            WaitsOn::Sleep { requested_ns: Some(r), syscall, .. } => {
                 let late = if mean_ns > r + r / 10 + 50_000 { " (late: timer slack or a busy CPU)" } else { "" };
                 format!("sleep of {} asked, {} on average{late}, in {syscall}", dur(*r), dur(mean_ns))
             }
-            WaitsOn::Sleep { requested_ns: None, syscall } => format!("sleep, in {syscall}"),
+            WaitsOn::Sleep { requested_ns: None, syscall, .. } => format!("sleep, in {syscall}"),
             WaitsOn::PageFault { major } => format!("{} page fault", if *major { "major" } else { "minor" }),
             WaitsOn::RunQueue { ran_instead: Some(p) } => format!("preempted: {p} ran instead"),
             WaitsOn::RunQueue { ran_instead: None } => "preempted while runnable".to_string(),
@@ -240,9 +250,13 @@ mod tests {
 
     #[test]
     fn a_sleep_says_when_it_woke_late() {
-        let s = WaitsOn::Sleep { requested_ns: Some(10_000_000), syscall: "clock_nanosleep".into() };
+        let s = WaitsOn::Sleep { requested_ns: Some(10_000_000), syscall: "clock_nanosleep".into(), to_deadline: false };
         assert_eq!(s.describe(10_060_000), "sleep of 10 ms asked, 10.06 ms on average, in clock_nanosleep");
         assert!(s.describe(14_000_000).contains("late"), "{}", s.describe(14_000_000));
+        let d = WaitsOn::Sleep { requested_ns: Some(10_000_000), syscall: "clock_nanosleep".into(), to_deadline: true };
+        assert_eq!(d.describe(9_000_000), "sleep to a deadline at most 10 ms away, 9 ms on average, in clock_nanosleep");
+        assert_eq!(serde_json::to_value(&d).unwrap()["to_deadline"], true);
+        assert!(serde_json::to_value(&s).unwrap().get("to_deadline").is_none(), "only where it is one");
     }
 
     #[test]

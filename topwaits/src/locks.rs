@@ -356,7 +356,7 @@ mod tests {
     const MUTEX: WaitsOn = WaitsOn::Mutex { addr: 0x40, pi: false };
 
     fn sleep() -> WaitsOn {
-        WaitsOn::Sleep { requested_ns: Some(100), syscall: "nanosleep".into() }
+        WaitsOn::Sleep { requested_ns: Some(100), syscall: "nanosleep".into(), to_deadline: false }
     }
 
     /// The holder sleeps 100 ns with the lock held, twice; two workers wait behind

@@ -100,7 +100,7 @@ mod tests {
 
     #[test]
     fn running_runnable_and_blocked_add_up_per_thread() {
-        let sleep = || Some(WaitsOn::Sleep { requested_ns: None, syscall: "nanosleep".into() });
+        let sleep = || Some(WaitsOn::Sleep { requested_ns: None, syscall: "nanosleep".into(), to_deadline: false });
         let records = vec![
             rec(7, Some(WaitsOn::Running), 2_000_000_000, 200),
             rec(7, Some(WaitsOn::Running), 500_000_000, 50),

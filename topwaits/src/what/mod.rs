@@ -183,12 +183,16 @@ pub fn classify(w: &What, kernel: &[&str], user: &[&str], tgid: u32, r: &mut dyn
                 None => WaitsOn::Futex { lock: "futex".to_string(), addr: w.arg0 },
             }
         }
-        "nanosleep" | "clock_nanosleep" => WaitsOn::Sleep { requested_ns: (w.flags & bits::SLEEP != 0).then_some(w.obj), syscall },
+        "nanosleep" | "clock_nanosleep" => WaitsOn::Sleep {
+            requested_ns: (w.flags & bits::SLEEP != 0).then_some(w.obj),
+            syscall,
+            to_deadline: w.flags & bits::SLEEP_DEADLINE != 0,
+        },
         "wait4" | "waitid" => WaitsOn::Child { syscall },
         "pause" | "rt_sigsuspend" | "rt_sigtimedwait" => WaitsOn::Signal { syscall },
         // select on no descriptors is how portable code sleeps (PostgreSQL's
         // pg_usleep): nothing to poll but the time.
-        "select" | "pselect6" if w.arg0 == 0 => WaitsOn::Sleep { requested_ns: None, syscall },
+        "select" | "pselect6" if w.arg0 == 0 => WaitsOn::Sleep { requested_ns: None, syscall, to_deadline: false },
         "poll" | "ppoll" | "select" | "pselect6" => WaitsOn::Poll { via: syscall, fds: Vec::new() },
         "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => WaitsOn::Poll { fds: r.epoll_fds(tgid, w.arg0), via: syscall },
         "sync" => WaitsOn::Disk { device: None, file: None, syscall: Some(syscall) },

@@ -133,14 +133,16 @@ fn event_loops_sleeps_children_and_signals() {
     assert_eq!(classify(&call("poll", 0x7ffd), &["do_sys_poll"], &none, 10, &mut r).kind(), "poll");
     // select on no descriptors sleeps (PostgreSQL's pg_usleep); on some, it polls.
     let nap = classify(&call("select", 0), &["do_select"], &none, 10, &mut r);
-    assert_eq!(nap, WaitsOn::Sleep { requested_ns: None, syscall: "select".into() });
+    assert_eq!(nap, WaitsOn::Sleep { requested_ns: None, syscall: "select".into(), to_deadline: false });
     assert_eq!(classify(&call("pselect6", 7), &["do_select"], &none, 10, &mut r).kind(), "poll");
     assert!(crate::sys::syscalls::keeps_arg0_of(23) && crate::sys::syscalls::keeps_arg0_of(270), "the programs keep select's nfds");
     let asked = What { flags: bits::SLEEP, obj: 2_000_000, ..call("clock_nanosleep", 0) };
     assert_eq!(
         classify(&asked, &["do_nanosleep"], &none, 10, &mut r),
-        WaitsOn::Sleep { requested_ns: Some(2_000_000), syscall: "clock_nanosleep".into() }
+        WaitsOn::Sleep { requested_ns: Some(2_000_000), syscall: "clock_nanosleep".into(), to_deadline: false }
     );
+    let deadline = What { flags: bits::SLEEP | bits::SLEEP_DEADLINE, obj: 10_000_000, ..call("clock_nanosleep", 0) };
+    assert!(matches!(classify(&deadline, &["do_nanosleep"], &none, 10, &mut r), WaitsOn::Sleep { to_deadline: true, .. }));
     assert_eq!(classify(&call("wait4", 0), &["do_wait"], &none, 10, &mut r).kind(), "child");
     assert_eq!(classify(&call("rt_sigtimedwait", 0), &[], &none, 10, &mut r).kind(), "signal");
     assert_eq!(classify(&What { nr: 9999, ..Default::default() }, &[], &none, 10, &mut r).short(), "syscall 9998");

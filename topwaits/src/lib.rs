@@ -1,48 +1,33 @@
-//! topwaits: a Linux off-CPU and wakeup profiler. The binary is glue; the work lives
-//! in these modules, and data flows one way: options (`cli`) → kernel maps (`bpf`)
-//! → `model` → `symbolize` → `reduce` → `report`, each subcommand's runner in `run`
-//! reading top to bottom in that order. Modules import only those below them in
-//! the layer order that `layering` checks.
+//! topwaits: a Linux off-CPU and wakeup profiler. The binary is glue; the work
+//! lives in these modules, listed here in the order the data flows and the
+//! order of their layers (each imports only those below it; `layering` checks):
+//!
+//! - `run`: one runner per subcommand, from the options to the output;
+//! - `report`: the formats (top view, folded, JSON, SVG, pprof, Perfetto);
+//! - `analysis`: what the waits mean (why, locks, what, blocked, threads and
+//!   rt-app, diff, the grouping of records);
+//! - `bpf`: the only module that touches aya: loads, attaches, reads the maps;
+//! - `stacks`: user stacks and names: unwind tables, Python, symbolization;
+//! - `model`: the data every layer shares: records, labels, recordings;
+//! - `cli`: the options, checked into a configuration;
+//! - `sys`: the readers of `/proc`, `/sys`, ELF files and the kernel's BTF;
+//! - `util`: small shared helpers (clock, hashing, errors, output files).
 
-pub mod blocked;
+pub mod analysis;
 pub mod bpf;
-pub mod cfi;
 pub mod cli;
-pub mod clock;
-pub mod deps;
-pub mod diff;
-pub mod error;
-pub mod fasthash;
-pub mod interrupts;
-pub mod label;
 #[cfg(test)]
 mod layering;
-pub mod locks;
-pub mod longwaits;
 pub mod model;
-pub mod objects;
-pub mod open;
-pub mod outfile;
-pub mod profile;
-pub mod python;
-pub mod recording;
-pub mod reduce;
 pub mod report;
-pub mod rtapp;
 pub mod run;
-pub mod snapshot;
-mod stderr;
-pub mod symbolize;
+pub mod stacks;
 pub mod sys;
-pub mod timeshare;
-pub mod unwind;
-pub mod waitfor;
-pub mod what;
-pub mod why;
+pub mod util;
 
 use clap::Parser as _;
 
-use stderr::say;
+use util::stderr::{self, say};
 
 /// Parses the command line, runs, and returns the process exit code. Errors are
 /// printed as one line, with their causes joined by `: `.
@@ -70,9 +55,9 @@ pub fn main_entry() -> i32 {
     };
     match result {
         Ok(()) => 0,
-        Err(e) if e.downcast_ref::<error::GateCrossed>().is_some() => {
+        Err(e) if e.downcast_ref::<util::error::GateCrossed>().is_some() => {
             say!("topwaits: diff: {e}");
-            error::GATE_EXIT
+            util::error::GATE_EXIT
         }
         Err(e) => {
             say!("topwaits: error: {}", stderr::error_line(&e));

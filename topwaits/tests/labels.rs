@@ -75,7 +75,7 @@ fn mutex_condvar_and_sleep_waits_say_what_they_waited_for() {
 /// The block device a path lives on, as /sys names it.
 fn device_of(path: &str) -> String {
     use std::os::unix::fs::MetadataExt;
-    topwaits::what::procfs::device_name(std::fs::metadata(path).unwrap().dev()).unwrap_or_default()
+    topwaits::analysis::what::procfs::device_name(std::fs::metadata(path).unwrap().dev()).unwrap_or_default()
 }
 
 #[test]

@@ -4,9 +4,9 @@
 use clap::Parser;
 use proptest::prelude::*;
 use topwaits::cli::{Args, BlockedConfig, Command, Config, ThreadsConfig};
+use topwaits::stacks::unwind::{Arch, Memory, Region, Walker};
 use topwaits::sys::btf::FromBtf as _;
 use topwaits::sys::{btf, caps, kallsyms, procfs, thread, tracefs};
-use topwaits::unwind::{Arch, Memory, Region, Walker};
 
 /// Words the option parser knows, mixed with noise.
 fn arg() -> impl Strategy<Value = String> {
@@ -136,7 +136,7 @@ proptest! {
         let _ = thread::parse_exec_start(&text);
         let _ = thread::parse_kernel_stack(&text);
         let _ = thread::special_inode(&text);
-        let _ = topwaits::blocked::classify::fd_access(&text);
+        let _ = topwaits::analysis::blocked::classify::fd_access(&text);
     }
 
     /// Whatever the stack memory holds, a walk ends, and every frame after the pc is
@@ -163,7 +163,7 @@ proptest! {
         let regions = [Region { start: 0x1000, end: 0x2000, exec: true }, Region { start: 0x10000, end: 0x11000, exec: false }];
         let mem = Mem(stack);
         let frames = Walker::new(&regions, &mem, Arch::X86_64).walk(0x1800, 0x10000);
-        prop_assert!(frames.len() <= topwaits::unwind::MAX_FRAMES);
+        prop_assert!(frames.len() <= topwaits::stacks::unwind::MAX_FRAMES);
         prop_assert!(frames.iter().all(|&f| (0x1000..0x2000).contains(&f)), "{:x?}", frames);
     }
 

@@ -87,12 +87,19 @@ mod tests {
             "topwaits/src",
             "topwaits/src/run",
             "topwaits/src/report",
+            "topwaits/src/analysis",
+            "topwaits/src/analysis/blocked",
+            "topwaits/src/analysis/why",
+            "topwaits/src/analysis/what",
+            "topwaits/src/bpf",
+            "topwaits/src/stacks",
+            "topwaits/src/stacks/symbolize",
+            "topwaits/src/stacks/cfi",
+            "topwaits/src/stacks/python",
+            "topwaits/src/model",
             "topwaits/src/cli",
             "topwaits/src/sys",
-            "topwaits/src/symbolize",
-            "topwaits/src/bpf",
-            "topwaits/src/blocked",
-            "topwaits/src/cfi",
+            "topwaits/src/util",
         ] {
             for e in std::fs::read_dir(crate::root().join(dir)).unwrap() {
                 let name = e.unwrap().file_name().to_string_lossy().into_owned();

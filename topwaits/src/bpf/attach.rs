@@ -11,8 +11,8 @@ use aya::{Btf, Ebpf};
 use log::info;
 use topwaits_common::names;
 
-use crate::error::{verifier_verdict, UserError};
 use crate::sys::{kallsyms, tracefs::Tracefs};
+use crate::util::error::{verifier_verdict, UserError};
 
 /// Where the kernel exposes the kprobe PMU; absent when CONFIG_KPROBES is unset.
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
@@ -289,7 +289,7 @@ pub(super) fn attach_lock_contention(ebpf: &mut Ebpf) {
         Ok(())
     };
     if let Err(e) = attach(ebpf) {
-        log::warn!("kernel locks are named by their stacks alone: {}", crate::stderr::error_line(&e));
+        log::warn!("kernel locks are named by their stacks alone: {}", crate::util::stderr::error_line(&e));
     }
 }
 

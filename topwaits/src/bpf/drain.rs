@@ -1,4 +1,4 @@
-//! Draining the maps into plain [`crate::model`] and [`crate::profile`] structs:
+//! Draining the maps into plain [`crate::model`] and [`crate::model::profile`] structs:
 //! the aggregate with its stacks, waits still in progress, and the thread profiles.
 
 use std::collections::HashMap;
@@ -8,8 +8,8 @@ use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
 use topwaits_common::{counter, names, DepKey, Hops, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
 
 use super::{batch, Tracer};
+use crate::model::profile::{Edge, ThreadProfile, ThreadsCapture};
 use crate::model::{comm_bytes, raw_hop, Capture, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
-use crate::profile::{Edge, ThreadProfile, ThreadsCapture};
 
 pub(super) fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, max_end_ns: u64) -> RawRecord {
     RawRecord {

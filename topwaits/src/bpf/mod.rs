@@ -27,11 +27,11 @@ use log::{info, warn};
 use topwaits_common::{counter, limits, names, Settings, SwitchOut};
 
 use crate::cli::{AttachMode, Config, Threads, ThreadsConfig};
-use crate::error::UserError;
 use crate::model::{AttachKind, Counters};
 use crate::sys::btf::{self, FromBtf as _};
 use crate::sys::cgroup;
 use crate::sys::tracefs::Tracefs;
+use crate::util::error::UserError;
 use attach::{attach_futex, attach_kprobe, attach_raw_tp, attach_tp_btf, load_in_parallel, Plan};
 
 /// The eBPF object, built by build.rs and embedded so the binary is self-contained.
@@ -369,7 +369,7 @@ impl Tracer {
         // nothing until the walker is in place: their trace begins then.
         let whole = cfi && config.whole_from_the_start;
         let plan = if whole { plan.whole_from_the_start() } else { plan };
-        let mut attached_mono = crate::clock::monotonic_now();
+        let mut attached_mono = crate::util::clock::monotonic_now();
         let mut kept_btf = None;
         let attach = match config.attach {
             AttachMode::TpBtf => {
@@ -395,10 +395,10 @@ impl Tracer {
                 Ok(()) => AttachKind::RawTp,
                 Err(e) if !have_btf => return Err(e),
                 Err(e) => {
-                    warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::stderr::error_line(&e));
+                    warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::util::stderr::error_line(&e));
                     ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
                     prepared = prepare(take_unwind(&mut ebpf)?)?;
-                    attached_mono = crate::clock::monotonic_now();
+                    attached_mono = crate::util::clock::monotonic_now();
                     let btf = kernel_btf()?;
                     attach_tp_btf(&mut ebpf, &btf, &plan)?;
                     kept_btf = Some(btf);
@@ -481,7 +481,7 @@ impl Tracer {
             sample::load_full(&mut self.ebpf)?;
         }
         if self.begins_at_full {
-            self.attached_mono = crate::clock::monotonic_now();
+            self.attached_mono = crate::util::clock::monotonic_now();
         }
         Ok(())
     }
@@ -497,7 +497,7 @@ impl Tracer {
         let tracefs = match Tracefs::open() {
             Ok(t) => Some(t),
             Err(e) => {
-                warn!("{}; futex dependencies are unavailable", crate::stderr::error_line(&e));
+                warn!("{}; futex dependencies are unavailable", crate::util::stderr::error_line(&e));
                 None
             }
         };
@@ -510,7 +510,7 @@ impl Tracer {
         sizes.futex = limits::START_ENTRIES;
         cgroup_offsets_into(&mut settings)?;
         let mut ebpf = load(loader, &settings, &sizes, &config.threads)?;
-        let mut attached_mono = crate::clock::monotonic_now();
+        let mut attached_mono = crate::util::clock::monotonic_now();
         let plan = Plan::threads().following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP);
         let attach_btf = |ebpf: &mut Ebpf| -> Result<()> {
             let btf = Btf::from_sys_fs()?;
@@ -527,9 +527,9 @@ impl Tracer {
                 Ok(()) => AttachKind::RawTp,
                 Err(e) if mode == AttachMode::RawTp => return Err(e),
                 Err(e) => {
-                    warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::stderr::error_line(&e));
+                    warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::util::stderr::error_line(&e));
                     ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
-                    attached_mono = crate::clock::monotonic_now();
+                    attached_mono = crate::util::clock::monotonic_now();
                     attach_btf(&mut ebpf)?;
                     AttachKind::TpBtf
                 }
@@ -627,7 +627,7 @@ impl Tracer {
                 })
             });
             if let Err(e) = read {
-                log::warn!("could not read the per-task start map before detaching: {}", crate::stderr::error_line(&e));
+                log::warn!("could not read the per-task start map before detaching: {}", crate::util::stderr::error_line(&e));
             }
             self.arrived_at_stop = Some(arrived);
         }

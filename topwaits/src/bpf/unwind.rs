@@ -8,8 +8,8 @@ use topwaits_common::names;
 use topwaits_common::python::PyProc;
 use topwaits_common::unwind::{FileInfo, Node, ProcMaps};
 
-use crate::cfi::loader::Sink;
-use crate::python::PySink;
+use crate::stacks::cfi::loader::Sink;
+use crate::stacks::python::PySink;
 
 /// The maps the walker reads: per-process mappings, per-file state, tree nodes.
 pub struct UnwindMaps {

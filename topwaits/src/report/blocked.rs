@@ -6,11 +6,11 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::{secs, Format};
-use crate::blocked::classify::WaitOn;
-use crate::blocked::{Blocked, Report};
-use crate::clock::{date, hms_millis, rfc3339};
+use crate::analysis::blocked::classify::WaitOn;
+use crate::analysis::blocked::{Blocked, Report};
+use crate::analysis::waitfor::End;
 use crate::model::{comm_text, Stack};
-use crate::waitfor::End;
+use crate::util::clock::{date, hms_millis, rfc3339};
 
 /// JSON schema version of the document.
 pub const VERSION: u32 = 2;
@@ -168,12 +168,12 @@ fn wait_json(w: &WaitOn) -> Value {
             "kind": "futex",
             "futex": format!("{addr:#x}"),
             "lock": match kind {
-                crate::blocked::classify::FutexKind::Mutex => "mutex",
-                crate::blocked::classify::FutexKind::LikelyMutex => "mutex_by_layout",
-                crate::blocked::classify::FutexKind::PiLock => "pi_lock",
-                crate::blocked::classify::FutexKind::Named(n) => n,
-                crate::blocked::classify::FutexKind::Join => "thread_join",
-                crate::blocked::classify::FutexKind::Unknown => "unknown",
+                crate::analysis::blocked::classify::FutexKind::Mutex => "mutex",
+                crate::analysis::blocked::classify::FutexKind::LikelyMutex => "mutex_by_layout",
+                crate::analysis::blocked::classify::FutexKind::PiLock => "pi_lock",
+                crate::analysis::blocked::classify::FutexKind::Named(n) => n,
+                crate::analysis::blocked::classify::FutexKind::Join => "thread_join",
+                crate::analysis::blocked::classify::FutexKind::Unknown => "unknown",
             },
             "owner_tid": owner,
             "private": private,
@@ -284,10 +284,10 @@ fn write_dot(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocked::classify::FutexKind;
-    use crate::clock::ClockPair;
-    use crate::snapshot::Snapshot;
-    use crate::waitfor::{analyze, Edge};
+    use crate::analysis::blocked::classify::FutexKind;
+    use crate::analysis::snapshot::Snapshot;
+    use crate::analysis::waitfor::{analyze, Edge};
+    use crate::util::clock::ClockPair;
 
     fn thread(tid: u32, comm: &str, wait: WaitOn) -> Blocked {
         Blocked {
@@ -389,7 +389,7 @@ mod tests {
         let mut r = abba();
         r.threads.truncate(1);
         r.edges.truncate(1);
-        r.others.insert(102, crate::blocked::Other { tgid: 100, tid: 102, comm: b"beta".to_vec(), state: 'R' });
+        r.others.insert(102, crate::analysis::blocked::Other { tgid: 100, tid: 102, comm: b"beta".to_vec(), state: 'R' });
         r.graph = analyze(&r.edges, &[101, 102].into_iter().collect());
         let mut out = Vec::new();
         write_text(&r, &mut out).unwrap();

@@ -87,7 +87,7 @@ pub fn line_frames(r: &Record, delimited: bool, what: bool, cgroup: bool) -> Vec
         line.push(cgroup_frame(r));
     }
     if what {
-        line.push(clean(&format!("[{}]", crate::label::short_of(r.waits_on.as_ref()))));
+        line.push(clean(&format!("[{}]", crate::model::label::short_of(r.waits_on.as_ref()))));
     }
     line.push(clean(&String::from_utf8_lossy(&r.comm)));
     push_stack(&mut line, &r.user, MISSING_USER, false);

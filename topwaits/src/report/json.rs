@@ -12,10 +12,10 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::{by_longest, interrupt_handler, no_waker_label, take, Format};
-use crate::clock::rfc3339;
-use crate::fasthash::FastMap;
+use crate::analysis::reduce::By;
 use crate::model::{comm_text, Counters, Frame, Hop, OpenSince, Record, Report, Stack, WakeKind};
-use crate::reduce::By;
+use crate::util::clock::rfc3339;
+use crate::util::fasthash::FastMap;
 
 /// Schema version of the document.
 pub const VERSION: u32 = 2;
@@ -258,7 +258,7 @@ struct JRecord<'a> {
 }
 
 /// A record's `waits_on`: the kind and its fields, with the description.
-pub fn waits_on(w: &crate::label::WaitsOn, mean_ns: u64) -> Value {
+pub fn waits_on(w: &crate::model::label::WaitsOn, mean_ns: u64) -> Value {
     let mut v = serde_json::to_value(w).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.insert("label".into(), Value::String(w.short()));
@@ -340,13 +340,13 @@ fn head(report: &Report) -> Value {
             "lost_on_cpu_samples": report.counters.lost_samples,
         },
         "on_cpu_hz": info.on_cpu_hz,
-        "thread_times": crate::timeshare::of(report).map(|times| thread_times(&times)),
+        "thread_times": crate::analysis::timeshare::of(report).map(|times| thread_times(&times)),
         "records_total": report.records.len(),
     })
 }
 
 /// Each thread's time (`--on-cpu`), most running first.
-fn thread_times(times: &[crate::timeshare::ThreadTime]) -> Value {
+fn thread_times(times: &[crate::analysis::timeshare::ThreadTime]) -> Value {
     Value::Array(
         times
             .iter()

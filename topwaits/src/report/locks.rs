@@ -1,6 +1,6 @@
 //! `topwaits locks`'s views of a trace's every wait (its events, with wakers):
 //! the locks that made threads wait, ranked, each with its waiters, its holders
-//! and what they did while holding it (see `crate::locks`); as text, JSON (a
+//! and what they did while holding it (see `crate::analysis::locks`); as text, JSON (a
 //! ranked `locks` array), or folded lines and an svg of the waiters' stacks under
 //! their lock.
 
@@ -9,9 +9,9 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::{folded::clean, json::stack as json_stack, secs, Format};
+use crate::analysis::locks::{analyze, HeldWhile, Lock, Site};
 use crate::cli::{plural, By, Output};
-use crate::label::WaitsOn;
-use crate::locks::{analyze, HeldWhile, Lock, Site};
+use crate::model::label::WaitsOn;
 use crate::model::{comm_text, Report, Stack};
 
 /// The `locks` view of a report.

@@ -17,9 +17,9 @@ pub mod why;
 
 use std::io::{self, Write};
 
+use crate::analysis::reduce::By;
 use crate::cli::{Output, View};
 use crate::model::{comm_text, Hop, Record, Report, WakeKind};
-use crate::reduce::By;
 
 /// One output format of `D`: a trace's report unless said otherwise.
 pub trait Format<D: ?Sized = Report> {
@@ -100,7 +100,7 @@ pub fn who(r: &Record, by: By) -> String {
         By::Process | By::Comm => format!("{name}  {}", crate::cli::plural(r.threads as usize, "thread")),
         By::What => format!("heaviest: {name}, of {}", crate::cli::plural(r.threads as usize, "thread")),
         By::Cgroup => {
-            let cgroup = r.cgroup.as_deref().unwrap_or(crate::reduce::UNKNOWN_CGROUP);
+            let cgroup = r.cgroup.as_deref().unwrap_or(crate::analysis::reduce::UNKNOWN_CGROUP);
             format!("cgroup {cgroup}  {}, heaviest {name}", crate::cli::plural(r.threads as usize, "thread"))
         }
     }
@@ -139,8 +139,8 @@ pub fn take<T>(v: Vec<T>, limit: usize) -> Vec<T> {
 #[cfg(test)]
 pub(crate) mod fixtures {
     //! Fabricated reports shared by the format tests.
-    use crate::clock::ClockPair;
     use crate::model::*;
+    use crate::util::clock::ClockPair;
 
     pub fn frame(name: &str, addr: u64) -> Frame {
         Frame { addr, symbol: Some(name.into()), module: None, offset: Some(0) }
@@ -160,7 +160,7 @@ pub(crate) mod fixtures {
             target: "all threads".into(),
             utc_offset_s: 0,
             waker: false,
-            by: crate::reduce::By::Thread,
+            by: crate::analysis::reduce::By::Thread,
             state_filter: None,
             on_cpu_hz: None,
             cgroup_target: false,
@@ -208,7 +208,7 @@ pub(crate) mod fixtures {
         running.kernel = Stack::None;
         running.user = frames(&["compute", "main"]);
         (running.count, running.total_ns, running.max_ns) = (200, 2_000_000_000, 10_000_000);
-        running.waits_on = Some(crate::label::WaitsOn::Running);
+        running.waits_on = Some(crate::model::label::WaitsOn::Running);
         r.records.push(running);
         r
     }

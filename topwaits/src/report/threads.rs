@@ -6,9 +6,9 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::Format;
-use crate::deps::Group;
+use crate::analysis::deps::Group;
 use crate::model::comm_text;
-use crate::profile::{Edge, ThreadProfile};
+use crate::model::profile::{Edge, ThreadProfile};
 
 /// What the threads report shows.
 pub struct ThreadsReport<'a> {

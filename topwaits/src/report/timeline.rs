@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use super::{by_longest, take, Format};
-use crate::clock::{hms_millis, WallNs};
 use crate::model::{comm_text, Frame, Record, Report};
+use crate::util::clock::{hms_millis, WallNs};
 
 const WIDTH: f64 = 1200.0;
 const LABEL_W: f64 = 220.0;

@@ -5,9 +5,9 @@
 use std::io::{self, Write};
 
 use super::{by_longest, hop_name, interrupt_handler, no_waker_label, take, who, Format};
-use crate::clock::{date, hms_millis};
+use crate::analysis::timeshare::ThreadTime;
 use crate::model::{Hop, OpenSince, Record, Report, Stack, TraceInfo, WakeInfo};
-use crate::timeshare::ThreadTime;
+use crate::util::clock::{date, hms_millis};
 
 pub struct Top {
     pub limit: usize,
@@ -130,7 +130,7 @@ impl Format for Top {
         let (running, waits): (Vec<&Record>, Vec<&Record>) = report.records.iter().partition(|r| r.on_cpu());
         let total = waits.len();
         let mut ranked = by_longest(waits);
-        if report.info.by == crate::reduce::By::What {
+        if report.info.by == crate::analysis::reduce::By::What {
             // What the waiting was for is ranked by how much of it there was.
             ranked.sort_by_key(|r| std::cmp::Reverse(r.total_ns));
         }
@@ -145,16 +145,21 @@ impl Format for Top {
             info.attach.name(),
             crate::cli::plural(total, "record"),
             shown.len(),
-            if info.by == crate::reduce::By::What { "most waiting first" } else { "longest first" }
+            if info.by == crate::analysis::reduce::By::What { "most waiting first" } else { "longest first" }
         )?;
         writeln!(out)?;
-        if let Some(times) = crate::timeshare::of(report) {
+        if let Some(times) = crate::analysis::timeshare::of(report) {
             write_times(out, &times, info)?;
             write_running(out, running, report, self)?;
-            writeln!(out, "Off the CPU, {}:", if info.by == crate::reduce::By::What { "most waiting first" } else { "longest first" })?;
+            writeln!(
+                out,
+                "Off the CPU, {}:",
+                if info.by == crate::analysis::reduce::By::What { "most waiting first" } else { "longest first" }
+            )?;
             writeln!(out)?;
         }
-        let all = (info.by == crate::reduce::By::What).then(|| report.records.iter().filter(|x| !x.on_cpu()).map(|x| x.total_ns).sum());
+        let all =
+            (info.by == crate::analysis::reduce::By::What).then(|| report.records.iter().filter(|x| !x.on_cpu()).map(|x| x.total_ns).sum());
         for (i, r) in shown.iter().enumerate() {
             write_record(out, i + 1, r, report, self.delimited, all)?;
         }
@@ -280,7 +285,7 @@ mod tests {
 
     #[test]
     fn records_by_process_or_comm_are_headed_by_what_they_merge() {
-        use crate::reduce::By;
+        use crate::analysis::reduce::By;
         let mut rep = report();
         rep.records[0].threads = 40;
         for (by, want) in [

@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 use super::folded::{clean, MISSING_KERNEL, MISSING_USER};
 use super::json::{lost, stack, VERSION};
 use super::{hop_name, interrupt_handler, named, take, Format};
+use crate::analysis::reduce::By;
 use crate::cli::{Output, ValueKind};
-use crate::clock::{hms_millis, rfc3339};
 use crate::model::{comm_text, Hop, Record, Report, Stack, WakeKind};
-use crate::reduce::By;
+use crate::util::clock::{hms_millis, rfc3339};
 
 /// One row: a waker (name, ids and stacks) waking one target.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,12 +10,12 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::{interrupt_handler, json::stack as json_stack, secs, Format};
+use crate::analysis::reduce::{Fingerprints, StackKey};
+use crate::analysis::why::{critical_path, group_causes, group_path, Findings, Group, PathGroup, Tid, Trace, Wait, Waker, What};
 use crate::cli::{plural, By, Output};
-use crate::fasthash::FastMap;
-use crate::label::WaitsOn;
+use crate::model::label::WaitsOn;
 use crate::model::{comm_text, Hop, Report, Stack, WakeKind};
-use crate::reduce::{Fingerprints, StackKey};
-use crate::why::{critical_path, group_causes, group_path, Findings, Group, PathGroup, Tid, Trace, Wait, Waker, What};
+use crate::util::fasthash::FastMap;
 
 /// The `why` view of a report.
 pub struct Why {

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use crate::blocked::collect;
+use crate::analysis::blocked::collect;
 use crate::cli::BlockedConfig;
 use crate::report::{blocked, Format};
 
@@ -11,16 +11,16 @@ use crate::report::{blocked, Format};
 /// written for Graphviz. Every output file is opened before any work.
 pub fn run(config: &BlockedConfig) -> Result<()> {
     if !crate::sys::caps::this_process_is_privileged() {
-        crate::stderr::say!("topwaits: warning: not root: kernel stacks, syscalls and other processes' memory are unreadable");
+        crate::util::stderr::say!("topwaits: warning: not root: kernel stacks, syscalls and other processes' memory are unreadable");
     }
     super::check_targets(&config.threads)?;
-    let dot = crate::outfile::OutputFile::create_opt(config.dot.as_deref())?;
+    let dot = crate::util::outfile::OutputFile::create_opt(config.dot.as_deref())?;
     let target = config.threads.describe();
     // The threads' frame pointers, which /proc does not show: without them a
     // stack through code built with frame pointers is cut where it needs one.
     let regs = if crate::sys::caps::this_process_is_privileged() {
         crate::bpf::task_regs_now().unwrap_or_else(|e| {
-            log::info!("no task registers: {}", crate::stderr::error_line(&e));
+            log::info!("no task registers: {}", crate::util::stderr::error_line(&e));
             Default::default()
         })
     } else {
@@ -28,7 +28,7 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
     };
     let report = collect(config, target, regs, super::unwind::open_cache(config.cache.as_deref()))?;
     for w in &report.warnings {
-        crate::stderr::say!("topwaits: warning: {w}");
+        crate::util::stderr::say!("topwaits: warning: {w}");
     }
     if let Some(file) = dot {
         file.write(|w| blocked::Dot.write(&report, w))?;

@@ -1,5 +1,5 @@
 //! `topwaits diff BEFORE AFTER`: reads both traces (record files or --json
-//! outputs), compares them (see [`crate::diff`]), prints the change and writes
+//! outputs), compares them (see [`crate::analysis::diff`]), prints the change and writes
 //! its flame graph, then holds it against the gate's thresholds.
 
 use std::io::{self, Read as _, Write};
@@ -8,10 +8,10 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context as _, Result};
 use serde_json::{json, Value};
 
+use crate::analysis::diff::{self, Change, Diff, Side};
 use crate::cli::{DiffConfig, DiffOutput};
-use crate::diff::{self, Change, Diff, Side};
-use crate::error::GateCrossed;
-use crate::outfile::OutputFile;
+use crate::util::error::GateCrossed;
+use crate::util::outfile::OutputFile;
 
 /// One side, from a record file (gzip) or a --json output, read within
 /// `max_mib` MiB.
@@ -19,7 +19,7 @@ fn side(path: &Path, max_mib: u64) -> Result<Side> {
     let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut first = [0u8; 1];
     if file.read(&mut first).with_context(|| format!("cannot read {}", path.display()))? == 1 && first[0] == 0x1f {
-        let report = crate::recording::read(path, max_mib)?;
+        let report = crate::model::recording::read(path, max_mib)?;
         return Side::of_json(&crate::report::json::document(&report, 0)).map_err(|e| anyhow!("{}: {e}", path.display()));
     }
     let max = max_mib.saturating_mul(1 << 20);
@@ -62,9 +62,9 @@ pub fn run(c: &DiffConfig) -> Result<()> {
         return Ok(());
     }
     for x in &crossed {
-        crate::stderr::say!("topwaits: diff: gate crossed: {}", x.what);
+        crate::util::stderr::say!("topwaits: diff: gate crossed: {}", x.what);
         for ch in &x.changes {
-            crate::stderr::say!("    {:>10}  {}", diff::delta(ch.delta_ns()), title(ch));
+            crate::util::stderr::say!("    {:>10}  {}", diff::delta(ch.delta_ns()), title(ch));
         }
     }
     Err(GateCrossed(crossed.len()).into())

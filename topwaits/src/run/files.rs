@@ -6,8 +6,8 @@ use anyhow::Result;
 
 use crate::cli::{ValueKind, View, ViewConfig};
 use crate::model::Report;
-use crate::outfile::OutputFile;
 use crate::report::{self, Format as _};
+use crate::util::outfile::OutputFile;
 
 /// The files of one view, each created and still empty.
 pub struct ViewFiles {
@@ -77,7 +77,7 @@ impl ViewFiles {
             file.write(|out| report::perfetto::Perfetto.write(report, out))?;
         }
         if let Some(file) = self.record {
-            file.write(|out| crate::recording::write(report, out))?;
+            file.write(|out| crate::model::recording::write(report, out))?;
         }
         Ok(())
     }

@@ -3,10 +3,10 @@
 //! off again, merge rows alike in all a report shows, and count what the interval
 //! added. Pure: tests feed it a fabricated capture and a fake symbolizer.
 
+use crate::analysis::reduce::{self, By};
+use crate::analysis::what::Resolve;
 use crate::model::{Capture, Counters, RawRecord, Report, TraceInfo};
-use crate::reduce::{self, By};
-use crate::symbolize::{resolve, Symbolizer};
-use crate::what::Resolve;
+use crate::stacks::symbolize::{resolve, Symbolizer};
 
 /// The long waits the kernel sent one by one (`--events-over`), as one-wait rows,
 /// with the thread state each began in; and the on-CPU samples it sent with
@@ -37,10 +37,10 @@ pub fn report(
     let mut resolved = resolve(&capture, sym);
     if let Some(res) = res {
         let whats: Vec<_> = capture.records.iter().map(|r| r.what).collect();
-        crate::what::label(&mut resolved.records, &whats, res);
+        crate::analysis::what::label(&mut resolved.records, &whats, res);
     }
     let samples = resolved.records.split_off(sampled);
-    let events = crate::longwaits::events(resolved.records.split_off(aggregate), &events.states);
+    let events = crate::analysis::longwaits::events(resolved.records.split_off(aggregate), &events.states);
     let mut counters = capture.counters.since(before);
     counters.user_stacks_cut = resolved.user_stacks_cut;
     // Records alike in all a report shows are one; the graphs keep threads apart.
@@ -51,9 +51,9 @@ pub fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ClockPair;
     use crate::model::{AttachKind, StackId};
-    use crate::symbolize::tests::FakeSymbolizer;
+    use crate::stacks::symbolize::tests::FakeSymbolizer;
+    use crate::util::clock::ClockPair;
 
     fn row(tid: u32, kstack: u64, total_ns: u64, count: u64, max_ns: u64) -> RawRecord {
         RawRecord {
@@ -107,7 +107,7 @@ mod tests {
         sym.names.insert(0x101, "schedule".into());
         let rows = vec![row(11, 1, 30, 3, 20), row(11, 2, 5, 1, 5), row(12, 1, 8, 1, 8)];
         let events = Events { rows: vec![row(11, 1, 20, 1, 20)], states: vec![1], samples: Vec::new() };
-        let r = report(capture(rows, 6), events, &Counters::default(), info(), &mut sym, Some(&mut crate::what::tests::NoSystem));
+        let r = report(capture(rows, 6), events, &Counters::default(), info(), &mut sym, Some(&mut crate::analysis::what::tests::NoSystem));
         assert_eq!(r.records.len(), 2, "{:#?}", r.records);
         let t11 = r.records.iter().find(|x| x.tid == 11).unwrap();
         assert_eq!((t11.total_ns, t11.count, t11.max_ns), (35, 4, 20));
@@ -129,7 +129,7 @@ mod tests {
             &before,
             info(),
             &mut sym,
-            Some(&mut crate::what::tests::NoSystem),
+            Some(&mut crate::analysis::what::tests::NoSystem),
         );
         assert_eq!(r.counters.recorded, 6);
         assert!(r.events.is_empty());

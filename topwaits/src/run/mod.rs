@@ -22,8 +22,8 @@ use std::io::{self, BufWriter, Write};
 use anyhow::{Context as _, Result};
 
 use crate::cli::{self, ConfigError, Threads};
-use crate::error::UserError;
 use crate::sys::{caps, procfs};
+use crate::util::error::UserError;
 
 /// Validates the options of the subcommand asked for and runs it: a bad option is
 /// the outer error (exit code 2), a failed run the inner one (exit code 1).

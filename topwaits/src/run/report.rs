@@ -9,7 +9,7 @@ use crate::report;
 
 /// Prints a report's view on stdout, its records merged as `--by` asks.
 pub fn show(report: &Report, view: crate::cli::View, output: &crate::cli::Output, by: crate::cli::By) -> Result<()> {
-    let grouped = crate::reduce::grouped(report, by);
+    let grouped = crate::analysis::reduce::grouped(report, by);
     let format = report::for_output(view, output);
     super::write_quietly(|out| format.write(grouped.as_ref().unwrap_or(report), out))
 }
@@ -18,7 +18,7 @@ pub fn show(report: &Report, view: crate::cli::View, output: &crate::cli::Output
 /// with the files asked for, and the warnings of its losses.
 pub fn run(c: &crate::cli::ReportConfig) -> Result<()> {
     let files = ViewFiles::create(&c.view, None)?;
-    let report = crate::recording::read(&c.file, c.view.max_record_mib)?;
+    let report = crate::model::recording::read(&c.file, c.view.max_record_mib)?;
     if c.view.perfetto.is_some() && report.events.is_empty() {
         anyhow::bail!("{} holds no long-wait events for --perfetto: record with --events-over or --perfetto", c.file.display());
     }
@@ -29,7 +29,7 @@ pub fn run(c: &crate::cli::ReportConfig) -> Result<()> {
     show(&report, view, &c.view.output, c.view.by)?;
     files.write(&report)?;
     for w in report.counters.warnings() {
-        crate::stderr::say!("topwaits: warning: {w}");
+        crate::util::stderr::say!("topwaits: warning: {w}");
     }
     Ok(())
 }

@@ -7,8 +7,8 @@ use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait};
 use super::{preflight, write_quietly};
 use crate::bpf::Tracer;
 use crate::cli::ThreadsConfig;
-use crate::clock::monotonic_now;
 use crate::report::{threads, Format};
+use crate::util::clock::monotonic_now;
 
 /// The end of a threads window: now, or the deadline set ahead if that has passed
 /// (the kernel stopped recording at it).
@@ -20,7 +20,7 @@ pub fn window_end(now: u64, deadline: Option<u64>) -> u64 {
 pub fn run(config: &ThreadsConfig) -> Result<()> {
     hold_signals(true);
     preflight(&config.threads)?;
-    let rt_app_file = crate::outfile::OutputFile::create_opt(config.rt_app.as_deref())?;
+    let rt_app_file = crate::util::outfile::OutputFile::create_opt(config.rt_app.as_deref())?;
     let mut tracer = Tracer::start_threads(config)?;
     let start_mono = tracer.attached_mono();
     // The kernel ends the window at the requested instant, even if this process
@@ -32,8 +32,8 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     }
     let target = config.threads.describe();
     match config.duration {
-        Some(d) => crate::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
-        None => crate::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
+        Some(d) => crate::util::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
+        None => crate::util::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
     wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut None, &mut |_| None, &mut || {})?;
     second_interrupt_quits();
@@ -45,7 +45,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     drop(tracer);
     capture.threads.retain(|t| t.observed_ns() > 0);
     let sleeps: std::collections::HashMap<u32, u64> = capture.threads.iter().map(|t| (t.tid, t.sleep_events)).collect();
-    let groups = crate::deps::reduce(&crate::deps::driving(&capture.edges, &sleeps));
+    let groups = crate::analysis::deps::reduce(&crate::analysis::deps::driving(&capture.edges, &sleeps));
     let duration_s = end_mono.saturating_sub(start_mono) as f64 / 1e9;
     let mut warnings = Vec::new();
     if capture.lost_threads > 0 {
@@ -56,7 +56,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
             .push(format!("{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t", capture.lost_deps));
     }
     for w in &warnings {
-        crate::stderr::say!("topwaits: warning: {w}");
+        crate::util::stderr::say!("topwaits: warning: {w}");
     }
     let report = crate::report::threads::ThreadsReport {
         threads: &capture.threads,
@@ -67,12 +67,12 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         warnings: &warnings,
     };
     if let (Some(path), Some(file)) = (&config.rt_app, rt_app_file) {
-        let secs = config.rt_app_duration.unwrap_or_else(|| crate::rtapp::replay_seconds(duration_s));
-        let demand = if config.rt_app_wanted { crate::rtapp::Demand::Wanted } else { crate::rtapp::Demand::OnCpu };
-        let replay = crate::rtapp::Replay { duration_s: secs, demand, calibration: config.rt_app_calibration };
-        let doc = crate::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
+        let secs = config.rt_app_duration.unwrap_or_else(|| crate::analysis::rtapp::replay_seconds(duration_s));
+        let demand = if config.rt_app_wanted { crate::analysis::rtapp::Demand::Wanted } else { crate::analysis::rtapp::Demand::OnCpu };
+        let replay = crate::analysis::rtapp::Replay { duration_s: secs, demand, calibration: config.rt_app_calibration };
+        let doc = crate::analysis::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
         file.write_quiet(|out| out.write_all(doc.render().as_bytes()))?;
-        crate::stderr::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
+        crate::util::stderr::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
     }
     let format: &dyn Format<_> = if config.json { &threads::Json } else { &threads::Table };
     write_quietly(|out| format.write(&report, out))

@@ -13,13 +13,13 @@ use super::status::Status;
 use super::unwind::Unwinder;
 use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait, End};
 use super::{preflight, write_quietly};
+use crate::analysis::reduce::By;
 use crate::bpf::{ProcEvents, Tracer};
 use crate::cli::Config;
-use crate::clock::{local_offset_s, monotonic_now, ClockPair};
 use crate::model::{Report, TraceInfo};
-use crate::reduce::By;
 use crate::report;
-use crate::symbolize::BlazeSymbolizer;
+use crate::stacks::symbolize::BlazeSymbolizer;
+use crate::util::clock::{local_offset_s, monotonic_now, ClockPair};
 
 /// Loads the kernel stack learners, whose verification takes tens of
 /// milliseconds, while this thread keeps reading the process events: a process
@@ -52,7 +52,10 @@ fn load_learners(
         // Stacks stay exact, only every one is unwound, and user stacks taken
         // by frame pointers.
         Ok(Err(e)) => {
-            log::warn!("kernel stacks will not be reused and user stacks are taken by frame pointers: {}", crate::stderr::error_line(&e))
+            log::warn!(
+                "kernel stacks will not be reused and user stacks are taken by frame pointers: {}",
+                crate::util::stderr::error_line(&e)
+            )
         }
         Err(_) => log::warn!("kernel stacks will not be reused: the loading thread panicked"),
     }
@@ -77,7 +80,7 @@ pub fn run(config: &Config) -> Result<()> {
     let mut targets = pidfds(&config.threads);
     let mut files = Some(ViewFiles::create(&config.shown, config.record.as_deref())?.shown(config.view));
     if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
-        crate::stderr::say!(
+        crate::util::stderr::say!(
             "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
             std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into())
         );
@@ -96,8 +99,8 @@ pub fn run(config: &Config) -> Result<()> {
         crate::cli::View::OffCpu => "off-CPU waits",
     };
     match config.duration {
-        Some(d) => crate::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
-        None => crate::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
+        Some(d) => crate::util::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
+        None => crate::util::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
     }
     let mut symbolizer = BlazeSymbolizer::default();
     if config.stacks != crate::cli::Stacks::UserOnly {
@@ -105,7 +108,7 @@ pub fn run(config: &Config) -> Result<()> {
     }
     let mut events = tracer.take_events()?;
     load_learners(&mut tracer, &mut events, &mut |e| on_event(&mut symbolizer, &unwinder, e));
-    let mut snapshots = crate::snapshot::Snapshotter::default();
+    let mut snapshots = crate::analysis::snapshot::Snapshotter::default();
     snapshots.set_cache(cache);
     // Read after the full bodies load: a trace that waits for them begins then.
     let start_mono = tracer.attached_mono();
@@ -145,7 +148,7 @@ pub fn run(config: &Config) -> Result<()> {
             || deadline.is_some_and(|d| std::time::Instant::now() >= d);
         match end {
             End::Signal(s) => log::info!("{s}: ending the trace early"),
-            End::TargetsExited => crate::stderr::say!("topwaits: {target}: every traced process has exited; ending the trace"),
+            End::TargetsExited => crate::util::stderr::say!("topwaits: {target}: every traced process has exited; ending the trace"),
             End::Duration => {}
         }
         if finished {
@@ -164,7 +167,7 @@ pub fn run(config: &Config) -> Result<()> {
                 (std::mem::take(&mut l.got), std::mem::take(&mut l.samples))
             })
             .unwrap_or_default();
-        let (rows, states): (Vec<_>, Vec<u32>) = got.iter().map(|e| crate::longwaits::raw(e, config.waker)).unzip();
+        let (rows, states): (Vec<_>, Vec<u32>) = got.iter().map(|e| crate::analysis::longwaits::raw(e, config.waker)).unzip();
         let period = config.on_cpu.map(crate::bpf::period_ns).unwrap_or(0);
         let samples: Vec<_> = sent_samples
             .iter()
@@ -176,10 +179,10 @@ pub fn run(config: &Config) -> Result<()> {
             // Frame pointers of the threads blocked since before the trace.
             match tracer.task_regs() {
                 Ok(regs) => snapshots.set_regs(regs),
-                Err(e) => log::info!("no task registers: stacks needing a frame pointer are cut ({})", crate::stderr::error_line(&e)),
+                Err(e) => log::info!("no task registers: stacks needing a frame pointer are cut ({})", crate::util::stderr::error_line(&e)),
             }
-            let span = crate::open::Span { start: start_mono, end: end_mono };
-            crate::open::add_waits_before_trace(config, &mut capture, &mut snapshots, span, std::process::id());
+            let span = crate::analysis::open::Span { start: start_mono, end: end_mono };
+            crate::analysis::open::add_waits_before_trace(config, &mut capture, &mut snapshots, span, std::process::id());
         }
         total = capture.counters;
         let info = TraceInfo {
@@ -195,10 +198,10 @@ pub fn run(config: &Config) -> Result<()> {
             on_cpu_hz: config.on_cpu,
             cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
         };
-        let mut resolver = crate::what::procfs::ProcResolver::default();
-        let labels = config.labels.then_some(&mut resolver as &mut dyn crate::what::Resolve);
+        let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
+        let labels = config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
         let mut report = interval::report(capture, interval::Events { rows, states, samples }, &before, info, &mut symbolizer, labels);
-        let grouped = crate::reduce::grouped(&report, config.shown.by);
+        let grouped = crate::analysis::reduce::grouped(&report, config.shown.by);
         write_quietly(|out| {
             if !config.print {
                 return Ok(());
@@ -215,7 +218,7 @@ pub fn run(config: &Config) -> Result<()> {
         }
         if let Some(files) = files.take() {
             if files.need_objects() {
-                report.objects = crate::objects::Objects::default().of_records(&report.records, |t| symbolizer.file_maps(t));
+                report.objects = crate::stacks::objects::Objects::default().of_records(&report.records, |t| symbolizer.file_maps(t));
             }
             files.write(&report)?;
         }
@@ -234,13 +237,13 @@ pub fn run(config: &Config) -> Result<()> {
         unwinder.borrow().unbuilt()
     );
     if let Some(dropped) = long.as_ref().map(|l| l.dropped).filter(|&d| d > 0) {
-        crate::stderr::say!(
+        crate::util::stderr::say!(
             "topwaits: warning: {dropped} wait events were dropped after the first {} of a report (a bound on memory); trace for less time, or narrow it with -p/-t or a larger --events-over",
             crate::bpf::MAX_HELD_EVENTS
         );
     }
     for w in total.warnings().into_iter().chain(unwinder.borrow().warnings()) {
-        crate::stderr::say!("topwaits: warning: {w}");
+        crate::util::stderr::say!("topwaits: warning: {w}");
     }
     Ok(())
 }
@@ -255,8 +258,8 @@ pub fn interval_frame(out: &mut dyn Write, output: &crate::cli::Output, round: u
             out,
             "{}=== interval ending {} {} ===",
             if round > 0 { "\n" } else { "" },
-            crate::clock::date(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s),
-            crate::clock::hms_millis(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s)
+            crate::util::clock::date(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s),
+            crate::util::clock::hms_millis(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s)
         ),
         Output::Folded { .. } if round > 0 => writeln!(out),
         _ => Ok(()),

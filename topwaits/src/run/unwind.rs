@@ -9,10 +9,10 @@ use anyhow::Result;
 use topwaits_common::{proc_event, ProcEvent};
 
 use crate::bpf::UnwindMaps;
-use crate::cfi::cache::Cache;
-use crate::cfi::loader::{Loader, Stats};
 use crate::cli::{Config, Threads};
-use crate::python::Tracker;
+use crate::stacks::cfi::cache::Cache;
+use crate::stacks::cfi::loader::{Loader, Stats};
+use crate::stacks::python::Tracker;
 use crate::sys::procfs;
 
 use super::wait::{sooner, BEAT};
@@ -102,10 +102,10 @@ impl Unwinder {
 /// used: tables are then built afresh each run.
 pub fn open_cache(dir: Option<&std::path::Path>) -> Option<Cache> {
     let dir = dir?;
-    match Cache::open(dir, crate::cfi::cache::DEFAULT_LIMIT) {
+    match Cache::open(dir, crate::stacks::cfi::cache::DEFAULT_LIMIT) {
         Ok(c) => Some(c),
         Err(e) => {
-            crate::stderr::say!("topwaits: warning: unwind tables are built afresh, not cached: {e:#} (--cache-dir DIR moves the cache, --no-cache quiets this)");
+            crate::util::stderr::say!("topwaits: warning: unwind tables are built afresh, not cached: {e:#} (--cache-dir DIR moves the cache, --no-cache quiets this)");
             None
         }
     }

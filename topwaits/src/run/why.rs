@@ -20,7 +20,7 @@ pub fn run(c: WhyConfig) -> Result<()> {
 
 /// A trace recorded with `record --why`: every wait, with its waker.
 pub(super) fn recorded(file: &std::path::Path, max_mib: u64) -> Result<Report> {
-    let report = crate::recording::read(file, max_mib)?;
+    let report = crate::model::recording::read(file, max_mib)?;
     if !report.info.waker || report.events.is_empty() {
         bail!("{} holds no waits with their wakers: record it with `topwaits record --why`", file.display());
     }
@@ -32,7 +32,7 @@ pub(super) fn show(report: &Report, shown: View, view: &ViewConfig, files: super
     super::report::show(report, shown, &view.output, By::Thread)?;
     files.write(report)?;
     for w in report.counters.warnings() {
-        crate::stderr::say!("topwaits: warning: {w}");
+        crate::util::stderr::say!("topwaits: warning: {w}");
     }
     Ok(())
 }

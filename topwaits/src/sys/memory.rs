@@ -1,11 +1,36 @@
 //! Reads another process's memory with `process_vm_readv`: no ptrace, no stop.
 
+/// Memory of a process, read at addresses (walkers take it as a trait, so
+/// that tests can give them plain bytes).
+pub trait Memory {
+    /// Reads up to `buf.len()` bytes at `addr`; returns how many were read.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> usize;
+
+    /// Exactly `len` bytes at `addr`, or None.
+    fn bytes(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let mut b = vec![0u8; len];
+        (self.read(addr, &mut b) == len).then_some(b)
+    }
+
+    /// The little-endian word at `addr`, or None.
+    fn word(&self, addr: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        (self.read(addr, &mut b) == 8).then(|| u64::from_le_bytes(b))
+    }
+
+    /// The byte at `addr`, or None.
+    fn byte(&self, addr: u64) -> Option<u8> {
+        let mut b = [0u8; 1];
+        (self.read(addr, &mut b) == 1).then_some(b[0])
+    }
+}
+
 /// A process whose memory can be read (root, or the same user).
 pub struct ProcessMemory {
     pub pid: u32,
 }
 
-impl crate::unwind::Memory for ProcessMemory {
+impl Memory for ProcessMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
         let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
@@ -19,7 +44,6 @@ impl crate::unwind::Memory for ProcessMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::Memory;
 
     #[test]
     fn reads_this_process_and_fails_cleanly_elsewhere() {

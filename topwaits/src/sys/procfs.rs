@@ -66,10 +66,24 @@ pub fn parse_maps<R: BufRead>(reader: R) -> Vec<Mapping> {
     out
 }
 
+/// One mapping of the process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+    pub exec: bool,
+}
+
+/// The mapping `addr` lies in, from mappings sorted by start.
+pub fn region_of(regions: &[Region], addr: u64) -> Option<&Region> {
+    let i = regions.partition_point(|r| r.start <= addr);
+    regions.get(i.checked_sub(1)?).filter(|r| addr < r.end)
+}
+
 /// Every mapping in `/proc/PID/maps` text, file-backed or not, with whether it is
 /// executable, sorted by start; junk lines are skipped.
-pub fn parse_regions<R: BufRead>(reader: R) -> Vec<crate::unwind::Region> {
-    let mut out: Vec<crate::unwind::Region> = reader
+pub fn parse_regions<R: BufRead>(reader: R) -> Vec<Region> {
+    let mut out: Vec<Region> = reader
         .split(b'\n')
         .map_while(Result::ok)
         .filter_map(|line| {
@@ -77,7 +91,7 @@ pub fn parse_regions<R: BufRead>(reader: R) -> Vec<crate::unwind::Region> {
             let mut cols = line.split_ascii_whitespace();
             let (s, e) = cols.next()?.split_once('-')?;
             let perms = cols.next()?;
-            Some(crate::unwind::Region {
+            Some(Region {
                 start: u64::from_str_radix(s, 16).ok()?,
                 end: u64::from_str_radix(e, 16).ok()?,
                 exec: perms.as_bytes().get(2) == Some(&b'x'),
@@ -89,7 +103,7 @@ pub fn parse_regions<R: BufRead>(reader: R) -> Vec<crate::unwind::Region> {
 }
 
 /// Reads every mapping of a process; empty when it is gone.
-pub fn regions_of(pid: u32) -> Vec<crate::unwind::Region> {
+pub fn regions_of(pid: u32) -> Vec<Region> {
     match std::fs::File::open(format!("/proc/{pid}/maps")) {
         Ok(f) => parse_regions(std::io::BufReader::new(f)),
         Err(_) => Vec::new(),

@@ -28,7 +28,7 @@ impl SchedClock {
     pub fn to_mono(&mut self, exec_start: u64, cpu: u32) -> Option<u64> {
         let off = (*self.offsets.entry(cpu).or_insert_with(|| measure(cpu)))?;
         let mono = exec_start as i64 + off;
-        (mono > 0 && mono as u64 <= crate::clock::monotonic_now()).then_some(mono as u64)
+        (mono > 0 && mono as u64 <= crate::util::clock::monotonic_now()).then_some(mono as u64)
     }
 }
 
@@ -53,10 +53,10 @@ fn measure_here(cpu: u32) -> Option<i64> {
     }
     let mut best: Option<(i64, i64)> = None;
     for _ in 0..8 {
-        let a = crate::clock::monotonic_now() as i64;
+        let a = crate::util::clock::monotonic_now() as i64;
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
-        let b = crate::clock::monotonic_now() as i64;
+        let b = crate::util::clock::monotonic_now() as i64;
         let text = std::fs::read_to_string("/proc/thread-self/sched").ok()?;
         let start = super::thread::parse_exec_start(&text)? as i64;
         // SAFETY: sched_getcpu has no preconditions.
@@ -89,7 +89,7 @@ mod tests {
         let sleeper = std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
             let tid = unsafe { libc::gettid() } as u32;
-            tx.send((tid, crate::clock::monotonic_now())).unwrap();
+            tx.send((tid, crate::util::clock::monotonic_now())).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(400));
         });
         // All CPUs' interrupt and steal time, from /proc/stat (USER_HZ ticks of
@@ -107,7 +107,7 @@ mod tests {
         // is first seen sleeping; the tests run in parallel, so that gap can be
         // tens of ms.
         let seen_asleep = loop {
-            let now = crate::clock::monotonic_now();
+            let now = crate::util::clock::monotonic_now();
             if crate::sys::thread::stat(me, tid).is_some_and(|s| s.state == 'S') {
                 break now;
             }

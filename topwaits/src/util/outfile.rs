@@ -203,7 +203,7 @@ impl OutputFile {
     pub fn write(self, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
         let path = self.shown.clone();
         self.write_quiet(f)?;
-        crate::stderr::say!("Wrote {}", path.display());
+        crate::util::stderr::say!("Wrote {}", path.display());
         Ok(())
     }
 

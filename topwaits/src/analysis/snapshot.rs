@@ -1,22 +1,22 @@
 //! A thread as it is right now, read from `/proc` without stopping it: state, when
 //! it began to wait (estimated from the scheduler's clock), its kernel stack as the
 //! kernel prints it, its user stack (unwound from the tables, see
-//! [`crate::cfi::now`]) and the syscall it is in. Used for waits that began
+//! [`crate::stacks::cfi::now`]) and the syscall it is in. Used for waits that began
 //! before a trace and by `topwaits blocked`.
 
 use std::collections::HashMap;
 
 use topwaits_common::TaskRegs;
 
-use crate::cfi::now::{self, Python, Tables};
 use crate::cli::Threads;
 use crate::model::Frame;
-use crate::python::now::{groups, Interpreters};
+use crate::stacks::cfi::now::{self, Python, Tables};
+use crate::stacks::python::now::{groups, Interpreters};
+use crate::stacks::unwind::{Arch, Region, Walker};
 use crate::sys::memory::ProcessMemory;
 use crate::sys::procfs;
 use crate::sys::schedclock::SchedClock;
 use crate::sys::thread::{self, SyscallState};
-use crate::unwind::{Arch, Region, Walker};
 
 /// The threads a selection names, as (tgid, tid): every thread of each `-p`
 /// process, each `-t` thread, each thread in the cgroup, or otherwise every
@@ -91,7 +91,7 @@ impl Snapshotter {
 
     /// Reads unwind tables from `cache` where it holds them, and keeps there
     /// those it builds.
-    pub fn set_cache(&mut self, cache: Option<crate::cfi::cache::Cache>) {
+    pub fn set_cache(&mut self, cache: Option<crate::stacks::cfi::cache::Cache>) {
         self.tables = Tables::with_cache(cache);
     }
 
@@ -146,7 +146,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
-            tx.send((unsafe { libc::gettid() } as u32, crate::clock::monotonic_now())).unwrap();
+            tx.send((unsafe { libc::gettid() } as u32, crate::util::clock::monotonic_now())).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(300));
         });
         let (tid, began) = rx.recv().unwrap();

@@ -2,7 +2,7 @@
 //! (its samples scaled to time), runnable in a run queue, and blocked, beside
 //! the wall time the three should add up to. Pure.
 
-use crate::label::WaitsOn;
+use crate::model::label::WaitsOn;
 use crate::model::{Record, Report};
 
 /// One thread's time over the trace.

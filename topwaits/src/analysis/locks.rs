@@ -10,7 +10,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::cli::By;
-use crate::label::WaitsOn;
+use crate::model::label::WaitsOn;
 use crate::model::{Event, Frame, Record, Report, Stack, WakeKind};
 
 /// Where threads waited or released: a thread's name and its stacks.
@@ -283,8 +283,8 @@ fn add_held(out: &mut Vec<HeldWhile>, by: By, holder: Thread, wait: Option<&Reco
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ClockPair;
     use crate::model::{AttachKind, Hop, TraceInfo, WakeInfo};
+    use crate::util::clock::ClockPair;
 
     /// Frames named `names`, leaf first: those of the C library in libc.so.6.
     fn frames(names: &[&str]) -> Stack {
@@ -308,7 +308,7 @@ mod tests {
             target: "PID 1".into(),
             utc_offset_s: 0,
             waker: true,
-            by: crate::reduce::By::Thread,
+            by: crate::analysis::reduce::By::Thread,
             state_filter: None,
             on_cpu_hz: None,
             cgroup_target: false,

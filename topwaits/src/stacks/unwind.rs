@@ -10,43 +10,9 @@
 
 use std::collections::HashMap;
 
-/// Memory of the thread's process.
-pub trait Memory {
-    /// Reads up to `buf.len()` bytes at `addr`; returns how many were read.
-    fn read(&self, addr: u64, buf: &mut [u8]) -> usize;
-
-    /// Exactly `len` bytes at `addr`, or None.
-    fn bytes(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let mut b = vec![0u8; len];
-        (self.read(addr, &mut b) == len).then_some(b)
-    }
-
-    /// The little-endian word at `addr`, or None.
-    fn word(&self, addr: u64) -> Option<u64> {
-        let mut b = [0u8; 8];
-        (self.read(addr, &mut b) == 8).then(|| u64::from_le_bytes(b))
-    }
-
-    /// The byte at `addr`, or None.
-    fn byte(&self, addr: u64) -> Option<u8> {
-        let mut b = [0u8; 1];
-        (self.read(addr, &mut b) == 1).then_some(b[0])
-    }
-}
-
-/// One mapping of the process.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Region {
-    pub start: u64,
-    pub end: u64,
-    pub exec: bool,
-}
-
-/// The mapping `addr` lies in, from mappings sorted by start.
-pub fn region_of(regions: &[Region], addr: u64) -> Option<&Region> {
-    let i = regions.partition_point(|r| r.start <= addr);
-    regions.get(i.checked_sub(1)?).filter(|r| addr < r.end)
-}
+/// The walker's inputs, defined beside the readers of `/proc` that give them.
+pub use crate::sys::memory::Memory;
+pub use crate::sys::procfs::{region_of, Region};
 
 /// Which instruction set's call instructions to look for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

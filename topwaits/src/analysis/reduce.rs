@@ -4,7 +4,7 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::fasthash::{FastMap, FastSet};
+use crate::util::fasthash::{FastMap, FastSet};
 
 pub use crate::cli::By;
 use crate::model::{Frame, Hop, Record, Report, Stack, TraceInfo, WakeKind};
@@ -98,7 +98,7 @@ struct Key {
     wake: Option<(WakeKind, Vec<HopKey>)>,
     /// Waits still in progress stay one record each: each has its own start.
     open: Option<usize>,
-    what: Option<crate::label::WaitsOn>,
+    what: Option<crate::model::label::WaitsOn>,
     /// `--by what`: the label alone.
     group: Option<String>,
     /// `--by cgroup`: the cgroup, with the stacks.
@@ -111,7 +111,7 @@ pub const UNKNOWN_CGROUP: &str = "[cgroup unknown]";
 
 fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
     if by == By::What {
-        let group = crate::label::short_of(r.waits_on.as_ref());
+        let group = crate::model::label::short_of(r.waits_on.as_ref());
         return Key {
             tgid: 0,
             tid: 0,

@@ -65,7 +65,7 @@ impl Key {
 /// entries are trusted only because no other user can write them).
 fn checksum(words: &[u64]) -> u64 {
     use std::hash::Hasher as _;
-    let mut h = crate::fasthash::FastHasher::default();
+    let mut h = crate::util::fasthash::FastHasher::default();
     for &w in words {
         h.write_u64(w);
     }

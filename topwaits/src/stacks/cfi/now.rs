@@ -6,7 +6,7 @@
 //! The frame pointer is not shown there, so it is unknown until a frame's rule
 //! restores it: a rule that needs it before then ends the walk, marked cut.
 //! Code in a file with no unwind table is walked by scanning the stack for
-//! return addresses ([`crate::unwind::Walker`]), and the stack is marked as a
+//! return addresses ([`crate::stacks::unwind::Walker`]), and the stack is marked as a
 //! guess: stale return addresses in a long-running thread's stack look like
 //! frames, so nothing scanned is ever reported as a whole stack.
 
@@ -18,9 +18,9 @@ use topwaits_common::unwind::{cut, CUT_MARK};
 
 use super::cache::{self, Cache};
 use super::{step, Base, Regs, Rule, Step, Table};
-use crate::python;
+use crate::stacks::python;
+use crate::stacks::unwind::{Arch, Memory, Region, Walker, MAX_FRAMES};
 use crate::sys::{elf, procfs};
-use crate::unwind::{Arch, Memory, Region, Walker, MAX_FRAMES};
 
 /// The last word of a stack whose frames below it were found by scanning the
 /// stack, not unwound: a guess (shown as `[cut:scanned-guess]`).

@@ -1,10 +1,16 @@
 //! Plain data that flows from the kernel maps to the reports: raw records as drained,
-//! loss counters, and symbolized records. No aya, no I/O.
+//! loss counters, and symbolized records (no aya, no I/O); below it, what a wait
+//! was for (`label`), per-thread profiles (`profile`) and record files
+//! (`recording`, the one module here that reads and writes).
+
+pub mod label;
+pub mod profile;
+pub mod recording;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::clock::ClockPair;
+use crate::util::clock::ClockPair;
 
 /// What a record's stack-id slot held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -500,9 +506,9 @@ pub struct Record {
     /// `--by process` or `--by comm`.
     pub threads: u32,
     /// What the waits were for (none in recordings made before labels);
-    /// [`crate::label::WaitsOn::Running`] for on-CPU samples.
+    /// [`crate::model::label::WaitsOn::Running`] for on-CPU samples.
     #[serde(default)]
-    pub waits_on: Option<crate::label::WaitsOn>,
+    pub waits_on: Option<crate::model::label::WaitsOn>,
     /// The process's and thread's ids in their own PID namespace (a
     /// container's), where that is not this one: (pid, tid).
     #[serde(default)]
@@ -516,7 +522,7 @@ pub struct Record {
 impl Record {
     /// Whether the record holds on-CPU samples (`--on-cpu`) rather than waits.
     pub fn on_cpu(&self) -> bool {
-        matches!(self.waits_on, Some(crate::label::WaitsOn::Running))
+        matches!(self.waits_on, Some(crate::model::label::WaitsOn::Running))
     }
 }
 

@@ -5,7 +5,7 @@
 //! 3.10's line table of (bytecode delta, line delta) pairs.
 
 use super::layout::{Layout, BYTES_DATA, OBJECT_TYPE, UNICODE_LENGTH, UNICODE_STATE, VAR_SIZE};
-use crate::unwind::Memory;
+use crate::stacks::unwind::Memory;
 
 /// A Python function, as a code object describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -154,7 +154,7 @@ pub fn line_of(table: &[u8], first: u32, index: u64) -> Option<u32> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::python::layout;
+    use crate::stacks::python::layout;
     use std::collections::BTreeMap;
 
     /// Process memory made of byte runs at addresses.

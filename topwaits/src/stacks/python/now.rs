@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use topwaits_common::python::{py_flags, py_word, PyProc, NONE, PY_THREAD_SCAN};
 
 use super::{check_live, interpreter_of, probe::Probe};
+use crate::stacks::unwind::Memory;
 use crate::sys::procfs;
-use crate::unwind::Memory;
 
 /// Most Python frames read for one thread.
 const MAX_FRAMES: usize = 256;
@@ -103,14 +103,14 @@ fn index_plus_one(p: &PyProc, code: u64, instr: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::python::names::tests::FakeMem;
+    use crate::stacks::python::names::tests::FakeMem;
     use topwaits_common::python::py_parts;
 
     /// A 3.11-like layout over fabricated memory: one thread (tid 7) in two
     /// evaluator calls, the outer running two frames, the inner one.
     #[test]
     fn frames_are_grouped_by_their_evaluator_call_innermost_first() {
-        let l = crate::python::layout::of(3, 11).unwrap();
+        let l = crate::stacks::python::layout::of(3, 11).unwrap();
         let p = l.for_walker(0x1000, [0x5000, 0x6000, 0, 0]);
         let mut mem = FakeMem::default();
         let (tstate, cframe) = (0x2000u64, 0x2800u64);

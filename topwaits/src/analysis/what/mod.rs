@@ -7,7 +7,7 @@ pub mod procfs;
 
 use topwaits_common::{what as bits, What};
 
-use crate::label::WaitsOn;
+use crate::model::label::WaitsOn;
 use crate::model::Record;
 use crate::sys::syscalls::syscall_info;
 

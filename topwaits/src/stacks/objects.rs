@@ -36,8 +36,11 @@ impl Objects {
         maps.into_iter()
             .map(|m| {
                 let file = crate::sys::procfs::path_in(tgid, foreign, &m.path).to_string_lossy().into_owned();
-                let build_id =
-                    self.build_ids.entry(file.clone()).or_insert_with(|| crate::symbolize::build_id_hex(&file).map(Arc::from)).clone();
+                let build_id = self
+                    .build_ids
+                    .entry(file.clone())
+                    .or_insert_with(|| crate::stacks::symbolize::build_id_hex(&file).map(Arc::from))
+                    .clone();
                 let path = self.paths.entry(m.path.clone()).or_insert_with(|| m.path.as_str().into()).clone();
                 ObjectMap { start: m.start, end: m.end, offset: m.offset, path, build_id }
             })

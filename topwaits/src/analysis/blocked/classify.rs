@@ -133,7 +133,7 @@ pub fn futex(s: &Syscall, tid: u32, frames: &[&str], read_u32: &dyn Fn(u64) -> O
     // changes: the expected value is a sibling's tid, and the word still holds it.
     // Lock words hold 0 to 2, and tids 1 and 2 are init and kthreadd.
     let joined = u32::try_from(val).ok().filter(|&v| v > 2 && v != tid && read_u32(addr) == Some(v) && (threads.sibling)(v));
-    match crate::what::futex_by_frames(frames) {
+    match crate::analysis::what::futex_by_frames(frames) {
         Some(None) => {
             let owner = read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid);
             return WaitOn::Futex { addr, kind: FutexKind::Mutex, owner, private };

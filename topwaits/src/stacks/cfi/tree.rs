@@ -152,7 +152,7 @@ pub fn lookup(levels: u32, get: impl Fn(u32, u32) -> Option<Node>, addr: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cfi::Row;
+    use crate::stacks::cfi::Row;
 
     /// Every rule the walker's words hold comes back as it went in; what they
     /// cannot hold is a stop, on both sides.
@@ -233,7 +233,7 @@ mod tests {
             eprintln!("skipped: no libc.so.6 here");
             return;
         }
-        let table = crate::cfi::table_of_file(path).unwrap().unwrap();
+        let table = crate::stacks::cfi::table_of_file(path).unwrap().unwrap();
         let tree = build(&table).unwrap();
         assert!(tree.levels >= 2, "{} rows in {} levels", table.rows.len(), tree.levels);
         let get = find(&tree);

@@ -10,11 +10,11 @@ use blazesym::symbolize::{
 };
 use blazesym::MaybeDefault;
 
-use crate::fasthash::FastMap;
 use crate::model::Frame;
+use crate::stacks::unwind::{self, Region};
 use crate::sys::elf;
 use crate::sys::procfs::{self, alive};
-use crate::unwind::{self, Region};
+use crate::util::fasthash::FastMap;
 
 use super::lineage::Lineage;
 use super::Symbolizer;
@@ -43,7 +43,7 @@ pub struct BlazeSymbolizer {
     /// has started it: requests out, frames back.
     kernel_thread: Option<KernelThread>,
     /// Names Python frames from the interpreters' memory.
-    python: crate::python::Resolver,
+    python: crate::stacks::python::Resolver,
     /// Whether each process is in another PID namespace (a container's).
     pid_ns: FastMap<u32, bool>,
     /// Each remembered process's cgroup, read with its maps.

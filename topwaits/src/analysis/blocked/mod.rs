@@ -2,7 +2,7 @@
 //! stopping or tracing anything: for each, how long it has waited (estimated),
 //! where (kernel and user stacks), in what syscall, and on what (see
 //! [`classify`]); then the wait-for graph of lock owners with its chains and
-//! deadlocks (see [`crate::waitfor`]).
+//! deadlocks (see [`crate::analysis::waitfor`]).
 
 pub mod classify;
 
@@ -10,16 +10,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use anyhow::Result;
 
+use crate::analysis::snapshot::{Snapshot, Snapshotter};
+use crate::analysis::waitfor::{self, Edge, Graph};
 use crate::cli::BlockedConfig;
-use crate::clock::{monotonic_now, ClockPair};
 use crate::model::{Frame, Stack};
-use crate::snapshot::{Snapshot, Snapshotter};
-use crate::symbolize::{cut_frame, frame_at, lookup_addr, BlazeSymbolizer, Symbolizer};
+use crate::stacks::symbolize::{cut_frame, frame_at, lookup_addr, BlazeSymbolizer, Symbolizer};
+use crate::stacks::unwind::Memory as _;
 use crate::sys::memory::ProcessMemory;
 use crate::sys::procfs;
 use crate::sys::thread::{self, Syscall, SyscallState};
-use crate::unwind::Memory as _;
-use crate::waitfor::{self, Edge, Graph};
+use crate::util::clock::{monotonic_now, ClockPair};
 use classify::{SyscallInfo, WaitOn};
 use topwaits_common::python::is_py_frame;
 
@@ -232,7 +232,7 @@ pub fn collect(
     config: &BlockedConfig,
     target: String,
     regs: HashMap<u32, topwaits_common::TaskRegs>,
-    cache: Option<crate::cfi::cache::Cache>,
+    cache: Option<crate::stacks::cfi::cache::Cache>,
 ) -> Result<Report> {
     let clock = ClockPair::sample();
     let me = std::process::id();
@@ -241,7 +241,7 @@ pub fn collect(
     snapper.set_cache(cache);
     let mut warnings = Vec::new();
     let mut snaps = Vec::new();
-    for (tgid, tid) in crate::snapshot::candidates(&config.threads) {
+    for (tgid, tid) in crate::analysis::snapshot::candidates(&config.threads) {
         if tgid == me {
             continue;
         }
@@ -315,7 +315,7 @@ pub fn collect(
     Ok(Report {
         clock,
         taken_mono,
-        utc_offset_s: crate::clock::local_offset_s(clock.wall(taken_mono)),
+        utc_offset_s: crate::util::clock::local_offset_s(clock.wall(taken_mono)),
         target,
         threads,
         others,

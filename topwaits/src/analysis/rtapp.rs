@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
+use crate::analysis::deps::Group;
 use crate::cli::Calibration;
-use crate::deps::Group;
-use crate::profile::{Edge, ThreadProfile};
+use crate::model::profile::{Edge, ThreadProfile};
 
 /// An ordered JSON value.
 #[derive(Clone, Debug, PartialEq)]

@@ -8,9 +8,9 @@
 use topwaits_common::python::{py_flags, NONE};
 
 use super::layout::{self, Layout, OBJECT_TYPE};
+use crate::stacks::unwind::Memory;
 use crate::sys::elf;
 use crate::sys::procfs::Mapping;
-use crate::unwind::Memory;
 
 /// The symbols of an interpreter file, at file addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,7 +214,7 @@ pub fn code_chain(mem: &dyn Memory, i: &Interp, id: Option<u64>) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::python::names;
+    use crate::stacks::python::names;
     use crate::sys::memory::ProcessMemory;
     use crate::sys::procfs;
 

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use topwaits_common::{python::is_py_frame, unwind::CUT_MARK, LEAF_WORD};
 
-use crate::fasthash::{FastMap, FastSet};
 use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
+use crate::util::fasthash::{FastMap, FastSet};
 
 /// A user stack's frames and the words found at its stack pointer.
 type FramesAndWords = (Vec<u64>, Vec<u64>);
@@ -29,7 +29,7 @@ pub trait Symbolizer {
     /// the mappings are unknown). Asked after [`Symbolizer::user`] for that process.
     /// With `--leaf-callers`: for each of a process's user stacks, given as its
     /// frames and the words found at its stack pointer, the word to insert as the
-    /// leaf's caller, if one checks out (see [`crate::unwind::leaf_caller`]).
+    /// leaf's caller, if one checks out (see [`crate::stacks::unwind::leaf_caller`]).
     fn leaf_callers(&mut self, _tgid: u32, stacks: &[(Vec<u64>, Vec<u64>)]) -> Vec<Option<u64>> {
         vec![None; stacks.len()]
     }
@@ -345,7 +345,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             user: build(Space::User(h.tgid), &h.ustack),
             interrupt: false,
         };
-        crate::interrupts::classify_interrupt(&mut hop);
+        crate::stacks::interrupts::classify_interrupt(&mut hop);
         hop
     };
     let mut out = Vec::with_capacity(capture.records.len());
@@ -378,7 +378,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             threads: 1,
             ns_ids: ns_ids.get(&(r.tgid, r.tid)).copied().flatten(),
             cgroup: cgroups.get(&r.tgid).cloned().flatten(),
-            waits_on: r.on_cpu.then_some(crate::label::WaitsOn::Running),
+            waits_on: r.on_cpu.then_some(crate::model::label::WaitsOn::Running),
         });
     }
     Resolved { records: out, user_stacks_cut }

@@ -1,11 +1,11 @@
 //! Waits still in progress at the end of a trace that began before it: threads of
 //! the target that never switched out while tracing, read from `/proc` (see
-//! [`crate::snapshot`]) and added to the capture as open records with an estimated
+//! [`crate::analysis::snapshot`]) and added to the capture as open records with an estimated
 //! start. Waits that began during the trace come from the kernel maps instead.
 
+use crate::analysis::snapshot::{Snapshot, Snapshotter};
 use crate::cli::{Config, Stacks, Threads};
 use crate::model::{Capture, OpenSince, RawRecord, StackId, WakeInfo, WakeKind, SNAPSHOT_STACK};
-use crate::snapshot::{Snapshot, Snapshotter};
 use crate::sys::thread;
 
 /// Whether a thread's current state is one the options record: S or D (D only
@@ -48,7 +48,7 @@ pub fn add_waits_before_trace(config: &Config, capture: &mut Capture, snap: &mut
     let (start_mono, end_mono) = (span.start, span.end);
     // Snapshot ids (bit 62, not bit 63) never meet the kernel's stack references.
     let mut next_id = SNAPSHOT_STACK;
-    for (tgid, tid) in crate::snapshot::candidates(&config.threads) {
+    for (tgid, tid) in crate::analysis::snapshot::candidates(&config.threads) {
         if tgid == me || capture.switched.contains(&tid) {
             continue;
         }
@@ -199,8 +199,8 @@ mod tests {
         });
         let tid = rx.recv().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let start = crate::clock::monotonic_now() - 50_000_000;
-        let end = crate::clock::monotonic_now();
+        let start = crate::util::clock::monotonic_now() - 50_000_000;
+        let end = crate::util::clock::monotonic_now();
         let cfg = config(&["-t", &tid.to_string()]);
         let mut capture = Capture::default();
         let span = Span { start, end };

@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::profile::Edge;
+use crate::model::profile::Edge;
 
 /// One producer and the consumers it wakes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,10 @@
+//! Stacks and their names: the unwind tables the kernel walker reads (`cfi`),
+//! Python frames, walks of threads blocked now, symbolization, and the files
+//! mapped into the traced processes.
+
+pub mod cfi;
+pub mod interrupts;
+pub mod objects;
+pub mod python;
+pub mod symbolize;
+pub mod unwind;

@@ -2,7 +2,9 @@
 //! sets on the change. Pure: both sides are read from the JSON document every
 //! trace can be shown as (a recording is turned into one first), and stacks
 //! are matched by their frames' names, so that two runs of a rebuilt or
-//! relocated binary still match.
+//! relocated binary still match. Beside the stacks, the waiting is compared by
+//! what it was for (each record's label, its addresses left out) and, where
+//! both traces hold every wait and its waker, by `why`'s causes.
 
 use std::collections::HashMap;
 
@@ -15,6 +17,25 @@ pub use crate::cli::Gate;
 pub struct Side {
     pub duration_s: f64,
     pub rows: Vec<Row>,
+}
+
+/// A label as it matches between runs: user-space addresses, which differ
+/// from run to run, left out (`mutex 0x7f3a…` is `mutex 0x…`).
+pub fn label_key(label: &str) -> String {
+    let mut out = String::with_capacity(label.len());
+    let mut rest = label;
+    while let Some(i) = rest.find("0x") {
+        out.push_str(&rest[..i]);
+        let digits = rest[i + 2..].chars().take_while(char::is_ascii_hexdigit).count();
+        if digits >= 6 {
+            out.push_str("0x…");
+        } else {
+            out.push_str(&rest[i..i + 2 + digits]);
+        }
+        rest = &rest[i + 2 + digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// One stack of one side: whose (by name), what kind of wait (or `running`),
@@ -81,6 +102,54 @@ impl Side {
             };
             rows.push(Row { key, stat });
         }
+        Ok(Side { duration_s, rows })
+    }
+
+    /// The same waiting by what it was for: one row per label (see
+    /// [`label_key`]), its key's `kind` the label. Records without one (a trace
+    /// with `--no-labels`) are `not labelled`.
+    pub fn of_json_by_label(doc: &Value) -> Result<Side, String> {
+        let side = Side::of_json(doc)?;
+        let records = doc["records"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let rows = records
+            .iter()
+            .zip(&side.rows)
+            .map(|(r, row)| {
+                let label = r["waits_on"]["label"].as_str().map_or_else(|| "not labelled".to_string(), label_key);
+                Row { key: Key { comm: String::new(), kind: label, user: Vec::new(), kernel: Vec::new() }, stat: row.stat }
+            })
+            .collect();
+        Ok(Side { duration_s: side.duration_s, rows })
+    }
+
+    /// The causes of a `why --json` document as rows: whose (the first
+    /// thread's name), what (the cause's kind, and for a blocked one what it
+    /// was blocked on), where (its stacks' names), and how much of the waiting
+    /// it explains (its count is its threads).
+    pub fn of_why_json(doc: &Value) -> Result<Side, String> {
+        let causes = doc["causes"].as_array().ok_or("no \"causes\" array: not a why document")?;
+        let duration_s = doc["duration_s"].as_f64().ok_or("no \"duration_s\" in the why document")?;
+        let rows = causes
+            .iter()
+            .map(|c| {
+                let kind = c["kind"].as_str().unwrap_or("").to_string();
+                let kind = match c["on"].as_str() {
+                    // A waker past the path's depth is named by its tid, which
+                    // differs between runs.
+                    Some(on) if on.starts_with("thread ") => format!("{kind} on a thread (path too deep)"),
+                    Some(on) => format!("{kind} on {}", label_key(on)),
+                    None => kind,
+                };
+                let key = Key {
+                    comm: c["thread"]["comm"].as_str().unwrap_or("").to_string(),
+                    kind,
+                    user: names(&c["user_stack"]),
+                    kernel: names(&c["kernel_stack"]),
+                };
+                let threads = c["threads"].as_array().map_or(1, Vec::len) as u64;
+                Row { key, stat: Stat { total_ns: c["ns"].as_u64().unwrap_or(0), count: threads, max_ns: 0 } }
+            })
+            .collect();
         Ok(Side { duration_s, rows })
     }
 
@@ -257,6 +326,7 @@ pub fn folded(key: &Key) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn row(comm: &str, user: &[&str], total_ms: u64, count: u64) -> Row {
         Row {
@@ -327,6 +397,42 @@ mod tests {
         assert!(
             check(&compare(&before, &before, false), &Gate { grows_pct: Some(0.0), stack_grows_ns: Some(0), new_ns: Some(0) }).is_empty()
         );
+    }
+
+    #[test]
+    fn labels_match_without_their_addresses() {
+        assert_eq!(label_key("mutex 0x7f3a12345678"), "mutex 0x…");
+        assert_eq!(label_key("kernel rwsem mmap_lock (read)"), "kernel rwsem mmap_lock (read)");
+        assert_eq!(label_key("futex 0x10 and 0x55d0c0ffee00"), "futex 0x10 and 0x…", "short numbers stay");
+        assert_eq!(label_key("disk vda"), "disk vda");
+        let doc = |addr: &str, ns: u64| {
+            json!({"duration_s": 1.0, "records": [
+                {"comm": "a", "total_ns": ns, "count": 2, "max_ns": 5, "waits_on": {"kind": "mutex", "label": format!("mutex {addr}")}},
+                {"comm": "b", "total_ns": 7, "count": 1, "max_ns": 7, "waits_on": {"kind": "sleep", "label": "sleep"}},
+                {"comm": "c", "total_ns": 3, "count": 1, "max_ns": 3},
+            ]})
+        };
+        let before = Side::of_json_by_label(&doc("0x7f0000001000", 10)).unwrap();
+        let after = Side::of_json_by_label(&doc("0x7f9999991000", 40)).unwrap();
+        let d = compare(&before, &after, false);
+        let kinds: Vec<(&str, i64)> = d.changes.iter().map(|c| (c.key.kind.as_str(), c.delta_ns())).collect();
+        assert_eq!(kinds, [("mutex 0x…", 30), ("not labelled", 0), ("sleep", 0)], "one mutex in both runs, at another address");
+    }
+
+    #[test]
+    fn why_causes_become_rows_keyed_by_who_what_and_where() {
+        let doc = json!({"duration_s": 2.0, "causes": [
+            {"kind": "running", "ns": 900, "thread": {"comm": "postgres"}, "threads": [{}, {}],
+             "user_stack": [{"symbol": "XLogFlush"}], "kernel_stack": []},
+            {"kind": "blocked", "on": "disk vda", "ns": 300, "thread": {"comm": "postgres"}, "threads": [{}],
+             "user_stack": [{"symbol": "pg_fsync"}], "kernel_stack": [{"symbol": "io_schedule"}]},
+        ]});
+        let side = Side::of_why_json(&doc).unwrap();
+        assert_eq!(side.rows.len(), 2);
+        assert_eq!((side.rows[0].key.kind.as_str(), side.rows[0].stat.total_ns, side.rows[0].stat.count), ("running", 900, 2));
+        assert_eq!(side.rows[1].key.kind, "blocked on disk vda");
+        assert_eq!(side.rows[1].key.kernel, ["io_schedule"]);
+        assert!(Side::of_why_json(&json!({"records": []})).is_err());
     }
 
     #[test]

@@ -13,14 +13,43 @@ use crate::cli::{DiffConfig, DiffOutput};
 use crate::util::error::GateCrossed;
 use crate::util::outfile::OutputFile;
 
+/// One trace as the diff compares it: its stacks, its waiting by label, and
+/// `why`'s causes where it holds every wait and its waker (`record --why`).
+struct Sides {
+    stacks: Side,
+    labels: Side,
+    causes: Option<Side>,
+}
+
+impl Sides {
+    fn of_json(doc: &Value, path: &Path) -> Result<Sides> {
+        let named = |e: String| anyhow!("{}: {e}", path.display());
+        Ok(Sides { stacks: Side::of_json(doc).map_err(named)?, labels: Side::of_json_by_label(doc).map_err(named)?, causes: None })
+    }
+}
+
+/// `why`'s causes of a recording, where it holds every wait and its waker.
+fn causes(report: &crate::model::Report, path: &Path) -> Result<Option<Side>> {
+    if !report.info.waker || report.events.is_empty() {
+        return Ok(None);
+    }
+    let why = crate::report::why::Why { output: crate::cli::Output::Json { limit: 0 }, for_tid: None, by: crate::cli::By::Comm };
+    let mut text = Vec::new();
+    crate::report::Format::write(&why, report, &mut text)?;
+    let doc: Value = serde_json::from_slice(&text).with_context(|| format!("{}: why's causes", path.display()))?;
+    Side::of_why_json(&doc).map(Some).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
 /// One side, from a record file (gzip) or a --json output, read within
 /// `max_mib` MiB.
-fn side(path: &Path, max_mib: u64) -> Result<Side> {
+fn side(path: &Path, max_mib: u64) -> Result<Sides> {
     let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut first = [0u8; 1];
     if file.read(&mut first).with_context(|| format!("cannot read {}", path.display()))? == 1 && first[0] == 0x1f {
         let report = crate::model::recording::read(path, max_mib)?;
-        return Side::of_json(&crate::report::json::document(&report, 0)).map_err(|e| anyhow!("{}: {e}", path.display()));
+        let mut sides = Sides::of_json(&crate::report::json::document(&report, 0), path)?;
+        sides.causes = causes(&report, path)?;
+        return Ok(sides);
     }
     let max = max_mib.saturating_mul(1 << 20);
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -34,17 +63,34 @@ fn side(path: &Path, max_mib: u64) -> Result<Side> {
     }
     let doc: Value = serde_json::from_slice(&text)
         .map_err(|_| anyhow!("{}: neither a topwaits record file nor the --json output of a trace", path.display()))?;
-    Side::of_json(&doc).map_err(|e| anyhow!("{}: {e}", path.display()))
+    Sides::of_json(&doc, path)
+}
+
+/// The comparisons beside the stacks': by label, and by cause where both
+/// sides have causes.
+struct Beside {
+    labels: Diff,
+    causes: Option<Diff>,
 }
 
 pub fn run(c: &DiffConfig) -> Result<()> {
     let svg = OutputFile::create_opt(c.svg.as_deref())?;
     let (before, after) = (side(&c.before, c.max_record_mib)?, side(&c.after, c.max_record_mib)?);
-    let d = diff::compare(&before, &after, c.normalise);
+    let d = diff::compare(&before.stacks, &after.stacks, c.normalise);
+    let beside = Beside {
+        labels: diff::compare(&before.labels, &after.labels, c.normalise),
+        causes: match (&before.causes, &after.causes) {
+            (Some(b), Some(a)) => Some(diff::compare(b, a, c.normalise)),
+            _ => None,
+        },
+    };
     super::write_quietly(|out| match c.output {
-        DiffOutput::Top { limit } => top(out, &d, c, limit),
+        DiffOutput::Top { limit } => {
+            top(out, &d, c, limit)?;
+            beside_text(out, &beside, limit)
+        }
         DiffOutput::Json { limit } => {
-            serde_json::to_writer(&mut *out, &document(&d, c, limit)).map_err(io::Error::other)?;
+            serde_json::to_writer(&mut *out, &document(&d, &beside, c, limit)).map_err(io::Error::other)?;
             writeln!(out)
         }
         DiffOutput::Folded => {
@@ -127,14 +173,45 @@ fn top(out: &mut dyn Write, d: &Diff, c: &DiffConfig, limit: usize) -> io::Resul
     Ok(())
 }
 
-fn stat(s: Option<diff::Stat>) -> Value {
-    s.map_or(Value::Null, |s| json!({"total_ns": s.total_ns, "count": s.count, "max_ns": s.max_ns}))
+/// How many rows of a comparison beside the stacks' the top view shows.
+const BESIDE_ROWS: usize = 10;
+
+/// The label and cause comparisons, after the stacks': the largest changes.
+fn beside_text(out: &mut dyn Write, b: &Beside, limit: usize) -> io::Result<()> {
+    let n = if limit == 0 { usize::MAX } else { limit.min(BESIDE_ROWS) };
+    let section = |out: &mut dyn Write, title: &str, d: &Diff, name: &dyn Fn(&Change) -> String| -> io::Result<()> {
+        let changed: Vec<&Change> = d.changes.iter().filter(|ch| ch.delta_ns() != 0).collect();
+        writeln!(out, "\n{title} ({} changed):", changed.len())?;
+        for ch in changed.iter().take(n) {
+            let (bt, at) = (ch.before.map_or(0, |s| s.total_ns), ch.after.map_or(0, |s| s.total_ns));
+            writeln!(
+                out,
+                "  {:>10}  {:<7}  {} -> {}  {}",
+                diff::delta(ch.delta_ns()),
+                ch.status(),
+                diff::secs(bt as i64),
+                diff::secs(at as i64),
+                name(ch)
+            )?;
+        }
+        if changed.len() > n {
+            writeln!(out, "  ... and {} more", changed.len() - n)?;
+        }
+        Ok(())
+    };
+    section(out, "By what they waited on", &b.labels, &|ch| ch.key.kind.clone())?;
+    match &b.causes {
+        Some(d) => section(out, "By why's causes", d, &|ch| format!("{} {}: {}", ch.key.comm, ch.key.kind, diff::one_line(&ch.key, 4)))?,
+        None => writeln!(
+            out,
+            "\nNo causes compared: both traces must be recordings of every wait and its waker (`topwaits record --why -o FILE`)."
+        )?,
+    }
+    Ok(())
 }
 
-fn document(d: &Diff, c: &DiffConfig, limit: usize) -> Value {
-    let (both, new, gone) = counts(d);
-    let rows: Vec<Value> = d
-        .changes
+fn rows(d: &Diff, limit: usize) -> Vec<Value> {
+    d.changes
         .iter()
         .take(if limit == 0 { usize::MAX } else { limit })
         .map(|ch| {
@@ -151,6 +228,30 @@ fn document(d: &Diff, c: &DiffConfig, limit: usize) -> Value {
                 "after": stat(ch.after),
             })
         })
+        .collect()
+}
+
+fn stat(s: Option<diff::Stat>) -> Value {
+    s.map_or(Value::Null, |s| json!({"total_ns": s.total_ns, "count": s.count, "max_ns": s.max_ns}))
+}
+
+fn document(d: &Diff, b: &Beside, c: &DiffConfig, limit: usize) -> Value {
+    let (both, new, gone) = counts(d);
+    let label_rows: Vec<Value> = b
+        .labels
+        .changes
+        .iter()
+        .take(if limit == 0 { usize::MAX } else { limit })
+        .map(|ch| {
+            json!({
+                "status": ch.status(),
+                "label": ch.key.kind,
+                "delta_ns": ch.delta_ns(),
+                "delta_count": ch.after.map_or(0, |s| s.count as i64) - ch.before.map_or(0, |s| s.count as i64),
+                "before": stat(ch.before),
+                "after": stat(ch.after),
+            })
+        })
         .collect();
     let crossed: Vec<Value> = diff::check(d, &c.gate).iter().map(|x| json!({"what": x.what, "stacks": x.changes.len()})).collect();
     json!({
@@ -161,7 +262,9 @@ fn document(d: &Diff, c: &DiffConfig, limit: usize) -> Value {
         "delta_pct": d.delta_pct(),
         "stacks": {"both": both, "new": new, "gone": gone},
         "rows_total": d.changes.len(),
-        "rows": rows,
+        "rows": rows(d, limit),
+        "labels": label_rows,
+        "causes": b.causes.as_ref().map(|cd| rows(cd, limit)),
         "gate_crossed": crossed,
     })
 }

@@ -221,6 +221,12 @@ pub struct CgroupFilter {
     /// Non-zero: `ancestors` holds ids (`ancestor_ids`, kernels before 6.1),
     /// not pointers to the ancestors.
     pub ancestors_are_ids: u32,
+    /// `task_struct.cgroups` and `css_set.dfl_cgrp`: a new task's cgroup in the
+    /// unified hierarchy, which a fork with `CLONE_INTO_CGROUP` (systemd's way
+    /// of starting a unit's processes) chooses apart from its parent's.
+    /// `u32::MAX` where unknown: a child then follows its parent.
+    pub off_task_cgroups: u32,
+    pub off_dfl_cgrp: u32,
     pub _pad: u32,
 }
 
@@ -237,6 +243,8 @@ impl CgroupFilter {
         off_hierarchy_id: u32::MAX,
         off_kn_id: u32::MAX,
         ancestors_are_ids: 0,
+        off_task_cgroups: u32::MAX,
+        off_dfl_cgrp: u32::MAX,
         _pad: 0,
     };
 }
@@ -971,7 +979,7 @@ mod tests {
     #[test]
     fn shared_types_have_no_padding() {
         assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 18 + size_of::<TaskOffsets>() + size_of::<CgroupFilter>());
-        assert_eq!(size_of::<CgroupFilter>(), 8 + 4 * 10);
+        assert_eq!(size_of::<CgroupFilter>(), 8 + 4 * 12);
         assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
         assert_eq!(size_of::<unwind::ProcMaps>(), 8 + 32 * unwind::MAX_MAPS);
         assert_eq!(size_of::<unwind::FileInfo>(), 8);

@@ -1,7 +1,8 @@
 //! Hook: the `cgroup_attach_task` tracepoint (tp_btf and raw_tp), where a task
 //! moves to another cgroup. With `--cgroup` it keeps the traced set: a thread
 //! moved into the cgroup or below it is traced from then on, and one moved out
-//! is not. Attached only then.
+//! is not. Attached only then. A new task's own cgroup is read here too, for
+//! the fork hook.
 
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
@@ -44,6 +45,19 @@ fn under_target(cgrp: u64) -> Option<bool> {
         field(kn, c.off_kn_id)?
     };
     Some(id == c.id)
+}
+
+/// Whether new task `task` is in the traced cgroup or below it, by its own
+/// cgroup in the unified hierarchy; None when that cannot tell (the traced
+/// cgroup is a v1 one, or the offsets are unknown): it then follows its parent.
+#[inline(always)]
+pub fn task_under_target(task: u64) -> Option<bool> {
+    let c = &settings().cgroup;
+    if c.hierarchy != 0 {
+        return None;
+    }
+    let cset: u64 = field(task, c.off_task_cgroups)?;
+    under_target(field(cset, c.off_dfl_cgrp)?)
 }
 
 #[inline(always)]

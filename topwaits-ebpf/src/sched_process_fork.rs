@@ -3,7 +3,9 @@
 //! maps with it instead of reading its own: under fork-heavy work (`perf bench
 //! sched messaging` forks 40 processes a group) that reading was most of the
 //! user side's CPU. The walker's copy is made here, at once. With `--cgroup` it
-//! also adds the new thread to the traced set when its parent is in it.
+//! also adds the new thread to the traced set when it is in the cgroup: by its
+//! own cgroup (`CLONE_INTO_CGROUP` puts it apart from its parent), or, where
+//! that cannot be read, when its parent is in it.
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
@@ -27,8 +29,13 @@ fn on_fork(child: u64) {
         return;
     };
     if s.thread_filter == thread_filter::CGROUP {
-        let current = bpf_get_current_pid_tgid();
-        if thread_wanted((current >> 32) as u32, current as u32) {
+        // Its own cgroup where it can be read (a fork with CLONE_INTO_CGROUP
+        // lands elsewhere than its parent), else its parent's.
+        let inside = crate::cgroup_attach_task::task_under_target(child).unwrap_or_else(|| {
+            let current = bpf_get_current_pid_tgid();
+            thread_wanted((current >> 32) as u32, current as u32)
+        });
+        if inside {
             set_member(pid, true);
         }
     }

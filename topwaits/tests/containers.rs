@@ -249,6 +249,60 @@ fn records_carry_their_cgroup_and_group_by_it() {
     let _ = std::fs::remove_file(file);
 }
 
+/// Builds tests/programs/into_cgroup.c.
+fn into_cgroup_program() -> PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("into_cgroup");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/into_cgroup.c");
+    let built = Command::new("cc").args(["-O2", "-o"]).arg(&out).arg(src).status().expect("cc is installed");
+    assert!(built.success(), "into_cgroup.c did not build");
+    out
+}
+
+/// Runs into_cgroup: forks a child into `into` with CLONE_INTO_CGROUP once
+/// the trace is attached (after `parent_in` took the parent in, if given).
+/// Returns the parent's and the child's pids, and the trace's JSON.
+fn fork_into(target: &TestCgroup, parent_in: Option<&TestCgroup>, into: &Path) -> (u32, u32, Value) {
+    let mut parent =
+        Proc(Command::new(into_cgroup_program()).arg(into).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("into_cgroup runs"));
+    let mut out = BufReader::new(parent.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    if let Some(cg) = parent_in {
+        cg.enter(parent.id());
+    }
+    let t = Tracer::start(&["--json", "-U", "--cgroup", &target.path, "2"]);
+    writeln!(parent.0.stdin.as_mut().unwrap(), "go").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let child: u32 = line.trim().parse().unwrap_or_else(|_| panic!("into_cgroup failed: {line:?}"));
+    (parent.id(), child, json(&t.finish()))
+}
+
+/// systemd starts a unit's processes with clone3(CLONE_INTO_CGROUP): the child
+/// is in the unit's cgroup from its first instruction, whatever its parent's,
+/// and no move event says so. It is traced by its own cgroup, not its parent's.
+#[test]
+fn a_child_forked_into_the_cgroup_is_traced_and_one_forked_out_is_not() {
+    require_bpf!();
+    let Some(target) = TestCgroup::make("into", "target") else { return };
+    let elsewhere = TestCgroup {
+        dir: target.dir.parent().unwrap().join("elsewhere"),
+        path: format!("{}/elsewhere", Path::new(&target.path).parent().unwrap().display()),
+    };
+    std::fs::create_dir_all(&elsewhere.dir).unwrap();
+
+    let (parent, child, doc) = fork_into(&target, None, &target.dir);
+    let (tgids, _) = tgids_and_tids(&doc);
+    assert!(tgids.contains(&u64::from(child)), "the child forked into the cgroup is missing: {tgids:?}");
+    assert!(!tgids.contains(&u64::from(parent)), "its parent, outside, was traced: {tgids:?}");
+
+    let (parent, child, doc) = fork_into(&target, Some(&target), &elsewhere.dir);
+    let (tgids, _) = tgids_and_tids(&doc);
+    assert!(tgids.contains(&u64::from(parent)), "the parent, inside, is missing: {tgids:?}");
+    assert!(!tgids.contains(&u64::from(child)), "a child forked out of the cgroup was traced: {tgids:?}");
+}
+
 #[test]
 fn a_unit_and_a_container_are_found_by_their_cgroups() {
     require_bpf!();

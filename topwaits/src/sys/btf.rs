@@ -290,6 +290,12 @@ pub fn cgroup_offsets(data: &[u8], f: &mut topwaits_common::CgroupFilter) -> Res
     };
     f.off_hierarchy_id = get(&btf.member_offsets("cgroup_root")?, "cgroup_root", "hierarchy_id")?;
     f.off_kn_id = get(&btf.member_offsets("kernfs_node")?, "kernfs_node", "id")?;
+    // Optional: without them a child follows its parent, as on v1.
+    let task_cgroups = btf.member_offsets("task_struct").ok().and_then(|m| m.get("cgroups").copied());
+    let dfl_cgrp = btf.member_offsets("css_set").ok().and_then(|m| m.get("dfl_cgrp").copied());
+    if let (Some(t), Some(d)) = (task_cgroups, dfl_cgrp) {
+        (f.off_task_cgroups, f.off_dfl_cgrp) = (t, d);
+    }
     Ok(())
 }
 
@@ -463,6 +469,7 @@ pub(crate) mod tests {
         // The ancestors are the last member of struct cgroup, after its kernfs node.
         assert!(f.off_ancestors > f.off_kn && f.off_ancestors > f.off_level, "{f:?}");
         assert!([f.off_root, f.off_hierarchy_id, f.off_kn_id].iter().all(|&o| o != u32::MAX), "{f:?}");
+        assert!(f.off_task_cgroups != u32::MAX && f.off_dfl_cgrp != u32::MAX, "a new task's unified cgroup: {f:?}");
         assert!(cgroup_offsets(&fake_task_btf(), &mut f).is_err(), "BTF without struct cgroup");
     }
 

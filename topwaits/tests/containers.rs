@@ -48,6 +48,18 @@ impl TestCgroup {
         Some(TestCgroup { dir, path })
     }
 
+    /// A cgroup beside this one, in the same top directory (removed with it).
+    fn sibling(&self, name: &str) -> TestCgroup {
+        let dir = self.dir.parent().unwrap().join(name);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("making {}: {e}", dir.display()));
+        TestCgroup { dir, path: format!("{}/{name}", self.parent_path()) }
+    }
+
+    /// The path of the cgroup this one is in.
+    fn parent_path(&self) -> String {
+        Path::new(&self.path).parent().unwrap().display().to_string()
+    }
+
     /// Moves process `pid` (every thread of it) into the cgroup.
     fn enter(&self, pid: u32) {
         std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap_or_else(|e| panic!("moving {pid} in: {e}"));
@@ -205,9 +217,8 @@ fn a_process_moved_out_of_the_cgroup_is_no_longer_traced() {
 fn records_carry_their_cgroup_and_group_by_it() {
     require_bpf!();
     let Some(a) = TestCgroup::make("groups", "a") else { return };
-    let b = TestCgroup { dir: a.dir.parent().unwrap().join("b"), path: format!("{}/b", Path::new(&a.path).parent().unwrap().display()) };
-    std::fs::create_dir_all(&b.dir).unwrap();
-    let parent = Path::new(&a.path).parent().unwrap().display().to_string();
+    let b = a.sibling("b");
+    let parent = a.parent_path();
     let (in_a, in_a_too, in_b) = (sleeper(), sleeper(), sleeper());
     a.enter(in_a.id());
     a.enter(in_a_too.id());
@@ -286,11 +297,7 @@ fn fork_into(target: &TestCgroup, parent_in: Option<&TestCgroup>, into: &Path) -
 fn a_child_forked_into_the_cgroup_is_traced_and_one_forked_out_is_not() {
     require_bpf!();
     let Some(target) = TestCgroup::make("into", "target") else { return };
-    let elsewhere = TestCgroup {
-        dir: target.dir.parent().unwrap().join("elsewhere"),
-        path: format!("{}/elsewhere", Path::new(&target.path).parent().unwrap().display()),
-    };
-    std::fs::create_dir_all(&elsewhere.dir).unwrap();
+    let elsewhere = target.sibling("elsewhere");
 
     let (parent, child, doc) = fork_into(&target, None, &target.dir);
     let (tgids, _) = tgids_and_tids(&doc);
@@ -303,16 +310,57 @@ fn a_child_forked_into_the_cgroup_is_traced_and_one_forked_out_is_not() {
     assert!(!tgids.contains(&u64::from(child)), "a child forked out of the cgroup was traced: {tgids:?}");
 }
 
+/// A producer thread that sleeps 10 ms, then hands an item to the main thread,
+/// which waits for it: the producer's sleep is the cause of that waiting.
+const HAND_OFF: &str = r#"
+import queue, threading, time
+q = queue.Queue()
+def producer():
+    while True:
+        time.sleep(0.01)
+        q.put(1)
+threading.Thread(target=producer, daemon=True).start()
+print("ready", flush=True)
+while True:
+    q.get()
+"#;
+
+/// `why --by cgroup`: the same program in two cgroups is one cause per cgroup,
+/// where `--by comm` makes it one.
+#[test]
+fn why_groups_causes_by_cgroup() {
+    require_bpf!();
+    let Some(a) = TestCgroup::make("why", "a") else { return };
+    let b = a.sibling("b");
+    let parent = a.parent_path();
+    let (_in_a, _in_b) = (start_in(&a, HAND_OFF), start_in(&b, HAND_OFF));
+    let file = std::env::temp_dir().join(format!("topwaits-why-cgroups-{}.twr", std::process::id()));
+    let file = file.to_str().unwrap();
+    let rec = run(&["record", "--why", "-o", file, "--cgroup", &parent, "2"]);
+    assert!(rec.status.success(), "{}", rec.stderr);
+    let by_cgroup = json(&run(&["why", file, "--json", "--by", "cgroup", "-n", "0"]));
+    let by_comm = json(&run(&["why", file, "--json", "-n", "0"]));
+    let _ = std::fs::remove_file(file);
+    let sleeps = |doc: &Value| -> Vec<Value> {
+        let causes = doc["causes"].as_array().unwrap_or_else(|| panic!("{doc:#}"));
+        causes.iter().filter(|c| c["on"].as_str().is_some_and(|o| o.starts_with("timer"))).cloned().collect()
+    };
+    assert_eq!(by_cgroup["by"], "cgroup");
+    let mut cgroups: Vec<String> = sleeps(&by_cgroup).iter().map(|c| c["cgroup"].as_str().unwrap_or("").to_string()).collect();
+    cgroups.sort();
+    cgroups.dedup();
+    assert_eq!(cgroups, [a.path.clone(), b.path.clone()], "one sleep cause per cgroup: {:#}", by_cgroup["causes"]);
+    let comm = sleeps(&by_comm);
+    assert!(comm.iter().any(|c| c["threads"].as_array().unwrap().len() == 2), "--by comm merges both producers: {comm:#?}");
+    assert!(comm.iter().all(|c| c.get("cgroup").is_none()));
+}
+
 #[test]
 fn a_unit_and_a_container_are_found_by_their_cgroups() {
     require_bpf!();
     let id = "c0ffee00112233445566778899aabbccddeeff00112233445566778899aabbcc";
     let Some(unit) = TestCgroup::make("names", "tw-probe.service") else { return };
-    let container = TestCgroup {
-        dir: unit.dir.parent().unwrap().join(format!("docker-{id}.scope")),
-        path: format!("{}/docker-{id}.scope", Path::new(&unit.path).parent().unwrap().display()),
-    };
-    std::fs::create_dir_all(&container.dir).unwrap();
+    let container = unit.sibling(&format!("docker-{id}.scope"));
     let a = sleeper();
     let b = sleeper();
     unit.enter(a.id());

@@ -158,6 +158,37 @@ fn the_running_cause_of_a_relay_names_the_function_it_computed_in() {
     assert!(doc["causes"].as_array().unwrap().iter().all(|c| c["sampled"].as_array().is_none_or(|s| s.is_empty())), "{doc:#}");
 }
 
+/// A running segment of a critical path shows what its thread ran in the
+/// stretches it held the path, from the samples taken then, not the one stack
+/// where it woke the next thread.
+#[test]
+fn a_critical_paths_running_segment_shows_what_ran_then() {
+    require_bpf!();
+    let w = start(&compile("relay"));
+    let client = w.1.trim_start_matches("ready client=").to_string();
+    let pid = w.0.id().to_string();
+    let doc = json(&run_walked(&["why", "--json", "-p", &pid, "--for", &client, "10"], 2.0));
+    let segments = doc["critical_path"]["segments"].as_array().unwrap();
+    let server = segments
+        .iter()
+        .filter(|s| s["state"] == "running" && s["path"].as_array().unwrap().last().map(comm) == Some("tw_server"))
+        .max_by_key(|s| s["ns"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no running segment of the server: {doc:#}"));
+    let sampled = server["sampled"].as_array().unwrap_or_else(|| panic!("no samples: {server:#}"));
+    let mut by_fn: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+    for s in sampled {
+        let own = s["user_stack"].as_array().unwrap().iter().find(|f| f["module"] == "relay");
+        *by_fn.entry(own.and_then(|f| f["symbol"].as_str()).unwrap_or("[elsewhere]").to_string()).or_default() +=
+            s["share"].as_f64().unwrap();
+    }
+    let top = by_fn.iter().max_by(|a, b| a.1.total_cmp(b.1)).unwrap();
+    assert_eq!(top.0, "tw_compute", "the server ran in tw_compute on the client's path: {by_fn:?}");
+    // The sleeper's part is asleep: no samples to show.
+    assert!(segments.iter().filter(|s| s["state"] == "blocked").all(|s| s.get("sampled").is_none()), "{doc:#}");
+    let text = run(&["why", "-p", &pid, "--for", &client, "1"]);
+    assert!(text.stdout.contains("on the CPU (sampled)"), "{}", text.stdout);
+}
+
 #[test]
 fn system_wide_the_kernels_own_idle_waits_are_idle_not_causes() {
     require_bpf!();

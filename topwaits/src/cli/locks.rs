@@ -76,6 +76,7 @@ mod tests {
         let LocksConfig::File { file, by, view } = locks(&["inc.twr", "--json", "--by", "thread"]).unwrap() else { panic!("not a file") };
         assert_eq!((file, by, view.output), ("inc.twr".into(), By::Thread, Output::Json { limit: 0 }));
         assert!(matches!(locks(&["--by", "what", "3"]), Err(ConfigError::Locks(m)) if m.contains("--by what")));
+        assert!(matches!(locks(&["--by", "cgroup", "3"]), Err(ConfigError::Locks(m)) if m.contains("--by cgroup")));
         assert!(matches!(locks(&["-i", "1", "3"]), Err(ConfigError::Locks(m)) if m.contains("--interval")));
         assert!(matches!(locks(&["--no-labels", "3"]), Err(ConfigError::Locks(m)) if m.contains("labels")));
     }

@@ -385,6 +385,10 @@ pub struct Config {
     /// with user stacks by frame pointers while it loads: for analyses built on
     /// whole stacks (`why`, `locks`, `record --why`).
     pub whole_from_the_start: bool,
+    /// Each on-CPU sample is also sent with its time: for the Perfetto trace's
+    /// instants, and for `why`, which shows what a critical path's running
+    /// stretches ran.
+    pub timed_samples: bool,
 }
 
 /// The rate of `--on-cpu` given without one: prime against the kernel's timer
@@ -515,6 +519,7 @@ impl Config {
             on_cpu: a.on_cpu,
             no_on_cpu: a.no_on_cpu,
             whole_from_the_start: a.wait_for_walker,
+            timed_samples: false,
         })
     }
 
@@ -598,8 +603,8 @@ impl Config {
         s.labels = u32::from(self.labels);
         if self.on_cpu.is_some() {
             use topwaits_common::on_cpu;
-            // Each sample's time, for its instant in the Perfetto trace.
-            s.on_cpu = on_cpu::COUNT | if self.shown.perfetto.is_some() { on_cpu::EVENTS } else { 0 };
+            let timed = self.timed_samples || self.shown.perfetto.is_some();
+            s.on_cpu = on_cpu::COUNT | if timed { on_cpu::EVENTS } else { 0 };
         }
         s
     }

@@ -121,12 +121,14 @@ pub(super) fn grouping(trace: &mut TraceArgs, err: fn(String) -> ConfigError, na
         (v.delimited, "-d/--delimited"),
         (v.what, "--what"),
         (v.by == Some(By::What), "--by what"),
-        (v.by == Some(By::Cgroup), "--by cgroup"),
+        (v.by == Some(By::Cgroup) && name == "locks", "--by cgroup"),
     ];
     if let Some((_, opt)) = ignored.iter().find(|(given, _)| *given) {
         let instead = match *opt {
             "--by what" => " (it groups by thread, process or comm; `topwaits --by what` ranks waits by what they were for)",
-            "--by cgroup" => " (it groups by thread, process or comm; `topwaits --by cgroup` ranks stacks per cgroup)",
+            "--by cgroup" => {
+                " (it groups waiters and holders by thread, process or comm; `topwaits why --by cgroup` groups causes per cgroup)"
+            }
             _ => "",
         };
         return Err(err(format!("{opt}: not an option of {name}{instead}")));
@@ -156,6 +158,7 @@ pub(super) fn for_why(c: &mut Config) {
     c.whole_from_the_start = true;
     if !c.no_on_cpu {
         c.on_cpu.get_or_insert(super::DEFAULT_ON_CPU_HZ);
+        c.timed_samples = true;
     }
 }
 
@@ -178,6 +181,7 @@ mod tests {
         assert_eq!(c.duration, Some(Duration::from_millis(2500)));
         assert!(c.waker && c.events_over_us == Some(1));
         assert_eq!(c.on_cpu, Some(super::super::DEFAULT_ON_CPU_HZ), "why samples running threads");
+        assert!(c.timed_samples, "each with its time, for the critical path");
         assert_eq!(c.view, View::Why { for_tid: None, by: By::Comm });
         let WhyConfig::Trace(c) = why(&["--no-on-cpu", "2"]).unwrap() else { panic!("not a trace") };
         assert_eq!(c.on_cpu, None);
@@ -195,9 +199,10 @@ mod tests {
     fn by_groups_causes_and_ignored_options_are_refused() {
         let WhyConfig::Trace(c) = why(&["--by", "process", "3"]).unwrap() else { panic!("not a trace") };
         assert_eq!((c.view, c.shown.by), (View::Why { for_tid: None, by: By::Process }, By::Thread));
+        let WhyConfig::Trace(c) = why(&["--by", "cgroup", "3"]).unwrap() else { panic!("not a trace") };
+        assert_eq!(c.view, View::Why { for_tid: None, by: By::Cgroup });
         for (args, opt) in [
             (&["--by", "what", "3"][..], "--by what"),
-            (&["--by", "cgroup", "3"][..], "--by cgroup"),
             (&["--value", "max", "--for", "3", "-f", "2"][..], "--value"),
             (&["-d", "3"][..], "-d"),
             (&["--what", "x.twr"][..], "--what"),

@@ -4,14 +4,16 @@
 //! folded paths for flame graphs. Causes and segments alike but for their
 //! threads are one, grouped by name unless `--by` says otherwise.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
 use super::{interrupt_handler, json::stack as json_stack, secs, Format};
 use crate::analysis::reduce::{Fingerprints, StackKey};
-use crate::analysis::why::{critical_path, group_causes, group_path, Findings, Group, PathGroup, Tid, Trace, Wait, Waker, What};
+use crate::analysis::why::{
+    critical_path, group_causes, group_path, running_spans, Findings, Group, PathGroup, Tid, Trace, Wait, Waker, What,
+};
 use crate::cli::{plural, By, Output};
 use crate::model::label::WaitsOn;
 use crate::model::{comm_text, Hop, Report, Stack, WakeKind};
@@ -34,6 +36,8 @@ enum Who {
     Comm(String),
     Process(u32, String),
     Thread(Tid),
+    /// `--by cgroup`: the cgroup path of the thread's process.
+    Cgroup(String),
 }
 
 /// Where a wait or a wakeup happened: its kernel and user stacks.
@@ -57,7 +61,12 @@ struct Input {
     open: HashSet<Tid>,
     /// With on-CPU samples: each thread's sampled time by site.
     running: HashMap<Tid, Vec<(u64, u64)>>,
+    /// With on-CPU samples sent one by one (as `why` traces): each thread's
+    /// samples in time order, as (time, ns, site).
+    timed: HashMap<Tid, Vec<(u64, u64, u64)>>,
     by: By,
+    /// Each process's cgroup, where its records carry one (`--by cgroup`).
+    cgroups: HashMap<u32, String>,
 }
 
 impl Input {
@@ -130,15 +139,26 @@ impl Input {
             *running.entry(r.tid).or_default().entry(s).or_default() += r.total_ns;
         }
         let running = running.into_iter().map(|(t, m)| (t, m.into_iter().map(|(s, ns)| (ns, s)).collect())).collect();
+        let mut timed: HashMap<Tid, Vec<(u64, u64, u64)>> = HashMap::new();
+        for r in &report.samples {
+            timed.entry(r.tid).or_default().push((r.max_end_mono, r.total_ns, site(r.tgid, &r.kernel, &r.user, None)));
+        }
+        for v in timed.values_mut() {
+            v.sort_unstable();
+        }
         let n = waits.len();
         let locks = locked.into_iter().filter_map(|(t, m)| Some((t, m.into_iter().max_by_key(|(l, ns)| (*ns, l.clone()))?.0))).collect();
-        Input { trace: Trace::new(waits), sites, threads, waits: n, labels, locks, open, running, by }
+        let cgroups = report.records.iter().filter_map(|r| Some((r.tgid, r.cgroup.as_deref()?.to_string()))).collect();
+        Input { trace: Trace::new(waits), sites, threads, waits: n, labels, locks, open, running, timed, by, cgroups }
     }
 
     /// The key a thread's doings are grouped under.
     fn who(&self, tid: Tid) -> Who {
         match (self.by, self.threads.get(&tid)) {
-            (By::Comm | By::What | By::Cgroup, Some((_, comm))) => Who::Comm(comm.clone()),
+            (By::Cgroup, Some((tgid, _))) => {
+                Who::Cgroup(self.cgroups.get(tgid).cloned().unwrap_or_else(|| crate::analysis::reduce::UNKNOWN_CGROUP.to_string()))
+            }
+            (By::Comm | By::What, Some((_, comm))) => Who::Comm(comm.clone()),
             (By::Process, Some((tgid, comm))) => Who::Process(*tgid, comm.clone()),
             _ => Who::Thread(tid),
         }
@@ -150,6 +170,7 @@ impl Input {
             Who::Comm(c) => c.clone(),
             Who::Process(p, c) => format!("{c} (pid {p})"),
             Who::Thread(t) => self.thread(*t),
+            Who::Cgroup(c) => format!("cgroup {c}"),
         }
     }
 
@@ -160,8 +181,10 @@ impl Input {
         match (who, tids.len()) {
             (Who::Process(p, c), 1) => format!("{c} (pid {p}, tid {first})"),
             (Who::Process(p, c), n) => format!("{n} threads of {c} (pid {p})"),
+            (Who::Cgroup(c), 1) => format!("{} in cgroup {c}", self.thread(first)),
             (_, 1) | (Who::Thread(_), _) => self.thread(first),
             (Who::Comm(_), n) => format!("{n} threads like {}", self.thread(first)),
+            (Who::Cgroup(c), n) => format!("{n} threads of cgroup {c} like {}", self.thread(first)),
         }
     }
 
@@ -195,6 +218,42 @@ impl Input {
         let mut v: Vec<(u64, u64)> = by_site.into_iter().map(|(s, ns)| (ns, s)).collect();
         v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         v
+    }
+
+    /// What `tids` ran in `spans` (when each ran on a critical path), from the
+    /// samples taken then: (time, site), most first.
+    fn sampled_in(&self, tids: &BTreeSet<Tid>, site: u64, spans: &BTreeMap<(Tid, u64), Vec<(u64, u64)>>) -> Vec<(u64, u64)> {
+        let mut by_site: HashMap<u64, u64> = HashMap::new();
+        for t in tids {
+            let (Some(samples), Some(spans)) = (self.timed.get(t), spans.get(&(*t, site))) else { continue };
+            for &(start, end) in spans {
+                let first = samples.partition_point(|s| s.0 < start);
+                for &(_, ns, site) in samples[first..].iter().take_while(|s| s.0 < end) {
+                    *by_site.entry(site).or_default() += ns;
+                }
+            }
+        }
+        let mut v: Vec<(u64, u64)> = by_site.into_iter().map(|(s, ns)| (ns, s)).collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        v
+    }
+
+    /// For each running segment of `tid`'s path (by index), what its threads
+    /// ran in it, from the samples taken in its stretches.
+    fn path_samples(&self, report: &Report, tid: Tid, path: &[PathGroup<Who>]) -> Vec<Vec<(u64, u64)>> {
+        let running: BTreeSet<Tid> =
+            path.iter().filter(|s| matches!(s.what, What::Running { .. })).filter_map(|s| s.tids.last()).flatten().copied().collect();
+        if running.is_empty() || self.timed.is_empty() {
+            return vec![Vec::new(); path.len()];
+        }
+        let spans = running_spans(&self.trace, tid, report.info.start_mono, report.info.end_mono, &running);
+        path.iter()
+            .map(|s| match (&s.what, s.tids.last()) {
+                // The stretches in which these threads ran from this place.
+                (What::Running { site }, Some(tids)) => self.sampled_in(tids, *site, &spans),
+                _ => Vec::new(),
+            })
+            .collect()
     }
 
     fn site(&self, id: u64) -> Option<&Site> {
@@ -395,15 +454,7 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
     for (i, c) in causes.iter().take(shown).enumerate() {
         writeln!(out, "{:>3}. {:>5.1}%  {:>11}  {}", i + 1, c.share * 100.0, secs(c.ns), describe(input, c))?;
         let sampled = if matches!(c.what, What::Running { .. }) { input.sampled(&c.tids) } else { Vec::new() };
-        if !sampled.is_empty() {
-            let all: u64 = sampled.iter().map(|s| s.0).sum();
-            let top: Vec<String> = sampled
-                .iter()
-                .take(3)
-                .map(|(ns, site)| format!("{:.0}% {}", 100.0 * *ns as f64 / all as f64, input.place(*site)))
-                .collect();
-            writeln!(out, "{:>26}on the CPU (sampled): {}", "", top.join("; "))?;
-        }
+        sampled_line(input, &sampled, 26, out)?;
         // One thread is not said to wait behind itself; a group's threads may
         // well have waited behind each other.
         let others: BTreeSet<Tid> = c.waiters.iter().copied().filter(|t| c.tids.len() > 1 || !c.tids.contains(t)).collect();
@@ -480,17 +531,11 @@ fn causes_json(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
                 v["on"] = json!(waker_text(on));
                 v["waits_on"] = json!(input.labels.get(site));
             }
+            if let Who::Cgroup(cg) = &c.who {
+                v["cgroup"] = json!(cg);
+            }
             if matches!(c.what, What::Running { .. }) {
-                let sampled = input.sampled(&c.tids);
-                let all: u64 = sampled.iter().map(|s| s.0).sum();
-                v["sampled"] = sampled
-                    .iter()
-                    .take(5)
-                    .map(|&(ns, site)| {
-                        let (kernel, user) = input.json_site(site);
-                        json!({"share": ns as f64 / all as f64, "ns": ns, "kernel_stack": kernel, "user_stack": user})
-                    })
-                    .collect();
+                v["sampled"] = sampled_json(input, &input.sampled(&c.tids));
             }
             v
         })
@@ -542,10 +587,36 @@ fn path_names(input: &Input, s: &PathGroup<Who>) -> Vec<String> {
     s.path.iter().map(|w| input.who_name(w)).collect()
 }
 
+/// What a running cause or segment ran, from its samples: the first three
+/// places by share, on one line indented by `indent`; nothing without samples.
+fn sampled_line(input: &Input, sampled: &[(u64, u64)], indent: usize, out: &mut dyn Write) -> io::Result<()> {
+    if sampled.is_empty() {
+        return Ok(());
+    }
+    let all: u64 = sampled.iter().map(|s| s.0).sum();
+    let top: Vec<String> =
+        sampled.iter().take(3).map(|(ns, site)| format!("{:.0}% {}", 100.0 * *ns as f64 / all as f64, input.place(*site))).collect();
+    writeln!(out, "{:>indent$}on the CPU (sampled): {}", "", top.join("; "))
+}
+
+/// A running cause's or segment's samples as JSON: the first five places.
+fn sampled_json(input: &Input, sampled: &[(u64, u64)]) -> Value {
+    let all: u64 = sampled.iter().map(|s| s.0).sum();
+    sampled
+        .iter()
+        .take(5)
+        .map(|&(ns, site)| {
+            let (kernel, user) = input.json_site(site);
+            json!({"share": ns as f64 / all as f64, "ns": ns, "kernel_stack": kernel, "user_stack": user})
+        })
+        .collect()
+}
+
 fn path_text(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], out: &mut dyn Write) -> io::Result<()> {
     let window = report.info.end_mono.saturating_sub(report.info.start_mono);
     writeln!(out, "Where {}'s {} went (its critical path):\n", input.thread(tid), secs(window))?;
-    for s in path {
+    let samples = input.path_samples(report, tid, path);
+    for (s, sampled) in path.iter().zip(&samples) {
         let what = match &s.what {
             What::Blocked { site, on } => format!("blocked on {} in {}", waker_text(on), input.place(*site)),
             What::Running { site } if *site != 0 => format!("running (from {})", input.place(*site)),
@@ -559,14 +630,17 @@ fn path_text(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], 
             .map(|(n, t)| if t.len() > 1 { format!("{n} ({} threads)", t.len()) } else { n })
             .collect();
         writeln!(out, "  {:>5.1}%  {:>11}  {}: {}", share, secs(s.ns), names.join(" -> "), what)?;
+        sampled_line(input, sampled, 23, out)?;
     }
     Ok(())
 }
 
 fn path_json(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], out: &mut dyn Write) -> io::Result<()> {
+    let samples = input.path_samples(report, tid, path);
     let segments: Vec<Value> = path
         .iter()
-        .map(|s| {
+        .zip(&samples)
+        .map(|(s, sampled)| {
             let (kernel, user) = input.json_site(site_of(&s.what));
             let places: Vec<Value> = s
                 .path
@@ -575,7 +649,9 @@ fn path_json(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], 
                 .map(|(w, tids)| {
                     let comm = match w {
                         Who::Comm(c) | Who::Process(_, c) => c.clone(),
-                        Who::Thread(t) => input.threads.get(t).map(|(_, c)| c.clone()).unwrap_or_default(),
+                        Who::Thread(_) | Who::Cgroup(_) => {
+                            tids.iter().next().and_then(|t| input.threads.get(t)).map(|(_, c)| c.clone()).unwrap_or_default()
+                        }
                     };
                     let pids: BTreeSet<u32> = tids.iter().filter_map(|t| input.threads.get(t).map(|(p, _)| *p)).collect();
                     json!({"comm": comm, "tids": tids, "pids": pids})
@@ -590,6 +666,9 @@ fn path_json(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], 
             });
             if let What::Blocked { on, .. } = &s.what {
                 v["on"] = json!(waker_text(on));
+            }
+            if !sampled.is_empty() {
+                v["sampled"] = sampled_json(input, sampled);
             }
             v
         })

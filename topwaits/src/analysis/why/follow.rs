@@ -4,7 +4,7 @@
 //! given twice, a path that comes back to a thread on it ends as a cycle, and
 //! the same walk over a whole window is one thread's critical path.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Cause, Tid, Trace, Wait, Waker, What};
 
@@ -12,8 +12,8 @@ use super::{Cause, Tid, Trace, Wait, Waker, What};
 const MAX_DEPTH: usize = 32;
 
 /// Where pieces of time go: the path of threads followed (the waiting thread
-/// first), where it ended, and how long.
-type Sink<'a> = dyn FnMut(&[Tid], Cause, u64) + 'a;
+/// first), where it ended, and when: [from, to).
+type Sink<'a> = dyn FnMut(&[Tid], Cause, u64, u64) + 'a;
 
 /// Follows wait `w`: its blocked part to its waker, its runnable part to the
 /// run queue.
@@ -22,7 +22,7 @@ pub(super) fn wait(trace: &Trace, w: &Wait, sink: &mut Sink) {
     let until = w.blocked_until();
     blocked(trace, w, w.start, until, &mut path, sink);
     if w.end > until {
-        sink(&path, Cause { tid: w.tid, what: What::RunQueue }, w.end - until);
+        sink(&path, Cause { tid: w.tid, what: What::RunQueue }, until, w.end);
     }
 }
 
@@ -35,14 +35,14 @@ fn blocked(trace: &Trace, w: &Wait, from: u64, to: u64, path: &mut Vec<Tid>, sin
     match &w.waker {
         Waker::Thread(b) if *b != w.tid && path.len() < MAX_DEPTH => {
             if path.contains(b) {
-                sink(path, Cause { tid: *b, what: What::Cycle }, to - from);
+                sink(path, Cause { tid: *b, what: What::Cycle }, from, to);
                 return;
             }
             path.push(*b);
             timeline(trace, *b, from, to, w.waker_site, path, sink);
             path.pop();
         }
-        on => sink(path, Cause { tid: w.tid, what: What::Blocked { site: w.site, on: on.clone() } }, to - from),
+        on => sink(path, Cause { tid: w.tid, what: What::Blocked { site: w.site, on: on.clone() } }, from, to),
     }
 }
 
@@ -54,11 +54,11 @@ fn timeline(trace: &Trace, tid: Tid, from: u64, to: u64, site: u64, path: &mut V
     let mut t = from;
     while t < to {
         let Some(w) = list.get(i).filter(|w| w.start < to) else {
-            sink(path, Cause { tid, what: What::Running { site } }, to - t);
+            sink(path, Cause { tid, what: What::Running { site } }, t, to);
             return;
         };
         if w.start > t {
-            sink(path, Cause { tid, what: What::Running { site } }, w.start - t);
+            sink(path, Cause { tid, what: What::Running { site } }, t, w.start);
             t = w.start;
         }
         let until = w.blocked_until().min(to);
@@ -68,7 +68,7 @@ fn timeline(trace: &Trace, tid: Tid, from: u64, to: u64, site: u64, path: &mut V
         }
         let end = w.end.min(to);
         if end > t {
-            sink(path, Cause { tid, what: What::RunQueue }, end - t);
+            sink(path, Cause { tid, what: What::RunQueue }, t, end);
             t = end;
         }
         i += 1;
@@ -91,7 +91,8 @@ pub struct Segment {
 pub fn critical_path(trace: &Trace, tid: Tid, from: u64, to: u64) -> Vec<Segment> {
     let mut sums: BTreeMap<(Vec<Tid>, What), u64> = BTreeMap::new();
     let mut path = vec![tid];
-    timeline(trace, tid, from, to, 0, &mut path, &mut |p, cause, ns| {
+    timeline(trace, tid, from, to, 0, &mut path, &mut |p, cause, start, end| {
+        let ns = end - start;
         let mut p = p.to_vec();
         if p.last() != Some(&cause.tid) {
             p.push(cause.tid);
@@ -101,4 +102,22 @@ pub fn critical_path(trace: &Trace, tid: Tid, from: u64, to: u64) -> Vec<Segment
     let mut out: Vec<Segment> = sums.into_iter().map(|((path, what), ns)| Segment { path, what, ns }).collect();
     out.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.path.cmp(&b.path)));
     out
+}
+
+/// When each thread of `running` ran on thread `tid`'s critical path over
+/// [from, to), by thread and the site it ran from: its stretches, in order,
+/// for the samples taken in them.
+pub fn running_spans(trace: &Trace, tid: Tid, from: u64, to: u64, running: &BTreeSet<Tid>) -> BTreeMap<(Tid, u64), Vec<(u64, u64)>> {
+    let mut spans: BTreeMap<(Tid, u64), Vec<(u64, u64)>> = BTreeMap::new();
+    timeline(trace, tid, from, to, 0, &mut vec![tid], &mut |_, cause, start, end| {
+        if let What::Running { site } = cause.what {
+            if running.contains(&cause.tid) {
+                spans.entry((cause.tid, site)).or_default().push((start, end));
+            }
+        }
+    });
+    for s in spans.values_mut() {
+        s.sort_unstable();
+    }
+    spans
 }

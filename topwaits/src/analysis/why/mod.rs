@@ -21,7 +21,7 @@ mod group;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-pub use follow::{critical_path, Segment};
+pub use follow::{critical_path, running_spans, Segment};
 pub use group::{group_causes, group_path, Group, PathGroup};
 
 /// A thread id.
@@ -231,7 +231,8 @@ impl Trace {
             }
             found.idle_waits_ns += list.iter().map(|w| w.end - w.start).sum::<u64>() - ranked.iter().map(|w| w.end - w.start).sum::<u64>();
             for w in ranked {
-                follow::wait(self, w, &mut |path, cause, ns| {
+                follow::wait(self, w, &mut |path, cause, start, end| {
+                    let ns = end - start;
                     // The thread's own wait, ended by no wakeup seen: nobody
                     // waited behind it.
                     if let (1, What::Blocked { site, on: Waker::Unknown }) = (path.len(), &cause.what) {

@@ -104,6 +104,23 @@ fn a_relay_through_two_threads_gives_a_critical_path_that_adds_up_to_the_window(
     assert_eq!(path, expected);
 }
 
+/// The stretches each thread ran on the path add up to its running segments.
+#[test]
+fn running_spans_add_up_to_the_running_segments_of_the_path() {
+    let trace = Trace::new(relay());
+    let path = critical_path(&trace, 1, 0, 100);
+    let running: BTreeSet<Tid> = [1, 2, 3].into();
+    let spans = running_spans(&trace, 1, 0, 100, &running);
+    for s in path.iter().filter(|s| matches!(s.what, What::Running { .. })) {
+        let (t, What::Running { site }) = (*s.path.last().unwrap(), &s.what) else { unreachable!() };
+        let spanned: u64 = spans.get(&(t, *site)).map_or(0, |v| v.iter().map(|(a, b)| b - a).sum());
+        assert_eq!(spanned, s.ns, "thread {t} at {site:#x}: {spans:?}");
+        assert!(spans[&(t, *site)].windows(2).all(|w| w[0].1 <= w[1].0), "in order, apart: {spans:?}");
+    }
+    assert_eq!(spans.len(), 3, "{spans:?}");
+    assert!(running_spans(&trace, 1, 0, 100, &[2].into()).keys().all(|k| k.0 == 2), "only the threads asked for");
+}
+
 #[test]
 fn a_relay_ranks_the_worker_sleep_the_client_waited_behind() {
     let f = Trace::new(relay()).why(&[1]);

@@ -44,7 +44,7 @@ fn bench_cache() -> PathBuf {
 
 /// `idle`: a process that only sleeps, for the cost that `-p` puts on every other
 /// task's switches (all of them are filtered out).
-fn tracers(bin: &str, idle: u32) -> Vec<Tracer> {
+fn tracers(bin: &str, idle: u32, idle_cgroup: Option<&str>) -> Vec<Tracer> {
     let cache = bench_cache().to_string_lossy().into_owned();
     let tw = |extra: &[&str]| {
         let mut v = vec![bin.to_string()];
@@ -55,7 +55,9 @@ fn tracers(bin: &str, idle: u32) -> Vec<Tracer> {
         }
         Some(v)
     };
-    vec![
+    let by_cgroup =
+        idle_cgroup.map(|dir| Tracer { name: "topwaits --cgroup IDLE (every switch filtered out)", cmd: tw(&["-f", "--cgroup", dir]) });
+    let mut all = vec![
         Tracer { name: "no tracer", cmd: None },
         Tracer { name: "topwaits", cmd: tw(&["-f"]) },
         Tracer { name: "topwaits -p IDLE (every switch filtered out)", cmd: tw(&["-f", "-p", &idle.to_string()]) },
@@ -71,7 +73,43 @@ fn tracers(bin: &str, idle: u32) -> Vec<Tracer> {
         Tracer { name: "topwaits threads", cmd: tw(&["threads", "--json"]) },
         Tracer { name: "libbpf-tools offcputime", cmd: Some(vec!["/usr/sbin/offcputime".into()]) },
         Tracer { name: "bpftrace one-liner", cmd: Some(vec!["bpftrace".into(), "-e".into(), BPFTRACE_OFFCPU.into()]) },
-    ]
+    ];
+    // Beside `-p IDLE`, the other way of filtering every switch out.
+    if let Some(t) = by_cgroup {
+        all.insert(3, t);
+    }
+    all
+}
+
+/// A cgroup that holds only the idle process, for the cost `--cgroup` puts on
+/// every other switch (to set beside `-p IDLE`'s); removed when dropped, once
+/// the idle process is gone. None where no unified hierarchy is writable.
+struct IdleCgroup {
+    dir: std::path::PathBuf,
+}
+
+impl IdleCgroup {
+    fn make(idle: u32) -> Option<IdleCgroup> {
+        let mounts = crate::sys::cgroup::mounts().ok()?;
+        let unified = mounts.iter().find(|m| m.unified)?;
+        let dir = unified.dir.join(format!("topwaits-bench-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let cg = IdleCgroup { dir };
+        std::fs::write(cg.dir.join("cgroup.procs"), idle.to_string()).ok()?;
+        Some(cg)
+    }
+}
+
+impl Drop for IdleCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        eprintln!("bench: could not remove {}", self.dir.display());
+    }
 }
 
 /// The "Total time: X [sec]" that perf bench prints.
@@ -358,7 +396,11 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     let _ = std::fs::remove_dir_all(bench_cache());
     let startup = startup_cold_warm(bin)?;
     let mut idle = Command::new("sleep").arg("1000000").spawn().context("failed to start sleep")?;
-    let configs = tracers(bin, idle.id());
+    let idle_cgroup = IdleCgroup::make(idle.id());
+    if idle_cgroup.is_none() {
+        eprintln!("bench: no writable cgroup2 hierarchy: the --cgroup row is left out");
+    }
+    let configs = tracers(bin, idle.id(), idle_cgroup.as_ref().and_then(|c| c.dir.to_str()));
     let mut samples: Vec<Samples> = configs.iter().map(|_| Samples::default()).collect();
     let measured = (|| -> Result<()> {
         for round in 0..opts.rounds {
@@ -373,6 +415,7 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     })();
     let _ = idle.kill();
     let _ = idle.wait();
+    drop(idle_cgroup);
     measured?;
     let base_msg = median(&mut samples[0].messaging.clone());
     let base_pipe = median(&mut samples[0].pipe.clone());

@@ -102,6 +102,13 @@ impl IdleCgroup {
 
 impl Drop for IdleCgroup {
     fn drop(&mut self) {
+        // Whatever is still in it (the idle process, when the bench failed)
+        // goes back to the parent, so that the directory can go.
+        if let (Ok(procs), Some(parent)) = (std::fs::read_to_string(self.dir.join("cgroup.procs")), self.dir.parent()) {
+            for pid in procs.lines() {
+                let _ = std::fs::write(parent.join("cgroup.procs"), pid);
+            }
+        }
         for _ in 0..50 {
             if std::fs::remove_dir(&self.dir).is_ok() {
                 return;
@@ -175,7 +182,8 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     let before = snapshot(&r.prog_ids)?;
     let (cpu0, t0) = (cpu_ns(r.child.id()), Instant::now());
     let secs = workload(kind)?;
-    let user_cpu = (cpu_ns(r.child.id()) - cpu0) as f64 / t0.elapsed().as_nanos() as f64 * 100.0;
+    // A thread of the tracer that ends meanwhile takes its time out of the sum.
+    let user_cpu = cpu_ns(r.child.id()).saturating_sub(cpu0) as f64 / t0.elapsed().as_nanos() as f64 * 100.0;
     if kind == "messaging" {
         s.user_cpu_messaging.push(user_cpu);
     }
@@ -474,7 +482,7 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     Ok(())
 }
 
-/// Start-up of `topwaits -p` on a Python server (Debian's python3, whose tables
+/// Start-up of `topwaits -p PID` on a Python server (Debian's python3, whose tables
 /// the start waits for): with an empty cache, then with the cache it filled.
 fn startup_cold_warm(bin: &str) -> Result<String> {
     let dir = root().join("target/bench-cache-startup");
@@ -503,7 +511,7 @@ fn startup_cold_warm(bin: &str) -> Result<String> {
     let (cold, cold_walker) = runs[0];
     let (mut up, mut walker): (Vec<f64>, Vec<f64>) = runs[1..].iter().copied().unzip();
     Ok(format!(
-        "\nStart-up of `topwaits -p` on Debian's python3 (its tables built before attaching): {cold:.0} ms with an empty unwind table cache (walker in place at {cold_walker:.0} ms), {:.0} ms with the cache it filled (median of 5; walker at {:.0} ms).\n",
+        "\nStart-up of `topwaits -p PID` on Debian's python3 (its tables built before attaching): {cold:.0} ms with an empty unwind table cache (walker in place at {cold_walker:.0} ms), {:.0} ms with the cache it filled (median of 5; walker at {:.0} ms).\n",
         median(&mut up),
         median(&mut walker)
     ))

@@ -3,6 +3,8 @@
 //! [`crate::analysis::snapshot`]) and added to the capture as open records with an estimated
 //! start. Waits that began during the trace come from the kernel maps instead.
 
+use std::collections::HashMap;
+
 use crate::analysis::snapshot::{Snapshot, Snapshotter};
 use crate::cli::{Config, Stacks, Threads};
 use crate::model::{Capture, OpenSince, RawRecord, StackId, WakeInfo, WakeKind, SNAPSHOT_STACK};
@@ -30,22 +32,39 @@ fn wanted(config: &Config, s: &Snapshot) -> bool {
     }
 }
 
-/// The span of a trace, as CLOCK_MONOTONIC ns.
-#[derive(Clone, Copy, Debug)]
+/// The span of a trace, as CLOCK_MONOTONIC ns, and what each CPU's task clock
+/// had left out when it began ([`crate::sys::schedclock::lost_ns`]).
+#[derive(Clone, Debug, Default)]
 pub struct Span {
     pub start: u64,
     pub end: u64,
+    pub lost_at_start: HashMap<u32, u64>,
 }
 
 /// How far past the trace's start a thread's last run may be estimated and
-/// still be taken for a wait that began before it (the clocks' conversion).
+/// still be taken for a wait that began before it (the clocks' conversion),
+/// besides what its CPU's task clock lost during the trace.
 const BORN_LATE_NS: u64 = 20_000_000;
+
+/// Whether a wait whose start is estimated at `since` may have begun before the
+/// trace did. The estimate runs late by what its CPU's task clock left out since
+/// (on a busy VM, tens of ms of steal over a trace of seconds), so that is
+/// allowed on top of the conversion's own error.
+fn began_before(span: &Span, since: u64, cpu: u32, lost_now: &HashMap<u32, u64>) -> bool {
+    let lost = match (lost_now.get(&cpu), span.lost_at_start.get(&cpu)) {
+        (Some(now), Some(then)) => now.saturating_sub(*then),
+        _ => 0,
+    };
+    since <= span.start + BORN_LATE_NS + lost
+}
 
 /// Adds, as open records, the waits of the target's threads that have been blocked
 /// since before the trace began (they never switched out during it). Process `me`
 /// (topwaits itself) is left out.
 pub fn add_waits_before_trace(config: &Config, capture: &mut Capture, snap: &mut Snapshotter, span: Span, me: u32) {
     let (start_mono, end_mono) = (span.start, span.end);
+    let lost_now = crate::sys::schedclock::lost_ns();
+    let mut late = 0;
     // Snapshot ids (bit 62, not bit 63) never meet the kernel's stack references.
     let mut next_id = SNAPSHOT_STACK;
     for (tgid, tid) in crate::analysis::snapshot::candidates(&config.threads) {
@@ -67,8 +86,9 @@ pub fn add_waits_before_trace(config: &Config, capture: &mut Capture, snap: &mut
         // unless it last ran well after the start: a thread born once the hooks
         // were detached, whose wait no hook saw and which is not this one's.
         let since = match s.since {
-            Some(t) if t > start_mono + BORN_LATE_NS => {
+            Some(t) if !began_before(&span, t, s.cpu, &lost_now) => {
                 log::debug!("tid {tid} began to wait after the trace began, unseen: left out");
+                late += 1;
                 continue;
             }
             Some(t) => OpenSince::Estimated(t.min(start_mono)),
@@ -124,6 +144,9 @@ pub fn add_waits_before_trace(config: &Config, capture: &mut Capture, snap: &mut
             on_cpu: false,
         });
     }
+    if late > 0 {
+        log::info!("{late} threads blocked at the end began to wait after the hooks were detached: not waits of this trace");
+    }
 }
 
 /// What a wait found in `/proc` is for: its syscall and, where the programs keep
@@ -161,6 +184,7 @@ mod tests {
             state,
             flags,
             since: None,
+            cpu: 0,
             kernel: Ok(Vec::new()),
             user: Vec::new(),
             syscall: Err("n/a".into()),
@@ -190,6 +214,20 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_estimated_late_by_what_its_cpu_lost_still_began_before() {
+        let ms = 1_000_000;
+        let span = Span { start: 1_000 * ms, end: 3_000 * ms, lost_at_start: HashMap::from([(0, 500 * ms), (1, 0)]) };
+        let lost_now = HashMap::from([(0, 560 * ms), (1, 0)]);
+        // CPU 0 lost 60 ms during the trace: an estimate up to 80 ms late is allowed.
+        assert!(began_before(&span, 1_070 * ms, 0, &lost_now));
+        assert!(!began_before(&span, 1_090 * ms, 0, &lost_now), "a wait that began 90 ms in");
+        // CPU 1 lost nothing: only the conversion's 20 ms.
+        assert!(began_before(&span, 1_015 * ms, 1, &lost_now));
+        assert!(!began_before(&span, 1_030 * ms, 1, &lost_now));
+        assert!(!began_before(&span, 1_030 * ms, 7, &lost_now), "an unknown CPU gets no allowance");
+    }
+
+    #[test]
     fn a_thread_of_ours_blocked_since_before_the_trace_becomes_an_open_record() {
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
@@ -203,11 +241,11 @@ mod tests {
         let end = crate::util::clock::monotonic_now();
         let cfg = config(&["-t", &tid.to_string()]);
         let mut capture = Capture::default();
-        let span = Span { start, end };
-        add_waits_before_trace(&cfg, &mut capture, &mut Snapshotter::default(), span, 0);
+        let span = Span { start, end, lost_at_start: crate::sys::schedclock::lost_ns() };
+        add_waits_before_trace(&cfg, &mut capture, &mut Snapshotter::default(), span.clone(), 0);
         let mut skipped = Capture::default();
         skipped.switched.insert(tid);
-        add_waits_before_trace(&cfg, &mut skipped, &mut Snapshotter::default(), span, 0);
+        add_waits_before_trace(&cfg, &mut skipped, &mut Snapshotter::default(), span.clone(), 0);
         let mut own = Capture::default();
         add_waits_before_trace(&cfg, &mut own, &mut Snapshotter::default(), span, std::process::id());
         t.join().unwrap();

@@ -43,6 +43,8 @@ pub struct Snapshot {
     /// When it last ran, as CLOCK_MONOTONIC ns: for a blocked thread, about when
     /// its wait began. An estimate; `None` when the clock could not be mapped.
     pub since: Option<u64>,
+    /// The CPU it last ran on, whose task clock `since` was read from.
+    pub cpu: u32,
     /// Kernel frames, leaf first, or why they could not be read.
     pub kernel: Result<Vec<Frame>, String>,
     /// User return addresses, leaf first (empty for kernel threads), the last
@@ -112,6 +114,7 @@ impl Snapshotter {
             state: stat.state,
             flags: stat.flags,
             since,
+            cpu: stat.cpu,
             kernel: kernel_frames(tgid, tid),
             user,
             syscall,

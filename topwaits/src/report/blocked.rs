@@ -298,6 +298,7 @@ mod tests {
                 state: 'S',
                 flags: 0,
                 since: Some(1_000_000_000),
+                cpu: 0,
                 kernel: Ok(vec![]),
                 user: vec![],
                 syscall: Err("n/a".into()),

@@ -112,6 +112,7 @@ pub fn run(config: &Config) -> Result<()> {
     snapshots.set_cache(cache);
     // Read after the full bodies load: a trace that waits for them begins then.
     let start_mono = tracer.attached_mono();
+    let lost_at_start = if config.open_waits { crate::sys::schedclock::lost_ns() } else { Default::default() };
     let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
     // The duration and the interval grid count from the attach, not from the
@@ -181,7 +182,7 @@ pub fn run(config: &Config) -> Result<()> {
                 Ok(regs) => snapshots.set_regs(regs),
                 Err(e) => log::info!("no task registers: stacks needing a frame pointer are cut ({})", crate::util::stderr::error_line(&e)),
             }
-            let span = crate::analysis::open::Span { start: start_mono, end: end_mono };
+            let span = crate::analysis::open::Span { start: start_mono, end: end_mono, lost_at_start: lost_at_start.clone() };
             crate::analysis::open::add_waits_before_trace(config, &mut capture, &mut snapshots, span, std::process::id());
         }
         total = capture.counters;

@@ -32,6 +32,29 @@ impl SchedClock {
     }
 }
 
+/// How much time each CPU's task clock has left out so far (interrupts, soft
+/// interrupts and time stolen by the hypervisor, from `/proc/stat`), in ns, by
+/// CPU. An `exec_start` mapped with an offset measured later comes out late by
+/// what its CPU lost in between; this bounds that error.
+pub fn lost_ns() -> HashMap<u32, u64> {
+    std::fs::read_to_string("/proc/stat").map(|t| parse_lost(&t)).unwrap_or_default()
+}
+
+/// Parses the `cpuN` lines of `/proc/stat` text (USER_HZ ticks of 10 ms) into
+/// the ns each CPU lost to irq, softirq and steal.
+pub fn parse_lost(text: &str) -> HashMap<u32, u64> {
+    const TICK_NS: u64 = 10_000_000;
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_ascii_whitespace();
+            let cpu: u32 = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let v: Vec<u64> = f.take(8).map(|x| x.parse().unwrap_or(0)).collect();
+            // user nice system idle iowait irq softirq steal
+            Some((cpu, v.get(5..8)?.iter().sum::<u64>() * TICK_NS))
+        })
+        .collect()
+}
+
 /// Measures one CPU's offset on a helper thread, so that this thread's CPU
 /// affinity stays as it was.
 fn measure(cpu: u32) -> Option<i64> {
@@ -74,6 +97,16 @@ fn measure_here(cpu: u32) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lost_time_is_irq_softirq_and_steal_per_cpu() {
+        let text = "cpu  10 0 10 100 1 2 3 4 0 0\ncpu0 5 0 5 50 1 1 1 2 0 0\ncpu1 5 0 5 50 0 1 2 2 0 0\nintr 1 2\n";
+        let lost = parse_lost(text);
+        assert_eq!(lost.len(), 2, "the all-CPU line and other lines are not CPUs: {lost:?}");
+        assert_eq!(lost[&0], 4 * 10_000_000);
+        assert_eq!(lost[&1], 5 * 10_000_000);
+        assert!(parse_lost("cpu0 1 2\n").is_empty(), "a short line is skipped");
+    }
 
     #[test]
     fn known_offsets_map_and_future_times_are_refused() {

@@ -339,6 +339,7 @@ mod tests {
             state: 'D',
             flags: 0,
             since: None,
+            cpu: 0,
             kernel: Ok(vec![Frame { addr: 0, symbol: Some("folio_wait_bit_common".into()), module: None, offset: Some(0x1c) }]),
             user: vec![],
             syscall: Ok(SyscallState::In(Syscall { nr, args: [9, 0, 0, 0, 0, 0], sp: 0, pc: 0 })),

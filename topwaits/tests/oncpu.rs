@@ -4,6 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::programs::Started;
 use common::*;
 
 /// Spins on the CPU for `d`.
@@ -22,16 +23,21 @@ fn tw_known_rest(d: Duration) {
     std::hint::black_box(());
 }
 
-#[test]
-fn a_thread_that_spins_half_the_time_is_sampled_running_half_the_time_at_its_stacks() {
-    require_bpf!();
-    let w = Workload::spawn("tw-halfspin", || {
-        let end = Instant::now() + Duration::from_millis(4500);
+/// A thread that spins 5 ms and sleeps 5 ms in turn for `d` once let go.
+fn halfspin(d: Duration) -> Workload {
+    Workload::spawn("tw-halfspin", move || {
+        let end = Instant::now() + d;
         while Instant::now() < end {
             tw_known_compute(Duration::from_millis(5));
             tw_known_rest(Duration::from_millis(5));
         }
-    });
+    })
+}
+
+#[test]
+fn a_thread_that_spins_half_the_time_is_sampled_running_half_the_time_at_its_stacks() {
+    require_bpf!();
+    let w = halfspin(Duration::from_millis(4500));
     let tid_num = u64::from(w.tid);
     let tid = w.tid.to_string();
     w.go();
@@ -75,4 +81,61 @@ fn a_thread_that_spins_half_the_time_is_sampled_running_half_the_time_at_its_sta
     for r in records.iter().filter(|r| r["waits_on"]["kind"] == "running") {
         assert!(r["samples"].as_u64().unwrap() >= 1 && r["total_ns"].as_u64().unwrap() % 1_003_009 == 0, "time is samples x period: {r:#}");
     }
+}
+
+/// The user frames of each of a thread's `running_stacks` in a `threads --json`
+/// document, hottest first.
+fn running_stacks(doc: &serde_json::Value, tid: u64) -> Vec<(u64, Vec<String>)> {
+    let t = doc["threads"].as_array().unwrap().iter().find(|t| t["tid"].as_u64() == Some(tid));
+    let t = t.unwrap_or_else(|| panic!("tid {tid} missing: {doc:#}"));
+    let stacks = t["running_stacks"].as_array().unwrap_or_else(|| panic!("no running_stacks: {t:#}"));
+    stacks
+        .iter()
+        .map(|s| {
+            (s["running_us"].as_u64().unwrap(), s["user"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn threads_on_cpu_shows_where_each_thread_ran() {
+    require_bpf!();
+    let w = halfspin(Duration::from_millis(3500));
+    let tid = w.tid;
+    w.go();
+    let doc = json(&run(&["threads", "--json", "--on-cpu=499", "-t", &tid.to_string(), "2"]));
+    w.join();
+    assert_eq!(doc["on_cpu_hz"], 499);
+    let t = doc["threads"].as_array().unwrap().iter().find(|t| t["tid"] == tid).unwrap_or_else(|| panic!("{doc:#}")).clone();
+    let stacks = running_stacks(&doc, u64::from(tid));
+    assert!(!stacks.is_empty() && stacks.len() <= 3, "{t:#}");
+    assert!(stacks[0].1.iter().any(|f| f.contains("tw_known_compute")), "the hottest stack is the spin: {t:#}");
+    assert!(stacks.windows(2).all(|p| p[0].0 >= p[1].0), "hottest first: {t:#}");
+    // The samples' time is an estimate of the run time the profile measures.
+    let (sampled, run) = (stacks.iter().map(|s| s.0).sum::<u64>() as f64, t["run_us"].as_u64().unwrap() as f64);
+    assert!(sampled > 0.3 * run && sampled < 1.3 * run, "{sampled} us sampled against {run} us run: {t:#}");
+}
+
+#[test]
+fn threads_on_cpu_walks_a_distribution_binary_whole() {
+    require_bpf!();
+    // gzip, as the distribution builds it: no frame pointers.
+    let gzip = Started(
+        std::process::Command::new("gzip")
+            .arg("-c")
+            .stdin(std::fs::File::open("/dev/zero").unwrap())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("gzip starts"),
+        String::new(),
+    );
+    let pid = gzip.0.id();
+    let doc = json(&run(&["threads", "--json", "--on-cpu=199", "-p", &pid.to_string(), "2"]));
+    drop(gzip);
+    let stacks = running_stacks(&doc, u64::from(pid));
+    assert!(!stacks.is_empty(), "{doc:#}");
+    // Unwound from its tables, through functions without frame pointers, to
+    // libc's start; by frame pointers the walk would end at the first.
+    let whole = stacks.iter().filter(|s| s.1.iter().any(|f| f.starts_with("__libc_start"))).count();
+    assert!(whole * 2 > stacks.len(), "most hot stacks reach __libc_start_main: {stacks:#?}");
 }

@@ -1,6 +1,7 @@
 //! Each thread's time over a trace with on-CPU samples (`--on-cpu`): running
 //! (its samples scaled to time), runnable in a run queue, and blocked, beside
-//! the wall time the three should add up to. Pure.
+//! the wall time the three should add up to; and where it ran, its hottest
+//! sampled stacks. Pure.
 
 use crate::model::label::WaitsOn;
 use crate::model::{Record, Report};
@@ -67,6 +68,37 @@ pub fn of(report: &Report) -> Option<Vec<ThreadTime>> {
     Some(all)
 }
 
+/// One of a thread's hottest running stacks: its samples and their time, and
+/// its frames' names, leaf first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hot {
+    pub samples: u64,
+    pub running_ns: u64,
+    pub user: Vec<String>,
+    pub kernel: Vec<String>,
+}
+
+/// Each thread's `n` hottest running stacks, most sampled first (ties by their
+/// frames), from the report's on-CPU sample records; threads without samples
+/// are absent.
+pub fn hottest(report: &Report, n: usize) -> std::collections::HashMap<u32, Vec<Hot>> {
+    let mut by_tid: std::collections::HashMap<u32, Vec<Hot>> = std::collections::HashMap::new();
+    for r in report.records.iter().filter(|r| matches!(r.waits_on, Some(WaitsOn::Running))) {
+        let names = |s: &crate::model::Stack| s.frames().iter().map(|f| f.name().into_owned()).collect::<Vec<_>>();
+        by_tid.entry(r.tid).or_default().push(Hot {
+            samples: r.count,
+            running_ns: r.total_ns,
+            user: names(&r.user),
+            kernel: names(&r.kernel),
+        });
+    }
+    for hot in by_tid.values_mut() {
+        hot.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| (&a.user, &a.kernel).cmp(&(&b.user, &b.kernel))));
+        hot.truncate(n);
+    }
+    by_tid
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +153,29 @@ mod tests {
         open.open = Some(OpenSince::BeforeTrace);
         let times = of(&report(vec![open], Some(99))).unwrap();
         assert_eq!(times[0].blocked_ns, 5_000_000_000, "began 3 s before the 5 s window");
+    }
+
+    #[test]
+    fn hottest_stacks_are_per_thread_most_sampled_first() {
+        use crate::model::Frame;
+        let at = |name: &str| {
+            Stack::Frames(vec![std::sync::Arc::new(Frame { addr: 1, symbol: Some(name.into()), module: None, offset: Some(0) })].into())
+        };
+        let mut spin = rec(7, Some(WaitsOn::Running), 300_000_000, 30);
+        spin.user = at("spin");
+        let mut hash = rec(7, Some(WaitsOn::Running), 500_000_000, 50);
+        hash.user = at("hash");
+        let mut idle = rec(7, Some(WaitsOn::Running), 10_000_000, 1);
+        idle.kernel = at("do_idle");
+        let mut other = rec(8, Some(WaitsOn::Running), 20_000_000, 2);
+        other.user = at("main");
+        let sleep = rec(7, None, 900_000_000, 3);
+        let hot = hottest(&report(vec![spin, sleep, idle, hash, other], Some(100)), 2);
+        let seven: Vec<(&str, u64)> = hot[&7].iter().map(|h| (h.user.first().map_or("", |s| s.as_str()), h.samples)).collect();
+        assert_eq!(seven, [("hash", 50), ("spin", 30)], "two of three, most first; waits are not running stacks");
+        assert_eq!(hot[&7][0].running_ns, 500_000_000);
+        assert_eq!(hot[&8].len(), 1);
+        assert!(!hot.contains_key(&9));
     }
 
     #[test]

@@ -113,6 +113,16 @@ impl Plan {
         Plan(vec![WAKEUP_NEW, WAKING, SWITCH], true)
     }
 
+    /// With `on` (`threads --on-cpu`): also the process events, exec and fork,
+    /// before the switches.
+    pub fn with_process_events(mut self, on: bool) -> Plan {
+        if on && !self.0.contains(&EXEC) {
+            let at = self.0.iter().position(|h| *h == SWITCH).unwrap_or(self.0.len());
+            self.0.splice(at..at, [EXEC, FORK]);
+        }
+        self
+    }
+
     /// With `on` (`--cgroup`): also the hooks that keep the cgroup's set of
     /// threads, forks and moves, in place before any switch is seen.
     pub fn following_cgroup(mut self, on: bool) -> Plan {
@@ -325,6 +335,10 @@ mod tests {
         assert_eq!(Plan::trace(true, true).0, [WAKING, EXEC, FORK, SWITCH]);
         assert_eq!(Plan::threads().0, [WAKEUP_NEW, WAKING, SWITCH]);
         assert_eq!(Plan::threads().following_cgroup(true).0, [WAKEUP_NEW, WAKING, FORK, CGROUP_ATTACH, SWITCH]);
+        assert_eq!(Plan::threads().with_process_events(true).0, [WAKEUP_NEW, WAKING, EXEC, FORK, SWITCH]);
+        let both = Plan::threads().with_process_events(true).following_cgroup(true);
+        assert_eq!(both.0, [WAKEUP_NEW, WAKING, EXEC, FORK, CGROUP_ATTACH, SWITCH], "fork attached once");
+        assert_eq!(Plan::threads().with_process_events(false).0, Plan::threads().0);
         assert_eq!(Plan::trace(false, true).following_cgroup(true).0, [EXEC, FORK, CGROUP_ATTACH, SWITCH]);
         assert_eq!(Plan::trace(true, false).following_cgroup(false).0, [WAKING, SWITCH]);
         // Loaded before attaching: the attached programs, then the quick bodies

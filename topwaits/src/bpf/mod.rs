@@ -486,8 +486,10 @@ impl Tracer {
         Ok(())
     }
 
-    /// Loads and attaches the `topwaits threads` programs.
-    pub fn start_threads(config: &ThreadsConfig) -> Result<Tracer> {
+    /// Loads and attaches the `topwaits threads` programs, and with `--on-cpu`
+    /// the sampler; `prepare` gets the walker's maps to fill before it
+    /// attaches, as in [`Tracer::start`].
+    pub fn start_threads<T>(config: &ThreadsConfig, prepare: impl FnOnce(Option<UnwindMaps>) -> Result<T>) -> Result<(Tracer, T)> {
         let loader = loader_in_background();
         let off = task_offsets("topwaits threads (task_struct offsets)")?;
         let mut settings = config.settings();
@@ -508,10 +510,22 @@ impl Tracer {
         sizes.threads = limits::START_ENTRIES;
         sizes.deps = limits::DEPS_ENTRIES;
         sizes.futex = limits::START_ENTRIES;
+        if config.on_cpu.is_some() {
+            sizes.samples = limits::DEFAULT_MAX_ENTRIES;
+            sizes.stacks = limits::DEFAULT_STACK_STORAGE;
+            if settings.cfi != 0 {
+                sizes.unwind_nodes = limits::UNWIND_NODES;
+                sizes.unwind_procs = limits::UNWIND_PROCS;
+            }
+        }
         cgroup_offsets_into(&mut settings)?;
         let mut ebpf = load(loader, &settings, &sizes, &config.threads)?;
+        let cfi = settings.cfi != 0;
+        let prepared = prepare(if cfi { UnwindMaps::take(&mut ebpf).map(Some)? } else { None })?;
         let mut attached_mono = crate::util::clock::monotonic_now();
-        let plan = Plan::threads().following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP);
+        let plan = Plan::threads()
+            .with_process_events(settings.events != 0)
+            .following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP);
         let attach_btf = |ebpf: &mut Ebpf| -> Result<()> {
             let btf = Btf::from_sys_fs()?;
             attach_tp_btf(ebpf, &btf, &plan)
@@ -528,6 +542,10 @@ impl Tracer {
                 Err(e) if mode == AttachMode::RawTp => return Err(e),
                 Err(e) => {
                     warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::util::stderr::error_line(&e));
+                    if cfi {
+                        // The walker's maps were filled in the first load's.
+                        return Err(e.context("raw_tp unavailable; with --on-cpu, try --attach tp_btf"));
+                    }
                     ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
                     attached_mono = crate::util::clock::monotonic_now();
                     attach_btf(&mut ebpf)?;
@@ -539,8 +557,11 @@ impl Tracer {
             attach_futex(&mut ebpf, t)?;
         }
         add_late_members(&mut ebpf, &config.threads)?;
+        if let Some(hz) = config.on_cpu {
+            sample::attach(&mut ebpf, hz, true)?;
+        }
         info!("attached with {}", attach.name());
-        Ok(Tracer {
+        let tracer = Tracer {
             ebpf,
             attach,
             waker: false,
@@ -552,10 +573,20 @@ impl Tracer {
             wait_events: false,
             holds_rows: false,
             arrived_at_stop: None,
-            sample_period: None,
-            sampler_full: false,
+            sample_period: config.on_cpu.map(sample::period_ns),
+            sampler_full: cfi,
             begins_at_full: false,
-        })
+        };
+        Ok((tracer, prepared))
+    }
+
+    /// Puts the sampler's full body (user stacks from the unwind tables) in
+    /// place, when it has one waiting: `topwaits threads` has no other bodies.
+    pub fn load_sampler_body(&mut self) -> Result<()> {
+        if std::mem::take(&mut self.sampler_full) {
+            sample::load_full(&mut self.ebpf)?;
+        }
+        Ok(())
     }
 
     /// The long-wait event ring buffer, once (with `--events-over`).

@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{filter_kind, parse_duration, AttachArgs, AttachMode, ConfigError, TargetArgs, Threads};
+use super::{filter_kind, parse_duration, AttachArgs, AttachMode, ConfigError, TargetArgs, Threads, Unwind};
 
 pub(super) const THREADS_EXAMPLES: &str = "\
 Examples:
   topwaits threads -p 1234 10                       table of process 1234's threads
   topwaits threads -p 1234 --json 10                the profile and dependencies as JSON
   topwaits threads -p 1234 --rt-app app.json 10     also write an rt-app reproducer
+  topwaits threads -p 1234 --on-cpu 10              with each thread's hottest running stacks
   rt-app app.json                                   replay it without the application";
 
 /// Options of `topwaits threads`.
@@ -43,6 +44,22 @@ pub struct ThreadsArgs {
     #[arg(long, value_name = "CPUn|NS", requires = "rt_app", value_parser = parse_calibration)]
     pub rt_app_calibration: Option<Calibration>,
 
+    /// Also sample each thread's stacks while it runs, HZ times a second
+    /// (default 99), and show each thread's hottest running stacks beside its
+    /// run time (JSON `running_stacks`).
+    #[arg(long, value_name = "HZ", num_args = 0..=1, require_equals = true, default_missing_value = "99",
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub on_cpu: Option<u32>,
+
+    /// How the samples' user stacks are walked: from the binaries' unwind tables
+    /// (cfi, the default: whole stacks through code built without frame
+    /// pointers) or by frame pointers only (fp).
+    #[arg(long, value_name = "HOW", value_enum, requires = "on_cpu")]
+    pub unwind: Option<Unwind>,
+
+    #[command(flatten)]
+    pub cache: super::CacheArgs,
+
     #[command(flatten)]
     pub attach: AttachArgs,
 
@@ -62,6 +79,11 @@ pub struct ThreadsConfig {
     pub rt_app_calibration: Calibration,
     pub attach: AttachMode,
     pub duration: Option<Duration>,
+    /// `--on-cpu`: samples a second of each thread's running stacks.
+    pub on_cpu: Option<u32>,
+    pub unwind: Unwind,
+    /// Where built unwind tables are kept between runs (None: `--no-cache`).
+    pub cache: Option<PathBuf>,
 }
 
 impl ThreadsConfig {
@@ -79,6 +101,9 @@ impl ThreadsConfig {
             rt_app_calibration: a.rt_app_calibration.unwrap_or(Calibration::Cpu(0)),
             attach: a.attach.attach,
             duration: a.duration,
+            on_cpu: a.on_cpu,
+            unwind: a.unwind.unwrap_or(Unwind::Cfi),
+            cache: a.cache.dir(),
         })
     }
 
@@ -90,6 +115,15 @@ impl ThreadsConfig {
         s.threads = 1;
         s.stacks = 0;
         s.self_tgid = std::process::id();
+        if self.on_cpu.is_some() {
+            // The sampler takes both stacks; the profile's hooks take none. The
+            // process events keep the maps of processes that exit, and tell
+            // the table loader of new ones.
+            s.on_cpu = topwaits_common::on_cpu::COUNT;
+            s.stacks = topwaits_common::CAPTURE_KERNEL | topwaits_common::CAPTURE_USER;
+            s.events = 1;
+            s.cfi = u32::from(cfg!(target_arch = "x86_64") && self.unwind == Unwind::Cfi);
+        }
         s
     }
 }
@@ -146,7 +180,15 @@ mod tests {
         assert_eq!(c.rt_app_calibration, Calibration::Cpu(0), "rt-app's own default");
         assert_eq!(c.duration, Some(Duration::from_secs(2)));
         assert_eq!(c.settings().threads, 1);
-        assert_eq!(c.settings().stacks, 0);
+        assert_eq!((c.settings().stacks, c.settings().on_cpu, c.settings().events), (0, 0, 0), "no samples unless asked");
+        let a = Args::try_parse_from(["topwaits", "threads", "-p", "5", "--on-cpu", "2"]).unwrap();
+        let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
+        let c = ThreadsConfig::from_args(t).unwrap();
+        assert_eq!((c.on_cpu, c.duration), (Some(99), Some(Duration::from_secs(2))), "a bare --on-cpu takes no value");
+        let s = c.settings();
+        assert_eq!((s.threads, s.on_cpu, s.events), (1, topwaits_common::on_cpu::COUNT, 1));
+        assert_eq!(s.stacks, topwaits_common::CAPTURE_KERNEL | topwaits_common::CAPTURE_USER);
+        assert!(Args::try_parse_from(["topwaits", "threads", "--unwind", "fp"]).is_err(), "--unwind needs --on-cpu");
         assert!(Args::try_parse_from(["topwaits", "threads", "--rt-app-duration", "4"]).is_err(), "needs --rt-app");
         assert!(Args::try_parse_from(["topwaits", "threads", "-p", "1", "-t", "2"]).is_err());
         let calibration = |v: &str| {

@@ -1,5 +1,6 @@
 //! The `topwaits threads` report: a table sorted by run time, or JSON with the
-//! threads, their wake dependencies and the producer/consumer groups.
+//! threads, their wake dependencies and the producer/consumer groups, and with
+//! `--on-cpu` each thread's hottest running stacks.
 
 use std::io::{self, Write};
 
@@ -7,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::Format;
 use crate::analysis::deps::Group;
+use crate::analysis::timeshare::Hot;
 use crate::model::comm_text;
 use crate::model::profile::{Edge, ThreadProfile};
 
@@ -18,6 +20,25 @@ pub struct ThreadsReport<'a> {
     pub duration_s: f64,
     pub target: &'a str,
     pub warnings: &'a [String],
+    /// With `--on-cpu`: the sampling rate, and each thread's hottest stacks.
+    pub hot: Option<(u32, &'a std::collections::HashMap<u32, Vec<Hot>>)>,
+}
+
+/// How many of a hot stack's frames the table shows.
+const HOT_FRAMES: usize = 6;
+
+/// A hot stack on one line, leaf first: its user frames, or its kernel ones
+/// where it ran in the kernel only.
+fn hot_line(h: &Hot) -> String {
+    let frames = if h.user.is_empty() { &h.kernel } else { &h.user };
+    if frames.is_empty() {
+        return "[no stack]".into();
+    }
+    let mut s = frames.iter().take(HOT_FRAMES).cloned().collect::<Vec<_>>().join(" <- ");
+    if frames.len() > HOT_FRAMES {
+        s.push_str(" <- ...");
+    }
+    s
 }
 
 fn ms(ns: u64) -> f64 {
@@ -63,6 +84,9 @@ impl<'a> Format<ThreadsReport<'a>> for Json {
 
 fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "Threads of {} over {:.2} s, by run time (times in ms):", r.target, r.duration_s)?;
+    if let Some((hz, _)) = r.hot {
+        writeln!(out, "Under each thread, where it ran: its hottest stacks, sampled {hz} times a second (ms estimated from samples).")?;
+    }
     writeln!(
         out,
         "{:>7} {:>7} {:<16} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>7} {:>5} {:<12} NOTES",
@@ -97,6 +121,9 @@ fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
             t.policy_name(),
             notes.join(", ")
         )?;
+        for h in r.hot.and_then(|(_, hot)| hot.get(&t.tid)).into_iter().flatten() {
+            writeln!(out, "{:>7} {:>7} ran ~{:.1} ms ({} samples) in {}", "", "", ms(h.running_ns), h.samples, hot_line(h))?;
+        }
     }
     let mut deps: Vec<&Edge> = r.edges.iter().filter(|e| e.futex).collect();
     deps.sort_by(|a, b| b.count.cmp(&a.count).then(a.cmp(b)));
@@ -120,7 +147,7 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
     let threads: Vec<Value> = by_run(r.threads)
         .into_iter()
         .map(|t| {
-            json!({
+            let mut v = json!({
                 "tid": t.tid,
                 "tgid": t.tgid,
                 "comm": comm_text(&t.comm),
@@ -138,7 +165,17 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
                 "rt_priority": t.rt_priority,
                 "started": t.started,
                 "exited": t.exited,
-            })
+            });
+            if let Some((_, hot)) = r.hot {
+                let stacks: Vec<Value> = hot
+                    .get(&t.tid)
+                    .into_iter()
+                    .flatten()
+                    .map(|h| json!({"samples": h.samples, "running_us": h.running_ns / 1000, "user": h.user, "kernel": h.kernel}))
+                    .collect();
+                v["running_stacks"] = json!(stacks);
+            }
+            v
         })
         .collect();
     let mut edges: Vec<&Edge> = r.edges.iter().collect();
@@ -154,6 +191,7 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
         "threads": threads,
         "dependencies": deps,
         "groups": groups,
+        "on_cpu_hz": r.hot.map(|(hz, _)| hz),
     })
 }
 
@@ -187,13 +225,26 @@ mod tests {
         (threads, edges, groups)
     }
 
+    fn report<'a>(
+        threads: &'a [ThreadProfile],
+        edges: &'a [Edge],
+        groups: &'a [Group],
+        hot: Option<(u32, &'a std::collections::HashMap<u32, Vec<Hot>>)>,
+    ) -> ThreadsReport<'a> {
+        ThreadsReport { threads, edges, groups, duration_s: 1.0, target: "PID 10", warnings: &[], hot }
+    }
+
+    fn table(r: &ThreadsReport<'_>) -> String {
+        let mut out = Vec::new();
+        write_table(r, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn table_is_sorted_by_run_time_with_roles() {
         let (threads, edges, groups) = fixture();
-        let r = ThreadsReport { threads: &threads, edges: &edges, groups: &groups, duration_s: 1.0, target: "PID 10", warnings: &[] };
-        let mut out = Vec::new();
-        write_table(&r, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let r = report(&threads, &edges, &groups, None);
+        let text = table(&r);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].contains(" RUN   STEAL "), "{text}");
         assert!(lines[2].contains("producer") && lines[2].contains("90.0     2.5 "), "steal 2.5 ms: {text}");
@@ -207,7 +258,7 @@ mod tests {
     #[test]
     fn json_has_the_documented_keys() {
         let (threads, edges, groups) = fixture();
-        let r = ThreadsReport { threads: &threads, edges: &edges, groups: &groups, duration_s: 1.0, target: "PID 10", warnings: &[] };
+        let r = report(&threads, &edges, &groups, None);
         let v = document(&r);
         let t = &v["threads"][0];
         for k in ["tid", "tgid", "comm", "run_us", "preempt_us", "sleep_us", "io_us", "run_events", "sleep_events", "nice", "policy"] {
@@ -221,5 +272,35 @@ mod tests {
         assert_eq!(v["dependencies"][0], json!({"waker": 10, "sleeper": 11, "count": 7, "futex": true}));
         assert_eq!(v["dependencies"][1]["futex"], false);
         assert_eq!(v["groups"][0]["consumers"], json!([11]));
+        assert!(t.get("running_stacks").is_none() && v["on_cpu_hz"].is_null(), "no samples, no stacks");
+    }
+
+    #[test]
+    fn with_samples_each_thread_shows_where_it_ran() {
+        let (threads, edges, groups) = fixture();
+        let deep: Vec<String> = (0..8).map(|i| format!("f{i}")).collect();
+        let hot = std::collections::HashMap::from([(
+            10,
+            vec![
+                Hot { samples: 60, running_ns: 60_000_000, user: deep, kernel: vec![] },
+                Hot { samples: 3, running_ns: 3_000_000, user: vec![], kernel: vec!["clear_page_erms".into(), "do_anonymous_page".into()] },
+            ],
+        )]);
+        let r = report(&threads, &edges, &groups, Some((99, &hot)));
+        let text = table(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].contains("sampled 99 times a second"), "{text}");
+        assert!(lines[3].contains("producer"), "{text}");
+        assert!(lines[4].contains("ran ~60.0 ms (60 samples) in f0 <- f1 <- f2 <- f3 <- f4 <- f5 <- ..."), "{text}");
+        assert!(
+            lines[5].contains("ran ~3.0 ms (3 samples) in clear_page_erms <- do_anonymous_page"),
+            "kernel frames where no user ones: {text}"
+        );
+        assert!(lines[6].contains("consumer"), "a thread without samples gets no line: {text}");
+        let v = document(&r);
+        assert_eq!(v["on_cpu_hz"], 99);
+        assert_eq!(v["threads"][0]["running_stacks"][0]["running_us"], 60_000);
+        assert_eq!(v["threads"][0]["running_stacks"][1]["kernel"][0], "clear_page_erms");
+        assert_eq!(v["threads"][1]["running_stacks"], json!([]), "sampled, but never seen running");
     }
 }

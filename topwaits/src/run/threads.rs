@@ -1,14 +1,22 @@
-//! `topwaits threads`: the per-thread profile, the wake dependencies, and the
-//! rt-app reproducer.
+//! `topwaits threads`: the per-thread profile, the wake dependencies, the
+//! rt-app reproducer, and with `--on-cpu` each thread's hottest running stacks.
 
 use anyhow::Result;
 
+use super::interval;
+use super::unwind::Unwinder;
 use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait};
 use super::{preflight, write_quietly};
+use crate::analysis::reduce::By;
 use crate::bpf::Tracer;
 use crate::cli::ThreadsConfig;
+use crate::model::TraceInfo;
 use crate::report::{threads, Format};
+use crate::stacks::symbolize::BlazeSymbolizer;
 use crate::util::clock::monotonic_now;
+
+/// How many running stacks each thread shows with `--on-cpu`.
+const HOT_STACKS: usize = 3;
 
 /// The end of a threads window: now, or the deadline set ahead if that has passed
 /// (the kernel stopped recording at it).
@@ -21,7 +29,19 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     hold_signals(true);
     preflight(&config.threads)?;
     let rt_app_file = crate::util::outfile::OutputFile::create_opt(config.rt_app.as_deref())?;
-    let mut tracer = Tracer::start_threads(config)?;
+    let clock = crate::util::clock::ClockPair::sample();
+    // With --on-cpu, the samples' user stacks are walked as a trace's are.
+    let cache = config.on_cpu.and_then(|_| super::unwind::open_cache(config.cache.as_deref()));
+    let (mut tracer, unwinder) = Tracer::start_threads(config, |maps| Unwinder::start(maps, &config.threads, cache))?;
+    let unwinder = std::cell::RefCell::new(unwinder);
+    let mut symbolizer = BlazeSymbolizer::default();
+    let mut events = tracer.take_events()?;
+    if config.on_cpu.is_some() {
+        symbolizer.warm_kernel();
+        if let Err(e) = tracer.load_sampler_body() {
+            log::warn!("user stacks are taken by frame pointers: {}", crate::util::stderr::error_line(&e));
+        }
+    }
     let start_mono = tracer.attached_mono();
     // The kernel ends the window at the requested instant, even if this process
     // cannot run then (SCHED_FIFO threads hogging every CPU once made a 2 s trace
@@ -35,13 +55,40 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         Some(d) => crate::util::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::util::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
-    wait(config.duration, &mut pidfds(&config.threads), &mut None, &mut None, &mut |_| None, &mut || {})?;
+    wait(
+        config.duration,
+        &mut pidfds(&config.threads),
+        &mut events,
+        &mut None,
+        &mut |e| super::trace::on_event(&mut symbolizer, &unwinder, e),
+        &mut || unwinder.borrow_mut().sweep(),
+    )?;
     second_interrupt_quits();
     // The window ends when the programs stop recording, not when detaching ends.
     let end_mono = window_end(monotonic_now(), deadline);
     tracer.end_threads_at(end_mono)?;
     tracer.stop(false);
     let mut capture = tracer.drain_threads(end_mono)?;
+    let sampled = match config.on_cpu {
+        Some(hz) => {
+            let info = TraceInfo {
+                clock,
+                start_mono,
+                end_mono,
+                attach: tracer.attach_kind(),
+                target: config.threads.describe(),
+                utc_offset_s: crate::util::clock::local_offset_s(clock.wall(start_mono)),
+                waker: false,
+                by: By::Thread,
+                state_filter: None,
+                on_cpu_hz: Some(hz),
+                cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
+            };
+            let samples = tracer.drain(None, &[])?;
+            Some(interval::report(samples, Default::default(), &Default::default(), info, &mut symbolizer, None))
+        }
+        None => None,
+    };
     drop(tracer);
     capture.threads.retain(|t| t.observed_ns() > 0);
     let sleeps: std::collections::HashMap<u32, u64> = capture.threads.iter().map(|t| (t.tid, t.sleep_events)).collect();
@@ -55,9 +102,14 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         warnings
             .push(format!("{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t", capture.lost_deps));
     }
+    if let Some(r) = &sampled {
+        warnings.extend(r.counters.warnings());
+    }
+    warnings.extend(unwinder.borrow().warnings());
     for w in &warnings {
         crate::util::stderr::say!("topwaits: warning: {w}");
     }
+    let hot = sampled.as_ref().map(|r| crate::analysis::timeshare::hottest(r, HOT_STACKS)).unwrap_or_default();
     let report = crate::report::threads::ThreadsReport {
         threads: &capture.threads,
         edges: &capture.edges,
@@ -65,6 +117,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         duration_s,
         target: &target,
         warnings: &warnings,
+        hot: sampled.as_ref().zip(config.on_cpu).map(|(_, hz)| (hz, &hot)),
     };
     if let (Some(path), Some(file)) = (&config.rt_app, rt_app_file) {
         let secs = config.rt_app_duration.unwrap_or_else(|| crate::analysis::rtapp::replay_seconds(duration_s));

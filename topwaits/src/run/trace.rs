@@ -63,7 +63,7 @@ fn load_learners(
 
 /// Hands a process event (None: a beat) to the symbolizer and the unwinder;
 /// how soon either wants the next beat.
-fn on_event(
+pub(super) fn on_event(
     symbolizer: &mut BlazeSymbolizer,
     unwinder: &std::cell::RefCell<Unwinder>,
     e: Option<topwaits_common::ProcEvent>,
@@ -89,7 +89,7 @@ pub fn run(config: &Config) -> Result<()> {
     // Before the programs attach: the tables of -p/-t processes are built first,
     // so that their waits are walked whole from the first.
     let cache = super::unwind::open_cache(config.cache.as_deref());
-    let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, config, cache.clone()))?;
+    let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
     let unwinder = std::cell::RefCell::new(unwinder);
     let target = config.target();
     let what = match config.view {

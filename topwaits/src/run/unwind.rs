@@ -9,7 +9,7 @@ use anyhow::Result;
 use topwaits_common::{proc_event, ProcEvent};
 
 use crate::bpf::UnwindMaps;
-use crate::cli::{Config, Threads};
+use crate::cli::Threads;
 use crate::stacks::cfi::cache::Cache;
 use crate::stacks::cfi::loader::{Loader, Stats};
 use crate::stacks::python::Tracker;
@@ -29,11 +29,11 @@ impl Unwinder {
     /// programs attach: the processes of `-p`/`-t` are read at once, and their
     /// tables waited for (up to [`TARGETS_SETTLE`]), so that their first waits
     /// are walked whole.
-    pub fn start(maps: Option<UnwindMaps>, config: &Config, cache: Option<Cache>) -> Result<Unwinder> {
+    pub fn start(maps: Option<UnwindMaps>, threads: &Threads, cache: Option<Cache>) -> Result<Unwinder> {
         let Some(mut maps) = maps else { return Ok(Unwinder(None)) };
         let mut loader = Loader::new(&mut maps, cache)?;
         let mut python = Tracker::default();
-        let tgids: Vec<u32> = match &config.threads {
+        let tgids: Vec<u32> = match threads {
             Threads::Pids(p) => p.clone(),
             Threads::Tids(t) => t.iter().filter_map(|&t| procfs::tgid_of(t)).collect(),
             Threads::Cgroup(cg, _) => {

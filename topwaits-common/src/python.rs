@@ -66,6 +66,11 @@ pub struct PyProc {
     pub owner_cstack: u16,
     /// Of [`py_flags`].
     pub flags: u16,
+    /// The process's PID namespace (the `st_dev` and `st_ino` of its
+    /// `/proc/PID/ns/pid`) when it is not topwaits' own, else zeros: a thread
+    /// state holds the thread's id as its own namespace numbers it.
+    pub pid_ns_dev: u64,
+    pub pid_ns_ino: u64,
 }
 
 /// How an interpreter differs from 3.11's model ([`PyProc::flags`]).
@@ -99,6 +104,6 @@ mod tests {
         assert_eq!(py_parts(py_word(code, 0)), (code, None));
         assert_eq!(py_parts(py_word(code, 1 << 20)).1, Some(PY_INSTR_MAX - 1));
         assert!(!is_py_frame(code) && !is_py_frame(crate::unwind::CUT_MARK | 3) && !is_py_frame(u64::MAX));
-        assert_eq!(core::mem::size_of::<PyProc>(), 64);
+        assert_eq!(core::mem::size_of::<PyProc>(), 80);
     }
 }

@@ -4,7 +4,8 @@
 //! native frame of the evaluator (see `topwaits_common::python`).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_loop, bpf_probe_read_kernel, generated as gen},
+    bindings::bpf_pidns_info,
+    helpers::{bpf_get_current_task, bpf_get_ns_current_pid_tgid, bpf_loop, bpf_probe_read_kernel, generated as gen},
     macros::map,
     maps::{Array, HashMap, LruHashMap},
 };
@@ -39,12 +40,19 @@ fn word(addr: u64) -> u64 {
     user_word(addr).unwrap_or(0)
 }
 
-/// What a thread state holds to name the current thread: its thread id, or (3.10)
-/// its `pthread_t`, the thread's fs base.
+/// What a thread state holds to name the current thread: its thread id (as
+/// its own PID namespace numbers it), or (3.10) its `pthread_t`, the thread's
+/// fs base.
 #[inline(always)]
 fn thread_name(p: &PyProc, tid: u32) -> Option<u64> {
     if p.flags & py_flags::BY_PTHREAD == 0 {
-        return Some(tid as u64);
+        if p.pid_ns_ino == 0 {
+            return Some(tid as u64);
+        }
+        let mut ids = bpf_pidns_info { pid: 0, tgid: 0 };
+        // SAFETY: the helper writes the struct it is given, of the size given.
+        let r = unsafe { bpf_get_ns_current_pid_tgid(p.pid_ns_dev, p.pid_ns_ino, &mut ids, core::mem::size_of::<bpf_pidns_info>() as u32) };
+        return (r == 0).then_some(ids.pid as u64);
     }
     let off = settings().task.fsbase;
     if off == u32::MAX {

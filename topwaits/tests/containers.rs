@@ -426,16 +426,43 @@ fn libraries_of(program: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Runs `command` in new mount and PID namespaces, in `root` as its root (with
+/// the host's directories `binds` mounted at the same paths in it), and waits
+/// for it to print "ready". Returns unshare, which kills it when dropped, and
+/// the program's pid here (not the one it sees).
+fn in_own_root(root: &Path, binds: &[&str], command: &str) -> (Proc, u32) {
+    let r = root.display();
+    let binds: String = binds.iter().map(|b| format!("mount --bind {b} {r}{b} && ")).collect();
+    let script = format!("mount --bind {r} {r} && {binds}cd {r} && pivot_root . old && exec {command}");
+    let mut ns = Command::new("unshare")
+        .args(["--mount", "--pid", "--fork", "--kill-child", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare runs");
+    let mut line = String::new();
+    BufReader::new(ns.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let ns = Proc(ns);
+    assert!(line.starts_with("ready"), "{command} did not start in its own root: {line:?}");
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", ns.id())).unwrap();
+    let pid: u32 = children.split_whitespace().next().expect("unshare's child").parse().unwrap();
+    (ns, pid)
+}
+
+/// Whether the tools a test names are installed (skipping it with a reason
+/// where they are not).
+fn have_tools(test: &str, what: &str, tools: &[&str]) -> bool {
+    let missing =
+        tools.iter().find(|t| Command::new("sh").args(["-c", &format!("command -v {t}")]).output().map_or(true, |o| !o.status.success()));
+    present(test, what, missing.map(|t| format!("no {t}")))
+}
+
 #[test]
 fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
     require_bpf!();
-    let tools = ["unshare", "pivot_root", "ldd", "cc"]
-        .iter()
-        .find(|t| Command::new("sh").args(["-c", &format!("command -v {t}")]).output().map_or(true, |o| !o.status.success()));
-    if !present(
+    if !have_tools(
         "a_program_in_its_own_namespaces_is_named_from_its_own_files",
         "util-linux and a C compiler",
-        tools.map(|t| format!("no {t}")),
+        &["unshare", "pivot_root", "ldd", "cc"],
     ) {
         return;
     }
@@ -454,19 +481,7 @@ fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(&lib, &to).unwrap_or_else(|e| panic!("copying {}: {e}", lib.display()));
     }
-    let script = format!("mount --bind {r} {r} && cd {r} && pivot_root . old && exec /ctr_app 6", r = root.display());
-    let mut ns = Command::new("unshare")
-        .args(["--mount", "--pid", "--fork", "--kill-child", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("unshare runs");
-    let mut line = String::new();
-    BufReader::new(ns.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let ns = Proc(ns);
-    assert!(line.starts_with("ready"), "the program did not start in its own root: {line:?}");
-    // The program is unshare's child; its pid here is not the one it sees.
-    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", ns.id())).unwrap();
-    let pid: u32 = children.split_whitespace().next().expect("unshare's child").parse().unwrap();
+    let (ns, pid) = in_own_root(&root, &[], "/ctr_app 6");
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     assert!(maps.contains(" /ctr_app"), "its maps name its own path: {maps}");
     let doc = json(&run_walked(&["--json", "-U", "--wait-for-walker", "-p", &pid.to_string()], 1.5));
@@ -485,4 +500,47 @@ fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
     // The host's ids, and its own: the first process of its namespace.
     assert_eq!((r["tgid"].as_u64(), r["ns_pid"].as_u64()), (Some(u64::from(pid)), Some(1)), "{r:#}");
     assert!(r["ns_tid"].as_u64().is_some(), "{r:#}");
+}
+
+#[test]
+fn python_in_its_own_root_has_its_frames_named_through_that_root() {
+    require_bpf!();
+    if !have_tools(
+        "python_in_its_own_root_has_its_frames_named_through_that_root",
+        "util-linux and python3",
+        &["unshare", "pivot_root", "python3"],
+    ) {
+        return;
+    }
+    // The distribution's interpreter at /ctr/python3, a path that names nothing
+    // here, beside its script; its libraries and standard library are the
+    // host's /usr, mounted at the same place.
+    let real = std::fs::canonicalize("/usr/bin/python3").unwrap();
+    let root = PathBuf::from(format!("{}/py-root-{}", env!("CARGO_TARGET_TMPDIR"), std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    for d in ["old", "usr", "ctr"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for l in ["lib", "lib64", "bin"] {
+        if Path::new(&format!("/usr/{l}")).exists() {
+            std::os::unix::fs::symlink(format!("usr/{l}"), root.join(l)).unwrap();
+        }
+    }
+    assert!(!Path::new("/ctr/python3").exists(), "/ctr/python3 must name nothing on this machine");
+    std::fs::copy(&real, root.join("ctr/python3")).unwrap();
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py"), root.join("ctr/waits.py")).unwrap();
+    let (ns, pid) = in_own_root(&root, &["/usr"], "env PYTHONHOME=/usr /ctr/python3 /ctr/waits.py");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(maps.contains(" /ctr/python3"), "its maps name its own path: {maps}");
+    let doc = json(&run(&["--json", "-U", "-p", &pid.to_string(), "2"]));
+    drop(ns);
+    let _ = std::fs::remove_dir_all(&root);
+    // The sleeper's Python functions, in order, below the native sleep.
+    let r = records_in(&doc, "sleeper_inner (").into_iter().max_by_key(|r| r["total_ns"].as_u64().unwrap());
+    let r = r.unwrap_or_else(|| panic!("no Python frames named: {doc:#}"));
+    let names = stack_names(&r["user_stack"]);
+    let at = |p: &str| names.iter().position(|n| n.starts_with(p)).unwrap_or_else(|| panic!("no {p} in {names:?}"));
+    assert!(at("sleeper_inner (waits.py:10)") < at("sleeper (waits.py:14)"), "{names:?}");
+    assert!(at("sleeper (") < at("start_thread"), "a whole stack: {names:?}");
+    assert!(!names.iter().any(|n| n == "_PyEval_EvalFrameDefault"), "the evaluator's frames are replaced by Python's: {names:?}");
 }

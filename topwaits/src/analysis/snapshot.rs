@@ -131,7 +131,10 @@ impl Snapshotter {
         let mem = ProcessMemory { pid: tgid };
         if cfg!(target_arch = "x86_64") {
             let bp = self.regs.get(&tid).filter(|r| (r.ip, r.sp) == (pc, sp)).map(|r| r.bp);
-            let py = self.python.of(tgid).map(|proc| Python { groups: groups(&mem, &proc, tid), proc, next: 0 });
+            let py = self.python.of(tgid).map(|proc| {
+                let seen = crate::stacks::python::thread_id_seen(&proc, tgid, tid);
+                Python { groups: groups(&mem, &proc, seen), proc, next: 0 }
+            });
             return now::walk(&self.tables.code_of(tgid), regions, &mem, (pc, sp, bp), py);
         }
         let mut frames = Walker::new(regions, &mem, Arch::native()).walk(pc, sp);

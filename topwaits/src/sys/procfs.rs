@@ -141,9 +141,17 @@ pub fn foreign_root(pid: u32) -> bool {
 /// Whether process `pid` is in another namespace of `kind` (`mnt`, `pid`) than
 /// this process; false when either cannot be read.
 fn other_namespace(pid: u32, kind: &str) -> bool {
+    matches!((namespace_id(pid, kind), namespace_id_of(&format!("/proc/self/ns/{kind}"))), (Some(a), Some(b)) if a != b)
+}
+
+/// Process `pid`'s namespace of `kind`, as (`st_dev`, `st_ino`).
+fn namespace_id(pid: u32, kind: &str) -> Option<(u64, u64)> {
+    namespace_id_of(&format!("/proc/{pid}/ns/{kind}"))
+}
+
+fn namespace_id_of(path: &str) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt as _;
-    let ns = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
-    matches!((ns(&format!("/proc/{pid}/ns/{kind}")), ns(&format!("/proc/self/ns/{kind}"))), (Some(a), Some(b)) if a != b)
+    std::fs::metadata(path).map(|m| (m.dev(), m.ino())).ok()
 }
 
 /// Where this process reads file `path` as process `pid` names it: through
@@ -169,9 +177,17 @@ pub fn parse_ns_ids(status: &str) -> Option<(u32, u32)> {
     (levels > 1).then_some((pid, tid))
 }
 
+/// Process `pid`'s PID namespace as (`st_dev`, `st_ino`) of its
+/// `/proc/PID/ns/pid`, when it is not this process's; `None` when it is, or
+/// cannot be read.
+pub fn foreign_pid_ns_id(pid: u32) -> Option<(u64, u64)> {
+    let theirs = namespace_id(pid, "pid")?;
+    (Some(theirs) != namespace_id_of("/proc/self/ns/pid")).then_some(theirs)
+}
+
 /// Whether process `pid` is in another PID namespace than this process.
 pub fn foreign_pid_ns(pid: u32) -> bool {
-    other_namespace(pid, "pid")
+    foreign_pid_ns_id(pid).is_some()
 }
 
 /// Thread `tid`'s ids in its own PID namespace (see [`parse_ns_ids`]).
@@ -213,6 +229,8 @@ mod tests {
         assert_eq!(parse_ns_ids("Name:\tx\n"), None, "kernels before 4.1 list none");
         let me = std::process::id();
         assert!(!foreign_pid_ns(me));
+        assert_eq!(foreign_pid_ns_id(me), None, "this process's namespace is not foreign");
+        assert_eq!(foreign_pid_ns_id(u32::MAX - 1), None, "a missing process has none");
         assert_eq!(ns_ids(me, me), None);
     }
 

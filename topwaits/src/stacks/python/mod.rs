@@ -41,10 +41,33 @@ fn interpreter_of(files: &mut HashMap<(u64, u64), Option<PyFile>>, tgid: u32, ma
     None
 }
 
-/// Checks the interpreter of `file` in live process `tgid`.
+/// Checks the interpreter of `file` in live process `tgid`. A process in
+/// another PID namespace has its threads' ids as that namespace numbers them.
 fn check_live(tgid: u32, file: &PyFile, bias: u64) -> Probe {
-    let is_thread = |tid: u64| std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists();
-    probe::check(&ProcessMemory { pid: tgid }, file, bias, &is_thread)
+    let mem = ProcessMemory { pid: tgid };
+    if procfs::foreign_pid_ns_id(tgid).is_none() {
+        let is_thread = |tid: u64| std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists();
+        return probe::check(&mem, file, bias, &is_thread);
+    }
+    let own: std::collections::HashSet<u64> =
+        crate::sys::thread::tids_of(tgid).into_iter().filter_map(|t| procfs::ns_ids(tgid, t)).map(|(_, t)| u64::from(t)).collect();
+    probe::check(&mem, file, bias, &|tid| own.contains(&tid))
+}
+
+/// What the walker is given for interpreter `i` of process `tgid`, with the
+/// process's PID namespace where it has its own.
+fn walker_for(tgid: u32, i: &Interp) -> PyProc {
+    let (pid_ns_dev, pid_ns_ino) = procfs::foreign_pid_ns_id(tgid).unwrap_or((0, 0));
+    PyProc { pid_ns_dev, pid_ns_ino, ..i.layout.for_walker(i.threads_head, i.eval) }
+}
+
+/// The id by which thread `tid` of process `tgid` is known to its thread
+/// state under walker `p`: its own namespace's where it has one.
+pub fn thread_id_seen(p: &PyProc, tgid: u32, tid: u32) -> u32 {
+    if p.pid_ns_ino == 0 {
+        return tid;
+    }
+    procfs::ns_ids(tgid, tid).map_or(tid, |(_, t)| t)
 }
 
 /// First and longest wait before an interpreter that was not ready is looked at
@@ -140,7 +163,7 @@ impl Tracker {
         let torn = matches!(probe, Probe::Mismatch(_));
         match probe {
             Probe::Ready(i) => {
-                let walker = i.layout.for_walker(i.threads_head, i.eval);
+                let walker = walker_for(tgid, &i);
                 match sink.put_python(tgid, &walker) {
                     Ok(()) => {
                         log::debug!("Python {}.{} in process {tgid}: its frames are named", i.layout.version.0, i.layout.version.1);

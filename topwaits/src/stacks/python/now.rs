@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use topwaits_common::python::{py_flags, py_word, PyProc, NONE, PY_THREAD_SCAN};
 
-use super::{check_live, interpreter_of, probe::Probe};
+use super::{check_live, interpreter_of, probe::Probe, walker_for};
 use crate::stacks::unwind::Memory;
 use crate::sys::procfs;
 
@@ -33,7 +33,7 @@ impl Interpreters {
         let found = interpreter_of(&mut self.files, tgid, &maps).and_then(|(file, bias)| match check_live(tgid, &file, bias) {
             // A 3.10 thread state names its thread by pthread_t, which a
             // thread's registers in /proc do not show.
-            Probe::Ready(i) if i.layout.walker.flags & py_flags::BY_PTHREAD == 0 => Some(i.layout.for_walker(i.threads_head, i.eval)),
+            Probe::Ready(i) if i.layout.walker.flags & py_flags::BY_PTHREAD == 0 => Some(walker_for(tgid, &i)),
             _ => None,
         });
         self.procs.insert(tgid, found);

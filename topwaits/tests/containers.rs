@@ -456,19 +456,11 @@ fn have_tools(test: &str, what: &str, tools: &[&str]) -> bool {
     present(test, what, missing.map(|t| format!("no {t}")))
 }
 
-#[test]
-fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
-    require_bpf!();
-    if !have_tools(
-        "a_program_in_its_own_namespaces_is_named_from_its_own_files",
-        "util-linux and a C compiler",
-        &["unshare", "pivot_root", "ldd", "cc"],
-    ) {
-        return;
-    }
-    // A root of its own: the program (built without frame pointers) at
-    // /ctr_app, a path that names nothing here, and copies of its libraries.
-    let root = PathBuf::from(format!("{}/ctr-root-{}", env!("CARGO_TARGET_TMPDIR"), std::process::id()));
+/// A root of its own, `name` under the test directory: deep.c (built without
+/// frame pointers) at /ctr_app, a path that names nothing here, and copies of
+/// its libraries.
+fn ctr_root(name: &str) -> PathBuf {
+    let root = PathBuf::from(format!("{}/{name}-{}", env!("CARGO_TARGET_TMPDIR"), std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("old")).unwrap();
     assert!(!Path::new("/ctr_app").exists(), "/ctr_app must name nothing on this machine");
@@ -481,7 +473,25 @@ fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(&lib, &to).unwrap_or_else(|e| panic!("copying {}: {e}", lib.display()));
     }
+    root
+}
+
+/// deep.c started in a root of its own ([`ctr_root`], under `name`) and its
+/// own namespaces ([`in_own_root`]): unshare, the program's pid here, and the
+/// root. None (skipped with a reason) without the tools.
+fn ctr_app_started(test: &str, name: &str) -> Option<(Proc, u32, PathBuf)> {
+    if !have_tools(test, "util-linux and a C compiler", &["unshare", "pivot_root", "ldd", "cc"]) {
+        return None;
+    }
+    let root = ctr_root(name);
     let (ns, pid) = in_own_root(&root, &[], "/ctr_app 6");
+    Some((ns, pid, root))
+}
+
+#[test]
+fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
+    require_bpf!();
+    let Some((ns, pid, root)) = ctr_app_started("a_program_in_its_own_namespaces_is_named_from_its_own_files", "ctr-root") else { return };
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     assert!(maps.contains(" /ctr_app"), "its maps name its own path: {maps}");
     let doc = json(&run_walked(&["--json", "-U", "--wait-for-walker", "-p", &pid.to_string()], 1.5));
@@ -543,4 +553,21 @@ fn python_in_its_own_root_has_its_frames_named_through_that_root() {
     assert!(at("sleeper_inner (waits.py:10)") < at("sleeper (waits.py:14)"), "{names:?}");
     assert!(at("sleeper (") < at("start_thread"), "a whole stack: {names:?}");
     assert!(!names.iter().any(|n| n == "_PyEval_EvalFrameDefault"), "the evaluator's frames are replaced by Python's: {names:?}");
+}
+
+#[test]
+fn a_namespaced_process_that_exits_mid_trace_keeps_its_own_ids() {
+    require_bpf!();
+    let Some((ns, pid, root)) = ctr_app_started("a_namespaced_process_that_exits_mid_trace_keeps_its_own_ids", "ctr-exit") else { return };
+    let t = Tracer::start(&["--json", "-U", "-p", &pid.to_string(), "6"]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    drop(ns);
+    let doc = json(&t.finish());
+    let _ = std::fs::remove_dir_all(&root);
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit(") ").next().map(|r| r.chars().next()));
+    assert!(matches!(state, None | Some(Some('Z' | 'X'))), "the program has exited: {state:?}");
+    let ours: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["tgid"] == pid).collect();
+    assert!(!ours.is_empty(), "{doc:#}");
+    assert!(ours.iter().all(|r| r["ns_pid"] == 1 && r["ns_tid"].as_u64().is_some()), "its own ids, kept from when it lived: {ours:#?}");
+    assert!(!records_in(&doc, "tw_sleep_leaf").is_empty(), "and its functions named: {doc:#}");
 }

@@ -38,7 +38,7 @@ pub struct BlazeSymbolizer {
     symtab: HashMap<String, bool>,
     /// Each stripped module's debug file found by build id, with the module's
     /// loaded segments.
-    debug_files: HashMap<String, Option<(PathBuf, Vec<elf::Segment>)>>,
+    debug_files: HashMap<String, Option<ElfFile>>,
     /// The thread that resolves kernel frames, once [`BlazeSymbolizer::warm_kernel`]
     /// has started it: requests out, frames back.
     kernel_thread: Option<KernelThread>,
@@ -48,6 +48,43 @@ pub struct BlazeSymbolizer {
     pid_ns: FastMap<u32, bool>,
     /// Each remembered process's cgroup, read with its maps.
     cgroups: FastMap<u32, String>,
+    /// The ids in their own PID namespace of the threads of remembered
+    /// processes that have one, by host tid, read with the maps.
+    kept_ns_ids: FastMap<u32, (u32, u32)>,
+    /// The code files of remembered processes with a root of their own (a
+    /// container's), kept open by device and inode: once such a process has
+    /// exited, its paths name nothing here, or other files.
+    kept_files: FastMap<(u64, u64), KeptFile>,
+    /// The remembered processes with a root of their own.
+    foreign_roots: std::collections::HashSet<u32>,
+}
+
+/// An ELF file to read a module's symbols from, and the module's loaded
+/// segments.
+type ElfFile = (PathBuf, Vec<elf::Segment>);
+
+/// A file kept open, the path that opens it again (`/proc/self/fd/N`), and its
+/// loaded segments.
+struct KeptFile {
+    path: PathBuf,
+    segments: Vec<elf::Segment>,
+    _file: std::fs::File,
+}
+
+/// Most files kept open for containers' processes that may exit.
+const MAX_KEPT_FILES: usize = 2048;
+
+/// Opens process `tgid`'s code file `m` through its root, checked to be the
+/// file its maps name (the same inode).
+fn keep_file(tgid: u32, m: &procfs::Mapping) -> Option<KeptFile> {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let mut file = std::fs::File::open(procfs::path_in(tgid, true, &m.path)).ok()?;
+    if file.metadata().ok()?.ino() != m.inode {
+        return None;
+    }
+    let segments = elf::load_segments(&mut file).ok()?;
+    Some(KeptFile { path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())), segments, _file: file })
 }
 
 /// The kernel symbolizing thread's channels: addresses out, frames back.
@@ -81,6 +118,9 @@ impl Default for BlazeSymbolizer {
             regions: FastMap::default(),
             pid_ns: FastMap::default(),
             cgroups: FastMap::default(),
+            kept_ns_ids: FastMap::default(),
+            kept_files: FastMap::default(),
+            foreign_roots: Default::default(),
         }
     }
 }
@@ -116,10 +156,29 @@ impl BlazeSymbolizer {
             // A kernel thread: nothing to keep.
             return false;
         }
+        if procfs::foreign_root(tgid) {
+            self.foreign_roots.insert(tgid);
+            for m in maps.iter().filter(|m| m.exec && m.path.starts_with('/')) {
+                if self.kept_files.len() < MAX_KEPT_FILES && !self.kept_files.contains_key(&(m.dev, m.inode)) {
+                    if let Some(k) = keep_file(tgid, m) {
+                        self.kept_files.insert((m.dev, m.inode), k);
+                    }
+                }
+            }
+        }
         self.maps.insert(tgid, maps);
         self.regions.insert(tgid, procfs::parse_regions(&text[..]));
         if let Some(cg) = crate::sys::cgroup::of_process(tgid) {
             self.cgroups.insert(tgid, cg);
+        }
+        let foreign = procfs::foreign_pid_ns(tgid);
+        self.pid_ns.insert(tgid, foreign);
+        if foreign {
+            for tid in crate::sys::thread::tids_of(tgid) {
+                if let Some(ids) = procfs::ns_ids(tgid, tid) {
+                    self.kept_ns_ids.insert(tid, ids);
+                }
+            }
         }
         let mut cache = blazesym::symbolize::cache::Process::new(tgid.into());
         cache.cache_vmas = true;
@@ -191,7 +250,7 @@ pub fn build_id_hex(path: &str) -> Option<String> {
 /// A module's separate debug file, by its build id under `/usr/lib/debug` (where
 /// distributions install them), and the module's loaded segments. `root`: where
 /// the process's files are read (`/proc/PID/root` for a container), or "".
-fn debug_file(root: &str, module: &str) -> Option<(PathBuf, Vec<elf::Segment>)> {
+fn debug_file(root: &str, module: &str) -> Option<ElfFile> {
     let module = format!("{root}{module}");
     let hex = build_id_hex(&module)?;
     if hex.len() < 3 {
@@ -211,21 +270,37 @@ fn debug_file(root: &str, module: &str) -> Option<(PathBuf, Vec<elf::Segment>)> 
 fn from_debug_files(
     root: &str,
     blaze: &Blaze,
-    found: &mut HashMap<String, Option<(PathBuf, Vec<elf::Segment>)>>,
+    found: &mut HashMap<String, Option<ElfFile>>,
     maps: &[procfs::Mapping],
     addrs: &[u64],
     fallback: &Source<'_>,
 ) -> Vec<Frame> {
-    let mut by_module: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    from_files(blaze, maps, addrs, Some(fallback), &mut |m| {
+        found.entry(format!("{root}{}", m.path)).or_insert_with(|| debug_file(root, &m.path)).clone()
+    })
+}
+
+/// Names addresses by the symbol tables of the ELF files that `file_of` gives
+/// for their modules (given a module's first mapping: a file to read and the
+/// module's loaded segments); each address goes in as where the segments load
+/// it. Addresses of modules without a file go to `fallback`, or stay unnamed.
+fn from_files(
+    blaze: &Blaze,
+    maps: &[procfs::Mapping],
+    addrs: &[u64],
+    fallback: Option<&Source<'_>>,
+    file_of: &mut dyn FnMut(&procfs::Mapping) -> Option<ElfFile>,
+) -> Vec<Frame> {
+    let mut by_module: BTreeMap<&str, (&procfs::Mapping, Vec<u64>)> = BTreeMap::new();
     for &a in addrs {
         if let Some(m) = procfs::mapping_of(maps, a) {
-            by_module.entry(&m.path).or_default().push(a);
+            by_module.entry(&m.path).or_insert_with(|| (m, Vec::new())).1.push(a);
         }
     }
     let mut out = Vec::new();
     let mut rest = Vec::new();
-    for (module, addrs) in by_module {
-        let Some((dbg, segments)) = found.entry(format!("{root}{module}")).or_insert_with(|| debug_file(root, module)) else {
+    for (module, (first, addrs)) in by_module {
+        let Some((file, segments)) = file_of(first) else {
             rest.extend(addrs);
             continue;
         };
@@ -233,11 +308,11 @@ fn from_debug_files(
             .iter()
             .filter_map(|&a| {
                 let m = procfs::mapping_of(maps, a)?;
-                Some((a, elf::vaddr_of(segments, a - m.start + m.offset)?))
+                Some((a, elf::vaddr_of(&segments, a - m.start + m.offset)?))
             })
             .collect();
         let vaddrs: Vec<u64> = placed.iter().map(|p| p.1).collect();
-        let mut elf_src = Elf::new(dbg.as_path());
+        let mut elf_src = Elf::new(file.as_path());
         elf_src.debug_syms = false;
         let src = Source::Elf(elf_src);
         let syms = blaze.symbolize(&src, Input::VirtOffset(&vaddrs)).ok();
@@ -250,8 +325,9 @@ fn from_debug_files(
             f
         }));
     }
-    if !rest.is_empty() {
-        out.extend(symbolize_each(blaze, fallback, &rest));
+    match fallback {
+        Some(src) if !rest.is_empty() => out.extend(symbolize_each(blaze, src, &rest)),
+        _ => out.extend(rest.into_iter().map(Frame::unknown)),
     }
     out
 }
@@ -335,7 +411,22 @@ impl Symbolizer for BlazeSymbolizer {
         let code: Vec<u64> = addrs.iter().copied().filter(|&a| self.is_code(tgid, a)).collect();
         // Symbol tables first: DWARF parsing costs seconds and hundreds of MiB on
         // large binaries, and the frames need no line numbers.
-        let mut named: FastMap<u64, Frame> = symbolize_each(&self.inner, &source(false), &code).into_iter().map(|f| (f.addr, f)).collect();
+        // A container's process that has exited: its paths name nothing here,
+        // or other files; its code files were kept open while it lived.
+        // (Or a zombie: it counts as alive, but its root cannot be read.)
+        let dead_foreign = !foreign && self.foreign_roots.contains(&tgid);
+        let mut named: FastMap<u64, Frame> = match self.maps.get(&tgid).filter(|_| dead_foreign) {
+            Some(maps) => {
+                let files = &self.kept_files;
+                from_files(&self.inner, maps, &code, None, &mut |m| {
+                    files.get(&(m.dev, m.inode)).map(|k| (k.path.clone(), k.segments.clone()))
+                })
+            }
+            None => symbolize_each(&self.inner, &source(false), &code),
+        }
+        .into_iter()
+        .map(|f| (f.addr, f))
+        .collect();
         // What is left lies in stripped code (Debian's libc keeps only its exported
         // symbols): a second pass reads the separate debug files (build id or
         // debug link under /usr/lib/debug) for those addresses alone. On a Python
@@ -369,7 +460,8 @@ impl Symbolizer for BlazeSymbolizer {
                     })
                 })
                 .collect();
-            if !debug.is_empty() {
+            // (Not for a container's exited process: they are found by path.)
+            if !debug.is_empty() && !dead_foreign {
                 for f in from_debug_files(&root, &self.inner, &mut self.debug_files, maps, &debug, &source(true)) {
                     if f.symbol.is_some() {
                         named.insert(f.addr, f);
@@ -408,7 +500,9 @@ impl Symbolizer for BlazeSymbolizer {
         if !*self.pid_ns.entry(tgid).or_insert_with(|| procfs::foreign_pid_ns(tgid)) {
             return None;
         }
-        procfs::ns_ids(tgid, tid)
+        // Read now while the thread lives, else as it was when its process
+        // was first seen.
+        procfs::ns_ids(tgid, tid).or_else(|| self.kept_ns_ids.get(&tid).copied())
     }
 
     fn cgroup(&mut self, tgid: u32) -> Option<String> {

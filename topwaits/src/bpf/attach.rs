@@ -211,7 +211,9 @@ pub(super) fn hand_over(ebpf: &mut Ebpf, array: &str, prog: &str) -> Result<()> 
     slot.set(0, &fd, 0).with_context(|| format!("failed to hand {prog} to its hook"))
 }
 
-pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan) -> Result<()> {
+/// Loads the plan's programs on tp_btf, then, once `ready` has returned (what
+/// must be in place before the first event: the unwind tables), attaches them.
+pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan, ready: &mut dyn FnMut() -> Result<()>) -> Result<()> {
     load_in_parallel(ebpf, &plan.pairs(true), |p, tp| {
         let p: &mut BtfTracePoint = p.try_into()?;
         loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))
@@ -219,6 +221,7 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan) -> Result<(
     for (array, prog, _) in plan.quick_bodies(true).filter(|_| plan.1).collect::<Vec<_>>() {
         hand_over(ebpf, array, prog)?;
     }
+    ready()?;
     for (prog, tp) in plan.attached(true) {
         let p: &mut BtfTracePoint = program(ebpf, prog)?.try_into()?;
         p.attach().with_context(|| format!("failed to attach tp_btf/{tp}"))?;
@@ -226,7 +229,8 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan) -> Result<(
     Ok(())
 }
 
-pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, plan: &Plan) -> Result<()> {
+/// As [`attach_tp_btf`], on raw_tp.
+pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, plan: &Plan, ready: &mut dyn FnMut() -> Result<()>) -> Result<()> {
     load_in_parallel(ebpf, &plan.pairs(false), |p, tp| {
         let p: &mut RawTracePoint = p.try_into()?;
         loaded(p.load(), || format!("the raw_tp {tp} program"))
@@ -234,6 +238,7 @@ pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, plan: &Plan) -> Result<()> {
     for (array, prog, _) in plan.quick_bodies(false).filter(|_| plan.1).collect::<Vec<_>>() {
         hand_over(ebpf, array, prog)?;
     }
+    ready()?;
     for (prog, tp) in plan.attached(false) {
         let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
         p.attach(tp).with_context(|| format!("failed to attach raw_tp/{tp}"))?;

@@ -302,7 +302,7 @@ impl Tracer {
     /// the two, `prepare` gets the user stack walker's maps (with `--unwind cfi`)
     /// to fill, so that tables wanted from the start are in place before the
     /// first wait; it is called again if the programs must be loaded again.
-    pub fn start<T>(config: &Config, mut prepare: impl FnMut(Option<UnwindMaps>) -> Result<T>) -> Result<(Tracer, T)> {
+    pub fn start<T: Send>(config: &Config, mut prepare: impl FnMut(Option<UnwindMaps>) -> Result<T> + Send) -> Result<(Tracer, T)> {
         let loader = loader_in_background();
         let btf_path = Path::new(btf::VMLINUX_BTF);
         let have_btf = btf_path.exists();
@@ -362,7 +362,6 @@ impl Tracer {
         let mut ebpf = load(loader, &settings, &sizes, &config.threads)?;
         let cfi = settings.cfi != 0;
         let take_unwind = |ebpf: &mut aya::Ebpf| if cfi { UnwindMaps::take(ebpf).map(Some) } else { Ok(None) };
-        let mut prepared = prepare(take_unwind(&mut ebpf)?)?;
         let plan = Plan::trace(config.waker, settings.events != 0)
             .following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP);
         // Analyses built on whole stacks (`why`, `locks`, `record --why`) record
@@ -370,42 +369,53 @@ impl Tracer {
         let whole = cfi && config.whole_from_the_start;
         let plan = if whole { plan.whole_from_the_start() } else { plan };
         let mut attached_mono = crate::util::clock::monotonic_now();
-        let mut kept_btf = None;
-        let attach = match config.attach {
-            AttachMode::TpBtf => {
-                need_btf("--attach tp_btf")?;
-                let btf = kernel_btf()?;
-                attach_tp_btf(&mut ebpf, &btf, &plan)?;
-                kept_btf = Some(btf);
-                AttachKind::TpBtf
-            }
-            AttachMode::RawTp => {
-                attach_raw_tp(&mut ebpf, &plan)?;
-                AttachKind::RawTp
-            }
-            AttachMode::Kprobe => {
-                need_btf("--attach kprobe (task_struct offsets)")?;
-                attach_kprobe(&mut ebpf, &plan)?;
-                AttachKind::Kprobe
-            }
-            // raw_tp first: it runs the same programs at the same cost as tp_btf
-            // (bpf_stats, `pipe`), and attaching it needs no second parse of the
-            // kernel's BTF, which halves the start-up's peak memory.
-            AttachMode::Auto => match attach_raw_tp(&mut ebpf, &plan) {
-                Ok(()) => AttachKind::RawTp,
-                Err(e) if !have_btf => return Err(e),
-                Err(e) => {
-                    warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::util::stderr::error_line(&e));
-                    ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
-                    prepared = prepare(take_unwind(&mut ebpf)?)?;
-                    attached_mono = crate::util::clock::monotonic_now();
-                    let btf = kernel_btf()?;
-                    attach_tp_btf(&mut ebpf, &btf, &plan)?;
-                    kept_btf = Some(btf);
-                    AttachKind::TpBtf
+        let mut kernel_btf = Some(kernel_btf);
+        let mut btf = || kernel_btf.take().ok_or_else(|| anyhow!("the kernel's BTF was parsed once already"))?();
+        // The tables are filled on another thread while the kernel verifies
+        // the programs (tens of ms each), and are in place before they attach.
+        let unwind = take_unwind(&mut ebpf)?;
+        let mut prepared = None;
+        let first = std::thread::scope(|s| {
+            let prepare = &mut prepare;
+            let mut preparing = Some(s.spawn(move || prepare(unwind)));
+            let mut ready = || -> Result<()> {
+                if let Some(h) = preparing.take() {
+                    prepared = Some(h.join().map_err(|_| anyhow!("the unwind table thread panicked"))??);
                 }
-            },
+                Ok(())
+            };
+            let attached = match config.attach {
+                AttachMode::TpBtf => need_btf("--attach tp_btf").and_then(|()| {
+                    let kept = btf()?;
+                    attach_tp_btf(&mut ebpf, &kept, &plan, &mut ready)?;
+                    Ok((AttachKind::TpBtf, Some(kept)))
+                }),
+                // raw_tp first: it runs the same programs at the same cost as
+                // tp_btf (bpf_stats, `pipe`), and attaching it needs no second
+                // parse of the kernel's BTF, which halves the start-up's peak memory.
+                AttachMode::RawTp | AttachMode::Auto => attach_raw_tp(&mut ebpf, &plan, &mut ready).map(|()| (AttachKind::RawTp, None)),
+                AttachMode::Kprobe => need_btf("--attach kprobe (task_struct offsets)").and_then(|()| {
+                    ready()?;
+                    attach_kprobe(&mut ebpf, &plan)?;
+                    Ok((AttachKind::Kprobe, None))
+                }),
+            };
+            ready().and(attached)
+        });
+        let (attach, kept_btf) = match first {
+            Ok(done) => done,
+            Err(e) if config.attach == AttachMode::Auto && have_btf => {
+                warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::util::stderr::error_line(&e));
+                ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
+                prepared = Some(prepare(take_unwind(&mut ebpf)?)?);
+                attached_mono = crate::util::clock::monotonic_now();
+                let kept = btf()?;
+                attach_tp_btf(&mut ebpf, &kept, &plan, &mut || Ok(()))?;
+                (AttachKind::TpBtf, Some(kept))
+            }
+            Err(e) => return Err(e),
         };
+        let prepared = prepared.ok_or_else(|| anyhow!("the unwind tables were not prepared"))?;
         add_late_members(&mut ebpf, &config.threads)?;
         if config.labels {
             attach::attach_lock_contention(&mut ebpf);
@@ -528,9 +538,9 @@ impl Tracer {
             .following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP);
         let attach_btf = |ebpf: &mut Ebpf| -> Result<()> {
             let btf = Btf::from_sys_fs()?;
-            attach_tp_btf(ebpf, &btf, &plan)
+            attach_tp_btf(ebpf, &btf, &plan, &mut || Ok(()))
         };
-        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> { attach_raw_tp(ebpf, &plan) };
+        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> { attach_raw_tp(ebpf, &plan, &mut || Ok(())) };
         // As for the off-CPU trace: raw_tp first, tp_btf when it fails.
         let attach = match config.attach {
             AttachMode::TpBtf => {

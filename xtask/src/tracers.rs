@@ -118,6 +118,19 @@ pub struct Running {
     pub walker: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
 }
 
+/// A tracer still running when its round fails (an error or a panic in the
+/// bench) is killed, so that it does not trace the rounds after it. `try_wait`
+/// says Ok(None) only for a child of ours not yet reaped: one that [`end`]
+/// reaped, or a pid since reused, is left alone.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// The debug line topwaits prints once its programs loaded after attaching are in place.
 pub const WALKER_IN_PLACE: &str = "kernel stack learners in place";
 
@@ -316,6 +329,25 @@ pub fn cost_during(t: &Tracer, work: impl FnOnce() -> Result<()>) -> Result<f64>
 #[cfg(test)]
 mod tests {
     use super::fdinfo_field;
+
+    #[test]
+    fn a_tracer_dropped_mid_round_is_killed_and_an_ended_one_left_alone() {
+        let spawn = || super::Running {
+            child: std::process::Command::new("sleep").arg("30").spawn().unwrap(),
+            startup: std::time::Duration::ZERO,
+            prog_ids: Default::default(),
+            map_bytes: 0,
+            walker: Default::default(),
+        };
+        let r = spawn();
+        let pid = r.child.id();
+        drop(r);
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        assert!(state.is_none(), "killed and reaped: {state:?}");
+        let r = spawn();
+        let (took, _) = super::end(r, true).unwrap();
+        assert!(took < std::time::Duration::from_secs(10), "SIGINT ends sleep at once");
+    }
 
     #[test]
     fn fdinfo_fields_are_read_by_exact_key() {

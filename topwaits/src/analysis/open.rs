@@ -58,6 +58,16 @@ fn began_before(span: &Span, since: u64, cpu: u32, lost_now: &HashMap<u32, u64>)
     since <= span.start + BORN_LATE_NS + lost
 }
 
+/// Whether any thread of the target may have been blocked since before the
+/// trace: one that never switched out while tracing and is asleep now. Only
+/// then are snapshots (and the registers they are walked from) needed.
+pub fn any_unseen(config: &Config, capture: &Capture, me: u32) -> bool {
+    crate::analysis::snapshot::candidates(&config.threads)
+        .into_iter()
+        .filter(|&(tgid, tid)| tgid != me && !capture.switched.contains(&tid))
+        .any(|(tgid, tid)| thread::stat(tgid, tid).is_some_and(|st| matches!(st.state, 'S' | 'D')))
+}
+
 /// Adds, as open records, the waits of the target's threads that have been blocked
 /// since before the trace began (they never switched out during it). Process `me`
 /// (topwaits itself) is left out.

@@ -146,14 +146,14 @@ fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
 }
 
 /// Adds `r` into `into`: sums add, the longest wait (with its time) wins.
-fn absorb(into: &mut Record, r: Record) {
+fn absorb(into: &mut Record, r: &Record) {
     into.count += r.count;
     into.total_ns += r.total_ns;
     if (r.max_ns, r.max_end_mono) > (into.max_ns, into.max_end_mono) {
         into.max_ns = r.max_ns;
         into.max_end_mono = r.max_end_mono;
     }
-    if let (Some(a), Some(b)) = (into.wake.as_mut(), r.wake) {
+    if let (Some(a), Some(b)) = (into.wake.as_mut(), &r.wake) {
         a.blocked_ns += b.blocked_ns;
         a.runq_ns += b.runq_ns;
         a.max_blocked_ns = a.max_blocked_ns.max(b.max_blocked_ns);
@@ -177,47 +177,91 @@ pub fn grouped(report: &Report, by: By) -> Option<Report> {
 /// Merges records that are the same under `by`, in first-seen order. A merged
 /// record keeps the ids and comm of its heaviest thread (the process's main
 /// thread for `--by process`, when it is among them) and counts its threads.
-pub fn merge(records: Vec<Record>, by: By) -> Vec<Record> {
-    let mut slot: FastMap<Key, usize> = FastMap::with_capacity_and_hasher(records.len(), Default::default());
-    let mut out: Vec<Record> = Vec::with_capacity(records.len());
-    let mut threads: Vec<FastSet<u32>> = Vec::new();
+pub fn merge(mut records: Vec<Record>, by: By) -> Vec<Record> {
+    // Keyed by a 128-bit digest of the key, as stacks are: the keys themselves
+    // (labels, comms, hop lists) took 8.7 MiB for 20,000 records. The records
+    // are compacted in place, each kept one moved to the next free slot, so
+    // that the input and the output are never both in memory.
+    let mut slot: FastMap<u128, usize> = FastMap::with_capacity_and_hasher(records.len(), Default::default());
+    let mut threads: Vec<Threads> = Vec::new();
     let mut weight: Vec<u64> = Vec::new();
     let mut fp = Fingerprints::default();
-    for (i, r) in records.into_iter().enumerate() {
-        let k = key(&r, by, i, &mut fp);
+    let mut kept = 0;
+    for i in 0..records.len() {
+        let k = digest(&key(&records[i], by, i, &mut fp));
         match slot.get(&k) {
             None => {
-                slot.insert(k, out.len());
-                threads.push(std::iter::once(r.tid).collect());
-                weight.push(r.total_ns);
-                out.push(r);
+                slot.insert(k, kept);
+                threads.push(Threads::One(records[i].tid));
+                weight.push(records[i].total_ns);
+                records.swap(kept, i);
+                kept += 1;
             }
             Some(&j) => {
+                let (head, tail) = records.split_at_mut(i);
+                let (into, r) = (&mut head[j], &tail[0]);
                 let leads = match by {
-                    By::Process => (r.tid == r.tgid, r.total_ns) > (out[j].tid == out[j].tgid, weight[j]),
+                    By::Process => (r.tid == r.tgid, r.total_ns) > (into.tid == into.tgid, weight[j]),
                     _ => r.total_ns > weight[j],
                 };
                 if leads {
                     weight[j] = r.total_ns;
-                    (out[j].tgid, out[j].tid, out[j].comm) = (r.tgid, r.tid, r.comm.clone());
+                    (into.tgid, into.tid, into.comm) = (r.tgid, r.tid, r.comm.clone());
                     if by == By::What {
                         // The group shows its heaviest record's stacks and label.
-                        (out[j].kernel, out[j].user, out[j].waits_on) = (r.kernel.clone(), r.user.clone(), r.waits_on.clone());
+                        (into.kernel, into.user, into.waits_on) = (r.kernel.clone(), r.user.clone(), r.waits_on.clone());
                     }
                 }
-                threads[j].insert(r.tid);
-                absorb(&mut out[j], r);
+                threads[j].add(r.tid);
+                absorb(into, r);
             }
         }
     }
-    for (r, t) in out.iter_mut().zip(&threads) {
+    records.truncate(kept);
+    for (r, t) in records.iter_mut().zip(&threads) {
         r.threads = t.len().max(r.threads as usize) as u32;
         if by == By::What {
             // A group of waits is no single wait still in progress.
             r.open = None;
         }
     }
-    out
+    records
+}
+
+/// The threads a merged record stands for: most stand for one.
+enum Threads {
+    One(u32),
+    Many(FastSet<u32>),
+}
+
+impl Threads {
+    fn add(&mut self, tid: u32) {
+        match self {
+            Threads::One(t) if *t == tid => {}
+            Threads::One(t) => *self = Threads::Many([*t, tid].into_iter().collect()),
+            Threads::Many(set) => {
+                set.insert(tid);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Threads::One(_) => 1,
+            Threads::Many(set) => set.len(),
+        }
+    }
+}
+
+/// A key's 128-bit digest, from two differently seeded hashes.
+fn digest(k: &Key) -> u128 {
+    let [a, b] = [0u8, 1].map(|seed| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        seed.hash(&mut h);
+        k.hash(&mut h);
+        h.finish()
+    });
+    (u128::from(a) << 64) | u128::from(b)
 }
 
 #[cfg(test)]

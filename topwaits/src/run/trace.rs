@@ -176,7 +176,7 @@ pub fn run(config: &Config) -> Result<()> {
             .collect();
         let mut capture =
             if finished { tracer.drain(open_at, &[&rows[..], &samples[..]].concat())? } else { tracer.drain_and_clear(open_at)? };
-        if config.open_waits {
+        if config.open_waits && crate::analysis::open::any_unseen(config, &capture, std::process::id()) {
             // Frame pointers of the threads blocked since before the trace.
             match tracer.task_regs() {
                 Ok(regs) => snapshots.set_regs(regs),

@@ -1,6 +1,7 @@
 //! Reading whole hash maps a batch at a time (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6):
 //! one syscall per thousand entries, where iterating costs two per entry (a
-//! 20,000-stack report made 60,000 of them).
+//! 20,000-stack report made 60,000 of them); and writing many entries at once
+//! (`BPF_MAP_UPDATE_BATCH`).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -9,6 +10,7 @@ use aya::maps::{HashMap, Map, MapData};
 use aya::Pod;
 
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 /// Entries asked for per call; doubled when one hash bucket holds more.
 const CHUNK: usize = 1024;
 /// `ENOTSUPP`, which the kernel returns for map types without batch operations.
@@ -74,6 +76,35 @@ pub fn for_each<K: Pod, V: Pod>(map: &Map, mut f: impl FnMut(&K, &V)) -> io::Res
         at = next;
         first = false;
     }
+}
+
+/// Writes `entries` into the map whose descriptor is `fd`, [`CHUNK`] to a
+/// syscall. `Ok(false)` when the kernel has no batch updates for it (nothing
+/// was written): the caller then writes one at a time. An error (the map is
+/// full) may come after part of them were written.
+pub fn update<K: Pod, V: Pod>(fd: std::os::fd::BorrowedFd<'_>, entries: &[(K, V)]) -> io::Result<bool> {
+    let mut first = true;
+    for chunk in entries.chunks(CHUNK) {
+        let (keys, values): (Vec<K>, Vec<V>) = chunk.iter().copied().unzip();
+        let mut attr = BatchAttr {
+            keys: keys.as_ptr() as u64,
+            values: values.as_ptr() as u64,
+            count: chunk.len() as u32,
+            map_fd: fd.as_raw_fd() as u32,
+            ..Default::default()
+        };
+        // SAFETY: the attribute points at `count` keys and values, live across the call.
+        let ret = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_BATCH, &mut attr as *mut BatchAttr, size_of::<BatchAttr>()) };
+        if ret < 0 {
+            let e = io::Error::last_os_error();
+            if first && matches!(e.raw_os_error(), Some(libc::EINVAL | ENOTSUPP)) && attr.count == 0 {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        first = false;
+    }
+    Ok(true)
 }
 
 /// Calls `f` with every entry of the hash map `map`: in batches where the kernel

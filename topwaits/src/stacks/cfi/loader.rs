@@ -24,6 +24,10 @@ pub trait Sink {
     fn put_proc(&mut self, tgid: u32, maps: &ProcMaps) -> Result<()>;
     fn drop_proc(&mut self, tgid: u32);
     fn put_node(&mut self, key: u64, node: &Node) -> Result<()>;
+    /// Puts a file's nodes at once; an error (full) may leave part of them in.
+    fn put_nodes(&mut self, nodes: &[(u64, Node)]) -> Result<()> {
+        nodes.iter().try_for_each(|(key, node)| self.put_node(*key, node))
+    }
     fn put_file(&mut self, id: u32, info: FileInfo) -> Result<()>;
 }
 
@@ -315,7 +319,8 @@ impl Loader {
     fn install(&mut self, b: Built, sink: &mut dyn Sink) {
         let info = match b.tree {
             Ok(Some(tree)) => {
-                let fits = tree.keyed(b.id).all(|(key, node)| sink.put_node(key, node).is_ok());
+                let nodes: Vec<(u64, Node)> = tree.keyed(b.id).map(|(key, node)| (key, *node)).collect();
+                let fits = sink.put_nodes(&nodes).is_ok();
                 let how = if b.source == Source::Cache { "read from the cache" } else { "built" };
                 log::debug!(
                     "unwind table of {} {how} in {:?}, in place {:?} after the start: {} KiB",

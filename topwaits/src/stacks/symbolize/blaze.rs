@@ -74,12 +74,13 @@ struct KeptFile {
 /// Most files kept open for containers' processes that may exit.
 const MAX_KEPT_FILES: usize = 2048;
 
-/// Opens process `tgid`'s code file `m` through its root, checked to be the
+/// Opens process `tgid`'s code file `m`: the very file it maps
+/// (`map_files`), else by its path in the process's root, checked to be the
 /// file its maps name (the same inode).
 fn keep_file(tgid: u32, m: &procfs::Mapping) -> Option<KeptFile> {
     use std::os::fd::AsRawFd as _;
     use std::os::unix::fs::MetadataExt as _;
-    let mut file = std::fs::File::open(procfs::path_in(tgid, true, &m.path)).ok()?;
+    let mut file = procfs::open_mapped(tgid, m)?;
     if file.metadata().ok()?.ino() != m.inode {
         return None;
     }

@@ -299,7 +299,13 @@ pub fn secs(ns: i64) -> String {
 /// A stack on one line, leaf first: its user frames (its kernel ones where it
 /// has none), at most `n` of them.
 pub fn one_line(key: &Key, n: usize) -> String {
-    let frames = if key.user.is_empty() { &key.kernel } else { &key.user };
+    frames_line(&key.user, &key.kernel, n)
+}
+
+/// Frame names on one line, leaf first: the user ones (the kernel ones where
+/// there are none), at most `n` of them, or `[no stack]`.
+pub fn frames_line(user: &[String], kernel: &[String], n: usize) -> String {
+    let frames = if user.is_empty() { kernel } else { user };
     let mut s = frames.iter().take(n).cloned().collect::<Vec<_>>().join(" <- ");
     if frames.len() > n {
         s.push_str(" <- ...");

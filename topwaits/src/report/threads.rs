@@ -30,15 +30,7 @@ const HOT_FRAMES: usize = 6;
 /// A hot stack on one line, leaf first: its user frames, or its kernel ones
 /// where it ran in the kernel only.
 fn hot_line(h: &Hot) -> String {
-    let frames = if h.user.is_empty() { &h.kernel } else { &h.user };
-    if frames.is_empty() {
-        return "[no stack]".into();
-    }
-    let mut s = frames.iter().take(HOT_FRAMES).cloned().collect::<Vec<_>>().join(" <- ");
-    if frames.len() > HOT_FRAMES {
-        s.push_str(" <- ...");
-    }
-    s
+    crate::analysis::diff::frames_line(&h.user, &h.kernel, HOT_FRAMES)
 }
 
 fn ms(ns: u64) -> f64 {

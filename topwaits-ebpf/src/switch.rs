@@ -52,6 +52,10 @@ fn wanted(out: &Outgoing) -> bool {
 #[map]
 static SCRATCH_START: PerCpuArray<SwitchOut> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per-CPU: what the wait being begun is for, read before its stacks are taken.
+#[map]
+static SCRATCH_WHAT: PerCpuArray<What> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU: the row key of the wait being ended.
 #[map]
 static SCRATCH_ROW: PerCpuArray<WaitKey> = PerCpuArray::with_max_entries(1, 0);
@@ -86,6 +90,19 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
     }
     // Before the stacks are taken: the wait begins at the switch.
     let now = clock.now();
+    // What it waits for is read before the stacks: read after them, the
+    // verifier checked it again for each way a stack walk can end, which was
+    // half of the bodies' verification and so of the start-up.
+    {
+        let Some(what) = SCRATCH_WHAT.get_ptr_mut(0) else { return };
+        // SAFETY: this CPU's scratch slot, used by this program run alone.
+        let what = unsafe { &mut *what };
+        if in_own_context && settings().labels != 0 {
+            crate::what::fill(what, out.tid, out.state, out.next_tgid(), now);
+        } else {
+            *what = NO_WHAT;
+        }
+    }
     let (kstack, ustack) = if in_own_context {
         capture_stacks::<C, CFI>(ctx, Some((out.task, Hook::switch(out.state == 0))))
     } else {
@@ -100,7 +117,7 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
             end_unseen::<C, CFI>(ctx, out, start, now, in_own_context);
         }
         // The wait's own fields: a held row stays.
-        begin(start, out, now, (kstack, ustack), arrivals, comm, in_own_context);
+        begin(start, out, now, (kstack, ustack), arrivals, comm);
     } else {
         mark_started(out.task);
         // Built in per-CPU scratch: the entry is too large for the BPF stack
@@ -108,7 +125,7 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
         let Some(rec) = SCRATCH_START.get_ptr_mut(0) else { return };
         // SAFETY: this CPU's scratch slot, used by this program run alone.
         let rec = unsafe { &mut *rec };
-        begin(rec, out, now, (kstack, ustack), arrivals, comm, in_own_context);
+        begin(rec, out, now, (kstack, ustack), arrivals, comm);
         rec.row = NO_ROW;
         rec.held = WaitVal::default();
         rec.woken = 0;
@@ -122,18 +139,11 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
     }
 }
 
-/// Writes a wait's own fields into its task's start entry. What it waits for is
-/// read here where the hook runs as the task; otherwise at the switch-in.
+/// Writes a wait's own fields into its task's start entry. What it waits for
+/// (`what`) was read where the hook runs as the task; otherwise it is read at
+/// the switch-in.
 #[inline(always)]
-fn begin(
-    start: &mut SwitchOut,
-    out: &Outgoing,
-    now: u64,
-    stacks: (u64, u64),
-    arrivals: u32,
-    comm: [u8; TASK_COMM_LEN],
-    in_own_context: bool,
-) {
+fn begin(start: &mut SwitchOut, out: &Outgoing, now: u64, stacks: (u64, u64), arrivals: u32, comm: [u8; TASK_COMM_LEN]) {
     start.ts = now;
     (start.kstack, start.ustack) = stacks;
     start.tgid = out.tgid;
@@ -141,11 +151,7 @@ fn begin(
     start.state = out.state;
     start.arrivals = arrivals;
     start.comm = comm;
-    if in_own_context && settings().labels != 0 {
-        crate::what::fill(&mut start.what, out.tid, out.state, out.next_tgid(), now);
-    } else {
-        start.what = NO_WHAT;
-    }
+    start.what = SCRATCH_WHAT.get(0).copied().unwrap_or(NO_WHAT);
 }
 
 /// Ends the wait of `task`, which is switching in, and adds it to the aggregate.

@@ -128,18 +128,22 @@ fn debians_sqlite3_committing_gets_whole_stacks() {
     require_bpf!();
     let db = format!("{}/unwind-{}.db", env!("CARGO_TARGET_TMPDIR"), std::process::id());
     let _ = std::fs::remove_file(&db);
-    let mut sql = String::from("create table t(a, b);\n");
-    for i in 0..6000 {
-        sql.push_str(&format!("insert into t values({i}, randomblob(1000));\n"));
-    }
     let mut sqlite = Command::new("sqlite3").arg(&db).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().expect("sqlite3 is installed");
     let mut input = sqlite.stdin.take().unwrap();
+    // Fed until the trace has ended: a process that exits first ends the trace
+    // itself, and the test's Ctrl-C would then land in its report.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
     let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(b"create table t(a, b);\n");
+        let mut i = 0;
         // Each insert is a transaction of its own: a commit, and its fsync, each.
-        for chunk in sql.lines().collect::<Vec<_>>().chunks(20) {
-            if input.write_all((chunk.join("\n") + "\n").as_bytes()).is_err() {
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            let chunk: String = (i..i + 20).map(|i| format!("insert into t values({i}, randomblob(1000));\n")).collect();
+            if input.write_all(chunk.as_bytes()).is_err() {
                 break;
             }
+            i += 20;
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
     });
@@ -147,6 +151,7 @@ fn debians_sqlite3_committing_gets_whole_stacks() {
     // Long enough that the waits before libsqlite3's table is in place (marked
     // [cut:table-loading]) are a small share.
     let doc = json(&run_walked(&["--json", "-U", "--wait-for-walker", "-p", &sqlite.id().to_string()], 4.0));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     feeder.join().unwrap();
     let _ = sqlite.wait();
     let _ = std::fs::remove_file(&db);

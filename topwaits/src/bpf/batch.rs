@@ -78,18 +78,21 @@ pub fn for_each<K: Pod, V: Pod>(map: &Map, mut f: impl FnMut(&K, &V)) -> io::Res
     }
 }
 
-/// Writes `entries` into the map whose descriptor is `fd`, [`CHUNK`] to a
-/// syscall. `Ok(false)` when the kernel has no batch updates for it (nothing
-/// was written): the caller then writes one at a time. An error (the map is
-/// full) may come after part of them were written.
-pub fn update<K: Pod, V: Pod>(fd: std::os::fd::BorrowedFd<'_>, entries: &[(K, V)]) -> io::Result<bool> {
+/// Writes `values`, each under the key of the same index in `keys`, into the
+/// map whose descriptor is `fd`, [`CHUNK`] to a syscall, from where they lie.
+/// `Ok(false)` when the kernel has no batch updates for it (nothing was
+/// written): the caller then writes one at a time. An error (the map is full)
+/// may come after part of them were written.
+pub fn update<K: Pod, V: Pod>(fd: std::os::fd::BorrowedFd<'_>, keys: &[K], values: &[V]) -> io::Result<bool> {
+    if keys.len() != values.len() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
     let mut first = true;
-    for chunk in entries.chunks(CHUNK) {
-        let (keys, values): (Vec<K>, Vec<V>) = chunk.iter().copied().unzip();
+    for (keys, values) in keys.chunks(CHUNK).zip(values.chunks(CHUNK)) {
         let mut attr = BatchAttr {
             keys: keys.as_ptr() as u64,
             values: values.as_ptr() as u64,
-            count: chunk.len() as u32,
+            count: keys.len() as u32,
             map_fd: fd.as_raw_fd() as u32,
             ..Default::default()
         };

@@ -61,12 +61,12 @@ impl Sink for UnwindMaps {
     /// In batches of a thousand, where the kernel has them: writing perf's
     /// and its libraries' tables one node a syscall was a quarter of the
     /// tracer's own CPU under `perf bench sched messaging`.
-    fn put_nodes(&mut self, nodes: &[(u64, Node)]) -> Result<()> {
+    fn put_nodes(&mut self, keys: &[u64], nodes: &[Node]) -> Result<()> {
         use std::os::fd::AsFd as _;
-        if super::batch::update(self.nodes_fd.as_fd(), nodes).context("unwind table nodes")? {
+        if super::batch::update(self.nodes_fd.as_fd(), keys, nodes).context("unwind table nodes")? {
             return Ok(());
         }
-        nodes.iter().try_for_each(|(key, node)| self.put_node(*key, node))
+        keys.iter().zip(nodes).try_for_each(|(key, node)| self.put_node(*key, node))
     }
 
     fn put_file(&mut self, id: u32, info: FileInfo) -> Result<()> {

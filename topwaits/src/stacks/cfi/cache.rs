@@ -63,13 +63,18 @@ impl Key {
 
 /// A checksum of an entry's words: finds a damaged entry (not a signature:
 /// entries are trusted only because no other user can write them).
-fn checksum(words: &[u64]) -> u64 {
+fn checksum(words: impl Iterator<Item = u64>) -> u64 {
     use std::hash::Hasher as _;
     let mut h = crate::util::fasthash::FastHasher::default();
-    for &w in words {
+    for w in words {
         h.write_u64(w);
     }
     h.finish()
+}
+
+/// The little-endian words of `bytes` (a whole number of them).
+fn words_of(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
 }
 
 /// An entry's bytes: magic, format, the key's length and text, the entries'
@@ -85,7 +90,7 @@ pub fn encode(key: &Key, entries: &[u64]) -> Vec<u8> {
     words.extend(padded.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())));
     words.push(entries.len() as u64);
     words.extend_from_slice(entries);
-    words.push(checksum(&words));
+    words.push(checksum(words.iter().copied()));
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
@@ -95,34 +100,37 @@ pub fn decode(key: &Key, bytes: &[u8]) -> Result<Vec<u64>> {
     if !bytes.len().is_multiple_of(8) || bytes.len() < 32 {
         bail!("truncated");
     }
-    let words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
-    let (sum, body) = words.split_last().context("empty")?;
-    if checksum(body) != *sum {
+    // Read in place: a cached table is megabytes, and each copy of it cost
+    // the tracer page faults as well as time.
+    let (body, sum) = bytes.split_at(bytes.len() - 8);
+    if checksum(words_of(body)) != u64::from_le_bytes(sum.try_into()?) {
         bail!("checksum mismatch");
     }
-    if body[0] != u64::from_le_bytes(*MAGIC) {
+    let word = |i: usize| body.get(i * 8..i * 8 + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()));
+    if word(0) != Some(u64::from_le_bytes(*MAGIC)) {
         bail!("not a table");
     }
-    if body[1] as u32 != FORMAT {
+    let format = word(1).context("truncated")?;
+    if format as u32 != FORMAT {
         bail!("another format");
     }
     let name = key.name();
     let name_words = name.len().div_ceil(8);
     let mut padded = name.into_bytes();
     padded.resize(name_words * 8, 0);
-    let stored: Vec<u8> = body.get(2..2 + name_words).context("truncated")?.iter().flat_map(|w| w.to_le_bytes()).collect();
-    if (body[1] >> 32) as usize != padded.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1) || stored != padded {
+    let stored = body.get(16..16 + name_words * 8).context("truncated")?;
+    if (format >> 32) as usize != padded.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1) || stored != padded {
         bail!("made for another file");
     }
-    let count = *body.get(2 + name_words).context("truncated")? as usize;
-    let entries = &body[3 + name_words..];
+    let count = word(2 + name_words).context("truncated")? as usize;
+    let entries: Vec<u64> = words_of(&body[(3 + name_words) * 8..]).collect();
     if entries.len() != count {
         bail!("bad entry count");
     }
     if !entries.windows(2).all(|w| w[0] >> 32 < w[1] >> 32) {
         bail!("entries out of order");
     }
-    Ok(entries.to_vec())
+    Ok(entries)
 }
 
 /// Where a file's table came from.
@@ -303,7 +311,7 @@ mod tests {
             let mut words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
             words.pop();
             words[at] = value;
-            words.push(checksum(&words));
+            words.push(checksum(words.iter().copied()));
             words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()
         };
         assert!(decode(&key, &rewrite(1, u64::from(FORMAT + 1) | (key.name().len() as u64) << 32))

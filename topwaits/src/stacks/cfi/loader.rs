@@ -24,9 +24,10 @@ pub trait Sink {
     fn put_proc(&mut self, tgid: u32, maps: &ProcMaps) -> Result<()>;
     fn drop_proc(&mut self, tgid: u32);
     fn put_node(&mut self, key: u64, node: &Node) -> Result<()>;
-    /// Puts a file's nodes at once; an error (full) may leave part of them in.
-    fn put_nodes(&mut self, nodes: &[(u64, Node)]) -> Result<()> {
-        nodes.iter().try_for_each(|(key, node)| self.put_node(*key, node))
+    /// Puts a file's nodes at once, each under the key of the same index; an
+    /// error (full) may leave part of them in.
+    fn put_nodes(&mut self, keys: &[u64], nodes: &[Node]) -> Result<()> {
+        keys.iter().zip(nodes).try_for_each(|(key, node)| self.put_node(*key, node))
     }
     fn put_file(&mut self, id: u32, info: FileInfo) -> Result<()>;
 }
@@ -319,8 +320,7 @@ impl Loader {
     fn install(&mut self, b: Built, sink: &mut dyn Sink) {
         let info = match b.tree {
             Ok(Some(tree)) => {
-                let nodes: Vec<(u64, Node)> = tree.keyed(b.id).map(|(key, node)| (key, *node)).collect();
-                let fits = sink.put_nodes(&nodes).is_ok();
+                let fits = sink.put_nodes(&tree.keys(b.id), &tree.nodes).is_ok();
                 let how = if b.source == Source::Cache { "read from the cache" } else { "built" };
                 log::debug!(
                     "unwind table of {} {how} in {:?}, in place {:?} after the start: {} KiB",
@@ -399,14 +399,25 @@ impl Loader {
     }
 
     /// A walk met file `id`, whose table was not built, in process `tgid`: it is
-    /// built now, and so are the other files that process maps, whose code its
-    /// next waits are likely to pass through (a process's libraries meet the
-    /// walker in its start-up, one after the other, and building them together
-    /// keeps that work out of the time it then runs for).
+    /// built now, and with it the files at the ends of nearly every stack of that
+    /// process, its executable and its C library, so that its next walks pass
+    /// through rather than each stopping at the next file new to the walker. The
+    /// rest of its libraries wait until a walk meets them: most never hold a
+    /// frame of a wait (perf maps 35 files and its waits pass through three),
+    /// and putting their tables into the kernel was most of the tracer's own CPU
+    /// when a new program started.
     fn wanted(&mut self, tgid: u32, id: u32, sink: &mut dyn Sink) {
         let mut ids = vec![id];
         if let Some(p) = self.procs.get(&tgid) {
-            ids.extend(p.maps.maps[..p.maps.len as usize].iter().map(|m| m.file).filter(|f| *f != id));
+            let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
+            let exe = exe.as_ref().and_then(|e| e.to_str());
+            let unbuilt = &self.unbuilt;
+            ids.extend(
+                p.maps.maps[..p.maps.len as usize]
+                    .iter()
+                    .map(|m| m.file)
+                    .filter(|f| *f != id && unbuilt.get(f).is_some_and(|(_, m)| on_most_stacks(&m.path, exe))),
+            );
         }
         for id in ids {
             self.build_unbuilt(id, sink);
@@ -446,7 +457,7 @@ impl Loader {
     /// Reads `tgid`'s mappings and hands them to the walker.
     fn read(&mut self, tgid: u32, now: Instant, sink: &mut dyn Sink) {
         self.execed.remove(&tgid);
-        let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else {
+        let Some(text) = procfs::maps_text(tgid) else {
             // Gone: forgotten now, not asked after again, and whatever the kernel
             // side holds for it goes too (a forked child may hold the copy of its
             // parent's maps that the fork hook made, and have exited before its
@@ -509,6 +520,18 @@ impl Loader {
         self.missed.remove(&tgid);
         self.procs.insert(tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, source: None });
     }
+}
+
+/// Whether a file mapped at `path` holds a frame of nearly every stack of a
+/// process whose executable is `exe`: the executable itself (`main`, `_start`)
+/// and the C library (the system call a wait begins in, `__libc_start_main`,
+/// `start_thread`; `libpthread` where glibc still had one, musl's loader).
+fn on_most_stacks(path: &str, exe: Option<&str>) -> bool {
+    if exe == Some(path) {
+        return true;
+    }
+    let name = path.rsplit('/').next().unwrap_or(path);
+    ["libc.so", "libc-2.", "libpthread.so", "libpthread-2.", "ld-musl-"].iter().any(|p| name.starts_with(p))
 }
 
 impl Drop for Loader {
@@ -586,8 +609,8 @@ mod tests {
     }
 
     /// After the start, a process's files are known but not built until a walk
-    /// asks for one (its TABLE event): then that process's files get trees, and
-    /// the others stay unbuilt.
+    /// asks for one (its TABLE event): then that file, the process's executable
+    /// and its C library get trees, and the others stay unbuilt.
     #[test]
     fn after_the_start_only_the_files_of_a_process_a_walk_meets_are_built() {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
@@ -610,11 +633,30 @@ mod tests {
         // Asked again (two CPUs raced): built once.
         loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine }), &mut mem);
         assert!(loader.idle());
-        // Met in this process: every file it maps is built.
-        let other = *files.iter().find(|&&f| f != mine).unwrap();
-        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::TABLE, parent: other }), &mut mem);
+        // Met in this process: that file is built, and so is the C library
+        // (the executable, this test, was built above); the rest stay unbuilt.
+        let path_of = |file: u32| {
+            let m = maps.maps[..maps.len as usize].iter().find(|m| m.file == file).unwrap();
+            procfs::maps_of(me).into_iter().find(|p| p.exec && p.start == m.start).unwrap().path
+        };
+        let libc = *files.iter().find(|&&f| on_most_stacks(&path_of(f), None)).expect("this test maps a C library");
+        let others: Vec<u32> = files.iter().copied().filter(|&f| f != mine && f != libc).collect();
+        assert!(!others.is_empty(), "the dynamic loader at least: {:?}", files.iter().map(|&f| path_of(f)).collect::<Vec<_>>());
+        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::TABLE, parent: others[0] }), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
-        assert!(files.iter().all(|f| mem.files[f].state != file_state::UNBUILT), "{:?}", mem.files);
+        assert!([others[0], libc, mine].iter().all(|f| mem.files[f].state != file_state::UNBUILT), "{:?}", mem.files);
+        assert!(others[1..].iter().all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
+    }
+
+    #[test]
+    fn the_executable_and_the_c_library_are_on_most_stacks() {
+        assert!(on_most_stacks("/usr/bin/perf", Some("/usr/bin/perf")));
+        assert!(on_most_stacks("/usr/lib/x86_64-linux-gnu/libc.so.6", None));
+        assert!(on_most_stacks("/lib/libc-2.31.so", Some("/usr/bin/x")));
+        assert!(on_most_stacks("/lib/ld-musl-x86_64.so.1", None));
+        assert!(!on_most_stacks("/usr/lib/x86_64-linux-gnu/libperl.so.5.36.0", Some("/usr/bin/perf")));
+        assert!(!on_most_stacks("/usr/lib/libcrypt.so.1", None));
+        assert!(!on_most_stacks("/usr/bin/perf", Some("/usr/bin/python3")));
     }
 
     /// A second loader with the same cache finds every table there, and the

@@ -64,18 +64,25 @@ pub fn table_of(entries: &[u64]) -> Table {
     Table { rows: entries.iter().map(|&e| super::Row { pc: e >> 32, rule: decode(e as u32) }).collect() }
 }
 
-/// A file's tree: its nodes by level (0: the leaves) and index, and how many
-/// levels it has.
+/// A file's tree: its nodes, each with its level (0: the leaves) and index
+/// in `places`, and how many levels it has. The nodes are kept apart from
+/// their places so that they go into the kernel as they are, without a copy.
 #[derive(Debug, Default)]
 pub struct Tree {
     pub levels: u32,
-    pub nodes: Vec<(u32, u32, Node)>,
+    pub places: Vec<(u32, u32)>,
+    pub nodes: Vec<Node>,
 }
 
 impl Tree {
-    /// The nodes under their keys for file `file`.
-    pub fn keyed(&self, file: u32) -> impl Iterator<Item = (u64, &Node)> {
-        self.nodes.iter().map(move |(level, index, node)| (node_key(file, *level, *index), node))
+    /// The nodes' keys for file `file`, in the order of [`Tree::nodes`].
+    pub fn keys(&self, file: u32) -> Vec<u64> {
+        self.places.iter().map(|&(level, index)| node_key(file, level, index)).collect()
+    }
+
+    /// The node at `level` and `index`.
+    pub fn node(&self, level: u32, index: u32) -> Option<Node> {
+        self.places.iter().position(|&p| p == (level, index)).map(|i| self.nodes[i])
     }
 
     /// Bytes the nodes take as values.
@@ -84,16 +91,13 @@ impl Tree {
     }
 }
 
-/// Cuts `entries` into nodes of [`NODE_ROWS`], padded.
-fn nodes_of(entries: &[u64]) -> Vec<Node> {
-    entries
-        .chunks(NODE_ROWS)
-        .map(|c| {
-            let mut node = [NODE_PAD; NODE_ROWS];
-            node[..c.len()].copy_from_slice(c);
-            node
-        })
-        .collect()
+/// Cuts `entries` into nodes of [`NODE_ROWS`], padded, at the end of `nodes`.
+fn nodes_of(entries: &[u64], nodes: &mut Vec<Node>) {
+    nodes.extend(entries.chunks(NODE_ROWS).map(|c| {
+        let mut node = [NODE_PAD; NODE_ROWS];
+        node[..c.len()].copy_from_slice(c);
+        node
+    }))
 }
 
 /// The tree of `table`; None when it has no rows, or an address beyond 32 bits
@@ -105,21 +109,24 @@ pub fn build(table: &Table) -> Option<Tree> {
 
 /// The tree of a table's [`entries`]; None when there are none, or more than
 /// [`MAX_LEVELS`] levels hold.
-pub fn build_from(mut entries: Vec<u64>) -> Option<Tree> {
+pub fn build_from(entries: Vec<u64>) -> Option<Tree> {
     if entries.is_empty() {
         return None;
     }
-    let mut tree = Tree::default();
+    // The leaves and the levels above (a 64th of them, and so on): one allocation.
+    let leaves = entries.len().div_ceil(NODE_ROWS);
+    let mut tree = Tree { nodes: Vec::with_capacity(leaves + leaves / 32 + MAX_LEVELS as usize), ..Tree::default() };
+    let mut below = entries;
     for level in 0..MAX_LEVELS {
-        let nodes = nodes_of(&entries);
-        let above: Vec<u64> = nodes.iter().map(|n| n[0] >> 32 << 32).collect();
-        let count = nodes.len();
-        tree.nodes.extend(nodes.into_iter().enumerate().map(|(i, n)| (level, i as u32, n)));
+        let first = tree.nodes.len();
+        nodes_of(&below, &mut tree.nodes);
+        let made = &tree.nodes[first..];
+        tree.places.extend((0..made.len() as u32).map(|i| (level, i)));
         tree.levels = level + 1;
-        if count == 1 {
+        if made.len() == 1 {
             return Some(tree);
         }
-        entries = above;
+        below = made.iter().map(|n| n[0] >> 32 << 32).collect();
     }
     None
 }
@@ -177,7 +184,7 @@ mod tests {
     }
 
     fn find(tree: &Tree) -> impl Fn(u32, u32) -> Option<Node> + '_ {
-        |level, index| tree.nodes.iter().find(|(l, i, _)| *l == level && *i == index).map(|(_, _, n)| *n)
+        |level, index| tree.node(level, index)
     }
 
     #[test]
@@ -241,7 +248,8 @@ mod tests {
             assert_eq!(lookup(tree.levels, &get, r.pc + 1), Some(encode(table.lookup(r.pc + 1))));
         }
         // Keys of different files never meet.
-        let (a, b): (Vec<u64>, Vec<u64>) = (tree.keyed(1).map(|(k, _)| k).collect(), tree.keyed(2).map(|(k, _)| k).collect());
+        let (a, b) = (tree.keys(1), tree.keys(2));
+        assert_eq!(a.len(), tree.nodes.len());
         assert!(a.iter().all(|k| !b.contains(k)));
     }
 

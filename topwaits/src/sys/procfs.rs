@@ -195,6 +195,43 @@ pub fn ns_ids(tgid: u32, tid: u32) -> Option<(u32, u32)> {
     parse_ns_ids(&std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/status")).ok()?)
 }
 
+/// How long a read of `/proc/PID/maps` serves the next reader of the same
+/// process: the unwind loader and the symbolizer both read a process's maps at
+/// its exec and its first fork, one right after the other, and the kernel's
+/// formatting of every mapping's path is what the read costs.
+const MAPS_SHARED_FOR: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// A read of `/proc/PID/maps`: the pid, when, and the text.
+type MapsRead = (u32, std::time::Instant, std::rc::Rc<Vec<u8>>);
+
+thread_local! {
+    /// The last few reads of `/proc/PID/maps` on this thread.
+    static MAPS_READ: std::cell::RefCell<Vec<MapsRead>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The text of `/proc/PID/maps` (None: the process is gone), shared with a
+/// read of the same process on this thread less than [`MAPS_SHARED_FOR`] ago.
+pub fn maps_text(pid: u32) -> Option<std::rc::Rc<Vec<u8>>> {
+    maps_text_at(pid, std::time::Instant::now(), &mut |pid| std::fs::read(format!("/proc/{pid}/maps")).ok())
+}
+
+fn maps_text_at(pid: u32, now: std::time::Instant, read: &mut dyn FnMut(u32) -> Option<Vec<u8>>) -> Option<std::rc::Rc<Vec<u8>>> {
+    MAPS_READ.with_borrow_mut(|reads| {
+        reads.retain(|(_, at, _)| now.saturating_duration_since(*at) < MAPS_SHARED_FOR);
+        if let Some((_, _, text)) = reads.iter().find(|(p, _, _)| *p == pid) {
+            log::trace!("maps of {pid}: the last read's");
+            return Some(text.clone());
+        }
+        log::trace!("maps of {pid}: read");
+        let text = std::rc::Rc::new(read(pid)?);
+        if reads.len() >= 8 {
+            reads.remove(0);
+        }
+        reads.push((pid, now, text.clone()));
+        Some(text)
+    })
+}
+
 /// Reads `/proc/PID/maps`; empty when the process is gone.
 pub fn maps_of(pid: u32) -> Vec<Mapping> {
     match std::fs::File::open(format!("/proc/{pid}/maps")) {
@@ -284,5 +321,23 @@ garbage line
         assert_eq!(status_tgid("Name:\tx\nTgid:\t42\nPid:\t43\n".as_bytes()), Some(42));
         assert_eq!(status_tgid("Name:\tx\n".as_bytes()), None);
         assert_eq!(tgid_of(std::process::id()), Some(std::process::id()));
+    }
+
+    #[test]
+    fn a_read_of_maps_serves_the_next_reader_for_a_moment() {
+        let mut reads = 0;
+        let mut read = |_pid: u32| {
+            reads += 1;
+            Some(b"text".to_vec())
+        };
+        let t0 = std::time::Instant::now();
+        let a = maps_text_at(7, t0, &mut read).unwrap();
+        let b = maps_text_at(7, t0 + std::time::Duration::from_micros(300), &mut read).unwrap();
+        assert!(std::rc::Rc::ptr_eq(&a, &b), "one read for both");
+        let _other = maps_text_at(8, t0, &mut read).unwrap();
+        let c = maps_text_at(7, t0 + MAPS_SHARED_FOR, &mut read).unwrap();
+        assert!(!std::rc::Rc::ptr_eq(&a, &c), "read again once the moment has passed");
+        assert_eq!(reads, 3);
+        assert!(maps_text_at(9, t0, &mut |_| None).is_none(), "a process gone is not remembered as read");
     }
 }

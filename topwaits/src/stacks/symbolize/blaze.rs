@@ -57,6 +57,13 @@ pub struct BlazeSymbolizer {
     kept_files: FastMap<(u64, u64), KeptFile>,
     /// The remembered processes with a root of their own.
     foreign_roots: std::collections::HashSet<u32>,
+    /// A digest of each remembered process's maps as last read (keyed with a
+    /// secret, since the paths are the process's to choose): read again
+    /// unchanged, nothing is kept anew.
+    read_digest: FastMap<u32, u64>,
+    digest_keys: std::collections::hash_map::RandomState,
+    /// How many times maps were kept anew (tests).
+    kept_reads: u64,
 }
 
 /// An ELF file to read a module's symbols from, and the module's loaded
@@ -122,6 +129,9 @@ impl Default for BlazeSymbolizer {
             kept_ns_ids: FastMap::default(),
             kept_files: FastMap::default(),
             foreign_roots: Default::default(),
+            read_digest: Default::default(),
+            digest_keys: Default::default(),
+            kept_reads: 0,
         }
     }
 }
@@ -148,15 +158,24 @@ impl BlazeSymbolizer {
         if tgid == 0 {
             return false;
         }
-        let Ok(text) = std::fs::read(format!("/proc/{tgid}/maps")) else {
+        let Some(text) = procfs::maps_text(tgid) else {
             // Gone already: keep what we had.
             return self.maps.contains_key(&tgid);
         };
+        if self.as_kept(tgid, &text) && self.maps.contains_key(&tgid) {
+            // Read again at an exec and the first fork handled together, or at
+            // a settle that found nothing new: only threads may be new.
+            if self.pid_ns.get(&tgid) == Some(&true) {
+                self.keep_ns_ids(tgid);
+            }
+            return true;
+        }
         let maps = procfs::parse_maps(&text[..]);
         if maps.is_empty() {
             // A kernel thread: nothing to keep.
             return false;
         }
+        self.kept_reads += 1;
         if procfs::foreign_root(tgid) {
             self.foreign_roots.insert(tgid);
             for m in maps.iter().filter(|m| m.exec && m.path.starts_with('/')) {
@@ -175,11 +194,7 @@ impl BlazeSymbolizer {
         let foreign = procfs::foreign_pid_ns(tgid);
         self.pid_ns.insert(tgid, foreign);
         if foreign {
-            for tid in crate::sys::thread::tids_of(tgid) {
-                if let Some(ids) = procfs::ns_ids(tgid, tid) {
-                    self.kept_ns_ids.insert(tid, ids);
-                }
-            }
+            self.keep_ns_ids(tgid);
         }
         let mut cache = blazesym::symbolize::cache::Process::new(tgid.into());
         cache.cache_vmas = true;
@@ -188,6 +203,22 @@ impl BlazeSymbolizer {
             log::debug!("could not cache the maps of {tgid}: {e}");
         }
         true
+    }
+
+    /// Keeps the ids of `tgid`'s threads in its own PID namespace.
+    fn keep_ns_ids(&mut self, tgid: u32) {
+        for tid in crate::sys::thread::tids_of(tgid) {
+            if let Some(ids) = procfs::ns_ids(tgid, tid) {
+                self.kept_ns_ids.insert(tid, ids);
+            }
+        }
+    }
+
+    /// Whether `text` is what was last read of `tgid`'s maps; it is noted
+    /// as the last read either way.
+    fn as_kept(&mut self, tgid: u32, text: &[u8]) -> bool {
+        let digest = std::hash::BuildHasher::hash_one(&self.digest_keys, text);
+        self.read_digest.insert(tgid, digest) == Some(digest)
     }
 
     /// Starts reading the kernel's symbols on a thread of their own (about 45 ms
@@ -523,6 +554,42 @@ impl Symbolizer for BlazeSymbolizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Maps read again unchanged are not kept again (blazesym's own read of
+    /// them was a tenth of the tracer's CPU while perf forked).
+    #[test]
+    fn maps_read_again_unchanged_are_kept_once() {
+        let mut s = BlazeSymbolizer::default();
+        // A process whose maps stay as they are (this one's change as other
+        // tests run).
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let t0 = std::time::Instant::now();
+        // Until it has settled (libc, then the locale it maps).
+        let mut last = Vec::new();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let now = std::fs::read(format!("/proc/{pid}/maps")).unwrap();
+            if (now == last && now.windows(4).any(|w| w == b"libc")) || t0.elapsed().as_secs() > 5 {
+                break;
+            }
+            last = now;
+        }
+        assert!(s.remember(pid));
+        // Past the moment a read is shared for: a read of its own, unchanged.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(s.remember(pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(s.kept_reads, 1);
+        assert!(s.file_maps(pid).iter().any(|m| m.exec), "still kept");
+        // Changed: kept anew.
+        assert!(!s.as_kept(7, b"a"));
+        assert!(s.as_kept(7, b"a"));
+        assert!(!s.as_kept(7, b"b"));
+        assert!(s.as_kept(7, b"b"));
+        assert!(!s.as_kept(8, b"b"), "each process on its own");
+    }
 
     #[test]
     fn build_ids_are_two_lower_case_hex_digits_a_byte() {

@@ -666,6 +666,10 @@ pub mod proc_event {
     /// `unwind::file_state::UNBUILT`) in process `tgid`: the file's index is in
     /// `parent`.
     pub const TABLE: u32 = 5;
+    /// As [`TABLE`], met in the stack of a task that was running (preempted,
+    /// or sampled on a CPU) rather than blocking: user space builds the table
+    /// once such meetings recur.
+    pub const TABLE_RUNNING: u32 = 6;
 
     /// Events that wake user space at once: the process's code changed, and its
     /// maps are read while it still runs; or stacks wait for a table.

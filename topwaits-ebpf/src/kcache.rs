@@ -72,6 +72,12 @@ impl Hook {
         matches!(self, Hook::Waking)
     }
 
+    /// Whether the task switching out is still runnable (preempted).
+    #[inline(always)]
+    pub fn runnable(self) -> bool {
+        matches!(self, Hook::Switch(bits) if bits & RUNNABLE_BIT != 0)
+    }
+
     /// The bits of [`CacheKey::site`] that tell the hooks apart.
     #[inline(always)]
     fn bits(self) -> u64 {

@@ -63,11 +63,11 @@ pub fn comm_of(task: u64) -> [u8; TASK_COMM_LEN] {
 
 /// The current task's user stack reference, if the settings ask for it.
 #[inline(always)]
-fn user_stack<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut TaskState>) -> u64 {
+fn user_stack<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut TaskState>, running: bool) -> u64 {
     if settings().stacks & CAPTURE_USER == 0 {
         return STACK_NONE;
     }
-    ustack::of_current::<C, CFI>(ctx, state)
+    ustack::of_current::<C, CFI>(ctx, state, running)
 }
 
 /// Takes the current task's stacks as references in `KSTACKS` and `USTACKS`, as
@@ -83,7 +83,8 @@ pub fn capture_stacks<C: EbpfContext, const CFI: bool>(ctx: &C, at: Option<(u64,
     let state = TASKS.current_or_zeroed();
     // The user stack first: with the state's pointer live across the shorter
     // code, the verifier checks 160,000 instructions rather than 300,000.
-    let ustack = user_stack::<C, CFI>(ctx, state);
+    let running = matches!(at, Some((_, hook)) if hook.runnable());
+    let ustack = user_stack::<C, CFI>(ctx, state, running);
     let at = match (at, state) {
         (Some((task, hook)), Some(s)) => Some((task, hook, s)),
         _ => None,

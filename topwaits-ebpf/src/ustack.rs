@@ -85,7 +85,7 @@ const BYTES: u32 = (KSTACK_DEPTH * 8) as u32;
 /// the full one loads) the stack is taken by frame pointers, marked loading
 /// where the settings ask for the walker.
 #[inline(always)]
-pub fn of_current<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut TaskState>) -> u64 {
+pub fn of_current<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut TaskState>, running: bool) -> u64 {
     let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
@@ -101,7 +101,7 @@ pub fn of_current<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut T
         return stack;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let n = match uwalk::walk(tgid, Some(regs), buf) {
+    let n = match uwalk::walk(tgid, Some(regs), buf, running) {
         Walked::Frames(n) => n,
         // Marked, until the walker knows where the process maps its code;
         // user space is asked to read them (a waker outside the targets).
@@ -130,7 +130,7 @@ pub fn sampled<C: EbpfContext, const CFI: bool>(ctx: &C) -> u64 {
         return by_frame_pointers(ctx, buf, mark);
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    match uwalk::walk(tgid, uwalk::user_regs(), buf) {
+    match uwalk::walk(tgid, uwalk::user_regs(), buf, true) {
         Walked::Frames(n) => keep(buf, n),
         Walked::NoMaps => {
             ask_for_maps(tgid);

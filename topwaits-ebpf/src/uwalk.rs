@@ -55,6 +55,9 @@ struct Walk {
     /// interrupted) rather than a return address.
     exact: u64,
     tgid: u64,
+    /// Non-zero when the task was running (preempted, or sampled on a CPU)
+    /// rather than blocking: see [`ask_for_table`].
+    running: u64,
     /// [`pyframes::epoch`] when the walk began.
     epoch: u64,
     /// The innermost Python frame not yet written (0: none, or not Python).
@@ -117,13 +120,13 @@ fn rule_slot(key: u64) -> usize {
 /// The rule word of file address `addr` in file `file`, from the cache or the
 /// file's tree (then kept when final), or a cut reason.
 #[inline(always)]
-fn cached_rule(cache: &mut RuleCache, file: u32, addr: u64, tgid: u64) -> Result<u32, u64> {
+fn cached_rule(cache: &mut RuleCache, file: u32, addr: u64, tgid: u64, running: u64) -> Result<u32, u64> {
     let key = rule_key(file, addr);
     let i = rule_slot(key);
     if addr <= CACHED_ADDR && cache.keys[i] == key {
         return Ok(cache.rules[i]);
     }
-    let found = match rule_of(file, addr, tgid) {
+    let found = match rule_of(file, addr, tgid, running) {
         // Past every row of a table in place: no rule, for good.
         Err(cut::NO_INFO) => Ok(rule::STOP),
         other => other,
@@ -260,13 +263,13 @@ fn mapping_of(maps: &ProcMaps, pc: u64) -> Option<(u64, u32)> {
 
 /// The rule word of file address `addr` in file `file`'s tree, or a cut reason.
 #[inline(always)]
-fn rule_of(file: u32, addr: u64, tgid: u64) -> Result<u32, u64> {
+fn rule_of(file: u32, addr: u64, tgid: u64, running: u64) -> Result<u32, u64> {
     let info = UNWIND_FILES.get(file).copied().unwrap_or_default();
     match info.state {
         file_state::READY => {}
         file_state::LOADING => return Err(cut::LOADING),
         file_state::UNBUILT => {
-            ask_for_table(file, tgid as u32);
+            ask_for_table(file, tgid as u32, running);
             return Err(cut::LOADING);
         }
         file_state::NO_TABLE => return Ok(rule::STOP | 1 << 31),
@@ -300,14 +303,18 @@ fn rule_of(file: u32, addr: u64, tgid: u64) -> Result<u32, u64> {
 
 /// Asks user space for file `file`'s table, met in process `tgid`, marking it
 /// loading first so that the walks meeting it meanwhile ask no more (two CPUs
-/// racing ask twice, which user space takes once).
+/// racing ask twice, which user space takes once). `running`: met in the stack
+/// of a task that was running, not blocking, which user space counts before it
+/// builds (code that only ran once, such as a library's constructor, would
+/// otherwise have its table built for nothing).
 #[inline(always)]
-fn ask_for_table(file: u32, tgid: u32) {
+fn ask_for_table(file: u32, tgid: u32, running: u64) {
     if let Some(info) = UNWIND_FILES.get_ptr_mut(file) {
         // SAFETY: a map value; user space writes it only to install the table.
         unsafe { (*info).state = file_state::LOADING };
     }
-    send_proc_event(&ProcEvent { tgid, kind: proc_event::TABLE, parent: file });
+    let kind = if running != 0 { proc_event::TABLE_RUNNING } else { proc_event::TABLE };
+    send_proc_event(&ProcEvent { tgid, kind, parent: file });
 }
 
 /// One frame-pointer step: (pc, sp, bp) of the caller, if the frame pointer leads
@@ -406,7 +413,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         return by_frame_pointer(w, cut::UNMAPPED);
     };
     let addr = at.wrapping_sub(bias);
-    let word = match cached_rule(&mut w.cache, file, addr, w.tgid) {
+    let word = match cached_rule(&mut w.cache, file, addr, w.tgid, w.running) {
         Ok(word) => word,
         // No table yet: frame pointers, for what they give, and the stack marked.
         Err(why @ (cut::LOADING | cut::FULL)) => {
@@ -489,7 +496,7 @@ pub enum Walked {
 /// Walks the current task's user stack, from `regs` (None: it did not come from
 /// user mode), into `frames`.
 #[inline(always)]
-pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack) -> Walked {
+pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bool) -> Walked {
     let Some((ip, sp, bp)) = regs else { return Walked::NotUser };
     let Some(maps) = UNWIND_PROCS.get_ptr_mut(&tgid) else { return Walked::NoMaps };
     let Some(w) = SCRATCH_WALK.get_ptr_mut(0) else { return Walked::NotUser };
@@ -497,7 +504,7 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack) -> Walked {
     unsafe {
         let w = &mut *w;
         (w.pc, w.sp, w.bp, w.n, w.cut, w.soft, w.exact, w.tgid) = (ip, sp, bp, 0, 0, 0, 1, tgid as u64);
-        (w.py, w.py_mode, w.skip, w.reusable) = (0, 0, 0, 1);
+        (w.py, w.py_mode, w.skip, w.reusable, w.running) = (0, 0, 0, 1, running as u64);
         w.stack.clear();
         w.pywin.clear();
         w.epoch = pyframes::epoch();

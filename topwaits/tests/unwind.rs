@@ -213,7 +213,9 @@ fn a_second_trace_finds_its_tables_in_the_cache() {
     }
     let ((cold, _), (warm, whole)) = (runs[0], runs[1]);
     assert_eq!(cold, 0, "a new cache has nothing in it");
-    assert!(warm >= 3, "python3, libc and the loader at least come from the cache: {warm}");
+    // (The dynamic loader's table is built only if a blocking wait, or four
+    // preemptions, meet its code.)
+    assert!(warm >= 2, "python3 and libc at least come from the cache: {warm}");
     assert!(whole >= 0.9, "{:.0}% of the waits of a program started after the trace are whole", whole * 100.0);
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&dir).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o700, "the cache is the user's alone");

@@ -232,6 +232,12 @@ fn maps_text_at(pid: u32, now: std::time::Instant, read: &mut dyn FnMut(u32) -> 
     })
 }
 
+/// Whether process `pid` writes a perf map (`/tmp/perf-PID.map`, how JIT
+/// compilers name their code for profilers).
+pub fn has_perf_map(pid: u32) -> bool {
+    Path::new(&format!("/tmp/perf-{pid}.map")).exists()
+}
+
 /// Reads `/proc/PID/maps`; empty when the process is gone.
 pub fn maps_of(pid: u32) -> Vec<Mapping> {
     match std::fs::File::open(format!("/proc/{pid}/maps")) {

@@ -57,11 +57,6 @@ pub struct BlazeSymbolizer {
     kept_files: FastMap<(u64, u64), KeptFile>,
     /// The remembered processes with a root of their own.
     foreign_roots: std::collections::HashSet<u32>,
-    /// A digest of each remembered process's maps as last read (keyed with a
-    /// secret, since the paths are the process's to choose): read again
-    /// unchanged, nothing is kept anew.
-    read_digest: FastMap<u32, u64>,
-    digest_keys: std::collections::hash_map::RandomState,
     /// How many times maps were kept anew (tests).
     kept_reads: u64,
 }
@@ -129,8 +124,6 @@ impl Default for BlazeSymbolizer {
             kept_ns_ids: FastMap::default(),
             kept_files: FastMap::default(),
             foreign_roots: Default::default(),
-            read_digest: Default::default(),
-            digest_keys: Default::default(),
             kept_reads: 0,
         }
     }
@@ -162,18 +155,21 @@ impl BlazeSymbolizer {
             // Gone already: keep what we had.
             return self.maps.contains_key(&tgid);
         };
-        if self.as_kept(tgid, &text) && self.maps.contains_key(&tgid) {
-            // Read again at an exec and the first fork handled together, or at
-            // a settle that found nothing new: only threads may be new.
-            if self.pid_ns.get(&tgid) == Some(&true) {
-                self.keep_ns_ids(tgid);
-            }
-            return true;
-        }
         let maps = procfs::parse_maps(&text[..]);
         if maps.is_empty() {
             // A kernel thread: nothing to keep.
             return false;
+        }
+        self.regions.insert(tgid, procfs::parse_regions(&text[..]));
+        if self.maps.get(&tgid) == Some(&maps) && !procfs::has_perf_map(tgid) {
+            // The same files where they were (read again at an exec and the
+            // first fork handled together, or at a settle): blazesym's copy
+            // of them stands, and its own read of the maps, which stats every
+            // mapped file, is spared. Only threads may be new.
+            if self.pid_ns.get(&tgid) == Some(&true) {
+                self.keep_ns_ids(tgid);
+            }
+            return true;
         }
         self.kept_reads += 1;
         if procfs::foreign_root(tgid) {
@@ -187,7 +183,6 @@ impl BlazeSymbolizer {
             }
         }
         self.maps.insert(tgid, maps);
-        self.regions.insert(tgid, procfs::parse_regions(&text[..]));
         if let Some(cg) = crate::sys::cgroup::of_process(tgid) {
             self.cgroups.insert(tgid, cg);
         }
@@ -212,13 +207,6 @@ impl BlazeSymbolizer {
                 self.kept_ns_ids.insert(tid, ids);
             }
         }
-    }
-
-    /// Whether `text` is what was last read of `tgid`'s maps; it is noted
-    /// as the last read either way.
-    fn as_kept(&mut self, tgid: u32, text: &[u8]) -> bool {
-        let digest = std::hash::BuildHasher::hash_one(&self.digest_keys, text);
-        self.read_digest.insert(tgid, digest) == Some(digest)
     }
 
     /// Starts reading the kernel's symbols on a thread of their own (about 45 ms
@@ -559,36 +547,38 @@ mod tests {
     /// them was a tenth of the tracer's CPU while perf forked).
     #[test]
     fn maps_read_again_unchanged_are_kept_once() {
-        let mut s = BlazeSymbolizer::default();
-        // A process whose maps stay as they are (this one's change as other
-        // tests run).
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        let pid = child.id();
-        let t0 = std::time::Instant::now();
-        // Until it has settled (libc, then the locale it maps).
-        let mut last = Vec::new();
-        loop {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            let now = std::fs::read(format!("/proc/{pid}/maps")).unwrap();
-            if (now == last && now.windows(4).any(|w| w == b"libc")) || t0.elapsed().as_secs() > 5 {
-                break;
+        // Processes whose maps stay as they are (this one's change as other
+        // tests run), once settled (libc, then the locale it maps).
+        let settled = || {
+            let child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+            let (pid, t0, mut last) = (child.id(), std::time::Instant::now(), Vec::new());
+            while t0.elapsed().as_secs() < 5 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                let now = std::fs::read(format!("/proc/{pid}/maps")).unwrap();
+                if now == last && now.windows(4).any(|w| w == b"libc") {
+                    break;
+                }
+                last = now;
             }
-            last = now;
-        }
+            child
+        };
+        let mut s = BlazeSymbolizer::default();
+        let (mut child, mut other) = (settled(), settled());
+        let pid = child.id();
         assert!(s.remember(pid));
         // Past the moment a read is shared for: a read of its own, unchanged.
         std::thread::sleep(std::time::Duration::from_millis(5));
         assert!(s.remember(pid));
-        child.kill().unwrap();
-        child.wait().unwrap();
         assert_eq!(s.kept_reads, 1);
-        assert!(s.file_maps(pid).iter().any(|m| m.exec), "still kept");
-        // Changed: kept anew.
-        assert!(!s.as_kept(7, b"a"));
-        assert!(s.as_kept(7, b"a"));
-        assert!(!s.as_kept(7, b"b"));
-        assert!(s.as_kept(7, b"b"));
-        assert!(!s.as_kept(8, b"b"), "each process on its own");
+        // Changed (as by an exec): kept anew.
+        s.maps.insert(other.id(), vec![procfs::Mapping { path: "/elsewhere".into(), ..Default::default() }]);
+        assert!(s.remember(other.id()));
+        for c in [&mut child, &mut other] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        assert_eq!(s.kept_reads, 2);
+        assert!(s.file_maps(pid).iter().any(|m| m.exec), "still kept once gone");
     }
 
     #[test]

@@ -17,6 +17,12 @@ use crate::sys::procfs;
 
 use super::wait::{sooner, BEAT};
 
+/// How often the tables that the builder has finished are looked for, while
+/// some are being read or built (the builder's thread cannot write the
+/// kernel's maps itself). At [`BEAT`], a program started during the trace had
+/// its first waits walked while its tables sat built for up to 20 ms.
+const TABLE_BEAT: Duration = Duration::from_millis(2);
+
 /// How long a trace of named processes waits at its start for their tables, so
 /// that their first waits are walked whole.
 const TARGETS_SETTLE: Duration = Duration::from_secs(2);
@@ -69,7 +75,10 @@ impl Unwinder {
         // An interpreter not ready yet is looked at again when its retry is due,
         // not at every beat.
         let interpreters = python.beat(maps);
-        sooner(tables.then_some(BEAT), interpreters)
+        // A table being read or built is put in place soon after: the first
+        // waits of a program just started are walked meanwhile.
+        let beat = if loader.idle() { BEAT } else { TABLE_BEAT };
+        sooner(tables.then_some(beat), interpreters)
     }
 
     /// Forgets the processes that have exited (asked once a second; done when

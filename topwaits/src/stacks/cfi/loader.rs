@@ -430,7 +430,7 @@ impl Loader {
     /// done for a program started during the trace, at its exec and again
     /// once its libraries are mapped, before its first waits: under the
     /// bench's messaging, perf's workers' first waits were otherwise walked
-    /// while perf's own table was still loading (4-6% of their time).
+    /// while perf's own table was still loading (a tenth of their time).
     fn build_anchors(&mut self, tgid: u32, sink: &mut dyn Sink) {
         let Some(p) = self.procs.get(&tgid) else { return };
         let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
@@ -455,7 +455,8 @@ impl Loader {
     /// their tables were most of the tracer's own CPU while perf ran.
     fn met_running(&mut self, tgid: u32, id: u32, sink: &mut dyn Sink) {
         let Some(met) = self.unbuilt_met.get_mut(&id) else {
-            // Asked twice on two CPUs, or already built.
+            // The first such walk; or the file was built meanwhile (two CPUs
+            // asked at once), and there is nothing to count.
             if self.unbuilt.contains_key(&id) {
                 self.unbuilt_met.insert(id, 1);
                 let _ = sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 });

@@ -59,7 +59,9 @@ fn pprof_samples_agree_with_the_json_report() {
     let path = std::env::temp_dir().join(format!("tw-pprof-{}.pb.gz", std::process::id()));
     let w = Workload::spawn("tw-pprof", tw_pprof_sleep);
     let tid = w.tid.to_string();
-    let tracer = Tracer::start(&["--json", "--pprof", path.to_str().unwrap(), "-t", &tid]);
+    // Once the full bodies are in place: the six sleeps are then walked by
+    // one body, one stack (a sleep under the quick one is marked as such).
+    let tracer = Tracer::start_learned(&["--json", "--pprof", path.to_str().unwrap(), "-t", &tid]);
     w.go();
     w.join();
     tracer.signal(libc::SIGINT);

@@ -115,6 +115,23 @@ pub fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}/maps")).exists()
 }
 
+/// The kernel's `PF_EXITING` task flag: the task has begun to exit.
+const PF_EXITING: u32 = 0x4;
+
+/// The task flags (`PF_*`, the ninth field) in `/proc/PID/stat` text. The name
+/// before them is in parentheses and may hold spaces and parentheses itself.
+pub fn stat_flags(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(6)?.parse().ok()
+}
+
+/// Whether process `pid` has begun to exit (or is gone). Its maps read from now
+/// on may be torn: since Linux 6.17 `/proc/PID/maps` is read without the lock
+/// that exit takes, so a read races the unmapping of its files one by one.
+pub fn exiting(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| stat_flags(&s)).is_none_or(|f| f & PF_EXITING != 0)
+}
+
 /// The processes that still run (zombies included, as [`alive`] counts them):
 /// one read of `/proc`, much cheaper than asking after each one in turn. None
 /// when `/proc` cannot be read.
@@ -261,6 +278,17 @@ pub fn locate(maps: &[Mapping], addr: u64) -> Option<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_task_flags_follow_any_name() {
+        assert_eq!(stat_flags("20577 (cat) R 20532 20532 702 0 -1 4194304 125 0"), Some(4194304));
+        // A name with spaces and a closing parenthesis of its own.
+        assert_eq!(stat_flags("7 (a) b (c)) S 1 7 7 0 -1 4194308 0"), Some(4194308));
+        assert_eq!(stat_flags("7 (cut"), None);
+        assert_eq!(stat_flags("7 (x) S 1"), None);
+        assert!(exiting(u32::MAX - 1), "a process that is gone counts as exiting");
+        assert!(!exiting(std::process::id()));
+    }
 
     #[test]
     fn a_threads_ids_in_its_own_pid_namespace_are_the_innermost() {

@@ -137,18 +137,28 @@ impl BlazeSymbolizer {
     pub fn on_event(&mut self, ev: Option<topwaits_common::ProcEvent>) -> bool {
         let mut lineage = std::mem::take(&mut self.lineage);
         match ev {
-            Some(ev) => lineage.on_event(ev, &mut |t| self.remember(t), &alive),
-            None => lineage.settle_due(&mut |t| self.remember(t), &alive),
+            Some(ev) => lineage.on_event(ev, &mut |t, shares| self.remember(t, shares), &alive),
+            None => lineage.settle_due(&mut |t, shares| self.remember(t, shares), &alive),
         }
         self.lineage = lineage;
         self.lineage.awaiting()
     }
 
     /// Keeps what symbolizing `tgid` needs, in case it exits before the end, and
-    /// says whether it has maps (a kernel thread has none). Call again after an
-    /// exec, when its maps change.
-    pub fn remember(&mut self, tgid: u32) -> bool {
+    /// says whether it kept maps (a kernel thread has none). Call again after an
+    /// exec, when its maps change. `shares`: the process shares the maps of the
+    /// one that forked it (see [`Lineage`]); it keeps nothing of its own once
+    /// it has begun to exit.
+    pub fn remember(&mut self, tgid: u32, shares: bool) -> bool {
         if tgid == 0 {
+            return false;
+        }
+        // A read of an exiting process may be torn (see `procfs::exiting`): a
+        // forked process whose walk met code its parent's maps lacked, read
+        // as it exited, kept a few of its files and lost its parent's, and
+        // its waits went unnamed.
+        if shares && procfs::exiting(tgid) {
+            log::debug!("process {tgid} is exiting: it keeps sharing its parent's maps");
             return false;
         }
         let Some(text) = procfs::maps_text(tgid) else {
@@ -196,6 +206,13 @@ impl BlazeSymbolizer {
         cache.cache_perf_map = true;
         if let Err(e) = self.inner.cache(&blazesym::symbolize::cache::Cache::Process(cache)) {
             log::debug!("could not cache the maps of {tgid}: {e}");
+        }
+        if shares && procfs::exiting(tgid) {
+            // blazesym's own read came after the exit began.
+            log::debug!("process {tgid} began to exit as it was read: it keeps sharing its parent's maps");
+            self.maps.remove(&tgid);
+            self.regions.remove(&tgid);
+            return false;
         }
         true
     }
@@ -406,7 +423,7 @@ impl Symbolizer for BlazeSymbolizer {
         let cached = self.maps.contains_key(&tgid);
         if live && cached {
             // Cached maps are not re-read by blazesym: refresh them (dlopen, ...).
-            let _ = self.remember(tgid);
+            let _ = self.remember(tgid, false);
         }
         let foreign = live && procfs::foreign_root(tgid);
         let root = if foreign { format!("/proc/{tgid}/root") } else { String::new() };
@@ -565,14 +582,14 @@ mod tests {
         let mut s = BlazeSymbolizer::default();
         let (mut child, mut other) = (settled(), settled());
         let pid = child.id();
-        assert!(s.remember(pid));
+        assert!(s.remember(pid, false));
         // Past the moment a read is shared for: a read of its own, unchanged.
         std::thread::sleep(std::time::Duration::from_millis(5));
-        assert!(s.remember(pid));
+        assert!(s.remember(pid, false));
         assert_eq!(s.kept_reads, 1);
         // Changed (as by an exec): kept anew.
         s.maps.insert(other.id(), vec![procfs::Mapping { path: "/elsewhere".into(), ..Default::default() }]);
-        assert!(s.remember(other.id()));
+        assert!(s.remember(other.id(), false));
         for c in [&mut child, &mut other] {
             c.kill().unwrap();
             c.wait().unwrap();

@@ -36,11 +36,12 @@ impl Lineage {
         self.read.contains_key(&tgid) || self.shares.contains_key(&tgid)
     }
 
-    /// Reads `tgid`'s own maps with `read` (which says whether it has any), ending
-    /// any sharing. A process that shares another's maps and has none of its own
-    /// to read (it is exiting: its memory is already gone) keeps sharing them.
-    fn read_own(&mut self, tgid: u32, read: &mut dyn FnMut(u32) -> bool) {
-        let found = read(tgid);
+    /// Reads `tgid`'s own maps with `read` (which says whether it kept any; it is
+    /// told whether the process shares another's), ending any sharing. A process
+    /// that shares another's maps and has none of its own to keep (it is exiting:
+    /// its memory is going or gone) keeps sharing them.
+    fn read_own(&mut self, tgid: u32, read: &mut dyn FnMut(u32, bool) -> bool) {
+        let found = read(tgid, self.shares.contains_key(&tgid));
         if !found && self.shares.contains_key(&tgid) {
             return;
         }
@@ -54,12 +55,12 @@ impl Lineage {
 
     /// Takes one process event: reads with `read` what must be read now, and no
     /// more. `alive` says whether a process still runs.
-    pub fn on_event(&mut self, ev: ProcEvent, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+    pub fn on_event(&mut self, ev: ProcEvent, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
         self.on_event_at(ev, Instant::now(), read, alive);
     }
 
     /// [`Lineage::on_event`] at a given instant (tests).
-    pub fn on_event_at(&mut self, ev: ProcEvent, now: Instant, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+    pub fn on_event_at(&mut self, ev: ProcEvent, now: Instant, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
         self.settle(now, read, alive);
         match ev.kind {
             proc_event::FORK => {
@@ -101,7 +102,7 @@ impl Lineage {
     }
 
     /// Reads again, now, the processes due (see [`Lineage::settle`]).
-    pub fn settle_due(&mut self, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+    pub fn settle_due(&mut self, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
         self.settle(Instant::now(), read, alive);
     }
 
@@ -111,7 +112,7 @@ impl Lineage {
     }
 
     /// Reads again the processes that exec'd at least [`SETTLE`] ago and still run.
-    fn settle(&mut self, now: Instant, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+    fn settle(&mut self, now: Instant, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
         if self.fresh.first().is_none_or(|&(_, at)| now.duration_since(at) < SETTLE) {
             return;
         }
@@ -128,7 +129,7 @@ impl Lineage {
     /// source of their own: the first that still runs is read, and the others
     /// share it. With none left running, their sharing ends: their frames are left
     /// unnamed rather than named from the new image.
-    fn rehome(&mut self, tgid: u32, read: &mut dyn FnMut(u32) -> bool, alive: &dyn Fn(u32) -> bool) {
+    fn rehome(&mut self, tgid: u32, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
         let Some(set) = self.sharers.remove(&tgid) else { return };
         let mut rest: Vec<u32> = set.into_iter().collect();
         rest.sort_unstable();
@@ -175,7 +176,7 @@ mod tests {
             l.on_event_at(
                 e,
                 t0 + Duration::from_millis(ms),
-                &mut |t| {
+                &mut |t, _| {
                     reads.push(t);
                     with_maps.contains(&t)
                 },
@@ -218,6 +219,26 @@ mod tests {
         let mut l = Lineage::default();
         run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0)], &[10, 11], &[]);
         assert_eq!(l.source_of(11), 11);
+    }
+
+    /// The read is told whether the process shares another's maps: one that
+    /// does keeps nothing of its own once it has begun to exit (such a read may
+    /// be torn), and so keeps sharing.
+    #[test]
+    fn a_read_is_told_whether_the_process_shares_its_parents_maps() {
+        let mut l = Lineage::default();
+        let mut told = Vec::new();
+        for e in [ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0), ev(proc_event::MAPS, 11, 0)] {
+            l.on_event(
+                e,
+                &mut |t, shares| {
+                    told.push((t, shares));
+                    true
+                },
+                &|_| true,
+            );
+        }
+        assert_eq!(told, [(10, false), (11, true), (11, false)], "its own maps once read");
     }
 
     #[test]
@@ -273,7 +294,7 @@ mod tests {
         assert!(l.awaiting());
         let mut reads = Vec::new();
         l.settle_due(
-            &mut |t| {
+            &mut |t, _| {
                 reads.push(t);
                 true
             },
@@ -282,7 +303,7 @@ mod tests {
         assert!(reads.is_empty() && l.awaiting(), "not yet: {reads:?}");
         std::thread::sleep(SETTLE);
         l.settle_due(
-            &mut |t| {
+            &mut |t, _| {
                 reads.push(t);
                 true
             },

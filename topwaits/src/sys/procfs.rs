@@ -275,6 +275,23 @@ pub fn locate(maps: &[Mapping], addr: u64) -> Option<(String, u64)> {
     Some((name, addr - m.start + m.offset))
 }
 
+/// A child process for tests whose maps stay as they are: `sleep 30` once its
+/// dynamic loader has mapped libc and what follows it (the locale), or 5 s.
+#[cfg(test)]
+pub(crate) fn settled_sleeper() -> std::process::Child {
+    let child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep runs");
+    let (t0, mut last) = (std::time::Instant::now(), Vec::new());
+    while t0.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = std::fs::read(format!("/proc/{}/maps", child.id())).unwrap_or_default();
+        if now == last && now.windows(4).any(|w| w == b"libc") {
+            break;
+        }
+        last = now;
+    }
+    child
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -733,12 +733,8 @@ mod tests {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
         let mut loader = Loader::new(&mut mem, None).unwrap();
         loader.settle(Duration::ZERO, &mut mem);
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = procfs::settled_sleeper();
         let pid = child.id();
-        let t0 = Instant::now();
-        while !std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap().contains("libc") && t0.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
         loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::EXEC, parent: 0 }), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
         let code: Vec<procfs::Mapping> = procfs::maps_of(pid).into_iter().filter(|m| m.exec).collect();
@@ -855,13 +851,8 @@ mod tests {
     fn a_process_gone_before_its_second_read_is_forgotten_at_once() {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
         let mut loader = Loader::new(&mut mem, None).unwrap();
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = procfs::settled_sleeper();
         let pid = child.id();
-        // Until its loader has mapped libc.
-        let t0 = Instant::now();
-        while !std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap().contains("libc") && t0.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
         loader.on_event(seen(pid), &mut mem);
         assert!(mem.procs.contains_key(&pid));
         assert!(

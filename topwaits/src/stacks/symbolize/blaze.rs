@@ -564,23 +564,9 @@ mod tests {
     /// them was a tenth of the tracer's CPU while perf forked).
     #[test]
     fn maps_read_again_unchanged_are_kept_once() {
-        // Processes whose maps stay as they are (this one's change as other
-        // tests run), once settled (libc, then the locale it maps).
-        let settled = || {
-            let child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-            let (pid, t0, mut last) = (child.id(), std::time::Instant::now(), Vec::new());
-            while t0.elapsed().as_secs() < 5 {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                let now = std::fs::read(format!("/proc/{pid}/maps")).unwrap();
-                if now == last && now.windows(4).any(|w| w == b"libc") {
-                    break;
-                }
-                last = now;
-            }
-            child
-        };
         let mut s = BlazeSymbolizer::default();
-        let (mut child, mut other) = (settled(), settled());
+        // Processes whose maps stay as they are (this one's change as other tests run).
+        let (mut child, mut other) = (procfs::settled_sleeper(), procfs::settled_sleeper());
         let pid = child.id();
         assert!(s.remember(pid, false));
         // Past the moment a read is shared for: a read of its own, unchanged.

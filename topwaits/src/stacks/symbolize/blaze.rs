@@ -146,19 +146,11 @@ impl BlazeSymbolizer {
 
     /// Keeps what symbolizing `tgid` needs, in case it exits before the end, and
     /// says whether it kept maps (a kernel thread has none). Call again after an
-    /// exec, when its maps change. `shares`: the process shares the maps of the
-    /// one that forked it (see [`Lineage`]); it keeps nothing of its own once
-    /// it has begun to exit.
-    pub fn remember(&mut self, tgid: u32, shares: bool) -> bool {
+    /// exec, when its maps change. `shares`: the process whose maps it shares
+    /// (see [`Lineage`]); it keeps nothing of its own while it maps the same,
+    /// or once it has begun to exit.
+    pub fn remember(&mut self, tgid: u32, shares: Option<u32>) -> bool {
         if tgid == 0 {
-            return false;
-        }
-        // A read of an exiting process may be torn (see `procfs::exiting`): a
-        // forked process whose walk met code its parent's maps lacked, read
-        // as it exited, kept a few of its files and lost its parent's, and
-        // its waits went unnamed.
-        if shares && procfs::exiting(tgid) {
-            log::debug!("process {tgid} is exiting: it keeps sharing its parent's maps");
             return false;
         }
         let Some(text) = procfs::maps_text(tgid) else {
@@ -169,6 +161,23 @@ impl BlazeSymbolizer {
         if maps.is_empty() {
             // A kernel thread: nothing to keep.
             return false;
+        }
+        if let Some(source) = shares {
+            // A fork whose walk met code that the kernel's copy of its maps
+            // lacked (forked before its parent's libraries were seen there):
+            // it maps what its parent was read mapping, so keeping its own
+            // would cost a full read of it (blazesym's too, with a stat of
+            // each file) for nothing; 15 of perf's 200 forks a run.
+            if self.maps.get(&source) == Some(&maps) {
+                return false;
+            }
+            // A read of an exiting process may be torn (see
+            // `procfs::exiting`): one read as it exited kept a few of its
+            // files and lost its parent's, and its waits went unnamed.
+            if procfs::exiting(tgid) {
+                log::debug!("process {tgid} is exiting: it keeps sharing its parent's maps");
+                return false;
+            }
         }
         self.regions.insert(tgid, procfs::parse_regions(&text[..]));
         if self.maps.get(&tgid) == Some(&maps) && !procfs::has_perf_map(tgid) {
@@ -207,7 +216,7 @@ impl BlazeSymbolizer {
         if let Err(e) = self.inner.cache(&blazesym::symbolize::cache::Cache::Process(cache)) {
             log::debug!("could not cache the maps of {tgid}: {e}");
         }
-        if shares && procfs::exiting(tgid) {
+        if shares.is_some() && procfs::exiting(tgid) {
             // blazesym's own read came after the exit began.
             log::debug!("process {tgid} began to exit as it was read: it keeps sharing its parent's maps");
             self.maps.remove(&tgid);
@@ -423,7 +432,7 @@ impl Symbolizer for BlazeSymbolizer {
         let cached = self.maps.contains_key(&tgid);
         if live && cached {
             // Cached maps are not re-read by blazesym: refresh them (dlopen, ...).
-            let _ = self.remember(tgid, false);
+            let _ = self.remember(tgid, None);
         }
         let foreign = live && procfs::foreign_root(tgid);
         let root = if foreign { format!("/proc/{tgid}/root") } else { String::new() };
@@ -568,14 +577,21 @@ mod tests {
         // Processes whose maps stay as they are (this one's change as other tests run).
         let (mut child, mut other) = (procfs::settled_sleeper(), procfs::settled_sleeper());
         let pid = child.id();
-        assert!(s.remember(pid, false));
+        // A fork that maps what the process whose maps it shares was read
+        // mapping keeps nothing of its own, and goes on sharing.
+        const SOURCE: u32 = u32::MAX - 7;
+        s.maps.insert(SOURCE, procfs::maps_of(other.id()));
+        assert!(!s.remember(other.id(), Some(SOURCE)));
+        assert!(!s.maps.contains_key(&other.id()) && s.kept_reads == 0);
+        s.maps.remove(&SOURCE);
+        assert!(s.remember(pid, None));
         // Past the moment a read is shared for: a read of its own, unchanged.
         std::thread::sleep(std::time::Duration::from_millis(5));
-        assert!(s.remember(pid, false));
+        assert!(s.remember(pid, None));
         assert_eq!(s.kept_reads, 1);
         // Changed (as by an exec): kept anew.
         s.maps.insert(other.id(), vec![procfs::Mapping { path: "/elsewhere".into(), ..Default::default() }]);
-        assert!(s.remember(other.id(), false));
+        assert!(s.remember(other.id(), None));
         for c in [&mut child, &mut other] {
             c.kill().unwrap();
             c.wait().unwrap();

@@ -37,11 +37,12 @@ impl Lineage {
     }
 
     /// Reads `tgid`'s own maps with `read` (which says whether it kept any; it is
-    /// told whether the process shares another's), ending any sharing. A process
-    /// that shares another's maps and has none of its own to keep (it is exiting:
-    /// its memory is going or gone) keeps sharing them.
-    fn read_own(&mut self, tgid: u32, read: &mut dyn FnMut(u32, bool) -> bool) {
-        let found = read(tgid, self.shares.contains_key(&tgid));
+    /// told whose maps the process shares, if it does), ending any sharing. A
+    /// process that shares another's maps and has none of its own to keep (it
+    /// maps what that one does, or it is exiting: its memory is going or gone)
+    /// keeps sharing them.
+    fn read_own(&mut self, tgid: u32, read: &mut dyn FnMut(u32, Option<u32>) -> bool) {
+        let found = read(tgid, self.shares.get(&tgid).copied());
         if !found && self.shares.contains_key(&tgid) {
             return;
         }
@@ -55,12 +56,18 @@ impl Lineage {
 
     /// Takes one process event: reads with `read` what must be read now, and no
     /// more. `alive` says whether a process still runs.
-    pub fn on_event(&mut self, ev: ProcEvent, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
+    pub fn on_event(&mut self, ev: ProcEvent, read: &mut dyn FnMut(u32, Option<u32>) -> bool, alive: &dyn Fn(u32) -> bool) {
         self.on_event_at(ev, Instant::now(), read, alive);
     }
 
     /// [`Lineage::on_event`] at a given instant (tests).
-    pub fn on_event_at(&mut self, ev: ProcEvent, now: Instant, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
+    pub fn on_event_at(
+        &mut self,
+        ev: ProcEvent,
+        now: Instant,
+        read: &mut dyn FnMut(u32, Option<u32>) -> bool,
+        alive: &dyn Fn(u32) -> bool,
+    ) {
         self.settle(now, read, alive);
         match ev.kind {
             proc_event::FORK => {
@@ -102,7 +109,7 @@ impl Lineage {
     }
 
     /// Reads again, now, the processes due (see [`Lineage::settle`]).
-    pub fn settle_due(&mut self, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
+    pub fn settle_due(&mut self, read: &mut dyn FnMut(u32, Option<u32>) -> bool, alive: &dyn Fn(u32) -> bool) {
         self.settle(Instant::now(), read, alive);
     }
 
@@ -112,7 +119,7 @@ impl Lineage {
     }
 
     /// Reads again the processes that exec'd at least [`SETTLE`] ago and still run.
-    fn settle(&mut self, now: Instant, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
+    fn settle(&mut self, now: Instant, read: &mut dyn FnMut(u32, Option<u32>) -> bool, alive: &dyn Fn(u32) -> bool) {
         if self.fresh.first().is_none_or(|&(_, at)| now.duration_since(at) < SETTLE) {
             return;
         }
@@ -129,7 +136,7 @@ impl Lineage {
     /// source of their own: the first that still runs is read, and the others
     /// share it. With none left running, their sharing ends: their frames are left
     /// unnamed rather than named from the new image.
-    fn rehome(&mut self, tgid: u32, read: &mut dyn FnMut(u32, bool) -> bool, alive: &dyn Fn(u32) -> bool) {
+    fn rehome(&mut self, tgid: u32, read: &mut dyn FnMut(u32, Option<u32>) -> bool, alive: &dyn Fn(u32) -> bool) {
         let Some(set) = self.sharers.remove(&tgid) else { return };
         let mut rest: Vec<u32> = set.into_iter().collect();
         rest.sort_unstable();
@@ -221,11 +228,11 @@ mod tests {
         assert_eq!(l.source_of(11), 11);
     }
 
-    /// The read is told whether the process shares another's maps: one that
-    /// does keeps nothing of its own once it has begun to exit (such a read may
-    /// be torn), and so keeps sharing.
+    /// The read is told whose maps the process shares: one that maps the same
+    /// keeps nothing of its own, nor one that has begun to exit (such a read
+    /// may be torn), and so keeps sharing.
     #[test]
-    fn a_read_is_told_whether_the_process_shares_its_parents_maps() {
+    fn a_read_is_told_whose_maps_the_process_shares() {
         let mut l = Lineage::default();
         let mut told = Vec::new();
         for e in [ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0), ev(proc_event::MAPS, 11, 0)] {
@@ -238,7 +245,7 @@ mod tests {
                 &|_| true,
             );
         }
-        assert_eq!(told, [(10, false), (11, true), (11, false)], "its own maps once read");
+        assert_eq!(told, [(10, None), (11, Some(10)), (11, None)], "its own maps once read");
     }
 
     #[test]

@@ -40,6 +40,11 @@ const OVERFLOW_FILE: u32 = 0;
 const REREAD_MIN: Duration = Duration::from_millis(50);
 const REREAD_MAX: Duration = Duration::from_secs(5);
 
+/// How long after its exec a process's code is taken to be still loading (its
+/// libraries, then what it loads itself): each time the walker meets code
+/// outside its mappings meanwhile, they are read at once.
+const LOADING_AFTER_EXEC: Duration = Duration::from_millis(200);
+
 /// The exited are forgotten once this many processes were added since the last
 /// sweep, or this long after it: often enough to keep the kernel's table of
 /// processes far from full under a fork storm, rarely enough to cost nothing.
@@ -142,6 +147,9 @@ pub struct Loader {
     /// rather than each fork being handed the stale table (and each sending
     /// a MAPS event of its own).
     execed: HashSet<u32>,
+    /// When each process that exec'd during the trace did (see
+    /// [`LOADING_AFTER_EXEC`]).
+    exec_at: HashMap<u32, Instant>,
     jobs: Option<mpsc::Sender<Job>>,
     built: mpsc::Receiver<Built>,
     in_flight: usize,
@@ -207,6 +215,7 @@ impl Loader {
             procs: HashMap::new(),
             missed: HashSet::new(),
             execed: HashSet::new(),
+            exec_at: HashMap::new(),
             jobs: Some(job_tx),
             built,
             in_flight: 0,
@@ -243,15 +252,31 @@ impl Loader {
                 proc_event::EXEC => {
                     self.read(ev.tgid, now, sink);
                     self.execed.insert(ev.tgid);
+                    self.exec_at.insert(ev.tgid, now);
                     self.build_anchors(ev.tgid, sink);
                 }
                 proc_event::MAPS => {
                     // A fork's source is read for it, while that still runs.
                     let source = self.procs.get(&ev.tgid).and_then(|p| p.source).filter(|s| self.procs.contains_key(s) && alive(*s));
                     let tgid = source.unwrap_or(ev.tgid);
-                    match self.procs.contains_key(&tgid) {
-                        true => _ = self.missed.insert(tgid),
-                        false => self.read(ev.tgid, now, sink),
+                    if self.exec_at.get(&tgid).is_some_and(|&at| now.duration_since(at) < LOADING_AFTER_EXEC) {
+                        // The walker met code that a program loading since its
+                        // exec has mapped now: read at once, not after
+                        // REREAD_MIN, since its forks meanwhile copy the
+                        // kernel's entry without it (15 of perf's 200 each met
+                        // perf's libraries unmapped, and asked for a read).
+                        // The dynamic loader may still be mapping the rest:
+                        // a first fork still reads it again.
+                        let first_fork_pending = self.execed.contains(&tgid);
+                        self.read(tgid, now, sink);
+                        if first_fork_pending {
+                            self.execed.insert(tgid);
+                        }
+                        self.build_anchors(tgid, sink);
+                    } else if self.procs.contains_key(&tgid) {
+                        self.missed.insert(tgid);
+                    } else {
+                        self.read(ev.tgid, now, sink);
                     }
                 }
                 _ => {
@@ -294,6 +319,7 @@ impl Loader {
             self.execed.remove(&tgid);
             sink.drop_proc(tgid);
         }
+        self.exec_at.retain(|_, at| at.elapsed() < LOADING_AFTER_EXEC);
         self.swept = (Instant::now(), self.procs.len());
         gone
     }
@@ -724,6 +750,32 @@ mod tests {
         loader.on_event(running(), &mut mem);
         assert!(loader.idle());
         assert_eq!(mem.files[&mine].state, file_state::READY);
+    }
+
+    /// A walk that meets unmapped code in a program exec'd moments ago has it
+    /// read at once (its libraries are being mapped, and its forks copy the
+    /// kernel's entry); later, or in a program seen running, it waits its turn.
+    #[test]
+    fn unmapped_code_soon_after_an_exec_is_read_at_once() {
+        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem, None).unwrap();
+        let (mut child, mut other) = (procfs::settled_sleeper(), procfs::settled_sleeper());
+        let maps = |tgid| Some(ProcEvent { tgid, kind: proc_event::MAPS, parent: 0 });
+        loader.on_event(Some(ProcEvent { tgid: child.id(), kind: proc_event::EXEC, parent: 0 }), &mut mem);
+        loader.on_event(seen(other.id()), &mut mem);
+        let read_at = |l: &Loader, t: u32| l.procs[&t].read_at;
+        let (before, other_before) = (read_at(&loader, child.id()), read_at(&loader, other.id()));
+        std::thread::sleep(Duration::from_millis(2));
+        loader.on_event(maps(child.id()), &mut mem);
+        loader.on_event(maps(other.id()), &mut mem);
+        assert!(read_at(&loader, child.id()) > before, "read again at once");
+        assert!(loader.execed.contains(&child.id()), "and again at its first fork");
+        assert_eq!(read_at(&loader, other.id()), other_before, "not yet");
+        assert!(loader.missed.contains(&other.id()));
+        for c in [&mut child, &mut other] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
     }
 
     /// A program started during the trace has its executable's and its C

@@ -653,6 +653,18 @@ mod tests {
         Some(ProcEvent { tgid, kind: proc_event::SEEN, parent: 0 })
     }
 
+    /// A loader past its start that has read this test process, its
+    /// mappings, and the file whose code holds address `here`.
+    fn past_the_start_with_this_process(here: u64) -> (Mem, Loader, ProcMaps, u32) {
+        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem, None).unwrap();
+        loader.settle(Duration::ZERO, &mut mem);
+        loader.on_event(seen(std::process::id()), &mut mem);
+        let maps = mem.procs[&std::process::id()];
+        let file = maps.maps[..maps.len as usize].iter().find(|m| m.start <= here && here < m.end).unwrap().file;
+        (mem, loader, maps, file)
+    }
+
     /// This test process itself: its executable, libc and the rest get mappings
     /// whose bias turns a function's address into its file address, and trees
     /// that say where the function's rules are.
@@ -688,17 +700,12 @@ mod tests {
     /// and its C library get trees, and the others stay unbuilt.
     #[test]
     fn after_the_start_only_the_files_of_a_process_a_walk_meets_are_built() {
-        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem, None).unwrap();
-        loader.settle(Duration::ZERO, &mut mem);
+        let here = after_the_start_only_the_files_of_a_process_a_walk_meets_are_built as fn() as usize as u64;
+        let (mut mem, mut loader, maps, mine) = past_the_start_with_this_process(here);
         let me = std::process::id();
-        loader.on_event(seen(me), &mut mem);
         assert!(loader.idle(), "nothing is built before a walk asks");
-        let maps = mem.procs[&me];
         let files: BTreeSet<u32> = maps.maps[..maps.len as usize].iter().map(|m| m.file).collect();
         assert!(files.len() >= 2 && files.iter().all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
-        let here = after_the_start_only_the_files_of_a_process_a_walk_meets_are_built as fn() as usize as u64;
-        let mine = maps.maps[..maps.len as usize].iter().find(|m| m.start <= here && here < m.end).unwrap().file;
         // Asked for by a process the loader does not know: that file alone.
         loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine }), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
@@ -727,14 +734,8 @@ mod tests {
     /// fourth such walk; then it is built.
     #[test]
     fn a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it() {
-        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem, None).unwrap();
-        loader.settle(Duration::ZERO, &mut mem);
-        let me = std::process::id();
-        loader.on_event(seen(me), &mut mem);
-        let maps = mem.procs[&me];
         let here = a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it as fn() as usize as u64;
-        let mine = maps.maps[..maps.len as usize].iter().find(|m| m.start <= here && here < m.end).unwrap().file;
+        let (mut mem, mut loader, _, mine) = past_the_start_with_this_process(here);
         let running = || Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE_RUNNING, parent: mine });
         for _ in 1..RUNNING_MEETINGS {
             // The walker marks it loading as it asks; it comes back unbuilt.

@@ -42,8 +42,11 @@ const REREAD_MAX: Duration = Duration::from_secs(5);
 
 /// How long after its exec a process's code is taken to be still loading (its
 /// libraries, then what it loads itself): each time the walker meets code
-/// outside its mappings meanwhile, they are read at once.
+/// outside its mappings meanwhile, they are read at once, up to
+/// [`READS_WHILE_LOADING`] times (a JIT's code, never in a file, would be met
+/// at every walk).
 const LOADING_AFTER_EXEC: Duration = Duration::from_millis(200);
+const READS_WHILE_LOADING: u32 = 4;
 
 /// The exited are forgotten once this many processes were added since the last
 /// sweep, or this long after it: often enough to keep the kernel's table of
@@ -147,9 +150,9 @@ pub struct Loader {
     /// rather than each fork being handed the stale table (and each sending
     /// a MAPS event of its own).
     execed: HashSet<u32>,
-    /// When each process that exec'd during the trace did (see
-    /// [`LOADING_AFTER_EXEC`]).
-    exec_at: HashMap<u32, Instant>,
+    /// When each process that exec'd during the trace did, and how often it
+    /// was read at once since (see [`LOADING_AFTER_EXEC`]).
+    exec_at: HashMap<u32, (Instant, u32)>,
     jobs: Option<mpsc::Sender<Job>>,
     built: mpsc::Receiver<Built>,
     in_flight: usize,
@@ -252,14 +255,19 @@ impl Loader {
                 proc_event::EXEC => {
                     self.read(ev.tgid, now, sink);
                     self.execed.insert(ev.tgid);
-                    self.exec_at.insert(ev.tgid, now);
+                    self.exec_at.insert(ev.tgid, (now, 0));
                     self.build_anchors(ev.tgid, sink);
                 }
                 proc_event::MAPS => {
                     // A fork's source is read for it, while that still runs.
                     let source = self.procs.get(&ev.tgid).and_then(|p| p.source).filter(|s| self.procs.contains_key(s) && alive(*s));
                     let tgid = source.unwrap_or(ev.tgid);
-                    if self.exec_at.get(&tgid).is_some_and(|&at| now.duration_since(at) < LOADING_AFTER_EXEC) {
+                    let loading = self
+                        .exec_at
+                        .get_mut(&tgid)
+                        .filter(|(at, reads)| now.duration_since(*at) < LOADING_AFTER_EXEC && *reads < READS_WHILE_LOADING);
+                    if let Some((_, reads)) = loading {
+                        *reads += 1;
                         // The walker met code that a program loading since its
                         // exec has mapped now: read at once, not after
                         // REREAD_MIN, since its forks meanwhile copy the
@@ -319,7 +327,7 @@ impl Loader {
             self.execed.remove(&tgid);
             sink.drop_proc(tgid);
         }
-        self.exec_at.retain(|_, at| at.elapsed() < LOADING_AFTER_EXEC);
+        self.exec_at.retain(|_, (at, _)| at.elapsed() < LOADING_AFTER_EXEC);
         self.swept = (Instant::now(), self.procs.len());
         gone
     }
@@ -771,6 +779,16 @@ mod tests {
         loader.on_event(maps(other.id()), &mut mem);
         assert!(read_at(&loader, child.id()) > before, "read again at once");
         assert!(loader.execed.contains(&child.id()), "and again at its first fork");
+        // So many times at most: code outside any file (a JIT's) is met again
+        // at every walk.
+        for _ in 1..READS_WHILE_LOADING {
+            loader.on_event(maps(child.id()), &mut mem);
+        }
+        let last = read_at(&loader, child.id());
+        std::thread::sleep(Duration::from_millis(2));
+        loader.on_event(maps(child.id()), &mut mem);
+        assert_eq!(read_at(&loader, child.id()), last, "then it waits its turn");
+        assert!(loader.missed.contains(&child.id()));
         assert_eq!(read_at(&loader, other.id()), other_before, "not yet");
         assert!(loader.missed.contains(&other.id()));
         for c in [&mut child, &mut other] {

@@ -51,6 +51,13 @@ struct Walk {
     /// table still loading, or one that did not fit): the stack is marked so even
     /// if it reaches the thread's entry. 0: never.
     soft: u64,
+    /// Non-zero once a frame was followed by frame pointers where a table or a
+    /// mapping was wanted: in code built without them, the addresses from
+    /// there on may be any word of the stack, so they ask user space for
+    /// nothing (a process's exit, walked through its libraries' destructors
+    /// while their tables were loading, asked for its maps to be read again,
+    /// for addresses that were never code).
+    guessed: u64,
     /// Non-zero when `pc` is exact (the first frame, or the one a signal
     /// interrupted) rather than a return address.
     exact: u64,
@@ -120,13 +127,13 @@ fn rule_slot(key: u64) -> usize {
 /// The rule word of file address `addr` in file `file`, from the cache or the
 /// file's tree (then kept when final), or a cut reason.
 #[inline(always)]
-fn cached_rule(cache: &mut RuleCache, file: u32, addr: u64, tgid: u64, running: u64) -> Result<u32, u64> {
+fn cached_rule(cache: &mut RuleCache, file: u32, addr: u64, tgid: u64, running: u64, ask: bool) -> Result<u32, u64> {
     let key = rule_key(file, addr);
     let i = rule_slot(key);
     if addr <= CACHED_ADDR && cache.keys[i] == key {
         return Ok(cache.rules[i]);
     }
-    let found = match rule_of(file, addr, tgid, running) {
+    let found = match rule_of(file, addr, tgid, running, ask) {
         // Past every row of a table in place: no rule, for good.
         Err(cut::NO_INFO) => Ok(rule::STOP),
         other => other,
@@ -262,14 +269,17 @@ fn mapping_of(maps: &ProcMaps, pc: u64) -> Option<(u64, u32)> {
 }
 
 /// The rule word of file address `addr` in file `file`'s tree, or a cut reason.
+/// A file whose table was never asked for is asked for when `ask`.
 #[inline(always)]
-fn rule_of(file: u32, addr: u64, tgid: u64, running: u64) -> Result<u32, u64> {
+fn rule_of(file: u32, addr: u64, tgid: u64, running: u64, ask: bool) -> Result<u32, u64> {
     let info = UNWIND_FILES.get(file).copied().unwrap_or_default();
     match info.state {
         file_state::READY => {}
         file_state::LOADING => return Err(cut::LOADING),
         file_state::UNBUILT => {
-            ask_for_table(file, tgid as u32, running);
+            if ask {
+                ask_for_table(file, tgid as u32, running);
+            }
             return Err(cut::LOADING);
         }
         file_state::NO_TABLE => return Ok(rule::STOP | 1 << 31),
@@ -392,7 +402,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     let at = w.pc - (w.exact == 0) as u64;
     w.exact = 0;
     let Some((bias, file)) = mapping_of(maps, at) else {
-        if maps.missed == 0 {
+        if maps.missed == 0 && w.guessed == 0 {
             maps.missed = 1;
             proc_event(w.tgid as u32, proc_event::MAPS);
         }
@@ -410,14 +420,16 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
                 }
             };
         }
+        w.guessed = 1;
         return by_frame_pointer(w, cut::UNMAPPED);
     };
     let addr = at.wrapping_sub(bias);
-    let word = match cached_rule(&mut w.cache, file, addr, w.tgid, w.running) {
+    let word = match cached_rule(&mut w.cache, file, addr, w.tgid, w.running, w.guessed == 0) {
         Ok(word) => word,
         // No table yet: frame pointers, for what they give, and the stack marked.
         Err(why @ (cut::LOADING | cut::FULL)) => {
             w.soft = why;
+            w.guessed = 1;
             return by_frame_pointer(w, why);
         }
         Err(why) => {
@@ -503,7 +515,7 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         let w = &mut *w;
-        (w.pc, w.sp, w.bp, w.n, w.cut, w.soft, w.exact, w.tgid) = (ip, sp, bp, 0, 0, 0, 1, tgid as u64);
+        (w.pc, w.sp, w.bp, w.n, w.cut, w.soft, w.guessed, w.exact, w.tgid) = (ip, sp, bp, 0, 0, 0, 0, 1, tgid as u64);
         (w.py, w.py_mode, w.skip, w.reusable, w.running) = (0, 0, 0, 1, running as u64);
         w.stack.clear();
         w.pywin.clear();

@@ -158,7 +158,21 @@ pub fn foreign_root(pid: u32) -> bool {
 /// Whether process `pid` is in another namespace of `kind` (`mnt`, `pid`) than
 /// this process; false when either cannot be read.
 fn other_namespace(pid: u32, kind: &str) -> bool {
-    matches!((namespace_id(pid, kind), namespace_id_of(&format!("/proc/self/ns/{kind}"))), (Some(a), Some(b)) if a != b)
+    matches!((namespace_id(pid, kind), own_namespace(kind)), (Some(a), Some(b)) if a != b)
+}
+
+/// This process's namespace of `kind` (`mnt`, `pid`), read once: it never
+/// moves, and the tracer asks at every process it reads (a stat of a
+/// namespace file is a path walk through procfs with an access check).
+fn own_namespace(kind: &str) -> Option<(u64, u64)> {
+    static MNT: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    static PID: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    let cell = match kind {
+        "mnt" => &MNT,
+        "pid" => &PID,
+        _ => return namespace_id_of(&format!("/proc/self/ns/{kind}")),
+    };
+    *cell.get_or_init(|| namespace_id_of(&format!("/proc/self/ns/{kind}")))
 }
 
 /// Process `pid`'s namespace of `kind`, as (`st_dev`, `st_ino`).
@@ -199,7 +213,7 @@ pub fn parse_ns_ids(status: &str) -> Option<(u32, u32)> {
 /// cannot be read.
 pub fn foreign_pid_ns_id(pid: u32) -> Option<(u64, u64)> {
     let theirs = namespace_id(pid, "pid")?;
-    (Some(theirs) != namespace_id_of("/proc/self/ns/pid")).then_some(theirs)
+    (Some(theirs) != own_namespace("pid")).then_some(theirs)
 }
 
 /// Whether process `pid` is in another PID namespace than this process.

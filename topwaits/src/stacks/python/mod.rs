@@ -43,15 +43,24 @@ fn interpreter_of(files: &mut HashMap<(u64, u64), Option<PyFile>>, tgid: u32, ma
 
 /// Checks the interpreter of `file` in live process `tgid`. A process in
 /// another PID namespace has its threads' ids as that namespace numbers them.
+/// The namespace is looked at only once thread ids are: an interpreter not
+/// started yet (perf links libpython and may never start it) is found so
+/// before, at each of its retries.
 fn check_live(tgid: u32, file: &PyFile, bias: u64) -> Probe {
     let mem = ProcessMemory { pid: tgid };
-    if procfs::foreign_pid_ns_id(tgid).is_none() {
-        let is_thread = |tid: u64| std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists();
-        return probe::check(&mem, file, bias, &is_thread);
-    }
-    let own: std::collections::HashSet<u64> =
-        crate::sys::thread::tids_of(tgid).into_iter().filter_map(|t| procfs::ns_ids(tgid, t)).map(|(_, t)| u64::from(t)).collect();
-    probe::check(&mem, file, bias, &|tid| own.contains(&tid))
+    // None: in this process's PID namespace.
+    let own: std::cell::OnceCell<Option<std::collections::HashSet<u64>>> = std::cell::OnceCell::new();
+    let is_thread = |tid: u64| {
+        let own = own.get_or_init(|| {
+            procfs::foreign_pid_ns_id(tgid)?;
+            Some(crate::sys::thread::tids_of(tgid).into_iter().filter_map(|t| procfs::ns_ids(tgid, t)).map(|(_, t)| u64::from(t)).collect())
+        });
+        match own {
+            None => std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists(),
+            Some(own) => own.contains(&tid),
+        }
+    };
+    probe::check(&mem, file, bias, &is_thread)
 }
 
 /// What the walker is given for interpreter `i` of process `tgid`, with the

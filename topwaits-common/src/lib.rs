@@ -695,6 +695,10 @@ pub struct ProcEvent {
     pub kind: u32,
     /// With [`proc_event::FORK`], the process that forked `tgid`; else 0.
     pub parent: u32,
+    /// With [`proc_event::FORK`], the [`unwind::ProcMaps::version`] of the
+    /// parent's mappings that the fork hook copied for `tgid` (0: none copied,
+    /// or a copy user space must write over).
+    pub maps_version: u32,
 }
 
 /// One user task's registers as it entered the kernel (`struct pt_regs` at the

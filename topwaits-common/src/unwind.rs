@@ -74,12 +74,16 @@ pub struct ProcMaps {
     /// Set by the walker when it met code in no mapping (a library loaded since,
     /// with `dlopen`): user space reads the process's maps again and clears it.
     pub missed: u32,
+    /// Which reading of the mappings this is (never 0), so that user space
+    /// knows whether the fork hook's copy for a child is the latest.
+    pub version: u32,
+    pub pad: u32,
     pub maps: [ExecMap; MAX_MAPS],
 }
 
 impl ProcMaps {
     pub const EMPTY: ProcMaps =
-        ProcMaps { len: 0, missed: 0, maps: [ExecMap { start: u64::MAX, end: 0, bias: 0, file: 0, pad: 0 }; MAX_MAPS] };
+        ProcMaps { len: 0, missed: 0, version: 0, pad: 0, maps: [ExecMap { start: u64::MAX, end: 0, bias: 0, file: 0, pad: 0 }; MAX_MAPS] };
 }
 
 /// Most files with unwind tables.

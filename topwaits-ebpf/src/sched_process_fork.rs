@@ -14,7 +14,7 @@ use aya_ebpf::{
 };
 use topwaits_common::{proc_event::FORK, thread_filter, ProcEvent};
 
-use crate::maps::{send_proc_event, set_member, settings, task_u32, thread_wanted};
+use crate::maps::{send_proc_event, set_member, settings, task_u32, thread_wanted, told_at_fork};
 
 /// Tells user space about a new process (not a thread) that the filters trace.
 /// With `--cgroup`, a thread or process forked by a traced thread is in its
@@ -42,14 +42,17 @@ fn on_fork(child: u64) {
     if s.events == 0 {
         return;
     }
-    if pid != tgid || !thread_wanted(tgid, pid) {
+    if pid != tgid {
+        return;
+    }
+    let wanted = thread_wanted(tgid, pid);
+    told_at_fork(tgid, wanted);
+    if !wanted {
         return;
     }
     let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if s.cfi != 0 {
-        crate::uwalk::inherit(parent, tgid);
-    }
-    send_proc_event(&ProcEvent { tgid, kind: FORK, parent });
+    let maps_version = if s.cfi != 0 { crate::uwalk::inherit(parent, tgid) } else { 0 };
+    send_proc_event(&ProcEvent { tgid, kind: FORK, parent, maps_version });
 }
 
 #[btf_tracepoint(function = "sched_process_fork")]

@@ -10,7 +10,7 @@ use topwaits_common::{
 
 use crate::kcache::Hook;
 use crate::maps::{
-    count, fold_or_insert, mark_started, maybe_started, proc_event, set_member, settings, task_u32, thread_wanted, upsert, LAST_WAKE,
+    ask_for_maps, count, fold_or_insert, mark_started, maybe_started, set_member, settings, task_u32, thread_wanted, upsert, LAST_WAKE,
     STARTS, WAITS,
 };
 use crate::task::{capture_stacks, Outgoing};
@@ -133,8 +133,9 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
         if STARTS.insert(&out.task, rec, BPF_NOEXIST as u64).is_err() {
             count(counter::LOST_START_FULL, 1);
         } else {
-            // First sight of this task: user space keeps its process's maps.
-            proc_event(out.tgid, topwaits_common::proc_event::SEEN);
+            // First sight of this task: user space keeps its process's maps
+            // (once a process).
+            ask_for_maps(out.tgid);
         }
     }
 }

@@ -324,7 +324,7 @@ fn ask_for_table(file: u32, tgid: u32, running: u64) {
         unsafe { (*info).state = file_state::LOADING };
     }
     let kind = if running != 0 { proc_event::TABLE_RUNNING } else { proc_event::TABLE };
-    send_proc_event(&ProcEvent { tgid, kind, parent: file });
+    send_proc_event(&ProcEvent { tgid, kind, parent: file, maps_version: 0 });
 }
 
 /// One frame-pointer step: (pc, sp, bp) of the caller, if the frame pointer leads
@@ -555,17 +555,27 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
 /// it shares until it execs: its first stacks are walked whole, before user space
 /// has read the fork's event (sent without waking it, see `proc_event::BATCH_NS`).
 /// What user space set already stays; a full map leaves the child to user space.
+/// Returns the version of the mappings copied, so that user space need not
+/// write them again: 0 when none were, or when the walker had found them
+/// lacking (the copy would keep that mark, and never ask for a read).
 #[inline(always)]
-pub fn inherit(parent: u32, child: u32) {
+pub fn inherit(parent: u32, child: u32) -> u32 {
     const NOEXIST: u64 = aya_ebpf::bindings::BPF_NOEXIST as u64;
+    let mut version = 0;
     if let Some(maps) = UNWIND_PROCS.get_ptr(&parent) {
         // SAFETY: a map value, alive for the program run; the helper copies it.
-        let _ = UNWIND_PROCS.insert(&child, unsafe { &*maps }, NOEXIST);
+        // Read before the copy: an update of the parent's in between makes the
+        // copy newer than the version said, which user space then writes over.
+        let (copied, missed) = unsafe { ((*maps).version, (*maps).missed) };
+        if UNWIND_PROCS.insert(&child, unsafe { &*maps }, NOEXIST).is_ok() && missed == 0 {
+            version = copied;
+        }
     }
     if let Some(py) = PY_PROCS.get_ptr(&parent) {
         // SAFETY: as above.
         let _ = PY_PROCS.insert(&child, unsafe { &*py }, NOEXIST);
     }
+    version
 }
 
 /// Appends the cut mark `why` after `n` frames; the new length.

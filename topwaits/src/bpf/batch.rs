@@ -1,7 +1,7 @@
 //! Reading whole hash maps a batch at a time (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6):
 //! one syscall per thousand entries, where iterating costs two per entry (a
-//! 20,000-stack report made 60,000 of them); and writing many entries at once
-//! (`BPF_MAP_UPDATE_BATCH`).
+//! 20,000-stack report made 60,000 of them); and writing or deleting many
+//! entries at once (`BPF_MAP_UPDATE_BATCH`, `BPF_MAP_DELETE_BATCH`).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -11,6 +11,7 @@ use aya::Pod;
 
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 /// Entries asked for per call; doubled when one hash bucket holds more.
 const CHUNK: usize = 1024;
 /// `ENOTSUPP`, which the kernel returns for map types without batch operations.
@@ -110,6 +111,37 @@ pub fn update<K: Pod, V: Pod>(fd: std::os::fd::BorrowedFd<'_>, keys: &[K], value
     Ok(true)
 }
 
+/// Deletes the entries of `keys` from the map whose descriptor is `fd`, as
+/// many to a syscall as there are until one is not there (the kernel stops at
+/// it; it is stepped over). `Ok(false)` when the kernel has no batch deletes
+/// for it: the caller then deletes one at a time. Returns once every key was
+/// tried.
+pub fn delete<K: Pod>(fd: std::os::fd::BorrowedFd<'_>, keys: &[K]) -> io::Result<bool> {
+    let mut rest = keys;
+    let mut first = true;
+    while !rest.is_empty() {
+        let chunk = &rest[..rest.len().min(CHUNK)];
+        let mut attr =
+            BatchAttr { keys: chunk.as_ptr() as u64, count: chunk.len() as u32, map_fd: fd.as_raw_fd() as u32, ..Default::default() };
+        // SAFETY: the attribute points at `count` keys, live across the call.
+        let ret = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_DELETE_BATCH, &mut attr as *mut BatchAttr, size_of::<BatchAttr>()) };
+        let done = (attr.count as usize).min(chunk.len());
+        if ret < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINVAL | ENOTSUPP) if first && done == 0 => return Ok(false),
+                // Key `done` was not there: on with the one after it.
+                Some(libc::ENOENT) => rest = &rest[done + 1..],
+                _ => return Err(e),
+            }
+        } else {
+            rest = &rest[done.max(1).min(chunk.len())..];
+        }
+        first = false;
+    }
+    Ok(true)
+}
+
 /// Calls `f` with every entry of the hash map `map`: in batches where the kernel
 /// has them, else one lookup at a time.
 pub fn each<K: Pod, V: Pod>(map: &Map, mut f: impl FnMut(&K, &V)) -> anyhow::Result<()> {
@@ -122,4 +154,71 @@ pub fn each<K: Pod, V: Pod>(map: &Map, mut f: impl FnMut(&K, &V)) -> anyhow::Res
         f(&k, &v);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd};
+
+    /// A hash map of u32 to u64 made for the test, or None (said) without BPF.
+    fn hash_map(entries: u32) -> Option<OwnedFd> {
+        #[repr(C)]
+        #[derive(Default)]
+        struct CreateAttr {
+            map_type: u32,
+            key_size: u32,
+            value_size: u32,
+            max_entries: u32,
+            map_flags: u32,
+        }
+        // BPF_MAP_CREATE = 0, BPF_MAP_TYPE_HASH = 1.
+        let attr = CreateAttr { map_type: 1, key_size: 4, value_size: 8, max_entries: entries, map_flags: 0 };
+        // SAFETY: the attribute is a valid prefix of `union bpf_attr`, live across the call.
+        let fd = unsafe { libc::syscall(libc::SYS_bpf, 0, &attr as *const CreateAttr, size_of::<CreateAttr>()) };
+        if fd < 0 {
+            assert!(std::env::var_os("TOPWAITS_REQUIRE_BPF").is_none(), "cannot make a BPF map: {}", std::io::Error::last_os_error());
+            eprintln!("skipped: cannot make a BPF map ({})", std::io::Error::last_os_error());
+            return None;
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
+
+    fn present(fd: &OwnedFd, key: u32) -> bool {
+        #[repr(C)]
+        struct ElemAttr {
+            map_fd: u32,
+            pad: u32,
+            key: u64,
+            value: u64,
+            flags: u64,
+        }
+        let mut value = 0u64;
+        let attr = ElemAttr {
+            map_fd: fd.as_raw_fd() as u32,
+            pad: 0,
+            key: &key as *const u32 as u64,
+            value: &mut value as *mut u64 as u64,
+            flags: 0,
+        };
+        // SAFETY: BPF_MAP_LOOKUP_ELEM (1) with pointers live across the call.
+        unsafe { libc::syscall(libc::SYS_bpf, 1, &attr as *const ElemAttr, size_of::<ElemAttr>()) == 0 }
+    }
+
+    /// A sweep deletes the exited processes' entries in one call, stepping over
+    /// those the map does not hold (the kernel stops at the first).
+    #[test]
+    fn a_batch_delete_steps_over_missing_keys_and_deletes_the_rest() {
+        let Some(fd) = hash_map(64) else { return };
+        let keys: Vec<u32> = (1..=10).collect();
+        let values: Vec<u64> = keys.iter().map(|&k| u64::from(k) * 100).collect();
+        assert!(super::update(fd.as_fd(), &keys, &values).unwrap());
+        assert!(keys.iter().all(|&k| present(&fd, k)));
+        // 11 and 12 were never there; 3 twice (the second is missing by then).
+        let gone = [11, 1, 2, 3, 12, 3, 5, 9];
+        assert!(super::delete(fd.as_fd(), &gone).unwrap());
+        let left: Vec<u32> = keys.iter().copied().filter(|&k| present(&fd, k)).collect();
+        assert_eq!(left, [4, 6, 7, 8, 10]);
+        assert!(super::delete(fd.as_fd(), &[] as &[u32]).unwrap());
+    }
 }

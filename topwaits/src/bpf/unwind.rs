@@ -14,6 +14,8 @@ use crate::stacks::python::PySink;
 /// The maps the walker reads: per-process mappings, per-file state, tree nodes.
 pub struct UnwindMaps {
     procs: HashMap<MapData, u32, ProcMaps>,
+    /// The process map's descriptor again, for batch deletes.
+    procs_fd: std::os::fd::OwnedFd,
     files: Array<MapData, FileInfo>,
     nodes: HashMap<MapData, u64, Node>,
     /// The node map's descriptor again, for batch updates, which aya lacks.
@@ -27,14 +29,18 @@ pub struct UnwindMaps {
 impl UnwindMaps {
     pub(super) fn take(ebpf: &mut aya::Ebpf) -> Result<UnwindMaps> {
         let mut take = |name: &str| ebpf.take_map(name).ok_or_else(|| anyhow!("map {name} missing"));
-        let nodes_fd;
+        let (nodes_fd, procs_fd);
         Ok(UnwindMaps {
-            procs: HashMap::try_from(take(names::UNWIND_PROCS)?)?,
+            procs: {
+                let map = take(names::UNWIND_PROCS)?;
+                procs_fd = descriptor(&map, names::UNWIND_PROCS)?;
+                HashMap::try_from(map)?
+            },
+            procs_fd,
             files: Array::try_from(take(names::UNWIND_FILES)?)?,
             nodes: {
                 let map = take(names::UNWIND_NODES)?;
-                let aya::maps::Map::HashMap(data) = &map else { return Err(anyhow!("map {} is not a hash map", names::UNWIND_NODES)) };
-                nodes_fd = std::os::fd::AsFd::as_fd(data.fd()).try_clone_to_owned().context("duplicating the node map's descriptor")?;
+                nodes_fd = descriptor(&map, names::UNWIND_NODES)?;
                 HashMap::try_from(map)?
             },
             nodes_fd,
@@ -45,6 +51,13 @@ impl UnwindMaps {
     }
 }
 
+/// A second descriptor of hash map `map` (named `name`), for the batch
+/// operations that aya lacks.
+fn descriptor(map: &aya::maps::Map, name: &str) -> Result<std::os::fd::OwnedFd> {
+    let aya::maps::Map::HashMap(data) = map else { return Err(anyhow!("map {name} is not a hash map")) };
+    std::os::fd::AsFd::as_fd(data.fd()).try_clone_to_owned().with_context(|| format!("duplicating the descriptor of map {name}"))
+}
+
 impl Sink for UnwindMaps {
     fn put_proc(&mut self, tgid: u32, maps: &ProcMaps) -> Result<()> {
         self.procs.insert(tgid, maps, 0).with_context(|| format!("mappings of process {tgid}"))
@@ -52,6 +65,15 @@ impl Sink for UnwindMaps {
 
     fn drop_proc(&mut self, tgid: u32) {
         let _ = self.procs.remove(&tgid);
+    }
+
+    /// In batches, where the kernel has them: a sweep after a fork storm
+    /// drops hundreds.
+    fn drop_procs(&mut self, tgids: &[u32]) {
+        use std::os::fd::AsFd as _;
+        if !matches!(super::batch::delete(self.procs_fd.as_fd(), tgids), Ok(true)) {
+            tgids.iter().for_each(|&t| self.drop_proc(t));
+        }
     }
 
     fn put_node(&mut self, key: u64, node: &Node) -> Result<()> {

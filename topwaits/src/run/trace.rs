@@ -229,13 +229,14 @@ pub fn run(config: &Config) -> Result<()> {
     // Losses are said once, for the whole trace, with their fixes.
     let unwinding = unwinder.borrow().stats().cloned().unwrap_or_default();
     log::info!(
-        "unwind tables: {} files ({} from the cache), {} KiB in the kernel, the first after {:?}; {} files without unwind information; {} files never met by a walk",
+        "unwind tables: {} files ({} from the cache), {} KiB in the kernel, the first after {:?}; {} files without unwind information; {} files never met by a walk; {} forks given their parent's mappings by the kernel alone",
         unwinding.files_ready,
         unwinding.files_from_cache,
         unwinding.table_bytes / 1024,
         unwinding.first_table_after,
         unwinding.files_without_tables,
-        unwinder.borrow().unbuilt()
+        unwinder.borrow().unbuilt(),
+        unwinding.forks_copied
     );
     if let Some(dropped) = long.as_ref().map(|l| l.dropped).filter(|&d| d > 0) {
         crate::util::stderr::say!(

@@ -51,7 +51,7 @@ impl Unwinder {
             _ => Vec::new(),
         };
         for tgid in tgids {
-            loader.on_event(Some(ProcEvent { tgid, kind: proc_event::SEEN, parent: 0 }), &mut maps);
+            loader.on_event(Some(ProcEvent { tgid, kind: proc_event::SEEN, ..Default::default() }), &mut maps);
         }
         loader.settle(TARGETS_SETTLE, &mut maps);
         for (tgid, code) in loader.take_fresh() {

@@ -23,6 +23,10 @@ use crate::sys::procfs::{self, alive};
 pub trait Sink {
     fn put_proc(&mut self, tgid: u32, maps: &ProcMaps) -> Result<()>;
     fn drop_proc(&mut self, tgid: u32);
+    /// Drops many processes' mappings (see [`Sink::drop_proc`]).
+    fn drop_procs(&mut self, tgids: &[u32]) {
+        tgids.iter().for_each(|&t| self.drop_proc(t));
+    }
     fn put_node(&mut self, key: u64, node: &Node) -> Result<()>;
     /// Puts a file's nodes at once, each under the key of the same index; an
     /// error (full) may leave part of them in.
@@ -50,8 +54,11 @@ const READS_WHILE_LOADING: u32 = 4;
 
 /// The exited are forgotten once this many processes were added since the last
 /// sweep, or this long after it: often enough to keep the kernel's table of
-/// processes far from full under a fork storm, rarely enough to cost nothing.
-const SWEEP_AFTER_PROCS: usize = 256;
+/// processes (16,384) far from full under a fork storm, rarely enough to cost
+/// little. A sweep lists `/proc`, whatever it finds: at every 256 processes it
+/// was a twentieth of the tracer's CPU under `perf bench sched messaging`,
+/// which forks 200 a run.
+const SWEEP_AFTER_PROCS: usize = 1024;
 const SWEEP_AFTER: Duration = Duration::from_secs(10);
 
 /// How many walks of running tasks must meet a file before its table is built
@@ -78,6 +85,8 @@ pub struct Stats {
     pub procs_with_too_many_maps: u64,
     /// From the start to the first table in place.
     pub first_table_after: Option<Duration>,
+    /// Forks whose mappings the fork hook copied as kept here, not written again.
+    pub forks_copied: u64,
 }
 
 impl Stats {
@@ -141,6 +150,8 @@ struct Job {
 pub struct Loader {
     files: HashMap<(u64, u64), File>,
     next_id: u32,
+    /// The [`ProcMaps::version`] of the last mappings read.
+    version: u32,
     procs: HashMap<u32, Proc>,
     /// The processes in which the walker met code it could not place since they
     /// were last read (a set of its own: each event looks at these, not at all).
@@ -215,6 +226,7 @@ impl Loader {
         Ok(Loader {
             files: HashMap::new(),
             next_id: 1,
+            version: 0,
             procs: HashMap::new(),
             missed: HashSet::new(),
             execed: HashSet::new(),
@@ -325,8 +337,8 @@ impl Loader {
             self.procs.remove(&tgid);
             self.missed.remove(&tgid);
             self.execed.remove(&tgid);
-            sink.drop_proc(tgid);
         }
+        sink.drop_procs(&gone);
         self.exec_at.retain(|_, (at, _)| at.elapsed() < LOADING_AFTER_EXEC);
         self.swept = (Instant::now(), self.procs.len());
         gone
@@ -524,11 +536,20 @@ impl Loader {
         }
     }
 
-    /// A fork maps what its parent does until it execs.
+    /// A fork maps what its parent does until it execs. The fork hook copied
+    /// the parent's mappings for it: they are written again only when that
+    /// copy is not of the ones kept here (the parent was read again since, or
+    /// nothing was copied). A fork storm then costs no write a fork.
     fn fork(&mut self, ev: ProcEvent, now: Instant, sink: &mut dyn Sink) {
         match self.procs.get(&ev.parent).map(|p| (p.maps.clone(), p.source.unwrap_or(ev.parent))) {
             Some((maps, source)) => {
-                self.keep(ev.tgid, maps, now, sink);
+                if ev.maps_version != 0 && ev.maps_version == maps.version {
+                    self.stats.forks_copied += 1;
+                    self.missed.remove(&ev.tgid);
+                    self.procs.insert(ev.tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, source: None });
+                } else {
+                    self.keep(ev.tgid, maps, now, sink);
+                }
                 if let Some(p) = self.procs.get_mut(&ev.tgid) {
                     p.source = Some(source);
                 }
@@ -573,8 +594,17 @@ impl Loader {
         t.len = maps.len() as u32;
         t.maps[..maps.len()].copy_from_slice(&maps);
         let (unchanged, wait) = match self.procs.get(&tgid) {
-            Some(p) if p.maps.maps == table.maps => (true, (p.reread_after * 2).min(REREAD_MAX)),
-            _ => (false, REREAD_MIN),
+            Some(p) if p.maps.maps == table.maps => {
+                // The same version: the forks the kernel copied it for need
+                // no write.
+                table = p.maps.clone();
+                (true, (p.reread_after * 2).min(REREAD_MAX))
+            }
+            _ => {
+                self.version = self.version.checked_add(1).unwrap_or(1);
+                Arc::get_mut(&mut table).expect("a new table").version = self.version;
+                (false, REREAD_MIN)
+            }
         };
         self.keep(tgid, table.clone(), now, sink);
         if let Some(p) = self.procs.get_mut(&tgid) {
@@ -636,10 +666,26 @@ mod tests {
         nodes: HashMap<u64, Node>,
         files: HashMap<u32, FileInfo>,
         node_room: usize,
+        /// Mappings written, in order.
+        puts: Vec<u32>,
+    }
+
+    impl Mem {
+        /// The fork hook: the child gets a copy of the parent's mappings, and
+        /// the fork's event says which version it copied.
+        fn fork(&mut self, parent: u32, child: u32) -> Option<ProcEvent> {
+            let copied = self.procs.get(&parent).copied();
+            let maps_version = copied.map_or(0, |m| m.version);
+            if let Some(m) = copied {
+                self.procs.insert(child, m);
+            }
+            Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent, maps_version })
+        }
     }
 
     impl Sink for Mem {
         fn put_proc(&mut self, tgid: u32, maps: &ProcMaps) -> Result<()> {
+            self.puts.push(tgid);
             self.procs.insert(tgid, *maps);
             Ok(())
         }
@@ -658,7 +704,16 @@ mod tests {
     }
 
     fn seen(tgid: u32) -> Option<ProcEvent> {
-        Some(ProcEvent { tgid, kind: proc_event::SEEN, parent: 0 })
+        Some(ProcEvent { tgid, kind: proc_event::SEEN, ..Default::default() })
+    }
+
+    /// A loader that has seen this test process (not yet settled); its pid.
+    fn seeing_this_process() -> (Mem, Loader, u32) {
+        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
+        let mut loader = Loader::new(&mut mem, None).unwrap();
+        let me = std::process::id();
+        loader.on_event(seen(me), &mut mem);
+        (mem, loader, me)
     }
 
     /// A loader past its start that has read this test process, its
@@ -678,10 +733,7 @@ mod tests {
     /// that say where the function's rules are.
     #[test]
     fn a_live_process_gets_its_mappings_and_one_tree_per_file() {
-        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem, None).unwrap();
-        let me = std::process::id();
-        loader.on_event(seen(me), &mut mem);
+        let (mut mem, mut loader, me) = seeing_this_process();
         loader.settle(Duration::from_secs(60), &mut mem);
         let maps = mem.procs[&me];
         assert!(maps.len >= 2, "{} mappings", maps.len);
@@ -715,13 +767,13 @@ mod tests {
         let files: BTreeSet<u32> = maps.maps[..maps.len as usize].iter().map(|m| m.file).collect();
         assert!(files.len() >= 2 && files.iter().all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
         // Asked for by a process the loader does not know: that file alone.
-        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine, ..Default::default() }), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::READY);
         assert!(files.iter().filter(|&&f| f != mine).all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
         assert_eq!(loader.stats.files_ready, 1);
         // Asked again (two CPUs raced): built once.
-        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine, ..Default::default() }), &mut mem);
         assert!(loader.idle());
         // Met in this process: that file is built, and so is the C library
         // (the executable, this test, was built above); the rest stay unbuilt.
@@ -732,7 +784,7 @@ mod tests {
         let libc = *files.iter().find(|&&f| on_most_stacks(&path_of(f), None)).expect("this test maps a C library");
         let others: Vec<u32> = files.iter().copied().filter(|&f| f != mine && f != libc).collect();
         assert!(!others.is_empty(), "the dynamic loader at least: {:?}", files.iter().map(|&f| path_of(f)).collect::<Vec<_>>());
-        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::TABLE, parent: others[0] }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::TABLE, parent: others[0], ..Default::default() }), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
         assert!([others[0], libc, mine].iter().all(|f| mem.files[f].state != file_state::UNBUILT), "{:?}", mem.files);
         assert!(others[1..].iter().all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
@@ -744,7 +796,7 @@ mod tests {
     fn a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it() {
         let here = a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it as fn() as usize as u64;
         let (mut mem, mut loader, _, mine) = past_the_start_with_this_process(here);
-        let running = || Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE_RUNNING, parent: mine });
+        let running = || Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE_RUNNING, parent: mine, ..Default::default() });
         for _ in 1..RUNNING_MEETINGS {
             // The walker marks it loading as it asks; it comes back unbuilt.
             mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
@@ -769,8 +821,8 @@ mod tests {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
         let mut loader = Loader::new(&mut mem, None).unwrap();
         let (mut child, mut other) = (procfs::settled_sleeper(), procfs::settled_sleeper());
-        let maps = |tgid| Some(ProcEvent { tgid, kind: proc_event::MAPS, parent: 0 });
-        loader.on_event(Some(ProcEvent { tgid: child.id(), kind: proc_event::EXEC, parent: 0 }), &mut mem);
+        let maps = |tgid| Some(ProcEvent { tgid, kind: proc_event::MAPS, ..Default::default() });
+        loader.on_event(Some(ProcEvent { tgid: child.id(), kind: proc_event::EXEC, ..Default::default() }), &mut mem);
         loader.on_event(seen(other.id()), &mut mem);
         let read_at = |l: &Loader, t: u32| l.procs[&t].read_at;
         let (before, other_before) = (read_at(&loader, child.id()), read_at(&loader, other.id()));
@@ -806,7 +858,7 @@ mod tests {
         loader.settle(Duration::ZERO, &mut mem);
         let mut child = procfs::settled_sleeper();
         let pid = child.id();
-        loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::EXEC, parent: 0 }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::EXEC, ..Default::default() }), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
         let code: Vec<procfs::Mapping> = procfs::maps_of(pid).into_iter().filter(|m| m.exec).collect();
         child.kill().unwrap();
@@ -859,19 +911,57 @@ mod tests {
 
     #[test]
     fn a_fork_shares_its_parents_mappings_and_the_exited_are_swept() {
-        let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
-        let mut loader = Loader::new(&mut mem, None).unwrap();
-        let me = std::process::id();
-        loader.on_event(seen(me), &mut mem);
+        let (mut mem, mut loader, me) = seeing_this_process();
         // A pid that cannot exist (above pid_max's limit).
         let child = 4_194_304 + 7;
-        loader.on_event(Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent: me }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent: me, ..Default::default() }), &mut mem);
         assert_eq!(mem.procs[&child], mem.procs[&me]);
         // Two processes kept since the start: too few, too soon, to sweep.
         loader.sweep(&mut mem);
         assert!(mem.procs.contains_key(&child));
         loader.sweep_now(&mut mem);
         assert!(!mem.procs.contains_key(&child) && mem.procs.contains_key(&me));
+    }
+
+    /// The kernel's copy for a fork is written over only when it is not of the
+    /// mappings kept: 200 forks of `perf bench sched messaging` were 200
+    /// writes of a 2 KiB entry for nothing.
+    #[test]
+    fn a_fork_given_the_kept_mappings_by_the_kernel_is_not_written_again() {
+        let (mut mem, mut loader, me) = seeing_this_process();
+        let version = mem.procs[&me].version;
+        assert_ne!(version, 0, "every reading has a version");
+        let child = 4_194_304 + 11;
+        mem.puts.clear();
+        let ev = mem.fork(me, child);
+        loader.on_event(ev, &mut mem);
+        assert!(mem.puts.is_empty(), "written again: {:?}", mem.puts);
+        assert_eq!(mem.procs[&child], mem.procs[&me]);
+        assert!(Arc::ptr_eq(&loader.procs[&child].maps, &loader.procs[&me].maps));
+        assert_eq!(loader.stats.forks_copied, 1);
+        // Read again unchanged: the same version, so its next fork is not
+        // written either.
+        loader.read(me, Instant::now(), &mut mem);
+        assert_eq!(mem.puts, [me]);
+        assert_eq!(mem.procs[&me].version, version);
+        mem.puts.clear();
+        let ev = mem.fork(me, child + 1);
+        loader.on_event(ev, &mut mem);
+        assert!(mem.puts.is_empty(), "written again: {:?}", mem.puts);
+        // The kernel copied an older version (the parent was read again, with
+        // other mappings, between the fork and its event): written.
+        let ev = mem.fork(me, child + 2);
+        let mut changed = *loader.procs[&me].maps;
+        changed.maps[0].bias ^= 0x1000;
+        changed.version += 1;
+        loader.procs.get_mut(&me).unwrap().maps = Arc::new(changed);
+        loader.on_event(ev, &mut mem);
+        assert_eq!(mem.puts, [child + 2]);
+        assert_eq!(mem.procs[&(child + 2)], changed);
+        // Nothing copied (a full map, or a reused pid's stale entry): written.
+        mem.puts.clear();
+        loader.on_event(Some(ProcEvent { tgid: child + 3, kind: proc_event::FORK, parent: me, maps_version: 0 }), &mut mem);
+        assert_eq!(mem.puts, [child + 3]);
     }
 
     /// Regression: a process read at its exec (before its loader had mapped its
@@ -882,7 +972,7 @@ mod tests {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
         let mut loader = Loader::new(&mut mem, None).unwrap();
         let me = std::process::id();
-        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::EXEC, parent: 0 }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::EXEC, ..Default::default() }), &mut mem);
         let whole = mem.procs[&me];
         assert!(whole.len >= 2, "{} mappings", whole.len);
         // As read at the exec: the executable alone.
@@ -891,12 +981,12 @@ mod tests {
         early.maps[1..].fill(ExecMap::default());
         loader.procs.get_mut(&me).unwrap().maps = Arc::new(early);
         let child = 4_194_304 + 9;
-        loader.on_event(Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent: me }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent: me, ..Default::default() }), &mut mem);
         assert_eq!(mem.procs[&child].maps, whole.maps, "the fork got the parent's libraries");
         assert!(loader.missed.is_empty() && loader.execed.is_empty());
         // The next fork shares that table without a read.
         let read_at = loader.procs[&me].read_at;
-        loader.on_event(Some(ProcEvent { tgid: child + 1, kind: proc_event::FORK, parent: me }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: child + 1, kind: proc_event::FORK, parent: me, ..Default::default() }), &mut mem);
         assert_eq!(loader.procs[&me].read_at, read_at);
         assert!(Arc::ptr_eq(&loader.procs[&(child + 1)].maps, &loader.procs[&me].maps), "shared, not copied");
     }
@@ -912,7 +1002,7 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         mem.procs.insert(pid, ProcMaps::EMPTY);
-        loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::FORK, parent: u32::MAX }), &mut mem);
+        loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::FORK, parent: u32::MAX, ..Default::default() }), &mut mem);
         assert!(!mem.procs.contains_key(&pid) && !loader.procs.contains_key(&pid));
     }
 
@@ -927,7 +1017,7 @@ mod tests {
         loader.on_event(seen(pid), &mut mem);
         assert!(mem.procs.contains_key(&pid));
         assert!(
-            loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::MAPS, parent: 0 }), &mut mem),
+            loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::MAPS, ..Default::default() }), &mut mem),
             "a missed process wants beats"
         );
         child.kill().unwrap();

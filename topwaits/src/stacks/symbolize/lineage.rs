@@ -166,7 +166,7 @@ mod tests {
     use super::*;
 
     fn ev(kind: u32, tgid: u32, parent: u32) -> ProcEvent {
-        ProcEvent { tgid, kind, parent }
+        ProcEvent { tgid, kind, parent, ..Default::default() }
     }
 
     /// Runs events against fake processes: `with_maps` are user processes, the

@@ -439,6 +439,13 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     for (t, s) in configs.iter().zip(&samples).skip(1) {
         rounds.push_str(&format!("- {}: {}\n", t.name, by_round(s)));
     }
+    // The own-CPU target holds for each run, not only the median: every round
+    // is shown, the first (with the unwind table cache empty) included.
+    rounds.push_str("\nThe tracer's own CPU over messaging in each round (% of a core; the first round starts with an empty unwind table cache):\n");
+    for (t, s) in configs.iter().zip(&samples).filter(|(_, s)| !s.user_cpu_messaging.is_empty()) {
+        let each: Vec<String> = s.user_cpu_messaging.iter().map(|c| format!("{c:.2}%")).collect();
+        rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
+    }
     out.push_str(&machine());
     out.push_str(
         "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | pipe slowdown | tracer's own CPU, messaging (% of a core) | start-up (ms) | walker in place (ms) | verified insns | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",

@@ -441,7 +441,9 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     }
     // The own-CPU target holds for each run, not only the median: every round
     // is shown, the first (with the unwind table cache empty) included.
-    rounds.push_str("\nThe tracer's own CPU over messaging in each round (% of a core; the first round starts with an empty unwind table cache):\n");
+    rounds.push_str(
+        "\nThe tracer's own CPU over messaging in each round (% of a core; the first round starts with an empty unwind table cache):\n",
+    );
     for (t, s) in configs.iter().zip(&samples).filter(|(_, s)| !s.user_cpu_messaging.is_empty()) {
         let each: Vec<String> = s.user_cpu_messaging.iter().map(|c| format!("{c:.2}%")).collect();
         rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));

@@ -989,10 +989,10 @@ mod tests {
         assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 18 + size_of::<TaskOffsets>() + size_of::<CgroupFilter>());
         assert_eq!(size_of::<CgroupFilter>(), 8 + 4 * 12);
         assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
-        assert_eq!(size_of::<unwind::ProcMaps>(), 8 + 32 * unwind::MAX_MAPS);
+        assert_eq!(size_of::<unwind::ProcMaps>(), 16 + 32 * unwind::MAX_MAPS);
         assert_eq!(size_of::<unwind::FileInfo>(), 8);
         assert_eq!(size_of::<TaskOffsets>(), 4 * 14);
-        assert_eq!(size_of::<ProcEvent>(), 12);
+        assert_eq!(size_of::<ProcEvent>(), 16);
         assert_eq!(size_of::<TaskRegs>(), 8 + 8 * 3);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);
         assert_eq!(size_of::<DepKey>(), 16);

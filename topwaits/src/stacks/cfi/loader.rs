@@ -545,8 +545,7 @@ impl Loader {
             Some((maps, source)) => {
                 if ev.maps_version != 0 && ev.maps_version == maps.version {
                     self.stats.forks_copied += 1;
-                    self.missed.remove(&ev.tgid);
-                    self.procs.insert(ev.tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, source: None });
+                    self.record(ev.tgid, maps, now);
                 } else {
                     self.keep(ev.tgid, maps, now, sink);
                 }
@@ -630,6 +629,11 @@ impl Loader {
             log::debug!("could not hand the mappings of {tgid} to the walker: {e:#}");
             return;
         }
+        self.record(tgid, maps, now);
+    }
+
+    /// Notes that the walker has `maps` for `tgid`, as read at `now`.
+    fn record(&mut self, tgid: u32, maps: Arc<ProcMaps>, now: Instant) {
         self.missed.remove(&tgid);
         self.procs.insert(tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, source: None });
     }

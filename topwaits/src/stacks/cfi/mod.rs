@@ -1,6 +1,6 @@
 //! Unwind tables for code built without frame pointers (most of a distribution's
 //! binaries and libraries): an ELF file's `.eh_frame` call frame information,
-//! evaluated with gimli into one compact row per address range, sorted by address,
+//! evaluated (by `eh_frame.rs`) into one compact row per address range, sorted by address,
 //! in the form an unwinder applies at each frame (the CFA from the stack or frame
 //! pointer plus an offset, the return address just below it, the caller's frame
 //! pointer saved at a fixed offset or left alone). Pure: built from bytes, and
@@ -14,13 +14,13 @@
 use std::io::{Read, Seek};
 
 use anyhow::{anyhow, Context as _, Result};
-use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection as _, X86_64};
 
 use topwaits_common::unwind::{SIG_BP, SIG_IP, SIG_SP};
 
 use crate::sys::elf;
 
 pub mod cache;
+mod eh_frame;
 pub mod loader;
 pub mod now;
 pub mod tree;
@@ -84,60 +84,20 @@ impl Table {
     /// The table of an `.eh_frame` section loaded at `eh_frame_addr`, in a file
     /// whose `.text` is at `text_addr` (pointer encodings relative to either).
     pub fn from_eh_frame(data: &[u8], eh_frame_addr: u64, text_addr: u64) -> Result<Table> {
-        let eh = EhFrame::new(data, LittleEndian);
-        let bases = BaseAddresses::default().set_eh_frame(eh_frame_addr).set_text(text_addr);
-        let mut ctx = Box::new(UnwindContext::new());
-        let mut spans: Vec<(u64, u64, Vec<Row>)> = Vec::new();
-        let mut entries = eh.entries(&bases);
-        while let Some(entry) = entries.next().context("bad .eh_frame entry")? {
-            let CieOrFde::Fde(partial) = entry else { continue };
-            let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else { continue };
-            let signal = fde.cie().is_signal_trampoline();
-            let mut rows = Vec::new();
-            let mut table = fde.rows(&eh, &bases, &mut ctx).context("bad CFI program")?;
-            while let Some(row) = table.next_row().context("bad CFI program")? {
-                let rule = match row.register(X86_64::RA) {
-                    Some(RegisterRule::Undefined) => Rule::End,
-                    Some(RegisterRule::Offset(-8)) | None => match row.cfa() {
-                        CfaRule::RegisterAndOffset { register, offset } => {
-                            let base = match *register {
-                                X86_64::RSP => Some(Base::Sp),
-                                X86_64::RBP => Some(Base::Bp),
-                                _ => None,
-                            };
-                            let bp_at = match row.register(X86_64::RBP) {
-                                None | Some(RegisterRule::SameValue) => Some(None),
-                                Some(RegisterRule::Offset(o)) => i32::try_from(o).ok().map(Some),
-                                _ => None,
-                            };
-                            match (base, i32::try_from(*offset), bp_at) {
-                                (Some(base), Ok(offset), Some(bp_at)) => Rule::Cfa { base, offset, bp_at },
-                                _ => Rule::Stop,
-                            }
-                        }
-                        CfaRule::Expression(e) => {
-                            let bytes = e.get(&eh).ok().map(|x| x.0.slice().to_vec()).unwrap_or_default();
-                            plt_threshold(&bytes).map_or(Rule::Stop, |threshold| Rule::Plt { threshold })
-                        }
-                    },
-                    Some(_) => Rule::Stop,
-                };
-                let rule = if signal { Rule::Signal } else { rule };
-                rows.push(Row { pc: row.start_address(), rule });
-            }
-            spans.push((fde.initial_address(), fde.end_address(), rows));
-        }
-        spans.sort_by_key(|s| s.0);
-        let mut out: Vec<Row> = Vec::new();
+        // About one row per 8 bytes of the section in a distribution's files.
+        let mut rows = Vec::with_capacity(data.len() / 8);
+        let mut spans = eh_frame::fdes(data, eh_frame_addr, text_addr, &mut rows).map_err(|e| anyhow!(e))?;
+        spans.sort_by_key(|s| s.start);
+        let mut out: Vec<Row> = Vec::with_capacity(rows.len() + spans.len());
         let mut covered_to = 0u64;
-        for (start, end, rows) in spans {
-            if start < covered_to {
+        for s in spans {
+            if s.start < covered_to {
                 // Overlapping FDEs (rare, and a linker bug): the first one wins.
                 continue;
             }
-            out.extend(rows.into_iter().filter(|r| r.pc < end));
-            out.push(Row { pc: end, rule: Rule::Stop });
-            covered_to = end;
+            out.extend(rows[s.rows].iter().filter(|r| r.pc < s.end));
+            out.push(Row { pc: s.end, rule: Rule::Stop });
+            covered_to = s.end;
         }
         // A row that starts where the previous gap-filler was is the one that holds.
         out.dedup_by(|later, earlier| {

@@ -101,6 +101,10 @@ pub fn of_current<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut T
         return stack;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // A wait in a page fault samples where a program runs as a preemption does
+    // (a starting or exiting process faults in every library it touches), so
+    // the tables it meets are built only once several such walks meet them.
+    let running = running || !uwalk::in_syscall();
     let n = match uwalk::walk(tgid, Some(regs), buf, running) {
         Walked::Frames(n) => n,
         // Marked, until the walker knows where the process maps its code;

@@ -62,8 +62,9 @@ struct Walk {
     /// interrupted) rather than a return address.
     exact: u64,
     tgid: u64,
-    /// Non-zero when the task was running (preempted, or sampled on a CPU)
-    /// rather than blocking: see [`ask_for_table`].
+    /// Non-zero when the walk samples where the task's code ran rather than
+    /// where it chose to block: it was running (preempted, or sampled on a
+    /// CPU), or waits in a page fault. See [`ask_for_table`].
     running: u64,
     /// [`pyframes::epoch`] when the walk began.
     epoch: u64,
@@ -173,6 +174,7 @@ struct Ctx {
 
 /// Indexes of x86-64's registers in `struct pt_regs`.
 pub const REGS_BP: usize = 4;
+pub const REGS_AX: usize = 10;
 pub const REGS_DX: usize = 12;
 pub const REGS_SI: usize = 13;
 pub const REGS_DI: usize = 14;
@@ -201,6 +203,17 @@ pub fn user_regs() -> Option<Regs> {
         return None;
     }
     Some((regs.word(REGS_IP), regs.word(REGS_SP), regs.word(REGS_BP)))
+}
+
+/// `-ENOSYS`, which the syscall entry leaves in `ax` until the call returns.
+const IN_SYSCALL_AX: u64 = -38i64 as u64;
+
+/// Whether the current task entered the kernel by a syscall (not by a page
+/// fault or another exception, whose error code sits where a syscall's number
+/// would, so that only `ax` tells them apart). True where it cannot be told.
+#[inline(always)]
+pub fn in_syscall() -> bool {
+    PtRegs::current().is_none_or(|regs| regs.word(REGS_AX) == IN_SYSCALL_AX)
 }
 
 /// The registers the current task entered the kernel with (`struct pt_regs` at
@@ -314,9 +327,10 @@ fn rule_of(file: u32, addr: u64, tgid: u64, running: u64, ask: bool) -> Result<u
 /// Asks user space for file `file`'s table, met in process `tgid`, marking it
 /// loading first so that the walks meeting it meanwhile ask no more (two CPUs
 /// racing ask twice, which user space takes once). `running`: met in the stack
-/// of a task that was running, not blocking, which user space counts before it
-/// builds (code that only ran once, such as a library's constructor, would
-/// otherwise have its table built for nothing).
+/// of a task that was running or faulting, not blocking in a syscall, which
+/// user space counts before it builds (code that only ran once, such as a
+/// library's constructor or destructor, would otherwise have its table built
+/// for nothing).
 #[inline(always)]
 fn ask_for_table(file: u32, tgid: u32, running: u64) {
     if let Some(info) = UNWIND_FILES.get_ptr_mut(file) {

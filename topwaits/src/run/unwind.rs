@@ -78,7 +78,8 @@ impl Unwinder {
         // A table being read or built is put in place soon after: the first
         // waits of a program just started are walked meanwhile.
         let beat = if loader.idle() { BEAT } else { TABLE_BEAT };
-        sooner(tables.then_some(beat), interpreters)
+        let reopen = loader.next_reopen().map(|at| at.saturating_duration_since(std::time::Instant::now()));
+        sooner(sooner(tables.then_some(beat), interpreters), reopen)
     }
 
     /// Forgets the processes that have exited (asked once a second; done when

@@ -64,6 +64,8 @@ const SWEEP_AFTER: Duration = Duration::from_secs(10);
 /// How many walks of running tasks must meet a file before its table is built
 /// (one walk of a blocking task suffices; see [`Loader::met_running`]).
 const RUNNING_MEETINGS: u32 = 4;
+/// Over how long at least those walks must come (see [`Loader::met_running`]).
+const RUNNING_SPREAD: Duration = Duration::from_secs(1);
 
 /// Reads kept for [`Loader::take_fresh`] between two calls (a bound, should no
 /// one take them).
@@ -177,8 +179,13 @@ pub struct Loader {
     /// Files known but not built, with the process and mapping they were
     /// first seen in: built when a walk first meets their code.
     unbuilt: HashMap<u32, (u32, procfs::Mapping)>,
-    /// Of those, how many times walks of running tasks met each.
-    unbuilt_met: HashMap<u32, u32>,
+    /// Of those, how many times walks of running tasks met each, since when.
+    unbuilt_met: HashMap<u32, (u32, Instant)>,
+    /// Of those, the ones met often in a burst, left loading (the walker asks
+    /// no more) until they may be asked for again.
+    paused: HashMap<u32, Instant>,
+    /// [`RUNNING_SPREAD`], shorter in tests.
+    running_spread: Duration,
     pub stats: Stats,
 }
 
@@ -240,6 +247,8 @@ impl Loader {
             urgent: true,
             unbuilt: HashMap::new(),
             unbuilt_met: HashMap::new(),
+            paused: HashMap::new(),
+            running_spread: RUNNING_SPREAD,
             stats: Stats::default(),
         })
     }
@@ -307,6 +316,7 @@ impl Loader {
             },
             None => self.take_built(sink),
         }
+        self.reopen(now, sink);
         if !self.missed.is_empty() {
             let procs = &self.procs;
             let due: Vec<u32> =
@@ -492,19 +502,27 @@ impl Loader {
         }
     }
 
-    /// A walk of a task that was running (preempted, or sampled on a CPU) met
-    /// file `id`, whose table was not built: it is built once such walks have
-    /// met it [`RUNNING_MEETINGS`] times, and until then handed back to the
-    /// walker as unbuilt, to be counted again. Preemption lands wherever code
-    /// runs, and at a program's start that is every library's constructor:
-    /// perf's start met 20 of its 35 files this way, each once or twice, and
-    /// their tables were most of the tracer's own CPU while perf ran.
+    /// A walk of a task that was running (preempted, sampled on a CPU, or in
+    /// a page fault) met file `id`, whose table was not built: it is built
+    /// once such walks have met it [`RUNNING_MEETINGS`] times over at least
+    /// [`RUNNING_SPREAD`], and until then handed back to the walker as
+    /// unbuilt, to be counted again. Such walks land wherever code runs or
+    /// first touches memory, which at a program's start and exit is every
+    /// library's constructors and destructors: perf's start met 20 of its 35
+    /// files this way, each once or twice, and the exits of its 200 forks met
+    /// libstdc++, GLib and libpython four times each within a few
+    /// milliseconds. Their tables (2-6 ms of CPU each, and their nodes put
+    /// into the kernel) named stacks that held a few microseconds of the
+    /// trace. A file met that often in a burst is left loading, so that the
+    /// walker stops asking, until the spread has passed; the next meeting
+    /// after that builds it.
     fn met_running(&mut self, tgid: u32, id: u32, sink: &mut dyn Sink) {
-        let Some(met) = self.unbuilt_met.get_mut(&id) else {
+        let now = Instant::now();
+        let Some((met, first)) = self.unbuilt_met.get_mut(&id) else {
             // The first such walk; or the file was built meanwhile (two CPUs
             // asked at once), and there is nothing to count.
             if self.unbuilt.contains_key(&id) {
-                self.unbuilt_met.insert(id, 1);
+                self.unbuilt_met.insert(id, (1, now));
                 let _ = sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 });
             }
             return;
@@ -514,8 +532,34 @@ impl Loader {
             let _ = sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 });
             return;
         }
+        if now.duration_since(*first) < self.running_spread {
+            self.paused.insert(id, *first + self.running_spread);
+            return;
+        }
         self.unbuilt_met.remove(&id);
         self.wanted(tgid, id, sink);
+    }
+
+    /// Hands the paused files whose spread has passed back to the walker as
+    /// unbuilt (those built meanwhile stay as they are).
+    fn reopen(&mut self, now: Instant, sink: &mut dyn Sink) {
+        if self.paused.is_empty() {
+            return;
+        }
+        let unbuilt = &self.unbuilt;
+        let due: Vec<u32> = self.paused.iter().filter(|(_, &at)| at <= now).map(|(&id, _)| id).collect();
+        for id in due {
+            self.paused.remove(&id);
+            if unbuilt.contains_key(&id) {
+                let _ = sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 });
+            }
+        }
+    }
+
+    /// When a paused file may be asked for again, the soonest (see
+    /// [`Loader::met_running`]): the caller's next beat.
+    pub fn next_reopen(&self) -> Option<Instant> {
+        self.paused.values().min().copied()
     }
 
     /// Builds file `id`'s table if it is unbuilt, from the mapping it was first
@@ -524,6 +568,7 @@ impl Loader {
     fn build_unbuilt(&mut self, id: u32, sink: &mut dyn Sink) {
         let Some((tgid, m)) = self.unbuilt.remove(&id) else { return };
         self.unbuilt_met.remove(&id);
+        self.paused.remove(&id);
         let same = |f: &std::fs::File| f.metadata().is_ok_and(|meta| std::os::unix::fs::MetadataExt::ino(&meta) == m.inode);
         let opened = procfs::open_mapped(tgid, &m).or_else(|| std::fs::File::open(&m.path).ok()).filter(same);
         match opened {
@@ -795,25 +840,68 @@ mod tests {
     }
 
     /// A file met by walks of running tasks is handed back unbuilt until the
-    /// fourth such walk; then it is built.
+    /// fourth such walk; met that often within the spread, it is left loading
+    /// (the walker asks no more) until the spread has passed, and built at the
+    /// next meeting after that.
     #[test]
     fn a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it() {
         let here = a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it as fn() as usize as u64;
         let (mut mem, mut loader, _, mine) = past_the_start_with_this_process(here);
+        loader.running_spread = Duration::from_millis(200);
         let running = || Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE_RUNNING, parent: mine, ..Default::default() });
-        for _ in 1..RUNNING_MEETINGS {
-            // The walker marks it loading as it asks; it comes back unbuilt.
+        // The walker marks it loading as it asks.
+        let ask = |loader: &mut Loader, mem: &mut Mem| {
             mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
-            loader.on_event(running(), &mut mem);
-            assert_eq!(mem.files[&mine].state, file_state::UNBUILT);
+            loader.on_event(running(), mem);
+        };
+        for _ in 1..RUNNING_MEETINGS {
+            ask(&mut loader, &mut mem);
+            assert_eq!(mem.files[&mine].state, file_state::UNBUILT, "handed back to be counted");
             assert!(loader.idle(), "not built yet");
         }
-        loader.on_event(running(), &mut mem);
+        // The fourth, in a burst: left loading, and a beat asked for when it may be asked for again.
+        ask(&mut loader, &mut mem);
+        assert_eq!(mem.files[&mine].state, file_state::LOADING);
+        assert!(loader.idle(), "not built in a burst");
+        let reopen = loader.next_reopen().expect("a beat when the spread has passed");
+        assert!(reopen > Instant::now() && reopen <= Instant::now() + Duration::from_millis(200));
+        loader.on_event(None, &mut mem);
+        assert_eq!(mem.files[&mine].state, file_state::LOADING, "not before its time");
+        std::thread::sleep(reopen.saturating_duration_since(Instant::now()) + Duration::from_millis(5));
+        loader.on_event(None, &mut mem);
+        assert_eq!(mem.files[&mine].state, file_state::UNBUILT, "handed back once the spread has passed");
+        assert_eq!(loader.next_reopen(), None);
+        // Met again after the spread: built.
+        ask(&mut loader, &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::READY);
         // Asked again afterwards (a walk on another CPU): nothing changes.
         loader.on_event(running(), &mut mem);
         assert!(loader.idle());
+        assert_eq!(mem.files[&mine].state, file_state::READY);
+    }
+
+    /// A file paused after a burst of running walks, then met by a blocking
+    /// walk, is built at once, and the end of its pause leaves it built.
+    #[test]
+    fn a_paused_file_met_by_a_blocking_walk_is_built_and_stays_built() {
+        let here = a_paused_file_met_by_a_blocking_walk_is_built_and_stays_built as fn() as usize as u64;
+        let (mut mem, mut loader, _, mine) = past_the_start_with_this_process(here);
+        loader.running_spread = Duration::from_millis(50);
+        for _ in 0..RUNNING_MEETINGS {
+            mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
+            loader.on_event(
+                Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE_RUNNING, parent: mine, ..Default::default() }),
+                &mut mem,
+            );
+        }
+        assert!(loader.next_reopen().is_some());
+        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine, ..Default::default() }), &mut mem);
+        loader.settle(Duration::from_secs(60), &mut mem);
+        assert_eq!(mem.files[&mine].state, file_state::READY);
+        assert_eq!(loader.next_reopen(), None, "no longer paused");
+        std::thread::sleep(Duration::from_millis(60));
+        loader.on_event(None, &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::READY);
     }
 

@@ -113,6 +113,10 @@ pub mod file_state {
     /// space for it (marking it loading), so that only the files whose code
     /// stacks pass through get tables.
     pub const UNBUILT: u32 = 4;
+    /// Known, unbuilt, and met by several walks of running tasks in a burst:
+    /// such walks pass it as loading without asking again, while a walk of a
+    /// blocking task asks for it as for an unbuilt one.
+    pub const PAUSED: u32 = 5;
 }
 
 /// The last frame of a user stack cut short: this bit and one of [`cut`]. User

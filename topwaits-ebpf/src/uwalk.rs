@@ -295,6 +295,12 @@ fn rule_of(file: u32, addr: u64, tgid: u64, running: u64, ask: bool) -> Result<u
             }
             return Err(cut::LOADING);
         }
+        file_state::PAUSED => {
+            if ask && running == 0 {
+                ask_for_table(file, tgid as u32, 0);
+            }
+            return Err(cut::LOADING);
+        }
         file_state::NO_TABLE => return Ok(rule::STOP | 1 << 31),
         _ => return Err(cut::FULL),
     }

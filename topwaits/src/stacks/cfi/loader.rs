@@ -181,8 +181,8 @@ pub struct Loader {
     unbuilt: HashMap<u32, (u32, procfs::Mapping)>,
     /// Of those, how many times walks of running tasks met each, since when.
     unbuilt_met: HashMap<u32, (u32, Instant)>,
-    /// Of those, the ones met often in a burst, left loading (the walker asks
-    /// no more) until they may be asked for again.
+    /// Of those, the ones met often in a burst, paused (walks of running tasks
+    /// ask no more) until they may be asked for again.
     paused: HashMap<u32, Instant>,
     /// [`RUNNING_SPREAD`], shorter in tests.
     running_spread: Duration,
@@ -513,9 +513,10 @@ impl Loader {
     /// libstdc++, GLib and libpython four times each within a few
     /// milliseconds. Their tables (2-6 ms of CPU each, and their nodes put
     /// into the kernel) named stacks that held a few microseconds of the
-    /// trace. A file met that often in a burst is left loading, so that the
-    /// walker stops asking, until the spread has passed; the next meeting
-    /// after that builds it.
+    /// trace. A file met that often in a burst is paused: walks of running
+    /// tasks pass it without asking until the spread has passed, and the next
+    /// meeting after that builds it; a walk of a blocking task still asks for
+    /// it, and has it built at once.
     fn met_running(&mut self, tgid: u32, id: u32, sink: &mut dyn Sink) {
         let now = Instant::now();
         let Some((met, first)) = self.unbuilt_met.get_mut(&id) else {
@@ -534,6 +535,7 @@ impl Loader {
         }
         if now.duration_since(*first) < self.running_spread {
             self.paused.insert(id, *first + self.running_spread);
+            let _ = sink.put_file(id, FileInfo { state: file_state::PAUSED, levels: 0 });
             return;
         }
         self.unbuilt_met.remove(&id);
@@ -840,9 +842,9 @@ mod tests {
     }
 
     /// A file met by walks of running tasks is handed back unbuilt until the
-    /// fourth such walk; met that often within the spread, it is left loading
-    /// (the walker asks no more) until the spread has passed, and built at the
-    /// next meeting after that.
+    /// fourth such walk; met that often within the spread, it is paused (walks
+    /// of running tasks ask no more) until the spread has passed, and built at
+    /// the next meeting after that.
     #[test]
     fn a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it() {
         let here = a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it as fn() as usize as u64;
@@ -859,14 +861,14 @@ mod tests {
             assert_eq!(mem.files[&mine].state, file_state::UNBUILT, "handed back to be counted");
             assert!(loader.idle(), "not built yet");
         }
-        // The fourth, in a burst: left loading, and a beat asked for when it may be asked for again.
+        // The fourth, in a burst: paused, and a beat asked for when it may be asked for again.
         ask(&mut loader, &mut mem);
-        assert_eq!(mem.files[&mine].state, file_state::LOADING);
+        assert_eq!(mem.files[&mine].state, file_state::PAUSED);
         assert!(loader.idle(), "not built in a burst");
         let reopen = loader.next_reopen().expect("a beat when the spread has passed");
         assert!(reopen > Instant::now() && reopen <= Instant::now() + Duration::from_millis(200));
         loader.on_event(None, &mut mem);
-        assert_eq!(mem.files[&mine].state, file_state::LOADING, "not before its time");
+        assert_eq!(mem.files[&mine].state, file_state::PAUSED, "not before its time");
         std::thread::sleep(reopen.saturating_duration_since(Instant::now()) + Duration::from_millis(5));
         loader.on_event(None, &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::UNBUILT, "handed back once the spread has passed");
@@ -895,7 +897,10 @@ mod tests {
                 &mut mem,
             );
         }
+        assert_eq!(mem.files[&mine].state, file_state::PAUSED);
         assert!(loader.next_reopen().is_some());
+        // The walker asks for a paused file only from a blocking walk.
+        mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
         loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine, ..Default::default() }), &mut mem);
         loader.settle(Duration::from_secs(60), &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::READY);

@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use anyhow::{anyhow, Result};
+
 use super::{plt_threshold, Base, Row, Rule};
 
 /// DWARF register numbers of x86-64.
@@ -163,14 +165,14 @@ impl<'a> Cursor<'a> {
 /// span, in the section's order. An FDE that cannot be
 /// read is left out (its code then has no rule: walks stop there); the section
 /// itself is refused only when its entries' lengths do not hold together.
-pub fn fdes(data: &[u8], section_addr: u64, text_addr: u64, rows: &mut Vec<Row>) -> Result<Vec<Span>, String> {
+pub fn fdes(data: &[u8], section_addr: u64, text_addr: u64, rows: &mut Vec<Row>) -> Result<Vec<Span>> {
     let sec = Section { data, addr: section_addr, text: text_addr };
     let mut spans = Vec::new();
     let mut cies: HashMap<usize, Option<Cie>> = HashMap::new();
     let mut at = 0usize;
     while at < data.len() {
         let mut c = Cursor { data, at, end: data.len() };
-        let bad = || format!("bad .eh_frame entry at offset {at:#x}");
+        let bad = || anyhow!("bad .eh_frame entry at offset {at:#x}");
         let (length, wide) = match c.u32().ok_or_else(bad)? {
             0 => break,
             0xffff_ffff => (c.u64().ok_or_else(bad)?, true),
@@ -373,7 +375,9 @@ fn run(c: &mut Cursor, cie: &Cie, pc: Option<u64>, state: &mut State, sec: &Sect
                     set(state, c.uleb()?, Reg::SameValue);
                     None
                 }
-                0x09 => {
+                // register, val_offset, val_offset_sf: a rule a table cannot
+                // follow (a LEB128 is as long read signed or not).
+                0x09 | 0x14 | 0x15 => {
                     let reg = c.uleb()?;
                     c.uleb()?;
                     set(state, reg, Reg::Other);
@@ -431,18 +435,6 @@ fn run(c: &mut Cursor, cie: &Cie, pc: Option<u64>, state: &mut State, sec: &Sect
                 0x13 => {
                     let Cfa::Reg { reg, .. } = state.cfa else { return None };
                     state.cfa = Cfa::Reg { reg, offset: factored(c.sleb()?) };
-                    None
-                }
-                0x14 => {
-                    let reg = c.uleb()?;
-                    c.uleb()?;
-                    set(state, reg, Reg::Other);
-                    None
-                }
-                0x15 => {
-                    let reg = c.uleb()?;
-                    c.sleb()?;
-                    set(state, reg, Reg::Other);
                     None
                 }
                 0x2e => {

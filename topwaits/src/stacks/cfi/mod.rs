@@ -86,7 +86,7 @@ impl Table {
     pub fn from_eh_frame(data: &[u8], eh_frame_addr: u64, text_addr: u64) -> Result<Table> {
         // About one row per 8 bytes of the section in a distribution's files.
         let mut rows = Vec::with_capacity(data.len() / 8);
-        let mut spans = eh_frame::fdes(data, eh_frame_addr, text_addr, &mut rows).map_err(|e| anyhow!(e))?;
+        let mut spans = eh_frame::fdes(data, eh_frame_addr, text_addr, &mut rows)?;
         spans.sort_by_key(|s| s.start);
         let mut out: Vec<Row> = Vec::with_capacity(rows.len() + spans.len());
         let mut covered_to = 0u64;

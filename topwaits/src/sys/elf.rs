@@ -80,6 +80,12 @@ pub fn section_with_addr<R: Read + Seek>(f: &mut R, name: &str) -> io::Result<Op
     }
 }
 
+/// The virtual address of section `name`, its contents left unread (perf's
+/// `.text`, whose address a table needs, is 2.4 MB).
+pub fn section_addr<R: Read + Seek>(f: &mut R, name: &str) -> io::Result<Option<u64>> {
+    Ok(sections(f)?.into_iter().find(|(n, _)| n == name).map(|(_, h)| u64_at(&h, 0x10)))
+}
+
 /// The bytes of the section whose header is `h`, refused past `limit` bytes.
 fn section_data<R: Read + Seek>(f: &mut R, h: &[u8; 64], limit: u64, too_large: &str) -> io::Result<Vec<u8>> {
     let (off, size) = (u64_at(h, 0x18), u64_at(h, 0x20));
@@ -226,6 +232,18 @@ mod tests {
         assert!(String::from_utf8_lossy(&interp).contains("ld-linux"), "{interp:?}");
         assert_eq!(section_bytes(&mut f, ".no-such-section").unwrap(), None);
         assert!(section_bytes(&mut io::Cursor::new(b"junk".repeat(20)), ".text").is_err());
+    }
+
+    /// A section's address alone is the address its bytes come with.
+    #[test]
+    fn a_sections_address_is_read_without_its_bytes() {
+        let me = std::env::current_exe().unwrap();
+        let mut f = std::fs::File::open(&me).unwrap();
+        let (addr, _) = section_with_addr(&mut f, ".text").unwrap().unwrap();
+        assert!(addr > 0);
+        assert_eq!(section_addr(&mut f, ".text").unwrap(), Some(addr));
+        assert_eq!(section_addr(&mut f, ".no-such-section").unwrap(), None);
+        assert!(section_addr(&mut io::Cursor::new(b"junk".repeat(20)), ".text").is_err());
     }
 
     #[test]

@@ -545,7 +545,7 @@ mod tests {
         for path in &files {
             let mut f = std::io::BufReader::new(std::fs::File::open(path).unwrap());
             let Ok(Some((eh_addr, data))) = crate::sys::elf::section_with_addr(&mut f, ".eh_frame") else { continue };
-            let text_addr = crate::sys::elf::section_with_addr(&mut f, ".text").ok().flatten().map_or(0, |(a, _)| a);
+            let text_addr = crate::sys::elf::section_addr(&mut f, ".text").ok().flatten().unwrap_or(0);
             let Ok((want_rows, want)) = by_gimli(&data, eh_addr, text_addr) else { continue };
             let mut rows = Vec::new();
             let got = fdes(&data, eh_addr, text_addr, &mut rows).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

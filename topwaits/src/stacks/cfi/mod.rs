@@ -114,7 +114,7 @@ impl Table {
     /// The table of an ELF file, or None when it has no `.eh_frame`.
     pub fn from_elf<R: Read + Seek>(f: &mut R) -> Result<Option<Table>> {
         let Some((eh_addr, data)) = elf::section_with_addr(f, ".eh_frame")? else { return Ok(None) };
-        let text_addr = elf::section_with_addr(f, ".text")?.map_or(0, |(a, _)| a);
+        let text_addr = elf::section_addr(f, ".text")?.unwrap_or(0);
         Table::from_eh_frame(&data, eh_addr, text_addr).map(Some)
     }
 

@@ -26,9 +26,12 @@ pub trait PySink {
 }
 
 /// The interpreter file a process maps, with its load bias, if any. Files are
-/// looked at once each (by device and inode).
+/// looked at once each (by device and inode), and only those that can hold
+/// one (see [`may_hold_interpreter`]).
 fn interpreter_of(files: &mut HashMap<(u64, u64), Option<PyFile>>, tgid: u32, maps: &[Mapping]) -> Option<(PyFile, u64)> {
-    for m in maps {
+    let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
+    let exe = exe.as_deref().and_then(|p| p.to_str());
+    for m in maps.iter().filter(|m| may_hold_interpreter(m, exe)) {
         let file = files
             .entry((m.dev, m.inode))
             .or_insert_with(|| probe::file_symbols(&mut std::io::BufReader::new(procfs::open_mapped(tgid, m)?)))
@@ -39,6 +42,17 @@ fn interpreter_of(files: &mut HashMap<(u64, u64), Option<PyFile>>, tgid: u32, ma
         }
     }
     None
+}
+
+/// Whether mapping `m` of a process whose executable is `exe` can hold a
+/// CPython interpreter: the executable itself (python3 links it in, and so
+/// may a program that embeds it), or a library named for it (libpython3.x,
+/// which perf, uwsgi, and PyInstaller's bundles load). Looking at every
+/// file's dynamic symbols instead cost about a millisecond for each new
+/// program of perf's size, on the main thread, as it arrived.
+fn may_hold_interpreter(m: &Mapping, exe: Option<&str>) -> bool {
+    let name = m.path.rsplit('/').next().unwrap_or(&m.path);
+    name.contains("python") || exe.is_some_and(|e| e == m.path)
 }
 
 /// Checks the interpreter of `file` in live process `tgid`. A process in
@@ -271,6 +285,25 @@ mod tests {
             Ok(())
         }
         fn drop_python(&mut self, _: u32) {}
+    }
+
+    /// The files looked at for an interpreter: the executable and libraries
+    /// named for Python, not the rest of what a program maps (perf maps forty
+    /// files and links libpython).
+    #[test]
+    fn only_the_executable_and_python_libraries_are_looked_at() {
+        let at = |path: &str| Mapping { start: 0, end: 1, offset: 0, path: path.into(), exec: true, dev: 0, inode: 0 };
+        let exe = Some("/usr/bin/perf");
+        assert!(may_hold_interpreter(&at("/usr/bin/perf"), exe));
+        assert!(may_hold_interpreter(&at("/usr/lib/x86_64-linux-gnu/libpython3.13.so.1.0"), exe));
+        assert!(!may_hold_interpreter(&at("/usr/lib/x86_64-linux-gnu/libc.so.6"), exe));
+        assert!(!may_hold_interpreter(&at("/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33"), exe));
+        // A statically linked interpreter under another name (an application
+        // that embeds it) is found as the executable.
+        assert!(may_hold_interpreter(&at("/opt/app/bin/server"), Some("/opt/app/bin/server")));
+        // A directory named for Python does not make every file in it one.
+        assert!(!may_hold_interpreter(&at("/opt/python/lib/libssl.so.3"), None));
+        assert!(may_hold_interpreter(&at("/root/.pyenv/versions/3.11.7/bin/python3.11"), None));
     }
 
     /// What the fork hook copied for a child of a parent that is not ready is

@@ -107,6 +107,8 @@ pub fn run(config: &Config) -> Result<()> {
         symbolizer.warm_kernel();
     }
     let mut events = tracer.take_events()?;
+    // The programs are loaded (the kernel's BTF parsed): tables are built from here.
+    crate::sys::heap::for_tracing();
     load_learners(&mut tracer, &mut events, &mut |e| on_event(&mut symbolizer, &unwinder, e));
     let mut snapshots = crate::analysis::snapshot::Snapshotter::default();
     snapshots.set_cache(cache);
@@ -134,6 +136,7 @@ pub fn run(config: &Config) -> Result<()> {
             (Some(i), Some(l)) => Some(i.min(l)),
             (i, l) => i.or(l),
         };
+        crate::sys::heap::for_tracing();
         let end = {
             let tracer = &tracer;
             wait(slice, &mut targets, &mut events, &mut long, &mut |e| on_event(&mut symbolizer, &unwinder, e), &mut || {
@@ -144,6 +147,7 @@ pub fn run(config: &Config) -> Result<()> {
             })?
         };
         status.clear();
+        crate::sys::heap::for_report();
         let finished = config.interval.is_none()
             || matches!(end, End::Signal(_) | End::TargetsExited)
             || deadline.is_some_and(|d| std::time::Instant::now() >= d);

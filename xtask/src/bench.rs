@@ -5,7 +5,6 @@
 //! memory, the time of a `blocked` snapshot of 1,000 threads, and the share of
 //! unresolved user frames against offcputime's on a Python HTTP server. Prints a markdown table and writes it to target/bench.md.
 
-use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -179,7 +178,7 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     if let Some(w) = r.walker.lock().ok().and_then(|w| *w) {
         s.walker_ms.push(w.as_secs_f64() * 1e3);
     }
-    let before = snapshot(&r.prog_ids)?;
+    let before = snapshot(&r)?;
     let (cpu0, t0) = (cpu_ns(r.child.id()), Instant::now());
     let secs = workload(kind)?;
     // A thread of the tracer that ends meanwhile takes its time out of the sum.
@@ -187,7 +186,7 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     if kind == "messaging" {
         s.user_cpu_messaging.push(user_cpu);
     }
-    let (total_ns, switches) = spent(&before, &snapshot(&r.prog_ids)?);
+    let (total_ns, switches) = spent(&before, &snapshot(&r)?);
     // Read now: topwaits loads its stack learners after attaching.
     s.verified.push(verified_insns(r.child.id()) as f64);
     eprintln!("bench:   {secs:.3} s, {switches} switches, {:.0} ns/switch", total_ns as f64 / switches.max(1) as f64);
@@ -241,7 +240,7 @@ fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
     // trace then ends by itself and reports.
     drop(work.stdin.take());
     work.wait()?;
-    let r = Running { child, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0, walker: Default::default() };
+    let r = Running { child, startup: Duration::ZERO, prog_ids: Default::default(), map_bytes: 0, walker: Default::default() };
     let (report, rss_kib) = end(r, false)?;
     if rss_kib <= harness_kib {
         bail!(
@@ -328,7 +327,7 @@ fn full_load(bin: &str) -> Result<String> {
     let tracer = spawn_attached(bin, &["--json", "-w", "--open-waits", "no"], std::fs::File::create(&out_path)?)?;
     let out = Command::new("perf").args(["bench", "sched", "messaging", "-g", "20", "-l", "300"]).output()?;
     let secs = total_time(&out.stdout).unwrap_or(f64::NAN);
-    let r = Running { child: tracer, startup: Duration::ZERO, prog_ids: BTreeSet::new(), map_bytes: 0, walker: Default::default() };
+    let r = Running { child: tracer, startup: Duration::ZERO, prog_ids: Default::default(), map_bytes: 0, walker: Default::default() };
     let (report, _) = stop(r)?;
     let text = std::fs::read_to_string(&out_path)?;
     let grab = |key: &str| -> u64 { num(&text, key).unwrap_or(0) };

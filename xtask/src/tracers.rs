@@ -2,7 +2,7 @@
 //! stop it and read its peak RSS, its BPF programs' run time (bpf_stats) and map
 //! memory, its own CPU time, and the per-switch cost of its programs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -110,7 +110,8 @@ pub fn string(obj: &str, key: &str) -> Option<String> {
 pub struct Running {
     pub child: Child,
     pub startup: Duration,
-    pub prog_ids: BTreeSet<u64>,
+    /// The programs it created, by id, with their names.
+    pub prog_ids: BTreeMap<u64, String>,
     pub map_bytes: u64,
     /// From the start to the line on stderr that says topwaits' user stack
     /// walker is in place (its full programs loaded after attaching), once
@@ -179,7 +180,7 @@ pub fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
             bail!("{} did not attach within 30 s", cmd[0]);
         }
     };
-    let prog_ids = progs()?.into_iter().map(|p| p.id).filter(|id| !before.contains(id)).collect();
+    let prog_ids = progs()?.into_iter().filter(|p| !before.contains(&p.id)).map(|p| (p.id, p.name)).collect();
     let map_bytes = maps()?.into_iter().filter(|m| !maps_before.contains(&m.0)).map(|m| m.1).sum();
     // Keep draining stderr so the tracer never blocks on it, noting when the
     // walker is in place.
@@ -291,9 +292,36 @@ pub fn fdinfo_field(info: &str, key: &str) -> Option<u64> {
     info.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().parse().ok())
 }
 
-/// The statistics of the programs in `ids`.
-pub fn snapshot(ids: &BTreeSet<u64>) -> Result<Vec<Prog>> {
-    Ok(progs()?.into_iter().filter(|p| ids.contains(&p.id)).collect())
+/// The statistics of the programs tracer `r` created, read from the
+/// descriptors it holds (`/proc/PID/fdinfo`): running bpftool instead, just
+/// before the workload, had the tracer handle a new program's arrival (its
+/// exec, maps and, with an empty cache, tables) inside the measured window.
+/// bpftool is the fallback for a tracer that holds no descriptor of some of
+/// its programs.
+pub fn snapshot(r: &Running) -> Result<Vec<Prog>> {
+    let held = held_progs(std::path::Path::new(&format!("/proc/{}/fdinfo", r.child.id())), &r.prog_ids);
+    if held.len() == r.prog_ids.len() {
+        return Ok(held);
+    }
+    Ok(progs()?.into_iter().filter(|p| r.prog_ids.contains_key(&p.id)).collect())
+}
+
+/// The programs among `names` that a process holds a descriptor of (`fdinfo`:
+/// its fdinfo directory), each once, with their statistics.
+fn held_progs(fdinfo: &std::path::Path, names: &BTreeMap<u64, String>) -> Vec<Prog> {
+    let Ok(dir) = std::fs::read_dir(fdinfo) else { return Vec::new() };
+    let mut out: BTreeMap<u64, Prog> = BTreeMap::new();
+    for info in dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()) {
+        let Some(id) = fdinfo_field(&info, "prog_id") else { continue };
+        let Some(name) = names.get(&id) else { continue };
+        out.entry(id).or_insert_with(|| Prog {
+            id,
+            name: name.clone(),
+            run_time_ns: fdinfo_field(&info, "run_time_ns").unwrap_or(0),
+            run_cnt: fdinfo_field(&info, "run_cnt").unwrap_or(0),
+        });
+    }
+    out.into_values().collect()
 }
 
 /// Run time of all programs between two snapshots, and the sched_switch runs.
@@ -314,9 +342,9 @@ pub fn spent(before: &[Prog], after: &[Prog]) -> (u64, u64) {
 pub fn cost_during(t: &Tracer, work: impl FnOnce() -> Result<()>) -> Result<f64> {
     let cmd = t.cmd.as_ref().ok_or_else(|| anyhow!("{} traces nothing", t.name))?;
     let r = start(cmd, &[])?;
-    let before = snapshot(&r.prog_ids)?;
+    let before = snapshot(&r)?;
     let worked = work();
-    let after = snapshot(&r.prog_ids);
+    let after = snapshot(&r);
     stop(r)?;
     worked?;
     let (total_ns, switches) = spent(&before, &after?);
@@ -349,6 +377,26 @@ mod tests {
         let r = spawn("0.1");
         let (took, _) = super::end(r, false).unwrap();
         assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    }
+
+    /// A program held twice is counted once, and programs not the tracer's
+    /// and descriptors of other kinds are left out.
+    #[test]
+    fn held_programs_come_from_the_fdinfo_of_their_descriptors() {
+        let dir = std::env::temp_dir().join(format!("xtask-fdinfo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let prog = |id: u64, ns: u64, cnt: u64| format!("pos:\t0\nprog_type:\t17\nprog_id:\t{id}\nrun_time_ns:\t{ns}\nrun_cnt:\t{cnt}\n");
+        std::fs::write(dir.join("3"), prog(7, 5000, 10)).unwrap();
+        std::fs::write(dir.join("4"), prog(7, 5000, 10)).unwrap();
+        std::fs::write(dir.join("5"), prog(8, 900, 3)).unwrap();
+        std::fs::write(dir.join("6"), prog(99, 1, 1)).unwrap();
+        std::fs::write(dir.join("7"), "pos:\t0\nflags:\t02\nmap_id:\t8\n").unwrap();
+        let names = [(7, "sched_switch".to_string()), (8, "sched_waking".to_string())].into_iter().collect();
+        let held = super::held_progs(&dir, &names);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let got: Vec<_> = held.iter().map(|p| (p.id, p.name.as_str(), p.run_time_ns, p.run_cnt)).collect();
+        assert_eq!(got, [(7, "sched_switch", 5000, 10), (8, "sched_waking", 900, 3)]);
+        assert_eq!(super::spent(&[], &held), (5900, 10));
     }
 
     #[test]

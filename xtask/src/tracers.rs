@@ -280,11 +280,21 @@ pub fn settle(pid: u32) {
 /// `pid` holds (`verified_insns` in their fdinfo, Linux 5.16+; 0 where not
 /// given). Start-up is mostly this work, and unlike time it does not swing.
 pub fn verified_insns(pid: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return 0 };
+    prog_fdinfos(&fdinfo_dir(pid)).iter().filter_map(|(_, info)| fdinfo_field(info, "verified_insns")).sum()
+}
+
+/// The fdinfo directory of process `pid`.
+fn fdinfo_dir(pid: u32) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/proc/{pid}/fdinfo"))
+}
+
+/// The fdinfo texts, with their program's id, of the BPF program descriptors
+/// in an fdinfo directory (none when it cannot be read).
+fn prog_fdinfos(fdinfo: &std::path::Path) -> Vec<(u64, String)> {
+    let Ok(dir) = std::fs::read_dir(fdinfo) else { return Vec::new() };
     dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .filter(|info| fdinfo_field(info, "prog_id").is_some())
-        .filter_map(|info| fdinfo_field(&info, "verified_insns"))
-        .sum()
+        .filter_map(|info| Some((fdinfo_field(&info, "prog_id")?, info)))
+        .collect()
 }
 
 /// A numeric `key:` line of an fdinfo file.
@@ -299,7 +309,7 @@ pub fn fdinfo_field(info: &str, key: &str) -> Option<u64> {
 /// bpftool is the fallback for a tracer that holds no descriptor of some of
 /// its programs.
 pub fn snapshot(r: &Running) -> Result<Vec<Prog>> {
-    let held = held_progs(std::path::Path::new(&format!("/proc/{}/fdinfo", r.child.id())), &r.prog_ids);
+    let held = held_progs(&fdinfo_dir(r.child.id()), &r.prog_ids);
     if held.len() == r.prog_ids.len() {
         return Ok(held);
     }
@@ -309,10 +319,8 @@ pub fn snapshot(r: &Running) -> Result<Vec<Prog>> {
 /// The programs among `names` that a process holds a descriptor of (`fdinfo`:
 /// its fdinfo directory), each once, with their statistics.
 fn held_progs(fdinfo: &std::path::Path, names: &BTreeMap<u64, String>) -> Vec<Prog> {
-    let Ok(dir) = std::fs::read_dir(fdinfo) else { return Vec::new() };
     let mut out: BTreeMap<u64, Prog> = BTreeMap::new();
-    for info in dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()) {
-        let Some(id) = fdinfo_field(&info, "prog_id") else { continue };
+    for (id, info) in prog_fdinfos(fdinfo) {
         let Some(name) = names.get(&id) else { continue };
         out.entry(id).or_insert_with(|| Prog {
             id,

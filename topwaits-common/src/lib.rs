@@ -111,6 +111,11 @@ pub struct TaskOffsets {
     /// `thread.fsbase` (x86-64): the thread's TLS base, which is its `pthread_t`
     /// (how CPython 3.10 names a thread state's thread).
     pub fsbase: u32,
+    /// `on_cpu`: non-zero while the task runs on a CPU (a task whose wait is in
+    /// progress when a trace begins is not on one).
+    pub on_cpu: u32,
+    /// Keeps the struct a whole number of words.
+    pub reserved: u32,
 }
 
 impl TaskOffsets {
@@ -130,6 +135,8 @@ impl TaskOffsets {
         pcount: u32::MAX,
         stack: u32::MAX,
         fsbase: u32::MAX,
+        on_cpu: u32::MAX,
+        reserved: 0,
     };
 }
 
@@ -317,7 +324,7 @@ pub const USER_SEED: u64 = 0x1319_8a2e_0370_7344;
 
 /// Folds one frame into a stack reference's hash.
 #[inline(always)]
-pub fn mix(hash: u64, ip: u64) -> u64 {
+pub const fn mix(hash: u64, ip: u64) -> u64 {
     let h = (hash ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     h ^ (h >> 29)
 }
@@ -327,6 +334,40 @@ pub fn mix(hash: u64, ip: u64) -> u64 {
 /// reference the kernel would give them.
 pub fn stack_ref(frames: &[u64], seed: u64) -> u64 {
     frames.iter().fold(seed ^ frames.len() as u64, |h, &ip| mix(h, ip)) | STACK_STORED
+}
+
+/// The user stack of a wait that was in progress when the trace began, until
+/// user space has walked it (see [`Rewalk`]): one frame, the mark of a stack cut
+/// while the trace started ([`unwind::cut::STARTING`]), kept in
+/// [`names::USTACKS`] under this reference by the `seed_waits` iterator. A wait
+/// that ends with it is left out (counted), so no record shows it.
+pub const SEEDED_USTACK: u64 = mix(USER_SEED ^ 1, unwind::CUT_MARK | unwind::cut::STARTING) | STACK_STORED;
+
+/// A wait in progress when the trace began, as the `seed_waits` iterator
+/// recorded it in [`names::STARTS`] (from the trace's start): its task, that
+/// start, and the user registers its user stack is walked from in user space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeededWait {
+    pub task: u64,
+    pub ts: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// The user stack that user space walked for a wait in progress when the trace
+/// began, by `task_struct` address in [`names::REWALKS`]: the wait that began
+/// (for the trace) at `ts` takes `ustack` in place of [`SEEDED_USTACK`] when it
+/// ends. Written only while that wait is still in progress, so the task never
+/// ran between the registers' reading and the stack's: the walk is its stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rewalk {
+    pub ts: u64,
+    pub ustack: u64,
 }
 
 /// Whether a task's last wakeup, at `woken` with chain reference `chain` (see
@@ -831,8 +872,17 @@ pub mod counter {
     pub const LOST_SAMPLES_FULL: u32 = 24;
     /// Samples whose event did not fit into the full event ring buffer.
     pub const LOST_SAMPLE_EVENTS: u32 = 25;
+    /// Waits in progress when the trace began, recorded from its start by the
+    /// `seed_waits` iterator.
+    pub const SEEDED: u32 = 26;
+    /// Of those, the ones that ended with the user stack user space walked.
+    pub const SEEDED_WALKED: u32 = 27;
+    /// Of those, the ones that ended before user space had walked their user
+    /// stack, left out, and their nanoseconds.
+    pub const SEEDED_UNWALKED: u32 = 28;
+    pub const SEEDED_UNWALKED_NS: u32 = 29;
     /// Number of counters (the size of the COUNTERS map).
-    pub const COUNT: u32 = 26;
+    pub const COUNT: u32 = 30;
 }
 
 /// Map, program and global names, shared so the two sides cannot drift apart.
@@ -850,6 +900,8 @@ pub mod names {
     pub const LEARNERS: &str = "LEARNERS";
     pub const PROG_LEARN_BTF: &str = "learn_stack_btf";
     pub const PROG_TASK_REGS: &str = "task_regs";
+    pub const PROG_SEED_WAITS: &str = "seed_waits";
+    pub const REWALKS: &str = "REWALKS";
     pub const PROG_LEARN_RAW: &str = "learn_stack_raw";
     pub const WAKE_LEARNERS: &str = "WAKE_LEARNERS";
     pub const PROG_LEARN_WAKER_BTF: &str = "learn_waker_btf";
@@ -956,6 +1008,7 @@ mod pod {
     unsafe impl aya::Pod for super::WaitEvent {}
     unsafe impl aya::Pod for super::SampleKey {}
     unsafe impl aya::Pod for super::SampleVal {}
+    unsafe impl aya::Pod for super::Rewalk {}
     unsafe impl aya::Pod for super::unwind::ExecMap {}
     unsafe impl aya::Pod for super::unwind::ProcMaps {}
     unsafe impl aya::Pod for super::unwind::FileInfo {}
@@ -966,6 +1019,13 @@ mod pod {
 mod tests {
     use super::*;
     use core::mem::size_of;
+
+    #[test]
+    fn a_seeded_wait_names_the_one_frame_stack_its_reference_hashes() {
+        let mark = unwind::CUT_MARK | unwind::cut::STARTING;
+        assert_eq!(SEEDED_USTACK, stack_ref(&[mark], USER_SEED));
+        assert!(unwind::is_cut_mark(mark));
+    }
 
     #[test]
     fn a_wakeup_ends_a_wait_only_from_within_it_and_with_a_chain() {
@@ -991,7 +1051,9 @@ mod tests {
         assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
         assert_eq!(size_of::<unwind::ProcMaps>(), 16 + 32 * unwind::MAX_MAPS);
         assert_eq!(size_of::<unwind::FileInfo>(), 8);
-        assert_eq!(size_of::<TaskOffsets>(), 4 * 14);
+        assert_eq!(size_of::<TaskOffsets>(), 4 * 16);
+        assert_eq!(size_of::<SeededWait>(), 8 * 2 + 4 * 2 + 8 * 3);
+        assert_eq!(size_of::<Rewalk>(), 8 * 2);
         assert_eq!(size_of::<ProcEvent>(), 16);
         assert_eq!(size_of::<TaskRegs>(), 8 + 8 * 3);
         assert_eq!(size_of::<ThreadStats>(), 8 + TASK_COMM_LEN + 8 * 8 + 8 * 5 + 4 * 6);

@@ -37,7 +37,7 @@ unsafe extern "C" fn hash_frame(i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
 }
 
 /// The seed of kernel stack hashes (see [`stackref::hash`]).
-const SEED: u64 = 0x243f_6a88_85a3_08d3;
+pub const SEED: u64 = 0x243f_6a88_85a3_08d3;
 
 /// A 64-bit hash of the first `n` frames of the stack scratch, with
 /// [`STACK_STORED`] set, equal to [`stackref::hash`] with [`SEED`]. Also sets the

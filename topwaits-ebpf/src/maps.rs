@@ -48,6 +48,11 @@ pub static KSTACKS: HashMap<u64, KernelStack> = HashMap::with_max_entries(limits
 #[map]
 pub static STARTS: HashMap<u64, SwitchOut> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
 
+/// User stacks that user space walked for waits in progress when the trace
+/// began (see `topwaits_common::Rewalk`), by `task_struct` address.
+#[map]
+pub static REWALKS: HashMap<u64, topwaits_common::Rewalk> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
+
 /// One byte per hash of a `task_struct` address, set before a task first gets a
 /// `STARTS` entry and never cleared. A switch-in whose byte is 0 has no wait to end,
 /// and skips the hash lookup: under `-p`, that is nearly every switch on the machine.

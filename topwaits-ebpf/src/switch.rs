@@ -4,21 +4,21 @@
 
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray, programs::tracing::StackIdContext};
 use topwaits_common::{
-    counter, thread_kind, SwitchOut, WaitKey, WaitVal, What, PF_KTHREAD, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD,
+    counter, thread_kind, SwitchOut, WaitKey, WaitVal, What, PF_KTHREAD, SEEDED_USTACK, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD,
     TASK_UNINTERRUPTIBLE,
 };
 
 use crate::kcache::Hook;
 use crate::maps::{
     ask_for_maps, count, fold_or_insert, mark_started, maybe_started, set_member, settings, task_u32, thread_wanted, upsert, LAST_WAKE,
-    STARTS, WAITS,
+    REWALKS, STARTS, WAITS,
 };
 use crate::task::{capture_stacks, Outgoing};
 use crate::wake;
 
 /// Whether the filters of `-p/-t/-u/-k/--state` let this task's wait be recorded.
 #[inline(always)]
-fn wanted(out: &Outgoing) -> bool {
+pub fn wanted(out: &Outgoing) -> bool {
     let s = settings();
     if !thread_wanted(out.tgid, out.tid) {
         return false;
@@ -170,7 +170,7 @@ pub fn switch_in<C: StackIdContext, const CFI: bool>(ctx: &C, task: u64, clock: 
     if start.ts == 0 {
         return;
     }
-    end_wait::<C, CFI>(ctx, start, clock.now(), stacks_now);
+    end_wait::<C, CFI>(ctx, task, start, clock.now(), stacks_now);
 }
 
 /// The time of this switch, read from the clock once and only when needed: a
@@ -205,7 +205,7 @@ fn end_unseen<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, start
         // at a switch-in, and this one was missed.
         Some(at) if in_own_context && at >= start.ts => {
             count(counter::ENDS_ESTIMATED, 1);
-            end_wait::<C, CFI>(ctx, start, at, false);
+            end_wait::<C, CFI>(ctx, out.task, start, at, false);
         }
         _ => {
             count(counter::UNENDED, 1);
@@ -214,10 +214,10 @@ fn end_unseen<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, start
     }
 }
 
-/// Adds the wait in `start` (not yet consumed), ending at `now`, to the aggregate
-/// and marks it consumed.
+/// Adds the wait in `start` (not yet consumed) of `task`, ending at `now`, to
+/// the aggregate and marks it consumed.
 #[inline(always)]
-fn end_wait<C: StackIdContext, const CFI: bool>(ctx: &C, start: &mut SwitchOut, now: u64, stacks_now: bool) {
+fn end_wait<C: StackIdContext, const CFI: bool>(ctx: &C, task: u64, start: &mut SwitchOut, now: u64, stacks_now: bool) {
     let began = start.ts;
     // Mark as consumed rather than delete: no map delete on the hot path.
     start.ts = 0;
@@ -233,6 +233,14 @@ fn end_wait<C: StackIdContext, const CFI: bool>(ctx: &C, start: &mut SwitchOut, 
         return;
     }
     let (kstack, ustack) = if stacks_now { capture_stacks::<C, CFI>(ctx, None) } else { (start.kstack, start.ustack) };
+    let ustack = if ustack == SEEDED_USTACK {
+        match rewalked(task, began, delta) {
+            Some(walked) => walked,
+            None => return,
+        }
+    } else {
+        ustack
+    };
     // Built in per-CPU scratch, as the start entry is: the BPF stack is too small.
     let Some(key) = SCRATCH_ROW.get_ptr_mut(0) else { return };
     // SAFETY: this CPU's scratch slot, used by this program run alone.
@@ -261,8 +269,29 @@ fn end_wait<C: StackIdContext, const CFI: bool>(ctx: &C, start: &mut SwitchOut, 
     }
 }
 
+/// The user stack of a wait that was in progress when the trace began (from
+/// `began`, lasting `delta` ns): the one user space walked for it while it
+/// waited. None where the wait ended first: its stack is unknown, and the wait
+/// (at most the few milliseconds the walks at the start take) is left out,
+/// counted, rather than kept under a stack cut short.
+#[inline(always)]
+fn rewalked(task: u64, began: u64, delta: u64) -> Option<u64> {
+    if let Some(r) = REWALKS.get_ptr_mut(&task) {
+        // SAFETY: a pointer from a map lookup; only this task's switches use it.
+        let r = unsafe { &mut *r };
+        if r.ts == began && r.ustack != 0 {
+            r.ts = 0;
+            count(counter::SEEDED_WALKED, 1);
+            return Some(r.ustack);
+        }
+    }
+    count(counter::SEEDED_UNWALKED, 1);
+    count(counter::SEEDED_UNWALKED_NS, delta);
+    None
+}
+
 /// The key of no row.
-const NO_ROW: WaitKey = WaitKey { kstack: 0, ustack: 0, tgid: 0, tid: 0, comm: [0; TASK_COMM_LEN], what: NO_WHAT };
+pub const NO_ROW: WaitKey = WaitKey { kstack: 0, ustack: 0, tgid: 0, tid: 0, comm: [0; TASK_COMM_LEN], what: NO_WHAT };
 const NO_WHAT: What = What { nr: 0, flags: 0, arg0: 0, obj: 0 };
 
 /// Whether two keys name the same row, compared a word at a time.

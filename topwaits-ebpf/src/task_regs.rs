@@ -7,37 +7,17 @@
 
 use core::ffi::c_void;
 
-use aya_ebpf::{
-    bindings::{seq_file, task_struct},
-    helpers::{bpf_seq_write, bpf_task_pt_regs},
-};
+use aya_ebpf::helpers::bpf_task_pt_regs;
 use topwaits_common::{TaskRegs, PF_KTHREAD};
 
+use crate::itertask::task_and_output;
 use crate::maps::{settings, task_u32};
 use crate::uwalk::{PtRegs, REGS_BP, REGS_CS, REGS_IP, REGS_SP, USER_CS};
-
-/// `struct bpf_iter__task`: the iterator's context, one pointer per field.
-#[repr(C)]
-struct IterTask {
-    meta: *const IterMeta,
-    task: *mut task_struct,
-}
-
-/// The head of `struct bpf_iter_meta`: the output file.
-#[repr(C)]
-struct IterMeta {
-    seq: *mut seq_file,
-}
 
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/task")]
 pub fn task_regs(ctx: *mut c_void) -> i32 {
-    // SAFETY: the context the kernel passes an `iter/task` program, whose two
-    // pointers the verifier types by BTF; `task` is null once, at the end.
-    let (meta, task) = unsafe { ((*(ctx as *const IterTask)).meta, (*(ctx as *const IterTask)).task) };
-    if task.is_null() || meta.is_null() {
-        return 0;
-    }
+    let Some((task, output)) = task_and_output(ctx) else { return 0 };
     let t = settings().task;
     let addr = task as u64;
     if task_u32(addr, t.flags).is_none_or(|f| f & PF_KTHREAD != 0) {
@@ -59,11 +39,6 @@ pub fn task_regs(ctx: *mut c_void) -> i32 {
         sp: regs.word(REGS_SP),
         bp: regs.word(REGS_BP),
     };
-    // SAFETY: `meta` is the iterator's, its `seq` the file being read; the
-    // record is a local of that size.
-    unsafe {
-        let seq = (*meta).seq;
-        bpf_seq_write(seq, (&raw const out).cast(), core::mem::size_of::<TaskRegs>() as u32);
-    }
+    output.write(&out);
     0
 }

@@ -62,13 +62,13 @@ pub fn fill(w: &mut What, tid: u32, state: u32, next_tgid: u32, now: u64) {
 #[map]
 static SCRATCH_TIMESPEC: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 
-/// Fills in the syscall the current task is in, if it came from user mode by one.
+/// Fills in the syscall the task whose registers are `regs` is in, if it came
+/// from user mode by one, and its first argument where kept; false otherwise.
 #[inline(always)]
-fn syscall(w: &mut What, now: u64) {
-    let Some(regs) = PtRegs::current() else { return };
+fn syscall_of(w: &mut What, regs: &PtRegs) -> bool {
     let nr = regs.word(REGS_ORIG_AX);
     if regs.word(REGS_CS) != USER_CS || nr >= MAX_NR {
-        return;
+        return false;
     }
     w.nr = nr as u32 + 1;
     let word = LABEL_SYSCALLS.get((nr / 64) as u32 & (label_syscalls::ARG0_WORDS - 1)).copied().unwrap_or(0);
@@ -78,7 +78,29 @@ fn syscall(w: &mut What, now: u64) {
             w.flags |= what::FUTEX_OP | (((regs.word(REGS_SI) & 0x7f) as u32) << what::FUTEX_OP_SHIFT);
         }
     }
-    if w.flags & what::KLOCK != 0 {
+    true
+}
+
+/// Writes into `w` what another task, whose registers are `regs`, waits for in
+/// `state` (0: runnable): its syscall and first argument. A sleep's asked time
+/// lies in that task's memory, which only its own context reads.
+#[inline(always)]
+pub fn fill_other(w: &mut What, regs: Option<PtRegs>, state: u32) {
+    *w = What { nr: 0, flags: 0, arg0: 0, obj: 0 };
+    if state == 0 {
+        w.flags = what::PREEMPTED;
+        return;
+    }
+    if let Some(regs) = regs {
+        syscall_of(w, &regs);
+    }
+}
+
+/// Fills in the syscall the current task is in, if it came from user mode by one.
+#[inline(always)]
+fn syscall(w: &mut What, now: u64) {
+    let Some(regs) = PtRegs::current() else { return };
+    if !syscall_of(w, &regs) || w.flags & what::KLOCK != 0 {
         return;
     }
     let nr1 = w.nr as u64;

@@ -494,7 +494,7 @@ fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
     let Some((ns, pid, root)) = ctr_app_started("a_program_in_its_own_namespaces_is_named_from_its_own_files", "ctr-root") else { return };
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     assert!(maps.contains(" /ctr_app"), "its maps name its own path: {maps}");
-    let doc = json(&run_walked(&["--json", "-U", "--wait-for-walker", "-p", &pid.to_string()], 1.5));
+    let doc = json(&run_walked(&["--json", "-U", "-p", &pid.to_string()], 1.5));
     drop(ns);
     let _ = std::fs::remove_dir_all(&root);
     let sleep = records_in(&doc, "tw_sleep_leaf");

@@ -59,8 +59,6 @@ fn pprof_samples_agree_with_the_json_report() {
     let path = std::env::temp_dir().join(format!("tw-pprof-{}.pb.gz", std::process::id()));
     let w = Workload::spawn("tw-pprof", tw_pprof_sleep);
     let tid = w.tid.to_string();
-    // Once the full bodies are in place: the six sleeps are then walked by
-    // one body, one stack (a sleep under the quick one is marked as such).
     let tracer = Tracer::start_learned(&["--json", "--pprof", path.to_str().unwrap(), "-t", &tid]);
     w.go();
     w.join();
@@ -88,8 +86,12 @@ fn pprof_samples_agree_with_the_json_report() {
         assert_eq!(values, [r["total_ns"].as_u64().unwrap(), r["count"].as_u64().unwrap()], "{r:#}");
         assert_eq!(s["labels"]["max_wait"].as_str().unwrap(), r["max_ns"].to_string(), "{r:#}");
         for (f, (_, name)) in s["frames"].as_array().unwrap().iter().zip(&frames) {
-            if let Some(name) = name {
-                assert_eq!(f["name"].as_str(), Some(name.as_str()), "{s:#}");
+            match (f["name"].as_str(), name) {
+                // A frame no symbol names is left for pprof's reader to name
+                // from its mapping; JSON writes its module and offset.
+                (None, Some(name)) => assert!(name.contains("+0x"), "{name} unnamed in pprof: {s:#}"),
+                (pprof, Some(name)) => assert_eq!(pprof, Some(name.as_str()), "{s:#}"),
+                (_, None) => {}
             }
         }
         assert_eq!(s["labels"]["comm"], r["comm"]);

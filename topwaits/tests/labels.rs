@@ -182,10 +182,7 @@ fn tw_sleep_to_deadlines(n: usize) {
 fn sleeps_to_a_deadline_are_one_record_that_says_so() {
     require_bpf!();
     let sleeper = Workload::spawn("tw-abs-sleeper", || tw_sleep_to_deadlines(60));
-    // Its sleeps begin once the walker is in place: in the first moments of a
-    // trace, on a busy machine, stacks are cut ([cut:walker-starting]) and
-    // would not name the function.
-    let tracer = Tracer::start_learned(&["--json", "--wait-for-walker", "-t", &sleeper.tid.to_string(), "1.5"]);
+    let tracer = Tracer::start_learned(&["--json", "-t", &sleeper.tid.to_string(), "1.5"]);
     sleeper.go();
     let doc = json(&tracer.finish());
     sleeper.join();

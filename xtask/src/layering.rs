@@ -10,7 +10,7 @@ mod tests {
     /// ones after it. Hook files (one per tracepoint) sit above all of them.
     const ORDER: &[&str] = &[
         "switch", "events", "wake", "threads", "task", "what", "kstack", "ustack", "kcache", "uwalk", "pyframes", "uread", "stackref",
-        "taskmap", "maps",
+        "taskmap", "itertask", "maps",
     ];
 
     /// Whether `text` holds `form` as a whole name (`crate::task` is not in

@@ -121,6 +121,14 @@ impl Snapshotter {
         })
     }
 
+    /// The user stack of thread `tid` of `tgid`, off its CPU with the user
+    /// registers `(pc, sp, bp)` (as a BPF iterator read them): unwound from the
+    /// tables as [`Snapshotter::take`] unwinds it, with the frame pointer known.
+    pub fn user_stack(&mut self, tgid: u32, tid: u32, (pc, sp, bp): (u64, u64, u64)) -> Vec<u64> {
+        self.regs.insert(tid, TaskRegs { tid, tgid, ip: pc, sp, bp });
+        self.walk(tgid, tid, pc, sp)
+    }
+
     /// The user stack from its pc and sp: unwound from the tables on x86-64
     /// (the one architecture they are read for), else scanned, marked a guess.
     fn walk(&mut self, tgid: u32, tid: u32, pc: u64, sp: u64) -> Vec<u64> {

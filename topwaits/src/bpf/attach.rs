@@ -82,12 +82,23 @@ pub(super) const CGROUP_ATTACH: Hook =
     Hook { tracepoint: "cgroup_attach_task", btf: names::PROG_CGROUP_ATTACH_BTF, raw: names::PROG_CGROUP_ATTACH_RAW, body: None };
 pub(super) const WAKEUP_NEW: Hook = Hook { tracepoint: "sched_wakeup_new", btf: names::PROG_NEW_BTF, raw: names::PROG_NEW_RAW, body: None };
 
-/// The hooks a mode attaches, in order: sched_switch last, so that every event it
-/// sees had the others in place.
+/// Which of their bodies the hooks tail-call from the start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Bodies {
+    /// The quick ones (user stacks by frame pointers), which the verifier
+    /// checks in a fraction of the time: where no stack is walked from the
+    /// unwind tables (`--unwind fp`, `threads`), they are the same.
+    Quick,
+    /// The full ones, verified before anything attaches: every stack of the
+    /// trace is walked from the unwind tables, from its first moment.
+    Full,
+}
+
+/// The hooks a mode attaches, in order (sched_switch last, so that every event
+/// it sees had the others in place), the bodies they start with, and with
+/// `--on-cpu` the body of the sampler, loaded with them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-/// The hooks to attach, and whether their quick bodies are handed over at the
-/// start (otherwise a hook records nothing until its full body is in place).
-pub(super) struct Plan(Vec<Hook>, bool);
+pub(super) struct Plan(Vec<Hook>, Bodies, Option<&'static str>);
 
 impl Plan {
     /// A trace: wakers with `waker`, process events (exec and fork) with `events`.
@@ -100,17 +111,24 @@ impl Plan {
             hooks.extend([EXEC, FORK]);
         }
         hooks.push(SWITCH);
-        Plan(hooks, true)
+        Plan(hooks, Bodies::Quick, None)
+    }
+
+    /// The same hooks, with their full bodies verified before they attach.
+    pub fn full_from_the_start(self) -> Plan {
+        Plan(self.0, Bodies::Full, self.2)
     }
 
     /// `topwaits threads`: new threads, wakeups and switches; no process events.
-    /// The same hooks, recording nothing until their full bodies are in place.
-    pub fn whole_from_the_start(self) -> Plan {
-        Plan(self.0, false)
+    pub fn threads() -> Plan {
+        Plan(vec![WAKEUP_NEW, WAKING, SWITCH], Bodies::Quick, None)
     }
 
-    pub fn threads() -> Plan {
-        Plan(vec![WAKEUP_NEW, WAKING, SWITCH], true)
+    /// With `on` (`--on-cpu`): the sampler's program too, its body the full
+    /// one (user stacks from the unwind tables) with `walks`, or the quick one.
+    pub fn sampling(mut self, on: bool, walks: bool) -> Plan {
+        self.2 = on.then_some(if walks { names::PROG_SAMPLE_FULL } else { names::PROG_SAMPLE_QUICK });
+        self
     }
 
     /// With `on` (`threads --on-cpu`): also the process events, exec and fork,
@@ -138,10 +156,12 @@ impl Plan {
     }
 
     /// (program, tracepoint) pairs on tp_btf (`btf`) or raw_tp: each hook's
-    /// attached program, then the quick bodies.
+    /// attached program, then the bodies it starts with, then the sampler's
+    /// program and its body (its event is not a tracepoint).
     fn pairs(&self, btf: bool) -> Vec<(&'static str, &'static str)> {
         let hooks = self.0.iter().map(|h| (if btf { h.btf } else { h.raw }, h.tracepoint));
-        hooks.chain(self.quick_bodies(btf).map(|(_, prog, tp)| (prog, tp))).collect()
+        let sampler = self.2.map(|body| [(names::PROG_SAMPLE, "cpu-clock"), (body, "cpu-clock")]);
+        hooks.chain(self.bodies(btf).map(|(_, prog, tp)| (prog, tp))).chain(sampler.into_iter().flatten()).collect()
     }
 
     /// The attached programs alone, on the path.
@@ -149,14 +169,22 @@ impl Plan {
         self.0.iter().map(|h| (if btf { h.btf } else { h.raw }, h.tracepoint)).collect()
     }
 
-    /// (array, program, tracepoint) of each hook's quick body on the path.
-    fn quick_bodies(&self, btf: bool) -> impl Iterator<Item = (&'static str, &'static str, &'static str)> + '_ {
-        self.0.iter().filter_map(move |h| h.body.map(|b| (b.array, Body::pick(b.quick, btf), h.tracepoint)))
+    /// (array, program, tracepoint) of the body each hook starts with, on the path.
+    fn bodies(&self, btf: bool) -> impl Iterator<Item = (&'static str, &'static str, &'static str)> + '_ {
+        self.0.iter().filter_map(move |h| {
+            h.body.map(|b| (b.array, Body::pick(if self.1 == Bodies::Full { b.full } else { b.quick }, btf), h.tracepoint))
+        })
     }
 
-    /// (array, program, tracepoint) of each hook's full body on the path.
-    pub fn full_bodies(&self, btf: bool) -> Vec<(&'static str, &'static str, &'static str)> {
-        self.0.iter().filter_map(|h| h.body.map(|b| (b.array, Body::pick(b.full, btf), h.tracepoint))).collect()
+    /// Hands each hook (and the sampler) the body it starts with.
+    fn hand_over_bodies(&self, ebpf: &mut Ebpf, btf: bool) -> Result<()> {
+        for (array, prog, _) in self.bodies(btf).collect::<Vec<_>>() {
+            hand_over(ebpf, array, prog)?;
+        }
+        if let Some(body) = self.2 {
+            hand_over(ebpf, names::SAMPLE_IMPL, body)?;
+        }
+        Ok(())
     }
 
     /// The hooks besides sched_switch, which the kprobe path attaches by raw_tp.
@@ -211,16 +239,23 @@ pub(super) fn hand_over(ebpf: &mut Ebpf, array: &str, prog: &str) -> Result<()> 
     slot.set(0, &fd, 0).with_context(|| format!("failed to hand {prog} to its hook"))
 }
 
-/// Loads the plan's programs on tp_btf, then, once `ready` has returned (what
-/// must be in place before the first event: the unwind tables), attaches them.
-pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan, ready: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-    load_in_parallel(ebpf, &plan.pairs(true), |p, tp| {
-        let p: &mut BtfTracePoint = p.try_into()?;
-        loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))
-    })?;
-    for (array, prog, _) in plan.quick_bodies(true).filter(|_| plan.1).collect::<Vec<_>>() {
-        hand_over(ebpf, array, prog)?;
+/// Loads one program of a plan: a tracepoint's on the path (tp_btf with `btf`),
+/// or the on-CPU sampler's.
+fn load_one(p: &mut Program, tp: &'static str, btf: Option<&Btf>) -> Result<()> {
+    match (p, btf) {
+        (Program::PerfEvent(p), _) => loaded(p.load(), || "the on-CPU sampler".to_string()),
+        (Program::BtfTracePoint(p), Some(btf)) => loaded(p.load(tp, btf), || format!("the tp_btf {tp} program")),
+        (Program::RawTracePoint(p), None) => loaded(p.load(), || format!("the raw_tp {tp} program")),
+        (p, _) => Err(anyhow!("a {:?} program has no place in this attach plan", p.prog_type())),
     }
+}
+
+/// Loads the plan's programs on tp_btf (the sampler's too), hands the hooks
+/// their bodies, then, once `ready` has returned (what must be in place before
+/// the first event: the unwind tables), attaches them.
+pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan, ready: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    load_in_parallel(ebpf, &plan.pairs(true), |p, tp| load_one(p, tp, Some(btf)))?;
+    plan.hand_over_bodies(ebpf, true)?;
     ready()?;
     for (prog, tp) in plan.attached(true) {
         let p: &mut BtfTracePoint = program(ebpf, prog)?.try_into()?;
@@ -231,13 +266,8 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan, ready: &mut
 
 /// As [`attach_tp_btf`], on raw_tp.
 pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, plan: &Plan, ready: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-    load_in_parallel(ebpf, &plan.pairs(false), |p, tp| {
-        let p: &mut RawTracePoint = p.try_into()?;
-        loaded(p.load(), || format!("the raw_tp {tp} program"))
-    })?;
-    for (array, prog, _) in plan.quick_bodies(false).filter(|_| plan.1).collect::<Vec<_>>() {
-        hand_over(ebpf, array, prog)?;
-    }
+    load_in_parallel(ebpf, &plan.pairs(false), |p, tp| load_one(p, tp, None))?;
+    plan.hand_over_bodies(ebpf, false)?;
     ready()?;
     for (prog, tp) in plan.attached(false) {
         let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
@@ -346,8 +376,9 @@ mod tests {
         assert_eq!(Plan::threads().with_process_events(false).0, Plan::threads().0);
         assert_eq!(Plan::trace(false, true).following_cgroup(true).0, [EXEC, FORK, CGROUP_ATTACH, SWITCH]);
         assert_eq!(Plan::trace(true, false).following_cgroup(false).0, [WAKING, SWITCH]);
-        // Loaded before attaching: the attached programs, then the quick bodies
-        // they tail-call; attached: only the former.
+        // Loaded before attaching: the attached programs, then the bodies they
+        // tail-call (quick ones, or full ones verified before the start), then
+        // the sampler's; attached: only the first.
         assert_eq!(
             Plan::trace(false, true).pairs(true),
             [
@@ -357,15 +388,20 @@ mod tests {
                 (names::PROG_SWITCH_QUICK_BTF, "sched_switch"),
             ]
         );
-        assert_eq!(Plan::trace(false, true).attached(false).last(), Some(&(names::PROG_SWITCH_RAW, "sched_switch")));
-        // The full bodies follow after the start, each into its hook's array.
         assert_eq!(
-            Plan::trace(true, false).full_bodies(false),
+            Plan::trace(true, false).sampling(true, true).full_from_the_start().pairs(false),
             [
-                (names::WAKING_IMPL, names::PROG_WAKING_FULL_RAW, "sched_waking"),
-                (names::SWITCH_IMPL, names::PROG_SWITCH_FULL_RAW, "sched_switch")
+                (names::PROG_WAKING_RAW, "sched_waking"),
+                (names::PROG_SWITCH_RAW, "sched_switch"),
+                (names::PROG_WAKING_FULL_RAW, "sched_waking"),
+                (names::PROG_SWITCH_FULL_RAW, "sched_switch"),
+                (names::PROG_SAMPLE, "cpu-clock"),
+                (names::PROG_SAMPLE_FULL, "cpu-clock"),
             ]
         );
+        assert_eq!(Plan::trace(false, true).attached(false).last(), Some(&(names::PROG_SWITCH_RAW, "sched_switch")));
+        let threads = Plan::threads().sampling(true, false).pairs(true);
+        assert_eq!(threads[threads.len() - 2..], [(names::PROG_SAMPLE, "cpu-clock"), (names::PROG_SAMPLE_QUICK, "cpu-clock")]);
         assert_eq!(Plan::trace(true, false).besides_switch().collect::<Vec<_>>(), [&WAKING]);
     }
 }

@@ -100,6 +100,12 @@ impl Tracer {
         let mut arrived = 0;
         let (min_us, max_us) = self.block_us;
         batch::each(self.map(names::STARTS)?, |&task: &u64, st: &SwitchOut| {
+            if st.ts != 0 && st.ustack == topwaits_common::SEEDED_USTACK {
+                // In progress since before the trace and still: the thread
+                // never switched, and is read from /proc with the start its
+                // wait really had (`analysis::open`).
+                return;
+            }
             switched.insert(st.tid);
             if st.ts == 0 || st.ts > end_mono {
                 return;

@@ -9,6 +9,7 @@ mod drain;
 mod events;
 mod regs;
 mod sample;
+mod seed;
 mod unwind;
 
 pub use events::{ProcEvents, WaitEvents, MAX_HELD_EVENTS};
@@ -47,11 +48,9 @@ pub struct Tracer {
     /// CLOCK_MONOTONIC just before the first program was attached: events may be
     /// recorded from then on.
     attached_mono: u64,
-    /// The kernel's BTF, kept for loading the stack learner after attaching.
+    /// The kernel's BTF, kept for loading the stack learner after attaching
+    /// (tp_btf) and the iterator of the waits in progress at the start.
     btf: Option<Btf>,
-    /// The hooks' full bodies (array, program, tracepoint), loaded after the
-    /// start by [`Tracer::load_after_start`].
-    bodies: Vec<(&'static str, &'static str, &'static str)>,
     /// `-m`/`-M` in µs, which waits still in progress must pass too.
     block_us: (u64, u64),
     /// Long waits are sent as events (`--events-over`).
@@ -62,14 +61,10 @@ pub struct Tracer {
     /// Taken by [`Tracer::stop`]: the open waits (task, start) whose thread had
     /// been back on a CPU by then, unseen by the hook; None while attached.
     arrived_at_stop: Option<HashMap<u64, u64>>,
-    /// The trace begins once the full bodies are in place (see
-    /// `Config::whole_from_the_start`): [`Tracer::load_after_start`] moves
-    /// `attached_mono` there.
-    begins_at_full: bool,
-    /// `--on-cpu`: the sampling period (ns), and whether the sampler's full body
-    /// is still to load after the start.
+    /// User stacks are walked from the unwind tables (`--unwind cfi`).
+    walks: bool,
+    /// `--on-cpu`: the sampling period (ns).
     sample_period: Option<u64>,
-    sampler_full: bool,
 }
 
 /// The long-wait event ring buffer: 8 MiB, about 75,000 events of 112 bytes,
@@ -308,7 +303,10 @@ impl Tracer {
         let have_btf = btf_path.exists();
         // aya parses the kernel's BTF once more to attach tp_btf: when asked for, do
         // that on another CPU while the offsets are read and the programs load.
-        let attach_btf = (have_btf && config.attach == AttachMode::TpBtf).then(|| std::thread::spawn(Btf::from_sys_fs));
+        // The iterator that records the waits in progress at the start needs it
+        // too (with the walker: their user stacks are walked whole).
+        let cfi = config.settings().cfi != 0;
+        let attach_btf = (have_btf && (config.attach == AttachMode::TpBtf || cfi)).then(|| std::thread::spawn(Btf::from_sys_fs));
         let kernel_btf = move || -> Result<Btf> {
             match attach_btf {
                 Some(t) => t.join().map_err(|_| anyhow!("the BTF parser thread panicked"))?.map_err(Into::into),
@@ -360,14 +358,14 @@ impl Tracer {
         }
         cgroup_offsets_into(&mut settings)?;
         let mut ebpf = load(loader, &settings, &sizes, &config.threads)?;
-        let cfi = settings.cfi != 0;
         let take_unwind = |ebpf: &mut aya::Ebpf| if cfi { UnwindMaps::take(ebpf).map(Some) } else { Ok(None) };
         let plan = Plan::trace(config.waker, settings.events != 0)
-            .following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP);
-        // Analyses built on whole stacks (`why`, `locks`, `record --why`) record
-        // nothing until the walker is in place: their trace begins then.
-        let whole = cfi && config.whole_from_the_start;
-        let plan = if whole { plan.whole_from_the_start() } else { plan };
+            .following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP)
+            .sampling(config.on_cpu.is_some(), cfi);
+        // With the walker, the hooks' full bodies are verified before anything
+        // attaches, so that every stack of the trace is walked whole; the waits
+        // already in progress then are recorded by `Tracer::seed_waits`.
+        let plan = if cfi { plan.full_from_the_start() } else { plan };
         let mut attached_mono = crate::util::clock::monotonic_now();
         let mut kernel_btf = Some(kernel_btf);
         let mut btf = || kernel_btf.take().ok_or_else(|| anyhow!("the kernel's BTF was parsed once already"))?();
@@ -378,10 +376,13 @@ impl Tracer {
         let first = std::thread::scope(|s| {
             let prepare = &mut prepare;
             let mut preparing = Some(s.spawn(move || prepare(unwind)));
+            let attached_at = &mut attached_mono;
             let mut ready = || -> Result<()> {
                 if let Some(h) = preparing.take() {
                     prepared = Some(h.join().map_err(|_| anyhow!("the unwind table thread panicked"))??);
                 }
+                // The programs are verified: the first attaches now.
+                *attached_at = crate::util::clock::monotonic_now();
                 Ok(())
             };
             let attached = match config.attach {
@@ -408,12 +409,21 @@ impl Tracer {
                 warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::util::stderr::error_line(&e));
                 ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
                 prepared = Some(prepare(take_unwind(&mut ebpf)?)?);
-                attached_mono = crate::util::clock::monotonic_now();
                 let kept = btf()?;
-                attach_tp_btf(&mut ebpf, &kept, &plan, &mut || Ok(()))?;
+                attach_tp_btf(&mut ebpf, &kept, &plan, &mut || {
+                    attached_mono = crate::util::clock::monotonic_now();
+                    Ok(())
+                })?;
                 (AttachKind::TpBtf, Some(kept))
             }
             Err(e) => return Err(e),
+        };
+        // Parsed for the iterator of the waits in progress, where attaching did
+        // not need it.
+        let kept_btf = match kept_btf {
+            Some(b) => Some(b),
+            None if cfi && have_btf && attach != AttachKind::Kprobe => btf().ok(),
+            None => None,
         };
         let prepared = prepared.ok_or_else(|| anyhow!("the unwind tables were not prepared"))?;
         add_late_members(&mut ebpf, &config.threads)?;
@@ -421,18 +431,16 @@ impl Tracer {
             attach::attach_lock_contention(&mut ebpf);
         }
         if let Some(hz) = config.on_cpu {
-            sample::attach(&mut ebpf, hz, !whole)?;
+            // Its body is in place already (loaded with the hooks'), but on
+            // the kprobe path, which loads its programs one by one.
+            let body = if attach == AttachKind::Kprobe { sample::Body::Load(names::PROG_SAMPLE_FULL) } else { sample::Body::Loaded };
+            sample::attach(&mut ebpf, hz, body)?;
         }
         info!("attached with {}", attach.name());
-        // The hooks' full bodies (user stacks from the unwind tables) follow the
-        // quick ones after attaching, with the learners; without the walker the
-        // quick ones are the same.
-        let bodies = if cfi && attach != AttachKind::Kprobe { plan.full_bodies(attach == AttachKind::TpBtf) } else { Vec::new() };
         let tracer = Tracer {
             ebpf,
             attach,
             waker: config.waker,
-            bodies,
             cpu_time: false,
             attached_mono,
             btf: kept_btf,
@@ -441,25 +449,42 @@ impl Tracer {
             holds_rows: settings.hold_rows != 0,
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
-            sampler_full: cfi && config.on_cpu.is_some(),
-            begins_at_full: whole,
+            walks: cfi,
         };
         Ok((tracer, prepared))
     }
 
-    /// Loads the programs that wait for the start (the hooks' full bodies and the
-    /// kernel-stack learners) and hands them to the hooks, which tail-call them:
-    /// the `sched_switch` ones, and with `--waker` the `sched_waking` ones, verified
-    /// at once. Done after attaching, so that their verification (the full
-    /// `sched_switch` body takes 150-200 ms, a learner 35-50) does not delay the
-    /// start; until then user stacks are taken by frame pointers (marked loading)
-    /// and every kernel stack is unwound.
+    /// Whether user stacks are walked from the unwind tables.
+    pub fn walks_user_stacks(&self) -> bool {
+        self.walks
+    }
+
+    /// Records the waits in progress now, as the trace begins (see
+    /// `seed_waits` in the eBPF crate): each traced thread off its CPU waits from
+    /// here. Returns those whose user stacks are to be walked, with their
+    /// registers; hand each back with [`Tracer::hand_back`] while it still waits.
+    pub fn seed_waits(&mut self) -> Result<Vec<topwaits_common::SeededWait>> {
+        if self.btf.is_none() {
+            self.btf = Some(Btf::from_sys_fs().context("failed to read the kernel's BTF for the waits in progress")?);
+        }
+        let btf = self.btf.as_ref().ok_or_else(|| anyhow!("kernel BTF not kept"))?;
+        seed::run(&mut self.ebpf, btf)
+    }
+
+    /// Hands the kernel the user stack walked for a wait in progress at the
+    /// start (see [`Tracer::seed_waits`]); false when it could not be kept.
+    pub fn hand_back(&mut self, wait: &topwaits_common::SeededWait, frames: &[u64]) -> Result<bool> {
+        seed::hand_back(&mut self.ebpf, wait, frames)
+    }
+
+    /// Loads the kernel-stack learners and hands them to the hooks, which
+    /// tail-call them: the `sched_switch` one, and with `--waker` the
+    /// `sched_waking` one, verified at once. Done after attaching, so that their
+    /// verification (35-50 ms each) does not delay the start; until then every
+    /// kernel stack is unwound.
     pub fn load_after_start(&mut self) -> Result<()> {
         if matches!(self.attach, AttachKind::Kprobe) {
             // The kprobe path takes stacks as the incoming task and learns nothing.
-            if std::mem::take(&mut self.sampler_full) {
-                sample::load_full(&mut self.ebpf)?;
-            }
             return Ok(());
         }
         let tp_btf = matches!(self.attach, AttachKind::TpBtf);
@@ -468,7 +493,6 @@ impl Tracer {
             let prog = if tp_btf { names::PROG_LEARN_WAKER_BTF } else { names::PROG_LEARN_WAKER_RAW };
             learners.push((names::WAKE_LEARNERS, prog, "sched_waking"));
         }
-        learners.extend(std::mem::take(&mut self.bodies));
         let progs: Vec<_> = learners.iter().map(|&(_, prog, tp)| (prog, tp)).collect();
         let btf = self.btf.take();
         let loaded = if tp_btf {
@@ -486,12 +510,6 @@ impl Tracer {
         loaded?;
         for (array, prog, _) in learners {
             attach::hand_over(&mut self.ebpf, array, prog)?;
-        }
-        if std::mem::take(&mut self.sampler_full) {
-            sample::load_full(&mut self.ebpf)?;
-        }
-        if self.begins_at_full {
-            self.attached_mono = crate::util::clock::monotonic_now();
         }
         Ok(())
     }
@@ -532,15 +550,21 @@ impl Tracer {
         let mut ebpf = load(loader, &settings, &sizes, &config.threads)?;
         let cfi = settings.cfi != 0;
         let prepared = prepare(if cfi { UnwindMaps::take(&mut ebpf).map(Some)? } else { None })?;
-        let mut attached_mono = crate::util::clock::monotonic_now();
         let plan = Plan::threads()
             .with_process_events(settings.events != 0)
-            .following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP);
+            .following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP)
+            .sampling(config.on_cpu.is_some(), cfi);
+        // When the first program attaches, its verification over.
+        let attached = std::cell::Cell::new(0);
+        let now = || {
+            attached.set(crate::util::clock::monotonic_now());
+            Ok(())
+        };
         let attach_btf = |ebpf: &mut Ebpf| -> Result<()> {
             let btf = Btf::from_sys_fs()?;
-            attach_tp_btf(ebpf, &btf, &plan, &mut || Ok(()))
+            attach_tp_btf(ebpf, &btf, &plan, &mut { now })
         };
-        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> { attach_raw_tp(ebpf, &plan, &mut || Ok(())) };
+        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> { attach_raw_tp(ebpf, &plan, &mut { now }) };
         // As for the off-CPU trace: raw_tp first, tp_btf when it fails.
         let attach = match config.attach {
             AttachMode::TpBtf => {
@@ -557,25 +581,25 @@ impl Tracer {
                         return Err(e.context("raw_tp unavailable; with --on-cpu, try --attach tp_btf"));
                     }
                     ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
-                    attached_mono = crate::util::clock::monotonic_now();
                     attach_btf(&mut ebpf)?;
                     AttachKind::TpBtf
                 }
             },
         };
+        let attached_mono = attached.get();
         if let Some(t) = &tracefs {
             attach_futex(&mut ebpf, t)?;
         }
         add_late_members(&mut ebpf, &config.threads)?;
         if let Some(hz) = config.on_cpu {
-            sample::attach(&mut ebpf, hz, true)?;
+            // Its body was loaded with the hooks'.
+            sample::attach(&mut ebpf, hz, sample::Body::Loaded)?;
         }
         info!("attached with {}", attach.name());
         let tracer = Tracer {
             ebpf,
             attach,
             waker: false,
-            bodies: Vec::new(),
             cpu_time: off.sum_exec != u32::MAX,
             attached_mono,
             btf: None,
@@ -584,19 +608,9 @@ impl Tracer {
             holds_rows: false,
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
-            sampler_full: cfi,
-            begins_at_full: false,
+            walks: cfi,
         };
         Ok((tracer, prepared))
-    }
-
-    /// Puts the sampler's full body (user stacks from the unwind tables) in
-    /// place, when it has one waiting: `topwaits threads` has no other bodies.
-    pub fn load_sampler_body(&mut self) -> Result<()> {
-        if std::mem::take(&mut self.sampler_full) {
-            sample::load_full(&mut self.ebpf)?;
-        }
-        Ok(())
     }
 
     /// The long-wait event ring buffer, once (with `--events-over`).

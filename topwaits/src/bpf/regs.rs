@@ -13,16 +13,21 @@ use topwaits_common::{names, TaskRegs};
 /// Runs the iterator of `ebpf` once (loading it the first time) and reads
 /// every user task's registers, by thread id.
 pub fn of_tasks(ebpf: &mut Ebpf, btf: &Btf) -> Result<HashMap<u32, TaskRegs>> {
-    let prog: &mut Iter =
-        ebpf.program_mut(names::PROG_TASK_REGS).ok_or_else(|| anyhow!("program {} missing", names::PROG_TASK_REGS))?.try_into()?;
+    Ok(parse(&run_task_iterator(ebpf, names::PROG_TASK_REGS, btf, "the task registers iterator")?))
+}
+
+/// Runs the task iterator program `name` once, loading it the first time
+/// (`what` names it in errors), and returns what it wrote.
+pub(super) fn run_task_iterator(ebpf: &mut Ebpf, name: &str, btf: &Btf, what: &str) -> Result<Vec<u8>> {
+    let prog: &mut Iter = ebpf.program_mut(name).ok_or_else(|| anyhow!("program {name} missing"))?.try_into()?;
     if prog.fd().is_err() {
-        prog.load("task", btf).context("failed to load the task registers iterator")?;
+        super::attach::loaded(prog.load("task", btf), || what.to_string())?;
     }
-    let link = prog.attach().context("failed to attach the task registers iterator")?;
-    let mut file = prog.take_link(link)?.into_file().context("failed to open the task registers iterator")?;
+    let link = prog.attach().with_context(|| format!("failed to attach {what}"))?;
+    let mut file = prog.take_link(link)?.into_file().with_context(|| format!("failed to open {what}"))?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).context("failed to read the task registers iterator")?;
-    Ok(parse(&bytes))
+    file.read_to_end(&mut bytes).with_context(|| format!("failed to read {what}"))?;
+    Ok(bytes)
 }
 
 /// The records the iterator wrote, by thread id; a torn tail is left out.

@@ -17,20 +17,27 @@ pub fn period_ns(hz: u32) -> u64 {
     1_000_000_000 / u64::from(hz.max(1))
 }
 
-/// Loads the attached program and, with `quick`, the quick body it tail-calls
-/// (user stacks by frame pointers until the full body is in place; without it,
-/// no sample is taken until then), and opens a `cpu-clock`
-/// event on every online CPU with the program attached, ticking
-/// `on_cpu::OVERSAMPLE` times as fast as `hz`: the program keeps a random one in
-/// that many ticks, so that samples come at `hz` on average.
-pub(super) fn attach(ebpf: &mut Ebpf, hz: u32, quick: bool) -> Result<()> {
-    let names = if quick { &[names::PROG_SAMPLE, names::PROG_SAMPLE_QUICK][..] } else { &[names::PROG_SAMPLE][..] };
-    for &name in names {
-        let p: &mut PerfEvent = program(ebpf, name)?.try_into()?;
-        loaded(p.load(), || format!("the on-CPU sampler ({name})"))?;
-    }
-    if quick {
-        hand_over(ebpf, names::SAMPLE_IMPL, names::PROG_SAMPLE_QUICK)?;
+/// The sampler's body, as [`attach`] finds it.
+pub(super) enum Body {
+    /// Loaded with the hooks' programs and handed over already.
+    Loaded,
+    /// To load (with the attached program) and hand over: its quick version
+    /// (user stacks by frame pointers until the full one is in place) or the
+    /// full one.
+    Load(&'static str),
+}
+
+/// Loads the attached program and the body it tail-calls, as `body` says, and
+/// opens a `cpu-clock` event on every online CPU with the program attached,
+/// ticking `on_cpu::OVERSAMPLE` times as fast as `hz`: the program keeps a
+/// random one in that many ticks, so that samples come at `hz` on average.
+pub(super) fn attach(ebpf: &mut Ebpf, hz: u32, body: Body) -> Result<()> {
+    if let Body::Load(body) = body {
+        for name in [names::PROG_SAMPLE, body] {
+            let p: &mut PerfEvent = program(ebpf, name)?.try_into()?;
+            loaded(p.load(), || format!("the on-CPU sampler ({name})"))?;
+        }
+        hand_over(ebpf, names::SAMPLE_IMPL, body)?;
     }
     let cpus = aya::util::online_cpus().map_err(|(path, e)| anyhow!("cannot read the online CPUs from {path}: {e}"))?;
     let p: &mut PerfEvent = program(ebpf, names::PROG_SAMPLE)?.try_into()?;
@@ -44,14 +51,6 @@ pub(super) fn attach(ebpf: &mut Ebpf, hz: u32, quick: bool) -> Result<()> {
         .with_context(|| format!("failed to open the on-CPU sampling event on CPU {cpu}"))?;
     }
     Ok(())
-}
-
-/// Loads the full body (user stacks from the unwind tables) and puts it in
-/// place of the quick one.
-pub(super) fn load_full(ebpf: &mut Ebpf) -> Result<()> {
-    let p: &mut PerfEvent = program(ebpf, names::PROG_SAMPLE_FULL)?.try_into()?;
-    loaded(p.load(), || "the on-CPU sampler's full body".to_string())?;
-    hand_over(ebpf, names::SAMPLE_IMPL, names::PROG_SAMPLE_FULL)
 }
 
 /// One row of samples as a record of running time: `count` samples of

@@ -171,11 +171,9 @@ pub struct TraceArgs {
     #[arg(long, value_name = "HOW", value_enum)]
     pub unwind: Option<Unwind>,
 
-    /// Begin the trace (and its duration) only once the unwind table walker is
-    /// in place, a few hundred milliseconds after attaching, so that no stack is
-    /// taken by frame pointers and marked [cut:walker-starting] at the start.
-    /// `why`, `locks` and `record --why` always begin so; no effect with --unwind fp.
-    #[arg(long, conflicts_with = "kernel_stacks_only")]
+    /// Accepted for scripts written for topwaits 0.2: every trace now begins
+    /// with the unwind table walker in place.
+    #[arg(long, hide = true)]
     pub wait_for_walker: bool,
 
     /// Do not record what each wait was for (its syscall, descriptor, lock, sleep
@@ -381,10 +379,6 @@ pub struct Config {
     pub on_cpu: Option<u32>,
     /// `--no-on-cpu`: no samples, not even for `why`.
     pub no_on_cpu: bool,
-    /// The trace begins once the user stack walker is in place, rather than
-    /// with user stacks by frame pointers while it loads: for analyses built on
-    /// whole stacks (`why`, `locks`, `record --why`).
-    pub whole_from_the_start: bool,
     /// Each on-CPU sample is also sent with its time: for the Perfetto trace's
     /// instants, and for `why`, which shows what a critical path's running
     /// stretches ran.
@@ -518,7 +512,6 @@ impl Config {
             cache: a.cache.dir(),
             on_cpu: a.on_cpu,
             no_on_cpu: a.no_on_cpu,
-            whole_from_the_start: a.wait_for_walker,
             timed_samples: false,
         })
     }

@@ -155,7 +155,6 @@ fn check_view(view: &ViewConfig, for_tid: Option<u32>) -> Result<(), ConfigError
 pub(super) fn for_why(c: &mut Config) {
     c.waker = true;
     c.events_over_us = Some(1);
-    c.whole_from_the_start = true;
     if !c.no_on_cpu {
         c.on_cpu.get_or_insert(super::DEFAULT_ON_CPU_HZ);
         c.timed_samples = true;

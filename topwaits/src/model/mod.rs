@@ -212,6 +212,17 @@ pub struct Counters {
     pub lost_samples: u64,
     #[serde(default)]
     pub lost_sample_events: u64,
+    /// Waits already in progress when the trace began, recorded from its start;
+    /// those whose user stack was walked while they waited; and those that
+    /// ended first, left out, and their time.
+    #[serde(default)]
+    pub seeded: u64,
+    #[serde(default)]
+    pub seeded_walked: u64,
+    #[serde(default)]
+    pub seeded_unwalked: u64,
+    #[serde(default)]
+    pub seeded_unwalked_ns: u64,
 }
 
 impl Counters {
@@ -246,6 +257,10 @@ impl Counters {
             samples: at(c::SAMPLES),
             lost_samples: at(c::LOST_SAMPLES_FULL),
             lost_sample_events: at(c::LOST_SAMPLE_EVENTS),
+            seeded: at(c::SEEDED),
+            seeded_walked: at(c::SEEDED_WALKED),
+            seeded_unwalked: at(c::SEEDED_UNWALKED),
+            seeded_unwalked_ns: at(c::SEEDED_UNWALKED_NS),
         }
     }
 
@@ -276,6 +291,10 @@ impl Counters {
             samples: self.samples.saturating_sub(earlier.samples),
             lost_samples: self.lost_samples.saturating_sub(earlier.lost_samples),
             lost_sample_events: self.lost_sample_events.saturating_sub(earlier.lost_sample_events),
+            seeded: self.seeded.saturating_sub(earlier.seeded),
+            seeded_walked: self.seeded_walked.saturating_sub(earlier.seeded_walked),
+            seeded_unwalked: self.seeded_unwalked.saturating_sub(earlier.seeded_unwalked),
+            seeded_unwalked_ns: self.seeded_unwalked_ns.saturating_sub(earlier.seeded_unwalked_ns),
         }
     }
 
@@ -370,6 +389,17 @@ impl Counters {
         }
         if self.negative_deltas > 0 {
             w.push(format!("{} waits ended before they began and were dropped (clock skew)", self.negative_deltas));
+        }
+        // Each such wait lasted into the trace no longer than the walks at its
+        // start took: said when that adds up to something worth knowing.
+        if self.seeded_unwalked_ns >= 10_000_000 {
+            w.push(format!(
+                "{} of the {} waits in progress as the trace began ended before their user stacks could be walked, \
+                 and their {:.3} ms are left out; trace with -p/-t to walk fewer threads at the start",
+                self.seeded_unwalked,
+                self.seeded,
+                self.seeded_unwalked_ns as f64 / 1e6
+            ));
         }
         w
     }

@@ -38,9 +38,6 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     let mut events = tracer.take_events()?;
     if config.on_cpu.is_some() {
         symbolizer.warm_kernel();
-        if let Err(e) = tracer.load_sampler_body() {
-            log::warn!("user stacks are taken by frame pointers: {}", crate::util::stderr::error_line(&e));
-        }
     }
     let start_mono = tracer.attached_mono();
     // The kernel ends the window at the requested instant, even if this process

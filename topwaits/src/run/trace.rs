@@ -48,17 +48,43 @@ fn load_learners(
         loading.join()
     });
     match loaded {
-        Ok(Ok(())) => log::debug!("kernel stack learners in place, and the hooks' full bodies"),
-        // Stacks stay exact, only every one is unwound, and user stacks taken
-        // by frame pointers.
-        Ok(Err(e)) => {
-            log::warn!(
-                "kernel stacks will not be reused and user stacks are taken by frame pointers: {}",
-                crate::util::stderr::error_line(&e)
-            )
-        }
+        Ok(Ok(())) => log::debug!("kernel stack learners in place"),
+        // Stacks stay exact, only every one is unwound.
+        Ok(Err(e)) => log::warn!("kernel stacks will not be reused: {}", crate::util::stderr::error_line(&e)),
         Err(_) => log::warn!("kernel stacks will not be reused: the loading thread panicked"),
     }
+}
+
+/// Records the waits in progress as the trace begins, from its start, and
+/// walks their user stacks from the unwind tables while they still wait: a
+/// blocked thread's stack does not change until it runs again, and the kernel
+/// takes a walk only for the wait it was walked in (see `bpf::seed`). A wait
+/// that ends first keeps a stack marked cut while starting, counted. Without
+/// the walker (`--unwind fp`, `-K`) nothing is walked, and nothing seeded.
+pub(super) fn seed_waits(tracer: &mut Tracer, cache: Option<crate::stacks::cfi::cache::Cache>) {
+    if !tracer.walks_user_stacks() {
+        return;
+    }
+    let seeded = match tracer.seed_waits() {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("the waits in progress as the trace begins are not recorded: {}", crate::util::stderr::error_line(&e));
+            return;
+        }
+    };
+    let t0 = std::time::Instant::now();
+    let mut walker = crate::analysis::snapshot::Snapshotter::default();
+    walker.set_cache(cache);
+    let mut handed = 0;
+    for w in &seeded {
+        let frames = walker.user_stack(w.tgid, w.tid, (w.ip, w.sp, w.bp));
+        match tracer.hand_back(w, &frames) {
+            Ok(true) => handed += 1,
+            Ok(false) => {}
+            Err(e) => log::debug!("the stack of tid {} was not handed back: {}", w.tid, crate::util::stderr::error_line(&e)),
+        }
+    }
+    log::debug!("{} waits in progress at the start, {handed} user stacks walked in {:?}", seeded.len(), t0.elapsed());
 }
 
 /// Hands a process event (None: a beat) to the symbolizer and the unwinder;
@@ -91,6 +117,7 @@ pub fn run(config: &Config) -> Result<()> {
     let cache = super::unwind::open_cache(config.cache.as_deref());
     let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
     let unwinder = std::cell::RefCell::new(unwinder);
+    seed_waits(&mut tracer, cache.clone());
     let target = config.target();
     let what = match config.view {
         crate::cli::View::Wakeups => "wakeups",
@@ -112,7 +139,6 @@ pub fn run(config: &Config) -> Result<()> {
     load_learners(&mut tracer, &mut events, &mut |e| on_event(&mut symbolizer, &unwinder, e));
     let mut snapshots = crate::analysis::snapshot::Snapshotter::default();
     snapshots.set_cache(cache);
-    // Read after the full bodies load: a trace that waits for them begins then.
     let start_mono = tracer.attached_mono();
     let lost_at_start = if config.open_waits { crate::sys::schedclock::lost_ns() } else { Default::default() };
     let mut long = tracer.take_wait_events()?;

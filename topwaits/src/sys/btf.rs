@@ -248,6 +248,8 @@ impl FromBtf for TaskOffsets {
             pcount: nested(&btf, get("sched_info").ok(), "sched_info", "pcount"),
             stack: get("stack").unwrap_or(u32::MAX),
             fsbase: nested(&btf, get("thread").ok(), "thread_struct", "fsbase"),
+            on_cpu: get("on_cpu").unwrap_or(u32::MAX),
+            reserved: 0,
         })
     }
 
@@ -490,6 +492,8 @@ pub(crate) mod tests {
         assert!(off.pcount != u32::MAX && off.pcount > off.state, "{off:?}");
         // The stack pointer follows __state in every kernel with BTF.
         assert!(off.stack != u32::MAX && off.stack > off.state, "{off:?}");
+        // on_cpu (SMP kernels) follows the stack pointer.
+        assert!(off.on_cpu != u32::MAX && off.on_cpu > off.stack, "{off:?}");
         eprintln!("running kernel: {off:?}");
     }
 }

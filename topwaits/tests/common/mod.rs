@@ -171,9 +171,9 @@ impl Tracer {
     }
 }
 
-/// Runs topwaits for `secs` seconds from when its user stack walker is in place
-/// (tracing starts before it, with user stacks by frame pointers): for tests
-/// that hold every stack of the window to be whole.
+/// Runs topwaits for `secs` seconds from when its kernel stack learners are in
+/// place too (they load after the trace begins): for tests that hold every
+/// stack of the window to be whole and reused alike.
 pub fn run_walked(args: &[&str], secs: f64) -> Finished {
     let t = Tracer::start_learned(args);
     std::thread::sleep(Duration::from_secs_f64(secs));

@@ -11,13 +11,7 @@
 static int fds[2];
 volatile long sink;
 
-#define LEVEL(name, next)                                                                  \
-    __attribute__((noinline)) void name(long n) {                                           \
-        long pad[4] = {n, n + 1, n + 2, n + 3};                                            \
-        sink += pad[n & 3];                                                                \
-        next(n + 1);                                                                       \
-        sink -= pad[(n + 1) & 3];                                                          \
-    }
+#include "levels.h"
 
 __attribute__((noinline)) void tw_sleep_leaf(long n) {
     struct timespec ts = {0, 2 * 1000 * 1000};

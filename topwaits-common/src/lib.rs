@@ -723,8 +723,9 @@ pub mod proc_event {
     /// costs the kernel about 15 us (an inter-processor interrupt in a VM), and a
     /// fork-heavy workload sends thousands a second. Between wakeups user space
     /// reads the buffer on a timer of this period while events keep coming, so
-    /// none waits longer than about twice this.
-    pub const BATCH_NS: u64 = 4_000_000;
+    /// none waits longer than about twice this. None of them is in a hurry: a
+    /// fork's maps are copied by its hook, and a fork is named by its parent's.
+    pub const BATCH_NS: u64 = 16_000_000;
 }
 
 /// A record in the `EVENTS` ring buffer.

@@ -90,3 +90,37 @@ fn the_mmap_lock_is_one_kernel_rwsem_with_readers_and_writers() {
     assert!(modes.contains(&"read") && modes.contains(&"write"), "{lock:#}");
     assert!(!lock["holders"].as_array().unwrap().is_empty(), "{lock:#}");
 }
+
+/// Locks a program builds itself (homemade.c), on a semaphore, a condition
+/// variable and a pipe: each is a lock, whose waiters wait in its taking
+/// function and whose holders release it in its giving one, and what they held
+/// it while is their 2 ms nap.
+#[test]
+fn locks_built_on_a_semaphore_a_condition_variable_and_a_pipe_are_locks() {
+    require_bpf!();
+    let w = start(&compile("homemade"));
+    let doc = json(&run(&["locks", "-p", &w.0.id().to_string(), "--json", "2"]));
+    drop(w);
+    let locks = doc["locks"].as_array().unwrap();
+    for (kind, comm, take, give) in [
+        ("semaphore", "tw_sem", "tw_sem_take", "tw_sem_give"),
+        ("condition variable", "tw_cv", "tw_cv_take", "tw_cv_give"),
+        ("pipe", "tw_pipe", "tw_pipe_take", "tw_pipe_give"),
+    ] {
+        let lock = locks
+            .iter()
+            .find(|l| l["kind"] == kind && l["waiters"][0]["comm"] == comm)
+            .unwrap_or_else(|| panic!("no {kind} lock of {comm}: {doc:#}"));
+        let waiter = &lock["waiters"][0];
+        assert!(names(waiter, "user_stack").iter().any(|n| n == take), "{kind}: waiters wait in {take}: {lock:#}");
+        let holders = lock["holders"].as_array().unwrap();
+        assert!(!holders.is_empty(), "{kind}: holders: {lock:#}");
+        assert!(names(&holders[0], "user_stack").iter().any(|n| n == give), "{kind}: released in {give}: {lock:#}");
+        assert_eq!(holders[0]["comm"], comm, "{kind}: {lock:#}");
+        let held = &lock["held_while"][0];
+        assert_eq!((held["waits_on"]["kind"].as_str(), held["function"].as_str()), (Some("sleep"), Some("tw_nap_holding")), "{lock:#}");
+        // Two threads take turns, each holding it ~2 ms of every ~2.2 ms: the
+        // other waits most of the trace.
+        assert!(lock["total_ns"].as_u64().unwrap() > 500_000_000, "{kind}: {lock:#}");
+    }
+}

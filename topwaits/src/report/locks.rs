@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use super::{folded::clean, json::stack as json_stack, secs, Format};
-use crate::analysis::locks::{analyze, HeldWhile, Lock, Site};
+use crate::analysis::locks::{analyze, Analysis, HeldWhile, Lock, Site, Unclassified};
 use crate::cli::{plural, By, Output};
 use crate::model::label::WaitsOn;
 use crate::model::{comm_text, Report, Stack};
@@ -61,7 +61,32 @@ fn site_who(s: &Site) -> String {
     who(&s.comm, &s.tids, &s.pids, s.mode.as_ref())
 }
 
-fn text(report: &Report, locks: &[Lock], limit: usize, out: &mut dyn Write) -> io::Result<()> {
+/// Sites as the text shows them: their threads and their innermost frames;
+/// sites alike in both (their stacks differ only deeper down) are one line,
+/// with their counts and time added. (who, stack, count, ns), most time first.
+fn said_once(sites: &[Site]) -> Vec<(String, String, u64, u64)> {
+    let mut lines: Vec<(String, String, u64, u64)> = Vec::new();
+    for s in sites {
+        let (who, stack) = (site_who(s), short_stack(&s.user, 6));
+        match lines.iter_mut().find(|l| l.0 == who && l.1 == stack) {
+            Some(l) => (l.2, l.3) = (l.2 + s.count, l.3 + s.ns),
+            None => lines.push((who, stack, s.count, s.ns)),
+        }
+    }
+    lines.sort_by_key(|l| std::cmp::Reverse(l.3));
+    lines
+}
+
+/// The waits another thread's wakeup ended that are no lock topwaits can
+/// tell, in words: `120 waits (1.200 s) on sockets and poll`.
+fn unclassified_text(u: &[Unclassified]) -> String {
+    let (count, ns) = u.iter().fold((0, 0), |(c, n), u| (c + u.count, n + u.ns));
+    let kinds: Vec<&str> = u.iter().take(4).map(|u| u.kind.as_str()).collect();
+    format!("{} ({}) on {}", plural(count as usize, "wait"), secs(ns), kinds.join(", "))
+}
+
+fn text(report: &Report, found: &Analysis, limit: usize, out: &mut dyn Write) -> io::Result<()> {
+    let locks = &found.locks;
     let total: u64 = locks.iter().map(|l| l.total_ns).sum();
     writeln!(
         out,
@@ -71,8 +96,18 @@ fn text(report: &Report, locks: &[Lock], limit: usize, out: &mut dyn Write) -> i
         plural(locks.len(), "lock"),
         secs(total)
     )?;
+    if locks.is_empty() && found.unclassified.is_empty() {
+        return writeln!(
+            out,
+            "\nNo wait was on a lock, and no other thread's wakeup ended one: see `topwaits --by what` for what the threads waited on."
+        );
+    }
     if locks.is_empty() {
-        return writeln!(out, "\nNo wait was on a lock: see `topwaits --by what` for what the threads waited on.");
+        return writeln!(
+            out,
+            "\nNo wait was on a lock topwaits can tell; another thread's wakeup ended {}: see `topwaits why` for what they waited behind.",
+            unclassified_text(&found.unclassified)
+        );
     }
     for (i, l) in locks.iter().take(if limit == 0 { usize::MAX } else { limit }).enumerate() {
         writeln!(out)?;
@@ -80,33 +115,50 @@ fn text(report: &Report, locks: &[Lock], limit: usize, out: &mut dyn Write) -> i
             out,
             "{}. {}: {} waits by {}, total {} ({:.0}%), longest {}",
             i + 1,
-            l.waits_on.short(),
+            l.id.short(),
             l.count,
             plural(l.waiter_threads(), "thread"),
             secs(l.total_ns),
             100.0 * l.total_ns as f64 / total.max(1) as f64,
             ms(l.max_ns)
         )?;
-        for h in l.held_while.iter().take(3) {
-            let by = who(&h.comm, &h.holders, &h.pids, None);
-            writeln!(out, "   held while {} by {by}: {} waited {}", doing(h), plural(h.waiters.len(), "thread"), secs(h.ns))?;
-            if h.waits_on.is_some() {
-                writeln!(out, "       {}", short_stack(&h.user, 6))?;
+        // What they did, each line once (held-whiles alike but deeper in
+        // their stacks are one).
+        let mut held: Vec<(String, String, std::collections::BTreeSet<u32>, u64)> = Vec::new();
+        for h in &l.held_while {
+            let line = format!("held while {} by {}", doing(h), who(&h.comm, &h.holders, &h.pids, None));
+            let stack = if h.waits_on.is_some() { short_stack(&h.user, 6) } else { String::new() };
+            match held.iter_mut().find(|x| x.0 == line && x.1 == stack) {
+                Some(x) => {
+                    x.2.extend(h.waiters.iter().copied());
+                    x.3 += h.ns;
+                }
+                None => held.push((line, stack, h.waiters.clone(), h.ns)),
+            }
+        }
+        held.sort_by_key(|h| std::cmp::Reverse(h.3));
+        for (line, stack, waiters, ns) in held.iter().take(3) {
+            writeln!(out, "   {line}: {} waited {}", plural(waiters.len(), "thread"), secs(*ns))?;
+            if !stack.is_empty() {
+                writeln!(out, "       {stack}")?;
             }
         }
         if l.unreleased_ns > 0 {
             writeln!(out, "   no release seen for {} of it (a timeout, or a wakeup not traced)", secs(l.unreleased_ns))?;
         }
         writeln!(out, "   released by:")?;
-        for s in l.holders.iter().take(3) {
-            writeln!(out, "     {}: {}, ending {} of waiting", site_who(s), plural(s.count as usize, "release"), secs(s.ns))?;
-            writeln!(out, "       {}", short_stack(&s.user, 6))?;
+        for (who, stack, count, ns) in said_once(&l.holders).into_iter().take(3) {
+            writeln!(out, "     {who}: {}, ending {} of waiting", plural(count as usize, "release"), secs(ns))?;
+            writeln!(out, "       {stack}")?;
         }
         writeln!(out, "   waiters:")?;
-        for s in l.waiters.iter().take(3) {
-            writeln!(out, "     {}: {}, {}", site_who(s), plural(s.count as usize, "wait"), secs(s.ns))?;
-            writeln!(out, "       {}", short_stack(&s.user, 6))?;
+        for (who, stack, count, ns) in said_once(&l.waiters).into_iter().take(3) {
+            writeln!(out, "     {who}: {}, {}", plural(count as usize, "wait"), secs(ns))?;
+            writeln!(out, "       {stack}")?;
         }
+    }
+    if !found.unclassified.is_empty() {
+        writeln!(out, "\nNot taken for locks: another thread's wakeup also ended {}.", unclassified_text(&found.unclassified))?;
     }
     Ok(())
 }
@@ -129,9 +181,10 @@ fn site_json(s: &Site) -> Value {
 }
 
 fn lock_json(l: &Lock, total: u64) -> Value {
-    let waits_on = super::json::waits_on(&l.waits_on, l.total_ns / l.count.max(1));
+    let waits_on = l.id.waits_on().map(|w| super::json::waits_on(w, l.total_ns / l.count.max(1)));
     json!({
-        "label": l.waits_on.short(),
+        "label": l.id.short(),
+        "kind": l.id.kind(),
         "waits_on": waits_on,
         "count": l.count,
         "total_ns": l.total_ns,
@@ -172,7 +225,7 @@ fn folded_lines(locks: &[Lock], by: By) -> Vec<String> {
         for s in &l.waiters {
             // The waiters by name, or by process or thread as `--by` splits them.
             let name = if matches!(by, By::Comm | By::What | By::Cgroup) { comm_text(&s.comm) } else { site_who(s) };
-            let mut frames = vec![clean(&format!("[{}]", l.waits_on.short())), clean(&name)];
+            let mut frames = vec![clean(&format!("[{}]", l.id.short())), clean(&name)];
             frames.extend(s.user.frames().iter().rev().map(|f| clean(&f.name())));
             frames.extend(s.kernel.frames().iter().rev().map(|f| clean(&f.name())));
             lines.push(format!("{} {}", frames.join(";"), (s.ns / 1000).max(1)));
@@ -183,7 +236,8 @@ fn folded_lines(locks: &[Lock], by: By) -> Vec<String> {
 
 impl Format for Locks {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
-        let locks = analyze(report, self.by);
+        let found = analyze(report, self.by);
+        let locks = &found.locks;
         match &self.output {
             Output::Json { limit } => {
                 let total: u64 = locks.iter().map(|l| l.total_ns).sum();
@@ -194,17 +248,18 @@ impl Format for Locks {
                     "waits": report.events.len(),
                     "lock_waiting_ns": total,
                     "locks": locks.iter().take(shown).map(|l| lock_json(l, total)).collect::<Vec<_>>(),
+                    "unclassified": found.unclassified.iter().map(|u| json!({"kind": u.kind, "count": u.count, "ns": u.ns})).collect::<Vec<_>>(),
                 });
                 serde_json::to_writer_pretty(&mut *out, &doc).map_err(io::Error::other)?;
                 writeln!(out)
             }
             Output::Folded { .. } => {
-                for l in folded_lines(&locks, self.by) {
+                for l in folded_lines(locks, self.by) {
                     writeln!(out, "{l}")?;
                 }
                 Ok(())
             }
-            Output::Top { limit, .. } => text(report, &locks, *limit, out),
+            Output::Top { limit, .. } => text(report, &found, *limit, out),
         }
     }
 }
@@ -217,12 +272,50 @@ pub struct LocksSvg {
 impl Format for LocksSvg {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         use inferno::flamegraph;
-        let lines = folded_lines(&analyze(report, self.by), self.by);
+        let lines = folded_lines(&analyze(report, self.by).locks, self.by);
         let mut opts = flamegraph::Options::default();
         opts.title = format!("Lock waits of {} over {:.1} s", report.info.target, report.info.duration_s());
         opts.subtitle = Some("each lock at the root, its waiters' stacks above it".into());
         opts.count_name = "us".into();
         opts.deterministic = true;
         super::svg::draw(&mut opts, &lines, "[no lock waits]", out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Frame;
+
+    fn site(user: &[&str], tid: u32, count: u64, ns: u64) -> Site {
+        let frames = user.iter().map(|n| Frame { addr: 1, symbol: Some((*n).into()), module: None, offset: None }).collect();
+        Site {
+            mode: None,
+            comm: b"postgres".to_vec(),
+            kernel: Stack::None,
+            user: Stack::of(frames),
+            tids: [tid].into(),
+            pids: [1].into(),
+            count,
+            ns,
+        }
+    }
+
+    /// Two waiting sites that differ only below the sixth frame print one line;
+    /// a third, another.
+    #[test]
+    fn sites_alike_in_what_is_shown_are_one_line() {
+        let top = ["epoll_wait", "WaitEventSetWait", "WaitLatch", "ProcSleep", "WaitOnLock", "LockAcquireExtended"];
+        let deeper = |f: &'static str| top.iter().copied().chain([f]).collect::<Vec<_>>();
+        let sites = vec![
+            site(&deeper("heap_update"), 5, 3, 30),
+            site(&deeper("heap_lock_tuple"), 5, 2, 50),
+            site(&["sem_wait", "LWLockAcquire"], 5, 1, 40),
+        ];
+        let lines = said_once(&sites);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!((lines[0].2, lines[0].3), (5, 80));
+        assert!(lines[0].1.starts_with("epoll_wait <- WaitEventSetWait"), "{lines:?}");
+        assert_eq!(lines[1].3, 40);
     }
 }

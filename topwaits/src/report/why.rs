@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::{interrupt_handler, json::stack as json_stack, secs, Format};
 use crate::analysis::reduce::{Fingerprints, StackKey};
 use crate::analysis::why::{
-    critical_path, group_causes, group_path, running_spans, Findings, Group, PathGroup, Tid, Trace, Wait, Waker, What,
+    critical_path, group_causes, group_path, merge_alike, running_spans, Findings, Group, PathGroup, Tid, Trace, Wait, Waker, What,
 };
 use crate::cli::{plural, By, Output};
 use crate::model::label::WaitsOn;
@@ -117,9 +117,10 @@ impl Input {
             let own = site(r.tgid, &r.kernel, &r.user, r.waits_on.as_ref().map(WaitsOn::short));
             if let Some(w) = &r.waits_on {
                 labels.entry(own).or_insert_with(|| w.short());
-                if w.is_lock() {
-                    *locked.entry(r.tid).or_default().entry(w.lock().short()).or_default() += r.max_ns;
-                }
+            }
+            let released = r.wake.as_ref().and_then(|w| w.hops.first()).filter(|h| !h.interrupt && waker != Waker::Preempted);
+            if let Some(lock) = crate::analysis::locks::lock_of(r, released) {
+                *locked.entry(r.tid).or_default().entry(lock.short()).or_default() += r.max_ns;
             }
             waits.push(Wait { tid: r.tid, start, woken, end, waker, site: own, waker_site });
         }
@@ -218,6 +219,28 @@ impl Input {
         let mut v: Vec<(u64, u64)> = by_site.into_iter().map(|(s, ns)| (ns, s)).collect();
         v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         v
+    }
+
+    /// What a running cause's threads ran while others waited behind them:
+    /// the samples taken in those stretches (`spans`), where samples were taken
+    /// one by one; else their whole profile, said so. (time, site), most first.
+    fn sampled_holding(&self, tids: &BTreeSet<Tid>, spans: &HashMap<Tid, Vec<(u64, u64)>>) -> (Vec<(u64, u64)>, bool) {
+        if self.timed.is_empty() {
+            return (self.sampled(tids), false);
+        }
+        let mut by_site: HashMap<u64, u64> = HashMap::new();
+        for t in tids {
+            let (Some(samples), Some(spans)) = (self.timed.get(t), spans.get(t)) else { continue };
+            for &(start, end) in spans {
+                let first = samples.partition_point(|s| s.0 < start);
+                for &(_, ns, site) in samples[first..].iter().take_while(|s| s.0 < end) {
+                    *by_site.entry(site).or_default() += ns;
+                }
+            }
+        }
+        let mut v: Vec<(u64, u64)> = by_site.into_iter().map(|(s, ns)| (ns, s)).collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        (v, true)
     }
 
     /// What `tids` ran in `spans` (when each ran on a critical path), from the
@@ -343,9 +366,21 @@ fn doing(input: &Input, what: &What) -> String {
     }
 }
 
+/// What a group of threads was doing, in words, after who they were: a
+/// running group says where it woke the waiters from, the first place and how
+/// many more.
+fn doing_group(input: &Input, g: &Group<Who>) -> String {
+    match (&g.what, g.places.len()) {
+        (What::Running { site }, n) if n > 1 && *site != 0 => {
+            format!("running (it woke the waiters from {}, and from {} more places)", input.place(*site), n - 1)
+        }
+        (what, _) => doing(input, what),
+    }
+}
+
 /// One line saying what a cause is: who, then what they did.
 fn describe(input: &Input, g: &Group<Who>) -> String {
-    format!("{} {}", input.members(&g.who, &g.tids), doing(input, &g.what))
+    format!("{} {}", input.members(&g.who, &g.tids), doing_group(input, g))
 }
 
 fn kind(w: &What) -> &'static str {
@@ -386,7 +421,9 @@ impl Format for Why {
             }
             None => {
                 let found = input.trace.why(&[]);
-                let causes = group_causes(&found.causes, |t| input.who(t));
+                // Causes that would print the same line are one.
+                let causes =
+                    merge_alike(group_causes(&found.causes, |t| input.who(t)), |g| format!("{}: {}", kind(&g.what), describe(&input, g)));
                 match self.output {
                     Output::Json { .. } => causes_json(&input, report, &found, &causes, limit(&self.output), out),
                     _ => causes_text(&input, report, &found, &causes, limit(&self.output), out),
@@ -453,8 +490,11 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
     let shown = if limit == 0 { causes.len() } else { limit.min(causes.len()) };
     for (i, c) in causes.iter().take(shown).enumerate() {
         writeln!(out, "{:>3}. {:>5.1}%  {:>11}  {}", i + 1, c.share * 100.0, secs(c.ns), describe(input, c))?;
-        let sampled = if matches!(c.what, What::Running { .. }) { input.sampled(&c.tids) } else { Vec::new() };
-        sampled_line(input, &sampled, 26, out)?;
+        if matches!(c.what, What::Running { .. }) {
+            let (sampled, holding) = input.sampled_holding(&c.tids, &f.running_spans);
+            let what = if holding { "on the CPU while they held the waiters up (sampled)" } else { "on the CPU over the trace (sampled)" };
+            sampled_line(input, &sampled, 26, what, out)?;
+        }
         // One thread is not said to wait behind itself; a group's threads may
         // well have waited behind each other.
         let others: BTreeSet<Tid> = c.waiters.iter().copied().filter(|t| c.tids.len() > 1 || !c.tids.contains(t)).collect();
@@ -535,7 +575,18 @@ fn causes_json(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
                 v["cgroup"] = json!(cg);
             }
             if matches!(c.what, What::Running { .. }) {
-                v["sampled"] = sampled_json(input, &input.sampled(&c.tids));
+                let (sampled, holding) = input.sampled_holding(&c.tids, &f.running_spans);
+                v["sampled"] = sampled_json(input, &sampled);
+                v["sampled_while_holding"] = json!(holding);
+                let woke_from: Vec<Value> = c
+                    .places
+                    .iter()
+                    .map(|&(site, ns)| {
+                        let (kernel, user) = input.json_site(site);
+                        json!({"ns": ns, "kernel_stack": kernel, "user_stack": user})
+                    })
+                    .collect();
+                v["woke_from"] = json!(woke_from);
             }
             v
         })
@@ -589,14 +640,18 @@ fn path_names(input: &Input, s: &PathGroup<Who>) -> Vec<String> {
 
 /// What a running cause or segment ran, from its samples: the first three
 /// places by share, on one line indented by `indent`; nothing without samples.
-fn sampled_line(input: &Input, sampled: &[(u64, u64)], indent: usize, out: &mut dyn Write) -> io::Result<()> {
+/// The places `sampled` says most of a running stretch went to, said as
+/// `what`: `on the CPU (sampled)` for a path's segment, and for a running
+/// cause when its samples were taken (while its threads held the waiters up,
+/// or, in a recording without timed samples, all the trace).
+fn sampled_line(input: &Input, sampled: &[(u64, u64)], indent: usize, what: &str, out: &mut dyn Write) -> io::Result<()> {
     if sampled.is_empty() {
         return Ok(());
     }
     let all: u64 = sampled.iter().map(|s| s.0).sum();
     let top: Vec<String> =
         sampled.iter().take(3).map(|(ns, site)| format!("{:.0}% {}", 100.0 * *ns as f64 / all as f64, input.place(*site))).collect();
-    writeln!(out, "{:>indent$}on the CPU (sampled): {}", "", top.join("; "))
+    writeln!(out, "{:>indent$}{what}: {}", "", top.join("; "))
 }
 
 /// A running cause's or segment's samples as JSON: the first five places.
@@ -630,7 +685,7 @@ fn path_text(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], 
             .map(|(n, t)| if t.len() > 1 { format!("{n} ({} threads)", t.len()) } else { n })
             .collect();
         writeln!(out, "  {:>5.1}%  {:>11}  {}: {}", share, secs(s.ns), names.join(" -> "), what)?;
-        sampled_line(input, sampled, 23, out)?;
+        sampled_line(input, sampled, 23, "on the CPU (sampled)", out)?;
     }
     Ok(())
 }

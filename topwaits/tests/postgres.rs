@@ -4,9 +4,10 @@
 //! topwaits records the backends and a backend of the test samples
 //! pg_stat_activity every 10 ms. The backends' blocked time, classified by
 //! their whole user stacks (Debian's postgres has no frame pointers), must
-//! split as PostgreSQL's samples do; and `why` over every postgres process
-//! must give a short answer: a few causes cover most of the waiting, the WAL
-//! flush among the first.
+//! split as PostgreSQL's samples do; `why` over every postgres process must
+//! give a short answer, each cause said once: a few causes cover most of the
+//! waiting, the WAL flush among the first; and `locks` must rank PostgreSQL's
+//! own locks, their waiting as PostgreSQL counts its Lock and LWLock waits.
 
 mod common;
 
@@ -242,6 +243,46 @@ fn backends_blocked_time_splits_as_postgresql_accounts_it_and_why_is_short() {
             && c["waits_on"].as_str().is_some_and(|w| w.starts_with("disk"))
     });
     assert!(flush, "the WAL flush is not among the first three causes: {:#}", Value::Array(causes[..causes.len().min(6)].to_vec()));
+    // Said once: no two causes print the same line.
+    let lines: Vec<&str> = causes.iter().filter_map(|c| c["description"].as_str()).collect();
+    let distinct: std::collections::BTreeSet<&str> = lines.iter().copied().collect();
+    assert_eq!(distinct.len(), lines.len(), "causes that print alike: {lines:#?}");
     let text = run(&["why", &file, "-n", "5"]);
+    eprintln!("{}", text.stdout);
+
+    // locks: PostgreSQL's own locks, ranked, their waiting as PostgreSQL counts
+    // it (the backends' blocked time, times its Lock and LWLock share).
+    let locks = json(&run(&["locks", &file, "--json", "-n", "0", "--by", "thread"]));
+    let mut lock_ns = 0u64;
+    for l in locks["locks"].as_array().unwrap() {
+        for s in l["waiters"].as_array().unwrap() {
+            if s["tids"].as_array().unwrap().iter().all(|t| backends.contains(&(t.as_u64().unwrap() as u32))) {
+                lock_ns += s["ns"].as_u64().unwrap();
+            }
+        }
+    }
+    let pg_locked = (pg.get("Lock").copied().unwrap_or(0.0) + pg.get("LWLock").copied().unwrap_or(0.0)) / pg_blocked;
+    let expected = tw_blocked * pg_locked;
+    eprintln!(
+        "lock waiting: topwaits locks {:.3} s, PostgreSQL's share {pg_locked:.3} of {:.3} s blocked: {:.3} s",
+        lock_ns as f64 / 1e9,
+        tw_blocked / 1e9,
+        expected / 1e9
+    );
+    assert!(
+        (lock_ns as f64 - expected).abs() <= 0.25 * expected,
+        "locks' waiting {lock_ns} ns against {expected:.0} ns (PostgreSQL's Lock+LWLock share {pg_locked:.3}): {:#}",
+        Value::Array(locks["locks"].as_array().unwrap().iter().take(4).cloned().collect())
+    );
+    let by_comm = json(&run(&["locks", &file, "--json", "-n", "3"]));
+    let top = &by_comm["locks"][0];
+    let waits_in = stack_names(&top["waiters"][0]["user_stack"]);
+    assert!(waits_in.iter().any(|f| f == "ProcSleep" || f == "LWLockAcquire"), "the top lock's waiters: {top:#}");
+    let released_in = stack_names(&top["holders"][0]["user_stack"]);
+    assert!(
+        released_in.iter().any(|f| f.starts_with("LockRelease") || f == "ProcLockWakeup" || f == "LWLockRelease"),
+        "the top lock's holders release it: {top:#}"
+    );
+    let text = run(&["locks", &file, "-n", "2"]);
     eprintln!("{}", text.stdout);
 }

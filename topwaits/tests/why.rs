@@ -241,3 +241,40 @@ fn workers_taking_turns_with_a_sleep_inside_the_lock_are_one_cause() {
         assert!(line.contains("4 threads like") && line.contains(nap.split(' ').next().unwrap()), "{}", text.stdout);
     }
 }
+
+/// A holder computes in one function while another thread waits for the
+/// mutex it holds, and in another while nobody waits for it
+/// (programs/twophase.c): its running cause shows what it ran in the
+/// stretches it held the waiter up, the first, not its whole profile.
+#[test]
+fn a_running_cause_shows_what_ran_while_others_waited_not_its_whole_profile() {
+    require_bpf!();
+    let w = start(&compile("twophase"));
+    let pid = w.0.id().to_string();
+    let doc = json(&run(&["why", "--json", "-p", &pid, "3"]));
+    let holder = doc["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "running" && comm(&c["thread"]) == "tw_holder")
+        .unwrap_or_else(|| panic!("no running cause for the holder: {doc:#}"));
+    assert_eq!(holder["sampled_while_holding"], true, "{holder:#}");
+    let share_in = |f: &str| -> f64 {
+        holder["sampled"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| stack_names(&s["user_stack"]).iter().any(|n| n == f))
+            .map(|s| s["share"].as_f64().unwrap())
+            .sum()
+    };
+    let (holding, alone) = (share_in("tw_spin_holding"), share_in("tw_spin_alone"));
+    assert!(holding >= 0.8 && alone <= 0.1, "holding {holding:.2}, alone {alone:.2}: {holder:#}");
+    // Its whole profile is both, about half each: the samples were there to be shown.
+    let times = json(&run(&["--json", "--on-cpu=499", "-U", "-t", &holder["thread"]["tid"].to_string(), "1"]));
+    let running: Vec<&Value> = times["records"].as_array().unwrap().iter().filter(|r| r["samples"].as_u64().is_some()).collect();
+    let of = |f: &str| -> u64 {
+        running.iter().filter(|r| stack_names(&r["user_stack"]).iter().any(|n| n == f)).map(|r| r["samples"].as_u64().unwrap()).sum()
+    };
+    assert!(of("tw_spin_alone") * 4 >= of("tw_spin_holding"), "the holder runs alone a fair part of its time: {}", of("tw_spin_alone"));
+}

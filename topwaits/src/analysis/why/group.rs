@@ -1,7 +1,9 @@
 //! Causes and critical-path segments grouped the way profiles aggregate samples:
 //! those that differ only in their thread are one, under a key the caller picks
 //! for each thread (its name, its process, or the thread itself). A group keeps
-//! its threads, so a report can still say which they were.
+//! its threads, so a report can still say which they were. A thread group's
+//! running is one cause, wherever it woke the waiters from (those places kept
+//! beside it); and causes a report would print alike are one ([`merge_alike`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
@@ -20,26 +22,90 @@ pub struct Group<K> {
     pub share: f64,
     /// The target threads whose waiting it explains.
     pub waiters: BTreeSet<Tid>,
+    /// For running: where its threads were when they woke the waiters, with
+    /// the waiting each place ended, most first (`what`'s site is the first).
+    pub places: Vec<(u64, u64)>,
+}
+
+impl<K> Group<K> {
+    fn absorb(&mut self, other: Group<K>) {
+        self.tids.extend(other.tids);
+        self.ns += other.ns;
+        self.share += other.share;
+        self.waiters.extend(other.waiters);
+        for (site, ns) in other.places {
+            match self.places.iter_mut().find(|p| p.0 == site) {
+                Some(p) => p.1 += ns,
+                None => self.places.push((site, ns)),
+            }
+        }
+    }
+
+    /// Puts the place that ended the most waiting first, as `what`'s site.
+    fn settle(&mut self) {
+        self.places.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        if let (What::Running { site }, Some(&(first, _))) = (&mut self.what, self.places.first()) {
+            *site = first;
+        }
+    }
+}
+
+/// The most time first, then by key and what, so that the order is stable.
+fn ranked<K: Ord>(out: &mut [Group<K>]) {
+    out.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.who.cmp(&b.who)).then_with(|| a.what.cmp(&b.what)));
 }
 
 /// Groups ranked causes whose threads have the same key and whose `what` is the
-/// same; most time first, then by key and what, so the order is stable.
+/// same (any running being the same, its places kept); most time first.
 pub fn group_causes<K: Clone + Eq + Hash + Ord>(causes: &[Ranked], key: impl Fn(Tid) -> K) -> Vec<Group<K>> {
-    let mut index: HashMap<(K, &What), usize> = HashMap::new();
+    let mut index: HashMap<(K, What), usize> = HashMap::new();
     let mut out: Vec<Group<K>> = Vec::new();
     for c in causes {
         let who = key(c.cause.tid);
-        let i = *index.entry((who.clone(), &c.cause.what)).or_insert_with(|| {
-            out.push(Group { who, what: c.cause.what.clone(), tids: BTreeSet::new(), ns: 0, share: 0.0, waiters: BTreeSet::new() });
+        let what = match c.cause.what {
+            What::Running { .. } => What::Running { site: 0 },
+            ref w => w.clone(),
+        };
+        let i = *index.entry((who.clone(), what.clone())).or_insert_with(|| {
+            out.push(Group { who, what, tids: BTreeSet::new(), ns: 0, share: 0.0, waiters: BTreeSet::new(), places: Vec::new() });
             out.len() - 1
         });
-        let g = &mut out[i];
-        g.tids.insert(c.cause.tid);
-        g.ns += c.ns;
-        g.share += c.share;
-        g.waiters.extend(c.waiters.iter().copied());
+        let places = match c.cause.what {
+            What::Running { site } => vec![(site, c.ns)],
+            _ => Vec::new(),
+        };
+        out[i].absorb(Group {
+            who: key(c.cause.tid),
+            what: c.cause.what.clone(),
+            tids: BTreeSet::from([c.cause.tid]),
+            ns: c.ns,
+            share: c.share,
+            waiters: c.waiters.clone(),
+            places,
+        });
     }
-    out.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.who.cmp(&b.who)).then_with(|| a.what.cmp(&b.what)));
+    out.iter_mut().for_each(Group::settle);
+    ranked(&mut out);
+    out
+}
+
+/// Merges groups that `text` says alike (a report's line for each): causes at
+/// sites that differ only in frames no view prints are one cause. The first of
+/// each text keeps its place; most time first.
+pub fn merge_alike<K: Ord>(groups: Vec<Group<K>>, text: impl Fn(&Group<K>) -> String) -> Vec<Group<K>> {
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut out: Vec<Group<K>> = Vec::new();
+    for g in groups {
+        match index.get(&text(&g)) {
+            Some(&i) => out[i].absorb(g),
+            None => {
+                index.insert(text(&g), out.len());
+                out.push(g);
+            }
+        }
+    }
+    out.iter_mut().for_each(Group::settle);
+    ranked(&mut out);
     out
 }
 
@@ -105,6 +171,41 @@ mod tests {
         assert_eq!(group_causes(&causes, |t| t).len(), causes.len());
         let total: u64 = g.iter().map(|g| g.ns).sum();
         assert_eq!(total, causes.iter().map(|c| c.ns).sum::<u64>(), "no time lost or doubled");
+    }
+
+    /// A backend's running, waking waiters from two places (a lock's release
+    /// and a semaphore's post), is one cause: the place that ended the most
+    /// waiting first, the other kept beside it.
+    #[test]
+    fn running_is_one_cause_wherever_it_woke_the_waiters_from() {
+        let causes = vec![
+            ranked(1, What::Running { site: 5 }, 30, &[2]),
+            ranked(1, What::Running { site: 6 }, 50, &[3]),
+            ranked(2, What::Running { site: 5 }, 10, &[1]),
+            ranked(1, What::RunQueue, 5, &[2]),
+        ];
+        let g = group_causes(&causes, |_| "postgres");
+        assert_eq!(g.len(), 2, "{g:#?}");
+        assert_eq!((&g[0].what, g[0].ns, g[0].places.clone()), (&What::Running { site: 6 }, 90, vec![(6, 50), (5, 40)]));
+        assert_eq!(g[0].tids, BTreeSet::from([1, 2]));
+        assert_eq!(g[0].waiters, BTreeSet::from([1, 2, 3]));
+        assert!(g[1].places.is_empty());
+    }
+
+    /// Two flushes at sites whose printed lines are alike (their deeper
+    /// frames differ) are one cause; another line stays apart.
+    #[test]
+    fn causes_that_print_alike_are_one() {
+        let at = |site| What::Blocked { site, on: Waker::Device("disk".into()) };
+        let causes = vec![ranked(1, at(7), 10, &[2]), ranked(1, at(8), 20, &[3]), ranked(1, at(9), 5, &[2])];
+        let g = merge_alike(group_causes(&causes, |_| "postgres"), |g| match g.what {
+            What::Blocked { site: 9, .. } => "fsync in pg_fsync".to_string(),
+            _ => "fdatasync in XLogFlush".to_string(),
+        });
+        assert_eq!(g.len(), 2, "{g:#?}");
+        assert_eq!((g[0].ns, &g[0].what, g[0].waiters.len()), (30, &at(8), 2), "the larger one's site stands for both");
+        assert_eq!(g[1].ns, 5);
+        assert!((g[0].share - 0.3).abs() < 1e-9);
     }
 
     /// The same text eight times (a backend behind each of eight others, each

@@ -22,7 +22,7 @@ mod group;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use follow::{critical_path, running_spans, Segment};
-pub use group::{group_causes, group_path, Group, PathGroup};
+pub use group::{group_causes, group_path, merge_alike, Group, PathGroup};
 
 /// A thread id.
 pub type Tid = u32;
@@ -140,6 +140,10 @@ pub struct Findings {
     pub idle_waits_ns: u64,
     /// Groups of threads that waited only on each other, each sorted.
     pub knots: Vec<Vec<Tid>>,
+    /// The stretches in which each thread that was a running cause ran while
+    /// others waited behind it, in order and not overlapping: what it ran then
+    /// is what held them up, not its whole profile.
+    pub running_spans: HashMap<Tid, Vec<(u64, u64)>>,
 }
 
 /// Every traced wait, by thread, in order.
@@ -219,6 +223,7 @@ impl Trace {
         });
         let mut found = Findings { lone, ..Findings::default() };
         let mut sums: HashMap<Cause, (u64, BTreeSet<Tid>)> = HashMap::new();
+        let mut spans: HashMap<Tid, Vec<(u64, u64)>> = HashMap::new();
         let mut unwoken: HashMap<Tid, (u64, BTreeMap<u64, u64>)> = HashMap::new();
         for &tid in &all {
             let list = self.of(tid);
@@ -242,6 +247,9 @@ impl Trace {
                         return;
                     }
                     found.waiting_ns += ns;
+                    if let What::Running { .. } = cause.what {
+                        spans.entry(cause.tid).or_default().push((start, end));
+                    }
                     let e = sums.entry(cause).or_default();
                     e.0 += ns;
                     e.1.insert(tid);
@@ -261,6 +269,7 @@ impl Trace {
         found.causes.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.cause.cmp(&b.cause)));
         found.idle.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
         found.knots = self.knots();
+        found.running_spans = spans.into_iter().map(|(tid, v)| (tid, union(v))).collect();
         found
     }
 
@@ -290,6 +299,19 @@ impl Trace {
             .filter(|c| c.iter().all(|t| !outside.contains(t) && edges.get(t).is_some_and(|e| e.iter().all(|b| c.contains(b)))))
             .collect()
     }
+}
+
+/// The union of intervals `[from, to)`: in order, none overlapping or touching.
+fn union(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (from, to) in v {
+        match out.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => out.push((from, to)),
+        }
+    }
+    out
 }
 
 /// An idle thread's summary, when it waited at all.

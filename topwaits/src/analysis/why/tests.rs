@@ -276,3 +276,27 @@ fn a_wait_nobody_waited_behind_is_listed_apart_not_ranked() {
     assert_eq!(f.waiting_ns, 2 * 10 * 60);
     assert!(f.idle.is_empty());
 }
+
+/// A holder (2) runs 0-40 while 1 waits behind it on a lock, then runs 60-100
+/// while nobody waits: its running spans are only the first stretch, once,
+/// though two waiters (1 and 3) waited behind it over it at once.
+#[test]
+fn a_running_cause_ran_only_while_others_waited_behind_it() {
+    let waits = vec![
+        wait(1, 0, Some(40), 40, Waker::Thread(2), LOCK, UNLOCK),
+        wait(3, 10, Some(40), 40, Waker::Thread(2), LOCK, UNLOCK),
+        wait(2, 40, None, 60, timer(), SLEEP, 0),
+        wait(1, 45, None, 100, timer(), SLEEP, 0),
+        wait(3, 45, None, 100, timer(), SLEEP, 0),
+    ];
+    let f = Trace::new(waits).why(&[1, 3]);
+    assert_whole(&f);
+    assert_eq!(f.running_spans.get(&2), Some(&vec![(0, 40)]), "{f:#?}");
+    assert!(!f.running_spans.contains_key(&1));
+}
+
+#[test]
+fn intervals_are_joined_where_they_overlap_or_touch() {
+    assert_eq!(union(vec![(30, 40), (0, 10), (5, 20), (20, 25)]), vec![(0, 25), (30, 40)]);
+    assert!(union(Vec::new()).is_empty());
+}

@@ -125,29 +125,47 @@ fn total_time(stdout: &[u8]) -> Option<f64> {
         .find_map(|l| l.trim().strip_prefix("Total time:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
 }
 
+/// The workloads of each round: messaging long and short (the short one's
+/// run is dominated by what each process perf starts costs a tracer), and pipe.
+const KINDS: [&str; 3] = ["messaging", "short", "pipe"];
+
 /// Runs a perf bench workload and returns its "Total time" in seconds.
 fn workload(kind: &str) -> Result<f64> {
     let args: &[&str] = match kind {
         "messaging" => &["bench", "sched", "messaging", "-g", "5", "-l", "400"],
+        "short" => &["bench", "sched", "messaging", "-g", "4", "-l", "300"],
         _ => &["bench", "sched", "pipe", "-l", "40000"],
     };
     let out = Command::new("perf").args(args).output().context("perf (linux-perf) is needed")?;
     total_time(&out.stdout).ok_or_else(|| anyhow!("no total time from perf bench {kind}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// One workload's measurements of a tracer, a value per round.
+#[derive(Default)]
+struct PerKind {
+    /// The workload's own "Total time", s.
+    secs: Vec<f64>,
+    /// The run time of the tracer's programs per switch, ns.
+    cost: Vec<f64>,
+    /// The tracer process's own CPU over the workload, in % of a core.
+    user_cpu: Vec<f64>,
+}
+
 #[derive(Default)]
 struct Samples {
-    messaging: Vec<f64>,
-    pipe: Vec<f64>,
-    cost_messaging: Vec<f64>,
-    cost_pipe: Vec<f64>,
+    /// By workload, in the order of [`KINDS`].
+    kinds: [PerKind; 3],
     startup_ms: Vec<f64>,
-    /// From the start to the user stack walker in place (topwaits).
-    walker_ms: Vec<f64>,
+    /// From the start to the kernel stack learners in place (topwaits).
+    learners_ms: Vec<f64>,
     map_kib: Vec<f64>,
     verified: Vec<f64>,
-    /// The tracer process's own CPU over the messaging workload, in % of a core.
-    user_cpu_messaging: Vec<f64>,
+}
+
+impl Samples {
+    fn of(&mut self, kind: &str) -> &mut PerKind {
+        &mut self.kinds[KINDS.iter().position(|k| *k == kind).unwrap_or(2)]
+    }
 }
 
 fn set_bpf_stats(on: bool) -> Result<()> {
@@ -164,47 +182,32 @@ fn ensure_tracefs() {
 fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     let Some(cmd) = &t.cmd else {
         let secs = workload(kind)?;
-        if kind == "messaging" {
-            s.messaging.push(secs)
-        } else {
-            s.pipe.push(secs)
-        }
+        s.of(kind).secs.push(secs);
         return Ok(());
     };
     let r = start(cmd, &[("RUST_LOG", "topwaits::run::trace=debug")])?;
     // Start-up work on threads of the tracer's own (topwaits reads the kernel's
     // symbols) is over before its CPU is counted.
     settle(r.child.id());
-    if let Some(w) = r.walker.lock().ok().and_then(|w| *w) {
-        s.walker_ms.push(w.as_secs_f64() * 1e3);
+    if let Some(w) = r.learners.lock().ok().and_then(|w| *w) {
+        s.learners_ms.push(w.as_secs_f64() * 1e3);
     }
     let before = snapshot(&r)?;
     let (cpu0, t0) = (cpu_ns(r.child.id()), Instant::now());
     let secs = workload(kind)?;
     // A thread of the tracer that ends meanwhile takes its time out of the sum.
     let user_cpu = cpu_ns(r.child.id()).saturating_sub(cpu0) as f64 / t0.elapsed().as_nanos() as f64 * 100.0;
-    if kind == "messaging" {
-        s.user_cpu_messaging.push(user_cpu);
-    }
+    s.of(kind).user_cpu.push(user_cpu);
     let (total_ns, switches) = spent(&before, &snapshot(&r)?);
     // Read now: topwaits loads its stack learners after attaching.
     s.verified.push(verified_insns(r.child.id()) as f64);
     eprintln!("bench:   {secs:.3} s, {switches} switches, {:.0} ns/switch", total_ns as f64 / switches.max(1) as f64);
     if switches > 0 {
-        let cost = total_ns as f64 / switches as f64;
-        if kind == "messaging" {
-            s.cost_messaging.push(cost)
-        } else {
-            s.cost_pipe.push(cost)
-        }
+        s.of(kind).cost.push(total_ns as f64 / switches as f64);
     }
     s.startup_ms.push(r.startup.as_secs_f64() * 1e3);
     s.map_kib.push(r.map_bytes as f64 / 1024.0);
-    if kind == "messaging" {
-        s.messaging.push(secs)
-    } else {
-        s.pipe.push(secs)
-    }
+    s.of(kind).secs.push(secs);
     stop(r)?;
     Ok(())
 }
@@ -240,7 +243,7 @@ fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
     // trace then ends by itself and reports.
     drop(work.stdin.take());
     work.wait()?;
-    let r = Running { child, startup: Duration::ZERO, prog_ids: Default::default(), map_bytes: 0, walker: Default::default() };
+    let r = Running { child, startup: Duration::ZERO, prog_ids: Default::default(), map_bytes: 0, learners: Default::default() };
     let (report, rss_kib) = end(r, false)?;
     if rss_kib <= harness_kib {
         bail!(
@@ -327,7 +330,7 @@ fn full_load(bin: &str) -> Result<String> {
     let tracer = spawn_attached(bin, &["--json", "-w", "--open-waits", "no"], std::fs::File::create(&out_path)?)?;
     let out = Command::new("perf").args(["bench", "sched", "messaging", "-g", "20", "-l", "300"]).output()?;
     let secs = total_time(&out.stdout).unwrap_or(f64::NAN);
-    let r = Running { child: tracer, startup: Duration::ZERO, prog_ids: Default::default(), map_bytes: 0, walker: Default::default() };
+    let r = Running { child: tracer, startup: Duration::ZERO, prog_ids: Default::default(), map_bytes: 0, learners: Default::default() };
     let (report, _) = stop(r)?;
     let text = std::fs::read_to_string(&out_path)?;
     let grab = |key: &str| -> u64 { num(&text, key).unwrap_or(0) };
@@ -411,7 +414,7 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     let mut samples: Vec<Samples> = configs.iter().map(|_| Samples::default()).collect();
     let measured = (|| -> Result<()> {
         for round in 0..opts.rounds {
-            for kind in ["messaging", "pipe"] {
+            for kind in KINDS {
                 for (i, t) in configs.iter().enumerate() {
                     eprintln!("bench: round {}/{} {kind} {}", round + 1, opts.rounds, t.name);
                     measure(t, kind, &mut samples[i])?;
@@ -424,58 +427,59 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     let _ = idle.wait();
     drop(idle_cgroup);
     measured?;
-    let base_msg = median(&mut samples[0].messaging.clone());
-    let base_pipe = median(&mut samples[0].pipe.clone());
+    let base: Vec<f64> = (0..KINDS.len()).map(|k| median(&mut samples[0].kinds[k].secs.clone())).collect();
     let peer = configs.iter().position(|t| t.name.starts_with("libbpf-tools")).unwrap_or(0);
-    let peer_msg = median(&mut samples[peer].cost_messaging.clone());
-    let peer_pipe = median(&mut samples[peer].cost_pipe.clone());
-    // The messaging slowdown of every round, each against the same round's run
-    // without a tracer (read before the medians below sort the samples).
-    let by_round = |s: &Samples| -> String {
-        s.messaging.iter().zip(&samples[0].messaging).map(|(t, b)| format!("{:.3}x", t / b)).collect::<Vec<_>>().join(", ")
-    };
-    let mut rounds = String::from("\nMessaging slowdown in each round (against that round's run without a tracer):\n");
-    for (t, s) in configs.iter().zip(&samples).skip(1) {
-        rounds.push_str(&format!("- {}: {}\n", t.name, by_round(s)));
-    }
-    // The own-CPU target holds for each run, not only the median: every round
-    // is shown, the first (with the unwind table cache empty) included.
-    rounds.push_str(
-        "\nThe tracer's own CPU over messaging in each round (% of a core; the first round starts with an empty unwind table cache):\n",
-    );
-    for (t, s) in configs.iter().zip(&samples).filter(|(_, s)| !s.user_cpu_messaging.is_empty()) {
-        let each: Vec<String> = s.user_cpu_messaging.iter().map(|c| format!("{c:.2}%")).collect();
-        rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
+    let peer_cost: Vec<f64> = (0..KINDS.len()).map(|k| median(&mut samples[peer].kinds[k].cost.clone())).collect();
+    // The slowdown of every round, each against the same round's run without
+    // a tracer (read before the medians below sort the samples); and the own-CPU
+    // target, which holds for each run, not only the median: every round is
+    // shown, the first (with the unwind table cache empty) included.
+    let mut rounds = String::new();
+    for (k, title) in [(0, "long messaging"), (1, "short messaging")] {
+        rounds.push_str(&format!("\nSlowdown of the {title} run in each round (against that round's run without a tracer):\n"));
+        for (t, s) in configs.iter().zip(&samples).skip(1) {
+            let each: Vec<String> = s.kinds[k].secs.iter().zip(&samples[0].kinds[k].secs).map(|(t, b)| format!("{:.3}x", t / b)).collect();
+            rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
+        }
+        rounds.push_str(&format!(
+            "\nThe tracer's own CPU over the {title} run in each round (% of a core; the first round starts with an empty unwind table cache):\n"
+        ));
+        for (t, s) in configs.iter().zip(&samples).filter(|(_, s)| !s.kinds[k].user_cpu.is_empty()) {
+            let each: Vec<String> = s.kinds[k].user_cpu.iter().map(|c| format!("{c:.2}%")).collect();
+            rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
+        }
     }
     out.push_str(&machine());
     out.push_str(
-        "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | pipe slowdown | tracer's own CPU, messaging (% of a core) | start-up (ms) | walker in place (ms) | verified insns | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, short messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | short slowdown | pipe slowdown | own CPU, messaging (% of a core) | own CPU, short messaging | start-up (ms) | learners in place (ms) | verified insns | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
+    let fmt = |v: f64, f: &dyn Fn(f64) -> String| if v.is_nan() { "-".to_string() } else { f(v) };
     for (t, s) in configs.iter().zip(samples.iter_mut()) {
-        let (cm, cp) = (median(&mut s.cost_messaging), median(&mut s.cost_pipe));
-        let fmt = |v: f64, f: &dyn Fn(f64) -> String| if v.is_nan() { "-".to_string() } else { f(v) };
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} | {} | {} | {} | {} |\n",
-            t.name,
-            fmt(cm, &|v| format!("{v:.0}")),
-            fmt(cm / peer_msg, &|v| format!("{v:.2}x")),
-            fmt(cp, &|v| format!("{v:.0}")),
-            fmt(cp / peer_pipe, &|v| format!("{v:.2}x")),
-            median(&mut s.messaging) / base_msg,
-            median(&mut s.pipe) / base_pipe,
-            fmt(median(&mut s.user_cpu_messaging), &|v| format!("{v:.2}%")),
-            fmt(median(&mut s.startup_ms), &|v| format!("{v:.0}")),
-            fmt(median(&mut s.walker_ms), &|v| format!("{v:.0}")),
-            fmt(median(&mut s.verified), &|v| if v > 0.0 { format!("{v:.0}") } else { "-".to_string() }),
-            fmt(median(&mut s.map_kib), &|v| format!("{v:.0}")),
-        ));
+        let mut cells = vec![t.name.to_string()];
+        for (kind, peer) in s.kinds.iter_mut().zip(&peer_cost) {
+            let c = median(&mut kind.cost);
+            cells.push(fmt(c, &|v| format!("{v:.0}")));
+            cells.push(fmt(c / peer, &|v| format!("{v:.2}x")));
+        }
+        for (kind, base) in s.kinds.iter_mut().zip(&base) {
+            cells.push(format!("{:.2}x", median(&mut kind.secs) / base));
+        }
+        for kind in &mut s.kinds[..2] {
+            cells.push(fmt(median(&mut kind.user_cpu), &|v| format!("{v:.2}%")));
+        }
+        cells.push(fmt(median(&mut s.startup_ms), &|v| format!("{v:.0}")));
+        cells.push(fmt(median(&mut s.learners_ms), &|v| format!("{v:.0}")));
+        cells.push(fmt(median(&mut s.verified), &|v| if v > 0.0 { format!("{v:.0}") } else { "-".to_string() }));
+        cells.push(fmt(median(&mut s.map_kib), &|v| format!("{v:.0}")));
+        out.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     out.push_str(&format!(
-        "\nMedians of {} interleaved rounds; workloads `perf bench sched messaging -g 5 -l 400` (baseline {base_msg:.3} s) and `perf bench sched pipe -l 40000` (baseline {base_pipe:.3} s). Per-switch cost is the run time of all of a tracer's BPF programs (kernel.bpf_stats_enabled) divided by its sched_switch program's runs. Verified insns: the instructions the kernel's verifier processed to load all of a tracer's programs (`verified_insns` in their fdinfo), the work most of its start-up goes to. Start-up: from exec to attached (topwaits: tracing, its user stacks by frame pointers at first); walker in place: to its full programs loaded (user stacks from the unwind tables). Every round starts a new tracer; topwaits' unwind table cache starts empty in the first round.\n",
-        opts.rounds
+        "\nMedians of {} interleaved rounds; workloads `perf bench sched messaging -g 5 -l 400` (baseline {:.3} s), the short `messaging -g 4 -l 300` (baseline {:.3} s) and `perf bench sched pipe -l 40000` (baseline {:.3} s). Per-switch cost is the run time of all of a tracer's BPF programs (kernel.bpf_stats_enabled) divided by its sched_switch program's runs. Verified insns: the instructions the kernel's verifier processed to load all of a tracer's programs (`verified_insns` in their fdinfo), the work most of its start-up goes to. Start-up: from exec to attached (topwaits: \"Tracing\", every stack walked from the unwind tables from then on); learners in place: to its last programs loaded (kernel stack reuse). Every round starts a new tracer; topwaits' unwind table cache starts empty in the first round.\n",
+        opts.rounds, base[0], base[1], base[2]
     ));
     out.push_str(&rounds);
     out.push_str(&startup);
+    out.push_str(&busy_pipeline(bin)?);
     out.push_str(&format!(
         "\nMany stacks: 19,683 distinct call paths traced with `topwaits --json -p PID`: {records} records; report (drain, symbolize, write, from the workload's exit to topwaits' exit) {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"
     ));
@@ -506,22 +510,22 @@ fn startup_cold_warm(bin: &str) -> Result<String> {
     let once = || -> Result<(f64, f64)> {
         let r = start(&cmd(&dir), &[("RUST_LOG", "topwaits::run::trace=debug")])?;
         settle(r.child.id());
-        let walker = r.walker.lock().ok().and_then(|w| *w).map_or(f64::NAN, |w| w.as_secs_f64() * 1e3);
+        let learners = r.learners.lock().ok().and_then(|w| *w).map_or(f64::NAN, |w| w.as_secs_f64() * 1e3);
         let startup = r.startup.as_secs_f64() * 1e3;
         stop(r)?;
-        Ok((startup, walker))
+        Ok((startup, learners))
     };
-    // (start-up, walker in place) of each run, the first with an empty cache.
+    // (start-up, learners in place) of each run, the first with an empty cache.
     let measured: Result<Vec<(f64, f64)>> = (0..6).map(|_| once()).collect();
     let _ = py.kill();
     let _ = py.wait();
     let runs = measured?;
-    let (cold, cold_walker) = runs[0];
-    let (mut up, mut walker): (Vec<f64>, Vec<f64>) = runs[1..].iter().copied().unzip();
+    let (cold, cold_learners) = runs[0];
+    let (mut up, mut learners): (Vec<f64>, Vec<f64>) = runs[1..].iter().copied().unzip();
     Ok(format!(
-        "\nStart-up of `topwaits -p PID` on Debian's python3 (its tables built before attaching): {cold:.0} ms with an empty unwind table cache (walker in place at {cold_walker:.0} ms), {:.0} ms with the cache it filled (median of 5; walker at {:.0} ms).\n",
+        "\nStart-up of `topwaits -p PID` on Debian's python3 (its tables built before attaching), to \"Tracing\" with every stack walked from the unwind tables: {cold:.0} ms with an empty unwind table cache (learners in place at {cold_learners:.0} ms), {:.0} ms with the cache it filled (median of 5; learners at {:.0} ms).\n",
         median(&mut up),
-        median(&mut walker)
+        median(&mut learners)
     ))
 }
 
@@ -534,4 +538,48 @@ fn machine() -> String {
         .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
         .unwrap_or_default();
     format!("Machine: Linux {}, {cpus} CPUs ({model}).\n", kernel.trim())
+}
+
+/// A 2 s trace of a busy pipeline (Debian's gzip compressing what cat reads
+/// from /dev/urandom), started while it runs, three times: the share of gzip's
+/// wait time in stacks cut because topwaits was starting, and the time of the
+/// waits in progress at the start that ended before their stacks could be
+/// walked (left out).
+fn busy_pipeline(bin: &str) -> Result<String> {
+    let mut cat = Command::new("cat").arg("/dev/urandom").stdout(Stdio::piped()).spawn().context("cat")?;
+    let gzip = Command::new("gzip").arg("-1").stdin(Stdio::from(cat.stdout.take().context("cat's stdout")?)).stdout(Stdio::null()).spawn();
+    let mut gzip = match gzip {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = cat.kill();
+            let _ = cat.wait();
+            return Err(e).context("gzip");
+        }
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = gzip.id().to_string();
+    let runs: Result<Vec<String>> = (0..3)
+        .map(|_| {
+            let out = Command::new(bin).args(["--json", "-U", "-p", &pid, "2"]).output()?;
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).context("topwaits' JSON")?;
+            let (mut all, mut cut) = (0u64, 0u64);
+            for r in doc["records"].as_array().into_iter().flatten() {
+                let ns = r["total_ns"].as_u64().unwrap_or(0);
+                all += ns;
+                let frames = r["user_stack"].as_array().into_iter().flatten();
+                if frames.filter_map(|f| f["symbol"].as_str()).any(|s| s == "[cut:walker-starting]") {
+                    cut += ns;
+                }
+            }
+            let left_out = doc["counters"]["waits_in_progress_at_start_unwalked_ns"].as_u64().unwrap_or(0);
+            Ok(format!("{:.3} cut, {:.1} ms left out of {:.1} ms", cut as f64 / all.max(1) as f64, left_out as f64 / 1e6, all as f64 / 1e6))
+        })
+        .collect();
+    let _ = gzip.kill();
+    let _ = cat.kill();
+    let _ = (gzip.wait(), cat.wait());
+    Ok(format!(
+        "\nA busy pipeline traced from its first moment (`topwaits --json -U -p GZIP 2` of `cat /dev/urandom | gzip -1`, three runs): share of gzip's wait time in stacks cut while topwaits started, and the waits in progress at the start left out: {}.\n",
+        runs?.join("; ")
+    ))
 }

@@ -113,10 +113,10 @@ pub struct Running {
     /// The programs it created, by id, with their names.
     pub prog_ids: BTreeMap<u64, String>,
     pub map_bytes: u64,
-    /// From the start to the line on stderr that says topwaits' user stack
-    /// walker is in place (its full programs loaded after attaching), once
+    /// From the start to the line on stderr that says topwaits' last programs
+    /// (the kernel stack learners, loaded after attaching) are in place, once
     /// seen; topwaits says it at `RUST_LOG=topwaits::run::trace=debug`.
-    pub walker: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
+    pub learners: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
 }
 
 /// A tracer still running when its round fails (an error or a panic in the
@@ -133,7 +133,7 @@ impl Drop for Running {
 }
 
 /// The debug line topwaits prints once its programs loaded after attaching are in place.
-pub const WALKER_IN_PLACE: &str = "kernel stack learners in place";
+pub const LEARNERS_IN_PLACE: &str = "kernel stack learners in place";
 
 pub fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
     let before: BTreeSet<u64> = progs()?.into_iter().map(|p| p.id).collect();
@@ -183,19 +183,19 @@ pub fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
     let prog_ids = progs()?.into_iter().filter(|p| !before.contains(&p.id)).map(|p| (p.id, p.name)).collect();
     let map_bytes = maps()?.into_iter().filter(|m| !maps_before.contains(&m.0)).map(|m| m.1).sum();
     // Keep draining stderr so the tracer never blocks on it, noting when the
-    // walker is in place.
-    let walker = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let seen = walker.clone();
+    // learners are in place.
+    let learners = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen = learners.clone();
     std::thread::spawn(move || {
         while let Ok(line) = rx.recv() {
-            if line.contains(WALKER_IN_PLACE) {
+            if line.contains(LEARNERS_IN_PLACE) {
                 if let Ok(mut w) = seen.lock() {
                     w.get_or_insert(t0.elapsed());
                 }
             }
         }
     });
-    Ok(Running { child, startup: ready, prog_ids, map_bytes, walker })
+    Ok(Running { child, startup: ready, prog_ids, map_bytes, learners })
 }
 
 /// Stops a tracer with SIGINT; returns (time to exit, peak RSS in KiB).
@@ -373,7 +373,7 @@ mod tests {
             startup: std::time::Duration::ZERO,
             prog_ids: Default::default(),
             map_bytes: 0,
-            walker: Default::default(),
+            learners: Default::default(),
         };
         let r = spawn("30");
         let pid = r.child.id();

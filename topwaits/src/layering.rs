@@ -29,6 +29,7 @@ const ORDER: &[&str] = &[
     "stacks/interrupts",
     "stacks/cfi",
     "stacks/python",
+    "stacks/golang",
     "stacks/unwind",
     "stacks",
     "model/recording",

@@ -3,6 +3,7 @@
 //! mapped into the traced processes.
 
 pub mod cfi;
+pub mod golang;
 pub mod interrupts;
 pub mod objects;
 pub mod python;

@@ -21,6 +21,7 @@ use crate::sys::elf;
 
 pub mod cache;
 mod eh_frame;
+mod gorows;
 pub mod loader;
 pub mod now;
 pub mod tree;
@@ -111,11 +112,62 @@ impl Table {
         Ok(Table { rows: out })
     }
 
-    /// The table of an ELF file, or None when it has no `.eh_frame`.
+    /// The table of an ELF file, or None when it has neither `.eh_frame` nor,
+    /// as a Go program, Go's own function table: a Go program's functions get
+    /// their rows from that table (its `.eh_frame`, if any, covers only its C
+    /// parts), as `gorows` gives them.
     pub fn from_elf<R: Read + Seek>(f: &mut R) -> Result<Option<Table>> {
-        let Some((eh_addr, data)) = elf::section_with_addr(f, ".eh_frame")? else { return Ok(None) };
-        let text_addr = elf::section_addr(f, ".text")?.unwrap_or(0);
-        Table::from_eh_frame(&data, eh_addr, text_addr).map(Some)
+        let eh = match elf::section_with_addr(f, ".eh_frame")? {
+            Some((eh_addr, data)) => {
+                let text_addr = elf::section_addr(f, ".text")?.unwrap_or(0);
+                Some(Table::from_eh_frame(&data, eh_addr, text_addr)?)
+            }
+            None => None,
+        };
+        let go = match crate::stacks::golang::pclntab_of(f) {
+            Ok(t) => t,
+            Err(e) => {
+                log::debug!("Go's function table not read: {e:#}");
+                None
+            }
+        };
+        Ok(match (eh, go) {
+            (eh, Some(go)) => Some(eh.unwrap_or_default().with(gorows::rows(&go))),
+            (eh, None) => eh,
+        })
+    }
+
+    /// The table with `rows` (sorted) laid over the places where it says
+    /// nothing (its gaps, [`Rule::Stop`]): a Go program's functions over the
+    /// gaps between the FDEs of its C parts.
+    pub fn with(self, rows: Vec<Row>) -> Table {
+        if self.rows.is_empty() {
+            return Table { rows };
+        }
+        let mut out: Vec<Row> = Vec::with_capacity(self.rows.len() + rows.len());
+        let mut covered = rows.iter().peekable();
+        for r in &self.rows {
+            // The added rows up to this one, where this table said nothing.
+            while let Some(g) = covered.next_if(|g| g.pc < r.pc) {
+                if self.lookup(g.pc) == Rule::Stop {
+                    out.push(*g);
+                }
+            }
+            out.push(*r);
+        }
+        out.extend(covered.filter(|g| self.lookup(g.pc) == Rule::Stop).copied());
+        out.sort_by_key(|r| r.pc);
+        // One row an address: a rule over a gap's Stop.
+        out.dedup_by(|later, earlier| {
+            if later.pc != earlier.pc {
+                return false;
+            }
+            if earlier.rule == Rule::Stop {
+                *earlier = *later;
+            }
+            true
+        });
+        Table { rows: out }
     }
 
     /// The rule at virtual address `pc`.

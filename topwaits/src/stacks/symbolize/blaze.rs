@@ -59,6 +59,31 @@ pub struct BlazeSymbolizer {
     foreign_roots: std::collections::HashSet<u32>,
     /// How many times maps were kept anew (tests).
     kept_reads: u64,
+    /// Each Go program's function table, which names its functions where
+    /// its symbol table is stripped, with its loaded segments; None for a
+    /// file that is no Go program.
+    go: HashMap<String, Option<std::sync::Arc<GoFile>>>,
+}
+
+/// A Go program's function table, and its loaded segments (to turn a file
+/// offset into an address of the table).
+struct GoFile {
+    table: crate::stacks::golang::Pclntab,
+    segments: Vec<elf::Segment>,
+}
+
+impl GoFile {
+    /// The Go program at `path`, if it is one.
+    fn open(path: &str) -> Option<GoFile> {
+        let mut f = std::io::BufReader::new(std::fs::File::open(path).ok()?);
+        let table = crate::stacks::golang::pclntab_of(&mut f).ok()??;
+        Some(GoFile { table, segments: elf::load_segments(&mut f).ok()? })
+    }
+
+    /// The name of the function at file offset `off`, with its file and line.
+    fn name(&self, off: u64) -> Option<String> {
+        crate::stacks::golang::name_at(&self.table, elf::vaddr_of(&self.segments, off)?, true)
+    }
 }
 
 /// An ELF file to read a module's symbols from, and the module's loaded
@@ -125,6 +150,7 @@ impl Default for BlazeSymbolizer {
             kept_files: FastMap::default(),
             foreign_roots: Default::default(),
             kept_reads: 0,
+            go: HashMap::new(),
         }
     }
 }
@@ -517,8 +543,16 @@ impl Symbolizer for BlazeSymbolizer {
         }
         let mut frames: Vec<Frame> = addrs.iter().map(|&a| named.remove(&a).unwrap_or_else(|| Frame::unknown(a))).collect();
         if let Some(maps) = maps {
-            for f in frames.iter_mut().filter(|f| f.symbol.is_none() && self.is_code(tgid, f.addr)) {
+            let unnamed: Vec<usize> =
+                (0..frames.len()).filter(|&i| frames[i].symbol.is_none() && self.is_code(tgid, frames[i].addr)).collect();
+            for i in unnamed {
+                let f = &mut frames[i];
                 if let Some((module, off)) = procfs::locate(maps, f.addr) {
+                    // A stripped Go program still names its functions in
+                    // its own table.
+                    let path = procfs::mapping_of(maps, f.addr).map(|m| format!("{root}{}", m.path)).unwrap_or_default();
+                    let go = self.go.entry(path.clone()).or_insert_with(|| GoFile::open(&path).map(std::sync::Arc::new));
+                    f.symbol = go.as_ref().and_then(|g| g.name(off)).map(Into::into);
                     f.module = Some(module.into());
                     f.offset = Some(off);
                 }

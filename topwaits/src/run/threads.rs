@@ -26,7 +26,7 @@ pub fn window_end(now: u64, deadline: Option<u64>) -> u64 {
 
 /// Runs `topwaits threads`: the profile, the dependencies, and the rt-app file.
 pub fn run(config: &ThreadsConfig) -> Result<()> {
-    hold_signals(true);
+    hold_signals();
     preflight(&config.threads)?;
     let rt_app_file = crate::util::outfile::OutputFile::create_opt(config.rt_app.as_deref())?;
     let clock = crate::util::clock::ClockPair::sample();

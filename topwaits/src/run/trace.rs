@@ -98,9 +98,31 @@ pub(super) fn on_event(
     super::wait::sooner(unwinder.borrow_mut().on_event(e), named)
 }
 
+/// Once attached: the symbolizer (the kernel's symbols read on a thread of
+/// their own), the process events taken, and the learners loaded while they
+/// are handed on.
+pub(super) fn symbolizer_and_learners(
+    config: &Config,
+    tracer: &mut Tracer,
+    unwinder: &std::cell::RefCell<Unwinder>,
+) -> Result<(BlazeSymbolizer, Option<ProcEvents>)> {
+    let mut symbolizer = BlazeSymbolizer::default();
+    if config.stacks != crate::cli::Stacks::UserOnly {
+        symbolizer.warm_kernel();
+    }
+    let mut events = tracer.take_events()?;
+    // The programs are loaded (the kernel's BTF parsed): tables are built from here.
+    crate::sys::heap::for_tracing();
+    load_learners(tracer, &mut events, &mut |e| on_event(&mut symbolizer, unwinder, e));
+    Ok((symbolizer, events))
+}
+
+/// How often a trace that runs for long forgets the processes gone.
+pub(super) const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs one whole trace, or one report per `--interval`.
 pub fn run(config: &Config) -> Result<()> {
-    hold_signals(true);
+    hold_signals();
     preflight(&config.threads)?;
     // Watched from before attaching: a process that exits meanwhile ends the trace.
     let mut targets = pidfds(&config.threads);
@@ -129,14 +151,7 @@ pub fn run(config: &Config) -> Result<()> {
         Some(d) => crate::util::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
         None => crate::util::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
     }
-    let mut symbolizer = BlazeSymbolizer::default();
-    if config.stacks != crate::cli::Stacks::UserOnly {
-        symbolizer.warm_kernel();
-    }
-    let mut events = tracer.take_events()?;
-    // The programs are loaded (the kernel's BTF parsed): tables are built from here.
-    crate::sys::heap::for_tracing();
-    load_learners(&mut tracer, &mut events, &mut |e| on_event(&mut symbolizer, &unwinder, e));
+    let (mut symbolizer, mut events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
     let mut snapshots = crate::analysis::snapshot::Snapshotter::default();
     snapshots.set_cache(cache);
     let start_mono = tracer.attached_mono();
@@ -152,6 +167,9 @@ pub fn run(config: &Config) -> Result<()> {
     let format = report::for_output(config.view, &config.shown.output);
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
     let mut total = crate::model::Counters::default();
+    let mut last_sweep = std::time::Instant::now();
+    // Kept across intervals: it reads the kernel's symbols once.
+    let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
     for round in 0usize.. {
         // Interval ends are on a fixed grid from the start, so the time spent
         // reporting one interval does not delay the next.
@@ -229,7 +247,7 @@ pub fn run(config: &Config) -> Result<()> {
             on_cpu_hz: config.on_cpu,
             cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
         };
-        let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
+        resolver.next_interval();
         let labels = config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
         let mut report = interval::report(capture, interval::Events { rows, states, samples }, &before, info, &mut symbolizer, labels);
         let grouped = crate::analysis::reduce::grouped(&report, config.shown.by);
@@ -245,6 +263,12 @@ pub fn run(config: &Config) -> Result<()> {
         })?;
         if !finished {
             (interval_start, before) = (end_mono, total);
+            // An interval trace runs for long: the processes gone since the
+            // sweep before last are not kept (every report since named them).
+            if last_sweep.elapsed() >= FORGET_AFTER {
+                symbolizer.forget_gone();
+                last_sweep = std::time::Instant::now();
+            }
             continue;
         }
         if let Some(files) = files.take() {

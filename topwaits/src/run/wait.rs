@@ -1,6 +1,8 @@
 //! Waiting while the kernel traces: for the duration, a signal, or the end of every
-//! `-p` process, with the process events handed on as they arrive. Signals are held
-//! from before attaching, so that none is lost between attaching and waiting.
+//! `-p` process, with the process events handed on as they arrive. SIGINT, SIGTERM
+//! and SIGHUP stay blocked from before attaching to the end and are read from a
+//! signalfd while waiting: one that comes between two waits (while an interval is
+//! reported) stays pending for the next, so none is lost.
 
 use std::time::Duration;
 
@@ -64,14 +66,13 @@ pub fn wait(
     tick: &mut dyn FnMut(),
 ) -> Result<End> {
     use tokio::io::unix::AsyncFd;
-    use tokio::signal::unix::{signal, SignalKind};
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("failed to start the async runtime")?;
     rt.block_on(async {
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut term = signal(SignalKind::terminate())?;
-        let mut hup = signal(SignalKind::hangup())?;
-        // Handled from here on: one that came while attaching is delivered now.
-        hold_signals(false);
+        // One that came while attaching, or between two waits, is read now.
+        // SAFETY: the AsyncFd owns the signalfd, which stays open and the same
+        // for as long as it is registered.
+        let mut signals = unsafe { AsyncFd::register_with_interest(SignalFd::open()?, tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
         let mut events = match events_slot.take() {
             // SAFETY: the ring buffer owns its map fd, which stays open and the same
             // for as long as the AsyncFd holds it.
@@ -136,9 +137,13 @@ pub fn wait(
             tokio::select! {
                 _ = &mut sleep => break End::Duration,
                 _ = long_pulled => {}
-                _ = int.recv() => break End::Signal("SIGINT"),
-                _ = term.recv() => break End::Signal("SIGTERM"),
-                _ = hup.recv() => break End::Signal("SIGHUP"),
+                guard = signals.readable_mut() => {
+                    let mut guard = guard?;
+                    match guard.get_inner_mut().read() {
+                        Some(name) => break End::Signal(name),
+                        None => guard.clear_ready(),
+                    }
+                }
                 _ = ticker.tick() => tick(),
                 _ = tokio::time::sleep_until(next_beat.unwrap_or_else(tokio::time::Instant::now)), if next_beat.is_some() => next_beat = after(on_event(None)),
                 (res, i) = std::future::poll_fn(|cx| first_ready(&alive, cx)) => {
@@ -160,6 +165,11 @@ pub fn wait(
                     reads.read(tokio::time::Instant::now(), n);
                 }
             }
+        };
+        // One that came as another branch won ends the wait all the same.
+        let end = match end {
+            End::Duration | End::TargetsExited => signals.get_mut().read().map_or(end, End::Signal),
+            signal => signal,
         };
         // Processes still alive are watched again in the next interval.
         targets.extend(alive.into_iter().map(AsyncFd::into_inner));
@@ -217,38 +227,84 @@ pub fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     }
 }
 
-/// Holds (blocks) or releases SIGINT, SIGTERM and SIGHUP on this thread. They are
-/// held from before attaching until [`wait`] handles them, so that a Ctrl-C right
-/// after the "Tracing..." line still ends the trace with a report. A shell
-/// starts a background command with SIGINT ignored, which would make `kill -INT`
-/// of `topwaits 10 &` do nothing: SIGINT and SIGTERM are heard whatever the
-/// parent set (SIGHUP stays ignored under nohup, as asked).
-pub fn hold_signals(hold: bool) {
-    // SAFETY: sigset operations on a local set, a mask change of this thread, and
-    // dispositions read and restored to the default, which is always allowed.
+/// The signals that end a wait: SIGINT and SIGTERM always (a shell starts a
+/// background command with SIGINT ignored, which would make `kill -INT` of
+/// `topwaits 10 &` do nothing), SIGHUP unless it is ignored (under nohup).
+fn ending_signals() -> libc::sigset_t {
+    // SAFETY: sigset operations on a local set, and a disposition read.
     unsafe {
-        if hold {
-            for sig in [libc::SIGINT, libc::SIGTERM] {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN {
-                    libc::signal(sig, libc::SIG_DFL);
-                }
-            }
-        }
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let mut hup: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut hup) != 0 || hup.sa_sigaction != libc::SIG_IGN {
+            libc::sigaddset(&mut set, libc::SIGHUP);
         }
-        let how = if hold { libc::SIG_BLOCK } else { libc::SIG_UNBLOCK };
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+        set
     }
 }
 
-/// Lets a second Ctrl-C during the report end the process at once.
+/// Blocks the signals that end a wait on this thread (and so on every thread it
+/// starts), from before attaching: a Ctrl-C right after the "Tracing..." line, or
+/// while an interval is reported, stays pending until a wait reads it.
+pub fn hold_signals() {
+    let set = ending_signals();
+    // SAFETY: a mask change of this thread.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// A non-blocking signalfd of the signals that end a wait.
+struct SignalFd(std::os::fd::OwnedFd);
+
+impl SignalFd {
+    fn open() -> std::io::Result<SignalFd> {
+        use std::os::fd::FromRawFd as _;
+        let set = ending_signals();
+        // SAFETY: a new signalfd of a valid set; the fd is owned from here.
+        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is a new, valid descriptor that nothing else owns.
+        Ok(SignalFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// The name of a pending signal, read (consumed); None when none is.
+    fn read(&mut self) -> Option<&'static str> {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: an all-zero signalfd_siginfo is valid.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reads at most `size` bytes into `info`.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        (n == size as isize).then_some(match info.ssi_signo as i32 {
+            libc::SIGINT => "SIGINT",
+            libc::SIGTERM => "SIGTERM",
+            _ => "SIGHUP",
+        })
+    }
+}
+
+impl std::os::fd::AsRawFd for SignalFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Lets a second Ctrl-C during the report end the process at once: SIGINT
+/// back to its default action, and no longer blocked on this thread (the only
+/// one then that takes it).
 pub fn second_interrupt_quits() {
-    // SAFETY: restoring the default disposition of a signal is always allowed.
-    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+    // SAFETY: restoring the default disposition of a signal is always allowed,
+    // and a mask change of this thread.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 #[cfg(test)]

@@ -57,6 +57,15 @@ pub fn parse_data_symbols(text: &str) -> HashMap<u64, String> {
 }
 
 impl ProcResolver {
+    /// Ready for the next interval of a long trace: what processes' file
+    /// descriptors said is read again, the kernel's symbols and the devices'
+    /// names are kept (reading /proc/kallsyms costs tens of milliseconds).
+    pub fn next_interval(&mut self) {
+        self.sockets.clear();
+        self.holders = None;
+        self.pipes.clear();
+    }
+
     fn device_of(&mut self, dev: u64) -> Option<String> {
         self.devices.entry(dev).or_insert_with(|| device_name(dev)).clone()
     }

@@ -243,6 +243,12 @@ pub struct Resolver {
 }
 
 impl Resolver {
+    /// Forgets what it read of `tgid`, gone for good.
+    pub fn forget(&mut self, tgid: u32) {
+        self.interps.remove(&tgid);
+        self.functions.retain(|&(t, _), _| t != tgid);
+    }
+
     /// The frame for Python word `word` of process `tgid`.
     pub fn frame(&mut self, tgid: u32, word: u64) -> Frame {
         let (code, index) = py_parts(word);

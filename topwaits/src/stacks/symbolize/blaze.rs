@@ -63,6 +63,8 @@ pub struct BlazeSymbolizer {
     /// its symbol table is stripped, with its loaded segments; None for a
     /// file that is no Go program.
     go: HashMap<String, Option<std::sync::Arc<GoFile>>>,
+    /// The processes found gone at the last [`BlazeSymbolizer::forget_gone`].
+    gone_at_last_sweep: std::collections::HashSet<u32>,
 }
 
 /// A Go program's function table, and its loaded segments (to turn a file
@@ -151,6 +153,7 @@ impl Default for BlazeSymbolizer {
             foreign_roots: Default::default(),
             kept_reads: 0,
             go: HashMap::new(),
+            gone_at_last_sweep: Default::default(),
         }
     }
 }
@@ -301,6 +304,33 @@ impl BlazeSymbolizer {
         } else {
             self.lineage.source_of(tgid)
         }
+    }
+
+    /// Forgets the processes that were gone at the last sweep already (a
+    /// continuous trace's, `serve`): every report since has named their
+    /// frames, and no new wait of theirs can come. Without it the maps of
+    /// every process that ever ran would be kept. Returns how many went.
+    pub fn forget_gone(&mut self) -> usize {
+        let known: std::collections::HashSet<u32> =
+            self.maps.keys().chain(self.regions.keys()).chain(self.pid_ns.keys()).copied().chain(self.lineage.known_processes()).collect();
+        let gone: std::collections::HashSet<u32> = known.into_iter().filter(|&t| !alive(t)).collect();
+        let forget: Vec<u32> = gone.intersection(&self.gone_at_last_sweep).copied().collect();
+        for &t in &forget {
+            self.maps.remove(&t);
+            self.regions.remove(&t);
+            self.cgroups.remove(&t);
+            self.pid_ns.remove(&t);
+            self.foreign_roots.remove(&t);
+            self.lineage.forget(t);
+            self.python.forget(t);
+            let _ = self.inner.evict(&blazesym::symbolize::evict::Evict::Process(blazesym::symbolize::evict::Process::new(t.into())));
+        }
+        // Thread ids of the processes gone (kept by host tid).
+        if !forget.is_empty() {
+            self.kept_ns_ids.retain(|&tid, _| alive(tid));
+        }
+        self.gone_at_last_sweep = gone.difference(&forget.iter().copied().collect()).copied().collect();
+        forget.len()
     }
 
     /// Number of processes whose maps are kept.

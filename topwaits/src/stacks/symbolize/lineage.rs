@@ -154,6 +154,27 @@ impl Lineage {
         }
     }
 
+    /// Forgets `tgid`, gone for good (a continuous trace's sweep): what it
+    /// shared, and who shared its maps (they have exited too, or they would
+    /// keep it).
+    pub fn forget(&mut self, tgid: u32) {
+        self.read.remove(&tgid);
+        if let Some(from) = self.shares.remove(&tgid) {
+            if let Some(set) = self.sharers.get_mut(&from) {
+                set.remove(&tgid);
+            }
+        }
+        for t in self.sharers.remove(&tgid).into_iter().flatten() {
+            self.shares.remove(&t);
+        }
+        self.fresh.retain(|&(t, _)| t != tgid);
+    }
+
+    /// Every process it knows of.
+    pub fn known_processes(&self) -> Vec<u32> {
+        self.read.keys().chain(self.shares.keys()).copied().collect()
+    }
+
     /// The process whose maps name `tgid`'s frames once it is gone: the one it
     /// shared maps with, else itself.
     pub fn source_of(&self, tgid: u32) -> u32 {

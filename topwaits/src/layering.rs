@@ -22,6 +22,8 @@ const ORDER: &[&str] = &[
     "analysis/what",
     "analysis/reduce",
     "analysis/diff",
+    "analysis/metrics",
+    "analysis/increments",
     "analysis",
     "bpf",
     "stacks/objects",
@@ -43,6 +45,7 @@ const ORDER: &[&str] = &[
     "util/clock",
     "util/fasthash",
     "util/error",
+    "util/http",
     "util",
 ];
 

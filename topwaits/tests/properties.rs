@@ -75,6 +75,12 @@ proptest! {
                 Some(Command::Record(r)) => { let _ = Config::for_record(r); }
                 Some(Command::Report(r)) => { let _ = topwaits::cli::ReportConfig::from_args(r); }
                 Some(Command::Diff(d)) => { let _ = topwaits::cli::DiffConfig::from_args(d); }
+                Some(Command::Serve(s)) => {
+                    if let Ok(c) = topwaits::cli::ServeConfig::from_args(s) {
+                        // Serving drains every step and prints nothing itself.
+                        prop_assert!(c.trace.interval == Some(c.step) && !c.trace.print);
+                    }
+                }
                 Some(Command::Why(w)) => {
                     if let Ok(topwaits::cli::WhyConfig::Trace(c)) = topwaits::cli::WhyConfig::from_args(w) {
                         // Every wait is an event, with its waker.

@@ -34,12 +34,17 @@ pub fn generate(out: &Path) -> Result<()> {
     // No `help` subcommand: it has no page of its own to point to.
     let mut cmd = cli::Args::command().disable_help_subcommand(true);
     cmd.build();
-    std::fs::write(man.join("topwaits.1"), page(&cmd, "## JSON (`--json`)")?)?;
+    std::fs::write(man.join("topwaits.1"), page(&cmd, &JSON_TAIL)?)?;
     for sub in cmd.get_subcommands() {
         // Leaked once per subcommand for clap's 'static names; xtask then exits.
         let name: &'static str = Box::leak(format!("topwaits-{}", sub.get_name()).into_boxed_str());
+        // serve prints no document: its page carries its endpoints instead.
         let heading = format!("### `topwaits {} --json`", sub.get_name());
-        std::fs::write(man.join(format!("{name}.1")), page(&sub.clone().name(name), &heading)?)?;
+        let tail = match sub.get_name() {
+            "serve" => Tail { title: "ENDPOINTS", doc: SERVE, file: "docs/SERVE.md", heading: "## Endpoints" },
+            _ => Tail { heading: &heading, ..JSON_TAIL },
+        };
+        std::fs::write(man.join(format!("{name}.1")), page(&sub.clone().name(name), &tail)?)?;
     }
     eprintln!("xtask: wrote {}", man.display());
     Ok(())
@@ -82,9 +87,24 @@ fn complete_pids(shell: Shell, script: &str) -> String {
     }
 }
 
-/// One man page: clap's sections, the examples verbatim, and the JSON schema from
-/// the docs/JSON.md section under `heading`.
-fn page(cmd: &clap::Command, heading: &str) -> Result<Vec<u8>> {
+/// The last section of a man page: the Markdown section under `heading` of
+/// `doc` (the text of `file`), under the roff title `title`.
+struct Tail<'a> {
+    title: &'a str,
+    doc: &'a str,
+    file: &'a str,
+    heading: &'a str,
+}
+
+/// The top page's tail: the JSON schema.
+const JSON_TAIL: Tail<'static> = Tail { title: "JSON OUTPUT", doc: SCHEMAS, file: "docs/JSON.md", heading: "## JSON (`--json`)" };
+
+/// serve's endpoints, metrics and OTLP mapping.
+const SERVE: &str = include_str!("../../docs/SERVE.md");
+
+/// One man page: clap's sections, the examples verbatim, and its tail (the
+/// JSON schema from docs/JSON.md, or serve's endpoints).
+fn page(cmd: &clap::Command, tail: &Tail) -> Result<Vec<u8>> {
     let man = clap_mangen::Man::new(cmd.clone());
     let mut out = Vec::new();
     man.render_title(&mut out)?;
@@ -102,8 +122,8 @@ fn page(cmd: &clap::Command, heading: &str) -> Result<Vec<u8>> {
         }
         writeln!(out, ".fi")?;
     }
-    let schema = section(SCHEMAS, heading).with_context(|| format!("docs/JSON.md has no section {heading}"))?;
-    writeln!(out, ".SH JSON OUTPUT")?;
+    let schema = section(tail.doc, tail.heading).with_context(|| format!("{} has no section {}", tail.file, tail.heading))?;
+    writeln!(out, ".SH {}", tail.title)?;
     out.extend_from_slice(markdown_to_roff(schema).as_bytes());
     if cmd.get_version().is_some() {
         man.render_version_section(&mut out)?;
@@ -219,6 +239,8 @@ mod tests {
             let page = std::fs::read_to_string(dir.join(format!("man/topwaits-{sub}.1"))).unwrap();
             assert!(page.contains(".SH JSON OUTPUT") && page.contains("\\fBversion\\fR"), "{sub}: {page}");
         }
+        let serve = std::fs::read_to_string(dir.join("man/topwaits-serve.1")).unwrap();
+        assert!(serve.contains(".SH ENDPOINTS") && serve.contains("/debug/pprof/offwake"), "{serve}");
         let threads = std::fs::read_to_string(dir.join("man/topwaits-threads.1")).unwrap();
         assert!(threads.contains("dependencies") && threads.contains("stolen_us"));
         let _ = std::fs::remove_dir_all(dir);

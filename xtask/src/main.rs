@@ -17,6 +17,13 @@ mod subjects;
 mod sys {
     pub(crate) use super::cgroup_shared as cgroup;
 }
+/// The URL parser that `serve`'s options (shared as source by `docs`) use.
+#[allow(dead_code)]
+#[path = "../../topwaits/src/util/http.rs"]
+mod http_shared;
+mod util {
+    pub(crate) use super::http_shared as http;
+}
 mod python_server_bench;
 mod tracers;
 

@@ -25,6 +25,7 @@ const PACKAGES: &[&str] = &[
     "postgresql",    // tests: a real server whose own wait accounting checks topwaits'
     "etcd-server",   // tests: a stripped Go server, named and unwound from its own tables
     "apache2-utils", // tests: ab loads etcd's HTTP gateway
+    "prometheus",    // tests: a real Prometheus scrapes `topwaits serve`
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -122,7 +123,7 @@ const PPROF_FORMAT: &str = "pprof-format@2.3.2";
 fn test_tools() -> Result<()> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-tools");
     if dir.join("node_modules/pprof-format/package.json").exists() {
-        return perfetto_reader();
+        return python_readers();
     }
     eprintln!("setup: installing {PPROF_FORMAT} for the export tests");
     std::fs::create_dir_all(&dir)?;
@@ -130,17 +131,26 @@ fn test_tools() -> Result<()> {
         std::fs::write(dir.join("package.json"), "{\"private\": true}\n")?;
     }
     run(Command::new("npm").current_dir(&dir).args(["install", "--no-audit", "--no-fund", PPROF_FORMAT]))?;
-    perfetto_reader()
+    python_readers()
 }
 
 /// Perfetto's Python package (its trace schema, read by protobuf), pinned.
 const PERFETTO: &str = "perfetto==0.59.1";
 
-fn perfetto_reader() -> Result<()> {
-    let have = Command::new("python3").args(["-c", "from perfetto.protos.perfetto.trace import perfetto_trace_pb2"]).output();
-    if have.is_ok_and(|o| o.status.success()) {
-        return Ok(());
+/// OpenTelemetry's generated protobuf classes (profiles v1development), pinned.
+const OTLP_PROTO: &str = "opentelemetry-proto==1.45.0";
+
+fn python_readers() -> Result<()> {
+    for (module, packages) in [
+        ("perfetto.protos.perfetto.trace.perfetto_trace_pb2", &[PERFETTO, "protobuf"][..]),
+        ("opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2", &[OTLP_PROTO][..]),
+    ] {
+        let have = Command::new("python3").args(["-c", &format!("import {module}")]).output();
+        if have.is_ok_and(|o| o.status.success()) {
+            continue;
+        }
+        eprintln!("setup: installing {} for the export tests", packages.join(" "));
+        run(Command::new("python3").args(["-m", "pip", "install", "-q", "--root-user-action=ignore"]).args(packages))?;
     }
-    eprintln!("setup: installing {PERFETTO} and protobuf for the export tests");
-    run(Command::new("python3").args(["-m", "pip", "install", "-q", "--root-user-action=ignore", PERFETTO, "protobuf"]))
+    Ok(())
 }

@@ -5,8 +5,10 @@
 pub mod blocked;
 pub mod deps;
 pub mod diff;
+pub mod increments;
 pub mod locks;
 pub mod longwaits;
+pub mod metrics;
 pub mod open;
 pub mod reduce;
 pub mod rtapp;

@@ -99,12 +99,24 @@ impl Tracer {
     ) -> Result<u64> {
         let mut arrived = 0;
         let (min_us, max_us) = self.block_us;
+        let mut seeded = HashMap::new();
+        if self.seeded_open {
+            batch::each(self.map(names::REWALKS)?, |&task: &u64, r: &topwaits_common::Rewalk| {
+                seeded.insert(task, *r);
+            })
+            .context("failed to read the walked stacks of the waits at the start")?;
+        }
         batch::each(self.map(names::STARTS)?, |&task: &u64, st: &SwitchOut| {
+            let mut ustack = st.ustack;
             if st.ts != 0 && st.ustack == topwaits_common::SEEDED_USTACK {
                 // In progress since before the trace and still: the thread
-                // never switched, and is read from /proc with the start its
-                // wait really had (`analysis::open`).
-                return;
+                // never switched. A trace's end reads it from /proc with the
+                // start its wait really had (`analysis::open`); `serve` counts
+                // it from the trace's start, under the stack walked for it.
+                match seeded.get(&task) {
+                    Some(r) if self.seeded_open && r.ts == st.ts && r.ustack != 0 => ustack = r.ustack,
+                    _ => return,
+                }
             }
             switched.insert(st.tid);
             if st.ts == 0 || st.ts > end_mono {
@@ -118,7 +130,7 @@ impl Tracer {
             if !(min_us..=max_us).contains(&(so_far / 1000)) {
                 return;
             }
-            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack: st.ustack, comm: st.comm, what: st.what };
+            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack, comm: st.comm, what: st.what };
             let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
             r.open = Some(OpenSince::Exact(st.ts));
             if self.waker {
@@ -142,6 +154,8 @@ impl Tracer {
                 chains.insert(id, *h);
             })
             .context("failed to read the waker chain map")?;
+            // Chains aged out since a row named them (`serve`).
+            chains.extend(self.aged_chains());
             batch::each(self.map(names::WAKE_WAITS)?, |k: &WakeKey, v: &WakeVal| {
                 let mut r = raw_record(&k.target, v.total_ns, v.count, v.max_ns, v.max_end_ns);
                 let kind = match k.kind {
@@ -218,10 +232,16 @@ impl Tracer {
                 let m: BpfHashMap<&MapData, u64, KernelStack> = BpfHashMap::try_from(map)?;
                 // A reference always names a stored stack (entries are never
                 // deleted); were one gone, the record would show a missing stack.
-                for id in wanted {
+                for &id in &wanted {
                     if let Ok(frames) = m.get(&id, 0) {
                         stacks.insert(id, keep(&frames));
                     }
+                }
+            }
+            // Stacks aged out since a row named them (`serve`).
+            for id in wanted {
+                if let (false, Some(frames)) = (stacks.contains_key(&id), self.aged_stack(id)) {
+                    stacks.insert(id, frames.clone());
                 }
             }
         }

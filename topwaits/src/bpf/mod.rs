@@ -3,6 +3,7 @@
 //! (`attach`), draining the maps into plain structs (`drain`) and the process-event
 //! ring (`events`) live in the submodules.
 
+mod age;
 mod attach;
 mod batch;
 mod drain;
@@ -65,6 +66,13 @@ pub struct Tracer {
     walks: bool,
     /// `--on-cpu`: the sampling period (ns).
     sample_period: Option<u64>,
+    /// Entries the stack maps and the chain map hold at most.
+    capacity: (u32, u32),
+    /// What the last aging deleted (see [`age`]).
+    aged: age::Aged,
+    /// Drains report the waits in progress since the start too, under the
+    /// stacks walked for them (`serve`, whose every interval counts them).
+    seeded_open: bool,
 }
 
 /// The long-wait event ring buffer: 8 MiB, about 75,000 events of 112 bytes,
@@ -450,6 +458,9 @@ impl Tracer {
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
             walks: cfi,
+            capacity: (sizes.stacks, sizes.chains),
+            aged: Default::default(),
+            seeded_open: false,
         };
         Ok((tracer, prepared))
     }
@@ -609,6 +620,9 @@ impl Tracer {
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
             walks: cfi,
+            capacity: (sizes.stacks, sizes.chains),
+            aged: Default::default(),
+            seeded_open: false,
         };
         Ok((tracer, prepared))
     }

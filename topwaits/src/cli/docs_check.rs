@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 
 /// The documents checked, from the workspace root.
-const DOCS: &[&str] = &["README.md", "docs/GUIDE.md", "docs/DESIGN.md", "docs/PERFORMANCE.md", "docs/JSON.md", "CHANGELOG.md"];
+const DOCS: &[&str] =
+    &["README.md", "docs/GUIDE.md", "docs/DESIGN.md", "docs/PERFORMANCE.md", "docs/JSON.md", "docs/SERVE.md", "CHANGELOG.md"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

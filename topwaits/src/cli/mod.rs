@@ -14,6 +14,7 @@ mod diff;
 mod docs_check;
 mod locks;
 mod record;
+mod serve;
 mod target;
 mod threads;
 mod values;
@@ -25,6 +26,7 @@ pub use cache::CacheArgs;
 pub use diff::{DiffArgs, DiffConfig, DiffOutput, Gate};
 pub use locks::{LocksArgs, LocksConfig};
 pub use record::{RecordArgs, ReportArgs, ReportConfig};
+pub use serve::{OtlpConfig, ServeArgs, ServeConfig};
 pub(crate) use target::{cgroup_filter, filter_kind};
 pub use target::{AttachArgs, TargetArgs, Threads};
 use thiserror::Error;
@@ -75,6 +77,7 @@ pub enum Validated {
     Why(WhyConfig),
     Locks(LocksConfig),
     Diff(DiffConfig),
+    Serve(ServeConfig),
 }
 
 impl Args {
@@ -88,6 +91,7 @@ impl Args {
             Some(Command::Why(w)) => Validated::Why(WhyConfig::from_args(w)?),
             Some(Command::Locks(l)) => Validated::Locks(LocksConfig::from_args(l)?),
             Some(Command::Diff(d)) => Validated::Diff(DiffConfig::from_args(d)?),
+            Some(Command::Serve(s)) => Validated::Serve(ServeConfig::from_args(s)?),
             None => Validated::Trace(Box::new(Config::from_args(self.trace)?)),
         })
     }
@@ -294,6 +298,11 @@ pub enum Command {
     /// when a threshold is crossed.
     #[command(after_help = diff::DIFF_EXAMPLES)]
     Diff(DiffArgs),
+    /// Trace until stopped and serve what waited: Prometheus metrics (/metrics),
+    /// pprof profiles of the next N seconds (/debug/pprof/offcpu?seconds=N), and
+    /// with --otlp-endpoint, OTLP profiles pushed every interval.
+    #[command(after_help = serve::SERVE_EXAMPLES)]
+    Serve(ServeArgs),
 }
 
 /// Which stacks to capture.
@@ -431,6 +440,8 @@ pub enum ConfigError {
     Why(String),
     #[error("locks: {0}")]
     Locks(String),
+    #[error("serve: {0}")]
+    Serve(String),
 }
 
 /// Default number of records in the top view.

@@ -6,8 +6,10 @@ pub mod blocked;
 pub mod folded;
 pub mod json;
 pub mod locks;
+pub mod otlp;
 pub mod perfetto;
 pub mod pprof;
+pub mod prometheus;
 pub mod svg;
 pub mod threads;
 pub mod timeline;
@@ -164,6 +166,28 @@ pub(crate) mod fixtures {
             state_filter: None,
             on_cpu_hz: None,
             cgroup_target: false,
+        }
+    }
+
+    /// A record of `count` waits of `total_ns` by thread 1/2 named `comm`, with
+    /// no stacks, waker or label.
+    pub fn bare_record(comm: &str, total_ns: u64, count: u64) -> Record {
+        Record {
+            tgid: 1,
+            tid: 2,
+            comm: comm.as_bytes().to_vec(),
+            kernel: Stack::None,
+            user: Stack::None,
+            count,
+            total_ns,
+            max_ns: total_ns,
+            max_end_mono: 0,
+            wake: None,
+            open: None,
+            threads: 1,
+            waits_on: None,
+            ns_ids: None,
+            cgroup: None,
         }
     }
 

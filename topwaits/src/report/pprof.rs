@@ -297,6 +297,31 @@ fn state_of(report: &Report, r: &Record) -> Option<&'static str> {
     }
 }
 
+/// The report with each waker's stack joined above its sleeper's, as
+/// offwaketime draws them: read from the leaf, each hop's name, its user then
+/// kernel frames root to leaf, a `--` frame, then the sleeper's stack (later
+/// hops further from the sleeper). Records without a waker keep their stacks.
+pub fn joined_with_wakers(mut report: Report) -> Report {
+    let mark = |name: &str| std::sync::Arc::new(Frame { addr: 0, symbol: Some(name.into()), module: None, offset: None });
+    for r in &mut report.records {
+        let Some(w) = &r.wake else { continue };
+        let mut frames = Vec::new();
+        if w.hops.is_empty() {
+            frames.push(mark(super::no_waker_label(w.kind)));
+            frames.push(mark("--"));
+        }
+        for h in w.hops.iter().rev() {
+            frames.push(mark(&super::hop_name(h)));
+            frames.extend(h.user.frames().iter().rev().cloned());
+            frames.extend(h.kernel.frames().iter().rev().cloned());
+            frames.push(mark("--"));
+        }
+        frames.extend(r.kernel.frames().iter().cloned());
+        r.kernel = crate::model::Stack::shared(frames);
+    }
+    report
+}
+
 /// The profile of a report; with `cgroup`, each sample labelled with its cgroup.
 pub fn profile(report: &Report, cgroup: bool) -> proto::Profile {
     let mut b = Builder::new();
@@ -454,6 +479,21 @@ mod tests {
         assert!(p.sample[1].location_id.is_empty());
         assert_eq!(p.sample[1].value[0], 3_000);
         assert_eq!(p.duration_nanos as u64, r.info.end_mono - r.info.start_mono);
+    }
+
+    /// The waker's frames sit above the sleeper's, root to leaf, after its
+    /// name, then `--`, as offwaketime's folded lines read from the leaf.
+    #[test]
+    fn offwake_profiles_put_the_waker_above_the_sleeper() {
+        let rep = joined_with_wakers(offwake_report());
+        let names: Vec<&str> = rep.records[0].kernel.frames().iter().map(|f| f.symbol.as_deref().unwrap_or("")).collect();
+        let first = names.iter().position(|n| *n == "writer").unwrap();
+        assert_eq!(&names[first..first + 4], ["writer", "main", "produce", "write"], "{names:?}");
+        let dash = names.iter().rposition(|n| *n == "--").unwrap();
+        assert_eq!(names[dash - 1], "try_to_wake_up", "the waker's kernel leaf just above the divider");
+        let original = offwake_report();
+        assert_eq!(names[dash + 1..].len(), original.records[0].kernel.frames().len());
+        assert_eq!(names[0], "[interrupt]", "the last hop furthest from the sleeper");
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod files;
 pub mod interval;
 pub mod locks;
 pub mod report;
+pub mod serve;
 mod status;
 pub mod threads;
 pub mod trace;
@@ -36,6 +37,7 @@ pub fn command(args: cli::Args) -> Result<Result<()>, ConfigError> {
         cli::Validated::Why(w) => why::run(w),
         cli::Validated::Locks(l) => locks::run(l),
         cli::Validated::Diff(d) => diff::run(&d),
+        cli::Validated::Serve(s) => serve::run(&s),
     })
 }
 

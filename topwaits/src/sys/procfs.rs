@@ -110,6 +110,25 @@ pub fn regions_of(pid: u32) -> Vec<Region> {
     }
 }
 
+/// This process's own use of the machine: its user and system CPU time in
+/// seconds (all threads), and its resident memory in bytes.
+pub fn own_usage() -> (f64, u64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let cpu = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        secs(u.ru_utime) + secs(u.ru_stime)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .unwrap_or(0);
+    (cpu, rss * page)
+}
+
 /// Whether process `pid` still runs (its memory maps can still be read).
 pub fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}/maps")).exists()

@@ -4,5 +4,6 @@
 pub mod clock;
 pub mod error;
 pub mod fasthash;
+pub mod http;
 pub mod outfile;
 pub(crate) mod stderr;

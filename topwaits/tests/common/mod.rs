@@ -64,11 +64,26 @@ pub fn with_attach(args: &[&str]) -> Vec<String> {
     if let Ok(a) = std::env::var("TOPWAITS_TEST_ATTACH") {
         // `blocked` and `report` attach nothing.
         if !args.contains(&"--attach") && !matches!(args.first(), Some(&"blocked" | &"report")) {
-            let at = usize::from(matches!(args.first(), Some(&"threads" | &"record" | &"why" | &"locks")));
+            let at = usize::from(matches!(args.first(), Some(&"threads" | &"record" | &"why" | &"locks" | &"serve")));
             v.splice(at..at, ["--attach".to_string(), a]);
         }
     }
     v
+}
+
+/// A process killed (and reaped) when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether `cmd` is on PATH.
+pub fn installed(cmd: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {cmd}")]).output().is_ok_and(|o| o.status.success())
 }
 
 /// A running topwaits that has printed its "Tracing" line, i.e. has attached.
@@ -92,6 +107,12 @@ impl Tracer {
 
     /// Starts with extra environment variables.
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
+        Self::start_until(args, env, "Tracing")
+    }
+
+    /// Starts and waits (at most 20 s) for a line of stderr that begins with
+    /// `ready`, the line the command prints once it has attached.
+    pub fn start_until(args: &[&str], env: &[(&str, &str)], ready: &str) -> Tracer {
         let mut child = Command::new(BIN)
             .args(with_attach(args))
             .envs(env.iter().copied())
@@ -114,7 +135,7 @@ impl Tracer {
                 Ok(line) => {
                     head.push_str(&line);
                     head.push('\n');
-                    if line.starts_with("Tracing") {
+                    if line.starts_with(ready) {
                         break;
                     }
                 }

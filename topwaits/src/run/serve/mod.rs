@@ -1,0 +1,241 @@
+//! `topwaits serve`: one trace until stopped, drained every step into
+//! increments (see `analysis::increments`) that feed the Prometheus counters,
+//! the pprof requests waiting for their window, and the OTLP pusher. Memory
+//! stays bounded: the aggregate is cleared each step, stacks age out of the
+//! kernel's maps, the symbolizer forgets processes gone, and profiles are
+//! built only for a request or a push.
+
+mod http;
+mod otlp;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+
+use super::interval;
+use super::trace::{on_event, seed_waits, symbolizer_and_learners};
+use super::unwind::Unwinder;
+use super::wait::{hold_signals, pidfds, wait, End};
+use crate::analysis::increments::Increments;
+use crate::analysis::metrics::Metrics;
+use crate::analysis::reduce::By;
+use crate::bpf::Tracer;
+use crate::cli::ServeConfig;
+use crate::model::{Counters, Report, TraceInfo};
+use crate::report::prometheus::Own;
+use crate::util::clock::{local_offset_s, monotonic_now, ClockPair};
+
+/// Steps between checks of how full the stack maps are.
+const AGE_EVERY: u64 = 30;
+
+/// A pprof request's window: the reports of the steps that overlap it,
+/// gathered until a step ends at or past its end.
+struct Window {
+    id: u64,
+    from_mono: u64,
+    until_mono: u64,
+    parts: Vec<Arc<Report>>,
+    done: bool,
+}
+
+/// What the serving threads share with the tracing loop.
+pub(super) struct Shared {
+    metrics: Mutex<Metrics>,
+    own: Mutex<Own>,
+    windows: Mutex<Vec<Window>>,
+    gathered: Condvar,
+    stop: AtomicBool,
+    waker: bool,
+    step: Duration,
+}
+
+impl Shared {
+    /// Waits for the reports of the next `secs` seconds, merged into one; None
+    /// when serving ends first.
+    fn next_seconds(&self, secs: u64) -> Option<Report> {
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = IDS.fetch_add(1, Ordering::Relaxed);
+        let from_mono = monotonic_now();
+        let until_mono = from_mono + secs * 1_000_000_000;
+        let mut windows = self.windows.lock().ok()?;
+        windows.push(Window { id, from_mono, until_mono, parts: Vec::new(), done: false });
+        // The step in progress, the window, and some slack, at most.
+        let give_up = Instant::now() + Duration::from_secs(secs) + self.step * 2 + Duration::from_secs(5);
+        loop {
+            let i = windows.iter().position(|w| w.id == id)?;
+            if windows[i].done || self.stop.load(Ordering::Relaxed) || Instant::now() >= give_up {
+                let w = windows.swap_remove(i);
+                return (w.done || !w.parts.is_empty()).then(|| merged(&w.parts)).flatten();
+            }
+            windows = self.gathered.wait_timeout(windows, Duration::from_millis(500)).ok()?.0;
+        }
+    }
+
+    /// Hands one step's report to the windows it belongs to: a window takes
+    /// whole steps, from the first that begins after the request, until they
+    /// span the seconds asked for (within half a step), so that a profile of
+    /// N seconds spans N seconds, not N and the step in progress.
+    fn gather(&self, report: &Arc<Report>) {
+        let Ok(mut windows) = self.windows.lock() else { return };
+        let half_step = self.step.as_nanos() as u64 / 2;
+        for w in windows.iter_mut().filter(|w| !w.done) {
+            if w.parts.is_empty() {
+                if report.info.start_mono + half_step < w.from_mono {
+                    continue;
+                }
+                // The window runs from this step's start.
+                w.until_mono = report.info.start_mono + (w.until_mono - w.from_mono);
+                w.from_mono = report.info.start_mono;
+            }
+            w.parts.push(report.clone());
+            w.done = report.info.end_mono + half_step >= w.until_mono;
+        }
+        self.gathered.notify_all();
+    }
+}
+
+/// Several steps' reports as one: the span from the first's start to the
+/// last's end, rows alike merged.
+pub(super) fn merged(parts: &[Arc<Report>]) -> Option<Report> {
+    let (first, last) = (parts.first()?, parts.last()?);
+    let records = parts.iter().flat_map(|p| p.records.iter().cloned()).collect();
+    Some(Report {
+        info: TraceInfo { start_mono: first.info.start_mono, end_mono: last.info.end_mono, ..first.info.clone() },
+        counters: Counters::default(),
+        records: crate::analysis::reduce::merge(records, By::Thread),
+        objects: Default::default(),
+        events: Vec::new(),
+        samples: Vec::new(),
+    })
+}
+
+/// Runs `serve` until a signal (or, with `-p`, until every process has exited).
+pub fn run(c: &ServeConfig) -> Result<()> {
+    let config = &*c.trace;
+    hold_signals();
+    super::preflight(&config.threads)?;
+    // The port first: a busy one ends it before anything loads.
+    let listener = std::net::TcpListener::bind(c.listen)
+        .map_err(|e| anyhow!("serve: cannot listen on {}: {e}; choose another address with --listen", c.listen))?;
+    if let Some(o) = &c.otlp {
+        otlp::check_reachable(o);
+    }
+    let mut targets = pidfds(&config.threads);
+    let clock = ClockPair::sample();
+    let cache = super::unwind::open_cache(config.cache.as_deref());
+    let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
+    let unwinder = std::cell::RefCell::new(unwinder);
+    tracer.count_seeded_open();
+    seed_waits(&mut tracer, cache);
+    let (mut symbolizer, mut events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
+    let shared = Arc::new(Shared {
+        metrics: Mutex::new(Metrics::new(c.max_series)),
+        own: Mutex::new(Own { start_time_seconds: clock.wall(monotonic_now()) as f64 / 1e9, ..Default::default() }),
+        windows: Mutex::new(Vec::new()),
+        gathered: Condvar::new(),
+        stop: AtomicBool::new(false),
+        waker: config.waker,
+        step: c.step,
+    });
+    // Started while the signals are held, so that they block them too.
+    let server = http::Server::start(listener, shared.clone())?;
+    let pusher = c.otlp.clone().map(|o| otlp::Pusher::start(o, shared.clone()));
+    let target = config.target();
+    crate::util::stderr::say!(
+        "Serving the waits of {target} on http://{}/metrics and /debug/pprof/offcpu{}{}... Hit Ctrl-C to end.",
+        server.addr(),
+        if config.waker { ", /debug/pprof/offwake" } else { "" },
+        c.otlp
+            .as_ref()
+            .map(|o| format!("; pushing OTLP profiles to {} every {:.0} s", o.url, o.interval.as_secs_f64()))
+            .unwrap_or_default()
+    );
+    let mut increments = Increments::default();
+    let (mut interval_start, mut before) = (tracer.attached_mono(), Counters::default());
+    let mut lost_stacks = 0;
+    let t0 = Instant::now();
+    let mut long = None;
+    let mut last_sweep = Instant::now();
+    // Kept across steps: it reads the kernel's symbols once.
+    let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
+    let ended = 'serve: {
+        for round in 1u64.. {
+            let next = (t0 + c.step * round as u32).saturating_duration_since(Instant::now());
+            let end =
+                wait(Some(next), &mut targets, &mut events, &mut long, &mut |e| on_event(&mut symbolizer, &unwinder, e), &mut || {
+                    unwinder.borrow_mut().sweep();
+                })?;
+            match end {
+                End::Signal(s) => break 'serve s.to_string(),
+                End::TargetsExited => break 'serve format!("every process of {target} has exited"),
+                End::Duration => {}
+            }
+            let end_mono = monotonic_now();
+            let mut capture = tracer.drain_and_clear(Some(end_mono))?;
+            increments.step(&mut capture.records);
+            let total = capture.counters;
+            let info = TraceInfo {
+                clock,
+                start_mono: interval_start,
+                end_mono,
+                attach: tracer.attach_kind(),
+                target: target.clone(),
+                utc_offset_s: local_offset_s(clock.wall(end_mono)),
+                waker: config.waker,
+                by: By::Thread,
+                state_filter: config.state,
+                on_cpu_hz: None,
+                cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
+            };
+            resolver.next_interval();
+            let labels = config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
+            let report = Arc::new(interval::report(capture, interval::Events::default(), &before, info, &mut symbolizer, labels));
+            (interval_start, before) = (end_mono, total);
+            if let Ok(mut m) = shared.metrics.lock() {
+                m.add(&report, &total);
+            }
+            shared.gather(&report);
+            if let Some(p) = &pusher {
+                p.send(report);
+            }
+            let lost = total.lost_kernel_stacks + total.lost_user_stacks + total.chains_full;
+            if round % AGE_EVERY == 0 || lost > lost_stacks {
+                lost_stacks = lost;
+                match tracer.age_stacks() {
+                    Ok(a) if a.stacks + a.chains > 0 => {
+                        log::info!("aged {} stacks and {} waker chains out of the kernel's maps", a.stacks, a.chains);
+                        if let Ok(mut own) = shared.own.lock() {
+                            own.stacks_aged += a.stacks;
+                            own.chains_aged += a.chains;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => log::warn!("stacks could not be aged: {}", crate::util::stderr::error_line(&e)),
+                }
+            }
+            if last_sweep.elapsed() >= super::trace::FORGET_AFTER {
+                last_sweep = Instant::now();
+                symbolizer.forget_gone();
+                crate::sys::heap::for_report();
+                crate::sys::heap::for_tracing();
+            }
+        }
+        unreachable!("the steps never run out")
+    };
+    log::info!("serve: {ended}: ending");
+    shared.stop.store(true, Ordering::Relaxed);
+    shared.gathered.notify_all();
+    server.stop();
+    if let Some(p) = pusher {
+        p.finish();
+    }
+    drop(tracer);
+    let warnings = shared.metrics.lock().map(|m| m.counters.warnings()).unwrap_or_default();
+    for w in warnings.into_iter().chain(unwinder.borrow().warnings()) {
+        crate::util::stderr::say!("topwaits: warning: {w}");
+    }
+    crate::util::stderr::say!("topwaits: serve: {ended}; stopped");
+    Ok(())
+}

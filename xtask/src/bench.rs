@@ -70,6 +70,7 @@ fn tracers(bin: &str, idle: u32, idle_cgroup: Option<&str>) -> Vec<Tracer> {
         Tracer { name: "topwaits why (every wait an event, with its waker)", cmd: tw(&["why", "--json"]) },
         Tracer { name: "topwaits locks (the same events, ranked as locks)", cmd: tw(&["locks", "--json"]) },
         Tracer { name: "topwaits threads", cmd: tw(&["threads", "--json"]) },
+        Tracer { name: "topwaits serve (drained every second, unscraped)", cmd: tw(&["serve", "--listen", "127.0.0.1:0"]) },
         Tracer { name: "libbpf-tools offcputime", cmd: Some(vec!["/usr/sbin/offcputime".into()]) },
         Tracer { name: "bpftrace one-liner", cmd: Some(vec!["bpftrace".into(), "-e".into(), BPFTRACE_OFFCPU.into()]) },
     ];

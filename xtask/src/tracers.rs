@@ -161,7 +161,7 @@ pub fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
     let ready = loop {
         if marked {
             match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(l) if l.starts_with("Tracing") => break t0.elapsed(),
+                Ok(l) if l.starts_with("Tracing") || l.starts_with("Serving") => break t0.elapsed(),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let _ = child.kill();
                     bail!("{} exited before attaching", cmd[0]);

@@ -225,6 +225,8 @@ fn prometheus_and_go_tool_pprof_read_what_serve_exposes() {
     assert!(sample(&page, "process_resident_memory_bytes", "") > 0.0, "{page}");
     assert!(sample(&page, "topwaits_drains_total", "") >= 13.0, "{page}");
     stop(t);
+    let left = programs_left_after_exit();
+    assert!(left.is_empty(), "serve left programs loaded after SIGTERM: {left:?}");
     drop(blocked);
     let _ = std::fs::remove_dir_all(&dir);
 }

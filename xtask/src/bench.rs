@@ -21,7 +21,8 @@ pub struct Options {
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Also run a soak of this many seconds under perf bench sched pipe, sampling
-    /// topwaits' RSS and map memory (the README's soak figure uses 600).
+    /// topwaits' RSS and map memory (the README's soak figure uses 600); and
+    /// serve's soak under churn for as long (90 s without it).
     #[arg(long, value_name = "SECS")]
     soak: Option<u64>,
     /// Run only the many-stacks measurement (report time and peak RSS) and the
@@ -489,6 +490,8 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     out.push_str(&full_load(bin)?);
     out.push_str(&crate::blocked_bench::blocked_snapshot(bin)?);
     out.push_str(&crate::python_server_bench::user_stacks(bin)?);
+    // serve's soak always runs, 90 s unless --soak sets its length.
+    out.push_str(&crate::serve_bench::serve_soak(bin, opts.soak.unwrap_or(90))?);
     if let Some(secs) = opts.soak {
         out.push_str(&soak(bin, secs)?);
     }

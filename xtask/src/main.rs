@@ -12,6 +12,7 @@ mod docs;
 mod layering;
 mod licenses;
 mod scale_bench;
+mod serve_bench;
 mod setup;
 mod subjects;
 mod sys {

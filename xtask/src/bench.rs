@@ -583,7 +583,7 @@ fn busy_pipeline(bin: &str) -> Result<String> {
     let _ = cat.kill();
     let _ = (gzip.wait(), cat.wait());
     Ok(format!(
-        "\nA busy pipeline traced from its first moment (`topwaits --json -U -p GZIP 2` of `cat /dev/urandom | gzip -1`, three runs): share of gzip's wait time in stacks cut while topwaits started, and the waits in progress at the start left out: {}.\n",
+        "\nA busy pipeline traced from its first moment (`topwaits --json -U -p PID 2` of `cat /dev/urandom | gzip -1`, three runs): share of gzip's wait time in stacks cut while topwaits started, and the waits in progress at the start left out: {}.\n",
         runs?.join("; ")
     ))
 }

@@ -11,10 +11,15 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::tracers::{start, stop};
 
+/// A memory figure of `pid` from its status (`VmRSS:`, `VmHWM:`), in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+}
+
 /// Resident memory of `pid`, in KiB.
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    status_kib(pid, "VmRSS:")
 }
 
 /// User and system CPU of the whole process, its ended threads included, in
@@ -74,8 +79,11 @@ pub fn serve_soak(bin: &str, secs: u64) -> Result<String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     let at_end = rss_kib(pid);
+    // Its own high-water mark (the children's rusage would be the largest of
+    // every child the bench has waited for).
+    let peak = status_kib(pid, "VmHWM:");
     let cpu = (cpu_ticks(pid) - cpu_start) as f64 / t0.elapsed().as_secs_f64();
-    let (_, peak) = stop(r)?;
+    stop(r)?;
     let mib = |kib: u64| kib as f64 / 1024.0;
     let growth = (at_end as f64 / at_half.max(1) as f64 - 1.0) * 100.0;
     Ok(format!(

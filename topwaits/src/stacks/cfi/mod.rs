@@ -245,6 +245,8 @@ pub fn table_of_file(path: &std::path::Path) -> Result<Option<Table>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The address of a symbol in an ELF file, from `nm`.
+    use crate::stacks::golang::tests::nm as symbol;
 
     /// Compiles a C file in a scratch directory for tests; the path of the binary.
     fn compile_c(tag: &str, source: &str, flags: &[&str]) -> Option<std::path::PathBuf> {
@@ -264,16 +266,6 @@ mod tests {
         __attribute__((noinline)) long middle(long x) { long y = leaf(x) * 3; sink = y; return y + 1; }
         int main(int argc, char **argv) { return (int)middle(argc); }
     "#;
-
-    /// The address of `name` in the ELF file at `path` (from `nm`).
-    fn symbol(path: &std::path::Path, name: &str) -> Option<u64> {
-        let out = std::process::Command::new("nm").arg(path).output().ok()?;
-        String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
-            let mut it = l.split_whitespace();
-            let (addr, _, n) = (it.next()?, it.next()?, it.next()?);
-            (n == name).then(|| u64::from_str_radix(addr, 16).ok())?
-        })
-    }
 
     #[test]
     fn a_program_without_frame_pointers_gets_rows_from_its_cfi() {

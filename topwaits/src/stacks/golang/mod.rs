@@ -72,6 +72,7 @@ pub(crate) mod tests {
         ok.then(|| (dir.join("prog"), stripped))
     }
 
+    /// The address of `name` in the ELF file at `path` (from `nm`).
     pub(crate) fn nm(path: &std::path::Path, name: &str) -> Option<u64> {
         let out = std::process::Command::new("nm").arg(path).output().ok()?;
         String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {

@@ -25,8 +25,10 @@ fn main() -> anyhow::Result<()> {
     // only the eBPF crate, so a change there alone once left a stale object.
     println!("cargo:rerun-if-changed=../topwaits-common/src");
     let verbose = std::env::var_os(VERBOSE).is_some_and(|v| v == "1");
-    let out =
-        Command::new(std::env::current_exe().context("current_exe")?).env(INNER, "1").output().context("failed to run the eBPF build")?;
+    let out = Command::new(std::env::current_exe().context("current_exe")?)
+        .env(INNER, "1")
+        .output()
+        .context("failed to run the eBPF build")?;
     let failed = !out.status.success();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         // Directives (rerun-if-changed, ...) always pass; chatter only on failure.
@@ -36,16 +38,27 @@ fn main() -> anyhow::Result<()> {
     }
     if failed {
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
-        bail!("building topwaits-ebpf failed ({}); its cargo output is in the warnings above", out.status);
+        bail!(
+            "building topwaits-ebpf failed ({}); its cargo output is in the warnings above",
+            out.status
+        );
     }
     Ok(())
 }
 
 fn build() -> anyhow::Result<()> {
-    let meta = cargo_metadata::MetadataCommand::new().no_deps().exec().context("MetadataCommand::exec")?;
-    let ebpf =
-        meta.packages.into_iter().find(|p| p.name.as_str() == "topwaits-ebpf").ok_or_else(|| anyhow!("topwaits-ebpf package not found"))?;
-    let root_dir = ebpf.manifest_path.parent().ok_or_else(|| anyhow!("no parent for {}", ebpf.manifest_path))?.as_str();
+    let meta =
+        cargo_metadata::MetadataCommand::new().no_deps().exec().context("MetadataCommand::exec")?;
+    let ebpf = meta
+        .packages
+        .into_iter()
+        .find(|p| p.name.as_str() == "topwaits-ebpf")
+        .ok_or_else(|| anyhow!("topwaits-ebpf package not found"))?;
+    let root_dir = ebpf
+        .manifest_path
+        .parent()
+        .ok_or_else(|| anyhow!("no parent for {}", ebpf.manifest_path))?
+        .as_str();
     let pkg = aya_build::Package { name: ebpf.name.as_str(), root_dir, ..Default::default() };
     aya_build::build_ebpf([pkg], Toolchain::default())
 }

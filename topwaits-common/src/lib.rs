@@ -341,7 +341,8 @@ pub fn stack_ref(frames: &[u64], seed: u64) -> u64 {
 /// while the trace started ([`unwind::cut::STARTING`]), kept in
 /// [`names::USTACKS`] under this reference by the `seed_waits` iterator. A wait
 /// that ends with it is left out (counted), so no record shows it.
-pub const SEEDED_USTACK: u64 = mix(USER_SEED ^ 1, unwind::CUT_MARK | unwind::cut::STARTING) | STACK_STORED;
+pub const SEEDED_USTACK: u64 =
+    mix(USER_SEED ^ 1, unwind::CUT_MARK | unwind::cut::STARTING) | STACK_STORED;
 
 /// A wait in progress when the trace began, as the `seed_waits` iterator
 /// recorded it in [`names::STARTS`] (from the trace's start): its task, that
@@ -1047,7 +1048,10 @@ mod tests {
 
     #[test]
     fn shared_types_have_no_padding() {
-        assert_eq!(size_of::<Settings>(), 8 * 2 + 4 * 18 + size_of::<TaskOffsets>() + size_of::<CgroupFilter>());
+        assert_eq!(
+            size_of::<Settings>(),
+            8 * 2 + 4 * 18 + size_of::<TaskOffsets>() + size_of::<CgroupFilter>()
+        );
         assert_eq!(size_of::<CgroupFilter>(), 8 + 4 * 12);
         assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
         assert_eq!(size_of::<unwind::ProcMaps>(), 16 + 32 * unwind::MAX_MAPS);
@@ -1063,10 +1067,20 @@ mod tests {
         assert_eq!(size_of::<CacheKey>(), 8 * 2);
         assert_eq!(
             size_of::<SwitchOut>(),
-            8 * 3 + 4 * 4 + TASK_COMM_LEN + size_of::<What>() + size_of::<WaitKey>() + size_of::<WaitVal>() + 8 * 2
+            8 * 3
+                + 4 * 4
+                + TASK_COMM_LEN
+                + size_of::<What>()
+                + size_of::<WaitKey>()
+                + size_of::<WaitVal>()
+                + 8 * 2
         );
         assert_eq!(size_of::<SampleEvent>(), 8 + size_of::<SampleKey>());
-        assert_ne!(size_of::<SampleEvent>(), size_of::<WaitEvent>(), "the event ring tells them apart by size");
+        assert_ne!(
+            size_of::<SampleEvent>(),
+            size_of::<WaitEvent>(),
+            "the event ring tells them apart by size"
+        );
         assert_eq!(size_of::<Hop>(), 24 + TASK_COMM_LEN);
         assert_eq!(size_of::<Hops>(), 8 + MAX_CHAIN * size_of::<Hop>());
         assert_eq!(size_of::<Chain>(), 16);
@@ -1077,6 +1091,9 @@ mod tests {
         assert_eq!(size_of::<WaitVal>(), 8 * 4);
         assert_eq!(size_of::<SampleKey>(), 8 * 2 + 4 * 2 + TASK_COMM_LEN);
         assert_eq!(size_of::<SampleVal>(), 8 * 2);
-        assert_eq!(size_of::<WaitEvent>(), 8 * 5 + 4 * 4 + TASK_COMM_LEN + size_of::<Hop>() + size_of::<What>());
+        assert_eq!(
+            size_of::<WaitEvent>(),
+            8 * 5 + 4 * 4 + TASK_COMM_LEN + size_of::<Hop>() + size_of::<What>()
+        );
     }
 }

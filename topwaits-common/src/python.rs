@@ -103,7 +103,11 @@ mod tests {
         assert_eq!(py_parts(w), (code, Some(41)));
         assert_eq!(py_parts(py_word(code, 0)), (code, None));
         assert_eq!(py_parts(py_word(code, 1 << 20)).1, Some(PY_INSTR_MAX - 1));
-        assert!(!is_py_frame(code) && !is_py_frame(crate::unwind::CUT_MARK | 3) && !is_py_frame(u64::MAX));
+        assert!(
+            !is_py_frame(code)
+                && !is_py_frame(crate::unwind::CUT_MARK | 3)
+                && !is_py_frame(u64::MAX)
+        );
         assert_eq!(core::mem::size_of::<PyProc>(), 80);
     }
 }

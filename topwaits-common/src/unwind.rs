@@ -82,8 +82,13 @@ pub struct ProcMaps {
 }
 
 impl ProcMaps {
-    pub const EMPTY: ProcMaps =
-        ProcMaps { len: 0, missed: 0, version: 0, pad: 0, maps: [ExecMap { start: u64::MAX, end: 0, bias: 0, file: 0, pad: 0 }; MAX_MAPS] };
+    pub const EMPTY: ProcMaps = ProcMaps {
+        len: 0,
+        missed: 0,
+        version: 0,
+        pad: 0,
+        maps: [ExecMap { start: u64::MAX, end: 0, bias: 0, file: 0, pad: 0 }; MAX_MAPS],
+    };
 }
 
 /// Most files with unwind tables.

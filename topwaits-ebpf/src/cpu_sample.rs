@@ -10,13 +10,17 @@
 //! the full one (user stacks from the unwind tables) once loaded.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_prandom_u32, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_prandom_u32,
+        bpf_ktime_get_ns,
+    },
     macros::{map, perf_event},
     maps::{HashMap, PerCpuArray, ProgramArray},
     programs::PerfEventContext,
 };
 use topwaits_common::{
-    counter, limits, on_cpu, thread_kind, SampleEvent, SampleKey, SampleVal, CAPTURE_KERNEL, CAPTURE_USER, PF_KTHREAD, STACK_NONE,
+    counter, limits, on_cpu, thread_kind, SampleEvent, SampleKey, SampleVal, CAPTURE_KERNEL,
+    CAPTURE_USER, PF_KTHREAD, STACK_NONE,
 };
 
 use crate::maps::{count, ended, fold_or_insert, settings, task_u32, thread_wanted, GROWS};
@@ -24,7 +28,8 @@ use crate::maps::{count, ended, fold_or_insert, settings, task_u32, thread_wante
 /// Samples per thread and stacks, sized like the aggregate at load time (to 1
 /// without `--on-cpu`).
 #[map]
-static SAMPLES: HashMap<SampleKey, SampleVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
+static SAMPLES: HashMap<SampleKey, SampleVal> =
+    HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// Slot 0: the hook's body (see the module's documentation).
 #[map]
@@ -95,8 +100,13 @@ fn sample<const CFI: bool>(ctx: &PerfEventContext) {
     key.tgid = tgid;
     key.tid = tid;
     key.comm = bpf_get_current_comm().unwrap_or_default();
-    key.ustack = if s.stacks & CAPTURE_USER != 0 { crate::ustack::sampled::<_, CFI>(ctx) } else { STACK_NONE };
-    key.kstack = if s.stacks & CAPTURE_KERNEL != 0 { crate::kstack::sampled(ctx) } else { STACK_NONE };
+    key.ustack = if s.stacks & CAPTURE_USER != 0 {
+        crate::ustack::sampled::<_, CFI>(ctx)
+    } else {
+        STACK_NONE
+    };
+    key.kstack =
+        if s.stacks & CAPTURE_KERNEL != 0 { crate::kstack::sampled(ctx) } else { STACK_NONE };
     let key = &*key;
     let one = SampleVal { count: 1, last_ns: now };
     // SAFETY: a pointer from a map lookup; a race between CPUs on one row (a

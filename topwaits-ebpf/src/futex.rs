@@ -2,7 +2,9 @@
 //! wake operation, so that the wakeups it performs meanwhile count as futex
 //! dependencies in `topwaits threads`.
 
-use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
+};
 
 use crate::maps::{settings, FUTEX_WAKING};
 

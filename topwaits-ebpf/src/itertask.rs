@@ -27,7 +27,8 @@ struct IterMeta {
 pub fn task_and_output(ctx: *mut c_void) -> Option<(*mut task_struct, Output)> {
     // SAFETY: the context the kernel passes an `iter/task` program, whose two
     // pointers the verifier types by BTF; `task` is null once, at the end.
-    let (meta, task) = unsafe { ((*(ctx as *const IterTask)).meta, (*(ctx as *const IterTask)).task) };
+    let (meta, task) =
+        unsafe { ((*(ctx as *const IterTask)).meta, (*(ctx as *const IterTask)).task) };
     if task.is_null() || meta.is_null() {
         return None;
     }
@@ -43,6 +44,8 @@ impl Output {
     #[inline(always)]
     pub fn write<T>(&self, record: &T) {
         // SAFETY: the iterator's file, and a value of that size.
-        unsafe { bpf_seq_write(self.0, (record as *const T).cast(), core::mem::size_of::<T>() as u32) };
+        unsafe {
+            bpf_seq_write(self.0, (record as *const T).cast(), core::mem::size_of::<T>() as u32)
+        };
     }
 }

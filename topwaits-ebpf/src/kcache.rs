@@ -11,7 +11,9 @@ use aya_ebpf::{
     maps::{PerCpuArray, ProgramArray},
     EbpfContext,
 };
-use topwaits_common::{counter, limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS};
+use topwaits_common::{
+    counter, limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS,
+};
 
 use crate::layouts;
 use crate::maps::{count, KSTACKS, SCRATCH_STACK};
@@ -225,7 +227,9 @@ fn read_word(addr: u64) -> Option<u64> {
 /// Whether the entry frame of `cache` is still in place below the top.
 #[inline(always)]
 pub(crate) fn entry_in_place(top: u64, cache: &StackCache, frames: &KernelStack) -> bool {
-    cache.last_at_top == 0 || read_word(top - ENTRY_SLOT_FROM_TOP) == Some(frames[(cache.frames as usize).wrapping_sub(1) & 63])
+    cache.last_at_top == 0
+        || read_word(top - ENTRY_SLOT_FROM_TOP)
+            == Some(frames[(cache.frames as usize).wrapping_sub(1) & 63])
 }
 
 /// What [`check_slot`] compares, on the BPF stack (`bpf_loop` passes only a stack
@@ -242,8 +246,12 @@ struct Check {
 }
 
 impl Check {
-    const CLEARED: Check =
-        Check { cache: core::ptr::null(), frames: core::ptr::null(), region: core::ptr::null(), changed: core::ptr::null_mut() };
+    const CLEARED: Check = Check {
+        cache: core::ptr::null(),
+        frames: core::ptr::null(),
+        region: core::ptr::null(),
+        changed: core::ptr::null_mut(),
+    };
 }
 
 /// `bpf_loop` body: checks slot `k` of the entry against the region, and notes a

@@ -5,9 +5,14 @@
 //! programs, tail-called at the end of the hooks.
 
 use aya_ebpf::helpers::bpf_loop;
-use topwaits_common::{limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED};
+use topwaits_common::{
+    limits::CACHED_PER_TASK, CacheKey, KernelStack, StackCache, CACHE_SLOTS, STACK_STORED,
+};
 
-use crate::kcache::{entry_in_place, read_region, scratch, Scan, ENTRY_SLOT_FROM_TOP, FIRST, LEARN, REGION_BYTES, REGION_WORDS, SEED};
+use crate::kcache::{
+    entry_in_place, read_region, scratch, Scan, ENTRY_SLOT_FROM_TOP, FIRST, LEARN, REGION_BYTES,
+    REGION_WORDS, SEED,
+};
 use crate::layouts;
 
 /// The learner's work: remembers the stack the hook left. Runs as a separate
@@ -87,7 +92,8 @@ fn buckets(ip: u64) -> (usize, usize) {
 /// Whether a bucket holds a frame of this scan (older scans' entries are free).
 #[inline(always)]
 fn current(st: &Scan, entry: u16) -> Option<usize> {
-    (entry >> 8 == st.generation as u16 & 0xff && entry & 0xff != 0).then(|| (entry & 0xff) as usize - 1)
+    (entry >> 8 == st.generation as u16 & 0xff && entry & 0xff != 0)
+        .then(|| (entry & 0xff) as usize - 1)
 }
 
 /// Indexes frame `j` by its return address, so that later copies are found
@@ -161,7 +167,11 @@ fn learn(st: *mut Scan, base: u64, top: u64, n: usize, kstack: u64) -> bool {
     unsafe {
         (*st).next = FIRST as u32;
         (*st).frames = n as u32;
-        (*st).top_off = if cfg!(bpf_target_arch = "x86_64") { (top - base).wrapping_sub(ENTRY_SLOT_FROM_TOP) as u32 } else { u32::MAX };
+        (*st).top_off = if cfg!(bpf_target_arch = "x86_64") {
+            (top - base).wrapping_sub(ENTRY_SLOT_FROM_TOP) as u32
+        } else {
+            u32::MAX
+        };
         (*st).overflow = 0;
         (*st).generation = (*st).generation.wrapping_add(1);
         (*st).fresh.kstack = kstack;
@@ -276,7 +286,13 @@ fn remember(st: *mut Scan, base: u64, frames: &KernelStack, n: usize, kstack: u6
 /// (refined layouts are published, so the site's converge on the true slots);
 /// false if there is none or it does not cover every frame.
 #[inline(never)]
-fn from_layout(st: *mut Scan, base: u64, frames: &KernelStack, kstack: u64, site: &CacheKey) -> bool {
+fn from_layout(
+    st: *mut Scan,
+    base: u64,
+    frames: &KernelStack,
+    kstack: u64,
+    site: &CacheKey,
+) -> bool {
     let Some(list) = layouts::candidates(site) else { return false };
     // SAFETY: per-CPU scratch, used by this program run alone.
     let top = unsafe { (*st).top };
@@ -303,7 +319,11 @@ fn from_layout(st: *mut Scan, base: u64, frames: &KernelStack, kstack: u64, site
 /// Keeps the scratch entry as the running task's (the site in the scratch key):
 /// in place of entry `same`, or as its newest, dropping the oldest.
 #[inline(always)]
-unsafe fn keep_fresh(st: *mut Scan, entry: Option<*mut [StackCache; CACHED_PER_TASK]>, same: usize) {
+unsafe fn keep_fresh(
+    st: *mut Scan,
+    entry: Option<*mut [StackCache; CACHED_PER_TASK]>,
+    same: usize,
+) {
     // Copies in place: the values would not fit on the BPF stack.
     use core::ptr::{copy, copy_nonoverlapping};
     // SAFETY: per-CPU scratch and the task's own map value, used by this run alone.
@@ -313,7 +333,9 @@ unsafe fn keep_fresh(st: *mut Scan, entry: Option<*mut [StackCache; CACHED_PER_T
         (*st).fresh.user_ip = key.user_ip;
         match entry {
             // Relearned in place, or the newest, dropping the oldest.
-            Some(e) if same < CACHED_PER_TASK => copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[same], 1),
+            Some(e) if same < CACHED_PER_TASK => {
+                copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[same], 1)
+            }
             Some(e) => {
                 copy(&raw const (*e)[0], &raw mut (*e)[1], CACHED_PER_TASK - 1);
                 copy_nonoverlapping(&raw const (*st).fresh, &raw mut (*e)[0], 1);

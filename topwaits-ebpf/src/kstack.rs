@@ -115,7 +115,12 @@ pub fn sampled<C: EbpfContext>(ctx: &C) -> u64 {
     }
     // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
     let frames = unsafe { &*buf };
-    stackref::keep(&KSTACKS, stackref::hash(frames, ret as usize / 8, SEED), frames, counter::LOST_KERNEL_STACK)
+    stackref::keep(
+        &KSTACKS,
+        stackref::hash(frames, ret as usize / 8, SEED),
+        frames,
+        counter::LOST_KERNEL_STACK,
+    )
 }
 
 /// The kernel stack of a task with nothing to reuse or learn (a waker in an

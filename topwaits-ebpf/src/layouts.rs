@@ -25,7 +25,8 @@ static LAYOUTS: HashMap<u64, StackCache> = HashMap::with_max_entries(limits::LAY
 
 /// The ids of the layouts last learned at each call site, newest first (0: none).
 #[map]
-static SITES: HashMap<CacheKey, [u64; CANDIDATES]> = HashMap::with_max_entries(limits::LAYOUT_SITES, GROWS);
+static SITES: HashMap<CacheKey, [u64; CANDIDATES]> =
+    HashMap::with_max_entries(limits::LAYOUT_SITES, GROWS);
 
 /// The candidate layouts of `site`, if any task learned one there.
 #[inline(always)]

@@ -3,7 +3,9 @@
 //! its switch-out finds it (see `what`); getting the lock clears it. Pure spinning
 //! on a spinlock never sleeps and is skipped.
 
-use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::raw_tracepoint, programs::RawTracePointContext};
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid, macros::raw_tracepoint, programs::RawTracePointContext,
+};
 use topwaits_common::what;
 
 use crate::what::CONTENTION;

@@ -7,7 +7,8 @@ use aya_ebpf::{
     Global,
 };
 use topwaits_common::{
-    counter, limits, Chain, DepKey, Hops, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal,
+    counter, limits, Chain, DepKey, Hops, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats,
+    WaitKey, WaitVal, WakeKey, WakeVal,
 };
 
 /// Options from user space; overridden at load time.
@@ -35,23 +36,27 @@ pub const GROWS: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
 /// User stacks of waits and wakers by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated, like `KSTACKS`.
 #[map]
-pub static USTACKS: HashMap<u64, KernelStack> = HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
+pub static USTACKS: HashMap<u64, KernelStack> =
+    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
 
 /// Kernel stacks of waits by reference (see `topwaits_common::STACK_STORED`),
 /// sized by `--stack-storage-size` at load time. Not preallocated: an entry is
 /// 1 KiB and only the first sight of a stack inserts one.
 #[map]
-pub static KSTACKS: HashMap<u64, KernelStack> = HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
+pub static KSTACKS: HashMap<u64, KernelStack> =
+    HashMap::with_max_entries(limits::DEFAULT_STACK_STORAGE, GROWS);
 
 /// Per-task switch-out state, keyed by `task_struct` address. An entry is marked
 /// consumed at switch-in rather than deleted, and freed at the task's last switch.
 #[map]
-pub static STARTS: HashMap<u64, SwitchOut> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
+pub static STARTS: HashMap<u64, SwitchOut> =
+    HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
 
 /// User stacks that user space walked for waits in progress when the trace
 /// began (see `topwaits_common::Rewalk`), by `task_struct` address.
 #[map]
-pub static REWALKS: HashMap<u64, topwaits_common::Rewalk> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
+pub static REWALKS: HashMap<u64, topwaits_common::Rewalk> =
+    HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
 
 /// One byte per hash of a `task_struct` address, set before a task first gets a
 /// `STARTS` entry and never cleared. A switch-in whose byte is 0 has no wait to end,
@@ -106,7 +111,8 @@ pub fn maybe_started(task: u64) -> bool {
 
 /// The in-kernel aggregate, sized by `--max-entries` at load time.
 #[map]
-pub static WAITS: HashMap<WaitKey, WaitVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
+pub static WAITS: HashMap<WaitKey, WaitVal> =
+    HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// Slot 0: the learner program of the attach path in use (`learn_stack`), set by
 /// user space once it has loaded it, after attaching.
@@ -160,15 +166,18 @@ pub static LAST_WAKE: HashMap<u64, Chain> = HashMap::with_max_entries(limits::ST
 /// Waker chains, each kept once under its reference (see `Hops`); sized like the
 /// aggregate with `--waker`, to 1 otherwise.
 #[map]
-pub static CHAINS: HashMap<u64, Hops> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
+pub static CHAINS: HashMap<u64, Hops> =
+    HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// The aggregate with `--waker` (sized to 1 otherwise).
 #[map]
-pub static WAKE_WAITS: HashMap<WakeKey, WakeVal> = HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
+pub static WAKE_WAITS: HashMap<WakeKey, WakeVal> =
+    HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// Per-thread profiles of `topwaits threads`, keyed by tid (sized to 1 otherwise).
 #[map]
-pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
+pub static THREADS: HashMap<u32, ThreadStats> =
+    HashMap::with_max_entries(limits::START_ENTRIES, GROWS);
 
 /// Wake dependencies between traced threads (sized to 1 unless `threads`).
 #[map]
@@ -203,7 +212,8 @@ pub fn ask_for_maps(tgid: u32) {
     // Looked up first: an LRU insert that finds the key takes a free node
     // (evicting, when there is none) before it fails.
     // SAFETY: a lookup whose value is not kept.
-    if unsafe { ASKED.get(&tgid) }.is_none() && ASKED.insert(&tgid, &0, BPF_NOEXIST as u64).is_ok() {
+    if unsafe { ASKED.get(&tgid) }.is_none() && ASKED.insert(&tgid, &0, BPF_NOEXIST as u64).is_ok()
+    {
         proc_event(tgid, topwaits_common::proc_event::SEEN);
     }
 }
@@ -234,7 +244,9 @@ fn wake_flags(kind: u32) -> u64 {
     let Some(woke) = EVENTS_WOKE.get_ptr_mut(0) else { return 0 };
     // SAFETY: a map value; a race between CPUs costs at most one wakeup more.
     unsafe {
-        if !topwaits_common::proc_event::urgent(kind) && now.wrapping_sub(*woke) < topwaits_common::proc_event::BATCH_NS {
+        if !topwaits_common::proc_event::urgent(kind)
+            && now.wrapping_sub(*woke) < topwaits_common::proc_event::BATCH_NS
+        {
             return BPF_RB_NO_WAKEUP as u64;
         }
         *woke = now;
@@ -281,7 +293,12 @@ const EEXIST: i32 = 17;
 /// Folds into `key`'s value in an aggregate map, or inserts `fresh`; false when
 /// the map is full.
 #[inline(always)]
-pub fn fold_or_insert<K, V>(map: &HashMap<K, V>, key: &K, fresh: &V, fold: impl Fn(*mut V)) -> bool {
+pub fn fold_or_insert<K, V>(
+    map: &HashMap<K, V>,
+    key: &K,
+    fresh: &V,
+    fold: impl Fn(*mut V),
+) -> bool {
     if let Some(v) = map.get_ptr_mut(key) {
         fold(v);
         return true;
@@ -354,14 +371,19 @@ pub fn set_member(tid: u32, on: bool) {
 #[inline(always)]
 unsafe fn atomic_add(p: *mut u64, v: u64) {
     // SAFETY: the caller's pointer is valid for the program's run.
-    let _ = unsafe { core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(p, v) };
+    let _ = unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            p, v,
+        )
+    };
 }
 
 #[cfg(not(target_arch = "bpf"))]
 #[inline(always)]
 unsafe fn atomic_add(p: *mut u64, v: u64) {
     // SAFETY: the caller's pointer is valid and aligned for a u64.
-    unsafe { core::sync::atomic::AtomicU64::from_ptr(p) }.fetch_add(v, core::sync::atomic::Ordering::Relaxed);
+    unsafe { core::sync::atomic::AtomicU64::from_ptr(p) }
+        .fetch_add(v, core::sync::atomic::Ordering::Relaxed);
 }
 
 /// Reads a `u64` field of a `task_struct` at a byte offset found in BTF.

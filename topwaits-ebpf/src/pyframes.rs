@@ -5,11 +5,16 @@
 
 use aya_ebpf::{
     bindings::bpf_pidns_info,
-    helpers::{bpf_get_current_task, bpf_get_ns_current_pid_tgid, bpf_loop, bpf_probe_read_kernel, generated as gen},
+    helpers::{
+        bpf_get_current_task, bpf_get_ns_current_pid_tgid, bpf_loop, bpf_probe_read_kernel,
+        generated as gen,
+    },
     macros::map,
     maps::{Array, HashMap, LruHashMap},
 };
-use topwaits_common::python::{py_flags, py_word, PyProc, MAX_PY_PROCS, MAX_PY_THREADS, NONE, PY_THREAD_SCAN};
+use topwaits_common::python::{
+    py_flags, py_word, PyProc, MAX_PY_PROCS, MAX_PY_THREADS, NONE, PY_THREAD_SCAN,
+};
 
 use crate::maps::settings;
 use crate::uread::{user_word, PAGE};
@@ -51,7 +56,14 @@ fn thread_name(p: &PyProc, tid: u32) -> Option<u64> {
         }
         let mut ids = bpf_pidns_info { pid: 0, tgid: 0 };
         // SAFETY: the helper writes the struct it is given, of the size given.
-        let r = unsafe { bpf_get_ns_current_pid_tgid(p.pid_ns_dev, p.pid_ns_ino, &mut ids, core::mem::size_of::<bpf_pidns_info>() as u32) };
+        let r = unsafe {
+            bpf_get_ns_current_pid_tgid(
+                p.pid_ns_dev,
+                p.pid_ns_ino,
+                &mut ids,
+                core::mem::size_of::<bpf_pidns_info>() as u32,
+            )
+        };
         return (r == 0).then_some(ids.pid as u64);
     }
     let off = settings().task.fsbase;
@@ -175,7 +187,13 @@ impl FrameWindow {
         }
         // SAFETY: the helper checks the source and fails cleanly; it writes at
         // most `len` bytes, no more than the window holds, into this map value.
-        let ret = unsafe { gen::bpf_probe_read_user(self.bytes.as_mut_ptr().cast(), len as u32, base as *const core::ffi::c_void) };
+        let ret = unsafe {
+            gen::bpf_probe_read_user(
+                self.bytes.as_mut_ptr().cast(),
+                len as u32,
+                base as *const core::ffi::c_void,
+            )
+        };
         if ret != 0 {
             self.len = 0;
             return None;
@@ -188,7 +206,16 @@ impl FrameWindow {
     fn word(&self, at: usize) -> u64 {
         let o = at & (WINDOW - 8) & !7;
         let b = &self.bytes;
-        u64::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3], b[o + 4], b[o + 5], b[o + 6], b[o + 7]])
+        u64::from_le_bytes([
+            b[o],
+            b[o + 1],
+            b[o + 2],
+            b[o + 3],
+            b[o + 4],
+            b[o + 5],
+            b[o + 6],
+            b[o + 7],
+        ])
     }
 
     #[inline(always)]
@@ -231,6 +258,7 @@ pub fn step(p: &PyProc, frame: u64, win: &mut FrameWindow) -> (Option<u64>, u64,
             0
         }
     };
-    let entry = p.flags & py_flags::ONE_FRAME != 0 || (p.frame_entry != NONE && byte_at(p.frame_entry) != 0);
+    let entry = p.flags & py_flags::ONE_FRAME != 0
+        || (p.frame_entry != NONE && byte_at(p.frame_entry) != 0);
     (Some(py_word(code, index_plus_one)), below, entry)
 }

@@ -25,7 +25,8 @@ fn on_fork(child: u64) {
     if s.events == 0 && s.thread_filter != thread_filter::CGROUP {
         return;
     }
-    let (Some(pid), Some(tgid)) = (task_u32(child, s.task.pid), task_u32(child, s.task.tgid)) else {
+    let (Some(pid), Some(tgid)) = (task_u32(child, s.task.pid), task_u32(child, s.task.tgid))
+    else {
         return;
     };
     if s.thread_filter == thread_filter::CGROUP {

@@ -26,7 +26,13 @@ use topwaits_common::counter;
 /// `(bool preempt, task_struct *prev, task_struct *next, unsigned int prev_state)`;
 /// `prev` and `next` arrive here as numbers (see [`as_number`]).
 #[inline(always)]
-fn on_switch<C: StackIdContext + EbpfContext, const CFI: bool>(ctx: &C, preempt: u64, prev: u64, next: u64, prev_state: u64) {
+fn on_switch<C: StackIdContext + EbpfContext, const CFI: bool>(
+    ctx: &C,
+    preempt: u64,
+    prev: u64,
+    next: u64,
+    prev_state: u64,
+) {
     count(counter::SWITCHES, 1);
     let mut clock = Clock::new();
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -74,7 +80,13 @@ pub fn sched_switch_raw(ctx: RawTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_switch")]
 #[inline(always)]
 pub fn sched_switch_full_btf(ctx: BtfTracePointContext) -> i32 {
-    on_switch::<_, true>(&ctx, ctx.arg(0), as_number(ctx.arg(1)), as_number(ctx.arg(2)), ctx.arg(3));
+    on_switch::<_, true>(
+        &ctx,
+        ctx.arg(0),
+        as_number(ctx.arg(1)),
+        as_number(ctx.arg(2)),
+        ctx.arg(3),
+    );
     0
 }
 
@@ -88,7 +100,13 @@ pub fn sched_switch_full_raw(ctx: RawTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_switch")]
 #[inline(always)]
 pub fn sched_switch_quick_btf(ctx: BtfTracePointContext) -> i32 {
-    on_switch::<_, false>(&ctx, ctx.arg(0), as_number(ctx.arg(1)), as_number(ctx.arg(2)), ctx.arg(3));
+    on_switch::<_, false>(
+        &ctx,
+        ctx.arg(0),
+        as_number(ctx.arg(1)),
+        as_number(ctx.arg(2)),
+        ctx.arg(3),
+    );
     0
 }
 

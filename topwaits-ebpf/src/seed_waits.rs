@@ -16,8 +16,8 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use topwaits_common::{
-    counter, unwind::cut, unwind::CUT_MARK, KernelStack, SeededWait, SwitchOut, WaitVal, CAPTURE_KERNEL, CAPTURE_USER, KSTACK_DEPTH,
-    SEEDED_USTACK, STACK_NONE, TASK_DEAD, USER_SEED,
+    counter, unwind::cut, unwind::CUT_MARK, KernelStack, SeededWait, SwitchOut, WaitVal,
+    CAPTURE_KERNEL, CAPTURE_USER, KSTACK_DEPTH, SEEDED_USTACK, STACK_NONE, TASK_DEAD, USER_SEED,
 };
 
 use crate::itertask::task_and_output;
@@ -58,7 +58,9 @@ pub fn seed_waits(ctx: *mut c_void) -> i32 {
     let Some((task, output)) = task_and_output(ctx) else { return 0 };
     let t = settings().task;
     let Some(addr) = as_number(task as u64) else { return 0 };
-    let (Some(tid), Some(tgid), Some(state)) = (task_u32(addr, t.pid), task_u32(addr, t.tgid), task_u32(addr, t.state)) else {
+    let (Some(tid), Some(tgid), Some(state)) =
+        (task_u32(addr, t.pid), task_u32(addr, t.tgid), task_u32(addr, t.state))
+    else {
         return 0;
     };
     // The idle tasks, the dying, and the running wait for nothing.
@@ -73,13 +75,17 @@ pub fn seed_waits(ctx: *mut c_void) -> i32 {
     // SAFETY: a helper call on the task the iterator hands over.
     let regs = unsafe { bpf_task_pt_regs(task) } as *const u64;
     let regs = (!regs.is_null()).then(|| PtRegs::at(regs));
-    let user = regs.as_ref().filter(|r| r.word(REGS_CS) == USER_CS).map(|r| (r.word(REGS_IP), r.word(REGS_SP), r.word(REGS_BP)));
+    let user = regs
+        .as_ref()
+        .filter(|r| r.word(REGS_CS) == USER_CS)
+        .map(|r| (r.word(REGS_IP), r.word(REGS_SP), r.word(REGS_BP)));
     let Some(rec) = SCRATCH_SEED_START.get_ptr_mut(0) else { return 0 };
     // SAFETY: this CPU's scratch slot, the iterator's alone.
     let rec = unsafe { &mut *rec };
     // SAFETY: a helper call without preconditions.
     rec.ts = unsafe { bpf_ktime_get_ns() };
-    rec.kstack = if settings().stacks & CAPTURE_KERNEL != 0 { kernel_stack(task) } else { STACK_NONE };
+    rec.kstack =
+        if settings().stacks & CAPTURE_KERNEL != 0 { kernel_stack(task) } else { STACK_NONE };
     rec.ustack = match user {
         Some(_) if settings().stacks & CAPTURE_USER != 0 => seeded_ustack(),
         _ => STACK_NONE,
@@ -122,7 +128,12 @@ fn kernel_stack(task: *mut task_struct) -> u64 {
     }
     // SAFETY: the per-CPU buffer the helper just filled.
     let frames = unsafe { &*buf };
-    stackref::keep(&KSTACKS, stackref::hash(frames, ret as usize / 8, crate::kstack::SEED), frames, counter::LOST_KERNEL_STACK)
+    stackref::keep(
+        &KSTACKS,
+        stackref::hash(frames, ret as usize / 8, crate::kstack::SEED),
+        frames,
+        counter::LOST_KERNEL_STACK,
+    )
 }
 
 /// [`SEEDED_USTACK`], kept in `USTACKS` (once): the stack a seeded wait shows

@@ -2,16 +2,19 @@
 //! switch-out, stack capture where each path can afford it, and the delta added
 //! to the in-kernel aggregate at switch-in.
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray, programs::tracing::StackIdContext};
+use aya_ebpf::{
+    bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray,
+    programs::tracing::StackIdContext,
+};
 use topwaits_common::{
-    counter, thread_kind, SwitchOut, WaitKey, WaitVal, What, PF_KTHREAD, SEEDED_USTACK, STACK_NONE, TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD,
-    TASK_UNINTERRUPTIBLE,
+    counter, thread_kind, SwitchOut, WaitKey, WaitVal, What, PF_KTHREAD, SEEDED_USTACK, STACK_NONE,
+    TASK_COMM_LEN, TASK_DEAD, TASK_NOLOAD, TASK_UNINTERRUPTIBLE,
 };
 
 use crate::kcache::Hook;
 use crate::maps::{
-    ask_for_maps, count, fold_or_insert, mark_started, maybe_started, set_member, settings, task_u32, thread_wanted, upsert, LAST_WAKE,
-    REWALKS, STARTS, WAITS,
+    ask_for_maps, count, fold_or_insert, mark_started, maybe_started, set_member, settings,
+    task_u32, thread_wanted, upsert, LAST_WAKE, REWALKS, STARTS, WAITS,
 };
 use crate::task::{capture_stacks, Outgoing};
 use crate::wake;
@@ -38,7 +41,11 @@ pub fn wanted(out: &Outgoing) -> bool {
         } else {
             // TASK_IDLE (uninterruptible | noload) is how idle kernel threads
             // sleep: not "D state" as load average and users count it.
-            let state = if out.state & TASK_NOLOAD != 0 { out.state & !TASK_UNINTERRUPTIBLE } else { out.state };
+            let state = if out.state & TASK_NOLOAD != 0 {
+                out.state & !TASK_UNINTERRUPTIBLE
+            } else {
+                out.state
+            };
             state & s.state_mask != 0
         };
         if !matches {
@@ -63,7 +70,12 @@ static SCRATCH_ROW: PerCpuArray<WaitKey> = PerCpuArray::with_max_entries(1, 0);
 /// Records the start of a wait. `in_own_context`: the hook runs as the outgoing
 /// task, so its stacks are taken here.
 #[inline(always)]
-pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, clock: &mut Clock, in_own_context: bool) {
+pub fn switch_out<C: StackIdContext, const CFI: bool>(
+    ctx: &C,
+    out: &Outgoing,
+    clock: &mut Clock,
+    in_own_context: bool,
+) {
     if out.tid == 0 {
         // The idle task does not wait.
         return;
@@ -144,7 +156,14 @@ pub fn switch_out<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, c
 /// (`what`) was read where the hook runs as the task; otherwise it is read at
 /// the switch-in.
 #[inline(always)]
-fn begin(start: &mut SwitchOut, out: &Outgoing, now: u64, stacks: (u64, u64), arrivals: u32, comm: [u8; TASK_COMM_LEN]) {
+fn begin(
+    start: &mut SwitchOut,
+    out: &Outgoing,
+    now: u64,
+    stacks: (u64, u64),
+    arrivals: u32,
+    comm: [u8; TASK_COMM_LEN],
+) {
     start.ts = now;
     (start.kstack, start.ustack) = stacks;
     start.tgid = out.tgid;
@@ -158,7 +177,12 @@ fn begin(start: &mut SwitchOut, out: &Outgoing, now: u64, stacks: (u64, u64), ar
 /// Ends the wait of `task`, which is switching in, and adds it to the aggregate.
 /// With `stacks_now`, the stacks are taken here (the hook runs as that task).
 #[inline(always)]
-pub fn switch_in<C: StackIdContext, const CFI: bool>(ctx: &C, task: u64, clock: &mut Clock, stacks_now: bool) {
+pub fn switch_in<C: StackIdContext, const CFI: bool>(
+    ctx: &C,
+    task: u64,
+    clock: &mut Clock,
+    stacks_now: bool,
+) {
     if !maybe_started(task) {
         return;
     }
@@ -199,7 +223,13 @@ impl Clock {
 /// such a switch put on the CPU is missed. The wait is ended at the switch-in time
 /// its run time gives where that is known, and otherwise counted as lost.
 #[inline(always)]
-fn end_unseen<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, start: &mut SwitchOut, now: u64, in_own_context: bool) {
+fn end_unseen<C: StackIdContext, const CFI: bool>(
+    ctx: &C,
+    out: &Outgoing,
+    start: &mut SwitchOut,
+    now: u64,
+    in_own_context: bool,
+) {
     match crate::task::switched_in_at(out.task, now) {
         // Only where the stacks were taken at switch-out: the other path takes them
         // at a switch-in, and this one was missed.
@@ -217,7 +247,13 @@ fn end_unseen<C: StackIdContext, const CFI: bool>(ctx: &C, out: &Outgoing, start
 /// Adds the wait in `start` (not yet consumed) of `task`, ending at `now`, to
 /// the aggregate and marks it consumed.
 #[inline(always)]
-fn end_wait<C: StackIdContext, const CFI: bool>(ctx: &C, task: u64, start: &mut SwitchOut, now: u64, stacks_now: bool) {
+fn end_wait<C: StackIdContext, const CFI: bool>(
+    ctx: &C,
+    task: u64,
+    start: &mut SwitchOut,
+    now: u64,
+    stacks_now: bool,
+) {
     let began = start.ts;
     // Mark as consumed rather than delete: no map delete on the hot path.
     start.ts = 0;
@@ -232,7 +268,8 @@ fn end_wait<C: StackIdContext, const CFI: bool>(ctx: &C, task: u64, start: &mut 
         count(counter::OUTSIDE_BLOCK_TIME, 1);
         return;
     }
-    let (kstack, ustack) = if stacks_now { capture_stacks::<C, CFI>(ctx, None) } else { (start.kstack, start.ustack) };
+    let (kstack, ustack) =
+        if stacks_now { capture_stacks::<C, CFI>(ctx, None) } else { (start.kstack, start.ustack) };
     let ustack = if ustack == SEEDED_USTACK {
         match rewalked(task, began, delta) {
             Some(walked) => walked,
@@ -291,14 +328,17 @@ fn rewalked(task: u64, began: u64, delta: u64) -> Option<u64> {
 }
 
 /// The key of no row.
-pub const NO_ROW: WaitKey = WaitKey { kstack: 0, ustack: 0, tgid: 0, tid: 0, comm: [0; TASK_COMM_LEN], what: NO_WHAT };
+pub const NO_ROW: WaitKey =
+    WaitKey { kstack: 0, ustack: 0, tgid: 0, tid: 0, comm: [0; TASK_COMM_LEN], what: NO_WHAT };
 const NO_WHAT: What = What { nr: 0, flags: 0, arg0: 0, obj: 0 };
 
 /// Whether two keys name the same row, compared a word at a time.
 #[inline(always)]
 fn same_row(a: &WaitKey, b: &WaitKey) -> bool {
     // SAFETY: unaligned reads of the two 8-byte halves of each 16-byte name.
-    let half = |k: &WaitKey, i: usize| unsafe { core::ptr::read_unaligned(k.comm.as_ptr().add(8 * i).cast::<u64>()) };
+    let half = |k: &WaitKey, i: usize| unsafe {
+        core::ptr::read_unaligned(k.comm.as_ptr().add(8 * i).cast::<u64>())
+    };
     a.kstack == b.kstack
         && a.ustack == b.ustack
         && a.tid == b.tid

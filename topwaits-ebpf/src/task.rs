@@ -63,7 +63,11 @@ pub fn comm_of(task: u64) -> [u8; TASK_COMM_LEN] {
 
 /// The current task's user stack reference, if the settings ask for it.
 #[inline(always)]
-fn user_stack<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut TaskState>, running: bool) -> u64 {
+fn user_stack<C: EbpfContext, const CFI: bool>(
+    ctx: &C,
+    state: Option<*mut TaskState>,
+    running: bool,
+) -> u64 {
     if settings().stacks & CAPTURE_USER == 0 {
         return STACK_NONE;
     }
@@ -76,7 +80,10 @@ fn user_stack<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut TaskS
 /// hooks that do not run at the tracepoint pass none. `CFI`: whether user
 /// stacks may be walked from the unwind tables (see `ustack::of_current`).
 #[inline(always)]
-pub fn capture_stacks<C: EbpfContext, const CFI: bool>(ctx: &C, at: Option<(u64, Hook)>) -> (u64, u64) {
+pub fn capture_stacks<C: EbpfContext, const CFI: bool>(
+    ctx: &C,
+    at: Option<(u64, Hook)>,
+) -> (u64, u64) {
     // The task's state (its stacks' reuse), found once for both stacks and made
     // at its first capture. Without one (no BTF, or no memory) the kernel stack
     // is unwound and the user stack taken by frame pointers.
@@ -89,7 +96,11 @@ pub fn capture_stacks<C: EbpfContext, const CFI: bool>(ctx: &C, at: Option<(u64,
         (Some((task, hook)), Some(s)) => Some((task, hook, s)),
         _ => None,
     };
-    let kstack = if settings().stacks & CAPTURE_KERNEL != 0 { kstack::of_current(ctx, at) } else { STACK_NONE };
+    let kstack = if settings().stacks & CAPTURE_KERNEL != 0 {
+        kstack::of_current(ctx, at)
+    } else {
+        STACK_NONE
+    };
     (kstack, ustack)
 }
 
@@ -105,6 +116,7 @@ pub fn switched_in_at(task: u64, now: u64) -> Option<u64> {
     if !matches!(policy, 0 | 3 | 5) {
         return None;
     }
-    let ran = task_u64(task, s.task.sum_exec)?.checked_sub(task_u64(task, s.task.prev_sum_exec)?)?;
+    let ran =
+        task_u64(task, s.task.sum_exec)?.checked_sub(task_u64(task, s.task.prev_sum_exec)?)?;
     now.checked_sub(ran)
 }

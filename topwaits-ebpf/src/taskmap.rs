@@ -7,7 +7,10 @@
 //! storage reads as empty.
 
 use aya_ebpf::{
-    bindings::{bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE, task_struct, BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE},
+    bindings::{
+        bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE, task_struct, BPF_F_NO_PREALLOC,
+        BPF_LOCAL_STORAGE_GET_F_CREATE,
+    },
     helpers::generated::{bpf_get_current_task_btf, bpf_task_storage_delete, bpf_task_storage_get},
 };
 

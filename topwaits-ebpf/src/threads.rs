@@ -5,9 +5,15 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
 };
-use topwaits_common::{counter, thread_state, DepKey, ThreadStats, TASK_COMM_LEN, TASK_DEAD, THREAD_EXITED, THREAD_STARTED};
+use topwaits_common::{
+    counter, thread_state, DepKey, ThreadStats, TASK_COMM_LEN, TASK_DEAD, THREAD_EXITED,
+    THREAD_STARTED,
+};
 
-use crate::maps::{count, ended, set_member, settings, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING, THREADS};
+use crate::maps::{
+    count, ended, set_member, settings, task_u32, task_u64, thread_wanted, DEPS, FUTEX_WAKING,
+    THREADS,
+};
 use crate::task::{comm_of, switched_in_at, Outgoing};
 
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -24,12 +30,20 @@ fn traced_ids(task: u64) -> Option<(u32, u32)> {
 
 /// The stats slot of a thread, created on first sight.
 #[inline(always)]
-fn slot(tgid: u32, tid: u32, comm: &[u8; TASK_COMM_LEN], now: u64, flags: u32) -> Option<*mut ThreadStats> {
+fn slot(
+    tgid: u32,
+    tid: u32,
+    comm: &[u8; TASK_COMM_LEN],
+    now: u64,
+    flags: u32,
+) -> Option<*mut ThreadStats> {
     if let Some(p) = THREADS.get_ptr_mut(&tid) {
         return Some(p);
     }
     let fresh = ThreadStats { tgid, tid, comm: *comm, last_ts: now, flags, ..Default::default() };
-    if THREADS.insert(&tid, &fresh, BPF_NOEXIST as u64).is_err() && THREADS.get_ptr_mut(&tid).is_none() {
+    if THREADS.insert(&tid, &fresh, BPF_NOEXIST as u64).is_err()
+        && THREADS.get_ptr_mut(&tid).is_none()
+    {
         count(counter::LOST_THREADS_FULL, 1);
         return None;
     }
@@ -77,7 +91,10 @@ pub fn on_switch(out: &Outgoing, next: u64, now: u64) {
         if let Some(p) = slot(out.tgid, out.tid, &comm, now, 0) {
             // SAFETY: a pointer from a map lookup; only this thread's events touch it.
             let t = unsafe { &mut *p };
-            if t.state == thread_state::RUNQ || t.state == thread_state::SLEEP || t.state == thread_state::IO {
+            if t.state == thread_state::RUNQ
+                || t.state == thread_state::SLEEP
+                || t.state == thread_state::IO
+            {
                 // Switching out while not seen running: the hook missed its switch-in
                 // (see `switch::end_unseen`). Run it from when its run time says.
                 if let Some(at) = switched_in_at(out.task, now).filter(|&at| at >= t.last_ts) {

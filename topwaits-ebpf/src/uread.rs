@@ -64,7 +64,13 @@ impl StackWindow {
         }
         // SAFETY: the helper checks the source and fails cleanly; it writes at most
         // `len` bytes, no more than the window holds, into this map value.
-        let ret = unsafe { gen::bpf_probe_read_user(self.words.as_mut_ptr().cast(), len as u32, addr as *const core::ffi::c_void) };
+        let ret = unsafe {
+            gen::bpf_probe_read_user(
+                self.words.as_mut_ptr().cast(),
+                len as u32,
+                addr as *const core::ffi::c_void,
+            )
+        };
         if ret != 0 {
             self.len = 0;
             return user_word(addr);

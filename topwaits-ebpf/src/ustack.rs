@@ -5,11 +5,14 @@
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_kernel, bpf_probe_read_user, bpf_task_pt_regs,
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_kernel,
+        bpf_probe_read_user, bpf_task_pt_regs,
     },
     EbpfContext,
 };
-use topwaits_common::{counter, unwind::cut, KernelStack, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE};
+use topwaits_common::{
+    counter, unwind::cut, KernelStack, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE,
+};
 
 use crate::maps::{ask_for_maps, count, settings, SCRATCH_USTACK, USTACKS};
 use crate::stackref;
@@ -85,7 +88,11 @@ const BYTES: u32 = (KSTACK_DEPTH * 8) as u32;
 /// the full one loads) the stack is taken by frame pointers, marked loading
 /// where the settings ask for the walker.
 #[inline(always)]
-pub fn of_current<C: EbpfContext, const CFI: bool>(ctx: &C, state: Option<*mut TaskState>, running: bool) -> u64 {
+pub fn of_current<C: EbpfContext, const CFI: bool>(
+    ctx: &C,
+    state: Option<*mut TaskState>,
+    running: bool,
+) -> u64 {
     let Some(buf) = SCRATCH_USTACK.get_ptr_mut(0) else {
         return ENOMEM;
     };
@@ -171,7 +178,11 @@ fn by_frame_pointers<C: EbpfContext>(ctx: &C, buf: *mut KernelStack, mark: u64) 
         }
     }
     // SAFETY: the per-CPU buffer the helper just filled, used by this run alone.
-    let n = if mark != 0 { uwalk::mark(buf, n, mark) } else { append_leaf_words(unsafe { &mut *buf }, n) };
+    let n = if mark != 0 {
+        uwalk::mark(buf, n, mark)
+    } else {
+        append_leaf_words(unsafe { &mut *buf }, n)
+    };
     keep(buf, n)
 }
 

@@ -14,8 +14,8 @@ use topwaits_common::{
     proc_event,
     python::PyProc,
     unwind::{
-        cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS, NODE_ROWS, REUSE_SLOTS, SIG_BP, SIG_IP,
-        SIG_SP, WALK_DEPTH,
+        cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS,
+        NODE_ROWS, REUSE_SLOTS, SIG_BP, SIG_IP, SIG_SP, WALK_DEPTH,
     },
     KernelStack, ProcEvent, KSTACK_DEPTH, STACK_STORED,
 };
@@ -31,7 +31,8 @@ pub static UNWIND_NODES: HashMap<u64, Node> = HashMap::with_max_entries(1, GROWS
 
 /// What is known of each file's table, by file index.
 #[map]
-pub static UNWIND_FILES: Array<FileInfo> = Array::with_max_entries(topwaits_common::unwind::MAX_FILES, 0);
+pub static UNWIND_FILES: Array<FileInfo> =
+    Array::with_max_entries(topwaits_common::unwind::MAX_FILES, 0);
 
 /// Each traced process's executable mappings, by tgid; sized at load time.
 #[map]
@@ -128,7 +129,14 @@ fn rule_slot(key: u64) -> usize {
 /// The rule word of file address `addr` in file `file`, from the cache or the
 /// file's tree (then kept when final), or a cut reason.
 #[inline(always)]
-fn cached_rule(cache: &mut RuleCache, file: u32, addr: u64, tgid: u64, running: u64, ask: bool) -> Result<u32, u64> {
+fn cached_rule(
+    cache: &mut RuleCache,
+    file: u32,
+    addr: u64,
+    tgid: u64,
+    running: u64,
+    ask: bool,
+) -> Result<u32, u64> {
     let key = rule_key(file, addr);
     let i = rule_slot(key);
     if addr <= CACHED_ADDR && cache.keys[i] == key {
@@ -428,7 +436,9 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         }
         // CPython's perf trampoline (`-X perf`, 3.12 on): `sub $8,%rsp; call
         // *%rcx` just before the return address, and no frame pointer.
-        if at != w.pc && user_word(w.pc - 6).is_some_and(|b| b & 0xffff_ffff_ffff == PERF_TRAMPOLINE) {
+        if at != w.pc
+            && user_word(w.pc - 6).is_some_and(|b| b & 0xffff_ffff_ffff == PERF_TRAMPOLINE)
+        {
             return match return_at(w, w.sp + 8) {
                 Some(pc) if pc != 0 => {
                     (w.pc, w.sp) = (pc, w.sp + 16);
@@ -462,7 +472,11 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
             let base = if word & 15 == rule::CFA_SP { w.sp } else { w.bp };
             let cfa = base + ((word >> 8) & 0xffff) as u64;
             let bp_words = (word >> 24) as u8 as i8;
-            let bp = if bp_words == 0 { Some(w.bp) } else { stack_word(w, cfa.wrapping_add_signed(bp_words as i64 * 8)) };
+            let bp = if bp_words == 0 {
+                Some(w.bp)
+            } else {
+                stack_word(w, cfa.wrapping_add_signed(bp_words as i64 * 8))
+            };
             match (return_at(w, cfa - 8), bp) {
                 (Some(pc), Some(bp)) => (pc, cfa, bp),
                 _ => {
@@ -481,18 +495,20 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
                 }
             }
         }
-        rule::SIGNAL => match (user_word(w.sp + SIG_IP), user_word(w.sp + SIG_SP), user_word(w.sp + SIG_BP)) {
-            (Some(pc), Some(sp), Some(bp)) => {
-                // The interrupted registers are not a stack slot's: never reused.
-                w.exact = 1;
-                w.reusable = 0;
-                (pc, sp, bp)
+        rule::SIGNAL => {
+            match (user_word(w.sp + SIG_IP), user_word(w.sp + SIG_SP), user_word(w.sp + SIG_BP)) {
+                (Some(pc), Some(sp), Some(bp)) => {
+                    // The interrupted registers are not a stack slot's: never reused.
+                    w.exact = 1;
+                    w.reusable = 0;
+                    (pc, sp, bp)
+                }
+                _ => {
+                    w.cut = cut::UNREADABLE;
+                    return 1;
+                }
             }
-            _ => {
-                w.cut = cut::UNREADABLE;
-                return 1;
-            }
-        },
+        }
         rule::END => return 1,
         // STOP, in a file with no table: frame pointers are all there is.
         _ if word & 1 << 31 != 0 => match fp_step(w) {
@@ -535,7 +551,8 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
     // SAFETY: per-CPU scratch, used by this program run alone.
     unsafe {
         let w = &mut *w;
-        (w.pc, w.sp, w.bp, w.n, w.cut, w.soft, w.guessed, w.exact, w.tgid) = (ip, sp, bp, 0, 0, 0, 0, 1, tgid as u64);
+        (w.pc, w.sp, w.bp, w.n, w.cut, w.soft, w.guessed, w.exact, w.tgid) =
+            (ip, sp, bp, 0, 0, 0, 0, 1, tgid as u64);
         (w.py, w.py_mode, w.skip, w.reusable, w.running) = (0, 0, 0, 1, running as u64);
         w.stack.clear();
         w.pywin.clear();
@@ -553,13 +570,21 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
         bpf_loop(2 * WALK_DEPTH + 2, step as *mut core::ffi::c_void, (&raw mut ctx).cast(), 0);
         core::ptr::write_volatile(
             &raw mut ctx,
-            Ctx { walk: core::ptr::null_mut(), maps: core::ptr::null_mut(), frames: core::ptr::null_mut(), py: core::ptr::null() },
+            Ctx {
+                walk: core::ptr::null_mut(),
+                maps: core::ptr::null_mut(),
+                frames: core::ptr::null_mut(),
+                py: core::ptr::null(),
+            },
         );
     }
     // SAFETY: as above; volatile, as the callback wrote it behind the compiler's back.
     let (n, why) = unsafe {
         let cut = core::ptr::read_volatile(&(*w).cut);
-        (core::ptr::read_volatile(&(*w).n) as usize, if cut != 0 { cut } else { core::ptr::read_volatile(&(*w).soft) })
+        (
+            core::ptr::read_volatile(&(*w).n) as usize,
+            if cut != 0 { cut } else { core::ptr::read_volatile(&(*w).soft) },
+        )
     };
     let n = if why == 0 { n } else { mark(frames, n, why) };
     // Words past the last frame are left from earlier walks: user space reads up
@@ -614,7 +639,12 @@ pub fn mark(frames: *mut KernelStack, n: usize, why: u64) -> usize {
 pub fn reuse((ip, sp, bp): Regs, state: *mut TaskState) -> Option<u64> {
     // SAFETY: the task's own storage, used by this program run alone.
     let last = unsafe { &(*state).walk };
-    if last.n == 0 || last.ip != ip || last.sp != sp || last.bp != bp || last.epoch != pyframes::epoch() {
+    if last.n == 0
+        || last.ip != ip
+        || last.sp != sp
+        || last.bp != bp
+        || last.epoch != pyframes::epoch()
+    {
         return None;
     }
     let frames = USTACKS.get_ptr(&last.stack)?;
@@ -623,7 +653,8 @@ pub fn reuse((ip, sp, bp): Regs, state: *mut TaskState) -> Option<u64> {
     // SAFETY: per-CPU scratch, used by this program run alone. The window reads
     // no further than the last slot.
     let window = unsafe {
-        (*w).stack.clear_up_to(last.slots[(slots as usize).wrapping_sub(1) & (REUSE_SLOTS - 1)] + 8);
+        (*w).stack
+            .clear_up_to(last.slots[(slots as usize).wrapping_sub(1) & (REUSE_SLOTS - 1)] + 8);
         &raw mut (*w).stack
     };
     // Frame i + 1 was read at slot i: checked in a bpf_loop, whose body the
@@ -670,11 +701,18 @@ pub fn remember(stack: u64, n: usize, (ip, sp, bp): Regs, state: *mut TaskState)
     let Some(w) = SCRATCH_WALK.get_ptr(0) else { return };
     // SAFETY: per-CPU scratch, used by this program run alone.
     let w = unsafe { &*w };
-    if w.reusable == 0 || w.cut != 0 || w.soft != 0 || n == 0 || n > REUSE_SLOTS + 1 || stack & STACK_STORED == 0 {
+    if w.reusable == 0
+        || w.cut != 0
+        || w.soft != 0
+        || n == 0
+        || n > REUSE_SLOTS + 1
+        || stack & STACK_STORED == 0
+    {
         return;
     }
     // SAFETY: the task's own storage, used by this program run alone.
     let last = unsafe { &mut (*state).walk };
-    (last.ip, last.sp, last.bp, last.stack, last.n, last.epoch) = (ip, sp, bp, stack, n as u64, w.epoch);
+    (last.ip, last.sp, last.bp, last.stack, last.n, last.epoch) =
+        (ip, sp, bp, stack, n as u64, w.epoch);
     last.slots = w.slots;
 }

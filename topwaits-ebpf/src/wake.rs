@@ -3,13 +3,19 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+    },
     programs::tracing::StackIdContext,
 };
-use topwaits_common::{counter, wake_kind, Chain, Hop, Hops, WaitKey, WakeVal, MAX_CHAIN, STACK_STORED};
+use topwaits_common::{
+    counter, wake_kind, Chain, Hop, Hops, WaitKey, WakeVal, MAX_CHAIN, STACK_STORED,
+};
 
 use crate::kcache::Hook;
-use crate::maps::{count, settings, upsert, CHAINS, LAST_WAKE, SCRATCH_HOPS, SCRATCH_KEY, STARTS, WAKE_WAITS};
+use crate::maps::{
+    count, settings, upsert, CHAINS, LAST_WAKE, SCRATCH_HOPS, SCRATCH_KEY, STARTS, WAKE_WAITS,
+};
 use crate::stackref;
 use crate::task::capture_stacks;
 
@@ -36,7 +42,9 @@ fn chain_ref(h: &Hops) -> u64 {
                 hop.comm[k + 7],
             ])
         };
-        for w in [(hop.tgid as u64) << 32 | hop.tid as u64, hop.kstack, hop.ustack, comm(0), comm(8)] {
+        for w in
+            [(hop.tgid as u64) << 32 | hop.tid as u64, hop.kstack, hop.ustack, comm(0), comm(8)]
+        {
             x = stackref::mix(x, w);
         }
     }
@@ -73,11 +81,20 @@ pub fn record_wakeup<C: StackIdContext, const CFI: bool>(ctx: &C, woken: u64) {
     // SAFETY: a helper call without preconditions.
     let me = unsafe { bpf_get_current_task() };
     let (kstack, ustack) = capture_stacks::<C, CFI>(ctx, Some((me, Hook::Waking)));
-    h.hops[0] =
-        Hop { tgid: (pid_tgid >> 32) as u32, tid: pid_tgid as u32, kstack, ustack, comm: bpf_get_current_comm().unwrap_or([0; 16]) };
+    h.hops[0] = Hop {
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        kstack,
+        ustack,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    };
     let mut len = 1u32;
     // SAFETY: pointers from map lookups; a torn read only mislabels a hop.
-    let prev = if s.chain > 1 { LAST_WAKE.get_ptr(&me).and_then(|c| CHAINS.get_ptr(unsafe { &(*c).chain })) } else { None };
+    let prev = if s.chain > 1 {
+        LAST_WAKE.get_ptr(&me).and_then(|c| CHAINS.get_ptr(unsafe { &(*c).chain }))
+    } else {
+        None
+    };
     for i in 1..MAX_CHAIN {
         h.hops[i] = Hop::default();
         if let Some(p) = prev {
@@ -119,7 +136,15 @@ pub fn record_wakeup<C: StackIdContext, const CFI: bool>(ctx: &C, woken: u64) {
 /// At switch-in: builds the waker key for the wait that began at `began` and adds it.
 #[inline(always)]
 /// `woken` and `chain`: the task's last wakeup, from its start entry.
-pub fn account(target: &WaitKey, began: u64, state: u32, delta: u64, now: u64, woken: u64, chain: u64) {
+pub fn account(
+    target: &WaitKey,
+    began: u64,
+    state: u32,
+    delta: u64,
+    now: u64,
+    woken: u64,
+    chain: u64,
+) {
     let Some(kp) = SCRATCH_KEY.get_ptr_mut(0) else {
         return;
     };

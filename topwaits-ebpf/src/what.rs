@@ -71,11 +71,15 @@ fn syscall_of(w: &mut What, regs: &PtRegs) -> bool {
         return false;
     }
     w.nr = nr as u32 + 1;
-    let word = LABEL_SYSCALLS.get((nr / 64) as u32 & (label_syscalls::ARG0_WORDS - 1)).copied().unwrap_or(0);
+    let word = LABEL_SYSCALLS
+        .get((nr / 64) as u32 & (label_syscalls::ARG0_WORDS - 1))
+        .copied()
+        .unwrap_or(0);
     if word & (1 << (nr % 64)) != 0 {
         w.arg0 = regs.word(REGS_DI);
         if w.flags & what::KLOCK == 0 && is_futex(nr) {
-            w.flags |= what::FUTEX_OP | (((regs.word(REGS_SI) & 0x7f) as u32) << what::FUTEX_OP_SHIFT);
+            w.flags |=
+                what::FUTEX_OP | (((regs.word(REGS_SI) & 0x7f) as u32) << what::FUTEX_OP_SHIFT);
         }
     }
     true

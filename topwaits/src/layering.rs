@@ -109,8 +109,13 @@ fn tree(text: &str, prefix: &str, found: &mut Vec<String>) {
             Some(i) => (&item[..i], Some(&item[i + 3..item.rfind('}').unwrap_or(item.len())])),
             None => (item, None),
         };
-        let path: Vec<&str> = head.split("::").map(|s| s.split_whitespace().next().unwrap_or("")).take_while(|s| !s.is_empty()).collect();
-        let full = if prefix.is_empty() { path.join("/") } else { format!("{prefix}/{}", path.join("/")) };
+        let path: Vec<&str> = head
+            .split("::")
+            .map(|s| s.split_whitespace().next().unwrap_or(""))
+            .take_while(|s| !s.is_empty())
+            .collect();
+        let full =
+            if prefix.is_empty() { path.join("/") } else { format!("{prefix}/{}", path.join("/")) };
         match group {
             Some(g) => tree(g, &full, found),
             None if !path.is_empty() => found.push(full),
@@ -157,11 +162,15 @@ fn back_edges(src: &std::path::Path) -> Vec<(String, String)> {
         if OUTSIDE.contains(&module.as_str()) {
             continue;
         }
-        let mine = rank(&module).unwrap_or_else(|| panic!("module {module} is not in layering::ORDER: place it there"));
+        let mine = rank(&module)
+            .unwrap_or_else(|| panic!("module {module} is not in layering::ORDER: place it there"));
         for used in uses(&std::fs::read_to_string(&file).unwrap()) {
             if let Some(theirs) = rank(&used) {
                 if theirs < mine {
-                    back.push((format!("{module} ({})", file.display()), ORDER[theirs].to_string()));
+                    back.push((
+                        format!("{module} ({})", file.display()),
+                        ORDER[theirs].to_string(),
+                    ));
                 }
             }
         }
@@ -174,7 +183,15 @@ fn uses_are_found_alone_and_in_groups_but_not_in_tests() {
     let text = "use crate::model::Report;\nuse crate::{cli, sys::procfs};\nuse crate::analysis::{why, what::{Label, x}};\nfn f() { crate::util::stderr::say!(); }\n#[cfg(test)]\nmod tests { use crate::run; }";
     assert_eq!(
         uses(text),
-        ["model/Report", "cli", "sys/procfs", "analysis/why", "analysis/what/Label", "analysis/what/x", "util/stderr/say"]
+        [
+            "model/Report",
+            "cli",
+            "sys/procfs",
+            "analysis/why",
+            "analysis/what/Label",
+            "analysis/what/x",
+            "util/stderr/say"
+        ]
     );
     assert_eq!(rank("analysis/what/Label").map(|i| ORDER[i]), Some("analysis/what"));
     assert_eq!(rank("model/Report").map(|i| ORDER[i]), Some("model"));
@@ -198,7 +215,11 @@ fn a_back_edge_is_caught_between_folders_and_within_one() {
     std::fs::create_dir_all(dir.join("run")).unwrap();
     std::fs::create_dir_all(dir.join("model")).unwrap();
     std::fs::write(dir.join("run/mod.rs"), "use crate::model::Report;\n").unwrap();
-    std::fs::write(dir.join("model/mod.rs"), "use crate::run::trace;\nuse crate::model::label::WaitsOn;\n").unwrap();
+    std::fs::write(
+        dir.join("model/mod.rs"),
+        "use crate::run::trace;\nuse crate::model::label::WaitsOn;\n",
+    )
+    .unwrap();
     std::fs::write(dir.join("model/label.rs"), "use crate::{model::Record};\n").unwrap();
     let mut back = back_edges(&dir);
     back.sort();

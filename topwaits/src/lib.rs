@@ -42,7 +42,9 @@ pub fn main_entry() -> i32 {
         std::env::set_var("RUST_LIB_BACKTRACE", "0");
     }
     sys::heap::tune();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).format_timestamp(None).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_timestamp(None)
+        .init();
     let args = match cli::Args::try_parse() {
         Ok(a) => a,
         Err(e) if !e.use_stderr() => {

@@ -12,7 +12,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_topwaits");
 // Reaped by wait4, for its resource usage, not by Child::wait.
 #[allow(clippy::zombie_processes)]
 fn run_measured(args: &[&str]) -> (i32, String, f64) {
-    let child = Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let child =
+        Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id() as i32;
     let mut stderr = child.stderr.unwrap();
     let reader = std::thread::spawn(move || {
@@ -40,7 +41,10 @@ fn bomb(name: &str, prefix: &[u8], fill: u8, bytes: u64) -> PathBuf {
         return path;
     }
     let tmp = path.with_extension("part");
-    let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&tmp).unwrap(), flate2::Compression::fast());
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(&tmp).unwrap(),
+        flate2::Compression::fast(),
+    );
     gz.write_all(prefix).unwrap();
     let zeros = vec![fill; 1 << 22];
     let mut left = bytes - prefix.len() as u64;
@@ -76,7 +80,12 @@ fn three_gigabytes_of_zeros_are_refused_at_their_first_bytes() {
 #[test]
 fn a_real_header_before_a_bomb_is_refused_at_the_bound() {
     // A valid start, then white space that never ends: the bound stops it.
-    let f = bomb("header.twr", br#"{"format":"topwaits-record","version":1,"written_by":"0.2.0","report":"#, b' ', 64 << 20);
+    let f = bomb(
+        "header.twr",
+        br#"{"format":"topwaits-record","version":1,"written_by":"0.2.0","report":"#,
+        b' ',
+        64 << 20,
+    );
     refused_everywhere(&f, "expands past 16 MiB", &["--max-record-size", "16"]);
 }
 

@@ -34,7 +34,9 @@ impl TestCgroup {
     fn make(test: &str, sub: &str) -> Option<TestCgroup> {
         let missing = match unified_mount() {
             None => Some("no cgroup2 hierarchy is mounted".to_string()),
-            Some(m) if std::fs::metadata(m.join("cgroup.procs")).is_err() => Some(format!("{} is unreadable", m.display())),
+            Some(m) if std::fs::metadata(m.join("cgroup.procs")).is_err() => {
+                Some(format!("{} is unreadable", m.display()))
+            }
             Some(_) => None,
         };
         if !present(test, "a cgroup2 hierarchy", missing) {
@@ -62,7 +64,8 @@ impl TestCgroup {
 
     /// Moves process `pid` (every thread of it) into the cgroup.
     fn enter(&self, pid: u32) {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap_or_else(|e| panic!("moving {pid} in: {e}"));
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} in: {e}"));
     }
 }
 
@@ -76,7 +79,11 @@ impl Drop for TestCgroup {
         let mut todo = vec![top.clone()];
         while let Some(d) = todo.pop() {
             if let Ok(rd) = std::fs::read_dir(&d) {
-                todo.extend(rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+                todo.extend(
+                    rd.flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
             }
             dirs.push(d);
         }
@@ -133,12 +140,18 @@ const PYTHON: &str = "/usr/bin/python3";
 
 /// A process that sleeps in a loop until killed.
 fn sleeper() -> Proc {
-    Proc(Command::new(PYTHON).args(["-c", "import time\nwhile True: time.sleep(0.01)"]).spawn().expect("/usr/bin/python3 is installed"))
+    Proc(
+        Command::new(PYTHON)
+            .args(["-c", "import time\nwhile True: time.sleep(0.01)"])
+            .spawn()
+            .expect("/usr/bin/python3 is installed"),
+    )
 }
 
 fn start_in(cg: &TestCgroup, script: &str) -> Proc {
     // The shell enters the cgroup, then becomes the workload.
-    let cmd = format!("echo $$ > {}/cgroup.procs && exec /usr/bin/python3 -c \"$0\"", cg.dir.display());
+    let cmd =
+        format!("echo $$ > {}/cgroup.procs && exec /usr/bin/python3 -c \"$0\"", cg.dir.display());
     let mut child = Command::new("sh")
         .args(["-c", &cmd, script])
         .stdin(Stdio::piped())
@@ -154,7 +167,10 @@ fn start_in(cg: &TestCgroup, script: &str) -> Proc {
 
 fn tgids_and_tids(doc: &Value) -> (Vec<u64>, Vec<u64>) {
     let records = doc["records"].as_array().unwrap();
-    (records.iter().map(|r| r["tgid"].as_u64().unwrap()).collect(), records.iter().map(|r| r["tid"].as_u64().unwrap()).collect())
+    (
+        records.iter().map(|r| r["tgid"].as_u64().unwrap()).collect(),
+        records.iter().map(|r| r["tid"].as_u64().unwrap()).collect(),
+    )
 }
 
 #[test]
@@ -175,13 +191,26 @@ fn a_cgroup_is_traced_with_the_threads_that_join_it_and_nothing_else() {
     let doc = json(&t.finish());
     let (tgids, tids) = tgids_and_tids(&doc);
     let ours = [u64::from(work.id()), u64::from(mover.id())];
-    assert!(tgids.iter().all(|t| ours.contains(t)), "only the cgroup's processes ({ours:?}): {tgids:?}");
+    assert!(
+        tgids.iter().all(|t| ours.contains(t)),
+        "only the cgroup's processes ({ours:?}): {tgids:?}"
+    );
     assert!(!tgids.contains(&u64::from(outsider.id())), "a process outside the cgroup was traced");
     for tid in &late {
-        assert!(tids.contains(tid), "thread {tid}, made in the cgroup during the trace, is missing: {tids:?}");
+        assert!(
+            tids.contains(tid),
+            "thread {tid}, made in the cgroup during the trace, is missing: {tids:?}"
+        );
     }
-    assert!(tgids.contains(&u64::from(mover.id())), "the process moved into the cgroup is missing: {tgids:?}");
-    assert_eq!(doc["target"], format!("cgroup {}, user stacks", cg.path), "the header names the cgroup");
+    assert!(
+        tgids.contains(&u64::from(mover.id())),
+        "the process moved into the cgroup is missing: {tgids:?}"
+    );
+    assert_eq!(
+        doc["target"],
+        format!("cgroup {}, user stacks", cg.path),
+        "the header names the cgroup"
+    );
 }
 
 #[test]
@@ -227,7 +256,10 @@ fn records_carry_their_cgroup_and_group_by_it() {
     let file = file.to_str().unwrap();
     let t = Tracer::start(&["record", "-o", file, "-U", "--cgroup", &parent, "2"]);
     // A process that exits during the trace: its cgroup is the one it had.
-    let brief = start_in(&b, "print('ready', flush=True)\nimport time\nfor _ in range(20): time.sleep(0.01)");
+    let brief = start_in(
+        &b,
+        "print('ready', flush=True)\nimport time\nfor _ in range(20): time.sleep(0.01)",
+    );
     let brief_pid = brief.id();
     drop(brief);
     let rec = t.finish();
@@ -235,25 +267,43 @@ fn records_carry_their_cgroup_and_group_by_it() {
 
     let doc = json(&run(&["report", file, "--json"]));
     let records = doc["records"].as_array().unwrap();
-    let cgroup_of =
-        |pid: u32| records.iter().filter(|r| r["tgid"] == pid).map(|r| r["cgroup"].as_str().map(String::from)).collect::<Vec<_>>();
-    for (pid, cg) in [(in_a.id(), &a.path), (in_a_too.id(), &a.path), (in_b.id(), &b.path), (brief_pid, &b.path)] {
+    let cgroup_of = |pid: u32| {
+        records
+            .iter()
+            .filter(|r| r["tgid"] == pid)
+            .map(|r| r["cgroup"].as_str().map(String::from))
+            .collect::<Vec<_>>()
+    };
+    for (pid, cg) in
+        [(in_a.id(), &a.path), (in_a_too.id(), &a.path), (in_b.id(), &b.path), (brief_pid, &b.path)]
+    {
         let got = cgroup_of(pid);
-        assert!(!got.is_empty() && got.iter().all(|c| c.as_deref() == Some(cg.as_str())), "pid {pid} in {cg}: {got:?}");
+        assert!(
+            !got.is_empty() && got.iter().all(|c| c.as_deref() == Some(cg.as_str())),
+            "pid {pid} in {cg}: {got:?}"
+        );
     }
 
     let grouped = json(&run(&["report", file, "--json", "--by", "cgroup"]));
     let groups = grouped["records"].as_array().unwrap();
     assert_eq!(grouped["by"], "cgroup");
-    let sleeping_in_a = groups.iter().find(|r| r["cgroup"] == a.path.as_str() && r["threads"].as_u64() >= Some(2));
-    assert!(sleeping_in_a.is_some(), "the two sleepers of {} with one stack are one record: {grouped:#}", a.path);
+    let sleeping_in_a =
+        groups.iter().find(|r| r["cgroup"] == a.path.as_str() && r["threads"].as_u64() >= Some(2));
+    assert!(
+        sleeping_in_a.is_some(),
+        "the two sleepers of {} with one stack are one record: {grouped:#}",
+        a.path
+    );
     assert!(groups.iter().all(|r| r["tgid"].is_null() && r["cgroup"].is_string()), "{grouped:#}");
 
     let folded = run(&["report", file, "-f"]);
     assert!(folded.status.success(), "{}", folded.stderr);
     for line in folded.stdout.lines() {
         let root = line.split(';').next().unwrap();
-        assert!(root == format!("[cgroup:{}]", a.path) || root == format!("[cgroup:{}]", b.path), "a line of a cgroup trace: {line}");
+        assert!(
+            root == format!("[cgroup:{}]", a.path) || root == format!("[cgroup:{}]", b.path),
+            "a line of a cgroup trace: {line}"
+        );
     }
     let plain = run(&["report", file, "-f", "--no-cgroup-frames"]);
     assert!(!plain.stdout.is_empty() && !plain.stdout.contains("[cgroup:"), "{}", plain.stdout);
@@ -264,7 +314,12 @@ fn records_carry_their_cgroup_and_group_by_it() {
 fn into_cgroup_program() -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("into_cgroup");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/into_cgroup.c");
-    let built = Command::new("cc").args(["-O2", "-o"]).arg(&out).arg(src).status().expect("cc is installed");
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status()
+        .expect("cc is installed");
     assert!(built.success(), "into_cgroup.c did not build");
     out
 }
@@ -272,9 +327,19 @@ fn into_cgroup_program() -> PathBuf {
 /// Runs into_cgroup: forks a child into `into` with CLONE_INTO_CGROUP once
 /// the trace is attached (after `parent_in` took the parent in, if given).
 /// Returns the parent's and the child's pids, and the trace's JSON.
-fn fork_into(target: &TestCgroup, parent_in: Option<&TestCgroup>, into: &Path) -> (u32, u32, Value) {
-    let mut parent =
-        Proc(Command::new(into_cgroup_program()).arg(into).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("into_cgroup runs"));
+fn fork_into(
+    target: &TestCgroup,
+    parent_in: Option<&TestCgroup>,
+    into: &Path,
+) -> (u32, u32, Value) {
+    let mut parent = Proc(
+        Command::new(into_cgroup_program())
+            .arg(into)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("into_cgroup runs"),
+    );
     let mut out = BufReader::new(parent.0.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
@@ -301,13 +366,19 @@ fn a_child_forked_into_the_cgroup_is_traced_and_one_forked_out_is_not() {
 
     let (parent, child, doc) = fork_into(&target, None, &target.dir);
     let (tgids, _) = tgids_and_tids(&doc);
-    assert!(tgids.contains(&u64::from(child)), "the child forked into the cgroup is missing: {tgids:?}");
+    assert!(
+        tgids.contains(&u64::from(child)),
+        "the child forked into the cgroup is missing: {tgids:?}"
+    );
     assert!(!tgids.contains(&u64::from(parent)), "its parent, outside, was traced: {tgids:?}");
 
     let (parent, child, doc) = fork_into(&target, Some(&target), &elsewhere.dir);
     let (tgids, _) = tgids_and_tids(&doc);
     assert!(tgids.contains(&u64::from(parent)), "the parent, inside, is missing: {tgids:?}");
-    assert!(!tgids.contains(&u64::from(child)), "a child forked out of the cgroup was traced: {tgids:?}");
+    assert!(
+        !tgids.contains(&u64::from(child)),
+        "a child forked out of the cgroup was traced: {tgids:?}"
+    );
 }
 
 /// A producer thread that sleeps 10 ms, then hands an item to the main thread,
@@ -334,7 +405,8 @@ fn why_groups_causes_by_cgroup() {
     let b = a.sibling("b");
     let parent = a.parent_path();
     let (_in_a, _in_b) = (start_in(&a, HAND_OFF), start_in(&b, HAND_OFF));
-    let file = std::env::temp_dir().join(format!("topwaits-why-cgroups-{}.twr", std::process::id()));
+    let file =
+        std::env::temp_dir().join(format!("topwaits-why-cgroups-{}.twr", std::process::id()));
     let file = file.to_str().unwrap();
     let rec = run(&["record", "--why", "-o", file, "--cgroup", &parent, "2"]);
     assert!(rec.status.success(), "{}", rec.stderr);
@@ -343,15 +415,28 @@ fn why_groups_causes_by_cgroup() {
     let _ = std::fs::remove_file(file);
     let sleeps = |doc: &Value| -> Vec<Value> {
         let causes = doc["causes"].as_array().unwrap_or_else(|| panic!("{doc:#}"));
-        causes.iter().filter(|c| c["on"].as_str().is_some_and(|o| o.starts_with("timer"))).cloned().collect()
+        causes
+            .iter()
+            .filter(|c| c["on"].as_str().is_some_and(|o| o.starts_with("timer")))
+            .cloned()
+            .collect()
     };
     assert_eq!(by_cgroup["by"], "cgroup");
-    let mut cgroups: Vec<String> = sleeps(&by_cgroup).iter().map(|c| c["cgroup"].as_str().unwrap_or("").to_string()).collect();
+    let mut cgroups: Vec<String> =
+        sleeps(&by_cgroup).iter().map(|c| c["cgroup"].as_str().unwrap_or("").to_string()).collect();
     cgroups.sort();
     cgroups.dedup();
-    assert_eq!(cgroups, [a.path.clone(), b.path.clone()], "one sleep cause per cgroup: {:#}", by_cgroup["causes"]);
+    assert_eq!(
+        cgroups,
+        [a.path.clone(), b.path.clone()],
+        "one sleep cause per cgroup: {:#}",
+        by_cgroup["causes"]
+    );
     let comm = sleeps(&by_comm);
-    assert!(comm.iter().any(|c| c["threads"].as_array().unwrap().len() == 2), "--by comm merges both producers: {comm:#?}");
+    assert!(
+        comm.iter().any(|c| c["threads"].as_array().unwrap().len() == 2),
+        "--by comm merges both producers: {comm:#?}"
+    );
     assert!(comm.iter().all(|c| c.get("cgroup").is_none()));
 }
 
@@ -369,10 +454,22 @@ fn a_unit_and_a_container_are_found_by_their_cgroups() {
     let by_container = json(&run(&["--json", "-U", "--container", &id[..12], "1"]));
     let (unit_tgids, _) = tgids_and_tids(&by_unit);
     let (ctr_tgids, _) = tgids_and_tids(&by_container);
-    assert!(!unit_tgids.is_empty() && unit_tgids.iter().all(|&t| t == u64::from(a.id())), "{unit_tgids:?} {by_unit:#}");
-    assert!(!ctr_tgids.is_empty() && ctr_tgids.iter().all(|&t| t == u64::from(b.id())), "{ctr_tgids:?}");
-    assert_eq!(by_unit["target"], format!("unit tw-probe.service (cgroup {}), user stacks", unit.path));
-    assert_eq!(by_container["target"], format!("container {} (cgroup {}), user stacks", &id[..12], container.path));
+    assert!(
+        !unit_tgids.is_empty() && unit_tgids.iter().all(|&t| t == u64::from(a.id())),
+        "{unit_tgids:?} {by_unit:#}"
+    );
+    assert!(
+        !ctr_tgids.is_empty() && ctr_tgids.iter().all(|&t| t == u64::from(b.id())),
+        "{ctr_tgids:?}"
+    );
+    assert_eq!(
+        by_unit["target"],
+        format!("unit tw-probe.service (cgroup {}), user stacks", unit.path)
+    );
+    assert_eq!(
+        by_container["target"],
+        format!("container {} (cgroup {}), user stacks", &id[..12], container.path)
+    );
     drop((a, b));
 }
 
@@ -386,13 +483,21 @@ fn a_real_systemd_unit_is_traced_where_systemd_runs() {
     }
     let unit = format!("topwaits-test-{}", std::process::id());
     let ok = Command::new("systemd-run")
-        .args(["--unit", &unit, "--collect", "python3", "-c", "import time\nwhile True: time.sleep(0.01)"])
+        .args([
+            "--unit",
+            &unit,
+            "--collect",
+            "python3",
+            "-c",
+            "import time\nwhile True: time.sleep(0.01)",
+        ])
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "systemd-run failed");
     let doc = json(&run(&["--json", "-U", "--unit", &unit, "1"]));
     let _ = Command::new("systemctl").args(["stop", &unit]).status();
-    let comms: Vec<&str> = doc["records"].as_array().unwrap().iter().map(|r| r["comm"].as_str().unwrap()).collect();
+    let comms: Vec<&str> =
+        doc["records"].as_array().unwrap().iter().map(|r| r["comm"].as_str().unwrap()).collect();
     assert!(!comms.is_empty() && comms.iter().all(|c| c.starts_with("python3")), "{comms:?}");
 }
 
@@ -400,7 +505,10 @@ fn a_real_systemd_unit_is_traced_where_systemd_runs() {
 fn a_missing_cgroup_unit_or_container_is_a_one_line_error() {
     for (args, says) in [
         (vec!["--cgroup", "/no/such/cgroup-here"], "no cgroup /no/such/cgroup-here"),
-        (vec!["--unit", "no-such-unit-here"], "no systemd unit no-such-unit-here.service is running"),
+        (
+            vec!["--unit", "no-such-unit-here"],
+            "no systemd unit no-such-unit-here.service is running",
+        ),
         (vec!["--container", "0123456789ab"], "no container 0123456789ab is running"),
         (vec!["--container", "not-an-id"], "bad container ID"),
         (vec!["--cgroup", "/x", "-p", "1"], "cannot be used with"),
@@ -433,7 +541,8 @@ fn libraries_of(program: &Path) -> Vec<PathBuf> {
 fn in_own_root(root: &Path, binds: &[&str], command: &str) -> (Proc, u32) {
     let r = root.display();
     let binds: String = binds.iter().map(|b| format!("mount --bind {b} {r}{b} && ")).collect();
-    let script = format!("mount --bind {r} {r} && {binds}cd {r} && pivot_root . old && exec {command}");
+    let script =
+        format!("mount --bind {r} {r} && {binds}cd {r} && pivot_root . old && exec {command}");
     let mut ns = Command::new("unshare")
         .args(["--mount", "--pid", "--fork", "--kill-child", "sh", "-c", &script])
         .stdout(Stdio::piped())
@@ -443,7 +552,8 @@ fn in_own_root(root: &Path, binds: &[&str], command: &str) -> (Proc, u32) {
     BufReader::new(ns.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let ns = Proc(ns);
     assert!(line.starts_with("ready"), "{command} did not start in its own root: {line:?}");
-    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", ns.id())).unwrap();
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", ns.id())).unwrap();
     let pid: u32 = children.split_whitespace().next().expect("unshare's child").parse().unwrap();
     (ns, pid)
 }
@@ -451,8 +561,12 @@ fn in_own_root(root: &Path, binds: &[&str], command: &str) -> (Proc, u32) {
 /// Whether the tools a test names are installed (skipping it with a reason
 /// where they are not).
 fn have_tools(test: &str, what: &str, tools: &[&str]) -> bool {
-    let missing =
-        tools.iter().find(|t| Command::new("sh").args(["-c", &format!("command -v {t}")]).output().map_or(true, |o| !o.status.success()));
+    let missing = tools.iter().find(|t| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .map_or(true, |o| !o.status.success())
+    });
     present(test, what, missing.map(|t| format!("no {t}")))
 }
 
@@ -460,13 +574,19 @@ fn have_tools(test: &str, what: &str, tools: &[&str]) -> bool {
 /// frame pointers) at /ctr_app, a path that names nothing here, and copies of
 /// its libraries.
 fn ctr_root(name: &str) -> PathBuf {
-    let root = PathBuf::from(format!("{}/{name}-{}", env!("CARGO_TARGET_TMPDIR"), std::process::id()));
+    let root =
+        PathBuf::from(format!("{}/{name}-{}", env!("CARGO_TARGET_TMPDIR"), std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("old")).unwrap();
     assert!(!Path::new("/ctr_app").exists(), "/ctr_app must name nothing on this machine");
     let app = root.join("ctr_app");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/deep.c");
-    let built = Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-pthread", "-o"]).arg(&app).arg(src).status().unwrap();
+    let built = Command::new("cc")
+        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-o"])
+        .arg(&app)
+        .arg(src)
+        .status()
+        .unwrap();
     assert!(built.success(), "compiling {src} failed");
     for lib in libraries_of(&app) {
         let to = root.join(lib.strip_prefix("/").unwrap());
@@ -491,7 +611,11 @@ fn ctr_app_started(test: &str, name: &str) -> Option<(Proc, u32, PathBuf)> {
 #[test]
 fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
     require_bpf!();
-    let Some((ns, pid, root)) = ctr_app_started("a_program_in_its_own_namespaces_is_named_from_its_own_files", "ctr-root") else { return };
+    let Some((ns, pid, root)) =
+        ctr_app_started("a_program_in_its_own_namespaces_is_named_from_its_own_files", "ctr-root")
+    else {
+        return;
+    };
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     assert!(maps.contains(" /ctr_app"), "its maps name its own path: {maps}");
     let doc = json(&run_walked(&["--json", "-U", "-p", &pid.to_string()], 1.5));
@@ -500,15 +624,28 @@ fn a_program_in_its_own_namespaces_is_named_from_its_own_files() {
     let sleep = records_in(&doc, "tw_sleep_leaf");
     let r = sleep.first().unwrap_or_else(|| panic!("its functions are not named: {doc:#}"));
     let names = stack_names(&r["user_stack"]);
-    let want = ["tw_sleep_leaf", "tw_sleep_5", "tw_sleep_4", "tw_sleep_3", "tw_sleep_2", "tw_sleep_1", "main"];
+    let want = [
+        "tw_sleep_leaf",
+        "tw_sleep_5",
+        "tw_sleep_4",
+        "tw_sleep_3",
+        "tw_sleep_2",
+        "tw_sleep_1",
+        "main",
+    ];
     let at = names.iter().position(|n| n == "tw_sleep_leaf").unwrap();
     assert_eq!(&names[at..at + want.len()], want, "{names:?}");
     assert!(names.iter().any(|n| n == "__libc_start_call_main"), "a whole stack: {names:?}");
     assert_eq!(r["user_stack_status"], "ok", "{r:#}");
-    let modules: Vec<&str> = r["user_stack"].as_array().unwrap().iter().filter_map(|f| f["module"].as_str()).collect();
+    let modules: Vec<&str> =
+        r["user_stack"].as_array().unwrap().iter().filter_map(|f| f["module"].as_str()).collect();
     assert!(modules.contains(&"ctr_app"), "{modules:?}");
     // The host's ids, and its own: the first process of its namespace.
-    assert_eq!((r["tgid"].as_u64(), r["ns_pid"].as_u64()), (Some(u64::from(pid)), Some(1)), "{r:#}");
+    assert_eq!(
+        (r["tgid"].as_u64(), r["ns_pid"].as_u64()),
+        (Some(u64::from(pid)), Some(1)),
+        "{r:#}"
+    );
     assert!(r["ns_tid"].as_u64().is_some(), "{r:#}");
 }
 
@@ -526,7 +663,8 @@ fn python_in_its_own_root_has_its_frames_named_through_that_root() {
     // here, beside its script; its libraries and standard library are the
     // host's /usr, mounted at the same place.
     let real = std::fs::canonicalize("/usr/bin/python3").unwrap();
-    let root = PathBuf::from(format!("{}/py-root-{}", env!("CARGO_TARGET_TMPDIR"), std::process::id()));
+    let root =
+        PathBuf::from(format!("{}/py-root-{}", env!("CARGO_TARGET_TMPDIR"), std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     for d in ["old", "usr", "ctr"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
@@ -538,7 +676,11 @@ fn python_in_its_own_root_has_its_frames_named_through_that_root() {
     }
     assert!(!Path::new("/ctr/python3").exists(), "/ctr/python3 must name nothing on this machine");
     std::fs::copy(&real, root.join("ctr/python3")).unwrap();
-    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py"), root.join("ctr/waits.py")).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py"),
+        root.join("ctr/waits.py"),
+    )
+    .unwrap();
     let (ns, pid) = in_own_root(&root, &["/usr"], "env PYTHONHOME=/usr /ctr/python3 /ctr/waits.py");
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     assert!(maps.contains(" /ctr/python3"), "its maps name its own path: {maps}");
@@ -546,28 +688,45 @@ fn python_in_its_own_root_has_its_frames_named_through_that_root() {
     drop(ns);
     let _ = std::fs::remove_dir_all(&root);
     // The sleeper's Python functions, in order, below the native sleep.
-    let r = records_in(&doc, "sleeper_inner (").into_iter().max_by_key(|r| r["total_ns"].as_u64().unwrap());
+    let r = records_in(&doc, "sleeper_inner (")
+        .into_iter()
+        .max_by_key(|r| r["total_ns"].as_u64().unwrap());
     let r = r.unwrap_or_else(|| panic!("no Python frames named: {doc:#}"));
     let names = stack_names(&r["user_stack"]);
-    let at = |p: &str| names.iter().position(|n| n.starts_with(p)).unwrap_or_else(|| panic!("no {p} in {names:?}"));
+    let at = |p: &str| {
+        names.iter().position(|n| n.starts_with(p)).unwrap_or_else(|| panic!("no {p} in {names:?}"))
+    };
     assert!(at("sleeper_inner (waits.py:10)") < at("sleeper (waits.py:14)"), "{names:?}");
     assert!(at("sleeper (") < at("start_thread"), "a whole stack: {names:?}");
-    assert!(!names.iter().any(|n| n == "_PyEval_EvalFrameDefault"), "the evaluator's frames are replaced by Python's: {names:?}");
+    assert!(
+        !names.iter().any(|n| n == "_PyEval_EvalFrameDefault"),
+        "the evaluator's frames are replaced by Python's: {names:?}"
+    );
 }
 
 #[test]
 fn a_namespaced_process_that_exits_mid_trace_keeps_its_own_ids() {
     require_bpf!();
-    let Some((ns, pid, root)) = ctr_app_started("a_namespaced_process_that_exits_mid_trace_keeps_its_own_ids", "ctr-exit") else { return };
+    let Some((ns, pid, root)) =
+        ctr_app_started("a_namespaced_process_that_exits_mid_trace_keeps_its_own_ids", "ctr-exit")
+    else {
+        return;
+    };
     let t = Tracer::start(&["--json", "-U", "-p", &pid.to_string(), "6"]);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     drop(ns);
     let doc = json(&t.finish());
     let _ = std::fs::remove_dir_all(&root);
-    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit(") ").next().map(|r| r.chars().next()));
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(") ").next().map(|r| r.chars().next()));
     assert!(matches!(state, None | Some(Some('Z' | 'X'))), "the program has exited: {state:?}");
-    let ours: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["tgid"] == pid).collect();
+    let ours: Vec<&Value> =
+        doc["records"].as_array().unwrap().iter().filter(|r| r["tgid"] == pid).collect();
     assert!(!ours.is_empty(), "{doc:#}");
-    assert!(ours.iter().all(|r| r["ns_pid"] == 1 && r["ns_tid"].as_u64().is_some()), "its own ids, kept from when it lived: {ours:#?}");
+    assert!(
+        ours.iter().all(|r| r["ns_pid"] == 1 && r["ns_tid"].as_u64().is_some()),
+        "its own ids, kept from when it lived: {ours:#?}"
+    );
     assert!(!records_in(&doc, "tw_sleep_leaf").is_empty(), "and its functions named: {doc:#}");
 }

@@ -57,7 +57,10 @@ fn record_why(name: &str, added: Option<Duration>) -> String {
     let file = format!("{}/diff-why-{name}.twr", env!("CARGO_TARGET_TMPDIR"));
     let w = Workload::spawn("tw-producer", move || {
         let (tx, rx) = std::sync::mpsc::sync_channel::<u32>(0);
-        let consumer = std::thread::Builder::new().name("tw-consumer".into()).spawn(move || while rx.recv().is_ok() {}).unwrap();
+        let consumer = std::thread::Builder::new()
+            .name("tw-consumer".into())
+            .spawn(move || while rx.recv().is_ok() {})
+            .unwrap();
         for i in 0..ROUNDS {
             round(added);
             tx.send(i).unwrap();
@@ -89,32 +92,72 @@ fn an_added_sleep_ranks_first_with_its_growth_and_crosses_the_gate_a_rerun_does_
 
     let doc = json(&run(&["diff", &base, &added, "--json"]));
     let first = &doc["rows"][0];
-    let user: Vec<String> = first["user_stack"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
-    assert!(user.iter().any(|f| f.contains("tw_added_sleep")), "the added sleep first: {:#}", doc["rows"]);
+    let user: Vec<String> = first["user_stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        user.iter().any(|f| f.contains("tw_added_sleep")),
+        "the added sleep first: {:#}",
+        doc["rows"]
+    );
     assert_eq!(first["status"], "new");
     // What the workload added: a 10 ms sleep a round.
     let added_ns = f64::from(ROUNDS) * 10e6;
     let delta = first["delta_ns"].as_f64().unwrap();
-    assert!((delta - added_ns).abs() <= 0.1 * added_ns, "grew by {delta} ns for {added_ns} ns of added sleep");
+    assert!(
+        (delta - added_ns).abs() <= 0.1 * added_ns,
+        "grew by {delta} ns for {added_ns} ns of added sleep"
+    );
     // By label: the sleeps, all one label, grew by the same.
-    let sleep = doc["labels"].as_array().unwrap().iter().find(|r| r["label"] == "sleep").expect("a sleep label row");
+    let sleep = doc["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["label"] == "sleep")
+        .expect("a sleep label row");
     let grew = sleep["delta_ns"].as_f64().unwrap();
-    assert!((grew - added_ns).abs() <= 0.1 * added_ns, "sleep grew by {grew} ns: {:#}", doc["labels"]);
+    assert!(
+        (grew - added_ns).abs() <= 0.1 * added_ns,
+        "sleep grew by {grew} ns: {:#}",
+        doc["labels"]
+    );
     assert!(doc["causes"].is_null(), "no causes without recordings for why");
 
     let gate = ["--fail-if-stack-grows", "300", "--fail-if-grows", "50%"];
     let failed = run(&[&["diff", &base, &added][..], &gate].concat());
-    assert_eq!(failed.status.code(), Some(3), "the gate fails on the added sleep: {}", failed.stderr);
-    assert!(failed.stderr.contains("gate crossed") && failed.stderr.contains("tw_added_sleep"), "{}", failed.stderr);
+    assert_eq!(
+        failed.status.code(),
+        Some(3),
+        "the gate fails on the added sleep: {}",
+        failed.stderr
+    );
+    assert!(
+        failed.stderr.contains("gate crossed") && failed.stderr.contains("tw_added_sleep"),
+        "{}",
+        failed.stderr
+    );
     let passed = run(&[&["diff", &base, &rerun][..], &gate].concat());
-    assert_eq!(passed.status.code(), Some(0), "a rerun passes: {}\n{}", passed.stderr, passed.stdout);
+    assert_eq!(
+        passed.status.code(),
+        Some(0),
+        "a rerun passes: {}\n{}",
+        passed.stderr,
+        passed.stdout
+    );
     assert!(passed.stdout.contains("stacks in both"), "{}", passed.stdout);
 
     // The differential flame graph: the added sleep red.
     let svg = format!("{}/diff.svg", env!("CARGO_TARGET_TMPDIR"));
     let f = run(&["diff", &base, &added, "--svg", &svg, "-f"]);
     assert!(f.status.success(), "{}", f.stderr);
-    assert!(f.stdout.lines().any(|l| l.contains("tw_added_sleep") && l.split(' ').nth(1) == Some("0")), "{}", f.stdout);
+    assert!(
+        f.stdout.lines().any(|l| l.contains("tw_added_sleep") && l.split(' ').nth(1) == Some("0")),
+        "{}",
+        f.stdout
+    );
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("tw_added_sleep"), "the graph draws the new stack");
 }
@@ -126,16 +169,29 @@ fn recordings_for_why_compare_their_causes() {
     let added = record_why("added", Some(Duration::from_millis(10)));
     let doc = json(&run(&["diff", &base, &added, "--json"]));
     let causes = doc["causes"].as_array().unwrap_or_else(|| panic!("causes compared: {doc:#}"));
-    let names =
-        |r: &serde_json::Value| r["user_stack"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let names = |r: &serde_json::Value| {
+        r["user_stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
     let grown = causes.iter().find(|r| names(r).iter().any(|f| f.contains("tw_added_sleep")));
     let grown = grown.unwrap_or_else(|| panic!("a cause at the added sleep: {causes:#?}"));
     assert_eq!(grown["status"], "new", "{grown:#}");
     // It holds the consumer up for most of its 10 ms a round.
     let ns = grown["delta_ns"].as_f64().unwrap();
     let added_ns = f64::from(ROUNDS) * 10e6;
-    assert!(ns > 0.5 * added_ns && ns < 1.2 * added_ns, "the added sleep explains {ns} ns of {added_ns}: {grown:#}");
+    assert!(
+        ns > 0.5 * added_ns && ns < 1.2 * added_ns,
+        "the added sleep explains {ns} ns of {added_ns}: {grown:#}"
+    );
     assert_eq!(grown["comm"], "tw-producer");
     let text = run(&["diff", &base, &added]);
-    assert!(text.stdout.contains("By why's causes") && text.stdout.contains("By what they waited on"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("By why's causes") && text.stdout.contains("By what they waited on"),
+        "{}",
+        text.stdout
+    );
 }

@@ -13,7 +13,10 @@ use serde_json::Value;
 /// Where `cargo xtask setup` installs the test readers (npm's pprof-format).
 fn test_tools() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-tools");
-    let have_node = std::process::Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    let have_node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     let reason = if !have_node {
         Some("node is not installed".to_string())
     } else if !dir.join("node_modules/pprof-format").exists() {
@@ -27,7 +30,12 @@ fn test_tools() -> Option<PathBuf> {
 /// The profile at `path` as the independent reader decodes it.
 fn decode_pprof(tools: &std::path::Path, path: &std::path::Path) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tools/pprof_decode.js");
-    let out = std::process::Command::new("node").arg(script).arg(tools).arg(path).output().expect("node runs");
+    let out = std::process::Command::new("node")
+        .arg(script)
+        .arg(tools)
+        .arg(path)
+        .output()
+        .expect("node runs");
     assert!(out.status.success(), "the reader failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("the reader prints JSON")
 }
@@ -46,7 +54,9 @@ fn json_frames(r: &Value) -> Vec<(u64, Option<String>)> {
         .iter()
         .flat_map(|k| r[*k].as_array().cloned().unwrap_or_default())
         .map(|f| {
-            let addr = u64::from_str_radix(f["addr"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+            let addr =
+                u64::from_str_radix(f["addr"].as_str().unwrap().trim_start_matches("0x"), 16)
+                    .unwrap();
             (addr, f["symbol"].as_str().map(str::to_string))
         })
         .collect()
@@ -66,7 +76,12 @@ fn pprof_samples_agree_with_the_json_report() {
     let doc = json(&tracer.finish());
     let p = decode_pprof(&tools, &path);
     let _ = std::fs::remove_file(&path);
-    let types: Vec<String> = p["sample_types"].as_array().unwrap().iter().map(|t| t[0].as_str().unwrap().to_string()).collect();
+    let types: Vec<String> = p["sample_types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t[0].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(types, ["off_cpu", "waits"]);
     assert_eq!(p["default_sample_type"].as_str(), Some("off_cpu"));
     // Every JSON record is one sample with the same values and frames.
@@ -75,21 +90,43 @@ fn pprof_samples_agree_with_the_json_report() {
     assert_eq!(samples.len(), records.len(), "one sample per record");
     let mut by_stack: HashMap<(String, Vec<u64>), Vec<&Value>> = HashMap::new();
     for s in samples {
-        let addrs = s["frames"].as_array().unwrap().iter().map(|f| f["addr"].as_str().unwrap().parse().unwrap()).collect();
-        by_stack.entry((s["labels"]["tid"].as_str().unwrap().to_string(), addrs)).or_default().push(s);
+        let addrs = s["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["addr"].as_str().unwrap().parse().unwrap())
+            .collect();
+        by_stack
+            .entry((s["labels"]["tid"].as_str().unwrap().to_string(), addrs))
+            .or_default()
+            .push(s);
     }
     for r in records {
         let frames = json_frames(r);
         let key = (r["tid"].to_string(), frames.iter().map(|f| f.0).collect::<Vec<_>>());
-        let s = by_stack.get(&key).and_then(|v| v.first()).unwrap_or_else(|| panic!("no sample for {r:#}"));
-        let values: Vec<u64> = s["values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().parse().unwrap()).collect();
-        assert_eq!(values, [r["total_ns"].as_u64().unwrap(), r["count"].as_u64().unwrap()], "{r:#}");
+        let s = by_stack
+            .get(&key)
+            .and_then(|v| v.first())
+            .unwrap_or_else(|| panic!("no sample for {r:#}"));
+        let values: Vec<u64> = s["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(
+            values,
+            [r["total_ns"].as_u64().unwrap(), r["count"].as_u64().unwrap()],
+            "{r:#}"
+        );
         assert_eq!(s["labels"]["max_wait"].as_str().unwrap(), r["max_ns"].to_string(), "{r:#}");
         for (f, (_, name)) in s["frames"].as_array().unwrap().iter().zip(&frames) {
             match (f["name"].as_str(), name) {
                 // A frame no symbol names is left for pprof's reader to name
                 // from its mapping; JSON writes its module and offset.
-                (None, Some(name)) => assert!(name.contains("+0x"), "{name} unnamed in pprof: {s:#}"),
+                (None, Some(name)) => {
+                    assert!(name.contains("+0x"), "{name} unnamed in pprof: {s:#}")
+                }
                 (pprof, Some(name)) => assert_eq!(pprof, Some(name.as_str()), "{s:#}"),
                 (_, None) => {}
             }
@@ -100,15 +137,25 @@ fn pprof_samples_agree_with_the_json_report() {
     // The sleeps, with the test binary's frames mapped to its file and build id.
     let sleep = samples
         .iter()
-        .find(|s| s["frames"].as_array().unwrap().iter().any(|f| f["name"].as_str().is_some_and(|n| n.ends_with("tw_pprof_sleep"))))
+        .find(|s| {
+            s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["name"].as_str().is_some_and(|n| n.ends_with("tw_pprof_sleep")))
+        })
         .unwrap_or_else(|| panic!("no sample of tw_pprof_sleep: {p:#}"));
     // Six sleeps; a spurious wakeup can cut one in two.
     let waits: u64 = sleep["values"][1].as_str().unwrap().parse().unwrap();
     assert!((6..=8).contains(&waits), "six sleeps: {sleep:#}");
     let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
     let size = std::fs::metadata(&exe).unwrap().len();
-    let own =
-        sleep["frames"].as_array().unwrap().iter().find(|f| f["name"].as_str().is_some_and(|n| n.ends_with("tw_pprof_sleep"))).unwrap();
+    let own = sleep["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"].as_str().is_some_and(|n| n.ends_with("tw_pprof_sleep")))
+        .unwrap();
     assert_eq!(own["file"].as_str(), exe.to_str(), "{own:#}");
     let id = own["build_id"].as_str().unwrap();
     assert!(id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()), "build id {id:?}");
@@ -119,8 +166,15 @@ fn pprof_samples_agree_with_the_json_report() {
 /// `go tool pprof` (Debian's golang-go, installed by `cargo xtask setup`), the
 /// reader most users will open the file with.
 fn go_pprof() -> bool {
-    let have = std::process::Command::new("go").args(["tool", "-n", "pprof"]).output().is_ok_and(|o| o.status.success());
-    present(module_path!(), "go tool pprof", (!have).then(|| "go (golang-go) is not installed; run cargo xtask setup".to_string()))
+    let have = std::process::Command::new("go")
+        .args(["tool", "-n", "pprof"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    present(
+        module_path!(),
+        "go tool pprof",
+        (!have).then(|| "go (golang-go) is not installed; run cargo xtask setup".to_string()),
+    )
 }
 
 #[inline(never)]
@@ -147,7 +201,8 @@ fn go_tool_pprof_shows_the_off_cpu_time_by_default_with_the_right_total() {
     w.join();
     tracer.signal(libc::SIGINT);
     let doc = json(&tracer.finish());
-    let total: u64 = doc["records"].as_array().unwrap().iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
+    let total: u64 =
+        doc["records"].as_array().unwrap().iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
     assert!(total >= 200_000_000, "five 40 ms sleeps: {total} ns");
     let out = std::process::Command::new("go")
         .args(["tool", "pprof", "-symbolize=none", "-top", "-unit=ns"])
@@ -157,7 +212,11 @@ fn go_tool_pprof_shows_the_off_cpu_time_by_default_with_the_right_total() {
         .expect("go runs");
     let _ = std::fs::remove_file(&path);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "go tool pprof failed: {}{text}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.lines().any(|l| l.trim() == "Type: off_cpu"), "{text}");
     let shown: u64 = text
         .lines()
@@ -206,24 +265,52 @@ fn record_then_report_gives_the_same_json_without_root() {
     assert!(!records_in(&doc, "tw_record_sleep").is_empty(), "the trace saw the sleeps: {doc:#}");
     // Read back by an unprivileged user: no BPF, no /proc of the traced process.
     let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", BIN, "report"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            BIN,
+            "report",
+        ])
         .arg(&file)
         .arg("--json")
         .output()
         .expect("setpriv (util-linux) is needed");
     assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), direct.stdout, "report prints the trace's JSON");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        direct.stdout,
+        "report prints the trace's JSON"
+    );
     // The forked child, gone before the report, keeps its names.
-    let child_recs: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["tgid"].as_u64() == Some(child as u64)).collect();
+    let child_recs: Vec<&Value> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["tgid"].as_u64() == Some(child as u64))
+        .collect();
     assert!(
-        child_recs.iter().any(|r| stack_names(&r["user_stack"]).iter().any(|n| n.ends_with("tw_record_child"))),
+        child_recs
+            .iter()
+            .any(|r| stack_names(&r["user_stack"]).iter().any(|n| n.ends_with("tw_record_child"))),
         "the exited child's sleep is named: {child_recs:#?}"
     );
     // Other views of the same file.
     let top = run(&["report", file.to_str().unwrap(), "-n", "0"]);
-    assert!(top.status.success() && top.stdout.contains("tw_record_sleep"), "{}\n{}", top.stdout, top.stderr);
+    assert!(
+        top.status.success() && top.stdout.contains("tw_record_sleep"),
+        "{}\n{}",
+        top.stdout,
+        top.stderr
+    );
     let folded = run(&["report", file.to_str().unwrap(), "-f"]);
-    assert!(folded.stdout.lines().any(|l| l.starts_with("tw-record;") && l.contains("tw_record_sleep")), "{}", folded.stdout);
+    assert!(
+        folded.stdout.lines().any(|l| l.starts_with("tw-record;") && l.contains("tw_record_sleep")),
+        "{}",
+        folded.stdout
+    );
     let _ = std::fs::remove_file(&file);
 }
 
@@ -248,7 +335,9 @@ fn perfetto_reader() -> bool {
         .args(["-c", "from perfetto.protos.perfetto.trace import perfetto_trace_pb2"])
         .output()
         .is_ok_and(|o| o.status.success());
-    let missing = (!ok).then(|| "pip's perfetto package (and protobuf) is not installed: run cargo xtask setup".to_string());
+    let missing = (!ok).then(|| {
+        "pip's perfetto package (and protobuf) is not installed: run cargo xtask setup".to_string()
+    });
     present(module_path!(), "the Perfetto reader", missing)
 }
 
@@ -287,7 +376,16 @@ fn perfetto_slices_and_flows_agree_with_the_json_events() {
         }
     });
     let pid = std::process::id().to_string();
-    let tracer = Tracer::start(&["-w", "--events-over", "20000", "--perfetto", path.to_str().unwrap(), "--json", "-p", &pid]);
+    let tracer = Tracer::start(&[
+        "-w",
+        "--events-over",
+        "20000",
+        "--perfetto",
+        path.to_str().unwrap(),
+        "--json",
+        "-p",
+        &pid,
+    ]);
     reader.go();
     writer.go();
     let (rtid, wtid) = (reader.tid, writer.tid);
@@ -307,8 +405,12 @@ fn perfetto_slices_and_flows_agree_with_the_json_events() {
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["lost"]["wait_events"], 0);
     // The reader's three reads, each ended by the writer, as JSON events.
-    let events: Vec<&Value> =
-        doc["events"].as_array().expect("events with --events-over").iter().filter(|e| e["tid"].as_u64() == Some(rtid as u64)).collect();
+    let events: Vec<&Value> = doc["events"]
+        .as_array()
+        .expect("events with --events-over")
+        .iter()
+        .filter(|e| e["tid"].as_u64() == Some(rtid as u64))
+        .collect();
     assert_eq!(events.len(), 3, "three long reads: {events:#?}");
     for e in &events {
         assert!(e["max_us"].as_u64().unwrap() >= 20_000);
@@ -329,12 +431,23 @@ fn perfetto_slices_and_flows_agree_with_the_json_events() {
     let (rtrack, wtrack) = (track_of(rtid), track_of(wtid));
     assert_eq!(t["threads"][&rtrack]["name"], "tw-pf-reader");
     let on = |track: &str, kind: &str| -> Vec<Value> {
-        t["events"].as_array().unwrap().iter().filter(|e| e["track"] == track && e["type"] == kind).cloned().collect()
+        t["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["track"] == track && e["type"] == kind)
+            .cloned()
+            .collect()
     };
     let ts = |e: &Value| e["ts"].as_str().unwrap().parse::<u64>().unwrap();
     let (begins, ends) = (on(&rtrack, "TYPE_SLICE_BEGIN"), on(&rtrack, "TYPE_SLICE_END"));
-    let reads: Vec<(Value, Value)> =
-        begins.into_iter().zip(ends).filter(|(b, _)| b["notes"]["user_stack"].as_str().is_some_and(|s| s.contains("tw_pf_read"))).collect();
+    let reads: Vec<(Value, Value)> = begins
+        .into_iter()
+        .zip(ends)
+        .filter(|(b, _)| {
+            b["notes"]["user_stack"].as_str().is_some_and(|s| s.contains("tw_pf_read"))
+        })
+        .collect();
     assert_eq!(reads.len(), 3, "{t:#}");
     let mut lengths: Vec<u64> = reads.iter().map(|(b, e)| ts(e) - ts(b)).collect();
     let mut want: Vec<u64> = events.iter().map(|e| e["max_ns"].as_u64().unwrap()).collect();
@@ -347,11 +460,18 @@ fn perfetto_slices_and_flows_agree_with_the_json_events() {
         // The first frame above libc's `read` (a helper of the test's, once the
         // stack is walked whole).
         let first_app = b["notes"]["user_stack"].as_str().unwrap().lines().nth(1).unwrap();
-        assert_eq!(b["name"].as_str(), Some(first_app), "named by its first application frame: {b:#}");
+        assert_eq!(
+            b["name"].as_str(),
+            Some(first_app),
+            "named by its first application frame: {b:#}"
+        );
         assert!(b["notes"]["waker"].as_str().unwrap().starts_with("tw-pf-writer"), "{b:#}");
         // A flow from an instant on the writer's track, inside the slice.
         let flow = e["ends_flows"][0].as_str().expect("the slice ends a flow");
-        let from = instants.iter().find(|i| i["flows"][0] == flow).expect("the flow starts on the waker's track");
+        let from = instants
+            .iter()
+            .find(|i| i["flows"][0] == flow)
+            .expect("the flow starts on the waker's track");
         assert!(ts(from) >= ts(b) && ts(from) <= ts(e), "the wakeup lies inside the wait");
     }
 }

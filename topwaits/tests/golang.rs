@@ -29,8 +29,15 @@ fn through(r: &Value, f: &str) -> bool {
 #[test]
 fn debians_etcd_is_named_whole_and_its_wal_sync_agrees_with_its_own_metric() {
     require_bpf!();
-    let missing = ["etcd", "ab", "curl"].iter().find(|c| !installed(c)).map(|c| format!("{c} is not installed"));
-    if !present(module_path!(), "etcd and ab (apt etcd-server apache2-utils; cargo xtask setup installs them)", missing) {
+    let missing = ["etcd", "ab", "curl"]
+        .iter()
+        .find(|c| !installed(c))
+        .map(|c| format!("{c} is not installed"));
+    if !present(
+        module_path!(),
+        "etcd and ab (apt etcd-server apache2-utils; cargo xtask setup installs them)",
+        missing,
+    ) {
         return;
     }
     let dir = std::env::temp_dir().join(format!("tw-etcd-{}", std::process::id()));
@@ -40,7 +47,14 @@ fn debians_etcd_is_named_whole_and_its_wal_sync_agrees_with_its_own_metric() {
     let url = format!("http://127.0.0.1:{port}");
     let etcd = Killed(
         Command::new("etcd")
-            .args(["--data-dir", &dir.join("data").to_string_lossy(), "--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args([
+                "--data-dir",
+                &dir.join("data").to_string_lossy(),
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
             .args(["--listen-peer-urls", &format!("http://127.0.0.1:{}", port + 1)])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -56,7 +70,19 @@ fn debians_etcd_is_named_whole_and_its_wal_sync_agrees_with_its_own_metric() {
     std::fs::write(&body, r#"{"key":"dHc=","value":"d2FpdHM="}"#).unwrap();
     let _load = Killed(
         Command::new("ab")
-            .args(["-q", "-t", "20", "-n", "10000000", "-c", "8", "-p", &body.to_string_lossy(), "-T", "application/json"])
+            .args([
+                "-q",
+                "-t",
+                "20",
+                "-n",
+                "10000000",
+                "-c",
+                "8",
+                "-p",
+                &body.to_string_lossy(),
+                "-T",
+                "application/json",
+            ])
             .arg(format!("{url}/v3/kv/put"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -73,18 +99,34 @@ fn debians_etcd_is_named_whole_and_its_wal_sync_agrees_with_its_own_metric() {
     let _ = std::fs::remove_dir_all(&dir);
     let records = doc["records"].as_array().unwrap();
     // Named: every frame but the marks of stacks cut short.
-    let frames: Vec<String> = records.iter().flat_map(|r| stack_names(&r["user_stack"])).filter(|n| !n.starts_with("[cut")).collect();
+    let frames: Vec<String> = records
+        .iter()
+        .flat_map(|r| stack_names(&r["user_stack"]))
+        .filter(|n| !n.starts_with("[cut"))
+        .collect();
     let named = frames.iter().filter(|n| !n.contains("+0x") && *n != "[unknown]").count();
-    assert!(frames.len() > 500 && named as f64 >= 0.95 * frames.len() as f64, "{named} of {} frames named: {doc:#}", frames.len());
+    assert!(
+        frames.len() > 500 && named as f64 >= 0.95 * frames.len() as f64,
+        "{named} of {} frames named: {doc:#}",
+        frames.len()
+    );
     // Whole: stacks cut short hold little of the time.
     let ns = |r: &Value| r["total_ns"].as_u64().unwrap();
     let all: u64 = records.iter().map(ns).sum();
     let cut: u64 = records.iter().filter(|r| r["user_stack_status"] != "ok").map(ns).sum();
     assert!((cut as f64) < 0.05 * all as f64, "{cut} of {all} ns in stacks cut short");
     // The WAL's fsync: its waits and its running, against etcd's own sum.
-    let sync: u64 = records.iter().filter(|r| through(r, "go.etcd.io/etcd/wal.(*WAL).sync")).map(ns).sum();
+    let sync: u64 =
+        records.iter().filter(|r| through(r, "go.etcd.io/etcd/wal.(*WAL).sync")).map(ns).sum();
     let theirs = (after - before) * 1e9;
-    eprintln!("WAL sync over the trace: topwaits {:.3} s, etcd's own metric {:.3} s", sync as f64 / 1e9, theirs / 1e9);
+    eprintln!(
+        "WAL sync over the trace: topwaits {:.3} s, etcd's own metric {:.3} s",
+        sync as f64 / 1e9,
+        theirs / 1e9
+    );
     assert!(theirs > 0.1e9, "etcd synced its WAL for {theirs} ns only");
-    assert!((sync as f64 - theirs).abs() <= 0.2 * theirs, "topwaits {sync} ns against etcd's {theirs:.0} ns");
+    assert!(
+        (sync as f64 - theirs).abs() <= 0.2 * theirs,
+        "topwaits {sync} ns against etcd's {theirs:.0} ns"
+    );
 }

@@ -27,7 +27,8 @@ fn ns(r: &Value) -> u64 {
 
 /// The share of `comm`'s waiting whose label passes `pred`.
 fn share_of(doc: &Value, comm_is: &str, pred: impl Fn(&Value) -> bool) -> f64 {
-    let mine: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| comm(r) == comm_is).collect();
+    let mine: Vec<&Value> =
+        doc["records"].as_array().unwrap().iter().filter(|r| comm(r) == comm_is).collect();
     let all: u64 = mine.iter().map(|r| ns(r)).sum();
     let hit: u64 = mine.iter().filter(|r| pred(&r["waits_on"])).map(|r| ns(r)).sum();
     assert!(all > 0, "no waits of {comm_is}: {doc:#}");
@@ -41,41 +42,67 @@ fn mutex_condvar_and_sleep_waits_say_what_they_waited_for() {
     let pid = w.0.id().to_string();
     let doc = json(&run(&["-p", &pid, "--json", "2"]));
     // The workers wait on one mutex, named by its address.
-    let mutexes: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| comm(r) == "tw_worker" && kind(r) == "mutex").collect();
+    let mutexes: Vec<&Value> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| comm(r) == "tw_worker" && kind(r) == "mutex")
+        .collect();
     assert!(!mutexes.is_empty(), "{doc:#}");
     let addr = &mutexes[0]["waits_on"]["addr"];
     assert!(mutexes.iter().all(|r| &r["waits_on"]["addr"] == addr), "one mutex: {mutexes:#?}");
-    assert!(mutexes[0]["waits_on"]["description"].as_str().unwrap().starts_with("mutex 0x"), "{:#}", mutexes[0]);
+    assert!(
+        mutexes[0]["waits_on"]["description"].as_str().unwrap().starts_with("mutex 0x"),
+        "{:#}",
+        mutexes[0]
+    );
     assert!(share_of(&doc, "tw_worker", |w| w["kind"] == "mutex") > 0.6, "{doc:#}");
     // The pool waits on a condition variable.
-    let cv = share_of(&doc, "tw_pool", |w| w["kind"] == "futex" && w["lock"] == "condition variable");
+    let cv =
+        share_of(&doc, "tw_pool", |w| w["kind"] == "futex" && w["lock"] == "condition variable");
     assert!(cv > 0.95, "{cv}: {doc:#}");
     // The holder's sleep asked for 2 ms.
-    let sleeps: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| comm(r) == "tw_holder" && kind(r) == "sleep").collect();
+    let sleeps: Vec<&Value> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| comm(r) == "tw_holder" && kind(r) == "sleep")
+        .collect();
     assert!(!sleeps.is_empty(), "{doc:#}");
     assert!(sleeps.iter().all(|r| r["waits_on"]["requested_ns"] == 2_000_000), "{sleeps:#?}");
     // --by what: the mutex and the condition variable are each one record.
     let by = json(&run(&["-p", &pid, "--json", "--by", "what", "1"]));
-    let labels: Vec<&str> = by["records"].as_array().unwrap().iter().map(|r| r["waits_on"]["label"].as_str().unwrap_or("")).collect();
+    let labels: Vec<&str> = by["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["waits_on"]["label"].as_str().unwrap_or(""))
+        .collect();
     let mut unique = labels.clone();
     unique.sort_unstable();
     unique.dedup();
     assert_eq!(unique.len(), labels.len(), "one record per label: {labels:?}");
     assert!(
-        labels.iter().any(|l| l.starts_with("mutex 0x")) && labels.iter().any(|l| l.starts_with("condition variable 0x")),
+        labels.iter().any(|l| l.starts_with("mutex 0x"))
+            && labels.iter().any(|l| l.starts_with("condition variable 0x")),
         "{labels:?}"
     );
     // --what: the label is the root frame of each folded line.
     let folded = run(&["-p", &pid, "-f", "--what", "1"]);
     assert!(folded.status.success(), "{}", folded.stderr);
-    assert!(folded.stdout.lines().any(|l| l.starts_with("[mutex_0x") && l.contains(";tw_worker;")), "{}", folded.stdout);
+    assert!(
+        folded.stdout.lines().any(|l| l.starts_with("[mutex_0x") && l.contains(";tw_worker;")),
+        "{}",
+        folded.stdout
+    );
     assert!(folded.stdout.lines().all(|l| l.starts_with('[')), "{}", folded.stdout);
 }
 
 /// The block device a path lives on, as /sys names it.
 fn device_of(path: &str) -> String {
     use std::os::unix::fs::MetadataExt;
-    topwaits::analysis::what::procfs::device_name(std::fs::metadata(path).unwrap().dev()).unwrap_or_default()
+    topwaits::analysis::what::procfs::device_name(std::fs::metadata(path).unwrap().dev())
+        .unwrap_or_default()
 }
 
 #[test]
@@ -101,7 +128,10 @@ fn dd_with_dsync_waits_on_the_disk_and_its_file() {
     let named = share_of(&doc, "dd", |w| w["kind"] == "disk" && w["file"] == file.as_str());
     assert!(named > 0.5, "{named}: {doc:#}");
     if !device.is_empty() {
-        assert!(share_of(&doc, "dd", |w| w["device"] == device.as_str()) > 0.5, "{device}: {doc:#}");
+        assert!(
+            share_of(&doc, "dd", |w| w["device"] == device.as_str()) > 0.5,
+            "{device}: {doc:#}"
+        );
     }
 }
 
@@ -140,7 +170,10 @@ fn a_loopback_tcp_reader_waits_on_its_socket_and_port() {
     let on_socket: u64 = sockets.iter().map(|r| ns(r)).sum();
     assert!(on_socket as f64 > 0.9 * total as f64, "{doc:#}");
     let port = format!("127.0.0.1:{port}");
-    assert!(sockets.iter().all(|r| r["waits_on"]["socket"].as_str().unwrap_or("").contains(&port)), "{port}: {sockets:#?}");
+    assert!(
+        sockets.iter().all(|r| r["waits_on"]["socket"].as_str().unwrap_or("").contains(&port)),
+        "{port}: {sockets:#?}"
+    );
 }
 
 #[test]
@@ -152,7 +185,11 @@ fn mmap_lock_contention_shows_as_a_kernel_rwsem() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| kind(r) == "kernel_lock" && r["waits_on"]["lock"] == "rwsem" && r["waits_on"]["name"] == "mmap_lock")
+        .filter(|r| {
+            kind(r) == "kernel_lock"
+                && r["waits_on"]["lock"] == "rwsem"
+                && r["waits_on"]["name"] == "mmap_lock"
+        })
         .collect();
     let read = locks.iter().any(|r| comm(r) == "tw_faulter" && r["waits_on"]["mode"] == "read");
     let write = locks.iter().any(|r| r["waits_on"]["mode"] == "write");
@@ -173,7 +210,13 @@ fn tw_sleep_to_deadlines(n: usize) {
                 t.tv_sec += 1;
                 t.tv_nsec -= 1_000_000_000;
             }
-            while libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &t, std::ptr::null_mut()) == libc::EINTR {}
+            while libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &t,
+                std::ptr::null_mut(),
+            ) == libc::EINTR
+            {}
         }
     }
 }
@@ -186,7 +229,10 @@ fn sleeps_to_a_deadline_are_one_record_that_says_so() {
     sleeper.go();
     let doc = json(&tracer.finish());
     sleeper.join();
-    let sleeps: Vec<&Value> = calls_in(&doc, "tw_sleep_to_deadlines").into_iter().filter(|r| kind(r) == "sleep").collect();
+    let sleeps: Vec<&Value> = calls_in(&doc, "tw_sleep_to_deadlines")
+        .into_iter()
+        .filter(|r| kind(r) == "sleep")
+        .collect();
     // Each deadline less the time of the switch differs by however late the
     // thread reached it: the time left is kept as at most 1, 2 or 5 x 10^k,
     // so they stay one record, said to be to a deadline.

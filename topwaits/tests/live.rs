@@ -46,7 +46,11 @@ fn intervals_print_one_json_document_each_with_its_own_waits() {
     w.join();
     let out = tracer.finish();
     assert!(out.status.success(), "{}", out.stderr);
-    let docs: Vec<Value> = out.stdout.lines().map(|l| serde_json::from_str(l).expect("one JSON document per line")).collect();
+    let docs: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON document per line"))
+        .collect();
     assert_eq!(docs.len(), 3, "{}", out.stdout);
     let phases = ["tw_phase_one", "tw_phase_two", "tw_phase_three"];
     for (i, doc) in docs.iter().enumerate() {
@@ -61,7 +65,8 @@ fn intervals_print_one_json_document_each_with_its_own_waits() {
         }
         assert!(doc["duration_s"].as_f64().unwrap() < 1.5);
     }
-    let ends: Vec<i128> = docs.iter().map(|d| parse_rfc3339(d["ended_at"].as_str().unwrap())).collect();
+    let ends: Vec<i128> =
+        docs.iter().map(|d| parse_rfc3339(d["ended_at"].as_str().unwrap())).collect();
     assert!(ends.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(docs[1]["started_at"], docs[0]["ended_at"], "intervals are contiguous");
 }
@@ -102,7 +107,8 @@ fn svg_height(svg: &std::path::Path) -> Option<u32> {
 /// and deep stacks make it taller than a default window.
 fn screenshot(svg: &std::path::Path, png: &std::path::Path) {
     let height = svg_height(svg).unwrap_or(900).clamp(200, 8000);
-    let profile = std::env::temp_dir().join(format!("tw-chromium-{}-{}", std::process::id(), now_wall_ns()));
+    let profile =
+        std::env::temp_dir().join(format!("tw-chromium-{}-{}", std::process::id(), now_wall_ns()));
     let status = std::process::Command::new("chromium")
         .args([
             "--headless",
@@ -131,10 +137,18 @@ fn flame_graphs_and_timeline_render_in_headless_chromium() {
     require_bpf!();
     let dir = std::env::temp_dir().join(format!("tw-svg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (offcpu, offwake, timeline) = (dir.join("offcpu.svg"), dir.join("offwake.svg"), dir.join("timeline.svg"));
+    let (offcpu, offwake, timeline) =
+        (dir.join("offcpu.svg"), dir.join("offwake.svg"), dir.join("timeline.svg"));
     let w = Workload::spawn("tw-svg", || tw_known_short_sleeps(10, Duration::from_millis(30)));
     let tid = w.tid.to_string();
-    let a = Tracer::start(&["--json", "--svg", offcpu.to_str().unwrap(), "--timeline", timeline.to_str().unwrap(), "1.5"]);
+    let a = Tracer::start(&[
+        "--json",
+        "--svg",
+        offcpu.to_str().unwrap(),
+        "--timeline",
+        timeline.to_str().unwrap(),
+        "1.5",
+    ]);
     let b = Tracer::start(&["-f", "-w", "--svg", offwake.to_str().unwrap(), "-t", &tid, "1.5"]);
     w.go();
     w.join();
@@ -159,9 +173,16 @@ fn flame_graphs_and_timeline_render_in_headless_chromium() {
 fn status_line_only_on_a_terminal() {
     require_bpf!();
     let piped = run(&["-f", "1.5"]);
-    assert!(!piped.stderr.contains("waits recorded") && !piped.stderr.contains('\r'), "{}", piped.stderr);
+    assert!(
+        !piped.stderr.contains("waits recorded") && !piped.stderr.contains('\r'),
+        "{}",
+        piped.stderr
+    );
     // `script` gives the command a terminal.
-    let cmd = format!("{} -f 2.5 > /dev/null", with_attach(&[]).iter().map(|s| format!("{s} ")).collect::<String>());
+    let cmd = format!(
+        "{} -f 2.5 > /dev/null",
+        with_attach(&[]).iter().map(|s| format!("{s} ")).collect::<String>()
+    );
     let out = std::process::Command::new("script")
         .args(["-qec", &format!("{BIN} {cmd}"), "/dev/null"])
         .output()

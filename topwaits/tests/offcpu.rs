@@ -38,7 +38,10 @@ fn check_long_sleep(doc: &serde_json::Value, before: i128, after: i128, tid: u32
     assert_eq!(r["total_us"], r["max_us"]);
     let kernel = stack_names(&r["kernel_stack"]);
     assert!(kernel.iter().any(|f| f.contains("nanosleep")), "kernel frames: {kernel:?}");
-    assert!(!kernel.iter().any(|f| f.starts_with("bpf_") || f.starts_with("__traceiter")), "tracing machinery must be trimmed: {kernel:?}");
+    assert!(
+        !kernel.iter().any(|f| f.starts_with("bpf_") || f.starts_with("__traceiter")),
+        "tracing machinery must be trimmed: {kernel:?}"
+    );
     let end = parse_rfc3339(r["max_end"].as_str().unwrap());
     assert!(before <= end && end <= after, "max_end {end} outside [{before}, {after}]");
     let start = parse_rfc3339(r["max_start"].as_str().unwrap());
@@ -85,7 +88,12 @@ fn switches_during(f: impl FnOnce()) -> [u64; 2] {
 /// call site (a wakeup that lands between setting the sleep state and `schedule()`
 /// leaves the thread runnable there, and if another task is picked the kernel
 /// counts that switch as involuntary).
-fn check_counted(counted: u64, [voluntary, involuntary]: [u64; 2], what: &str, doc: &serde_json::Value) {
+fn check_counted(
+    counted: u64,
+    [voluntary, involuntary]: [u64; 2],
+    what: &str,
+    doc: &serde_json::Value,
+) {
     assert!(
         (voluntary..=voluntary + involuntary).contains(&counted),
         "{what}: {counted} recorded, the kernel counted {voluntary} voluntary and {involuntary} involuntary switches: {doc:#}"
@@ -206,7 +214,10 @@ fn max_block_time_drops_long_waits() {
     require_bpf!();
     let doc = mixed_sleeps(&["-M", "50000"]);
     assert!(calls_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
-    let short: u64 = records_in(&doc, "tw_known_short_sleeps").iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    let short: u64 = records_in(&doc, "tw_known_short_sleeps")
+        .iter()
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
     assert!(short >= 20, "{doc:#}");
 }
 
@@ -220,7 +231,10 @@ fn state_filter_matches_the_switch_out_state() {
     assert!(calls_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
     assert!(records_in(&doc, "tw_known_short_sleeps").is_empty(), "{doc:#}");
     let doc = mixed_sleeps(&["--state", "0"]);
-    assert!(calls_in(&doc, "tw_known_long_sleep").is_empty(), "preempted-only must exclude sleeps: {doc:#}");
+    assert!(
+        calls_in(&doc, "tw_known_long_sleep").is_empty(),
+        "preempted-only must exclude sleeps: {doc:#}"
+    );
 }
 
 #[test]
@@ -237,7 +251,9 @@ fn user_and_kernel_stack_only_modes() {
     for r in recs {
         assert_eq!(r["user_stack_status"], "none");
     }
-    assert!(recs.iter().any(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("nanosleep"))));
+    assert!(recs
+        .iter()
+        .any(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("nanosleep"))));
 }
 
 #[test]
@@ -272,7 +288,8 @@ fn by_process_makes_a_thread_per_request_server_one_record() {
     let me = std::process::id().to_string();
     let by_thread = Tracer::start(&["--json", "-p", &me, "1.5"]);
     let by_process = Tracer::start(&["--json", "-p", &me, "--by", "process", "1.5"]);
-    let workers: Vec<Workload> = (0..12).map(|_| Workload::spawn("tw-req", tw_handle_request)).collect();
+    let workers: Vec<Workload> =
+        (0..12).map(|_| Workload::spawn("tw-req", tw_handle_request)).collect();
     let tids: std::collections::HashSet<u64> = workers.iter().map(|w| w.tid as u64).collect();
     for w in &workers {
         w.go();
@@ -284,13 +301,18 @@ fn by_process_makes_a_thread_per_request_server_one_record() {
     let sleeps = |doc: &serde_json::Value| -> Vec<serde_json::Value> {
         records_in(doc, "tw_handle_request")
             .into_iter()
-            .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f == "do_nanosleep") && r["waits_on"]["kind"] == "sleep")
+            .filter(|r| {
+                stack_names(&r["kernel_stack"]).iter().any(|f| f == "do_nanosleep")
+                    && r["waits_on"]["kind"] == "sleep"
+            })
             .cloned()
             .collect()
     };
     let per_thread = sleeps(&threads);
     assert_eq!(per_thread.len(), 12, "{threads:#}");
-    assert!(per_thread.iter().all(|r| tids.contains(&r["tid"].as_u64().unwrap()) && r["threads"] == 1));
+    assert!(per_thread
+        .iter()
+        .all(|r| tids.contains(&r["tid"].as_u64().unwrap()) && r["threads"] == 1));
     assert_eq!(process["by"], "process");
     let merged = sleeps(&process);
     assert_eq!(merged.len(), 1, "{process:#}");
@@ -299,11 +321,18 @@ fn by_process_makes_a_thread_per_request_server_one_record() {
     // is two waits with one stack, in both).
     let count: u64 = per_thread.iter().map(|r| r["count"].as_u64().unwrap()).sum();
     assert!(count >= 12, "{threads:#}");
-    assert_eq!((m["threads"].as_u64(), m["count"].as_u64(), m["tid"].is_null()), (Some(12), Some(count), true), "{m:#}");
+    assert_eq!(
+        (m["threads"].as_u64(), m["count"].as_u64(), m["tid"].is_null()),
+        (Some(12), Some(count), true),
+        "{m:#}"
+    );
     assert_eq!(m["tgid"].as_u64(), Some(std::process::id() as u64));
     let total: u64 = per_thread.iter().map(|r| r["total_us"].as_u64().unwrap()).sum();
     let merged_total = m["total_us"].as_u64().unwrap();
-    assert!(merged_total.abs_diff(total) * 20 < total, "merged {merged_total} us vs {total} us by thread");
+    assert!(
+        merged_total.abs_diff(total) * 20 < total,
+        "merged {merged_total} us vs {total} us by thread"
+    );
 }
 
 #[test]
@@ -391,7 +420,11 @@ fn top_view_shows_the_wait_window_and_frames() {
     w.join();
     let out = tracer.finish();
     assert!(out.status.success(), "{}", out.stderr);
-    let block = out.stdout.split("\n\n").find(|b| b.contains("tw_known_long_sleep")).unwrap_or_else(|| panic!("{}", out.stdout));
+    let block = out
+        .stdout
+        .split("\n\n")
+        .find(|b| b.contains("tw_known_long_sleep"))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
     assert!(block.contains(&format!("tw-top  pid {}  tid {tid}", std::process::id())), "{block}");
     assert!(block.contains("longest 3"), "{block}");
     assert!(block.contains(" -> "), "{block}");
@@ -414,13 +447,16 @@ fn no_program_stays_loaded_after_runs() {
         let left = programs_left_after_exit();
         assert!(left.is_empty(), "{args:?} left programs: {left:?}");
     }
-    for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+    for (sig, name) in
+        [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")]
+    {
         let tracer = Tracer::start(&["--json", "-w"]);
         assert!(!our_loaded_programs().is_empty(), "the tracer should be loaded while it runs");
         tracer.signal(sig);
         let out = tracer.finish();
         assert!(out.status.success(), "{name}: {}", out.stderr);
-        let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{name}: no report ({e})"));
+        let doc: serde_json::Value =
+            serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{name}: no report ({e})"));
         assert!(doc["records"].is_array(), "{name} still prints what was gathered");
         let left = programs_left_after_exit();
         assert!(left.is_empty(), "{name} left programs: {left:?}");
@@ -439,7 +475,10 @@ fn kprobe_path_loads_then_fails_with_one_line_naming_kprobes() {
     let err = out.stderr.trim();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("kprobes are not available"), "{err}");
-    assert!(!err.contains("failed to load") && !err.contains("verifier rejected"), "the kprobe program must pass the verifier: {err}");
+    assert!(
+        !err.contains("failed to load") && !err.contains("verifier rejected"),
+        "the kprobe program must pass the verifier: {err}"
+    );
 }
 
 #[test]
@@ -473,13 +512,23 @@ fn errors_are_one_line_with_nonzero_exit() {
 fn unprivileged_run_names_the_capabilities() {
     require_bpf!();
     let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", BIN, "1"])
+        .args([
+            "--reuid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            BIN,
+            "1",
+        ])
         .output()
         .expect("setpriv (util-linux) is needed");
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON") && err.contains("root"), "{err}");
+    assert!(
+        err.contains("CAP_BPF") && err.contains("CAP_PERFMON") && err.contains("root"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -53,11 +53,17 @@ fn a_thread_that_spins_half_the_time_is_sampled_running_half_the_time_at_its_sta
     let trace = std::fs::read(&perfetto).unwrap();
     let named = trace.windows(b"running: ".len()).filter(|w| *w == b"running: ").count();
     assert!(named >= 100, "{named} sample instants in the Perfetto trace");
-    assert!(trace.windows(b"tw_known_compute".len()).any(|w| w == b"tw_known_compute"), "their stacks in the trace");
+    assert!(
+        trace.windows(b"tw_known_compute".len()).any(|w| w == b"tw_known_compute"),
+        "their stacks in the trace"
+    );
     assert_eq!(doc["on_cpu_hz"], 997);
     let wall = doc["duration_s"].as_f64().unwrap() * 1e9;
     let times = doc["thread_times"].as_array().expect("thread_times with --on-cpu");
-    let t = times.iter().find(|t| t["tid"].as_u64() == Some(tid_num)).unwrap_or_else(|| panic!("{doc:#}"));
+    let t = times
+        .iter()
+        .find(|t| t["tid"].as_u64() == Some(tid_num))
+        .unwrap_or_else(|| panic!("{doc:#}"));
     let ns = |k: &str| t[k].as_u64().unwrap() as f64;
     let (running, off) = (ns("running_ns") / wall, (ns("runnable_ns") + ns("blocked_ns")) / wall);
     // On and off the CPU half the time each: the split of the time accounted
@@ -81,7 +87,8 @@ fn a_thread_that_spins_half_the_time_is_sampled_running_half_the_time_at_its_sta
     // Where: the running time in the spin, the blocked time in the rest.
     let records = doc["records"].as_array().unwrap();
     let share_in = |kind: &dyn Fn(&str) -> bool, func: &str| {
-        let rs: Vec<_> = records.iter().filter(|r| kind(r["waits_on"]["kind"].as_str().unwrap_or(""))).collect();
+        let rs: Vec<_> =
+            records.iter().filter(|r| kind(r["waits_on"]["kind"].as_str().unwrap_or(""))).collect();
         let all: u64 = rs.iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
         let at: u64 = rs
             .iter()
@@ -91,11 +98,17 @@ fn a_thread_that_spins_half_the_time_is_sampled_running_half_the_time_at_its_sta
         at as f64 / all.max(1) as f64
     };
     let running_in_compute = share_in(&|k| k == "running", "tw_known_compute");
-    assert!(running_in_compute >= 0.9, "{running_in_compute:.3} of the running time in tw_known_compute");
+    assert!(
+        running_in_compute >= 0.9,
+        "{running_in_compute:.3} of the running time in tw_known_compute"
+    );
     let sleeping_in_rest = share_in(&|k| k == "sleep", "tw_known_rest");
     assert!(sleeping_in_rest >= 0.9, "{sleeping_in_rest:.3} of the sleeping in tw_known_rest");
     for r in records.iter().filter(|r| r["waits_on"]["kind"] == "running") {
-        assert!(r["samples"].as_u64().unwrap() >= 1 && r["total_ns"].as_u64().unwrap() % 1_003_009 == 0, "time is samples x period: {r:#}");
+        assert!(
+            r["samples"].as_u64().unwrap() >= 1 && r["total_ns"].as_u64().unwrap() % 1_003_009 == 0,
+            "time is samples x period: {r:#}"
+        );
     }
 }
 
@@ -104,11 +117,20 @@ fn a_thread_that_spins_half_the_time_is_sampled_running_half_the_time_at_its_sta
 fn running_stacks(doc: &serde_json::Value, tid: u64) -> Vec<(u64, Vec<String>)> {
     let t = doc["threads"].as_array().unwrap().iter().find(|t| t["tid"].as_u64() == Some(tid));
     let t = t.unwrap_or_else(|| panic!("tid {tid} missing: {doc:#}"));
-    let stacks = t["running_stacks"].as_array().unwrap_or_else(|| panic!("no running_stacks: {t:#}"));
+    let stacks =
+        t["running_stacks"].as_array().unwrap_or_else(|| panic!("no running_stacks: {t:#}"));
     stacks
         .iter()
         .map(|s| {
-            (s["running_us"].as_u64().unwrap(), s["user"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect())
+            (
+                s["running_us"].as_u64().unwrap(),
+                s["user"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| f.as_str().unwrap().to_string())
+                    .collect(),
+            )
         })
         .collect()
 }
@@ -122,14 +144,27 @@ fn threads_on_cpu_shows_where_each_thread_ran() {
     let doc = json(&run(&["threads", "--json", "--on-cpu=499", "-t", &tid.to_string(), "2"]));
     w.join();
     assert_eq!(doc["on_cpu_hz"], 499);
-    let t = doc["threads"].as_array().unwrap().iter().find(|t| t["tid"] == tid).unwrap_or_else(|| panic!("{doc:#}")).clone();
+    let t = doc["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .unwrap_or_else(|| panic!("{doc:#}"))
+        .clone();
     let stacks = running_stacks(&doc, u64::from(tid));
     assert!(!stacks.is_empty() && stacks.len() <= 3, "{t:#}");
-    assert!(stacks[0].1.iter().any(|f| f.contains("tw_known_compute")), "the hottest stack is the spin: {t:#}");
+    assert!(
+        stacks[0].1.iter().any(|f| f.contains("tw_known_compute")),
+        "the hottest stack is the spin: {t:#}"
+    );
     assert!(stacks.windows(2).all(|p| p[0].0 >= p[1].0), "hottest first: {t:#}");
     // The samples' time is an estimate of the run time the profile measures.
-    let (sampled, run) = (stacks.iter().map(|s| s.0).sum::<u64>() as f64, t["run_us"].as_u64().unwrap() as f64);
-    assert!(sampled > 0.3 * run && sampled < 1.3 * run, "{sampled} us sampled against {run} us run: {t:#}");
+    let (sampled, run) =
+        (stacks.iter().map(|s| s.0).sum::<u64>() as f64, t["run_us"].as_u64().unwrap() as f64);
+    assert!(
+        sampled > 0.3 * run && sampled < 1.3 * run,
+        "{sampled} us sampled against {run} us run: {t:#}"
+    );
 }
 
 #[test]

@@ -59,8 +59,15 @@ fn a_planted_link_in_a_sticky_world_writable_directory_is_refused_for_every_outp
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", out.stderr);
         let lines: Vec<&str> = out.stderr.lines().collect();
         assert_eq!(lines.len(), 1, "{args:?}: {}", out.stderr);
-        assert!(lines[0].contains("refusing to write") && lines[0].contains("uid 65534"), "{args:?}: {}", lines[0]);
-        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{args:?} traced before refusing");
+        assert!(
+            lines[0].contains("refusing to write") && lines[0].contains("uid 65534"),
+            "{args:?}: {}",
+            lines[0]
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{args:?} traced before refusing"
+        );
         assert_eq!(fs::read(&victim).unwrap(), b"precious\n", "{args:?} wrote through the link");
         assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
     }
@@ -73,7 +80,10 @@ fn another_users_link_elsewhere_is_replaced_never_followed_for_every_output() {
     let d = dir("plain", 0o755);
     for (i, args) in writers("LINK").into_iter().enumerate() {
         let (victim, link) = plant(&d, &format!("out{i}"));
-        let args: Vec<String> = args.into_iter().map(|a| if a == "LINK" { link.to_string_lossy().into_owned() } else { a }).collect();
+        let args: Vec<String> = args
+            .into_iter()
+            .map(|a| if a == "LINK" { link.to_string_lossy().into_owned() } else { a })
+            .collect();
         // `blocked` needs a target: this test process.
         let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
         let me = std::process::id().to_string();
@@ -87,8 +97,11 @@ fn another_users_link_elsewhere_is_replaced_never_followed_for_every_output() {
         assert!(meta.file_type().is_file(), "{args:?}: the link was not replaced by the file");
         assert!(meta.len() > 0 && meta.uid() == 0, "{args:?}: {meta:?}");
         // Nothing is left beside it.
-        let strays: Vec<_> =
-            fs::read_dir(&d).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+        let strays: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
         assert!(strays.is_empty(), "{args:?} left {strays:?}");
     }
     fs::remove_dir_all(&d).unwrap();
@@ -116,13 +129,20 @@ fn a_record_shown_again_writes_its_files_the_same_safe_way() {
 #[test]
 fn paths_that_cannot_be_written_fail_before_the_trace() {
     require_bpf!();
-    for args in [&["--svg", "/proc/version", "3"][..], &["--pprof", "/", "3"], &["record", "-o", "/sys/kernel/x", "3"]] {
+    for args in [
+        &["--svg", "/proc/version", "3"][..],
+        &["--pprof", "/", "3"],
+        &["record", "-o", "/sys/kernel/x", "3"],
+    ] {
         let started = std::time::Instant::now();
         let out = run(args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", out.stderr);
         assert_eq!(out.stderr.lines().count(), 1, "{args:?}: {}", out.stderr);
         assert!(out.stderr.contains("cannot write"), "{args:?}: {}", out.stderr);
-        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{args:?} traced before failing");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{args:?} traced before failing"
+        );
     }
 }
 
@@ -132,6 +152,12 @@ fn dev_stdout_and_dev_null_are_written_in_place() {
     let out = run(&["-f", "--svg", "/dev/null", "--pprof", "/dev/stdout", "0.3"]);
     assert!(out.status.success(), "{}", out.stderr);
     use std::os::unix::fs::FileTypeExt as _;
-    assert!(fs::symlink_metadata("/dev/null").unwrap().file_type().is_char_device(), "/dev/null was replaced");
-    assert!(fs::symlink_metadata("/dev/stdout").unwrap().file_type().is_symlink(), "/dev/stdout was replaced");
+    assert!(
+        fs::symlink_metadata("/dev/null").unwrap().file_type().is_char_device(),
+        "/dev/null was replaced"
+    );
+    assert!(
+        fs::symlink_metadata("/dev/stdout").unwrap().file_type().is_symlink(),
+        "/dev/stdout was replaced"
+    );
 }

@@ -21,8 +21,17 @@ use serde_json::Value;
 
 /// The newest PostgreSQL's binaries (`/usr/lib/postgresql/N/bin`), if installed.
 fn pg_bin() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql").ok()?.flatten().map(|e| e.path().join("bin")).collect();
-    dirs.sort_by_key(|d| d.parent().and_then(|v| v.file_name()).and_then(|v| v.to_str()).and_then(|v| v.parse::<u32>().ok()));
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .collect();
+    dirs.sort_by_key(|d| {
+        d.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+    });
     dirs.into_iter().rev().find(|d| d.join("initdb").exists() && d.join("pgbench").exists())
 }
 
@@ -34,7 +43,12 @@ fn as_postgres(bin: &Path, cmd: &str) -> Command {
 }
 
 fn ok(out: Output, what: &str) -> String {
-    assert!(out.status.success(), "{what} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -54,7 +68,14 @@ impl Cluster {
         assert!(Command::new("chown").arg("postgres").arg(&dir).status().unwrap().success());
         let port = (20_000 + std::process::id() % 20_000).to_string();
         let c = Cluster { bin, dir, port };
-        ok(as_postgres(&c.bin, "initdb").args(["-A", "trust", "-D"]).arg(c.dir.join("data")).output().unwrap(), "initdb");
+        ok(
+            as_postgres(&c.bin, "initdb")
+                .args(["-A", "trust", "-D"])
+                .arg(c.dir.join("data"))
+                .output()
+                .unwrap(),
+            "initdb",
+        );
         let opts = format!("-p {} -k {} -c max_connections=30", c.port, c.dir.display());
         ok(
             as_postgres(&c.bin, "pg_ctl")
@@ -79,7 +100,19 @@ impl Cluster {
 
     fn psql(&self, sql: &str) -> String {
         let out = as_postgres(&self.bin, "psql")
-            .args(["-X", "-q", "-At", "-h", &self.dir.to_string_lossy(), "-p", &self.port, "-d", "postgres", "-c", sql])
+            .args([
+                "-X",
+                "-q",
+                "-At",
+                "-h",
+                &self.dir.to_string_lossy(),
+                "-p",
+                &self.port,
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ])
             .output()
             .unwrap();
         ok(out, sql)
@@ -87,13 +120,24 @@ impl Cluster {
 
     /// The postmaster and every process it started.
     fn processes(&self) -> Vec<u32> {
-        let pm: u32 =
-            std::fs::read_to_string(self.dir.join("data/postmaster.pid")).unwrap().lines().next().unwrap().trim().parse().unwrap();
+        let pm: u32 = std::fs::read_to_string(self.dir.join("data/postmaster.pid"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let mut out = vec![pm];
         for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+            let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
             let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
             if ppid == Some(pm) {
                 out.push(pid);
             }
@@ -104,7 +148,11 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = as_postgres(&self.bin, "pg_ctl").args(["-D"]).arg(self.dir.join("data")).args(["-m", "immediate", "stop"]).output();
+        let _ = as_postgres(&self.bin, "pg_ctl")
+            .args(["-D"])
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -126,9 +174,24 @@ fn class_of(user: &[String]) -> Option<&'static str> {
         ("LWLock", &["LWLockAcquire", "LWLockWaitForVar", "LWLockAcquireOrWait"]),
         ("Lock", &["ProcSleep"]),
         ("Client", &["secure_read", "secure_write", "pq_recvbuf", "pq_getbyte", "pq_flush"]),
-        ("IO", &["XLogFlush", "XLogWrite", "issue_xlog_fsync", "pg_fsync", "FileRead", "FileWrite", "mdread", "mdwrite", "mdextend"]),
+        (
+            "IO",
+            &[
+                "XLogFlush",
+                "XLogWrite",
+                "issue_xlog_fsync",
+                "pg_fsync",
+                "FileRead",
+                "FileWrite",
+                "mdread",
+                "mdwrite",
+                "mdextend",
+            ],
+        ),
     ];
-    user.iter().find_map(|f| CLASSES.iter().find(|(_, names)| names.iter().any(|n| f.starts_with(n))).map(|(c, _)| *c))
+    user.iter().find_map(|f| {
+        CLASSES.iter().find(|(_, names)| names.iter().any(|n| f.starts_with(n))).map(|(c, _)| *c)
+    })
 }
 
 /// Samples the pgbench backends' wait event types every 10 ms from a backend of
@@ -151,21 +214,35 @@ fn sample_sql(secs: f64) -> String {
 fn backends_blocked_time_splits_as_postgresql_accounts_it_and_why_is_short() {
     require_bpf!();
     let bin = pg_bin();
-    if !present(module_path!(), "PostgreSQL (apt postgresql; cargo xtask setup installs it)", bin.is_none().then(|| "not installed".into()))
-    {
+    if !present(
+        module_path!(),
+        "PostgreSQL (apt postgresql; cargo xtask setup installs it)",
+        bin.is_none().then(|| "not installed".into()),
+    ) {
         return;
     }
     let cluster = Cluster::start(bin.unwrap());
-    let load = Load(cluster.pgbench(&["-c", "8", "-j", "2", "-T", "30"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let load = Load(
+        cluster
+            .pgbench(&["-c", "8", "-j", "2", "-T", "30"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     // The 8 backends, once connected.
     let t0 = Instant::now();
     let backends: Vec<u32> = loop {
-        let pids = cluster.psql("SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'");
+        let pids =
+            cluster.psql("SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'");
         let pids: Vec<u32> = pids.lines().filter_map(|l| l.trim().parse().ok()).collect();
         if pids.len() == 8 {
             break pids;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "pgbench's 8 clients did not connect: {pids:?}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "pgbench's 8 clients did not connect: {pids:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     std::thread::sleep(Duration::from_millis(500));
@@ -199,7 +276,10 @@ fn backends_blocked_time_splits_as_postgresql_accounts_it_and_why_is_short() {
     let mut tw_blocked = 0.0;
     for r in doc["records"].as_array().unwrap() {
         let tid = r["tid"].as_u64().unwrap() as u32;
-        if !backends.contains(&tid) || r["waits_on"]["kind"] == "run_queue" || r["waits_on"]["kind"] == "running" {
+        if !backends.contains(&tid)
+            || r["waits_on"]["kind"] == "run_queue"
+            || r["waits_on"]["kind"] == "running"
+        {
             continue;
         }
         let ns = r["total_ns"].as_u64().unwrap();
@@ -221,7 +301,10 @@ fn backends_blocked_time_splits_as_postgresql_accounts_it_and_why_is_short() {
     );
     eprintln!("class     PostgreSQL  topwaits");
     for class in ["Lock", "LWLock", "IO", "Client"] {
-        let (p, t) = (pg.get(class).copied().unwrap_or(0.0) / pg_blocked, tw.get(class).copied().unwrap_or(0.0) / tw_blocked);
+        let (p, t) = (
+            pg.get(class).copied().unwrap_or(0.0) / pg_blocked,
+            tw.get(class).copied().unwrap_or(0.0) / tw_blocked,
+        );
         eprintln!("{class:<8}  {p:>10.3}  {t:>8.3}");
         assert!((p - t).abs() <= 0.1, "{class}: PostgreSQL's samples {p:.3}, topwaits {t:.3} of the blocked time (samples {pg:?})");
     }
@@ -236,13 +319,21 @@ fn backends_blocked_time_splits_as_postgresql_accounts_it_and_why_is_short() {
         before < 0.8
     });
     let needed = needed.count();
-    assert!(needed <= 8, "{needed} causes to cover 80% of the waiting: {:#}", Value::Array(causes[..causes.len().min(12)].to_vec()));
+    assert!(
+        needed <= 8,
+        "{needed} causes to cover 80% of the waiting: {:#}",
+        Value::Array(causes[..causes.len().min(12)].to_vec())
+    );
     let flush = causes.iter().take(3).any(|c| {
         c["kind"] == "blocked"
             && stack_names(&c["user_stack"]).iter().any(|f| f == "XLogFlush")
             && c["waits_on"].as_str().is_some_and(|w| w.starts_with("disk"))
     });
-    assert!(flush, "the WAL flush is not among the first three causes: {:#}", Value::Array(causes[..causes.len().min(6)].to_vec()));
+    assert!(
+        flush,
+        "the WAL flush is not among the first three causes: {:#}",
+        Value::Array(causes[..causes.len().min(6)].to_vec())
+    );
     // Said once: no two causes print the same line.
     let lines: Vec<&str> = causes.iter().filter_map(|c| c["description"].as_str()).collect();
     let distinct: std::collections::BTreeSet<&str> = lines.iter().copied().collect();
@@ -256,12 +347,19 @@ fn backends_blocked_time_splits_as_postgresql_accounts_it_and_why_is_short() {
     let mut lock_ns = 0u64;
     for l in locks["locks"].as_array().unwrap() {
         for s in l["waiters"].as_array().unwrap() {
-            if s["tids"].as_array().unwrap().iter().all(|t| backends.contains(&(t.as_u64().unwrap() as u32))) {
+            if s["tids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|t| backends.contains(&(t.as_u64().unwrap() as u32)))
+            {
                 lock_ns += s["ns"].as_u64().unwrap();
             }
         }
     }
-    let pg_locked = (pg.get("Lock").copied().unwrap_or(0.0) + pg.get("LWLock").copied().unwrap_or(0.0)) / pg_blocked;
+    let pg_locked = (pg.get("Lock").copied().unwrap_or(0.0)
+        + pg.get("LWLock").copied().unwrap_or(0.0))
+        / pg_blocked;
     let expected = tw_blocked * pg_locked;
     eprintln!(
         "lock waiting: topwaits locks {:.3} s, PostgreSQL's share {pg_locked:.3} of {:.3} s blocked: {:.3} s",
@@ -277,10 +375,15 @@ fn backends_blocked_time_splits_as_postgresql_accounts_it_and_why_is_short() {
     let by_comm = json(&run(&["locks", &file, "--json", "-n", "3"]));
     let top = &by_comm["locks"][0];
     let waits_in = stack_names(&top["waiters"][0]["user_stack"]);
-    assert!(waits_in.iter().any(|f| f == "ProcSleep" || f == "LWLockAcquire"), "the top lock's waiters: {top:#}");
+    assert!(
+        waits_in.iter().any(|f| f == "ProcSleep" || f == "LWLockAcquire"),
+        "the top lock's waiters: {top:#}"
+    );
     let released_in = stack_names(&top["holders"][0]["user_stack"]);
     assert!(
-        released_in.iter().any(|f| f.starts_with("LockRelease") || f == "ProcLockWakeup" || f == "LWLockRelease"),
+        released_in
+            .iter()
+            .any(|f| f.starts_with("LockRelease") || f == "ProcLockWakeup" || f == "LWLockRelease"),
         "the top lock's holders release it: {top:#}"
     );
     let text = run(&["locks", &file, "-n", "2"]);

@@ -17,7 +17,10 @@ fn interpreters() -> Vec<String> {
     let home = std::env::var("PYENV_ROOT").unwrap_or_else(|_| "/root/.pyenv".into());
     for v in ["3.10", "3.11", "3.12", "3.13"] {
         let Ok(dir) = std::fs::read_dir(format!("{home}/versions")) else { break };
-        let mut found: Vec<_> = dir.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{v}."))).collect();
+        let mut found: Vec<_> = dir
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{v}.")))
+            .collect();
         found.sort_by_key(|e| e.file_name());
         if let Some(e) = found.last() {
             out.push(e.path().join(format!("bin/python{v}")).to_string_lossy().into_owned());
@@ -41,7 +44,9 @@ fn heaviest(doc: &Value, func: &str) -> Vec<String> {
 /// The position of the first frame starting with `prefix`, or whose name does
 /// past a class (`Thread.run` for `run`: 3.10 names functions without it).
 fn at(names: &[String], prefix: &str) -> usize {
-    let starts = |n: &str| n.starts_with(prefix) || n.split_once('.').is_some_and(|(_, rest)| rest.starts_with(prefix));
+    let starts = |n: &str| {
+        n.starts_with(prefix) || n.split_once('.').is_some_and(|(_, rest)| rest.starts_with(prefix))
+    };
     names.iter().position(|n| starts(n)).unwrap_or_else(|| panic!("no {prefix} in {names:?}"))
 }
 
@@ -60,9 +65,18 @@ impl Drop for Started {
 /// Starts `python` on the test script with `flags`, once its threads run.
 fn start(python: &str, flags: &[&str]) -> Started {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py");
-    let mut child = Command::new(python).args(flags).arg(script).stdout(Stdio::piped()).spawn().expect("python starts");
+    let mut child = Command::new(python)
+        .args(flags)
+        .arg(script)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python starts");
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     let started = Started(child);
     assert!(line.starts_with("ready"), "{python}: {line:?}");
     started
@@ -74,7 +88,8 @@ fn start(python: &str, flags: &[&str]) -> Started {
 #[test]
 fn python_run_with_x_perf_keeps_whole_stacks_and_the_perf_map_names() {
     require_bpf!();
-    let newer: Vec<String> = interpreters().into_iter().filter(|p| p.ends_with("3.12") || p.ends_with("3.13")).collect();
+    let newer: Vec<String> =
+        interpreters().into_iter().filter(|p| p.ends_with("3.12") || p.ends_with("3.13")).collect();
     // Not a capability: a machine without pyenv's builds has no 3.12 to run.
     if newer.is_empty() {
         eprintln!("{}: skipped: no CPython 3.12 or later here (pyenv)", module_path!());
@@ -85,8 +100,14 @@ fn python_run_with_x_perf_keeps_whole_stacks_and_the_perf_map_names() {
         let doc = json(&run(&["--json", "-U", "-p", &child.0.id().to_string(), "2"]));
         drop(child);
         let sleep = heaviest(&doc, "sleeper_inner (waits.py:");
-        assert!(at(&sleep, "sleeper_inner (") < at(&sleep, "py::sleeper_inner:"), "{python}: {sleep:?}");
-        assert!(at(&sleep, "py::sleeper_inner:") < at(&sleep, "sleeper (waits.py:14)"), "{python}: {sleep:?}");
+        assert!(
+            at(&sleep, "sleeper_inner (") < at(&sleep, "py::sleeper_inner:"),
+            "{python}: {sleep:?}"
+        );
+        assert!(
+            at(&sleep, "py::sleeper_inner:") < at(&sleep, "sleeper (waits.py:14)"),
+            "{python}: {sleep:?}"
+        );
         assert!(at(&sleep, "py::Thread.run:") < at(&sleep, "start_thread"), "{python}: {sleep:?}");
     }
 }
@@ -96,7 +117,10 @@ fn python_functions_are_named_in_order_beside_the_native_frames() {
     require_bpf!();
     // python3 is installed by `cargo xtask setup`.
     let all = interpreters();
-    assert!(all.iter().any(|p| p == "/usr/bin/python3"), "no /usr/bin/python3: run cargo xtask setup");
+    assert!(
+        all.iter().any(|p| p == "/usr/bin/python3"),
+        "no /usr/bin/python3: run cargo xtask setup"
+    );
     for python in all {
         let child = start(&python, &[]);
         let doc = json(&run(&["--json", "-U", "-p", &child.0.id().to_string(), "2"]));
@@ -107,15 +131,24 @@ fn python_functions_are_named_in_order_beside_the_native_frames() {
         // time.sleep waits in clock_nanosleep (3.11 on) or select (3.10).
         assert!(["clock_nanosleep", "select"].contains(&sleep[0].as_str()), "{python}: {sleep:?}");
         assert!(0 < at(&sleep, "sleeper_inner (waits.py:10)"), "{python}: {sleep:?}");
-        assert!(at(&sleep, "sleeper_inner ") < at(&sleep, "sleeper (waits.py:14)"), "{python}: {sleep:?}");
+        assert!(
+            at(&sleep, "sleeper_inner ") < at(&sleep, "sleeper (waits.py:14)"),
+            "{python}: {sleep:?}"
+        );
         assert!(at(&sleep, "sleeper (") < at(&sleep, "run (threading.py:"), "{python}: {sleep:?}");
-        assert!(at(&sleep, "run (threading.py:") < at(&sleep, "start_thread"), "{python}: {sleep:?}");
+        assert!(
+            at(&sleep, "run (threading.py:") < at(&sleep, "start_thread"),
+            "{python}: {sleep:?}"
+        );
         // A pipe read: the native read at the leaf, the Python caller above it.
         let read = heaviest(&doc, "pipe_reader (waits.py:18)");
         assert!(at(&read, "read") < at(&read, "pipe_reader "), "{python}: {read:?}");
         // A contended lock: the interpreter's lock wait, then the taker.
         let lock = heaviest(&doc, "lock_taker (waits.py:");
-        assert!(at(&lock, "PyThread_acquire_lock") < at(&lock, "lock_taker "), "{python}: {lock:?}");
+        assert!(
+            at(&lock, "PyThread_acquire_lock") < at(&lock, "lock_taker "),
+            "{python}: {lock:?}"
+        );
         // The evaluator's own frames are replaced by the Python frames they run.
         assert!(!sleep.iter().any(|n| n == "_PyEval_EvalFrameDefault"), "{python}: {sleep:?}");
     }
@@ -137,7 +170,9 @@ fn an_interpreter_started_mid_trace_is_named_where_it_waited_before() {
     let (mut total, mut named) = (0u64, 0u64);
     for r in doc["records"].as_array().unwrap() {
         let names = stack_names(&r["user_stack"]);
-        if r["tgid"].as_u64() != Some(pid) || names.first().map(String::as_str) != Some("clock_nanosleep") {
+        if r["tgid"].as_u64() != Some(pid)
+            || names.first().map(String::as_str) != Some("clock_nanosleep")
+        {
             continue;
         }
         if !names.iter().any(|n| n == "start_thread") {
@@ -150,7 +185,10 @@ fn an_interpreter_started_mid_trace_is_named_where_it_waited_before() {
         }
     }
     assert!(total > 0, "no sleeping threads of process {pid}");
-    assert!(named * 10 >= total * 9, "only {named} of {total} ns of the script's sleeps name its functions");
+    assert!(
+        named * 10 >= total * 9,
+        "only {named} of {total} ns of the script's sleeps name its functions"
+    );
 }
 
 /// `topwaits blocked`, and the open waits of a trace, walk a Python thread
@@ -172,6 +210,12 @@ fn threads_blocked_now_show_their_python_frames() {
         .map(|t| stack_names(&t["user_stack"]))
         .find(|s| s.iter().any(|n| n.starts_with("sleeper_inner (waits.py:10)")))
         .unwrap_or_else(|| panic!("no thread in sleeper_inner: {doc:#}"));
-    assert!(at(&sleeper, "sleeper_inner (waits.py:10)") < at(&sleeper, "sleeper (waits.py:14)"), "{sleeper:?}");
-    assert!(at(&sleeper, "sleeper (waits.py:14)") < at(&sleeper, "start_thread"), "whole, to the thread's entry: {sleeper:?}");
+    assert!(
+        at(&sleeper, "sleeper_inner (waits.py:10)") < at(&sleeper, "sleeper (waits.py:14)"),
+        "{sleeper:?}"
+    );
+    assert!(
+        at(&sleeper, "sleeper (waits.py:14)") < at(&sleeper, "start_thread"),
+        "whole, to the thread's entry: {sleeper:?}"
+    );
 }

@@ -25,7 +25,11 @@ fn perf() -> bool {
         .args(["bench", "sched", "messaging", "-h"])
         .output()
         .is_ok_and(|o| !o.stdout.is_empty() || !o.stderr.is_empty());
-    present(module_path!(), "perf (linux-perf)", (!have).then(|| "perf is not installed; run cargo xtask setup".to_string()))
+    present(
+        module_path!(),
+        "perf (linux-perf)",
+        (!have).then(|| "perf is not installed; run cargo xtask setup".to_string()),
+    )
 }
 
 /// Regression: under `perf bench sched messaging` the topwaits process used about
@@ -43,7 +47,10 @@ fn the_user_side_stays_within_one_percent_of_a_core_under_messaging() {
     // It lasts long enough (about 0.3 s) for perf's mappings to be read before
     // it exits; a shorter one could end first, and the tables be built in the
     // measured window.
-    let warm = Command::new("perf").args(["bench", "sched", "messaging", "-g", "1", "-l", "300"]).output().expect("perf runs");
+    let warm = Command::new("perf")
+        .args(["bench", "sched", "messaging", "-g", "1", "-l", "300"])
+        .output()
+        .expect("perf runs");
     assert!(warm.status.success(), "{}", String::from_utf8_lossy(&warm.stderr));
     // Start-up work (reading the kernel's symbols and building the tables on
     // threads of their own) ends first.
@@ -56,7 +63,10 @@ fn the_user_side_stays_within_one_percent_of_a_core_under_messaging() {
         }
     }
     let (cpu0, t0) = (cpu_ns(pid), std::time::Instant::now());
-    let bench = Command::new("perf").args(["bench", "sched", "messaging", "-g", "5", "-l", "1000"]).output().expect("perf runs");
+    let bench = Command::new("perf")
+        .args(["bench", "sched", "messaging", "-g", "5", "-l", "1000"])
+        .output()
+        .expect("perf runs");
     let (cpu1, wall) = (cpu_ns(pid), t0.elapsed());
     assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
     tracer.signal(libc::SIGINT);
@@ -68,7 +78,12 @@ fn the_user_side_stays_within_one_percent_of_a_core_under_messaging() {
         wall.as_secs_f64(),
         share * 100.0
     );
-    assert!(share <= BUDGET, "the user side used {:.2}% of a core, over the {:.0}% budget", share * 100.0, BUDGET * 100.0);
+    assert!(
+        share <= BUDGET,
+        "the user side used {:.2}% of a core, over the {:.0}% budget",
+        share * 100.0,
+        BUDGET * 100.0
+    );
     // The benchmark's 200 processes exited before the report: their frames are
     // still resolved to their files (named, or module+offset in a stripped
     // library). Waits in exit, after the memory is gone, have no user stack.
@@ -78,7 +93,8 @@ fn the_user_side_stays_within_one_percent_of_a_core_under_messaging() {
         let Some(first) = r["user_stack"].as_array().and_then(|s| s.first()) else { continue };
         let ns = r["total_ns"].as_u64().unwrap();
         all += ns;
-        if first["symbol"].as_str().is_some_and(|s| s != "[unknown]") || first["module"].is_string() {
+        if first["symbol"].as_str().is_some_and(|s| s != "[unknown]") || first["module"].is_string()
+        {
             resolved += ns;
         } else {
             unresolved.push(r);

@@ -40,7 +40,9 @@ fn exited_processes_keep_their_symbols() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| children.contains(&r["tgid"].as_u64().unwrap()) && r["user_stack_status"] != "none")
+        .filter(|r| {
+            children.contains(&r["tgid"].as_u64().unwrap()) && r["user_stack_status"] != "none"
+        })
         .collect();
     let total: u64 = recs.iter().map(|r| r["total_us"].as_u64().unwrap()).sum();
     let named: u64 = recs
@@ -51,7 +53,11 @@ fn exited_processes_keep_their_symbols() {
     assert!(total >= 12 * 45_000, "children waited {total} us in all: {doc:#}");
     let share = named as f64 / total as f64;
     eprintln!("exited children: {:.1}% of {total} us attributed to tw_child_sleep", share * 100.0);
-    assert!(share >= 0.95, "only {:.1}% of the exited children's wait is symbolized: {recs:#?}", share * 100.0);
+    assert!(
+        share >= 0.95,
+        "only {:.1}% of the exited children's wait is symbolized: {recs:#?}",
+        share * 100.0
+    );
 }
 
 /// Regression: a process exec'd during the trace was read at its exec, before the
@@ -73,7 +79,9 @@ fn a_process_execd_and_gone_during_the_trace_keeps_its_library_frames() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| pids.contains(&r["tgid"].as_u64().unwrap()) && r["max_us"].as_u64().unwrap() >= 150_000)
+        .filter(|r| {
+            pids.contains(&r["tgid"].as_u64().unwrap()) && r["max_us"].as_u64().unwrap() >= 150_000
+        })
         .collect();
     assert_eq!(recs.len(), 3, "each sleep's 0.2 s wait: {doc:#}");
     for r in recs {
@@ -113,7 +121,8 @@ fn jit_code_is_symbolized_through_the_perf_map() {
     assert_ne!(mem, libc::MAP_FAILED);
     unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), mem.cast::<u8>(), code.len()) };
     let map_path = format!("/tmp/perf-{}.map", std::process::id());
-    std::fs::write(&map_path, format!("{:x} {:x} tw_jit_function\n", mem as usize, code.len())).unwrap();
+    std::fs::write(&map_path, format!("{:x} {:x} tw_jit_function\n", mem as usize, code.len()))
+        .unwrap();
     let addr = mem as usize;
     let w = Workload::spawn("tw-jit", move || {
         // SAFETY: the mapping holds the function just written, with the C ABI.
@@ -130,7 +139,10 @@ fn jit_code_is_symbolized_through_the_perf_map() {
     let recs = records_in(&doc, "tw_jit_target");
     assert_eq!(recs.len(), 1, "{doc:#}");
     let user = stack_names(&recs[0]["user_stack"]);
-    let jit = user.iter().position(|f| f == "tw_jit_function").unwrap_or_else(|| panic!("no JIT frame in {user:?}"));
+    let jit = user
+        .iter()
+        .position(|f| f == "tw_jit_function")
+        .unwrap_or_else(|| panic!("no JIT frame in {user:?}"));
     let target = user.iter().position(|f| f.contains("tw_jit_target")).unwrap();
     assert!(target < jit, "the JIT frame is the caller of the target: {user:?}");
 }
@@ -158,9 +170,15 @@ fn a_tiny_stack_map_counts_and_reports_its_losses_and_keeps_the_time() {
     require_bpf!();
     let out = busy_trace(&["--json", "--stack-storage-size", "4", "1.5"]);
     let doc = json(&out);
-    let lost = doc["lost"]["kernel_stacks"].as_u64().unwrap() + doc["lost"]["user_stacks"].as_u64().unwrap();
+    let lost = doc["lost"]["kernel_stacks"].as_u64().unwrap()
+        + doc["lost"]["user_stacks"].as_u64().unwrap();
     assert!(lost > 0, "{}", doc["lost"]);
-    assert_eq!(warning_lines(&out.stderr, "--stack-storage-size").len(), 1, "one warning with the fix: {}", out.stderr);
+    assert_eq!(
+        warning_lines(&out.stderr, "--stack-storage-size").len(),
+        1,
+        "one warning with the fix: {}",
+        out.stderr
+    );
     let missing: Vec<&Value> = doc["records"]
         .as_array()
         .unwrap()
@@ -168,9 +186,16 @@ fn a_tiny_stack_map_counts_and_reports_its_losses_and_keeps_the_time() {
         .filter(|r| r["kernel_stack_status"] == "missing" || r["user_stack_status"] == "missing")
         .collect();
     assert!(!missing.is_empty(), "records with lost stacks keep their time");
-    assert!(missing.iter().all(|r| r["total_us"].as_u64().unwrap() > 0 || r["total_ns"].as_u64().unwrap() > 0));
+    assert!(missing
+        .iter()
+        .all(|r| r["total_us"].as_u64().unwrap() > 0 || r["total_ns"].as_u64().unwrap() > 0));
     let folded = busy_trace(&["-f", "--stack-storage-size", "4", "1"]);
-    assert!(folded.stdout.contains("[missing_kernel_stack]") || folded.stdout.contains("[missing_user_stack]"), "{}", folded.stdout);
+    assert!(
+        folded.stdout.contains("[missing_kernel_stack]")
+            || folded.stdout.contains("[missing_user_stack]"),
+        "{}",
+        folded.stdout
+    );
 }
 
 #[test]
@@ -182,11 +207,18 @@ fn a_full_aggregate_map_is_counted_with_its_time() {
     assert!(doc["lost"]["aggregate_full_us"].as_u64().unwrap() > 0, "{}", doc["lost"]);
     // The aggregate's records (waits still open at the end come from the per-task
     // start map, not from the aggregate, and are not in its counters).
-    let closed: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["open"] == false).collect();
+    let closed: Vec<&Value> =
+        doc["records"].as_array().unwrap().iter().filter(|r| r["open"] == false).collect();
     // At most the map's 4 rows, plus the one row each thread still held in its
     // start entry at the end (never written to the full map, so not lost).
-    let threads: std::collections::HashSet<u64> = closed.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
-    assert!(closed.len() <= 4 + threads.len(), "{} records of {} threads", closed.len(), threads.len());
+    let threads: std::collections::HashSet<u64> =
+        closed.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
+    assert!(
+        closed.len() <= 4 + threads.len(),
+        "{} records of {} threads",
+        closed.len(),
+        threads.len()
+    );
     assert_eq!(warning_lines(&out.stderr, "--max-entries").len(), 1, "{}", out.stderr);
     // Everything recorded is in the records: nothing vanished silently.
     let counted: u64 = closed.iter().map(|r| r["count"].as_u64().unwrap()).sum();
@@ -202,10 +234,19 @@ fn a_full_waker_chain_map_is_counted_and_reported_once() {
     let doc = json(&out);
     assert!(doc["lost"]["chain_map_full"].as_u64().unwrap() > 0, "{}", doc["lost"]);
     assert_eq!(warning_lines(&out.stderr, "full chain map").len(), 1, "{}", out.stderr);
-    assert!(warning_lines(&out.stderr, "full chain map")[0].contains("--max-entries"), "{}", out.stderr);
-    let closed: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["open"] == false).collect();
+    assert!(
+        warning_lines(&out.stderr, "full chain map")[0].contains("--max-entries"),
+        "{}",
+        out.stderr
+    );
+    let closed: Vec<&Value> =
+        doc["records"].as_array().unwrap().iter().filter(|r| r["open"] == false).collect();
     let counted: u64 = closed.iter().map(|r| r["count"].as_u64().unwrap()).sum();
-    assert_eq!(counted, doc["counters"]["recorded"].as_u64().unwrap(), "every recorded wait is in a record");
+    assert_eq!(
+        counted,
+        doc["counters"]["recorded"].as_u64().unwrap(),
+        "every recorded wait is in a record"
+    );
 }
 
 fn set_name(name: &[u8]) {
@@ -253,8 +294,15 @@ fn hostile_thread_names_keep_every_format_parseable() {
             }
             "--json" => {
                 let doc: Value = serde_json::from_str(&out.stdout).unwrap();
-                let comms: Vec<&str> = doc["records"].as_array().unwrap().iter().filter_map(|r| r["comm"].as_str()).collect();
-                for want in ["a;b c", "\u{fffd}\u{fffd} bad", "[empty]", "tab\\x09here\\x0anl", "--"] {
+                let comms: Vec<&str> = doc["records"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|r| r["comm"].as_str())
+                    .collect();
+                for want in
+                    ["a;b c", "\u{fffd}\u{fffd} bad", "[empty]", "tab\\x09here\\x0anl", "--"]
+                {
                     assert!(comms.contains(&want), "{want:?} missing from {comms:?}");
                 }
             }
@@ -336,13 +384,20 @@ fn every_record_and_stack_of_a_large_trace_is_read_back() {
     let doc = json(&tracer.finish());
     let all_recs = doc["records"].as_array().unwrap();
     // Every thread waited at the barrier, so every one has records.
-    let seen: std::collections::HashSet<u64> = all_recs.iter().filter_map(|r| r["tid"].as_u64()).collect();
+    let seen: std::collections::HashSet<u64> =
+        all_recs.iter().filter_map(|r| r["tid"].as_u64()).collect();
     let unseen: Vec<u64> = all.iter().copied().filter(|t| !seen.contains(t)).collect();
-    assert!(unseen.is_empty(), "threads without a record: {unseen:?}; lost: {}, counters: {}", doc["lost"], doc["counters"]);
+    assert!(
+        unseen.is_empty(),
+        "threads without a record: {unseen:?}; lost: {}, counters: {}",
+        doc["lost"],
+        doc["counters"]
+    );
     // And every one slept in tw_nest, also a thread whose switch-in the kernel
     // did not show (README Limitations: its wait is ended from its run time).
     let recs: Vec<&Value> = records_in(&doc, "tw_nest");
-    let slept: std::collections::HashSet<u64> = recs.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
+    let slept: std::collections::HashSet<u64> =
+        recs.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
     let missing: Vec<u64> = all.iter().copied().filter(|t| !slept.contains(t)).collect();
     assert!(
         missing.is_empty() && doc["lost"]["unended_waits"] == 0,
@@ -352,7 +407,10 @@ fn every_record_and_stack_of_a_large_trace_is_read_back() {
     );
     let mut shapes = std::collections::HashSet::new();
     // Waits in the syscall: a preemption in user code may end its walk at junk.
-    for r in recs.iter().filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("nanosleep"))) {
+    for r in recs
+        .iter()
+        .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("nanosleep")))
+    {
         assert_eq!(r["user_stack_status"], "ok", "{r:#}");
         let names = stack_names(&r["user_stack"]);
         let depth = names.iter().filter(|f| f.ends_with("tw_nest")).count();
@@ -425,7 +483,8 @@ fn a_signal_while_attaching_still_ends_with_a_report() {
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "SIGTERM after {delay_ms} ms: {:?} {stderr}", out.status);
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("after {delay_ms} ms: {e}: {stderr}"));
+        let doc: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("after {delay_ms} ms: {e}: {stderr}"));
         assert!(doc["records"].is_array());
     }
 }
@@ -445,7 +504,10 @@ fn bad_output_paths_fail_before_tracing() {
         let started = std::time::Instant::now();
         let out = run(args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", out.stderr);
-        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{args:?} traced before failing");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{args:?} traced before failing"
+        );
         assert!(!out.stderr.contains("Tracing"), "{args:?}: {}", out.stderr);
         let lines: Vec<&str> = out.stderr.lines().collect();
         assert_eq!(lines.len(), 1, "{args:?}: {}", out.stderr);
@@ -458,7 +520,9 @@ fn bad_output_paths_fail_before_tracing() {
 fn each_view_says_what_it_traces() {
     require_bpf!();
     assert!(run(&["--wakeups", "-f", "0.3"]).stderr.starts_with("Tracing wakeups of all threads"));
-    assert!(run(&["-w", "-f", "0.3"]).stderr.starts_with("Tracing off-CPU waits and their wakers of all threads"));
+    assert!(run(&["-w", "-f", "0.3"])
+        .stderr
+        .starts_with("Tracing off-CPU waits and their wakers of all threads"));
     assert!(run(&["-f", "0.3"]).stderr.starts_with("Tracing off-CPU waits of all threads"));
 }
 

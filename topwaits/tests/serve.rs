@@ -28,14 +28,19 @@ fn get(url: &str) -> String {
 
 /// The HTTP status of GET `url`.
 fn status(url: &str) -> u16 {
-    let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", url]).output().expect("curl");
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", url])
+        .output()
+        .expect("curl");
     String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
 }
 
 /// The sum of a family's series in a /metrics page whose line has `with` in it.
 fn sample(page: &str, name: &str, with: &str) -> f64 {
     page.lines()
-        .filter(|l| !l.starts_with('#') && l.split(['{', ' ']).next() == Some(name) && l.contains(with))
+        .filter(|l| {
+            !l.starts_with('#') && l.split(['{', ' ']).next() == Some(name) && l.contains(with)
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -122,7 +127,12 @@ fn stop(mut s: Served) -> Finished {
     let t = s.0.take().unwrap();
     t.signal(libc::SIGTERM);
     let f = t.finish();
-    assert!(f.status.success(), "serve did not exit cleanly on SIGTERM: {}\n{}", f.status, f.stderr);
+    assert!(
+        f.status.success(),
+        "serve did not exit cleanly on SIGTERM: {}\n{}",
+        f.status,
+        f.stderr
+    );
     assert!(f.stderr.contains("serve: SIGTERM; stopped"), "{}", f.stderr);
     f
 }
@@ -130,7 +140,15 @@ fn stop(mut s: Served) -> Finished {
 /// A Prometheus instant query's single value.
 fn promql(api: &str, query: &str) -> Option<f64> {
     let out = Command::new("curl")
-        .args(["-s", "--max-time", "10", "-G", &format!("{api}/api/v1/query"), "--data-urlencode", &format!("query={query}")])
+        .args([
+            "-s",
+            "--max-time",
+            "10",
+            "-G",
+            &format!("{api}/api/v1/query"),
+            "--data-urlencode",
+            &format!("query={query}"),
+        ])
         .output()
         .expect("curl");
     let doc: Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -145,8 +163,15 @@ fn promql(api: &str, query: &str) -> Option<f64> {
 #[test]
 fn prometheus_and_go_tool_pprof_read_what_serve_exposes() {
     require_bpf!();
-    let missing = ["prometheus", "curl", "go"].iter().find(|c| !installed(c)).map(|c| format!("{c} is not installed"));
-    if !present(module_path!(), "prometheus, curl and go (cargo xtask setup installs them)", missing) {
+    let missing = ["prometheus", "curl", "go"]
+        .iter()
+        .find(|c| !installed(c))
+        .map(|c| format!("{c} is not installed"));
+    if !present(
+        module_path!(),
+        "prometheus, curl and go (cargo xtask setup installs them)",
+        missing,
+    ) {
         return;
     }
     let blocked = Blocked::start("tw-served");
@@ -191,7 +216,11 @@ fn prometheus_and_go_tool_pprof_read_what_serve_exposes() {
         .output()
         .expect("go runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "go tool pprof failed: {}{text}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.lines().any(|l| l.trim() == "Type: off_cpu"), "{text}");
     // Whole steps of 1 s from the request on: three of them, give or take a
     // late drain on a busy machine.
@@ -205,9 +234,16 @@ fn prometheus_and_go_tool_pprof_read_what_serve_exposes() {
         .find_map(|l| l.split("% of ").nth(1)?.strip_suffix("ms total")?.parse().ok())
         .unwrap_or_else(|| panic!("no total in {text}"));
     let share = shown / (span * 1000.0);
-    assert!((0.95..=1.05).contains(&share), "one blocked thread waits all of the {span} s: {shown} ms: {text}");
+    assert!(
+        (0.95..=1.05).contains(&share),
+        "one blocked thread waits all of the {span} s: {shown} ms: {text}"
+    );
     assert!(text.contains("tw_served_block"), "{text}");
-    assert_eq!(status(&format!("{base}/debug/pprof/offwake?seconds=1")), 404, "no wakers without -w");
+    assert_eq!(
+        status(&format!("{base}/debug/pprof/offwake?seconds=1")),
+        404,
+        "no wakers without -w"
+    );
     assert_eq!(status(&format!("{base}/debug/pprof/offcpu?seconds=0")), 400);
     assert_eq!(status(&format!("{base}/nothing")), 404);
 
@@ -218,9 +254,17 @@ fn prometheus_and_go_tool_pprof_read_what_serve_exposes() {
         std::thread::sleep(Duration::from_millis(250));
     }
     std::thread::sleep(Duration::from_secs(13));
-    let rate = promql(&api, "sum(rate(topwaits_offcpu_seconds_total{comm=\"tw-served\",what=\"pipe\"}[10s]))");
-    let rate = rate.unwrap_or_else(|| panic!("no series of tw-served; /metrics:\n{}", get(&format!("{base}/metrics"))));
-    assert!((0.9..=1.1).contains(&rate), "a thread blocked throughout waits 1 s a second, Prometheus says {rate}");
+    let rate = promql(
+        &api,
+        "sum(rate(topwaits_offcpu_seconds_total{comm=\"tw-served\",what=\"pipe\"}[10s]))",
+    );
+    let rate = rate.unwrap_or_else(|| {
+        panic!("no series of tw-served; /metrics:\n{}", get(&format!("{base}/metrics")))
+    });
+    assert!(
+        (0.9..=1.1).contains(&rate),
+        "a thread blocked throughout waits 1 s a second, Prometheus says {rate}"
+    );
     let page = get(&format!("{base}/metrics"));
     assert!(sample(&page, "process_resident_memory_bytes", "") > 0.0, "{page}");
     assert!(sample(&page, "topwaits_drains_total", "") >= 13.0, "{page}");
@@ -262,10 +306,17 @@ impl Receiver {
 
 fn otlp_reader() -> bool {
     let have = Command::new("python3")
-        .args(["-c", "import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2"])
+        .args([
+            "-c",
+            "import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2",
+        ])
         .output()
         .is_ok_and(|o| o.status.success());
-    present(module_path!(), "opentelemetry-proto", (!have).then(|| "python3 has no opentelemetry-proto; run cargo xtask setup".into()))
+    present(
+        module_path!(),
+        "opentelemetry-proto",
+        (!have).then(|| "python3 has no opentelemetry-proto; run cargo xtask setup".into()),
+    )
 }
 
 /// A receiver that comes up late still gets every interval (they were
@@ -295,7 +346,11 @@ fn otlp_profiles_reach_a_receiver_that_comes_up_late() {
     assert!(t.head().contains("cannot be reached now"), "the receiver is down: {}", t.head());
     let started = now_wall_ns() as u64;
     std::thread::sleep(Duration::from_secs(5));
-    let failed = sample(&get(&format!("http://127.0.0.1:{port}/metrics")), "topwaits_otlp_profiles_total", "result=\"failed\"");
+    let failed = sample(
+        &get(&format!("http://127.0.0.1:{port}/metrics")),
+        "topwaits_otlp_profiles_total",
+        "result=\"failed\"",
+    );
     assert!(failed >= 1.0, "posts to a receiver that is down are counted as failed");
     let receiver = Receiver::start(rport);
     let mut requests = Vec::new();
@@ -316,24 +371,51 @@ fn otlp_profiles_reach_a_receiver_that_comes_up_late() {
             .unwrap_or_else(|| panic!("no resource of pid {pid}: {r}"));
         assert!(ours["resource"]["host.name"].as_str().is_some_and(|h| !h.is_empty()), "{ours}");
         let profiles = ours["profiles"].as_array().unwrap();
-        let off = profiles.iter().find(|p| p["type"] == "off_cpu").unwrap_or_else(|| panic!("no off_cpu profile: {ours}"));
+        let off = profiles
+            .iter()
+            .find(|p| p["type"] == "off_cpu")
+            .unwrap_or_else(|| panic!("no off_cpu profile: {ours}"));
         assert_eq!(off["unit"], "nanoseconds");
         let duration = off["duration_nano"].as_u64().unwrap();
         earliest = earliest.min(off["time_unix_nano"].as_u64().unwrap());
-        let mine: Vec<&Value> = off["samples"].as_array().unwrap().iter().filter(|s| s["attributes"]["thread.name"] == "tw-otlp").collect();
+        let mine: Vec<&Value> = off["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["attributes"]["thread.name"] == "tw-otlp")
+            .collect();
         let waited: u64 = mine.iter().map(|s| s["values"][0].as_u64().unwrap()).sum();
         let share = waited as f64 / duration as f64;
-        assert!((0.9..=1.1).contains(&share), "blocked throughout: {waited} ns of {duration}: {mine:?}");
         assert!(
-            mine.iter().any(|s| s["frames"].as_array().unwrap().iter().any(|f| f.as_str().is_some_and(|f| f.ends_with("tw_served_block")))),
+            (0.9..=1.1).contains(&share),
+            "blocked throughout: {waited} ns of {duration}: {mine:?}"
+        );
+        assert!(
+            mine.iter().any(|s| s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f.as_str().is_some_and(|f| f.ends_with("tw_served_block")))),
             "{mine:?}"
         );
         assert!(mine.iter().all(|s| s["attributes"]["topwaits.wait.kind"] == "pipe"), "{mine:?}");
-        assert!(mine.iter().all(|s| s["attributes"]["topwaits.waker"].is_string()), "-w names a waker: {mine:?}");
-        let counts = profiles.iter().find(|p| p["type"] == "waits").unwrap_or_else(|| panic!("no waits profile: {ours}"));
-        assert_eq!(counts["samples"].as_array().unwrap().len(), off["samples"].as_array().unwrap().len());
+        assert!(
+            mine.iter().all(|s| s["attributes"]["topwaits.waker"].is_string()),
+            "-w names a waker: {mine:?}"
+        );
+        let counts = profiles
+            .iter()
+            .find(|p| p["type"] == "waits")
+            .unwrap_or_else(|| panic!("no waits profile: {ours}"));
+        assert_eq!(
+            counts["samples"].as_array().unwrap().len(),
+            off["samples"].as_array().unwrap().len()
+        );
     }
-    assert!(earliest < started + 2_000_000_000, "the intervals before the receiver came up were kept and sent");
+    assert!(
+        earliest < started + 2_000_000_000,
+        "the intervals before the receiver came up were kept and sent"
+    );
     drop(blocked);
 }
 
@@ -347,7 +429,12 @@ fn a_busy_port_or_a_bad_endpoint_is_a_one_line_error() {
     let f = run(&["serve", "--listen", &port]);
     assert!(!f.status.success());
     let err = f.stderr.trim();
-    assert!(err.contains("cannot listen on 127.0.0.1:") && err.contains("--listen") && !err.contains('\n'), "{err}");
+    assert!(
+        err.contains("cannot listen on 127.0.0.1:")
+            && err.contains("--listen")
+            && !err.contains('\n'),
+        "{err}"
+    );
     let f = run(&["serve", "--otlp-endpoint", "ftp://127.0.0.1:4318"]);
     assert_eq!(f.status.code(), Some(2), "{}", f.stderr);
     assert_eq!(f.stderr.trim().lines().count(), 1, "{}", f.stderr);
@@ -356,7 +443,13 @@ fn a_busy_port_or_a_bad_endpoint_is_a_one_line_error() {
 /// The resident memory of `pid`, in bytes.
 fn rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix(" kB")?.trim().parse::<u64>().ok()).unwrap_or(0) * 1024
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?.trim().strip_suffix(" kB")?.trim().parse::<u64>().ok()
+        })
+        .unwrap_or(0)
+        * 1024
 }
 
 /// Ninety seconds of processes and threads coming and going, with stack maps
@@ -376,10 +469,21 @@ fn ninety_seconds_of_churn_keep_memory_flat() {
         // New processes (each its own address space, so their stacks are new)
         // and named threads that live a moment.
         let mut kids: Vec<Child> = (0..4)
-            .map(|_| Command::new("sh").args(["-c", "sleep 0.01; echo x | cat >/dev/null"]).stdout(Stdio::null()).spawn().unwrap())
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "sleep 0.01; echo x | cat >/dev/null"])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
             .collect();
         let name = format!("tw-churn-{}", n % 1000);
-        std::thread::Builder::new().name(name).spawn(|| nanosleep(Duration::from_millis(5))).unwrap().join().unwrap();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(|| nanosleep(Duration::from_millis(5)))
+            .unwrap()
+            .join()
+            .unwrap();
         kids.iter_mut().for_each(|k| {
             let _ = k.wait();
         });
@@ -397,8 +501,14 @@ fn ninety_seconds_of_churn_keep_memory_flat() {
     let end = rss(pid);
     stop(t);
     assert!(most < 100 << 20, "at most {} MB resident", most >> 20);
-    assert!(at_half > 0 && end <= at_half + at_half / 10, "second half grew from {at_half} to {end} bytes");
-    assert!(sample(&page, "topwaits_aged_total", "kind=\"stack\"") > 0.0, "1024 stacks filled and aged: {page}");
+    assert!(
+        at_half > 0 && end <= at_half + at_half / 10,
+        "second half grew from {at_half} to {end} bytes"
+    );
+    assert!(
+        sample(&page, "topwaits_aged_total", "kind=\"stack\"") > 0.0,
+        "1024 stacks filled and aged: {page}"
+    );
     assert!(sample(&page, "topwaits_offcpu_seconds_total", "comm=\"tw-churn-") > 0.0, "{page}");
     eprintln!("serve churn: {n} rounds, {} MB at most, {at_half} → {end} bytes", most >> 20);
 }
@@ -406,9 +516,17 @@ fn ninety_seconds_of_churn_keep_memory_flat() {
 /// The capabilities docs/SERVE.md's systemd unit bounds serve to, as setpriv
 /// takes them: `+bpf,+perfmon,...`.
 fn documented_capabilities() -> String {
-    let doc = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/SERVE.md")).unwrap();
-    let line = doc.lines().find_map(|l| l.strip_prefix("CapabilityBoundingSet=")).expect("a CapabilityBoundingSet line");
-    line.split_whitespace().map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase())).collect::<Vec<_>>().join(",")
+    let doc =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/SERVE.md"))
+            .unwrap();
+    let line = doc
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("a CapabilityBoundingSet line");
+    line.split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Deployed as docs/SERVE.md says, with only the capabilities it names,
@@ -416,7 +534,8 @@ fn documented_capabilities() -> String {
 #[test]
 fn the_documented_capabilities_are_enough() {
     require_bpf!();
-    let missing = ["setpriv", "go"].iter().find(|c| !installed(c)).map(|c| format!("{c} is not installed"));
+    let missing =
+        ["setpriv", "go"].iter().find(|c| !installed(c)).map(|c| format!("{c} is not installed"));
     if !present(module_path!(), "setpriv and go (cargo xtask setup installs them)", missing) {
         return;
     }
@@ -425,8 +544,22 @@ fn the_documented_capabilities_are_enough() {
     let blocked = Blocked::start("tw-capped");
     let port = free_port();
     let bounded = format!("-all,{caps}");
-    let argv = ["--bounding-set", &bounded, BIN, "serve", "--listen", &port.to_string(), "-p", &std::process::id().to_string()];
-    let mut child = Command::new("setpriv").args(argv).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("setpriv runs");
+    let argv = [
+        "--bounding-set",
+        &bounded,
+        BIN,
+        "serve",
+        "--listen",
+        &port.to_string(),
+        "-p",
+        &std::process::id().to_string(),
+    ];
+    let mut child = Command::new("setpriv")
+        .args(argv)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv runs");
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
@@ -444,11 +577,17 @@ fn the_documented_capabilities_are_enough() {
     let _ = std::fs::remove_dir_all(&dir);
     let text = String::from_utf8_lossy(&out.stdout);
     // The blocked thread's stack, kernel frames then ours, down to the thread's start.
-    let trace = text.split("-----------+").find(|t| t.contains("tw_served_block")).unwrap_or_else(|| panic!("{text}"));
+    let trace = text
+        .split("-----------+")
+        .find(|t| t.contains("tw_served_block"))
+        .unwrap_or_else(|| panic!("{text}"));
     for f in ["anon_pipe_read", "tw_served_block", "start_thread"] {
         assert!(trace.contains(f), "{f} missing under {bounded}: {trace}");
     }
     let page = get(&format!("http://127.0.0.1:{port}/metrics"));
-    assert!(sample(&page, "topwaits_offcpu_seconds_total", "comm=\"tw-capped\",what=\"pipe\"") > 0.0, "{page}");
+    assert!(
+        sample(&page, "topwaits_offcpu_seconds_total", "comm=\"tw-capped\",what=\"pipe\"") > 0.0,
+        "{page}"
+    );
     drop(blocked);
 }

@@ -21,23 +21,42 @@ fn a_junk_frame_never_blanks_the_symbols_of_its_process() {
     let w = Stuck::start(&["junk", &data]);
     let junk = w.hex("junk");
     // Frame-pointer walks are what can go through junk (unwind tables never do).
-    let doc = json(&run(&["--json", "--unwind", "fp", "--open-waits", "no", "-p", &w.pid(), "1.5"]));
+    let doc =
+        json(&run(&["--json", "--unwind", "fp", "--open-waits", "no", "-p", &w.pid(), "1.5"]));
     let clean = records_in(&doc, "clean_sleep_inner");
     assert!(!clean.is_empty(), "the clean thread's frames are named: {doc:#}");
     let names = stack_names(&clean[0]["user_stack"]);
-    assert!(names.contains(&"clean_thread".to_string()), "a return address past a call that never returns names its caller: {names:?}");
+    assert!(
+        names.contains(&"clean_thread".to_string()),
+        "a return address past a call that never returns names its caller: {names:?}"
+    );
     assert!(!names.iter().any(|n| n.contains("late_sleeper")), "{names:?}");
     let junky = records_in(&doc, "junk_frame_sleep");
     assert!(!junky.is_empty(), "the junk thread's own function is named: {doc:#}");
     for r in doc["records"].as_array().unwrap() {
         for f in r["user_stack"].as_array().unwrap() {
-            assert_ne!(f["addr"].as_str(), Some(junk.as_str()), "a data address is never a frame: {r:#}");
+            assert_ne!(
+                f["addr"].as_str(),
+                Some(junk.as_str()),
+                "a data address is never a frame: {r:#}"
+            );
         }
     }
-    assert!(doc["counters"]["user_stacks_cut_at_junk"].as_u64().unwrap() >= 1, "{}", doc["counters"]);
+    assert!(
+        doc["counters"]["user_stacks_cut_at_junk"].as_u64().unwrap() >= 1,
+        "{}",
+        doc["counters"]
+    );
     // Folded output names frames as the other formats do.
     let folded = run(&["-f", "--unwind", "fp", "--open-waits", "no", "-p", &w.pid(), "1"]);
-    assert!(folded.stdout.lines().any(|l| l.contains("clean_thread;clean_sleeper_loop;clean_sleep_inner")), "{}", folded.stdout);
+    assert!(
+        folded
+            .stdout
+            .lines()
+            .any(|l| l.contains("clean_thread;clean_sleeper_loop;clean_sleep_inner")),
+        "{}",
+        folded.stdout
+    );
     let _ = std::fs::remove_file(&data);
 }
 
@@ -48,7 +67,16 @@ fn hidden_kernel_symbols_are_said_in_one_line() {
     require_bpf!();
     let caps = "-all,+bpf,+perfmon";
     let out = std::process::Command::new("setpriv")
-        .args(["--inh-caps", caps, "--ambient-caps", caps, "--bounding-set", caps, "--reuid=65534", BIN])
+        .args([
+            "--inh-caps",
+            caps,
+            "--ambient-caps",
+            caps,
+            "--bounding-set",
+            caps,
+            "--reuid=65534",
+            BIN,
+        ])
         .args(with_attach(&["--json", "-K", "0.5"]))
         .output()
         .expect("setpriv (util-linux) is needed");
@@ -70,7 +98,10 @@ fn stripped_libc_frames_are_named_from_its_debug_file() {
     require_bpf!();
     let dbg = std::process::Command::new("dpkg").args(["-s", "libc6-dbg"]).output();
     if !dbg.is_ok_and(|o| o.status.success()) {
-        assert!(std::env::var_os("TOPWAITS_REQUIRE_BPF").is_none(), "libc6-dbg is missing; cargo xtask setup installs it");
+        assert!(
+            std::env::var_os("TOPWAITS_REQUIRE_BPF").is_none(),
+            "libc6-dbg is missing; cargo xtask setup installs it"
+        );
         eprintln!("skipped: libc6-dbg (libc's debug file) is not installed");
         return;
     }
@@ -103,13 +134,21 @@ fn stripped_libc_frames_are_named_from_its_debug_file() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["kernel_stack"].as_array().unwrap().iter().any(|f| f["symbol"].as_str().is_some_and(|s| s.contains("futex"))))
+        .filter(|r| {
+            r["kernel_stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["symbol"].as_str().is_some_and(|s| s.contains("futex")))
+        })
         .collect();
     assert!(!waits.is_empty(), "no futex waits: {doc:#}");
     for r in waits {
         let leaf = &r["user_stack"][0];
         assert_eq!(leaf["module"], "libc.so.6", "{r:#}");
-        let named = leaf["symbol"].as_str().is_some_and(|s| s != "[unknown]" && !s.starts_with("libc.so.6+"));
+        let named = leaf["symbol"]
+            .as_str()
+            .is_some_and(|s| s != "[unknown]" && !s.starts_with("libc.so.6+"));
         assert!(named, "the leaf in stripped libc is named: {r:#}");
     }
 }
@@ -140,8 +179,10 @@ fn leaf_callers_name_the_caller_a_frame_pointer_walk_skips() {
         }
     });
     let tid = reader.tid.to_string();
-    let with = Tracer::start(&["--json", "--open-waits", "no", "--leaf-callers", "-t", &tid, "1.5"]);
-    let without = Tracer::start(&["--json", "--open-waits", "no", "--unwind", "fp", "-t", &tid, "1.5"]);
+    let with =
+        Tracer::start(&["--json", "--open-waits", "no", "--leaf-callers", "-t", &tid, "1.5"]);
+    let without =
+        Tracer::start(&["--json", "--open-waits", "no", "--unwind", "fp", "-t", &tid, "1.5"]);
     // Unwind tables find the caller too, in its place (once the walker is).
     let cfi = Tracer::start_learned(&["--json", "--open-waits", "no", "-t", &tid, "1.5"]);
     reader.go();
@@ -164,15 +205,24 @@ fn leaf_callers_name_the_caller_a_frame_pointer_walk_skips() {
     let (got, plain) = (pipe_reads(&with), pipe_reads(&without));
     assert!(!got.is_empty() && !plain.is_empty(), "{with:#}\n{without:#}");
     for names in &got {
-        assert!(names.get(1).is_some_and(|n| n.ends_with("tw_calls_read_directly")), "the leaf's caller is frame 1: {names:?}");
+        assert!(
+            names.get(1).is_some_and(|n| n.ends_with("tw_calls_read_directly")),
+            "the leaf's caller is frame 1: {names:?}"
+        );
     }
     for names in &plain {
-        assert!(!names.iter().any(|n| n.ends_with("tw_calls_read_directly")), "a plain walk skips it: {names:?}");
+        assert!(
+            !names.iter().any(|n| n.ends_with("tw_calls_read_directly")),
+            "a plain walk skips it: {names:?}"
+        );
     }
     let walked = pipe_reads(&cfi);
     assert!(!walked.is_empty(), "{cfi:#}");
     for names in &walked {
-        assert!(names.get(1).is_some_and(|n| n.ends_with("tw_calls_read_directly")), "unwind tables give frame 1 too: {names:?}");
+        assert!(
+            names.get(1).is_some_and(|n| n.ends_with("tw_calls_read_directly")),
+            "unwind tables give frame 1 too: {names:?}"
+        );
     }
     // SAFETY: closing the pipe's two ends.
     unsafe {
@@ -239,7 +289,9 @@ impl Drop for TwoSites {
 /// socket's; each read's stack must be one of the two.
 fn reads_by_stack(doc: &serde_json::Value, tid: u32) -> (u64, u64) {
     let (mut on_pipe, mut on_sock) = (0, 0);
-    for r in doc["records"].as_array().unwrap().iter().filter(|r| r["tid"].as_u64() == Some(tid as u64)) {
+    for r in
+        doc["records"].as_array().unwrap().iter().filter(|r| r["tid"].as_u64() == Some(tid as u64))
+    {
         let k = stack_names(&r["kernel_stack"]);
         if !k.iter().any(|f| f == "ksys_read") {
             continue;
@@ -298,8 +350,18 @@ fn kernel_stack_layouts_shared_between_threads_stay_exact() {
     // Thread by thread, in turn: what it reads and how often.
     // A layout learned with stale copies of return addresses in it may fail other
     // threads' checks until one of them has refined it: later threads reuse it.
-    const PLAN: [(bool, u64); 10] =
-        [(true, 4), (false, 1), (true, 1), (false, 2), (true, 1), (false, 1), (true, 1), (true, 1), (false, 1), (false, 1)];
+    const PLAN: [(bool, u64); 10] = [
+        (true, 4),
+        (false, 1),
+        (true, 1),
+        (false, 2),
+        (true, 1),
+        (false, 1),
+        (true, 1),
+        (true, 1),
+        (false, 1),
+        (false, 1),
+    ];
     let sites = std::sync::Arc::new(TwoSites::open());
     let workers: Vec<Workload> = PLAN
         .iter()

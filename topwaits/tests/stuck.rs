@@ -26,8 +26,13 @@ fn by_tid<'a>(doc: &'a Value, list: &str, tid: i128) -> &'a Value {
 
 fn blocked_json(args: &[&str]) -> Value {
     let out = Command::new(BIN).arg("blocked").args(args).arg("--json").output().unwrap();
-    assert!(out.status.success(), "topwaits blocked failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    assert!(
+        out.status.success(),
+        "topwaits blocked failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// `|got - want| <= 5%` of `want`.
@@ -40,7 +45,14 @@ fn within_5_percent(got: i128, want: i128, what: &str) {
 /// trace, leaves them out.
 fn irq_and_steal_ns() -> i128 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let cpu: Vec<i128> = stat.lines().next().unwrap().split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect();
+    let cpu: Vec<i128> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
     // user nice system idle iowait irq softirq steal ..., in USER_HZ (100/s) ticks.
     (cpu[5] + cpu[6] + cpu[7]) * 10_000_000
 }
@@ -69,14 +81,21 @@ fn a_stuck_process_shows_its_open_waits_with_stacks_and_durations() {
     // wait began (seen: 93 ms of 1.72 s on a VM with 5% steal), never long.
     let want = end - w.num("holder_sleep_at");
     assert!(so_far_ns <= want + want / 20, "holder's time so far {so_far_ns} ns, over {want} ns");
-    within_5_percent(so_far_ns + clock_gap.min(want - so_far_ns).max(0), want, "holder's time so far, with the task clock's gap");
+    within_5_percent(
+        so_far_ns + clock_gap.min(want - so_far_ns).max(0),
+        want,
+        "holder's time so far, with the task clock's gap",
+    );
 
     let r = by_tid(&doc, "records", waiter);
     assert_eq!(r["open"], true);
     let user = stack_names(&r["user_stack"]);
     assert!(user.iter().any(|f| f == "waiter_blocks"), "waiter's user stack: {user:?}");
     assert!(stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("futex")), "{r:#}");
-    assert!(r["max_ns"].as_i64().unwrap() as i128 >= 1_000_000_000, "blocked since before a 1 s trace");
+    assert!(
+        r["max_ns"].as_i64().unwrap() as i128 >= 1_000_000_000,
+        "blocked since before a 1 s trace"
+    );
 }
 
 #[test]
@@ -88,10 +107,18 @@ fn the_top_view_marks_open_waits() {
     assert!(f.stdout.contains("still waiting, >= "), "{}", f.stdout);
     assert!(f.stdout.contains("(estimated)"), "{}", f.stdout);
     let folded = run(&["-f", "-p", &w.pid(), "0.5"]);
-    assert!(folded.stdout.lines().any(|l| l.contains("holder_sleeps")), "open waits count in folded output: {}", folded.stdout);
+    assert!(
+        folded.stdout.lines().any(|l| l.contains("holder_sleeps")),
+        "open waits count in folded output: {}",
+        folded.stdout
+    );
     let closed_only = run(&["-f", "--open-waits", "no", "-p", &w.pid(), "0.5"]);
     assert!(closed_only.status.success());
-    assert!(!closed_only.stdout.contains("holder_sleeps"), "--open-waits no: {}", closed_only.stdout);
+    assert!(
+        !closed_only.stdout.contains("holder_sleeps"),
+        "--open-waits no: {}",
+        closed_only.stdout
+    );
 }
 
 #[test]
@@ -103,9 +130,13 @@ fn every_interval_and_the_timeline_show_open_waits() {
     assert!(f.status.success(), "{}", f.stderr);
     let docs: Vec<Value> = f.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(docs.len(), 2, "{}", f.stdout);
-    let so_far: Vec<i64> = docs.iter().map(|d| by_tid(d, "records", holder)["max_ns"].as_i64().unwrap()).collect();
+    let so_far: Vec<i64> =
+        docs.iter().map(|d| by_tid(d, "records", holder)["max_ns"].as_i64().unwrap()).collect();
     assert!(docs.iter().all(|d| by_tid(d, "records", holder)["open"] == true));
-    assert!(so_far[1] > so_far[0] + 300_000_000, "the time so far grows from one interval to the next: {so_far:?}");
+    assert!(
+        so_far[1] > so_far[0] + 300_000_000,
+        "the time so far grows from one interval to the next: {so_far:?}"
+    );
     let svg = format!("{}/open-timeline.svg", env!("CARGO_TARGET_TMPDIR"));
     let f = run(&["-p", &w.pid(), "--timeline", &svg, "0.5"]);
     assert!(f.status.success(), "{}", f.stderr);
@@ -122,14 +153,22 @@ fn a_sleep_that_starts_during_the_trace_is_open_with_its_exact_start() {
     let doc = json(&tracer.finish());
     let mut line = String::new();
     w.stdout.read_line(&mut line).unwrap();
-    let slept_at: i128 = line.trim().strip_prefix("slept_at=").unwrap_or_else(|| panic!("{line:?}")).parse().unwrap();
+    let slept_at: i128 = line
+        .trim()
+        .strip_prefix("slept_at=")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .parse()
+        .unwrap();
     let recs = records_in(&doc, "late_sleeper_sleeps");
     assert_eq!(recs.len(), 1, "{doc:#}");
     let r = recs[0];
     assert_eq!(r["open"], true);
     assert_eq!(r["open_since_estimated"], false, "seen to begin during the trace");
     let since = parse_rfc3339(r["open_since"].as_str().unwrap());
-    assert!((since - slept_at).abs() < 5_000_000, "open_since {since} vs the workload's {slept_at}");
+    assert!(
+        (since - slept_at).abs() < 5_000_000,
+        "open_since {since} vs the workload's {slept_at}"
+    );
     let end = parse_rfc3339(r["max_end"].as_str().unwrap());
     within_5_percent(r["max_ns"].as_i64().unwrap() as i128, end - slept_at, "time so far");
     assert!(stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("nanosleep")), "{r:#}");
@@ -150,8 +189,17 @@ fn blocked_names_the_mutex_owner_and_the_chain_to_it() {
     let h = by_tid(&doc, "threads", holder);
     assert_eq!(h["waits_on"]["kind"], "sleep");
     let since = parse_rfc3339(h["blocked_since"].as_str().unwrap());
-    assert!((since - w.num("holder_sleep_at")).abs() < 50_000_000, "estimated start {since} vs {}", w.num("holder_sleep_at"));
-    let chain = doc["chains"].as_array().unwrap().iter().find(|c| c["threads"][0].as_i64() == Some(waiter as i64)).unwrap();
+    assert!(
+        (since - w.num("holder_sleep_at")).abs() < 50_000_000,
+        "estimated start {since} vs {}",
+        w.num("holder_sleep_at")
+    );
+    let chain = doc["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["threads"][0].as_i64() == Some(waiter as i64))
+        .unwrap();
     assert_eq!(chain["threads"], serde_json::json!([waiter as i64, holder as i64]));
     assert_eq!(chain["end"]["kind"], "root");
     assert_eq!(chain["end"]["tid"].as_i64(), Some(holder as i64));
@@ -170,20 +218,30 @@ fn blocked_reports_an_abba_deadlock_with_both_threads_and_locks() {
     let doc = blocked_json(&["-p", &w.pid(), "--dot", &dot]);
     let cycles = doc["cycles"].as_array().unwrap();
     assert_eq!(cycles.len(), 1, "{doc:#}");
-    let mut threads: Vec<i64> = cycles[0]["threads"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap()).collect();
+    let mut threads: Vec<i64> =
+        cycles[0]["threads"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap()).collect();
     threads.sort_unstable();
     let mut want = vec![w.num("t1") as i64, w.num("t2") as i64];
     want.sort_unstable();
     assert_eq!(threads, want);
-    let locks: Vec<&str> = cycles[0]["locks"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    let locks: Vec<&str> =
+        cycles[0]["locks"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
     for key in ["a", "b"] {
-        assert!(locks.contains(&format!("mutex {}", w.hex(key)).as_str()), "lock {key} in {locks:?}");
+        assert!(
+            locks.contains(&format!("mutex {}", w.hex(key)).as_str()),
+            "lock {key} in {locks:?}"
+        );
     }
     // The main thread joins t1, so its chain runs into the same deadlock.
     let main = by_tid(&doc, "threads", w.child.id() as i128);
     assert_eq!(main["waits_on"]["lock"], "thread_join", "{main:#}");
     assert_eq!(main["waits_on"]["owner_tid"].as_i64(), Some(w.num("t1") as i64));
-    let chain = doc["chains"].as_array().unwrap().iter().find(|c| c["threads"][0].as_i64() == Some(w.child.id() as i64)).unwrap();
+    let chain = doc["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["threads"][0].as_i64() == Some(w.child.id() as i64))
+        .unwrap();
     assert_eq!(chain["end"]["kind"], "cycle");
     let graph = std::fs::read_to_string(&dot).unwrap();
     assert!(graph.contains("color=red"), "{graph}");
@@ -202,7 +260,9 @@ fn blocked_names_the_writer_process_of_an_empty_pipe() {
     assert!(t["waits_on"]["target"].as_str().unwrap().starts_with("pipe:["), "{t:#}");
     let holders = t["waits_on"]["holders"].as_array().unwrap();
     assert!(
-        holders.iter().any(|h| h["pid"].as_i64() == Some(w.num("writer") as i64) && h["access"] == "w"),
+        holders
+            .iter()
+            .any(|h| h["pid"].as_i64() == Some(w.num("writer") as i64) && h["access"] == "w"),
         "the writer among {holders:?}"
     );
     assert!(stack_names(&t["user_stack"]).iter().any(|f| f == "reader_reads"), "{t:#}");
@@ -223,7 +283,8 @@ fn blocked_links_a_thousand_waiters_to_their_owner() {
     assert!(edges.iter().all(|e| e["owner"].as_i64() == Some(main)));
     let chains = doc["chains"].as_array().unwrap();
     assert_eq!(chains.len(), 1000);
-    assert!(chains.iter().all(|c| c["end"]["tid"].as_i64() == Some(main) && c["end"]["doing"].as_str().unwrap().contains("timed sleep")));
+    assert!(chains.iter().all(|c| c["end"]["tid"].as_i64() == Some(main)
+        && c["end"]["doing"].as_str().unwrap().contains("timed sleep")));
 }
 
 #[test]
@@ -235,7 +296,11 @@ fn tracing_a_process_ends_when_it_exits() {
     let f = Tracer::start(&["--json", "-p", &pid, "30"]).finish();
     let _ = target.wait();
     assert!(f.status.success(), "{}", f.stderr);
-    assert!(started.elapsed() < Duration::from_secs(10), "the trace went on for {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the trace went on for {:?}",
+        started.elapsed()
+    );
     assert!(f.stderr.contains("every traced process has exited"), "{}", f.stderr);
     let doc: Value = serde_json::from_str(&f.stdout).unwrap();
     assert!(doc["duration_s"].as_f64().unwrap() < 10.0);
@@ -264,7 +329,10 @@ fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
     require_bpf!();
     let exe = format!("{}/stale", env!("CARGO_TARGET_TMPDIR"));
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/stale.c");
-    let built = Command::new("cc").args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o", &exe, src]).status().unwrap();
+    let built = Command::new("cc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o", &exe, src])
+        .status()
+        .unwrap();
     assert!(built.success(), "compiling {src}");
     let w = start(&exe);
     let pid = w.0.id().to_string();
@@ -274,9 +342,19 @@ fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
     let fp = ["tw_fp_level3", "tw_fp_level2", "tw_fp_entry", "start_thread"];
     let check = |stack: &Value, status: &Value, expected: &[&str], what: &str| {
         let names = stack_names(stack);
-        let at: Vec<usize> =
-            expected.iter().map(|f| names.iter().position(|n| n == f).unwrap_or_else(|| panic!("{what}: no {f} in {names:?}"))).collect();
-        assert!(at.windows(2).all(|p| p[0] + 1 == p[1]), "{what}: in order, nothing between: {names:?}");
+        let at: Vec<usize> = expected
+            .iter()
+            .map(|f| {
+                names
+                    .iter()
+                    .position(|n| n == f)
+                    .unwrap_or_else(|| panic!("{what}: no {f} in {names:?}"))
+            })
+            .collect();
+        assert!(
+            at.windows(2).all(|p| p[0] + 1 == p[1]),
+            "{what}: in order, nothing between: {names:?}"
+        );
         assert!(!names.iter().any(|n| n.contains("garbage")), "{what}: a stale frame: {names:?}");
         assert_eq!(status, "ok", "{what}: unwound to the thread's entry: {names:?}");
     };
@@ -290,8 +368,18 @@ fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
             .find(|r| r["comm"] == comm && r["open"] == true)
             .unwrap_or_else(|| panic!("no open wait of {comm}: {doc:#}"));
         assert_eq!(open["open_since_estimated"], true, "it began before the trace: {open:#}");
-        check(&open["user_stack"], &open["user_stack_status"], expected, &format!("{comm}'s open wait"));
-        let t = snap["threads"].as_array().unwrap().iter().find(|t| t["comm"] == comm).unwrap_or_else(|| panic!("{snap:#}"));
+        check(
+            &open["user_stack"],
+            &open["user_stack_status"],
+            expected,
+            &format!("{comm}'s open wait"),
+        );
+        let t = snap["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["comm"] == comm)
+            .unwrap_or_else(|| panic!("{snap:#}"));
         check(&t["user_stack"], &t["user_stack_status"], expected, &format!("{comm} in blocked"));
     }
 }

@@ -138,7 +138,11 @@ fn futex_edge(doc: &Value, waker: u32, sleeper: u32) -> u64 {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["waker"].as_u64() == Some(waker as u64) && e["sleeper"].as_u64() == Some(sleeper as u64) && e["futex"] == true)
+        .filter(|e| {
+            e["waker"].as_u64() == Some(waker as u64)
+                && e["sleeper"].as_u64() == Some(sleeper as u64)
+                && e["futex"] == true
+        })
         .map(|e| e["count"].as_u64().unwrap())
         .sum()
 }
@@ -159,8 +163,19 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
     let pid = std::process::id().to_string();
     let file_arg = file.to_string_lossy().to_string();
     let calibration = ns_per_loop.to_string();
-    let out =
-        run(&["threads", "-p", &pid, "--json", "--rt-app", &file_arg, "--rt-app-duration", "4", "--rt-app-calibration", &calibration, "2"]);
+    let out = run(&[
+        "threads",
+        "-p",
+        &pid,
+        "--json",
+        "--rt-app",
+        &file_arg,
+        "--rt-app-duration",
+        "4",
+        "--rt-app-calibration",
+        &calibration,
+        "2",
+    ]);
     stop_workload(&shared, handles);
     let doc = json(&out);
     let dur_us = doc["duration_s"].as_f64().unwrap() * 1e6;
@@ -177,7 +192,10 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
         assert!((0.10..0.35).contains(&share), "consumer runs ~20%: {share} {t:#}");
         assert!(t["sleep_events"].as_u64().unwrap() >= 50, "{t:#}");
         let (cpu, run) = (t["cpu_us"].as_u64().unwrap(), t["run_us"].as_u64().unwrap());
-        assert!(cpu <= run && cpu as f64 >= 0.5 * run as f64, "charged CPU time within time on a CPU: {t:#}");
+        assert!(
+            cpu <= run && cpu as f64 >= 0.5 * run as f64,
+            "charged CPU time within time on a CPU: {t:#}"
+        );
         let stolen = t["stolen_us"].as_u64().unwrap();
         assert!(stolen.abs_diff(run - cpu) <= 1, "stolen is run less CPU, to the µs: {t:#}");
         let total = t["run_us"].as_u64().unwrap()
@@ -187,7 +205,10 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
         // A thread is observed from its first event after attaching, so its states
         // cover most of the window and never more than it.
         let total = total as f64;
-        assert!(total <= 1.01 * dur_us && total >= 0.85 * dur_us, "states add up to the trace: {total} vs {dur_us}");
+        assert!(
+            total <= 1.01 * dur_us && total >= 0.85 * dur_us,
+            "states add up to the trace: {total} vs {dur_us}"
+        );
         // Futex edges: producer -> each consumer, about once per 20 ms period.
         let n = futex_edge(&doc, producer, c);
         assert!(n >= 50, "producer woke consumer {c} {n} times through futex: {doc:#}");
@@ -195,7 +216,8 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
     // The reduction finds the producer and its three consumers.
     let g = &doc["groups"][0];
     assert_eq!(g["producer"].as_u64(), Some(producer as u64), "{doc:#}");
-    let mut got: Vec<u64> = g["consumers"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let mut got: Vec<u64> =
+        g["consumers"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     got.sort();
     let mut want: Vec<u64> = consumers.iter().map(|&c| c as u64).collect();
     want.sort();
@@ -212,7 +234,13 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
     assert_eq!(repro["global"]["calibration"], ns_per_loop, "{text}");
 
     // It runs under the real rt-app, which we trace: the round trip.
-    let mut child = Command::new(&rtapp).arg(&file).current_dir(&dir).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(&rtapp)
+        .arg(&file)
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // Trace once its task threads run.
     let rpid = child.id().to_string();
     let task_dir = format!("/proc/{rpid}/task");
@@ -231,8 +259,9 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
     let replay = json(&traced);
     let rdur = replay["duration_s"].as_f64().unwrap() * 1e6;
     let rthreads = replay["threads"].as_array().unwrap();
-    let by_prefix =
-        |prefix: &str| -> Vec<&Value> { rthreads.iter().filter(|t| t["comm"].as_str().unwrap_or("").starts_with(prefix)).collect() };
+    let by_prefix = |prefix: &str| -> Vec<&Value> {
+        rthreads.iter().filter(|t| t["comm"].as_str().unwrap_or("").starts_with(prefix)).collect()
+    };
     let rp = by_prefix(&ptask);
     let rc = by_prefix(&ctask);
     assert_eq!(rp.len(), 1, "one producer in the replay: {replay:#}");
@@ -250,7 +279,8 @@ fn condvar_workload_profile_dependencies_and_rt_app_round_trip() {
     eprintln!("round trip at {ns_per_loop} ns/loop: producer {p_share:.3} -> {rp_share:.3}; consumers (original per-thread {:?}) -> {rc_shares:?}",
         consumers.iter().map(|&c| format!("{:.3}", run_share(thread_of(&doc, c), dur_us))).collect::<Vec<_>>());
     assert!(close(p_share, rp_share), "producer share {p_share:.3} vs replay {rp_share:.3}");
-    let c_share: f64 = consumers.iter().map(|&c| run_share(thread_of(&doc, c), dur_us)).sum::<f64>() / 3.0;
+    let c_share: f64 =
+        consumers.iter().map(|&c| run_share(thread_of(&doc, c), dur_us)).sum::<f64>() / 3.0;
     for t in &rc {
         let s = run_share(t, rdur);
         assert!(close(c_share, s), "consumer share {c_share:.3} vs replay {s:.3}: {t:#}");
@@ -278,9 +308,17 @@ fn threads_table_lists_the_workload() {
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert!(lines[1].contains("TID") && lines[1].contains("RUNQ"), "{}", out.stdout);
     for t in &tids {
-        assert!(out.stdout.lines().any(|l| l.trim_start().starts_with(&t.to_string())), "tid {t} missing:\n{}", out.stdout);
+        assert!(
+            out.stdout.lines().any(|l| l.trim_start().starts_with(&t.to_string())),
+            "tid {t} missing:\n{}",
+            out.stdout
+        );
     }
-    assert!(out.stdout.contains(&format!("Producer {} wakes consumers", tids[0])), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!("Producer {} wakes consumers", tids[0])),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -306,20 +344,51 @@ fn short_lived_threads_are_marked_started_and_exited() {
 
 /// Runs rt-app on `file` in `dir` and fails the test unless it exits cleanly.
 fn replay_under_rt_app(file: &std::path::Path, dir: &std::path::Path) {
-    let out = Command::new(which_rt_app()).arg(file).current_dir(dir).stdout(Stdio::null()).output().unwrap();
-    assert!(out.status.success(), "rt-app failed on {}: {}\n{}", file.display(), out.status, String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(which_rt_app())
+        .arg(file)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rt-app failed on {}: {}\n{}",
+        file.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The futex word of a timed wait, and a helper to wake it.
 fn futex_wait_ms(word: &std::sync::atomic::AtomicU32, ms: u64) {
     let ts = libc::timespec { tv_sec: 0, tv_nsec: (ms * 1_000_000) as libc::c_long };
     // SAFETY: a FUTEX_WAIT on a live word with a relative timeout.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 0, &ts, 0, 0) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            0,
+            &ts,
+            0,
+            0,
+        )
+    };
 }
 
 fn futex_wake(word: &std::sync::atomic::AtomicU32) {
     // SAFETY: a FUTEX_WAKE on a live word.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1, 0, 0, 0) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+            0,
+            0,
+            0,
+        )
+    };
 }
 
 /// Regressions in the rt-app model, each shown by one part of the workload:
@@ -336,7 +405,17 @@ fn rt_app_model_keeps_brief_threads_brief_and_rare_wakes_out_of_groups() {
     let file = dir.join("model.json");
     let pid = std::process::id().to_string();
     let file_arg = file.to_string_lossy().to_string();
-    let tracer = Tracer::start(&["threads", "-p", &pid, "--json", "--rt-app", &file_arg, "--rt-app-calibration", "30", "1"]);
+    let tracer = Tracer::start(&[
+        "threads",
+        "-p",
+        &pid,
+        "--json",
+        "--rt-app",
+        &file_arg,
+        "--rt-app-calibration",
+        "30",
+        "1",
+    ]);
     let word = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let sleeper = {
@@ -399,8 +478,14 @@ fn rt_app_model_keeps_brief_threads_brief_and_rare_wakes_out_of_groups() {
         .iter()
         .flat_map(|g| g["consumers"].as_array().unwrap().iter().filter_map(Value::as_u64))
         .collect();
-    assert!(!consumers.contains(&(sleeper as u64)), "a rarely woken thread is no consumer: {doc:#}");
-    assert!(repro["tasks"][format!("t{sleeper}")].is_object(), "it replays as an independent thread: {text}");
+    assert!(
+        !consumers.contains(&(sleeper as u64)),
+        "a rarely woken thread is no consumer: {doc:#}"
+    );
+    assert!(
+        repro["tasks"][format!("t{sleeper}")].is_object(),
+        "it replays as an independent thread: {text}"
+    );
     replay_under_rt_app(&file, &dir);
 }
 
@@ -449,10 +534,14 @@ fn fifo_hogs_do_not_stretch_the_window() {
     assert!(hogs.into_iter().all(|h| h.join().unwrap()), "SCHED_FIFO needs root");
     let window = doc["duration_s"].as_f64().unwrap();
     assert!((1.99..=2.02).contains(&window), "window {window} s for a 2 s trace: {doc:#}");
-    let fifo: Vec<&Value> = doc["threads"].as_array().unwrap().iter().filter(|t| t["policy"] == "SCHED_FIFO").collect();
+    let fifo: Vec<&Value> =
+        doc["threads"].as_array().unwrap().iter().filter(|t| t["policy"] == "SCHED_FIFO").collect();
     assert_eq!(fifo.len(), ncpu, "{doc:#}");
     for t in fifo {
-        let observed: u64 = ["run_us", "preempt_us", "sleep_us", "io_us"].iter().map(|k| t[k].as_u64().unwrap()).sum();
+        let observed: u64 = ["run_us", "preempt_us", "sleep_us", "io_us"]
+            .iter()
+            .map(|k| t[k].as_u64().unwrap())
+            .sum();
         assert!(observed as f64 <= window * 1e6 * 1.001, "no thread outlives the window: {t:#}");
     }
     replay_under_rt_app(&file, &dir);
@@ -482,23 +571,40 @@ fn rt_app_ns_per_loop(rtapp: &str, dir: &std::path::Path) -> u32 {
     .unwrap();
     // Reaped below by wait4, for its rusage.
     #[allow(clippy::zombie_processes)]
-    let child = Command::new(rtapp).arg(&conf).current_dir(dir).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let child = Command::new(rtapp)
+        .arg(&conf)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert!(pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "rt-app probe failed: {status:#x}");
+    assert!(
+        pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "rt-app probe failed: {status:#x}"
+    );
     let cpu_ns = |t: libc::timeval| t.tv_sec as f64 * 1e9 + t.tv_usec as f64 * 1e3;
     let cpu = cpu_ns(usage.ru_utime) + cpu_ns(usage.ru_stime);
     let log = std::fs::read_to_string(dir.join("probe-probe-0.log")).unwrap();
     // Columns: idx perf(loops) run(µs) ...
-    let loops: f64 = log.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).sum();
+    let loops: f64 = log
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .sum();
     assert!(loops > 1e6 && cpu > 5e8, "rt-app probe: {loops} loops in {cpu} ns:\n{log}");
     (cpu / loops).round().max(1.0) as u32
 }
 
 fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("topwaits-test-{}-{}", std::process::id(), now_wall_ns()));
+    let d = std::env::temp_dir().join(format!(
+        "topwaits-test-{}-{}",
+        std::process::id(),
+        now_wall_ns()
+    ));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

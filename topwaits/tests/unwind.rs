@@ -31,7 +31,10 @@ fn whole_share(doc: &Value) -> f64 {
 
 /// The deepest user stack (most wait time) among records with `func`.
 fn heaviest_with<'a>(doc: &'a Value, func: &str) -> &'a Value {
-    records_in(doc, func).into_iter().max_by_key(|r| r["total_ns"].as_u64().unwrap()).unwrap_or_else(|| panic!("no {func}: {doc:#}"))
+    records_in(doc, func)
+        .into_iter()
+        .max_by_key(|r| r["total_ns"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no {func}: {doc:#}"))
 }
 
 /// Compiles `tests/programs/NAME.c` without frame pointers.
@@ -52,9 +55,17 @@ fn cut_while_starting(r: &Value) -> bool {
 }
 
 fn start_ready(program: &str, args: &[&str]) -> std::process::Child {
-    let mut child = Command::new(program).args(args).stdout(Stdio::piped()).spawn().expect("the workload starts");
+    let mut child = Command::new(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the workload starts");
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     assert!(line.starts_with("ready"), "{line:?}");
     child
 }
@@ -75,20 +86,45 @@ fn a_program_without_frame_pointers_gets_whole_stacks_through_libc() {
     let share = whole_share(&doc);
     assert!(share >= 0.9, "{:.0}% of wait time in whole stacks: {doc:#}", share * 100.0);
     let sleep = stack_names(&heaviest_with(&doc, "tw_sleep_leaf")["user_stack"]);
-    let want = ["nanosleep", "tw_sleep_leaf", "tw_sleep_5", "tw_sleep_4", "tw_sleep_3", "tw_sleep_2", "tw_sleep_1", "main"];
+    let want = [
+        "nanosleep",
+        "tw_sleep_leaf",
+        "tw_sleep_5",
+        "tw_sleep_4",
+        "tw_sleep_3",
+        "tw_sleep_2",
+        "tw_sleep_1",
+        "main",
+    ];
     let at = sleep.iter().position(|n| n == "nanosleep").unwrap_or_else(|| panic!("{sleep:?}"));
     assert_eq!(&sleep[at..at + want.len()], want, "the marker functions in order: {sleep:?}");
     assert!(sleep.iter().any(|n| n == "__libc_start_call_main"), "{sleep:?}");
     let read = stack_names(&heaviest_with(&doc, "tw_read_leaf")["user_stack"]);
-    let want = ["tw_read_leaf", "tw_read_5", "tw_read_4", "tw_read_3", "tw_read_2", "tw_read_1", "reader", "start_thread"];
+    let want = [
+        "tw_read_leaf",
+        "tw_read_5",
+        "tw_read_4",
+        "tw_read_3",
+        "tw_read_2",
+        "tw_read_1",
+        "reader",
+        "start_thread",
+    ];
     let at = read.iter().position(|n| n == "tw_read_leaf").unwrap_or_else(|| panic!("{read:?}"));
-    assert_eq!(&read[at..at + want.len()], want, "a pthread's stack reaches start_thread: {read:?}");
+    assert_eq!(
+        &read[at..at + want.len()],
+        want,
+        "a pthread's stack reaches start_thread: {read:?}"
+    );
     assert!(whole_share(&fp) < 0.5, "frame pointers alone were expected to stop early: {fp:#}");
     assert!(whole_share(&first) >= 0.9, "a trace's first second: {first:#}");
     for r in first["records"].as_array().unwrap() {
         assert!(!cut_while_starting(r), "a stack cut because topwaits was starting: {r:#}");
         if r["user_stack_status"] == "ok" {
-            assert!(stack_names(&r["user_stack"]).iter().any(|n| ENTRIES.contains(&n.as_str())), "a stack said whole that is not: {r:#}");
+            assert!(
+                stack_names(&r["user_stack"]).iter().any(|n| ENTRIES.contains(&n.as_str())),
+                "a stack said whole that is not: {r:#}"
+            );
         }
     }
 }
@@ -101,9 +137,17 @@ fn a_program_without_frame_pointers_gets_whole_stacks_through_libc() {
 fn waits_at_the_first_moment_of_a_trace_have_whole_stacks() {
     require_bpf!();
     let exe = nofp_binary("longwaits");
-    let mut child = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("the workload starts");
+    let mut child = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the workload starts");
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     assert!(line.starts_with("ready"), "{line:?}");
     let pid = child.id().to_string();
     let tracer = Tracer::start(&["--json", "-U", "-p", &pid, "2"]);
@@ -113,20 +157,29 @@ fn waits_at_the_first_moment_of_a_trace_have_whole_stacks() {
     let doc = json(&tracer.finish());
     let _ = child.kill();
     let _ = child.wait();
-    assert!(released_after < std::time::Duration::from_millis(50), "released {released_after:?} after Tracing");
+    assert!(
+        released_after < std::time::Duration::from_millis(50),
+        "released {released_after:?} after Tracing"
+    );
     let whole = |r: &&Value| {
         let names = stack_names(&r["user_stack"]);
         r["user_stack_status"] == "ok" && names.iter().any(|n| n == "start_thread")
     };
     // In progress at the start, ended by the release: three threads, from the start.
-    let go: Vec<&Value> = records_in(&doc, "tw_go_leaf").into_iter().filter(|r| r["open"] == false).collect();
-    let threads: std::collections::HashSet<u64> = go.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
+    let go: Vec<&Value> =
+        records_in(&doc, "tw_go_leaf").into_iter().filter(|r| r["open"] == false).collect();
+    let threads: std::collections::HashSet<u64> =
+        go.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
     assert_eq!(threads.len(), 3, "the waits in progress at the start, one a thread: {doc:#}");
     assert!(go.iter().all(whole), "whole stacks for the waits in progress at the start: {doc:#}");
     let names = stack_names(&go[0]["user_stack"]);
     let at = names.iter().position(|n| n == "tw_go_leaf").unwrap_or_else(|| panic!("{names:?}"));
     assert_eq!(&names[at..at + 4], ["tw_go_leaf", "tw_go_2", "tw_go_1", "worker"], "{names:?}");
-    assert!(doc["counters"]["waits_in_progress_at_start_walked"].as_u64().unwrap() >= 3, "{:#}", doc["counters"]);
+    assert!(
+        doc["counters"]["waits_in_progress_at_start_walked"].as_u64().unwrap() >= 3,
+        "{:#}",
+        doc["counters"]
+    );
     // Begun within 50 ms of the start and 700 ms long: whole, and all there.
     let naps: Vec<&Value> = records_in(&doc, "tw_nap_leaf");
     let total: u64 = naps.iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
@@ -134,7 +187,11 @@ fn waits_at_the_first_moment_of_a_trace_have_whole_stacks() {
     assert!(naps.iter().all(whole), "whole stacks for the waits begun at the start: {doc:#}");
     let names = stack_names(&naps[0]["user_stack"]);
     let at = names.iter().position(|n| n == "tw_nap_leaf").unwrap_or_else(|| panic!("{names:?}"));
-    assert_eq!(&names[at..at + 5], ["tw_nap_leaf", "tw_nap_3", "tw_nap_2", "tw_nap_1", "worker"], "{names:?}");
+    assert_eq!(
+        &names[at..at + 5],
+        ["tw_nap_leaf", "tw_nap_3", "tw_nap_2", "tw_nap_1", "worker"],
+        "{names:?}"
+    );
     for r in doc["records"].as_array().unwrap() {
         assert!(!cut_while_starting(r), "a stack cut because topwaits was starting: {r:#}");
     }
@@ -146,7 +203,8 @@ fn waits_at_the_first_moment_of_a_trace_have_whole_stacks() {
 #[test]
 fn a_busy_gzip_pipeline_has_no_wait_cut_while_starting() {
     require_bpf!();
-    let mut cat = Command::new("cat").arg("/dev/urandom").stdout(Stdio::piped()).spawn().expect("cat");
+    let mut cat =
+        Command::new("cat").arg("/dev/urandom").stdout(Stdio::piped()).spawn().expect("cat");
     let mut gzip = Command::new("gzip")
         .arg("-1")
         .stdin(Stdio::from(cat.stdout.take().unwrap()))
@@ -159,24 +217,39 @@ fn a_busy_gzip_pipeline_has_no_wait_cut_while_starting() {
     let _ = cat.kill();
     let _ = (gzip.wait(), cat.wait());
     let doc = json(&out);
-    let cut: u64 =
-        doc["records"].as_array().unwrap().iter().filter(|r| cut_while_starting(r)).map(|r| r["total_ns"].as_u64().unwrap()).sum();
+    let cut: u64 = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| cut_while_starting(r))
+        .map(|r| r["total_ns"].as_u64().unwrap())
+        .sum();
     assert_eq!(cut, 0, "wait time cut while starting: {doc:#}");
     let share = whole_share(&doc);
     assert!(share >= 0.9, "{:.0}% of gzip's wait time in whole stacks: {doc:#}", share * 100.0);
     let unwalked = doc["counters"]["waits_in_progress_at_start_unwalked_ns"].as_u64().unwrap();
-    assert!(unwalked < 20_000_000, "the waits in progress at the start left out: {unwalked} ns: {:#}", doc["counters"]);
+    assert!(
+        unwalked < 20_000_000,
+        "the waits in progress at the start left out: {unwalked} ns: {:#}",
+        doc["counters"]
+    );
 }
 
 #[test]
 fn debians_gzip_on_a_pipe_gets_whole_stacks() {
     require_bpf!();
     // gzip reads a pipe fed slowly and writes to another: it waits in read.
-    let mut gzip = Command::new("gzip").arg("-1").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("gzip is installed");
+    let mut gzip = Command::new("gzip")
+        .arg("-1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("gzip is installed");
     let mut input = gzip.stdin.take().unwrap();
     let mut output = gzip.stdout.take().unwrap();
     let feeder = std::thread::spawn(move || {
-        let block: Vec<u8> = (0..65536u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let block: Vec<u8> =
+            (0..65536u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
         for _ in 0..400 {
             if input.write_all(&block).is_err() {
                 break;
@@ -202,7 +275,12 @@ fn debians_sqlite3_committing_gets_whole_stacks() {
     require_bpf!();
     let db = format!("{}/unwind-{}.db", env!("CARGO_TARGET_TMPDIR"), std::process::id());
     let _ = std::fs::remove_file(&db);
-    let mut sqlite = Command::new("sqlite3").arg(&db).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().expect("sqlite3 is installed");
+    let mut sqlite = Command::new("sqlite3")
+        .arg(&db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sqlite3 is installed");
     let mut input = sqlite.stdin.take().unwrap();
     // Fed until the trace has ended: a process that exits first ends the trace
     // itself, and the test's Ctrl-C would then land in its report.
@@ -213,7 +291,9 @@ fn debians_sqlite3_committing_gets_whole_stacks() {
         let mut i = 0;
         // Each insert is a transaction of its own: a commit, and its fsync, each.
         while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
-            let chunk: String = (i..i + 20).map(|i| format!("insert into t values({i}, randomblob(1000));\n")).collect();
+            let chunk: String = (i..i + 20)
+                .map(|i| format!("insert into t values({i}, randomblob(1000));\n"))
+                .collect();
             if input.write_all(chunk.as_bytes()).is_err() {
                 break;
             }
@@ -244,18 +324,27 @@ fn a_reused_walk_never_stands_for_another_caller_with_the_same_registers() {
     require_bpf!();
     let out = format!("{}/twins-nofp", env!("CARGO_TARGET_TMPDIR"));
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/twins.c");
-    let status = Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-pthread", "-o", &out, src]).status().expect("cc");
+    let status = Command::new("cc")
+        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-o", &out, src])
+        .status()
+        .expect("cc");
     assert!(status.success(), "compiling {src} failed");
     let mut child = start_ready(&out, &[]);
     let pid = child.id();
     let doc = json(&run_walked(&["--json", "-U", "-t", &pid.to_string()], 2.0));
     let _ = child.kill();
     let _ = child.wait();
-    let share = |f: &str| -> u64 { records_in(&doc, f).iter().map(|r| r["total_ns"].as_u64().unwrap()).sum() };
+    let share = |f: &str| -> u64 {
+        records_in(&doc, f).iter().map(|r| r["total_ns"].as_u64().unwrap()).sum()
+    };
     let (a, b) = (share("path_a"), share("path_b"));
     assert!(a > 0 && b > 0, "path_a {a} ns, path_b {b} ns: {doc:#}");
     let half = a as f64 / (a + b) as f64;
-    assert!((0.3..=0.7).contains(&half), "path_a has {:.0}% of the two paths' wait: {doc:#}", half * 100.0);
+    assert!(
+        (0.3..=0.7).contains(&half),
+        "path_a has {:.0}% of the two paths' wait: {doc:#}",
+        half * 100.0
+    );
 }
 
 /// The unwind tables built in one trace are kept (`--cache-dir`) and found by
@@ -275,7 +364,8 @@ fn a_second_trace_finds_its_tables_in_the_cache() {
     // How the loader says it got python3's table: "read from the cache" or "built".
     let how_python = |stderr: &str| -> Vec<String> {
         let mark = format!("unwind table of {python} ");
-        let got = |l: &str| if l.contains("read from the cache") { "cache" } else { "built" }.to_string();
+        let got =
+            |l: &str| if l.contains("read from the cache") { "cache" } else { "built" }.to_string();
         stderr.lines().filter(|l| l.contains(&mark)).map(got).collect()
     };
     let mut runs = Vec::new();
@@ -283,7 +373,10 @@ fn a_second_trace_finds_its_tables_in_the_cache() {
         let env = [("RUST_LOG", "topwaits::run::trace=debug,topwaits::stacks::cfi::loader=debug")];
         let mut t = Tracer::start_env(&["--json", "--cache-dir", &dir, "2"], &env);
         t.wait_for_line("kernel stack learners in place");
-        let mut py = Command::new(&python).args(["-c", script]).spawn().expect("python3 (cargo xtask setup)");
+        let mut py = Command::new(&python)
+            .args(["-c", script])
+            .spawn()
+            .expect("python3 (cargo xtask setup)");
         let pid = py.id();
         let out = t.finish();
         let _ = py.wait();
@@ -295,8 +388,16 @@ fn a_second_trace_finds_its_tables_in_the_cache() {
     let (warm, whole, warm_log) = &runs[1];
     assert!(!cold.is_empty(), "the first trace loaded no table for {python}: {cold_log}");
     let all_cached = !warm.is_empty() && warm.iter().all(|h| h == "cache");
-    assert!(all_cached, "the second trace got {python}'s table from the cache ({warm:?}): {warm_log}");
-    assert!(*whole >= 0.9, "{:.0}% of the waits of a program started after the trace are whole", whole * 100.0);
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&dir).unwrap().permissions());
+    assert!(
+        all_cached,
+        "the second trace got {python}'s table from the cache ({warm:?}): {warm_log}"
+    );
+    assert!(
+        *whole >= 0.9,
+        "{:.0}% of the waits of a program started after the trace are whole",
+        whole * 100.0
+    );
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&dir).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o700, "the cache is the user's alone");
 }

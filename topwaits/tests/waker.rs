@@ -84,7 +84,8 @@ fn check_producer_woke_consumer(doc: &Value, producer: u32) {
         .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("pipe_read")))
         .collect();
     assert!(!reads.is_empty(), "no pipe_read records: {doc:#}");
-    let woken: Vec<&&Value> = reads.iter().filter(|r| r["waker"]["tid"].as_u64() == Some(producer as u64)).collect();
+    let woken: Vec<&&Value> =
+        reads.iter().filter(|r| r["waker"]["tid"].as_u64() == Some(producer as u64)).collect();
     let count: u64 = woken.iter().map(|r| r["count"].as_u64().unwrap()).sum();
     assert!(count >= ROUNDS as u64 - 1, "producer woke the consumer {count} times: {doc:#}");
     for r in &woken {
@@ -93,12 +94,19 @@ fn check_producer_woke_consumer(doc: &Value, producer: u32) {
         assert_eq!(w["context"], "task");
         let wk = stack_names(&w["kernel_stack"]);
         assert!(wk.iter().any(|f| f.contains("pipe_write")), "waker kernel stack: {wk:?}");
-        assert!(wk.first().is_some_and(|f| f.contains("wake_up")), "waker leaf is the wakeup: {wk:?}");
+        assert!(
+            wk.first().is_some_and(|f| f.contains("wake_up")),
+            "waker leaf is the wakeup: {wk:?}"
+        );
         let wu = stack_names(&w["user_stack"]);
         assert!(wu.iter().any(|f| f.contains("tw_producer_write")), "waker user stack: {wu:?}");
     }
     for r in doc["records"].as_array().unwrap() {
-        let (b, q, t) = (r["blocked_us"].as_u64().unwrap(), r["runq_us"].as_u64().unwrap(), r["total_us"].as_u64().unwrap());
+        let (b, q, t) = (
+            r["blocked_us"].as_u64().unwrap(),
+            r["runq_us"].as_u64().unwrap(),
+            r["total_us"].as_u64().unwrap(),
+        );
         assert_eq!(b + q, t, "{r:#}");
         assert!(r["max_blocked_us"].as_u64().unwrap() <= r["max_us"].as_u64().unwrap());
     }
@@ -173,11 +181,16 @@ fn interrupt_wakers_are_one_record_per_handler_path() {
     spin.join();
     let doc = json(&tracer.finish());
     let recs = calls_in(&doc, "tw_known_long_sleep");
-    let irq: Vec<&Value> = recs.iter().copied().filter(|r| r["waker"]["context"] == "interrupt").collect();
+    let irq: Vec<&Value> =
+        recs.iter().copied().filter(|r| r["waker"]["context"] == "interrupt").collect();
     let count: u64 = irq.iter().map(|r| r["count"].as_u64().unwrap()).sum();
     assert!(count >= 100, "timer wakeups seen: {count}: {doc:#}");
     for r in &irq {
-        assert_eq!((r["waker"]["tid"].as_u64(), r["waker"]["comm"].as_str()), (Some(0), Some("[interrupt]")), "{r:#}");
+        assert_eq!(
+            (r["waker"]["tid"].as_u64(), r["waker"]["comm"].as_str()),
+            (Some(0), Some("[interrupt]")),
+            "{r:#}"
+        );
         assert!(r["waker"]["handler"].as_str().is_some_and(|h| h.contains("hrtimer")), "{r:#}");
     }
     // What the JSON shows of a record, less its numbers: no two may be equal.
@@ -243,17 +256,34 @@ fn a_loopback_tcp_receiver_is_woken_by_the_sender_not_an_interrupt() {
         .into_iter()
         .filter(|r| stack_names(&r["kernel_stack"]).iter().any(|f| f.contains("tcp_recvmsg")))
         .collect();
-    let by_producer: Vec<&&Value> = reads.iter().filter(|r| r["waker"]["tid"].as_u64() == Some(producer_tid)).collect();
+    let by_producer: Vec<&&Value> =
+        reads.iter().filter(|r| r["waker"]["tid"].as_u64() == Some(producer_tid)).collect();
     let count: u64 = by_producer.iter().map(|r| r["count"].as_u64().unwrap()).sum();
-    assert!(count >= ROUNDS as u64 - 1, "the sender woke the receiver {count} times of {ROUNDS}: {doc:#}");
+    assert!(
+        count >= ROUNDS as u64 - 1,
+        "the sender woke the receiver {count} times of {ROUNDS}: {doc:#}"
+    );
     for r in &by_producer {
         let w = &r["waker"];
-        assert_eq!((w["context"].as_str(), w["comm"].as_str()), (Some("task"), Some("tw-producer")), "{w:#}");
+        assert_eq!(
+            (w["context"].as_str(), w["comm"].as_str()),
+            (Some("task"), Some("tw-producer")),
+            "{w:#}"
+        );
         let wk = stack_names(&w["kernel_stack"]);
-        assert!(wk.iter().any(|f| f == "handle_softirqs" || f == "__do_softirq"), "woken from the softirq: {wk:?}");
-        assert!(wk.iter().any(|f| f.contains("tcp_sendmsg")), "down to the sender's own send: {wk:?}");
+        assert!(
+            wk.iter().any(|f| f == "handle_softirqs" || f == "__do_softirq"),
+            "woken from the softirq: {wk:?}"
+        );
+        assert!(
+            wk.iter().any(|f| f.contains("tcp_sendmsg")),
+            "down to the sender's own send: {wk:?}"
+        );
         let wu = stack_names(&w["user_stack"]);
-        assert!(wu.iter().any(|f| f.contains("tw_producer_write")), "the sender's user stack: {wu:?}");
+        assert!(
+            wu.iter().any(|f| f.contains("tw_producer_write")),
+            "the sender's user stack: {wu:?}"
+        );
     }
     drop((server, client));
 }
@@ -275,7 +305,10 @@ fn check_waker_stack_reuse(attach: &[&str]) {
     let (pr, pw) = pipe();
     let mut sock = [0i32; 2];
     // SAFETY: a plain syscall filling a local array.
-    assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sock.as_mut_ptr()) }, 0);
+    assert_eq!(
+        unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sock.as_mut_ptr()) },
+        0
+    );
     let order: Vec<bool> = (0..PAIRS * 2).map(|i| (i / 2) % 2 == 0).collect();
     let reads = order.clone();
     let reader = Workload::spawn("tw-woken", move || {
@@ -314,7 +347,12 @@ fn check_waker_stack_reuse(attach: &[&str]) {
         let pipe_waker = waker.iter().any(|f| f.contains("pipe_write"));
         let sock_waker = waker.iter().any(|f| f.contains("unix_stream_sendmsg"));
         assert!(pipe_waker != sock_waker, "one of the two sites: {waker:?}");
-        assert_eq!(pipe_wait, pipe_waker, "a {} wait woken by {waker:?}", if pipe_wait { "pipe" } else { "socket" });
+        assert_eq!(
+            pipe_wait,
+            pipe_waker,
+            "a {} wait woken by {waker:?}",
+            if pipe_wait { "pipe" } else { "socket" }
+        );
         let n = r["count"].as_u64().unwrap();
         if pipe_wait {
             on_pipe += n
@@ -323,7 +361,11 @@ fn check_waker_stack_reuse(attach: &[&str]) {
         }
     }
     assert_eq!((on_pipe, on_sock), (PAIRS as u64, PAIRS as u64), "{doc:#}");
-    assert!(doc["counters"]["waker_kernel_stacks_reused"].as_u64().unwrap() > 0, "{:#}", doc["counters"]);
+    assert!(
+        doc["counters"]["waker_kernel_stacks_reused"].as_u64().unwrap() > 0,
+        "{:#}",
+        doc["counters"]
+    );
     // SAFETY: closing fds this test opened.
     unsafe {
         for fd in [pr, pw, sock[0], sock[1]] {
@@ -389,7 +431,10 @@ fn relay_chain_shows_the_wakers_waker() {
     let doc = json(&out);
     let chained: u64 = records_in(&doc, "tw_relay_read")
         .iter()
-        .filter(|r| r["waker"]["tid"].as_u64() == Some(bt) && r["waker"]["waker"]["tid"].as_u64() == Some(at))
+        .filter(|r| {
+            r["waker"]["tid"].as_u64() == Some(bt)
+                && r["waker"]["waker"]["tid"].as_u64() == Some(at)
+        })
         .map(|r| r["count"].as_u64().unwrap())
         .sum();
     assert!(chained >= ROUNDS as u64 - 1, "C woken by B woken by A only {chained} times: {doc:#}");
@@ -403,7 +448,9 @@ fn relay_chain_shows_the_wakers_waker() {
     assert_eq!(r["waker"]["comm"], "tw-relay-b");
     assert_eq!(r["waker"]["waker"]["comm"], "tw-relay-a");
     assert!(r["waker"]["waker"]["waker"].is_null(), "--chain 2 stops at two hops");
-    assert!(stack_names(&r["waker"]["waker"]["kernel_stack"]).iter().any(|f| f.contains("pipe_write")));
+    assert!(stack_names(&r["waker"]["waker"]["kernel_stack"])
+        .iter()
+        .any(|f| f.contains("pipe_write")));
 }
 
 #[test]
@@ -413,7 +460,11 @@ fn relay_chain_folded_appends_each_hop_after_a_divider() {
     let line = out
         .stdout
         .lines()
-        .find(|l| l.ends_with(|c: char| c.is_ascii_digit()) && l.contains(";tw-fold-b;--;") && l.contains("tw-fold-a "))
+        .find(|l| {
+            l.ends_with(|c: char| c.is_ascii_digit())
+                && l.contains(";tw-fold-b;--;")
+                && l.contains("tw-fold-a ")
+        })
         .unwrap_or_else(|| panic!("no chained folded line:\n{}", out.stdout));
     let (stack, _) = line.rsplit_once(' ').unwrap();
     let frames: Vec<&str> = stack.split(';').collect();
@@ -438,13 +489,19 @@ fn wakeup_view_attributes_the_consumer_wait_to_the_producer() {
     assert!(!rows.is_empty(), "{doc:#}");
     for r in &rows {
         // Ids and the time of the longest wait, which the view once lacked.
-        assert_eq!((r["waker"]["tid"].as_u64(), r["target_tid"].as_u64()), (Some(producer as u64), Some(consumer as u64)), "{r:#}");
+        assert_eq!(
+            (r["waker"]["tid"].as_u64(), r["target_tid"].as_u64()),
+            (Some(producer as u64), Some(consumer as u64)),
+            "{r:#}"
+        );
         assert!(r["max_us"].as_u64().unwrap() >= r["max_blocked_us"].as_u64().unwrap(), "{r:#}");
         assert!(r["max_end"].as_str().is_some_and(|t| t.contains('T')), "{r:#}");
     }
     let blocked: u64 = rows.iter().map(|r| r["blocked_us"].as_u64().unwrap()).sum();
     assert!(blocked > 30_000 * (ROUNDS as u64 - 1), "blocked {blocked} us: {doc:#}");
-    assert!(rows.iter().any(|r| stack_names(&r["waker"]["kernel_stack"]).iter().any(|f| f.contains("pipe_write"))));
+    assert!(rows.iter().any(|r| stack_names(&r["waker"]["kernel_stack"])
+        .iter()
+        .any(|f| f.contains("pipe_write"))));
 }
 
 #[test]
@@ -476,12 +533,22 @@ fn a_wait_still_open_at_the_end_is_not_given_the_waker_of_the_wait_before() {
         libc::close(pw);
     }
     reader.join();
-    let mine: Vec<&Value> = doc["records"].as_array().unwrap().iter().filter(|r| r["tid"].as_u64() == Some(rtid as u64)).collect();
+    let mine: Vec<&Value> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["tid"].as_u64() == Some(rtid as u64))
+        .collect();
     let me = tid() as u64;
     // (Its wait for the go, in progress as the trace began, was woken by this
     // thread too: the reads are told apart by their stacks.)
-    let reads = |r: &&&Value| stack_names(&r["user_stack"]).iter().any(|n| n.ends_with("read_byte"));
-    let woken: Vec<&&Value> = mine.iter().filter(|r| r["open"] == false && r["waker"]["tid"].as_u64() == Some(me)).filter(reads).collect();
+    let reads =
+        |r: &&&Value| stack_names(&r["user_stack"]).iter().any(|n| n.ends_with("read_byte"));
+    let woken: Vec<&&Value> = mine
+        .iter()
+        .filter(|r| r["open"] == false && r["waker"]["tid"].as_u64() == Some(me))
+        .filter(reads)
+        .collect();
     assert_eq!(woken.len(), 1, "the first read, woken by this thread's write: {doc:#}");
     let open: Vec<&&Value> = mine.iter().filter(|r| r["open"] == true).collect();
     assert_eq!(open.len(), 1, "the second read, still blocked: {doc:#}");
@@ -505,9 +572,16 @@ fn a_waker_outside_the_targets_gets_its_tables() {
     use std::process::{Command, Stdio};
     let script =
         "import os, time\ndef tw_client_writes():\n    os.write(1, b'x')\nwhile True:\n    tw_client_writes()\n    time.sleep(0.01)\n";
-    let mut writer =
-        Command::new("/usr/bin/python3").args(["-c", script]).stdout(Stdio::piped()).spawn().expect("python3 (cargo xtask setup)");
-    let mut reader = Command::new("cat").stdin(Stdio::from(writer.stdout.take().unwrap())).stdout(Stdio::null()).spawn().unwrap();
+    let mut writer = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 (cargo xtask setup)");
+    let mut reader = Command::new("cat")
+        .stdin(Stdio::from(writer.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let doc = json(&run(&["--waker", "--json", "-p", &reader.id().to_string(), "2"]));
     let _ = (writer.kill(), reader.kill(), writer.wait(), reader.wait());
@@ -522,5 +596,9 @@ fn a_waker_outside_the_targets_gets_its_tables() {
         }
     }
     assert!(all > 0, "python3 woke cat: {doc:#}");
-    assert!(whole as f64 >= 0.7 * all as f64, "whole waker stacks for {:.0}% of the waiting: {doc:#}", 100.0 * whole as f64 / all as f64);
+    assert!(
+        whole as f64 >= 0.7 * all as f64,
+        "whole waker stacks for {:.0}% of the waiting: {doc:#}",
+        100.0 * whole as f64 / all as f64
+    );
 }

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 
-use crate::tracers::{cpu_ns, end, median, num, settle, snapshot, spent, start, stop, verified_insns, Running, Tracer};
+use crate::tracers::{
+    cpu_ns, end, median, num, settle, snapshot, spent, start, stop, verified_insns, Running, Tracer,
+};
 use crate::{cargo, root, run};
 
 #[derive(clap::Args)]
@@ -55,25 +57,45 @@ fn tracers(bin: &str, idle: u32, idle_cgroup: Option<&str>) -> Vec<Tracer> {
         }
         Some(v)
     };
-    let by_cgroup =
-        idle_cgroup.map(|dir| Tracer { name: "topwaits --cgroup IDLE (every switch filtered out)", cmd: tw(&["-f", "--cgroup", dir]) });
+    let by_cgroup = idle_cgroup.map(|dir| Tracer {
+        name: "topwaits --cgroup IDLE (every switch filtered out)",
+        cmd: tw(&["-f", "--cgroup", dir]),
+    });
     let mut all = vec![
         Tracer { name: "no tracer", cmd: None },
         Tracer { name: "topwaits", cmd: tw(&["-f"]) },
-        Tracer { name: "topwaits -p IDLE (every switch filtered out)", cmd: tw(&["-f", "-p", &idle.to_string()]) },
-        Tracer { name: "topwaits --no-labels (stacks alone, as before labels)", cmd: tw(&["-f", "--no-labels"]) },
+        Tracer {
+            name: "topwaits -p IDLE (every switch filtered out)",
+            cmd: tw(&["-f", "-p", &idle.to_string()]),
+        },
+        Tracer {
+            name: "topwaits --no-labels (stacks alone, as before labels)",
+            cmd: tw(&["-f", "--no-labels"]),
+        },
         Tracer { name: "topwaits --unwind fp", cmd: tw(&["-f", "--unwind", "fp"]) },
         Tracer { name: "topwaits --leaf-callers", cmd: tw(&["-f", "--leaf-callers"]) },
         Tracer { name: "topwaits --events-over 10000", cmd: tw(&["-f", "--events-over", "10000"]) },
         Tracer { name: "topwaits --on-cpu (99 samples a second)", cmd: tw(&["-f", "--on-cpu"]) },
         Tracer { name: "topwaits --waker", cmd: tw(&["-f", "--waker"]) },
         Tracer { name: "topwaits --waker --chain 4", cmd: tw(&["-f", "--chain", "4"]) },
-        Tracer { name: "topwaits why (every wait an event, with its waker)", cmd: tw(&["why", "--json"]) },
-        Tracer { name: "topwaits locks (the same events, ranked as locks)", cmd: tw(&["locks", "--json"]) },
+        Tracer {
+            name: "topwaits why (every wait an event, with its waker)",
+            cmd: tw(&["why", "--json"]),
+        },
+        Tracer {
+            name: "topwaits locks (the same events, ranked as locks)",
+            cmd: tw(&["locks", "--json"]),
+        },
         Tracer { name: "topwaits threads", cmd: tw(&["threads", "--json"]) },
-        Tracer { name: "topwaits serve (drained every second, unscraped)", cmd: tw(&["serve", "--listen", "127.0.0.1:0"]) },
+        Tracer {
+            name: "topwaits serve (drained every second, unscraped)",
+            cmd: tw(&["serve", "--listen", "127.0.0.1:0"]),
+        },
         Tracer { name: "libbpf-tools offcputime", cmd: Some(vec!["/usr/sbin/offcputime".into()]) },
-        Tracer { name: "bpftrace one-liner", cmd: Some(vec!["bpftrace".into(), "-e".into(), BPFTRACE_OFFCPU.into()]) },
+        Tracer {
+            name: "bpftrace one-liner",
+            cmd: Some(vec!["bpftrace".into(), "-e".into(), BPFTRACE_OFFCPU.into()]),
+        },
     ];
     // Beside `-p IDLE`, the other way of filtering every switch out.
     if let Some(t) = by_cgroup {
@@ -105,7 +127,9 @@ impl Drop for IdleCgroup {
     fn drop(&mut self) {
         // Whatever is still in it (the idle process, when the bench failed)
         // goes back to the parent, so that the directory can go.
-        if let (Ok(procs), Some(parent)) = (std::fs::read_to_string(self.dir.join("cgroup.procs")), self.dir.parent()) {
+        if let (Ok(procs), Some(parent)) =
+            (std::fs::read_to_string(self.dir.join("cgroup.procs")), self.dir.parent())
+        {
             for pid in procs.lines() {
                 let _ = std::fs::write(parent.join("cgroup.procs"), pid);
             }
@@ -122,9 +146,9 @@ impl Drop for IdleCgroup {
 
 /// The "Total time: X [sec]" that perf bench prints.
 fn total_time(stdout: &[u8]) -> Option<f64> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Total time:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
+    String::from_utf8_lossy(stdout).lines().find_map(|l| {
+        l.trim().strip_prefix("Total time:").and_then(|v| v.split_whitespace().next()?.parse().ok())
+    })
 }
 
 /// The workloads of each round: messaging long and short (the short one's
@@ -139,7 +163,9 @@ fn workload(kind: &str) -> Result<f64> {
         _ => &["bench", "sched", "pipe", "-l", "40000"],
     };
     let out = Command::new("perf").args(args).output().context("perf (linux-perf) is needed")?;
-    total_time(&out.stdout).ok_or_else(|| anyhow!("no total time from perf bench {kind}: {}", String::from_utf8_lossy(&out.stdout)))
+    total_time(&out.stdout).ok_or_else(|| {
+        anyhow!("no total time from perf bench {kind}: {}", String::from_utf8_lossy(&out.stdout))
+    })
 }
 
 /// One workload's measurements of a tracer, a value per round.
@@ -171,12 +197,14 @@ impl Samples {
 }
 
 fn set_bpf_stats(on: bool) -> Result<()> {
-    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", if on { "1" } else { "0" }).context("failed to set kernel.bpf_stats_enabled")
+    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", if on { "1" } else { "0" })
+        .context("failed to set kernel.bpf_stats_enabled")
 }
 
 fn ensure_tracefs() {
     if !std::path::Path::new("/sys/kernel/tracing/events").is_dir() {
-        let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
+        let _ =
+            Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
     }
 }
 
@@ -198,12 +226,16 @@ fn measure(t: &Tracer, kind: &str, s: &mut Samples) -> Result<()> {
     let (cpu0, t0) = (cpu_ns(r.child.id()), Instant::now());
     let secs = workload(kind)?;
     // A thread of the tracer that ends meanwhile takes its time out of the sum.
-    let user_cpu = cpu_ns(r.child.id()).saturating_sub(cpu0) as f64 / t0.elapsed().as_nanos() as f64 * 100.0;
+    let user_cpu =
+        cpu_ns(r.child.id()).saturating_sub(cpu0) as f64 / t0.elapsed().as_nanos() as f64 * 100.0;
     s.of(kind).user_cpu.push(user_cpu);
     let (total_ns, switches) = spent(&before, &snapshot(&r)?);
     // Read now: topwaits loads its stack learners after attaching.
     s.verified.push(verified_insns(r.child.id()) as f64);
-    eprintln!("bench:   {secs:.3} s, {switches} switches, {:.0} ns/switch", total_ns as f64 / switches.max(1) as f64);
+    eprintln!(
+        "bench:   {secs:.3} s, {switches} switches, {:.0} ns/switch",
+        total_ns as f64 / switches.max(1) as f64
+    );
     if switches > 0 {
         s.of(kind).cost.push(total_ns as f64 / switches as f64);
     }
@@ -236,16 +268,30 @@ fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
     // own could not be told apart, so the harness must still be small here.
     let harness_kib = own_peak_kib();
     let xtask = std::env::current_exe()?;
-    let mut work = Command::new(&xtask).arg("stack-workload").stdin(Stdio::piped()).stdout(Stdio::null()).spawn()?;
+    let mut work = Command::new(&xtask)
+        .arg("stack-workload")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
     let pid = work.id().to_string();
     let out_path = root().join("target/bench-stacks.json");
     let out = std::fs::File::create(&out_path)?;
-    let child = spawn_attached(bin, &["--json", "--stack-storage-size", "65536", "--max-entries", "65536", "-p", &pid], out)?;
+    let child = spawn_attached(
+        bin,
+        &["--json", "--stack-storage-size", "65536", "--max-entries", "65536", "-p", &pid],
+        out,
+    )?;
     // Start the workload now that the tracer is attached, and wait for it; the
     // trace then ends by itself and reports.
     drop(work.stdin.take());
     work.wait()?;
-    let r = Running { child, startup: Duration::ZERO, prog_ids: Default::default(), map_bytes: 0, learners: Default::default() };
+    let r = Running {
+        child,
+        startup: Duration::ZERO,
+        prog_ids: Default::default(),
+        map_bytes: 0,
+        learners: Default::default(),
+    };
     let (report, rss_kib) = end(r, false)?;
     if rss_kib <= harness_kib {
         bail!(
@@ -260,7 +306,11 @@ fn many_stacks(bin: &str) -> Result<(f64, f64, usize)> {
 /// This process's peak RSS (VmHWM) in KiB, 0 if unknown.
 fn own_peak_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The helper workload: 3^9 = 19,683 distinct call paths, each sleeping once.
@@ -329,10 +379,22 @@ fn full_load(bin: &str) -> Result<String> {
     let out_path = root().join("target/bench-load.json");
     // Closed waits only: the check is that every wait the kernel recorded reaches
     // the records (waits still open at the end are not in its counter).
-    let tracer = spawn_attached(bin, &["--json", "-w", "--open-waits", "no"], std::fs::File::create(&out_path)?)?;
-    let out = Command::new("perf").args(["bench", "sched", "messaging", "-g", "20", "-l", "300"]).output()?;
+    let tracer = spawn_attached(
+        bin,
+        &["--json", "-w", "--open-waits", "no"],
+        std::fs::File::create(&out_path)?,
+    )?;
+    let out = Command::new("perf")
+        .args(["bench", "sched", "messaging", "-g", "20", "-l", "300"])
+        .output()?;
     let secs = total_time(&out.stdout).unwrap_or(f64::NAN);
-    let r = Running { child: tracer, startup: Duration::ZERO, prog_ids: Default::default(), map_bytes: 0, learners: Default::default() };
+    let r = Running {
+        child: tracer,
+        startup: Duration::ZERO,
+        prog_ids: Default::default(),
+        map_bytes: 0,
+        learners: Default::default(),
+    };
     let (report, _) = stop(r)?;
     let text = std::fs::read_to_string(&out_path)?;
     let grab = |key: &str| -> u64 { num(&text, key).unwrap_or(0) };
@@ -341,9 +403,15 @@ fn full_load(bin: &str) -> Result<String> {
     let records_at = text.find("\"records\":[").unwrap_or(text.len());
     let counted: u64 = text[records_at..]
         .match_indices("\"count\":")
-        .filter_map(|(i, m)| num(&text[records_at + i..], m.trim_end_matches(':').trim_matches('"')))
+        .filter_map(|(i, m)| {
+            num(&text[records_at + i..], m.trim_end_matches(':').trim_matches('"'))
+        })
         .sum();
-    let lost: u64 = ["kernel_stacks", "user_stacks", "aggregate_full", "start_full", "wakeup_map_full"].iter().map(|k| grab(k)).sum();
+    let lost: u64 =
+        ["kernel_stacks", "user_stacks", "aggregate_full", "start_full", "wakeup_map_full"]
+            .iter()
+            .map(|k| grab(k))
+            .sum();
     if counted != recorded {
         bail!("under full load the records hold {counted} waits but {recorded} were recorded");
     }
@@ -361,8 +429,11 @@ fn soak(bin: &str, secs: u64) -> Result<String> {
     while t0.elapsed() < Duration::from_secs(secs) {
         workload("pipe")?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let kib: u64 =
-            status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
         rss.push(kib);
     }
     let map_kib = r.map_bytes / 1024;
@@ -387,7 +458,11 @@ pub fn bench(opts: &Options) -> Result<()> {
     print!("{table}");
     let path: PathBuf = root().join("target/bench.md");
     std::fs::write(&path, &table)?;
-    eprintln!("bench: wrote {}{}", path.display(), if result.is_err() { " (up to the failure)" } else { "" });
+    eprintln!(
+        "bench: wrote {}{}",
+        path.display(),
+        if result.is_err() { " (up to the failure)" } else { "" }
+    );
     result
 }
 
@@ -429,9 +504,11 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     let _ = idle.wait();
     drop(idle_cgroup);
     measured?;
-    let base: Vec<f64> = (0..KINDS.len()).map(|k| median(&mut samples[0].kinds[k].secs.clone())).collect();
+    let base: Vec<f64> =
+        (0..KINDS.len()).map(|k| median(&mut samples[0].kinds[k].secs.clone())).collect();
     let peer = configs.iter().position(|t| t.name.starts_with("libbpf-tools")).unwrap_or(0);
-    let peer_cost: Vec<f64> = (0..KINDS.len()).map(|k| median(&mut samples[peer].kinds[k].cost.clone())).collect();
+    let peer_cost: Vec<f64> =
+        (0..KINDS.len()).map(|k| median(&mut samples[peer].kinds[k].cost.clone())).collect();
     // The slowdown of every round, each against the same round's run without
     // a tracer (read before the medians below sort the samples); and the own-CPU
     // target, which holds for each run, not only the median: every round is
@@ -440,14 +517,21 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     for (k, title) in [(0, "long messaging"), (1, "short messaging")] {
         rounds.push_str(&format!("\nSlowdown of the {title} run in each round (against that round's run without a tracer):\n"));
         for (t, s) in configs.iter().zip(&samples).skip(1) {
-            let each: Vec<String> = s.kinds[k].secs.iter().zip(&samples[0].kinds[k].secs).map(|(t, b)| format!("{:.3}x", t / b)).collect();
+            let each: Vec<String> = s.kinds[k]
+                .secs
+                .iter()
+                .zip(&samples[0].kinds[k].secs)
+                .map(|(t, b)| format!("{:.3}x", t / b))
+                .collect();
             rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
         }
         rounds.push_str(&format!(
             "\nThe tracer's own CPU over the {title} run in each round (% of a core; the first round starts with an empty unwind table cache):\n"
         ));
-        for (t, s) in configs.iter().zip(&samples).filter(|(_, s)| !s.kinds[k].user_cpu.is_empty()) {
-            let each: Vec<String> = s.kinds[k].user_cpu.iter().map(|c| format!("{c:.2}%")).collect();
+        for (t, s) in configs.iter().zip(&samples).filter(|(_, s)| !s.kinds[k].user_cpu.is_empty())
+        {
+            let each: Vec<String> =
+                s.kinds[k].user_cpu.iter().map(|c| format!("{c:.2}%")).collect();
             rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
         }
     }
@@ -471,7 +555,13 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
         }
         cells.push(fmt(median(&mut s.startup_ms), &|v| format!("{v:.0}")));
         cells.push(fmt(median(&mut s.learners_ms), &|v| format!("{v:.0}")));
-        cells.push(fmt(median(&mut s.verified), &|v| if v > 0.0 { format!("{v:.0}") } else { "-".to_string() }));
+        cells.push(fmt(median(&mut s.verified), &|v| {
+            if v > 0.0 {
+                format!("{v:.0}")
+            } else {
+                "-".to_string()
+            }
+        }));
         cells.push(fmt(median(&mut s.map_kib), &|v| format!("{v:.0}")));
         out.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
@@ -509,12 +599,20 @@ fn startup_cold_warm(bin: &str) -> Result<String> {
         .context("python3 (cargo xtask setup)")?;
     std::thread::sleep(Duration::from_millis(300));
     let cmd = |dir: &std::path::Path| -> Vec<String> {
-        vec![bin.to_string(), "-f".into(), "--cache-dir".into(), dir.to_string_lossy().into_owned(), "-p".into(), py.id().to_string()]
+        vec![
+            bin.to_string(),
+            "-f".into(),
+            "--cache-dir".into(),
+            dir.to_string_lossy().into_owned(),
+            "-p".into(),
+            py.id().to_string(),
+        ]
     };
     let once = || -> Result<(f64, f64)> {
         let r = start(&cmd(&dir), &[("RUST_LOG", "topwaits::run::trace=debug")])?;
         settle(r.child.id());
-        let learners = r.learners.lock().ok().and_then(|w| *w).map_or(f64::NAN, |w| w.as_secs_f64() * 1e3);
+        let learners =
+            r.learners.lock().ok().and_then(|w| *w).map_or(f64::NAN, |w| w.as_secs_f64() * 1e3);
         let startup = r.startup.as_secs_f64() * 1e3;
         stop(r)?;
         Ok((startup, learners))
@@ -539,7 +637,9 @@ fn machine() -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
         .unwrap_or_default();
     format!("Machine: Linux {}, {cpus} CPUs ({model}).\n", kernel.trim())
 }
@@ -550,8 +650,13 @@ fn machine() -> String {
 /// waits in progress at the start that ended before their stacks could be
 /// walked (left out).
 fn busy_pipeline(bin: &str) -> Result<String> {
-    let mut cat = Command::new("cat").arg("/dev/urandom").stdout(Stdio::piped()).spawn().context("cat")?;
-    let gzip = Command::new("gzip").arg("-1").stdin(Stdio::from(cat.stdout.take().context("cat's stdout")?)).stdout(Stdio::null()).spawn();
+    let mut cat =
+        Command::new("cat").arg("/dev/urandom").stdout(Stdio::piped()).spawn().context("cat")?;
+    let gzip = Command::new("gzip")
+        .arg("-1")
+        .stdin(Stdio::from(cat.stdout.take().context("cat's stdout")?))
+        .stdout(Stdio::null())
+        .spawn();
     let mut gzip = match gzip {
         Ok(g) => g,
         Err(e) => {
@@ -565,18 +670,26 @@ fn busy_pipeline(bin: &str) -> Result<String> {
     let runs: Result<Vec<String>> = (0..3)
         .map(|_| {
             let out = Command::new(bin).args(["--json", "-U", "-p", &pid, "2"]).output()?;
-            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).context("topwaits' JSON")?;
+            let doc: serde_json::Value =
+                serde_json::from_slice(&out.stdout).context("topwaits' JSON")?;
             let (mut all, mut cut) = (0u64, 0u64);
             for r in doc["records"].as_array().into_iter().flatten() {
                 let ns = r["total_ns"].as_u64().unwrap_or(0);
                 all += ns;
                 let frames = r["user_stack"].as_array().into_iter().flatten();
-                if frames.filter_map(|f| f["symbol"].as_str()).any(|s| s == "[cut:walker-starting]") {
+                if frames.filter_map(|f| f["symbol"].as_str()).any(|s| s == "[cut:walker-starting]")
+                {
                     cut += ns;
                 }
             }
-            let left_out = doc["counters"]["waits_in_progress_at_start_unwalked_ns"].as_u64().unwrap_or(0);
-            Ok(format!("{:.3} cut, {:.1} ms left out of {:.1} ms", cut as f64 / all.max(1) as f64, left_out as f64 / 1e6, all as f64 / 1e6))
+            let left_out =
+                doc["counters"]["waits_in_progress_at_start_unwalked_ns"].as_u64().unwrap_or(0);
+            Ok(format!(
+                "{:.3} cut, {:.1} ms left out of {:.1} ms",
+                cut as f64 / all.max(1) as f64,
+                left_out as f64 / 1e6,
+                all as f64 / 1e6
+            ))
         })
         .collect();
     let _ = gzip.kill();

@@ -15,19 +15,32 @@ pub const MAX_BYTES: u64 = 16 << 20;
 
 /// Fails unless `bin` is small, has no DWARF and keeps its symbol table.
 pub fn check(bin: &Path) -> Result<()> {
-    let mut file = std::fs::File::open(bin).with_context(|| format!("failed to open {}", bin.display()))?;
-    let names = elf::section_names(&mut file).with_context(|| format!("{} is not ELF", bin.display()))?;
+    let mut file =
+        std::fs::File::open(bin).with_context(|| format!("failed to open {}", bin.display()))?;
+    let names =
+        elf::section_names(&mut file).with_context(|| format!("{} is not ELF", bin.display()))?;
     let size = file.metadata()?.len();
     if size > MAX_BYTES {
-        bail!("{} is {:.1} MiB, above {} MiB", bin.display(), size as f64 / (1 << 20) as f64, MAX_BYTES >> 20);
+        bail!(
+            "{} is {:.1} MiB, above {} MiB",
+            bin.display(),
+            size as f64 / (1 << 20) as f64,
+            MAX_BYTES >> 20
+        );
     }
-    if let Some(d) = names.iter().find(|n| n.starts_with(".debug_info") || n.starts_with(".debug_line")) {
+    if let Some(d) =
+        names.iter().find(|n| n.starts_with(".debug_info") || n.starts_with(".debug_line"))
+    {
         bail!("{} carries DWARF ({d})", bin.display());
     }
     if !names.iter().any(|n| n == ".symtab") {
         bail!("{} has lost its symbol table", bin.display());
     }
-    eprintln!("xtask: {} is {:.1} MiB, no DWARF, symbols kept", bin.display(), size as f64 / (1 << 20) as f64);
+    eprintln!(
+        "xtask: {} is {:.1} MiB, no DWARF, symbols kept",
+        bin.display(),
+        size as f64 / (1 << 20) as f64
+    );
     Ok(())
 }
 

@@ -28,8 +28,17 @@ fn timed(cmd: &mut Command) -> Result<f64> {
 pub fn blocked_snapshot(bin: &str) -> Result<String> {
     let exe = root().join("target/bench-stuck");
     let src = root().join("topwaits/tests/programs/stuck.c");
-    crate::run(Command::new("cc").args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"]).arg(&exe).arg(&src))?;
-    let mut work = Command::new(&exe).args(["many", "1000"]).stdout(Stdio::piped()).spawn().context("failed to start the workload")?;
+    crate::run(
+        Command::new("cc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(&src),
+    )?;
+    let mut work = Command::new(&exe)
+        .args(["many", "1000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("failed to start the workload")?;
     let mut line = String::new();
     BufReader::new(work.stdout.take().context("no stdout")?).read_line(&mut line)?;
     let pid = work.id().to_string();

@@ -41,7 +41,12 @@ pub fn generate(out: &Path) -> Result<()> {
         // serve prints no document: its page carries its endpoints instead.
         let heading = format!("### `topwaits {} --json`", sub.get_name());
         let tail = match sub.get_name() {
-            "serve" => Tail { title: "ENDPOINTS", doc: SERVE, file: "docs/SERVE.md", heading: "## Endpoints" },
+            "serve" => Tail {
+                title: "ENDPOINTS",
+                doc: SERVE,
+                file: "docs/SERVE.md",
+                heading: "## Endpoints",
+            },
             _ => Tail { heading: &heading, ..JSON_TAIL },
         };
         std::fs::write(man.join(format!("{name}.1")), page(&sub.clone().name(name), &tail)?)?;
@@ -58,7 +63,8 @@ fn complete_pids(shell: Shell, script: &str) -> String {
             // With no value hint clap echoes the word back (and adds no space,
             // which suits a comma-separated list).
             let echo = "COMPREPLY=(\"${cur}\")";
-            let pids = "COMPREPLY=($(compgen -W \"$(ls /proc | grep -E '^[0-9]+$')\" -- \"${cur}\"))";
+            let pids =
+                "COMPREPLY=($(compgen -W \"$(ls /proc | grep -E '^[0-9]+$')\" -- \"${cur}\"))";
             let mut out = String::new();
             let mut option = "";
             for line in script.lines() {
@@ -78,7 +84,13 @@ fn complete_pids(shell: Shell, script: &str) -> String {
         Shell::Fish => {
             script
                 .lines()
-                .map(|l| if l.contains(" -l pid ") { format!("{l} -a '(__fish_complete_pids)'") } else { l.to_string() })
+                .map(|l| {
+                    if l.contains(" -l pid ") {
+                        format!("{l} -a '(__fish_complete_pids)'")
+                    } else {
+                        l.to_string()
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join("\n")
                 + "\n"
@@ -97,7 +109,12 @@ struct Tail<'a> {
 }
 
 /// The top page's tail: the JSON schema.
-const JSON_TAIL: Tail<'static> = Tail { title: "JSON OUTPUT", doc: SCHEMAS, file: "docs/JSON.md", heading: "## JSON (`--json`)" };
+const JSON_TAIL: Tail<'static> = Tail {
+    title: "JSON OUTPUT",
+    doc: SCHEMAS,
+    file: "docs/JSON.md",
+    heading: "## JSON (`--json`)",
+};
 
 /// serve's endpoints, metrics and OTLP mapping.
 const SERVE: &str = include_str!("../../docs/SERVE.md");
@@ -122,7 +139,8 @@ fn page(cmd: &clap::Command, tail: &Tail) -> Result<Vec<u8>> {
         }
         writeln!(out, ".fi")?;
     }
-    let schema = section(tail.doc, tail.heading).with_context(|| format!("{} has no section {}", tail.file, tail.heading))?;
+    let schema = section(tail.doc, tail.heading)
+        .with_context(|| format!("{} has no section {}", tail.file, tail.heading))?;
     writeln!(out, ".SH {}", tail.title)?;
     out.extend_from_slice(markdown_to_roff(schema).as_bytes());
     if cmd.get_version().is_some() {
@@ -175,11 +193,16 @@ fn markdown_to_roff(md: &str) -> String {
         } else if t.is_empty() {
             para = false;
         } else if let Some(row) = t.strip_prefix('|') {
-            let cells: Vec<&str> = row.trim_end_matches('|').splitn(2, " | ").map(str::trim).collect();
+            let cells: Vec<&str> =
+                row.trim_end_matches('|').splitn(2, " | ").map(str::trim).collect();
             let header = cells.first().is_some_and(|c| *c == "field" || c.starts_with("---"));
             if let [field, meaning] = cells[..] {
                 if !header {
-                    out.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", escape(&plain(field)), escape(&plain(meaning))));
+                    out.push_str(&format!(
+                        ".TP\n\\fB{}\\fR\n{}\n",
+                        escape(&plain(field)),
+                        escape(&plain(meaning))
+                    ));
                 }
             }
             para = false;
@@ -210,7 +233,10 @@ mod tests {
         super::generate(&dir).unwrap();
         let bash = std::fs::read_to_string(dir.join("completions/topwaits.bash")).unwrap();
         assert!(bash.contains("--stack-storage-size") && bash.contains("threads"));
-        assert!(dir.join("completions/_topwaits").exists() && dir.join("completions/topwaits.fish").exists());
+        assert!(
+            dir.join("completions/_topwaits").exists()
+                && dir.join("completions/topwaits.fish").exists()
+        );
         let man = std::fs::read_to_string(dir.join("man/topwaits.1")).unwrap();
         assert!(man.contains(".TH topwaits") && man.contains("min\\-block\\-time"), "{man}");
         assert!(dir.join("man/topwaits-threads.1").exists());
@@ -227,20 +253,34 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tw-man-{}", std::process::id()));
         super::generate(&dir).unwrap();
         let man = std::fs::read_to_string(dir.join("man/topwaits.1")).unwrap();
-        assert!(!man.contains("topwaits\\-help") && !dir.join("man/topwaits-help.1").exists(), "{man}");
+        assert!(
+            !man.contains("topwaits\\-help") && !dir.join("man/topwaits-help.1").exists(),
+            "{man}"
+        );
         let json = &man[man.find(".SH JSON OUTPUT").expect("a JSON section")..];
-        for field in ["records_total", "symbol_offset", "file_offset", "open_since", "max_blocked_us"] {
+        for field in
+            ["records_total", "symbol_offset", "file_offset", "open_since", "max_blocked_us"]
+        {
             assert!(json.contains(field), "{field} missing from the schema");
         }
         let ex = &man[man.find(".SH EXAMPLES\n.nf\n").expect("verbatim examples")..];
         let ex = &ex[..ex.find(".fi").unwrap()];
-        assert!(ex.contains("\n  topwaits \\-p 1234 10             the threads of process 1234\n"), "{ex}");
+        assert!(
+            ex.contains("\n  topwaits \\-p 1234 10             the threads of process 1234\n"),
+            "{ex}"
+        );
         for sub in ["threads", "blocked"] {
             let page = std::fs::read_to_string(dir.join(format!("man/topwaits-{sub}.1"))).unwrap();
-            assert!(page.contains(".SH JSON OUTPUT") && page.contains("\\fBversion\\fR"), "{sub}: {page}");
+            assert!(
+                page.contains(".SH JSON OUTPUT") && page.contains("\\fBversion\\fR"),
+                "{sub}: {page}"
+            );
         }
         let serve = std::fs::read_to_string(dir.join("man/topwaits-serve.1")).unwrap();
-        assert!(serve.contains(".SH ENDPOINTS") && serve.contains("/debug/pprof/offwake"), "{serve}");
+        assert!(
+            serve.contains(".SH ENDPOINTS") && serve.contains("/debug/pprof/offwake"),
+            "{serve}"
+        );
         let threads = std::fs::read_to_string(dir.join("man/topwaits-threads.1")).unwrap();
         assert!(threads.contains("dependencies") && threads.contains("stolen_us"));
         let _ = std::fs::remove_dir_all(dir);
@@ -259,7 +299,10 @@ mod tests {
         }
         assert!(bash.contains("ls /proc | grep -E '^[0-9]+$'"));
         let zsh = std::fs::read_to_string(dir.join("completions/_topwaits")).unwrap();
-        assert!(zsh.contains("--pid=[Only these processes (comma-separated PIDs)]:PID:_pids'"), "{zsh}");
+        assert!(
+            zsh.contains("--pid=[Only these processes (comma-separated PIDs)]:PID:_pids'"),
+            "{zsh}"
+        );
         assert!(!zsh.contains(":PID:_default") && !zsh.contains(":TID:_default"));
         let fish = std::fs::read_to_string(dir.join("completions/topwaits.fish")).unwrap();
         assert_eq!(fish.matches("-l pid ").count(), fish.matches("__fish_complete_pids").count());
@@ -270,7 +313,13 @@ mod tests {
     fn markdown_tables_and_code_become_roff() {
         let md = "Intro `x` text.\n\n| field | meaning |\n|---|---|\n| `a` | one \\| two |\n\n```\n.dot line\n```\n";
         let roff = markdown_to_roff(md);
-        assert_eq!(roff, ".PP\nIntro x text.\n.TP\n\\fBa\\fR\none | two\n.PP\n.nf\n\\&.dot line\n.fi\n");
-        assert_eq!(section("a\n## X\nbody\n### sub\nmore\n## Y\nno", "## X"), Some("body\n### sub\nmore"));
+        assert_eq!(
+            roff,
+            ".PP\nIntro x text.\n.TP\n\\fBa\\fR\none | two\n.PP\n.nf\n\\&.dot line\n.fi\n"
+        );
+        assert_eq!(
+            section("a\n## X\nbody\n### sub\nmore\n## Y\nno", "## X"),
+            Some("body\n### sub\nmore")
+        );
     }
 }

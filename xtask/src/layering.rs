@@ -9,14 +9,16 @@ mod tests {
     /// The eBPF crate's shared modules from top to bottom: each may use only the
     /// ones after it. Hook files (one per tracepoint) sit above all of them.
     const ORDER: &[&str] = &[
-        "switch", "events", "wake", "threads", "task", "what", "kstack", "ustack", "kcache", "uwalk", "pyframes", "uread", "stackref",
-        "taskmap", "itertask", "maps",
+        "switch", "events", "wake", "threads", "task", "what", "kstack", "ustack", "kcache",
+        "uwalk", "pyframes", "uread", "stackref", "taskmap", "itertask", "maps",
     ];
 
     /// Whether `text` holds `form` as a whole name (`crate::task` is not in
     /// `crate::taskmap`).
     fn uses(text: &str, form: &str) -> bool {
-        text.match_indices(form).any(|(i, _)| !text[i + form.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+        text.match_indices(form).any(|(i, _)| {
+            !text[i + form.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+        })
     }
 
     #[test]
@@ -33,8 +35,13 @@ mod tests {
         for (i, module) in ORDER.iter().enumerate() {
             let text = std::fs::read_to_string(dir.join(format!("{module}.rs"))).unwrap();
             for above in &ORDER[..i] {
-                for form in [format!("crate::{above}"), format!("crate::{{{above}"), format!(" {above}::")] {
-                    assert!(!uses(&text, &form), "{module}.rs uses {above}, which sits above it: keep imports one way");
+                for form in
+                    [format!("crate::{above}"), format!("crate::{{{above}"), format!(" {above}::")]
+                {
+                    assert!(
+                        !uses(&text, &form),
+                        "{module}.rs uses {above}, which sits above it: keep imports one way"
+                    );
                 }
             }
             checked += 1;
@@ -44,7 +51,8 @@ mod tests {
 
     /// `names`' constants: (constant, value).
     fn names() -> Vec<(String, String)> {
-        let common = std::fs::read_to_string(crate::root().join("topwaits-common/src/lib.rs")).unwrap();
+        let common =
+            std::fs::read_to_string(crate::root().join("topwaits-common/src/lib.rs")).unwrap();
         let block = &common[common.find("pub mod names {").unwrap()..];
         let block = &block[..block.find("\n}").unwrap()];
         block
@@ -60,9 +68,15 @@ mod tests {
     #[test]
     fn every_name_user_space_uses_is_an_identifier_of_the_ebpf_crate() {
         let dir = crate::root().join("topwaits-ebpf/src");
-        let text: String =
-            std::fs::read_dir(&dir).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect::<Vec<_>>().join("\n");
-        assert!(!text.contains("map(name"), "a map named by a literal: name it by its identifier (#[map]), as names:: spells it");
+        let text: String = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            !text.contains("map(name"),
+            "a map named by a literal: name it by its identifier (#[map]), as names:: spells it"
+        );
         let list = names();
         assert!(list.len() > 30, "names read: {list:?}");
         for (constant, value) in list {

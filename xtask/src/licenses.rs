@@ -74,25 +74,43 @@ pub fn identifiers(expr: &str) -> Vec<String> {
 /// some choice of each OR.
 pub fn allowed(expr: &str) -> bool {
     let flat = expr.replace('/', " OR ");
-    flat.split(" AND ").all(|term| identifiers(term).iter().any(|id| ALLOWED.contains(&id.as_str())))
+    flat.split(" AND ")
+        .all(|term| identifiers(term).iter().any(|id| ALLOWED.contains(&id.as_str())))
 }
 
 /// The crates `SHIPPED` depends on for the host target, from `cargo metadata`.
 pub fn collect(meta: &Value) -> Result<Vec<Crate>> {
-    let packages: HashMap<&str, &Value> =
-        meta["packages"].as_array().context("no packages")?.iter().filter_map(|p| Some((p["id"].as_str()?, p))).collect();
-    let nodes: HashMap<&str, &Value> =
-        meta["resolve"]["nodes"].as_array().context("no resolve graph")?.iter().filter_map(|n| Some((n["id"].as_str()?, n))).collect();
-    let members: BTreeSet<&str> = meta["workspace_members"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-    let mut todo: Vec<&str> =
-        packages.iter().filter(|(_, p)| SHIPPED.contains(&p["name"].as_str().unwrap_or(""))).map(|(id, _)| *id).collect();
+    let packages: HashMap<&str, &Value> = meta["packages"]
+        .as_array()
+        .context("no packages")?
+        .iter()
+        .filter_map(|p| Some((p["id"].as_str()?, p)))
+        .collect();
+    let nodes: HashMap<&str, &Value> = meta["resolve"]["nodes"]
+        .as_array()
+        .context("no resolve graph")?
+        .iter()
+        .filter_map(|n| Some((n["id"].as_str()?, n)))
+        .collect();
+    let members: BTreeSet<&str> = meta["workspace_members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut todo: Vec<&str> = packages
+        .iter()
+        .filter(|(_, p)| SHIPPED.contains(&p["name"].as_str().unwrap_or("")))
+        .map(|(id, _)| *id)
+        .collect();
     let mut seen = BTreeSet::new();
     while let Some(id) = todo.pop() {
         if !seen.insert(id) {
             continue;
         }
         for dep in nodes.get(id).and_then(|n| n["deps"].as_array()).into_iter().flatten() {
-            let normal = dep["dep_kinds"].as_array().into_iter().flatten().any(|k| k["kind"].is_null());
+            let normal =
+                dep["dep_kinds"].as_array().into_iter().flatten().any(|k| k["kind"].is_null());
             if normal {
                 if let Some(p) = dep["pkg"].as_str() {
                     todo.push(p);
@@ -103,7 +121,10 @@ pub fn collect(meta: &Value) -> Result<Vec<Crate>> {
     let mut out = Vec::new();
     for id in seen.into_iter().filter(|id| !members.contains(id)) {
         let p = packages[id];
-        let dir = Path::new(p["manifest_path"].as_str().unwrap_or("")).parent().map(Path::to_path_buf).unwrap_or_default();
+        let dir = Path::new(p["manifest_path"].as_str().unwrap_or(""))
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         let mut texts: Vec<(String, String)> = std::fs::read_dir(&dir)
             .into_iter()
             .flatten()
@@ -111,13 +132,19 @@ pub fn collect(meta: &Value) -> Result<Vec<Crate>> {
             .filter_map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let upper = name.to_uppercase();
-                let is_licence = ["LICENSE", "LICENCE", "COPYING", "NOTICE", "UNLICENSE"].iter().any(|p| upper.starts_with(p));
-                (is_licence && e.path().is_file()).then(|| Some((name, std::fs::read_to_string(e.path()).ok()?)))?
+                let is_licence = ["LICENSE", "LICENCE", "COPYING", "NOTICE", "UNLICENSE"]
+                    .iter()
+                    .any(|p| upper.starts_with(p));
+                (is_licence && e.path().is_file())
+                    .then(|| Some((name, std::fs::read_to_string(e.path()).ok()?)))?
             })
             .collect();
         if let Some(f) = p["license_file"].as_str() {
             if !texts.iter().any(|(n, _)| f.ends_with(n.as_str())) {
-                texts.push((f.to_string(), std::fs::read_to_string(dir.join(f)).unwrap_or_default()));
+                texts.push((
+                    f.to_string(),
+                    std::fs::read_to_string(dir.join(f)).unwrap_or_default(),
+                ));
             }
         }
         texts.sort();
@@ -126,7 +153,13 @@ pub fn collect(meta: &Value) -> Result<Vec<Crate>> {
             version: p["version"].as_str().unwrap_or("").to_string(),
             license: p["license"].as_str().unwrap_or("").to_string(),
             repository: p["repository"].as_str().unwrap_or("").to_string(),
-            authors: p["authors"].as_array().into_iter().flatten().filter_map(Value::as_str).map(String::from).collect(),
+            authors: p["authors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect(),
             texts,
         });
     }
@@ -142,7 +175,10 @@ pub fn problems(crates: &[Crate]) -> Vec<String> {
         if c.license.is_empty() && c.texts.is_empty() {
             p.push(format!("{} {} declares no licence", c.name, c.version));
         } else if !c.license.is_empty() && !allowed(&c.license) {
-            p.push(format!("{} {} is {}, outside the allowed licences", c.name, c.version, c.license));
+            p.push(format!(
+                "{} {} is {}, outside the allowed licences",
+                c.name, c.version, c.license
+            ));
         }
     }
     p
@@ -158,8 +194,10 @@ pub fn render(crates: &[Crate]) -> String {
          **Redistributing the binary:** ship this file with it (it carries the licence texts and\n\
          notices the MIT, Apache-2.0, BSD, ISC, Zlib and Unicode licences ask for).\n\n",
     );
-    let source: Vec<&Crate> =
-        crates.iter().filter(|c| identifiers(&c.license).iter().any(|i| SOURCE_REQUIRED.contains(&i.as_str()))).collect();
+    let source: Vec<&Crate> = crates
+        .iter()
+        .filter(|c| identifiers(&c.license).iter().any(|i| SOURCE_REQUIRED.contains(&i.as_str())))
+        .collect();
     for c in &source {
         s.push_str(&format!(
             "{} {} is under {}: whoever ships the binary must also tell recipients where its source code\n\
@@ -195,19 +233,25 @@ pub fn render(crates: &[Crate]) -> String {
                     reproduced below for other crates, apply with their authors' copyright:\n\n",
         );
         for c in bare {
-            let who = if c.authors.is_empty() { "its authors".to_string() } else { c.authors.join(", ") };
+            let who =
+                if c.authors.is_empty() { "its authors".to_string() } else { c.authors.join(", ") };
             s.push_str(&format!("- {} {}: {}, copyright {}\n", c.name, c.version, c.license, who));
         }
     }
     s.push_str("\n## Licence texts\n");
     for (text, users) in texts {
-        s.push_str(&format!("\n### Used by {}\n\n```text\n{}\n```\n", users.join(", "), text.trim_end().replace("```", "'''")));
+        s.push_str(&format!(
+            "\n### Used by {}\n\n```text\n{}\n```\n",
+            users.join(", "),
+            text.trim_end().replace("```", "'''")
+        ));
     }
     s
 }
 
 fn metadata() -> Result<Value> {
-    let host = std::env::var("TARGET").unwrap_or_else(|_| format!("{}-unknown-linux-gnu", std::env::consts::ARCH));
+    let host = std::env::var("TARGET")
+        .unwrap_or_else(|_| format!("{}-unknown-linux-gnu", std::env::consts::ARCH));
     let out = crate::cargo()
         .args(["metadata", "--format-version", "1", "--locked", "--filter-platform", &host])
         .output()
@@ -248,8 +292,14 @@ mod tests {
     fn expressions_split_into_identifiers_and_meet_the_policy() {
         assert_eq!(identifiers("MIT OR Apache-2.0"), ["MIT", "Apache-2.0"]);
         assert_eq!(identifiers("MIT/Apache-2.0"), ["MIT", "Apache-2.0"]);
-        assert_eq!(identifiers("Apache-2.0 WITH LLVM-exception OR MIT"), ["Apache-2.0 WITH LLVM-exception", "MIT"]);
-        assert_eq!(identifiers("(MIT OR Apache-2.0) AND Unicode-3.0"), ["MIT", "Apache-2.0", "Unicode-3.0"]);
+        assert_eq!(
+            identifiers("Apache-2.0 WITH LLVM-exception OR MIT"),
+            ["Apache-2.0 WITH LLVM-exception", "MIT"]
+        );
+        assert_eq!(
+            identifiers("(MIT OR Apache-2.0) AND Unicode-3.0"),
+            ["MIT", "Apache-2.0", "Unicode-3.0"]
+        );
         assert!(allowed("(MIT OR Apache-2.0) AND Unicode-3.0"));
         assert!(allowed("GPL-3.0 OR MIT"), "one allowed choice suffices");
         assert!(!allowed("GPL-3.0"));
@@ -270,7 +320,11 @@ mod tests {
     #[test]
     fn cddl_code_tells_the_shipper_to_point_at_its_source() {
         let doc = render(&[krate("inferno", "CDDL-1.0"), krate("anyhow", "MIT OR Apache-2.0")]);
-        assert!(doc.contains("inferno 1.0.0 is under CDDL-1.0") && doc.contains("https://crates.io/crates/inferno/1.0.0"), "{doc}");
+        assert!(
+            doc.contains("inferno 1.0.0 is under CDDL-1.0")
+                && doc.contains("https://crates.io/crates/inferno/1.0.0"),
+            "{doc}"
+        );
         assert!(doc.contains("| anyhow | 1.0.0 | MIT OR Apache-2.0 |"));
         assert!(doc.contains("### Used by inferno 1.0.0\n\n```text\nCDDL-1.0 text\n```"));
         assert!(problems(&[krate("x", "GPL-3.0")])[0].contains("outside the allowed"));
@@ -286,7 +340,10 @@ mod tests {
         let crates = collect(&metadata().unwrap()).unwrap();
         assert!(crates.iter().any(|c| c.name == "inferno" && c.license == "CDDL-1.0"));
         assert!(crates.iter().any(|c| c.name == "aya-ebpf"), "the eBPF object's crates count too");
-        assert!(!crates.iter().any(|c| c.name == "topwaits" || c.name == "clap_mangen"), "no workspace members or xtask-only crates");
+        assert!(
+            !crates.iter().any(|c| c.name == "topwaits" || c.name == "clap_mangen"),
+            "no workspace members or xtask-only crates"
+        );
         assert_eq!(problems(&crates), Vec::<String>::new());
         assert!(crates.iter().all(|c| !c.texts.is_empty() || !c.license.is_empty()));
     }

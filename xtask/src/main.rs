@@ -137,7 +137,10 @@ fn main() -> ExitCode {
             // costs (the user side's CPU budget) are the product's, and the unit
             // tests keep the overflow checks of the debug build.
             run(cargo().args(["test", "--lib", "--bins"]).args(&args))?;
-            run(cargo().args(["test", "--release", "-p", "topwaits", "--test", "*", "--"]).arg("--test-threads=1").args(&args))?;
+            run(cargo()
+                .args(["test", "--release", "-p", "topwaits", "--test", "*", "--"])
+                .arg("--test-threads=1")
+                .args(&args))?;
             eprintln!("xtask: the kernel tests again with --attach tp_btf");
             run(cargo()
                 .args([

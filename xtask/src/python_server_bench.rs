@@ -22,7 +22,9 @@ const PORT: u16 = 18_173;
 /// Kernel frames where a user thread entered the kernel: the frames after the last
 /// of them are user frames in offcputime's output, which has no delimiter.
 fn is_entry(frame: &str) -> bool {
-    frame.starts_with("entry_SYSCALL") || frame.starts_with("asm_") || frame.starts_with("ret_from_fork")
+    frame.starts_with("entry_SYSCALL")
+        || frame.starts_with("asm_")
+        || frame.starts_with("ret_from_fork")
 }
 
 /// What one tool saw: total µs, µs with an unresolved user frame, µs with a frame
@@ -51,7 +53,8 @@ impl Share {
             self.unnamed_in_file += value;
         }
         self.stacks += 1;
-        self.named_us += value * user.iter().filter(|f| **f != "[unknown]" && **f != IN_FILE).count() as u64;
+        self.named_us +=
+            value * user.iter().filter(|f| **f != "[unknown]" && **f != IN_FILE).count() as u64;
     }
 
     /// Named user frames per wait, weighted by time.
@@ -70,7 +73,8 @@ pub fn offcputime_share(text: &str) -> Share {
         let t = line.trim();
         if t.starts_with("- ") || t == "-" {
             let value: u64 = lines.next().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-            let user = frames.iter().rposition(|f| is_entry(f)).map_or(&frames[..0], |i| &frames[i + 1..]);
+            let user =
+                frames.iter().rposition(|f| is_entry(f)).map_or(&frames[..0], |i| &frames[i + 1..]);
             share.add(value, user);
             frames.clear();
         } else if line.starts_with("    ") && !t.is_empty() {
@@ -138,7 +142,13 @@ pub fn user_stacks(bin: &str) -> Result<String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    children.0.push(Command::new(PYTHON).args(["-c", &client_loop(9)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?);
+    children.0.push(
+        Command::new(PYTHON)
+            .args(["-c", &client_loop(9)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
     let pid = children.0[0].id().to_string();
     let topwaits = |extra: &[&str]| {
         Command::new(bin)
@@ -150,16 +160,31 @@ pub fn user_stacks(bin: &str) -> Result<String> {
             .spawn()
     };
     let (ours, leaf) = (topwaits(&[])?, topwaits(&["--leaf-callers"])?);
-    let peer = Command::new("/usr/sbin/offcputime").args(["-p", &pid, WINDOW]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
-    let (ours, leaf, peer) = (ours.wait_with_output()?, leaf.wait_with_output()?, peer.wait_with_output()?);
+    let peer = Command::new("/usr/sbin/offcputime")
+        .args(["-p", &pid, WINDOW])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let (ours, leaf, peer) =
+        (ours.wait_with_output()?, leaf.wait_with_output()?, peer.wait_with_output()?);
     if !ours.status.success() || !leaf.status.success() || !peer.status.success() {
-        bail!("a tracer failed: topwaits {}, with --leaf-callers {}, offcputime {}", ours.status, leaf.status, peer.status);
+        bail!(
+            "a tracer failed: topwaits {}, with --leaf-callers {}, offcputime {}",
+            ours.status,
+            leaf.status,
+            peer.status
+        );
     }
     let t = topwaits_share(&serde_json::from_slice(&ours.stdout).context("topwaits' JSON")?);
     let l = topwaits_share(&serde_json::from_slice(&leaf.stdout).context("topwaits' JSON")?);
     let o = offcputime_share(&String::from_utf8_lossy(&peer.stdout));
     if t.total == 0 || o.total == 0 || l.total == 0 {
-        bail!("no off-CPU time seen: topwaits {} us, with --leaf-callers {} us, offcputime {} us", t.total, l.total, o.total);
+        bail!(
+            "no off-CPU time seen: topwaits {} us, with --leaf-callers {} us, offcputime {} us",
+            t.total,
+            l.total,
+            o.total
+        );
     }
     let (ts, ls, os) = (pct(t.unknown, t.total), pct(l.unknown, l.total), pct(o.unknown, o.total));
     let tables = first_whole_stack(bin, &pid)?;
@@ -193,7 +218,11 @@ fn epoch_seconds(s: &str) -> Option<f64> {
     let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
     let (y, m, day) = (d.next()??, d.next()??, d.next()??);
     let mut t = time.strip_suffix("+00:00").or_else(|| time.strip_suffix('Z'))?.splitn(3, ':');
-    let (h, min, sec) = (t.next()?.parse::<i64>().ok()?, t.next()?.parse::<i64>().ok()?, t.next()?.parse::<f64>().ok()?);
+    let (h, min, sec) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<f64>().ok()?,
+    );
     // Days since 1970-01-01 in the proleptic Gregorian calendar, counted from
     // March so that a leap day ends its year: 400-year eras of 146,097 days.
     let y = if m <= 2 { y - 1 } else { y };
@@ -230,7 +259,11 @@ fn tables_line(stderr: &str) -> Option<(u64, u64)> {
 /// long from its exec to the first wait with a whole user stack (its tables must
 /// first be built, for python3, libc and the rest), and the tables' memory.
 fn first_whole_stack(bin: &str, pid: &str) -> Result<String> {
-    let _client = Killed(vec![Command::new(PYTHON).args(["-c", &client_loop(6)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?]);
+    let _client = Killed(vec![Command::new(PYTHON)
+        .args(["-c", &client_loop(6)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?]);
     std::thread::sleep(Duration::from_millis(300));
     let exec = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
     let out = Command::new(bin)
@@ -243,7 +276,8 @@ fn first_whole_stack(bin: &str, pid: &str) -> Result<String> {
     }
     let doc: Value = serde_json::from_slice(&out.stdout).context("topwaits' JSON")?;
     let first = first_whole(&doc).context("no wait with a whole user stack in 3 s")?;
-    let (files, kib) = tables_line(&String::from_utf8_lossy(&out.stderr)).context("topwaits wrote no line about its unwind tables")?;
+    let (files, kib) = tables_line(&String::from_utf8_lossy(&out.stderr))
+        .context("topwaits wrote no line about its unwind tables")?;
     Ok(format!(
         "Unwind tables on that server: a new topwaits (3 s, every wait an event) built {files} files' tables, {kib} KiB in the kernel; its first wait with a whole user stack began {:.0} ms after its exec.\n",
         (first - exec) * 1000.0
@@ -256,13 +290,23 @@ fn first_whole_stack(bin: &str, pid: &str) -> Result<String> {
 fn python_costs(bin: &str) -> Result<String> {
     let tracers = [
         crate::tracers::Tracer { name: "topwaits", cmd: Some(vec![bin.into(), "-f".into()]) },
-        crate::tracers::Tracer { name: "topwaits --unwind fp", cmd: Some(vec![bin.into(), "-f".into(), "--unwind".into(), "fp".into()]) },
-        crate::tracers::Tracer { name: "offcputime", cmd: Some(vec!["/usr/sbin/offcputime".into()]) },
+        crate::tracers::Tracer {
+            name: "topwaits --unwind fp",
+            cmd: Some(vec![bin.into(), "-f".into(), "--unwind".into(), "fp".into()]),
+        },
+        crate::tracers::Tracer {
+            name: "offcputime",
+            cmd: Some(vec!["/usr/sbin/offcputime".into()]),
+        },
     ];
     let mut ns = Vec::new();
     for t in &tracers {
         let cost = crate::tracers::cost_during(t, || {
-            let status = Command::new(PYTHON).args(["-c", &client_loop(3)]).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+            let status = Command::new(PYTHON)
+                .args(["-c", &client_loop(3)])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()?;
             if !status.success() {
                 bail!("the client loop failed: {status}");
             }
@@ -291,7 +335,11 @@ mod tests {
             \x20   schedule\n    entry_SYSCALL_64_after_hwframe\n    read\n    main\n    -                python3 (7)\n        700\n\n\
             \x20   schedule\n    [unknown]\n    worker_thread\n    -                kworker (9)\n        50\n";
         let s = offcputime_share(text);
-        assert_eq!((s.total, s.unknown, s.stacks), (1050, 300, 3), "an [unknown] kernel frame is not a user frame");
+        assert_eq!(
+            (s.total, s.unknown, s.stacks),
+            (1050, 300, 3),
+            "an [unknown] kernel frame is not a user frame"
+        );
         assert_eq!(s.named_us, 300 + 2 * 700, "named user frames weighted by time");
     }
 
@@ -335,7 +383,10 @@ mod tests {
             {"total_us": 100, "user_stack": [{"symbol": "[unknown]", "module": "python3.11"}, {"symbol": "main"}]},
         ]});
         let s = topwaits_share(&doc);
-        assert_eq!((s.total, s.unknown, s.unnamed_in_file, s.stacks, s.named_us), (200, 10, 100, 4, 10 + 30 + 100));
+        assert_eq!(
+            (s.total, s.unknown, s.unnamed_in_file, s.stacks, s.named_us),
+            (200, 10, 100, 4, 10 + 30 + 100)
+        );
         assert!((s.depth() - 0.7).abs() < 1e-9);
         assert_eq!(pct(10, 100), 10.0);
         assert_eq!(pct(1, 0), 0.0);

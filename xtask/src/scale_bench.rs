@@ -60,9 +60,14 @@ fn threads_cost(tracer: &Tracer, n: usize) -> Result<f64> {
 /// Runs `perf bench sched messaging -g 20` under `tracer`; returns ns per switch.
 fn wide_cost(tracer: &Tracer) -> Result<f64> {
     cost_during(tracer, || {
-        let out = Command::new("perf").args(["bench", "sched", "messaging", "-g", "20", "-l", "100"]).output()?;
+        let out = Command::new("perf")
+            .args(["bench", "sched", "messaging", "-g", "20", "-l", "100"])
+            .output()?;
         if !out.status.success() {
-            return Err(anyhow!("perf bench sched messaging -g 20 failed: {}", String::from_utf8_lossy(&out.stderr)));
+            return Err(anyhow!(
+                "perf bench sched messaging -g 20 failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
         Ok(())
     })
@@ -75,8 +80,12 @@ pub fn scale(bin: &str, rounds: usize) -> Result<String> {
         Tracer::new("topwaits --waker", &[bin, "-f", "--waker"]),
         Tracer::new("libbpf-tools offcputime", &["/usr/sbin/offcputime"]),
     ];
-    let cases: [(&str, Option<usize>); 4] =
-        [("10 threads", Some(10)), ("1,000 threads", Some(1000)), ("10,000 threads", Some(10_000)), ("messaging -g 20 (800 tasks)", None)];
+    let cases: [(&str, Option<usize>); 4] = [
+        ("10 threads", Some(10)),
+        ("1,000 threads", Some(1000)),
+        ("10,000 threads", Some(10_000)),
+        ("messaging -g 20 (800 tasks)", None),
+    ];
     let mut out = format!(
         "\nScale: ns per switch as the traced threads grow (each case {SECS} s of sleeping threads at about {WAKEUPS_PER_SEC} wakeups/s in all, so the load stays the same), and under `perf bench sched messaging -g 20 -l 100`; medians of {rounds} rounds.\n\n| case |"
     );

@@ -14,7 +14,11 @@ use crate::tracers::{start, stop};
 /// A memory figure of `pid` from its status (`VmRSS:`, `VmHWM:`), in KiB.
 fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Resident memory of `pid`, in KiB.
@@ -40,7 +44,10 @@ fn scrape(port: u16) -> Result<usize> {
     let mut body = Vec::new();
     conn.read_to_end(&mut body)?;
     if !body.starts_with(b"HTTP/1.1 200") {
-        bail!("serve answered /metrics with {}", String::from_utf8_lossy(&body[..body.len().min(40)]));
+        bail!(
+            "serve answered /metrics with {}",
+            String::from_utf8_lossy(&body[..body.len().min(40)])
+        );
     }
     Ok(body.len())
 }
@@ -48,7 +55,10 @@ fn scrape(port: u16) -> Result<usize> {
 pub fn serve_soak(bin: &str, secs: u64) -> Result<String> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let listen = format!("127.0.0.1:{port}");
-    let cmd: Vec<String> = [bin, "serve", "-w", "--listen", &listen, "--stack-storage-size", "2048"].map(String::from).to_vec();
+    let cmd: Vec<String> =
+        [bin, "serve", "-w", "--listen", &listen, "--stack-storage-size", "2048"]
+            .map(String::from)
+            .to_vec();
     let r = start(&cmd, &[])?;
     let pid = r.child.id();
     let t0 = Instant::now();
@@ -58,7 +68,12 @@ pub fn serve_soak(bin: &str, secs: u64) -> Result<String> {
     while t0.elapsed() < Duration::from_secs(secs) {
         let mut kids = Vec::new();
         for _ in 0..4 {
-            kids.push(Command::new("sh").args(["-c", "sleep 0.01; echo x | cat >/dev/null"]).stdout(Stdio::null()).spawn()?);
+            kids.push(
+                Command::new("sh")
+                    .args(["-c", "sleep 0.01; echo x | cat >/dev/null"])
+                    .stdout(Stdio::null())
+                    .spawn()?,
+            );
         }
         for k in &mut kids {
             k.wait()?;

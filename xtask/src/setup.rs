@@ -50,7 +50,8 @@ fn cargo_bin() -> PathBuf {
 
 /// PATH with the cargo bin directory in it, for bpf-linker.
 pub fn path_with_cargo_bin() -> std::ffi::OsString {
-    let mut paths: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut paths: Vec<PathBuf> =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
     let bin = cargo_bin();
     if !paths.contains(&bin) {
         paths.insert(0, bin);
@@ -68,7 +69,8 @@ fn missing_packages() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|p| {
-            output_ok(Command::new("dpkg-query").args(["-W", "-f=${Status}", p])).is_none_or(|s| !s.contains("install ok installed"))
+            output_ok(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .is_none_or(|s| !s.contains("install ok installed"))
         })
         .collect()
 }
@@ -79,11 +81,23 @@ fn root_cmd(program: &str) -> Command {
 
 pub fn setup() -> Result<()> {
     // 1. rust-src for nightly: the eBPF crate builds core from source.
-    let installed = output_ok(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
-        .context("rustup with a nightly toolchain is required")?;
+    let installed = output_ok(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]))
+    .context("rustup with a nightly toolchain is required")?;
     if !installed.lines().any(|l| l.starts_with("rust-src")) {
         eprintln!("setup: adding rust-src to nightly");
-        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
     }
     // rustfmt and clippy for the lints `test` runs.
     for (tool, component) in [("fmt", "rustfmt"), ("clippy", "clippy")] {
@@ -108,7 +122,16 @@ pub fn setup() -> Result<()> {
     if !have.contains(BPF_LINKER_VERSION) {
         eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22");
         run(Command::new("cargo")
-            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--no-default-features", "--features", "llvm-22"])
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
             .env("LLVM_PREFIX", "/usr/lib/llvm-22"))?;
     }
     // 4. The independent readers the export tests check our files with.
@@ -130,7 +153,12 @@ fn test_tools() -> Result<()> {
     if !dir.join("package.json").exists() {
         std::fs::write(dir.join("package.json"), "{\"private\": true}\n")?;
     }
-    run(Command::new("npm").current_dir(&dir).args(["install", "--no-audit", "--no-fund", PPROF_FORMAT]))?;
+    run(Command::new("npm").current_dir(&dir).args([
+        "install",
+        "--no-audit",
+        "--no-fund",
+        PPROF_FORMAT,
+    ]))?;
     python_readers()
 }
 
@@ -143,14 +171,19 @@ const OTLP_PROTO: &str = "opentelemetry-proto==1.45.0";
 fn python_readers() -> Result<()> {
     for (module, packages) in [
         ("perfetto.protos.perfetto.trace.perfetto_trace_pb2", &[PERFETTO, "protobuf"][..]),
-        ("opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2", &[OTLP_PROTO][..]),
+        (
+            "opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2",
+            &[OTLP_PROTO][..],
+        ),
     ] {
         let have = Command::new("python3").args(["-c", &format!("import {module}")]).output();
         if have.is_ok_and(|o| o.status.success()) {
             continue;
         }
         eprintln!("setup: installing {} for the export tests", packages.join(" "));
-        run(Command::new("python3").args(["-m", "pip", "install", "-q", "--root-user-action=ignore"]).args(packages))?;
+        run(Command::new("python3")
+            .args(["-m", "pip", "install", "-q", "--root-user-action=ignore"])
+            .args(packages))?;
     }
     Ok(())
 }

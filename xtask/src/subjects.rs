@@ -16,24 +16,35 @@ pub fn too_long(log: &str) -> Vec<String> {
     log.lines()
         .filter_map(|l| l.split_once('\t'))
         .filter(|(_, subject)| subject.chars().count() > MAX_SUBJECT)
-        .map(|(hash, subject)| format!("{hash} ({} characters): {subject}", subject.chars().count()))
+        .map(|(hash, subject)| {
+            format!("{hash} ({} characters): {subject}", subject.chars().count())
+        })
         .collect()
 }
 
 /// Fails on any commit since [`RULE_AFTER`] whose subject is too long. Skipped,
 /// with a note, where the history is not there (a shallow clone, no git).
 pub fn check() -> Result<()> {
-    let out = Command::new("git").current_dir(crate::root()).args(["log", "--format=%h%x09%s", &format!("{RULE_AFTER}..HEAD")]).output();
+    let out = Command::new("git")
+        .current_dir(crate::root())
+        .args(["log", "--format=%h%x09%s", &format!("{RULE_AFTER}..HEAD")])
+        .output();
     let log = match out {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
         _ => {
-            eprintln!("xtask: commit subjects not checked: no git history back to {}", &RULE_AFTER[..12]);
+            eprintln!(
+                "xtask: commit subjects not checked: no git history back to {}",
+                &RULE_AFTER[..12]
+            );
             return Ok(());
         }
     };
     let long = too_long(&log);
     if !long.is_empty() {
-        bail!("commit subjects over {MAX_SUBJECT} characters (put the why in the body):\n  {}", long.join("\n  "));
+        bail!(
+            "commit subjects over {MAX_SUBJECT} characters (put the why in the body):\n  {}",
+            long.join("\n  ")
+        );
     }
     Ok(())
 }

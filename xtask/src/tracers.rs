@@ -33,7 +33,10 @@ pub struct Prog {
 /// Parses `bpftool -j prog show` without a JSON dependency: the fields we need are
 /// flat numbers and strings in each object.
 pub fn progs() -> Result<Vec<Prog>> {
-    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("bpftool is needed")?;
+    let out = Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output()
+        .context("bpftool is needed")?;
     let text = String::from_utf8_lossy(&out.stdout);
     Ok(split_objects(&text)
         .into_iter()
@@ -50,9 +53,15 @@ pub fn progs() -> Result<Vec<Prog>> {
 
 /// (id, bytes_memlock) of every map.
 pub fn maps() -> Result<Vec<(u64, u64)>> {
-    let out = Command::new("bpftool").args(["-j", "map", "show"]).output().context("bpftool is needed")?;
+    let out = Command::new("bpftool")
+        .args(["-j", "map", "show"])
+        .output()
+        .context("bpftool is needed")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    Ok(split_objects(&text).into_iter().filter_map(|o| Some((num(o, "id")?, num(o, "bytes_memlock").unwrap_or(0)))).collect())
+    Ok(split_objects(&text)
+        .into_iter()
+        .filter_map(|o| Some((num(o, "id")?, num(o, "bytes_memlock").unwrap_or(0))))
+        .collect())
 }
 
 /// Top-level objects of a JSON array, as text.
@@ -161,7 +170,9 @@ pub fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
     let ready = loop {
         if marked {
             match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(l) if l.starts_with("Tracing") || l.starts_with("Serving") => break t0.elapsed(),
+                Ok(l) if l.starts_with("Tracing") || l.starts_with("Serving") => {
+                    break t0.elapsed()
+                }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let _ = child.kill();
                     bail!("{} exited before attaching", cmd[0]);
@@ -180,7 +191,8 @@ pub fn start(cmd: &[String], env: &[(&str, &str)]) -> Result<Running> {
             bail!("{} did not attach within 30 s", cmd[0]);
         }
     };
-    let prog_ids = progs()?.into_iter().filter(|p| !before.contains(&p.id)).map(|p| (p.id, p.name)).collect();
+    let prog_ids =
+        progs()?.into_iter().filter(|p| !before.contains(&p.id)).map(|p| (p.id, p.name)).collect();
     let map_bytes = maps()?.into_iter().filter(|m| !maps_before.contains(&m.0)).map(|m| m.1).sum();
     // Keep draining stderr so the tracer never blocks on it, noting when the
     // learners are in place.
@@ -280,7 +292,10 @@ pub fn settle(pid: u32) {
 /// `pid` holds (`verified_insns` in their fdinfo, Linux 5.16+; 0 where not
 /// given). Start-up is mostly this work, and unlike time it does not swing.
 pub fn verified_insns(pid: u32) -> u64 {
-    prog_fdinfos(&fdinfo_dir(pid)).iter().filter_map(|(_, info)| fdinfo_field(info, "verified_insns")).sum()
+    prog_fdinfos(&fdinfo_dir(pid))
+        .iter()
+        .filter_map(|(_, info)| fdinfo_field(info, "verified_insns"))
+        .sum()
 }
 
 /// The fdinfo directory of process `pid`.
@@ -337,7 +352,9 @@ pub fn spent(before: &[Prog], after: &[Prog]) -> (u64, u64) {
     let (mut total_ns, mut switches) = (0u64, 0u64);
     for a in after {
         let b = before.iter().find(|b| b.id == a.id);
-        let (dt, dc) = b.map_or((a.run_time_ns, a.run_cnt), |b| (a.run_time_ns - b.run_time_ns, a.run_cnt - b.run_cnt));
+        let (dt, dc) = b.map_or((a.run_time_ns, a.run_cnt), |b| {
+            (a.run_time_ns - b.run_time_ns, a.run_cnt - b.run_cnt)
+        });
         total_ns += dt;
         if a.name.starts_with("sched_switch") {
             switches += dc;
@@ -393,16 +410,23 @@ mod tests {
     fn held_programs_come_from_the_fdinfo_of_their_descriptors() {
         let dir = std::env::temp_dir().join(format!("xtask-fdinfo-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let prog = |id: u64, ns: u64, cnt: u64| format!("pos:\t0\nprog_type:\t17\nprog_id:\t{id}\nrun_time_ns:\t{ns}\nrun_cnt:\t{cnt}\n");
+        let prog = |id: u64, ns: u64, cnt: u64| {
+            format!(
+                "pos:\t0\nprog_type:\t17\nprog_id:\t{id}\nrun_time_ns:\t{ns}\nrun_cnt:\t{cnt}\n"
+            )
+        };
         std::fs::write(dir.join("3"), prog(7, 5000, 10)).unwrap();
         std::fs::write(dir.join("4"), prog(7, 5000, 10)).unwrap();
         std::fs::write(dir.join("5"), prog(8, 900, 3)).unwrap();
         std::fs::write(dir.join("6"), prog(99, 1, 1)).unwrap();
         std::fs::write(dir.join("7"), "pos:\t0\nflags:\t02\nmap_id:\t8\n").unwrap();
-        let names = [(7, "sched_switch".to_string()), (8, "sched_waking".to_string())].into_iter().collect();
+        let names = [(7, "sched_switch".to_string()), (8, "sched_waking".to_string())]
+            .into_iter()
+            .collect();
         let held = super::held_progs(&dir, &names);
         std::fs::remove_dir_all(&dir).unwrap();
-        let got: Vec<_> = held.iter().map(|p| (p.id, p.name.as_str(), p.run_time_ns, p.run_cnt)).collect();
+        let got: Vec<_> =
+            held.iter().map(|p| (p.id, p.name.as_str(), p.run_time_ns, p.run_cnt)).collect();
         assert_eq!(got, [(7, "sched_switch", 5000, 10), (8, "sched_waking", 900, 3)]);
         assert_eq!(super::spent(&[], &held), (5900, 10));
     }

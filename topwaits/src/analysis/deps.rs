@@ -49,7 +49,11 @@ pub fn driving(edges: &[Edge], sleeps: &std::collections::HashMap<u32, u64>) -> 
     let (num, den) = CONSUMER_SHARE;
     edges
         .iter()
-        .filter(|e| e.futex && e.count >= CONSUMER_WAKES && sleeps.get(&e.sleeper).is_some_and(|&s| e.count * den >= s * num))
+        .filter(|e| {
+            e.futex
+                && e.count >= CONSUMER_WAKES
+                && sleeps.get(&e.sleeper).is_some_and(|&s| e.count * den >= s * num)
+        })
         .copied()
         .collect()
 }
@@ -64,10 +68,15 @@ pub fn reduce(edges: &[Edge]) -> Vec<Group> {
         entry.1 += e.count;
         woken.insert(e.sleeper);
     }
-    let mut order: Vec<(u32, &BTreeSet<u32>, u64)> = sets.iter().map(|(w, (s, c))| (*w, s, *c)).collect();
+    let mut order: Vec<(u32, &BTreeSet<u32>, u64)> =
+        sets.iter().map(|(w, (s, c))| (*w, s, *c)).collect();
     order.sort_by(|a, b| {
         let root = |w: u32| !woken.contains(&w);
-        root(b.0).cmp(&root(a.0)).then(b.2.cmp(&a.2)).then(b.1.len().cmp(&a.1.len())).then(a.0.cmp(&b.0))
+        root(b.0)
+            .cmp(&root(a.0))
+            .then(b.2.cmp(&a.2))
+            .then(b.1.len().cmp(&a.1.len()))
+            .then(a.0.cmp(&b.0))
     });
     let mut placed: BTreeSet<u32> = BTreeSet::new();
     let mut groups = Vec::new();
@@ -75,7 +84,8 @@ pub fn reduce(edges: &[Edge]) -> Vec<Group> {
         if placed.contains(&waker) {
             continue;
         }
-        let consumers: Vec<u32> = sleepers.iter().copied().filter(|s| !placed.contains(s) && *s != waker).collect();
+        let consumers: Vec<u32> =
+            sleepers.iter().copied().filter(|s| !placed.contains(s) && *s != waker).collect();
         if consumers.is_empty() {
             continue;
         }
@@ -91,7 +101,9 @@ mod tests {
     use super::*;
 
     fn edges(list: &[(u32, u32, u64)]) -> Vec<Edge> {
-        list.iter().map(|&(waker, sleeper, count)| Edge { waker, sleeper, count, futex: true }).collect()
+        list.iter()
+            .map(|&(waker, sleeper, count)| Edge { waker, sleeper, count, futex: true })
+            .collect()
     }
 
     fn group(producer: u32, consumers: &[u32]) -> Group {
@@ -101,13 +113,31 @@ mod tests {
     #[test]
     fn the_seed_example_yields_one_producer_with_three_consumers() {
         // pid1 wakes 2, 3, 4; 2 wakes 1 and 3; 3 wakes 1 and 2; 4 wakes 1.
-        let e = edges(&[(1, 2, 1), (1, 3, 1), (1, 4, 1), (2, 1, 1), (2, 3, 1), (3, 1, 1), (3, 2, 1), (4, 1, 1)]);
+        let e = edges(&[
+            (1, 2, 1),
+            (1, 3, 1),
+            (1, 4, 1),
+            (2, 1, 1),
+            (2, 3, 1),
+            (3, 1, 1),
+            (3, 2, 1),
+            (4, 1, 1),
+        ]);
         assert_eq!(reduce(&e), vec![group(1, &[2, 3, 4])]);
     }
 
     #[test]
     fn the_seed_example_holds_with_realistic_counts_in_any_input_order() {
-        let mut e = edges(&[(1, 2, 50), (1, 3, 48), (1, 4, 51), (2, 1, 5), (2, 3, 2), (3, 1, 4), (3, 2, 3), (4, 1, 6)]);
+        let mut e = edges(&[
+            (1, 2, 50),
+            (1, 3, 48),
+            (1, 4, 51),
+            (2, 1, 5),
+            (2, 3, 2),
+            (3, 1, 4),
+            (3, 2, 3),
+            (4, 1, 6),
+        ]);
         let want = vec![group(1, &[2, 3, 4])];
         assert_eq!(reduce(&e), want);
         e.reverse();
@@ -116,7 +146,15 @@ mod tests {
 
     #[test]
     fn two_independent_producer_groups() {
-        let e = edges(&[(10, 11, 30), (10, 12, 30), (11, 10, 2), (20, 21, 9), (20, 22, 9), (20, 23, 9), (22, 20, 1)]);
+        let e = edges(&[
+            (10, 11, 30),
+            (10, 12, 30),
+            (11, 10, 2),
+            (20, 21, 9),
+            (20, 22, 9),
+            (20, 23, 9),
+            (22, 20, 1),
+        ]);
         assert_eq!(reduce(&e), vec![group(10, &[11, 12]), group(20, &[21, 22, 23])]);
     }
 
@@ -132,7 +170,8 @@ mod tests {
     #[test]
     fn only_wakers_that_end_a_quarter_of_the_sleeps_drive_a_consumer() {
         let e = edges(&[(1, 2, 12), (1, 3, 40), (1, 4, 25), (1, 9, 50)]);
-        let sleeps: std::collections::HashMap<u32, u64> = [(2, 1867), (3, 41), (4, 100)].into_iter().collect();
+        let sleeps: std::collections::HashMap<u32, u64> =
+            [(2, 1867), (3, 41), (4, 100)].into_iter().collect();
         let kept: Vec<u32> = driving(&e, &sleeps).iter().map(|e| e.sleeper).collect();
         assert_eq!(kept, [3, 4], "2 is rarely woken by 1; 9 is not traced");
         assert_eq!(reduce(&driving(&e, &sleeps)), vec![group(1, &[3, 4])]);

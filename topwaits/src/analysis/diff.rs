@@ -71,22 +71,32 @@ impl Stat {
     }
 
     fn scaled(&self, by: f64) -> Stat {
-        Stat { total_ns: (self.total_ns as f64 * by).round() as u64, count: (self.count as f64 * by).round() as u64, max_ns: self.max_ns }
+        Stat {
+            total_ns: (self.total_ns as f64 * by).round() as u64,
+            count: (self.count as f64 * by).round() as u64,
+            max_ns: self.max_ns,
+        }
     }
 }
 
 fn names(stack: &Value) -> Vec<String> {
     stack
         .as_array()
-        .map(|frames| frames.iter().map(|f| f["symbol"].as_str().unwrap_or("[unknown]").to_string()).collect())
+        .map(|frames| {
+            frames.iter().map(|f| f["symbol"].as_str().unwrap_or("[unknown]").to_string()).collect()
+        })
         .unwrap_or_default()
 }
 
 impl Side {
     /// The side a JSON document of a trace (`--json`) holds, or why it holds none.
     pub fn of_json(doc: &Value) -> Result<Side, String> {
-        let records = doc["records"].as_array().ok_or("no \"records\" array: not the --json document of a trace")?;
-        let duration_s = doc["duration_s"].as_f64().ok_or("no \"duration_s\": not the --json document of a trace")?;
+        let records = doc["records"]
+            .as_array()
+            .ok_or("no \"records\" array: not the --json document of a trace")?;
+        let duration_s = doc["duration_s"]
+            .as_f64()
+            .ok_or("no \"duration_s\": not the --json document of a trace")?;
         let mut rows = Vec::with_capacity(records.len());
         for r in records {
             let key = Key {
@@ -115,8 +125,18 @@ impl Side {
             .iter()
             .zip(&side.rows)
             .map(|(r, row)| {
-                let label = r["waits_on"]["label"].as_str().map_or_else(|| "not labelled".to_string(), label_key);
-                Row { key: Key { comm: String::new(), kind: label, user: Vec::new(), kernel: Vec::new() }, stat: row.stat }
+                let label = r["waits_on"]["label"]
+                    .as_str()
+                    .map_or_else(|| "not labelled".to_string(), label_key);
+                Row {
+                    key: Key {
+                        comm: String::new(),
+                        kind: label,
+                        user: Vec::new(),
+                        kernel: Vec::new(),
+                    },
+                    stat: row.stat,
+                }
             })
             .collect();
         Ok(Side { duration_s: side.duration_s, rows })
@@ -128,7 +148,8 @@ impl Side {
     /// it explains (its count is its threads).
     pub fn of_why_json(doc: &Value) -> Result<Side, String> {
         let causes = doc["causes"].as_array().ok_or("no \"causes\" array: not a why document")?;
-        let duration_s = doc["duration_s"].as_f64().ok_or("no \"duration_s\" in the why document")?;
+        let duration_s =
+            doc["duration_s"].as_f64().ok_or("no \"duration_s\" in the why document")?;
         let rows = causes
             .iter()
             .map(|c| {
@@ -136,7 +157,9 @@ impl Side {
                 let kind = match c["on"].as_str() {
                     // A waker past the path's depth is named by its tid, which
                     // differs between runs.
-                    Some(on) if on.starts_with("thread ") => format!("{kind} on a thread (path too deep)"),
+                    Some(on) if on.starts_with("thread ") => {
+                        format!("{kind} on a thread (path too deep)")
+                    }
                     Some(on) => format!("{kind} on {}", label_key(on)),
                     None => kind,
                 };
@@ -147,7 +170,14 @@ impl Side {
                     kernel: names(&c["kernel_stack"]),
                 };
                 let threads = c["threads"].as_array().map_or(1, Vec::len) as u64;
-                Row { key, stat: Stat { total_ns: c["ns"].as_u64().unwrap_or(0), count: threads, max_ns: 0 } }
+                Row {
+                    key,
+                    stat: Stat {
+                        total_ns: c["ns"].as_u64().unwrap_or(0),
+                        count: threads,
+                        max_ns: 0,
+                    },
+                }
             })
             .collect();
         Ok(Side { duration_s, rows })
@@ -215,14 +245,31 @@ impl Diff {
 /// Compares `after` with `before`, with `normalise` the before side's time and
 /// counts scaled to the after side's length first.
 pub fn compare(before: &Side, after: &Side, normalise: bool) -> Diff {
-    let scale = if normalise && before.duration_s > 0.0 { after.duration_s / before.duration_s } else { 1.0 };
+    let scale = if normalise && before.duration_s > 0.0 {
+        after.duration_s / before.duration_s
+    } else {
+        1.0
+    };
     let (b, a) = (before.by_key(), after.by_key());
     let mut changes: Vec<Change> = b
         .iter()
-        .map(|(k, s)| Change { key: (*k).clone(), before: Some(s.scaled(scale)), after: a.get(k).copied() })
-        .chain(a.iter().filter(|(k, _)| !b.contains_key(*k)).map(|(k, s)| Change { key: (*k).clone(), before: None, after: Some(*s) }))
+        .map(|(k, s)| Change {
+            key: (*k).clone(),
+            before: Some(s.scaled(scale)),
+            after: a.get(k).copied(),
+        })
+        .chain(a.iter().filter(|(k, _)| !b.contains_key(*k)).map(|(k, s)| Change {
+            key: (*k).clone(),
+            before: None,
+            after: Some(*s),
+        }))
         .collect();
-    changes.sort_by(|x, y| y.delta_ns().unsigned_abs().cmp(&x.delta_ns().unsigned_abs()).then_with(|| x.key.cmp(&y.key)));
+    changes.sort_by(|x, y| {
+        y.delta_ns()
+            .unsigned_abs()
+            .cmp(&x.delta_ns().unsigned_abs())
+            .then_with(|| x.key.cmp(&y.key))
+    });
     Diff {
         before_s: before.duration_s,
         after_s: after.duration_s,
@@ -263,14 +310,29 @@ pub fn check<'a>(diff: &'a Diff, gate: &Gate) -> Vec<Crossed<'a>> {
     if let Some(ns) = gate.stack_grows_ns {
         let rows: Vec<&Change> = diff.changes.iter().filter(|c| c.delta_ns() > ns as i64).collect();
         if !rows.is_empty() {
-            out.push(Crossed { what: format!("{} grew by more than {}", plural_stacks(rows.len()), secs(ns as i64)), changes: rows });
+            out.push(Crossed {
+                what: format!(
+                    "{} grew by more than {}",
+                    plural_stacks(rows.len()),
+                    secs(ns as i64)
+                ),
+                changes: rows,
+            });
         }
     }
     if let Some(ns) = gate.new_ns {
-        let rows: Vec<&Change> = diff.changes.iter().filter(|c| c.before.is_none() && c.after.is_some_and(|s| s.total_ns > ns)).collect();
+        let rows: Vec<&Change> = diff
+            .changes
+            .iter()
+            .filter(|c| c.before.is_none() && c.after.is_some_and(|s| s.total_ns > ns))
+            .collect();
         if !rows.is_empty() {
             out.push(Crossed {
-                what: format!("{} new, each waiting more than {}", plural_stacks(rows.len()), secs(ns as i64)),
+                what: format!(
+                    "{} new, each waiting more than {}",
+                    plural_stacks(rows.len()),
+                    secs(ns as i64)
+                ),
                 changes: rows,
             });
         }
@@ -352,8 +414,14 @@ mod tests {
 
     #[test]
     fn stacks_match_by_names_across_threads_and_rank_by_the_change() {
-        let before =
-            side(10.0, vec![row("app", &["read", "main"], 100, 10), row("app", &["poll", "main"], 500, 5), row("app", &["old"], 40, 1)]);
+        let before = side(
+            10.0,
+            vec![
+                row("app", &["read", "main"], 100, 10),
+                row("app", &["poll", "main"], 500, 5),
+                row("app", &["old"], 40, 1),
+            ],
+        );
         let after = side(
             10.0,
             vec![
@@ -365,7 +433,8 @@ mod tests {
             ],
         );
         let d = compare(&before, &after, false);
-        let order: Vec<(&str, i64)> = d.changes.iter().map(|c| (c.key.user[0].as_str(), c.delta_ns() / 1_000_000)).collect();
+        let order: Vec<(&str, i64)> =
+            d.changes.iter().map(|c| (c.key.user[0].as_str(), c.delta_ns() / 1_000_000)).collect();
         assert_eq!(order, vec![("nanosleep", 1000), ("poll", -300), ("old", -40), ("read", 20)]);
         assert_eq!(d.changes[0].status(), "new");
         assert_eq!(d.changes[2].status(), "gone");
@@ -387,29 +456,59 @@ mod tests {
 
     #[test]
     fn the_gate_names_what_crossed_each_threshold() {
-        let before = side(10.0, vec![row("app", &["read"], 100, 10), row("app", &["poll"], 900, 9)]);
-        let after = side(10.0, vec![row("app", &["read"], 130, 13), row("app", &["poll"], 900, 9), row("app", &["new_wait"], 50, 5)]);
+        let before =
+            side(10.0, vec![row("app", &["read"], 100, 10), row("app", &["poll"], 900, 9)]);
+        let after = side(
+            10.0,
+            vec![
+                row("app", &["read"], 130, 13),
+                row("app", &["poll"], 900, 9),
+                row("app", &["new_wait"], 50, 5),
+            ],
+        );
         let d = compare(&before, &after, false);
         // +80 ms of 1 s: 8%.
         assert!(check(&d, &Gate { grows_pct: Some(10.0), ..Gate::default() }).is_empty());
-        let crossed = check(&d, &Gate { grows_pct: Some(5.0), stack_grows_ns: Some(20_000_000), new_ns: Some(40_000_000) });
+        let crossed = check(
+            &d,
+            &Gate {
+                grows_pct: Some(5.0),
+                stack_grows_ns: Some(20_000_000),
+                new_ns: Some(40_000_000),
+            },
+        );
         assert_eq!(crossed.len(), 3, "{crossed:?}");
-        assert!(crossed[0].what.contains("8.0%") && crossed[0].what.contains("+0.080 s"), "{}", crossed[0].what);
-        let names = |c: &Crossed| c.changes.iter().map(|c| c.key.user[0].clone()).collect::<Vec<_>>();
+        assert!(
+            crossed[0].what.contains("8.0%") && crossed[0].what.contains("+0.080 s"),
+            "{}",
+            crossed[0].what
+        );
+        let names =
+            |c: &Crossed| c.changes.iter().map(|c| c.key.user[0].clone()).collect::<Vec<_>>();
         assert_eq!(names(&crossed[1]), vec!["new_wait", "read"]);
         assert_eq!(names(&crossed[2]), vec!["new_wait"]);
-        assert!(check(&d, &Gate { stack_grows_ns: Some(50_000_000), new_ns: Some(50_000_000), ..Gate::default() }).is_empty());
+        assert!(check(
+            &d,
+            &Gate { stack_grows_ns: Some(50_000_000), new_ns: Some(50_000_000), ..Gate::default() }
+        )
+        .is_empty());
         // Rerun against itself: nothing crosses anything.
-        assert!(
-            check(&compare(&before, &before, false), &Gate { grows_pct: Some(0.0), stack_grows_ns: Some(0), new_ns: Some(0) }).is_empty()
-        );
+        assert!(check(
+            &compare(&before, &before, false),
+            &Gate { grows_pct: Some(0.0), stack_grows_ns: Some(0), new_ns: Some(0) }
+        )
+        .is_empty());
     }
 
     #[test]
     fn labels_match_without_their_addresses() {
         assert_eq!(label_key("mutex 0x7f3a12345678"), "mutex 0x…");
         assert_eq!(label_key("kernel rwsem mmap_lock (read)"), "kernel rwsem mmap_lock (read)");
-        assert_eq!(label_key("futex 0x10 and 0x55d0c0ffee00"), "futex 0x10 and 0x…", "short numbers stay");
+        assert_eq!(
+            label_key("futex 0x10 and 0x55d0c0ffee00"),
+            "futex 0x10 and 0x…",
+            "short numbers stay"
+        );
         assert_eq!(label_key("disk vda"), "disk vda");
         let doc = |addr: &str, ns: u64| {
             json!({"duration_s": 1.0, "records": [
@@ -421,8 +520,13 @@ mod tests {
         let before = Side::of_json_by_label(&doc("0x7f0000001000", 10)).unwrap();
         let after = Side::of_json_by_label(&doc("0x7f9999991000", 40)).unwrap();
         let d = compare(&before, &after, false);
-        let kinds: Vec<(&str, i64)> = d.changes.iter().map(|c| (c.key.kind.as_str(), c.delta_ns())).collect();
-        assert_eq!(kinds, [("mutex 0x…", 30), ("not labelled", 0), ("sleep", 0)], "one mutex in both runs, at another address");
+        let kinds: Vec<(&str, i64)> =
+            d.changes.iter().map(|c| (c.key.kind.as_str(), c.delta_ns())).collect();
+        assert_eq!(
+            kinds,
+            [("mutex 0x…", 30), ("not labelled", 0), ("sleep", 0)],
+            "one mutex in both runs, at another address"
+        );
     }
 
     #[test]
@@ -435,7 +539,10 @@ mod tests {
         ]});
         let side = Side::of_why_json(&doc).unwrap();
         assert_eq!(side.rows.len(), 2);
-        assert_eq!((side.rows[0].key.kind.as_str(), side.rows[0].stat.total_ns, side.rows[0].stat.count), ("running", 900, 2));
+        assert_eq!(
+            (side.rows[0].key.kind.as_str(), side.rows[0].stat.total_ns, side.rows[0].stat.count),
+            ("running", 900, 2)
+        );
         assert_eq!(side.rows[1].key.kind, "blocked on disk vda");
         assert_eq!(side.rows[1].key.kernel, ["io_schedule"]);
         assert!(Side::of_why_json(&json!({"records": []})).is_err());

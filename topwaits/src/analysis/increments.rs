@@ -108,8 +108,17 @@ mod tests {
         assert_eq!(totals(&i2), [(7, 1_000, 0)]);
         let mut i3 = vec![rec(7, 1, 2_500, 1, None), rec(7, 1, 400, 1, Some(2_600))];
         inc.step(&mut i3);
-        assert_eq!(totals(&i3), [(7, 500, 1), (7, 400, 0)], "the row owes what was counted; a new wait counts its own");
-        let sum: u64 = [&i1, &i2, &i3].iter().flat_map(|v| v.iter()).filter(|r| r.tid == 7).map(|r| r.total_ns).sum();
+        assert_eq!(
+            totals(&i3),
+            [(7, 500, 1), (7, 400, 0)],
+            "the row owes what was counted; a new wait counts its own"
+        );
+        let sum: u64 = [&i1, &i2, &i3]
+            .iter()
+            .flat_map(|v| v.iter())
+            .filter(|r| r.tid == 7)
+            .map(|r| r.total_ns)
+            .sum();
         assert_eq!(sum, 2_500 + 400);
         assert_eq!(inc.in_progress(), 1);
     }

@@ -27,7 +27,15 @@ const KNOWN_LOCKS: &[(&str, &[&str])] = &[
 
 /// Functions that send a signal: a releaser that woke its waiter from one set
 /// a latch (a flag the waiter's event loop watches, and a signal to wake it).
-const SIGNAL_SENDS: &[&str] = &["kill", "tgkill", "tkill", "pthread_kill", "raise", "sigqueue", "__pthread_kill_implementation"];
+const SIGNAL_SENDS: &[&str] = &[
+    "kill",
+    "tgkill",
+    "tkill",
+    "pthread_kill",
+    "raise",
+    "sigqueue",
+    "__pthread_kill_implementation",
+];
 
 /// What a lock is known by.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -55,7 +63,9 @@ impl LockId {
                 w => w.short(),
             },
             LockId::Known { kind, function, .. } => format!("{kind} (waited for in {function})"),
-            LockId::Latch { waiter, releaser } => format!("latch set by a signal (waited for in {waiter}, set in {releaser})"),
+            LockId::Latch { waiter, releaser } => {
+                format!("latch set by a signal (waited for in {waiter}, set in {releaser})")
+            }
         }
     }
 
@@ -174,7 +184,10 @@ pub struct Analysis {
 
 /// The first function of `user` (leaf first) that `names` lists.
 fn calls<'a>(user: &'a Stack, names: &[&str]) -> Option<&'a Frame> {
-    user.frames().iter().map(|f| &**f).find(|f| f.symbol.as_deref().is_some_and(|s| names.contains(&s)))
+    user.frames()
+        .iter()
+        .map(|f| &**f)
+        .find(|f| f.symbol.as_deref().is_some_and(|s| names.contains(&s)))
 }
 
 /// The lock a wait was on, if it was one (see [`LockId`]). `released`: the
@@ -185,13 +198,19 @@ pub fn lock_of(r: &Record, released: Option<&crate::model::Hop>) -> Option<LockI
         return Some(LockId::Label(w.lock()));
     }
     // A thread preempted, or faulting, in a lock's code waits for no lock.
-    let blocking = !matches!(label, Some(WaitsOn::RunQueue { .. } | WaitsOn::Running | WaitsOn::PageFault { .. }));
+    let blocking = !matches!(
+        label,
+        Some(WaitsOn::RunQueue { .. } | WaitsOn::Running | WaitsOn::PageFault { .. })
+    );
     // The innermost lock function names it: an LWLock taken inside ProcSleep
     // is an LWLock.
     let known = || {
         r.user.frames().iter().find_map(|f| {
             let name = f.symbol.as_deref()?;
-            KNOWN_LOCKS.iter().find(|(_, names)| names.contains(&name)).map(|(kind, _)| (*kind, &**f))
+            KNOWN_LOCKS
+                .iter()
+                .find(|(_, names)| names.contains(&name))
+                .map(|(kind, _)| (*kind, &**f))
         })
     };
     if let Some((kind, f)) = known().filter(|_| blocking) {
@@ -205,14 +224,23 @@ pub fn lock_of(r: &Record, released: Option<&crate::model::Hop>) -> Option<LockI
         WaitsOn::Futex { lock, addr } if lock == "condition variable" => {
             Some(LockId::Primitive(WaitsOn::Futex { lock: lock.clone(), addr: addr & !7 }))
         }
-        WaitsOn::Futex { lock, .. } if ["semaphore", "futex"].contains(&lock.as_str()) => Some(LockId::Primitive(label?.clone())),
-        WaitsOn::Pipe { inode: Some(inode), .. } => {
-            Some(LockId::Primitive(WaitsOn::Pipe { fd: 0, inode: Some(*inode), holders: Vec::new(), syscall: String::new() }))
+        WaitsOn::Futex { lock, .. } if ["semaphore", "futex"].contains(&lock.as_str()) => {
+            Some(LockId::Primitive(label?.clone()))
         }
-        WaitsOn::Poll { .. } | WaitsOn::Signal { .. } if calls(&hop.user, SIGNAL_SENDS).is_some() => Some(LockId::Latch {
-            waiter: own_function(&r.user).unwrap_or_else(|| "[unknown]".into()),
-            releaser: own_function(&hop.user).unwrap_or_else(|| "[unknown]".into()),
-        }),
+        WaitsOn::Pipe { inode: Some(inode), .. } => Some(LockId::Primitive(WaitsOn::Pipe {
+            fd: 0,
+            inode: Some(*inode),
+            holders: Vec::new(),
+            syscall: String::new(),
+        })),
+        WaitsOn::Poll { .. } | WaitsOn::Signal { .. }
+            if calls(&hop.user, SIGNAL_SENDS).is_some() =>
+        {
+            Some(LockId::Latch {
+                waiter: own_function(&r.user).unwrap_or_else(|| "[unknown]".into()),
+                releaser: own_function(&hop.user).unwrap_or_else(|| "[unknown]".into()),
+            })
+        }
         _ => None,
     }
 }
@@ -235,7 +263,9 @@ pub fn analyze(report: &Report, by: By) -> Analysis {
         let r = &e.record;
         let released = released_by(r);
         let Some(id) = lock_of(r, released.map(|(h, _)| h)) else {
-            if released.is_some() && !matches!(r.waits_on, Some(WaitsOn::RunQueue { .. }) | Some(WaitsOn::Running)) {
+            if released.is_some()
+                && !matches!(r.waits_on, Some(WaitsOn::RunQueue { .. }) | Some(WaitsOn::Running))
+            {
                 let kind = r.waits_on.as_ref().map_or("not labelled", WaitsOn::kind).to_string();
                 match unclassified.iter_mut().find(|u| u.kind == kind) {
                     Some(u) => (u.count, u.ns) = (u.count + 1, u.ns + r.max_ns),
@@ -273,7 +303,15 @@ pub fn analyze(report: &Report, by: By) -> Analysis {
                 let holder = Thread { comm: &hop.comm, tgid: hop.tgid, tid: hop.tid };
                 add_site(&mut lock.holders, by, None, holder, &hop.kernel, &hop.user, ns);
                 let waits = by_tid.get(&hop.tid).map_or(&[][..], |v| &v[..]);
-                held_while(&mut lock.held_while, by, holder, waits, &id, (e.start_mono(), woken), r.tid);
+                held_while(
+                    &mut lock.held_while,
+                    by,
+                    holder,
+                    waits,
+                    &id,
+                    (e.start_mono(), woken),
+                    r.tid,
+                );
             }
             None => lock.unreleased_ns += ns,
         }
@@ -320,9 +358,20 @@ fn same_owner(by: By, comm: &[u8], tids: &BTreeSet<u32>, pids: &BTreeSet<u32>, t
         }
 }
 
-fn add_site(sites: &mut Vec<Site>, by: By, mode: Option<String>, t: Thread, kernel: &Stack, user: &Stack, ns: u64) {
+fn add_site(
+    sites: &mut Vec<Site>,
+    by: By,
+    mode: Option<String>,
+    t: Thread,
+    kernel: &Stack,
+    user: &Stack,
+    ns: u64,
+) {
     let found = sites.iter_mut().find(|s| {
-        s.mode == mode && same_owner(by, &s.comm, &s.tids, &s.pids, t) && names(&s.kernel) == names(kernel) && names(&s.user) == names(user)
+        s.mode == mode
+            && same_owner(by, &s.comm, &s.tids, &s.pids, t)
+            && names(&s.kernel) == names(kernel)
+            && names(&s.user) == names(user)
     });
     let site = match found {
         Some(s) => s,
@@ -357,7 +406,15 @@ pub fn own_function(user: &Stack) -> Option<String> {
 /// Adds what `holder` (its waits, by start) did over `(from, to)`, while
 /// thread `waiter` waited for `lock`, which the holder then released. The holder
 /// held it from the end of its own last wait for it, if that came later.
-fn held_while(out: &mut Vec<HeldWhile>, by: By, holder: Thread, waits: &[&Event], lock: &LockId, (from, to): (u64, u64), waiter: u32) {
+fn held_while(
+    out: &mut Vec<HeldWhile>,
+    by: By,
+    holder: Thread,
+    waits: &[&Event],
+    lock: &LockId,
+    (from, to): (u64, u64),
+    waiter: u32,
+) {
     let before = &waits[..waits.partition_point(|e| e.start_mono() < to)];
     let acquired = before
         .iter()
@@ -386,7 +443,14 @@ fn held_while(out: &mut Vec<HeldWhile>, by: By, holder: Thread, waits: &[&Event]
 
 /// Adds `ns` of `waiter`'s waiting to what the holder did: its wait `wait`, or
 /// running (none).
-fn add_held(out: &mut Vec<HeldWhile>, by: By, holder: Thread, wait: Option<&Record>, ns: u64, waiter: u32) {
+fn add_held(
+    out: &mut Vec<HeldWhile>,
+    by: By,
+    holder: Thread,
+    wait: Option<&Record>,
+    ns: u64,
+    waiter: u32,
+) {
     let (waits_on, kernel, user) = match wait {
         Some(r) => (r.waits_on.clone(), r.kernel.clone(), r.user.clone()),
         None => (None, Stack::None, Stack::None),
@@ -435,13 +499,25 @@ mod tests {
 
     /// Frames named `names`, leaf first: those of the C library in libc.so.6.
     fn frames(names: &[&str]) -> Stack {
-        const LIBC: &[&str] = &["__", "clock_", "pthread_", "epoll_", "kill", "sem_", "send", "read"];
-        let module = |n: &str| if LIBC.iter().any(|p| n.starts_with(p)) { "/usr/lib/libc.so.6" } else { "/usr/bin/app" };
+        const LIBC: &[&str] =
+            &["__", "clock_", "pthread_", "epoll_", "kill", "sem_", "send", "read"];
+        let module = |n: &str| {
+            if LIBC.iter().any(|p| n.starts_with(p)) {
+                "/usr/lib/libc.so.6"
+            } else {
+                "/usr/bin/app"
+            }
+        };
         Stack::of(
             names
                 .iter()
                 .enumerate()
-                .map(|(i, n)| Frame { addr: 0x1000 + i as u64, symbol: Some((*n).into()), module: Some(module(n).into()), offset: Some(0) })
+                .map(|(i, n)| Frame {
+                    addr: 0x1000 + i as u64,
+                    symbol: Some((*n).into()),
+                    module: Some(module(n).into()),
+                    offset: Some(0),
+                })
                 .collect(),
         )
     }
@@ -463,11 +539,26 @@ mod tests {
     }
 
     fn hop(tid: u32, user: &[&str]) -> Hop {
-        Hop { tgid: 1, tid, comm: b"holder".to_vec(), kernel: frames(&["futex_wake"]), user: frames(user), interrupt: false }
+        Hop {
+            tgid: 1,
+            tid,
+            comm: b"holder".to_vec(),
+            kernel: frames(&["futex_wake"]),
+            user: frames(user),
+            interrupt: false,
+        }
     }
 
     /// A wait of `tid` from `start` to `end`, on `on`, woken at `woken` by `by`.
-    fn wait(tid: u32, comm: &str, start: u64, end: u64, on: WaitsOn, by: Option<(Hop, u64)>, user: &[&str]) -> Event {
+    fn wait(
+        tid: u32,
+        comm: &str,
+        start: u64,
+        end: u64,
+        on: WaitsOn,
+        by: Option<(Hop, u64)>,
+        user: &[&str],
+    ) -> Event {
         let wake = by.map(|(h, woken)| WakeInfo {
             kind: WakeKind::Woken,
             hops: vec![h],
@@ -497,7 +588,14 @@ mod tests {
     }
 
     fn report(events: Vec<Event>) -> Report {
-        Report { info: info(), counters: Default::default(), records: Vec::new(), objects: Default::default(), events, samples: Vec::new() }
+        Report {
+            info: info(),
+            counters: Default::default(),
+            records: Vec::new(),
+            objects: Default::default(),
+            events,
+            samples: Vec::new(),
+        }
     }
 
     const MUTEX: WaitsOn = WaitsOn::Mutex { addr: 0x40, pi: false };
@@ -512,12 +610,60 @@ mod tests {
     fn a_holder_sleeping_with_the_lock_is_what_it_was_held_while() {
         let release = || hop(9, &["__lll_lock_wake", "pthread_mutex_unlock", "tw_holder_loop"]);
         let events = vec![
-            wait(9, "holder", 10, 110, sleep(), None, &["clock_nanosleep", "tw_sleep_holding_the_lock"]),
-            wait(2, "worker", 20, 120, MUTEX, Some((release(), 110)), &["__lll_lock_wait", "tw_take"]),
-            wait(3, "worker", 30, 125, MUTEX, Some((release(), 110)), &["__lll_lock_wait", "tw_take"]),
-            wait(9, "holder", 200, 300, sleep(), None, &["clock_nanosleep", "tw_sleep_holding_the_lock"]),
-            wait(2, "worker", 210, 305, MUTEX, Some((release(), 300)), &["__lll_lock_wait", "tw_take"]),
-            wait(4, "pool", 0, 400, WaitsOn::Futex { lock: "condition variable".into(), addr: 0x80 }, None, &["pthread_cond_wait"]),
+            wait(
+                9,
+                "holder",
+                10,
+                110,
+                sleep(),
+                None,
+                &["clock_nanosleep", "tw_sleep_holding_the_lock"],
+            ),
+            wait(
+                2,
+                "worker",
+                20,
+                120,
+                MUTEX,
+                Some((release(), 110)),
+                &["__lll_lock_wait", "tw_take"],
+            ),
+            wait(
+                3,
+                "worker",
+                30,
+                125,
+                MUTEX,
+                Some((release(), 110)),
+                &["__lll_lock_wait", "tw_take"],
+            ),
+            wait(
+                9,
+                "holder",
+                200,
+                300,
+                sleep(),
+                None,
+                &["clock_nanosleep", "tw_sleep_holding_the_lock"],
+            ),
+            wait(
+                2,
+                "worker",
+                210,
+                305,
+                MUTEX,
+                Some((release(), 300)),
+                &["__lll_lock_wait", "tw_take"],
+            ),
+            wait(
+                4,
+                "pool",
+                0,
+                400,
+                WaitsOn::Futex { lock: "condition variable".into(), addr: 0x80 },
+                None,
+                &["pthread_cond_wait"],
+            ),
         ];
         let locks = analyze(&report(events), By::Comm).locks;
         assert_eq!(locks.len(), 1, "only the mutex is a lock: {locks:#?}");
@@ -526,7 +672,10 @@ mod tests {
         assert_eq!(l.waiter_threads(), 2);
         assert_eq!(l.waiters.len(), 1, "one waiting site, two threads");
         assert_eq!(l.holders.len(), 1);
-        assert_eq!((l.holders[0].tids.iter().copied().collect::<Vec<_>>(), l.holders[0].count), (vec![9], 3));
+        assert_eq!(
+            (l.holders[0].tids.iter().copied().collect::<Vec<_>>(), l.holders[0].count),
+            (vec![9], 3)
+        );
         assert_eq!(names(&l.holders[0].user)[2], "tw_holder_loop");
         // Waiting from 20, 30 and 210 to the releases at 110, 110 and 300: the
         // holder slept through all of it.
@@ -576,7 +725,11 @@ mod tests {
             (&h.waits_on, &h.function, h.ns, &h.waiters, &h.holders),
             (&None, &None, 50, &BTreeSet::from([2]), &BTreeSet::from([9]))
         );
-        assert_eq!((h.count, h.mean_ns(), h.user.frames().len()), (0, 0, 0), "running has no wait and no stack");
+        assert_eq!(
+            (h.count, h.mean_ns(), h.user.frames().len()),
+            (0, 0, 0),
+            "running has no wait and no stack"
+        );
         assert_eq!(l.unreleased_ns, 40);
     }
 
@@ -588,16 +741,37 @@ mod tests {
         for k in 0..8u64 {
             let (holder, waiter) = (2 + (k % 4) as u32, 2 + ((k + 1) % 4) as u32);
             let t = 100 * k;
-            events.push(wait(holder, "worker", t, t + 50, sleep(), None, &["clock_nanosleep", "nsleep", "work_locked"]));
-            let mut release = hop(holder, &["__lll_lock_wake", "pthread_mutex_unlock", "work_locked"]);
+            events.push(wait(
+                holder,
+                "worker",
+                t,
+                t + 50,
+                sleep(),
+                None,
+                &["clock_nanosleep", "nsleep", "work_locked"],
+            ));
+            let mut release =
+                hop(holder, &["__lll_lock_wake", "pthread_mutex_unlock", "work_locked"]);
             release.comm = b"worker".to_vec();
-            events.push(wait(waiter, "worker", t + 10, t + 60, MUTEX, Some((release, t + 55)), &["__lll_lock_wait", "work_locked"]));
+            events.push(wait(
+                waiter,
+                "worker",
+                t + 10,
+                t + 60,
+                MUTEX,
+                Some((release, t + 55)),
+                &["__lll_lock_wait", "work_locked"],
+            ));
         }
         let of = |by| analyze(&report(events.clone()), by).locks.remove(0);
         let (comm, thread, process) = (of(By::Comm), of(By::Thread), of(By::Process));
         // Each holder sleeps 40 of the 45 its waiter waits for it, and runs 5.
         let asleep = |l: &Lock| l.held_while.iter().filter(|h| h.waits_on.is_some()).count();
-        assert_eq!((comm.waiters.len(), comm.holders.len(), asleep(&comm), comm.held_while.len()), (1, 1, 1, 2), "{comm:#?}");
+        assert_eq!(
+            (comm.waiters.len(), comm.holders.len(), asleep(&comm), comm.held_while.len()),
+            (1, 1, 1, 2),
+            "{comm:#?}"
+        );
         assert_eq!(comm.waiters[0].tids.len(), 4);
         assert_eq!((thread.waiters.len(), thread.holders.len(), asleep(&thread)), (4, 4, 4));
         assert_eq!((process.waiters.len(), process.holders.len()), (1, 1));
@@ -629,7 +803,12 @@ mod tests {
     #[test]
     fn primitives_another_thread_released_are_locks() {
         let cv = |addr| Some(WaitsOn::Futex { lock: "condition variable".into(), addr });
-        let pipe = Some(WaitsOn::Pipe { fd: 3, inode: Some(77), holders: vec!["pid 1 app (r)".into()], syscall: "read".into() });
+        let pipe = Some(WaitsOn::Pipe {
+            fd: 3,
+            inode: Some(77),
+            holders: vec!["pid 1 app (r)".into()],
+            syscall: "read".into(),
+        });
         let released = || Some(hop(9, &["sem_post", "give"]));
         let found = ids(vec![
             labelled(2, Some(sem(0x40)), &["sem_wait", "take"], released()),
@@ -640,8 +819,17 @@ mod tests {
         ]);
         assert_eq!(found.len(), 3, "{found:?}");
         assert!(found.contains(&LockId::Primitive(sem(0x40))));
-        assert!(found.contains(&LockId::Primitive(WaitsOn::Futex { lock: "condition variable".into(), addr: 0x128 })), "one variable");
-        assert!(found.iter().any(|l| l.short() == "pipe inode 77"), "a pipe by its inode: {found:?}");
+        assert!(
+            found.contains(&LockId::Primitive(WaitsOn::Futex {
+                lock: "condition variable".into(),
+                addr: 0x128
+            })),
+            "one variable"
+        );
+        assert!(
+            found.iter().any(|l| l.short() == "pipe inode 77"),
+            "a pipe by its inode: {found:?}"
+        );
         assert_eq!(found.iter().map(LockId::kind).filter(|k| k == "pipe").count(), 1);
     }
 
@@ -653,15 +841,38 @@ mod tests {
     #[test]
     fn a_servers_own_locks_are_known_by_where_they_are_waited_for() {
         let epoll = || Some(WaitsOn::Poll { via: "epoll_wait".into(), fds: Vec::new() });
-        let heavy = ["epoll_wait", "WaitEventSetWait", "WaitLatch", "ProcSleep", "WaitOnLock", "LockAcquireExtended"];
-        let light = ["__futex_abstimed_wait_common", "PGSemaphoreLock", "LWLockAcquire", "ProcSleep", "WaitOnLock"];
+        let heavy = [
+            "epoll_wait",
+            "WaitEventSetWait",
+            "WaitLatch",
+            "ProcSleep",
+            "WaitOnLock",
+            "LockAcquireExtended",
+        ];
+        let light = [
+            "__futex_abstimed_wait_common",
+            "PGSemaphoreLock",
+            "LWLockAcquire",
+            "ProcSleep",
+            "WaitOnLock",
+        ];
         let wake = |f: &[&str]| Some(hop(9, f));
         let kill = ["kill", "SetLatch", "ProcLockWakeup", "LockReleaseAll"];
         let preempted = labelled(5, Some(WaitsOn::RunQueue { ran_instead: None }), &light, None);
         let events = vec![
             labelled(2, epoll(), &heavy, wake(&kill)),
-            labelled(3, Some(sem(0x40)), &light, wake(&["sem_post", "PGSemaphoreUnlock", "LWLockRelease"])),
-            labelled(4, Some(sem(0x80)), &light, wake(&["sem_post", "PGSemaphoreUnlock", "LWLockRelease"])),
+            labelled(
+                3,
+                Some(sem(0x40)),
+                &light,
+                wake(&["sem_post", "PGSemaphoreUnlock", "LWLockRelease"]),
+            ),
+            labelled(
+                4,
+                Some(sem(0x80)),
+                &light,
+                wake(&["sem_post", "PGSemaphoreUnlock", "LWLockRelease"]),
+            ),
             preempted,
             labelled(6, epoll(), &["epoll_wait", "serve"], wake(&["kill", "notify_worker"])),
             labelled(7, epoll(), &["epoll_wait", "serve"], wake(&["send", "client"])),
@@ -669,27 +880,55 @@ mod tests {
         let found = analyze(&report(events), By::Comm);
         let names: Vec<String> = found.locks.iter().map(|l| l.id.short()).collect();
         assert_eq!(found.locks.len(), 3, "{names:?}");
-        let heavy = found.locks.iter().find(|l| l.id.kind() == "PostgreSQL heavyweight lock").expect("the heavyweight lock");
+        let heavy = found
+            .locks
+            .iter()
+            .find(|l| l.id.kind() == "PostgreSQL heavyweight lock")
+            .expect("the heavyweight lock");
         assert_eq!(heavy.id.short(), "PostgreSQL heavyweight lock (waited for in ProcSleep)");
-        let light = found.locks.iter().find(|l| l.id.kind() == "PostgreSQL LWLock").expect("the LWLock");
+        let light =
+            found.locks.iter().find(|l| l.id.kind() == "PostgreSQL LWLock").expect("the LWLock");
         assert_eq!((light.count, light.waiter_threads()), (2, 2), "both semaphores, one kind");
-        assert!(names.contains(&"latch set by a signal (waited for in serve, set in notify_worker)".to_string()), "{names:?}");
-        assert_eq!(found.unclassified, vec![Unclassified { kind: "poll".into(), count: 1, ns: 50 }], "the send is no lock");
+        assert!(
+            names.contains(
+                &"latch set by a signal (waited for in serve, set in notify_worker)".to_string()
+            ),
+            "{names:?}"
+        );
+        assert_eq!(
+            found.unclassified,
+            vec![Unclassified { kind: "poll".into(), count: 1, ns: 50 }],
+            "the send is no lock"
+        );
     }
 
     #[test]
     fn locks_rank_by_their_waiting_and_frames_in_libc_are_skipped() {
-        let k = WaitsOn::KernelLock { lock: "rwsem".into(), mode: Some("read".into()), addr: Some(1), name: Some("mmap_lock".into()) };
-        let events = vec![wait(2, "a", 0, 10, MUTEX, None, &[]), wait(3, "b", 0, 50, k.clone(), None, &[])];
+        let k = WaitsOn::KernelLock {
+            lock: "rwsem".into(),
+            mode: Some("read".into()),
+            addr: Some(1),
+            name: Some("mmap_lock".into()),
+        };
+        let events =
+            vec![wait(2, "a", 0, 10, MUTEX, None, &[]), wait(3, "b", 0, 50, k.clone(), None, &[])];
         let locks = analyze(&report(events), By::Comm).locks;
-        assert_eq!(locks.iter().map(|l| l.id.clone()).collect::<Vec<_>>(), vec![LockId::Label(k.lock()), LockId::Label(MUTEX)]);
+        assert_eq!(
+            locks.iter().map(|l| l.id.clone()).collect::<Vec<_>>(),
+            vec![LockId::Label(k.lock()), LockId::Label(MUTEX)]
+        );
         let libc = Frame {
             addr: 1,
             symbol: Some("clock_nanosleep".into()),
             module: Some("/usr/lib/x86_64-linux-gnu/libc.so.6".into()),
             offset: None,
         };
-        let main = Frame { addr: 2, symbol: Some("main".into()), module: Some("/usr/bin/app".into()), offset: None };
+        let main = Frame {
+            addr: 2,
+            symbol: Some("main".into()),
+            module: Some("/usr/bin/app".into()),
+            offset: None,
+        };
         assert_eq!(own_function(&Stack::of(vec![libc, main])).as_deref(), Some("main"));
     }
 }

@@ -10,12 +10,21 @@ pub fn raw(e: &WaitEvent, waker: bool) -> (RawRecord, u32) {
     let delta = e.end.saturating_sub(e.start);
     let wake = waker.then(|| {
         let (kind, hops, blocked) = match e.wake_kind {
-            wake_kind::WOKEN if e.woken >= e.start => (WakeKind::Woken, vec![raw_hop(&e.waker)], e.woken - e.start),
+            wake_kind::WOKEN if e.woken >= e.start => {
+                (WakeKind::Woken, vec![raw_hop(&e.waker)], e.woken - e.start)
+            }
             wake_kind::PREEMPTED => (WakeKind::Preempted, Vec::new(), 0),
             _ => (WakeKind::NoWaker, Vec::new(), delta),
         };
         let blocked = blocked.min(delta);
-        WakeInfo { kind, hops, blocked_ns: blocked, runq_ns: delta - blocked, max_blocked_ns: blocked, max_runq_ns: delta - blocked }
+        WakeInfo {
+            kind,
+            hops,
+            blocked_ns: blocked,
+            runq_ns: delta - blocked,
+            max_blocked_ns: blocked,
+            max_runq_ns: delta - blocked,
+        }
     });
     let r = RawRecord {
         tgid: e.tgid,
@@ -57,7 +66,12 @@ mod tests {
             state: 1,
             wake_kind: wake_kind::WOKEN,
             comm: *b"sleeper\0\0\0\0\0\0\0\0\0",
-            waker: Hop { tgid: 20, tid: 21, comm: *b"writer\0\0\0\0\0\0\0\0\0\0", ..Default::default() },
+            waker: Hop {
+                tgid: 20,
+                tid: 21,
+                comm: *b"writer\0\0\0\0\0\0\0\0\0\0",
+                ..Default::default()
+            },
             what: Default::default(),
         }
     }
@@ -65,14 +79,18 @@ mod tests {
     #[test]
     fn an_event_is_a_record_of_one_wait_split_at_its_wakeup() {
         let (r, state) = raw(&event(), true);
-        assert_eq!((r.count, r.total_ns, r.max_ns, r.max_end_mono, state), (1, 50_000, 50_000, 51_000, 1));
+        assert_eq!(
+            (r.count, r.total_ns, r.max_ns, r.max_end_mono, state),
+            (1, 50_000, 50_000, 51_000, 1)
+        );
         assert_eq!(r.comm, b"sleeper");
         assert_eq!(r.kstack, StackId::Id(STACK_STORED | 5));
         let w = r.wake.unwrap();
         assert_eq!((w.kind, w.blocked_ns, w.runq_ns), (WakeKind::Woken, 40_000, 10_000));
         assert_eq!((w.hops[0].tid, w.hops[0].comm.as_slice()), (21, &b"writer"[..]));
         assert!(raw(&event(), false).0.wake.is_none(), "no waker without -w");
-        let preempted = WaitEvent { state: 0, wake_kind: wake_kind::PREEMPTED, woken: 0, ..event() };
+        let preempted =
+            WaitEvent { state: 0, wake_kind: wake_kind::PREEMPTED, woken: 0, ..event() };
         let w = raw(&preempted, true).0.wake.unwrap();
         assert_eq!((w.kind, w.blocked_ns, w.runq_ns), (WakeKind::Preempted, 0, 50_000));
         let unseen = WaitEvent { wake_kind: wake_kind::NO_WAKER, woken: 0, ..event() };

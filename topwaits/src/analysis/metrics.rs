@@ -27,7 +27,12 @@ pub struct Labels {
 impl Labels {
     /// The series that label sets past the bound are added to.
     pub fn other() -> Labels {
-        Labels { comm: "other".into(), what: "other".into(), cgroup: "other".into(), container: String::new() }
+        Labels {
+            comm: "other".into(),
+            what: "other".into(),
+            cgroup: "other".into(),
+            container: String::new(),
+        }
     }
 }
 
@@ -75,14 +80,16 @@ impl Metrics {
         self.counters = *total;
         for r in report.records.iter().filter(|r| !r.on_cpu()) {
             let cgroup = r.cgroup.as_deref().unwrap_or("");
-            let container = cgroup.rsplit('/').find_map(crate::sys::cgroup::container_id_of).unwrap_or("");
+            let container =
+                cgroup.rsplit('/').find_map(crate::sys::cgroup::container_id_of).unwrap_or("");
             let labels = Labels {
                 comm: comm_text(&r.comm),
                 what: r.waits_on.as_ref().map_or("not_labelled", WaitsOn::kind).to_string(),
                 cgroup: cgroup.to_string(),
                 container: container.to_string(),
             };
-            let labels = if self.series.contains_key(&labels) || self.series.len() < self.max_series {
+            let labels = if self.series.contains_key(&labels) || self.series.len() < self.max_series
+            {
                 labels
             } else {
                 let new = if self.folded_seen.len() < FOLDED_REMEMBERED {
@@ -113,7 +120,11 @@ mod tests {
     use crate::model::Record;
 
     fn rec(comm: &str, on: Option<WaitsOn>, total: u64, count: u64) -> Record {
-        Record { waits_on: on, cgroup: Some("/system.slice/a.service".into()), ..crate::report::fixtures::bare_record(comm, total, count) }
+        Record {
+            waits_on: on,
+            cgroup: Some("/system.slice/a.service".into()),
+            ..crate::report::fixtures::bare_record(comm, total, count)
+        }
     }
 
     fn report(records: Vec<Record>) -> Report {
@@ -127,20 +138,32 @@ mod tests {
     #[test]
     fn intervals_add_up_by_name_what_and_cgroup() {
         let mut m = Metrics::new(10);
-        let sleep = || Some(WaitsOn::Sleep { requested_ns: None, syscall: "nanosleep".into(), to_deadline: false });
+        let sleep = || {
+            Some(WaitsOn::Sleep {
+                requested_ns: None,
+                syscall: "nanosleep".into(),
+                to_deadline: false,
+            })
+        };
         m.add(&report(vec![rec("a", sleep(), 100, 1), rec("a", None, 5, 1)]), &total(10));
         m.add(&report(vec![rec("a", sleep(), 50, 2)]), &total(30));
         let s = m.series();
         assert_eq!(s.len(), 2);
         let (labels, v) = s.iter().find(|(l, _)| l.what == "sleep").unwrap();
-        assert_eq!((labels.comm.as_str(), labels.cgroup.as_str(), v.offcpu_ns, v.waits), ("a", "/system.slice/a.service", 150, 3));
+        assert_eq!(
+            (labels.comm.as_str(), labels.cgroup.as_str(), v.offcpu_ns, v.waits),
+            ("a", "/system.slice/a.service", 150, 3)
+        );
         assert!(s.iter().any(|(l, _)| l.what == "not_labelled"));
         assert_eq!((m.counters.switches, m.counters.lost_user_stacks, m.intervals), (30, 2, 2));
         let id = "4f1c".repeat(16);
         let mut r = rec("c", None, 1, 1);
         r.cgroup = Some(format!("/kubepods/pod1/cri-containerd-{id}.scope").into());
         m.add(&report(vec![r]), &total(0));
-        assert!(m.series().iter().any(|(l, _)| l.comm == "c" && l.container == id), "the container its cgroup names");
+        assert!(
+            m.series().iter().any(|(l, _)| l.comm == "c" && l.container == id),
+            "the container its cgroup names"
+        );
     }
 
     /// Past the bound, new label sets go to `other`; those seen before keep
@@ -149,7 +172,15 @@ mod tests {
     fn label_sets_past_the_bound_are_other() {
         let mut m = Metrics::new(2);
         m.add(&report(vec![rec("a", None, 1, 1), rec("b", None, 1, 1)]), &total(0));
-        m.add(&report(vec![rec("c", None, 7, 1), rec("d", None, 3, 1), rec("a", None, 1, 1), rec("c", None, 1, 1)]), &total(0));
+        m.add(
+            &report(vec![
+                rec("c", None, 7, 1),
+                rec("d", None, 3, 1),
+                rec("a", None, 1, 1),
+                rec("c", None, 1, 1),
+            ]),
+            &total(0),
+        );
         let s = m.series();
         assert_eq!(s.len(), 3, "{s:?}");
         let other = s.iter().find(|(l, _)| **l == Labels::other()).unwrap().1;

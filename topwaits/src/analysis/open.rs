@@ -18,7 +18,8 @@ fn wanted(config: &Config, s: &Snapshot) -> bool {
         'D' => 2,
         _ => return false,
     };
-    if matches!(config.threads, Threads::All | Threads::UserOnly | Threads::KernelOnly) && bit != 2 {
+    if matches!(config.threads, Threads::All | Threads::UserOnly | Threads::KernelOnly) && bit != 2
+    {
         return false;
     }
     if config.state.is_some_and(|mask| mask & bit == 0) {
@@ -71,7 +72,13 @@ pub fn any_unseen(config: &Config, capture: &Capture, me: u32) -> bool {
 /// Adds, as open records, the waits of the target's threads that have been blocked
 /// since before the trace began (they never switched out during it). Process `me`
 /// (topwaits itself) is left out.
-pub fn add_waits_before_trace(config: &Config, capture: &mut Capture, snap: &mut Snapshotter, span: Span, me: u32) {
+pub fn add_waits_before_trace(
+    config: &Config,
+    capture: &mut Capture,
+    snap: &mut Snapshotter,
+    span: Span,
+    me: u32,
+) {
     let (start_mono, end_mono) = (span.start, span.end);
     let lost_now = crate::sys::schedclock::lost_ns();
     let mut late = 0;
@@ -167,7 +174,8 @@ fn what_of(s: &Result<thread::SyscallState, String>) -> topwaits_common::What {
             nr: c.nr as u32 + 1,
             arg0: if crate::sys::syscalls::keeps_arg0_of(c.nr) { c.args[0] } else { 0 },
             flags: if crate::sys::syscalls::syscall_info(c.nr).is_some_and(|i| i.name == "futex") {
-                topwaits_common::what::FUTEX_OP | (((c.args[1] & 0x7f) as u32) << topwaits_common::what::FUTEX_OP_SHIFT)
+                topwaits_common::what::FUTEX_OP
+                    | (((c.args[1] & 0x7f) as u32) << topwaits_common::what::FUTEX_OP_SHIFT)
             } else {
                 0
             },
@@ -183,7 +191,14 @@ mod tests {
     use clap::Parser as _;
 
     fn config(args: &[&str]) -> Config {
-        Config::from_args(crate::cli::Args::try_parse_from(std::iter::once("topwaits").chain(args.iter().copied())).unwrap().trace).unwrap()
+        Config::from_args(
+            crate::cli::Args::try_parse_from(
+                std::iter::once("topwaits").chain(args.iter().copied()),
+            )
+            .unwrap()
+            .trace,
+        )
+        .unwrap()
     }
 
     fn snap(state: char, flags: u32) -> Snapshot {
@@ -217,7 +232,10 @@ mod tests {
         let d_only = config(&["-p", "1", "--state", "2"]);
         assert!(!wanted(&d_only, &snap('S', 0)));
         assert!(wanted(&d_only, &snap('D', 0)));
-        assert!(!wanted(&config(&["-p", "1", "--state", "0"]), &snap('S', 0)), "preempted-only wants no sleepers");
+        assert!(
+            !wanted(&config(&["-p", "1", "--state", "0"]), &snap('S', 0)),
+            "preempted-only wants no sleepers"
+        );
         let k = topwaits_common::PF_KTHREAD;
         assert!(!wanted(&config(&["-u"]), &snap('D', k)));
         assert!(wanted(&config(&["-k"]), &snap('D', k)));
@@ -226,7 +244,11 @@ mod tests {
     #[test]
     fn a_wait_estimated_late_by_what_its_cpu_lost_still_began_before() {
         let ms = 1_000_000;
-        let span = Span { start: 1_000 * ms, end: 3_000 * ms, lost_at_start: HashMap::from([(0, 500 * ms), (1, 0)]) };
+        let span = Span {
+            start: 1_000 * ms,
+            end: 3_000 * ms,
+            lost_at_start: HashMap::from([(0, 500 * ms), (1, 0)]),
+        };
         let lost_now = HashMap::from([(0, 560 * ms), (1, 0)]);
         // CPU 0 lost 60 ms during the trace: an estimate up to 80 ms late is allowed.
         assert!(began_before(&span, 1_070 * ms, 0, &lost_now));
@@ -257,7 +279,13 @@ mod tests {
         skipped.switched.insert(tid);
         add_waits_before_trace(&cfg, &mut skipped, &mut Snapshotter::default(), span.clone(), 0);
         let mut own = Capture::default();
-        add_waits_before_trace(&cfg, &mut own, &mut Snapshotter::default(), span, std::process::id());
+        add_waits_before_trace(
+            &cfg,
+            &mut own,
+            &mut Snapshotter::default(),
+            span,
+            std::process::id(),
+        );
         t.join().unwrap();
         assert_eq!(capture.records.len(), 1, "{:?}", capture.records);
         let r = &capture.records[0];
@@ -266,7 +294,10 @@ mod tests {
         // ~100 ms asleep before `end`, less whatever delay the busy test process
         // put between the thread's message and its sleep; the start is estimated.
         assert!((50_000_000..250_000_000).contains(&r.max_ns), "about 100 ms so far: {}", r.max_ns);
-        assert!(skipped.records.is_empty(), "a thread seen switching has its open wait from the kernel");
+        assert!(
+            skipped.records.is_empty(),
+            "a thread seen switching has its open wait from the kernel"
+        );
         assert!(own.records.is_empty(), "topwaits never reports itself");
     }
 }

@@ -52,7 +52,8 @@ impl Fingerprints {
             (seed, frames.len()).hash(h);
         }
         for f in frames {
-            let digest = *self.frames.entry(Arc::as_ptr(f) as usize).or_insert_with(|| frame_digest(f));
+            let digest =
+                *self.frames.entry(Arc::as_ptr(f) as usize).or_insert_with(|| frame_digest(f));
             for (h, d) in halves.iter_mut().zip(digest) {
                 h.write_u64(d);
             }
@@ -85,7 +86,11 @@ struct HopKey {
 }
 
 fn hop_key(h: &Hop, fp: &mut Fingerprints) -> HopKey {
-    HopKey { ids: (!h.interrupt).then(|| (h.tgid, h.tid, h.comm.clone())), kernel: fp.of(&h.kernel), user: fp.of(&h.user) }
+    HopKey {
+        ids: (!h.interrupt).then(|| (h.tgid, h.tid, h.comm.clone())),
+        kernel: fp.of(&h.kernel),
+        user: fp.of(&h.user),
+    }
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -141,7 +146,11 @@ fn key(r: &Record, by: By, index: usize, fp: &mut Fingerprints) -> Key {
         open: r.open.map(|_| index),
         what: r.waits_on.clone(),
         group: None,
-        cgroup: if by == By::Cgroup { Some(r.cgroup.clone().unwrap_or_else(|| UNKNOWN_CGROUP.into())) } else { None },
+        cgroup: if by == By::Cgroup {
+            Some(r.cgroup.clone().unwrap_or_else(|| UNKNOWN_CGROUP.into()))
+        } else {
+            None
+        },
     }
 }
 
@@ -182,7 +191,8 @@ pub fn merge(mut records: Vec<Record>, by: By) -> Vec<Record> {
     // (labels, comms, hop lists) took 8.7 MiB for 20,000 records. The records
     // are compacted in place, each kept one moved to the next free slot, so
     // that the input and the output are never both in memory.
-    let mut slot: FastMap<u128, usize> = FastMap::with_capacity_and_hasher(records.len(), Default::default());
+    let mut slot: FastMap<u128, usize> =
+        FastMap::with_capacity_and_hasher(records.len(), Default::default());
     let mut threads: Vec<Threads> = Vec::new();
     let mut weight: Vec<u64> = Vec::new();
     let mut fp = Fingerprints::default();
@@ -201,7 +211,9 @@ pub fn merge(mut records: Vec<Record>, by: By) -> Vec<Record> {
                 let (head, tail) = records.split_at_mut(i);
                 let (into, r) = (&mut head[j], &tail[0]);
                 let leads = match by {
-                    By::Process => (r.tid == r.tgid, r.total_ns) > (into.tid == into.tgid, weight[j]),
+                    By::Process => {
+                        (r.tid == r.tgid, r.total_ns) > (into.tid == into.tgid, weight[j])
+                    }
                     _ => r.total_ns > weight[j],
                 };
                 if leads {
@@ -209,7 +221,8 @@ pub fn merge(mut records: Vec<Record>, by: By) -> Vec<Record> {
                     (into.tgid, into.tid, into.comm) = (r.tgid, r.tid, r.comm.clone());
                     if by == By::What {
                         // The group shows its heaviest record's stacks and label.
-                        (into.kernel, into.user, into.waits_on) = (r.kernel.clone(), r.user.clone(), r.waits_on.clone());
+                        (into.kernel, into.user, into.waits_on) =
+                            (r.kernel.clone(), r.user.clone(), r.waits_on.clone());
                     }
                 }
                 threads[j].add(r.tid);
@@ -276,13 +289,24 @@ mod tests {
     fn records_alike_in_every_printed_field_merge_keeping_sum_count_and_max() {
         let mut rs = report().records;
         let mut twin = rs[0].clone();
-        twin.kernel = Stack::of(rs[0].kernel.frames().iter().map(|f| Frame { addr: f.addr + 8, ..(**f).clone() }).collect());
-        (twin.count, twin.total_ns, twin.max_ns, twin.max_end_mono) = (5, 900_000_000, 600_000_000, 4_200_000_000);
+        twin.kernel = Stack::of(
+            rs[0]
+                .kernel
+                .frames()
+                .iter()
+                .map(|f| Frame { addr: f.addr + 8, ..(**f).clone() })
+                .collect(),
+        );
+        (twin.count, twin.total_ns, twin.max_ns, twin.max_end_mono) =
+            (5, 900_000_000, 600_000_000, 4_200_000_000);
         rs.push(twin);
         let got = merge(rs, By::Thread);
         assert_eq!(got.len(), 2);
         let m = &got[0];
-        assert_eq!((m.count, m.total_ns, m.max_ns, m.max_end_mono), (15, 1_900_500_000, 600_000_000, 4_200_000_000));
+        assert_eq!(
+            (m.count, m.total_ns, m.max_ns, m.max_end_mono),
+            (15, 1_900_500_000, 600_000_000, 4_200_000_000)
+        );
         assert_eq!(m.threads, 1);
     }
 
@@ -291,12 +315,22 @@ mod tests {
         let mut rs = report().records;
         let base = rs[0].clone();
         rs.clear();
-        for (tgid, cg) in [(10, Some("/a")), (11, Some("/a")), (12, Some("/b")), (13, None), (14, None)] {
+        for (tgid, cg) in
+            [(10, Some("/a")), (11, Some("/a")), (12, Some("/b")), (13, None), (14, None)]
+        {
             rs.push(Record { tgid, tid: tgid, cgroup: cg.map(Into::into), ..base.clone() });
         }
         let got = merge(rs, By::Cgroup);
-        let groups: Vec<(Option<&str>, u32, u64)> = got.iter().map(|r| (r.cgroup.as_deref(), r.threads, r.count)).collect();
-        assert_eq!(groups, [(Some("/a"), 2, 2 * base.count), (Some("/b"), 1, base.count), (None, 2, 2 * base.count)]);
+        let groups: Vec<(Option<&str>, u32, u64)> =
+            got.iter().map(|r| (r.cgroup.as_deref(), r.threads, r.count)).collect();
+        assert_eq!(
+            groups,
+            [
+                (Some("/a"), 2, 2 * base.count),
+                (Some("/b"), 1, base.count),
+                (None, 2, 2 * base.count)
+            ]
+        );
     }
 
     #[test]
@@ -325,7 +359,10 @@ mod tests {
             .collect();
         let got = merge(rs.clone(), By::Process);
         assert_eq!(got.len(), 1);
-        assert_eq!((got[0].tgid, got[0].tid, got[0].comm.as_slice(), got[0].threads), (100, 100, &b"server"[..], 51));
+        assert_eq!(
+            (got[0].tgid, got[0].tid, got[0].comm.as_slice(), got[0].threads),
+            (100, 100, &b"server"[..], 51)
+        );
         assert_eq!(got[0].count, 51 * base.count);
         // By comm, the differently named threads stay apart.
         assert_eq!(merge(rs, By::Comm).len(), 51);
@@ -334,7 +371,8 @@ mod tests {
     #[test]
     fn by_comm_groups_across_processes() {
         let base = report().records[0].clone();
-        let rs: Vec<Record> = (0..3u32).map(|i| Record { tgid: 200 + i, tid: 200 + i, ..base.clone() }).collect();
+        let rs: Vec<Record> =
+            (0..3u32).map(|i| Record { tgid: 200 + i, tid: 200 + i, ..base.clone() }).collect();
         let got = merge(rs, By::Comm);
         assert_eq!((got.len(), got[0].threads, got[0].total_ns), (1, 3, 3 * base.total_ns));
     }
@@ -345,13 +383,24 @@ mod tests {
     fn interrupt_wakers_merge_whatever_task_they_hit() {
         let mut r = report().records[0].clone();
         let irq = |tid: u32, comm: &str| {
-            let mut h = hop(comm, tid, &["try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt"], &[]);
+            let mut h = hop(
+                comm,
+                tid,
+                &["try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt"],
+                &[],
+            );
             h.interrupt = true;
             h.user = Stack::None;
             h
         };
-        let wake =
-            |h: Hop| WakeInfo { kind: WakeKind::Woken, hops: vec![h], blocked_ns: 10, runq_ns: 1, max_blocked_ns: 10, max_runq_ns: 1 };
+        let wake = |h: Hop| WakeInfo {
+            kind: WakeKind::Woken,
+            hops: vec![h],
+            blocked_ns: 10,
+            runq_ns: 1,
+            max_blocked_ns: 10,
+            max_runq_ns: 1,
+        };
         r.wake = Some(wake(irq(0, "swapper/0")));
         let mut hit_task = r.clone();
         hit_task.wake = Some(wake(irq(4242, "stress-ng")));

@@ -133,9 +133,14 @@ fn slept_us(t: &ThreadProfile) -> u64 {
 fn sched_keys(t: &ThreadProfile) -> Vec<(&'static str, J)> {
     match t.policy {
         1 | 2 => {
-            vec![("policy", s(if t.policy == 1 { "SCHED_FIFO" } else { "SCHED_RR" })), ("priority", J::Int(t.rt_priority.max(1) as i64))]
+            vec![
+                ("policy", s(if t.policy == 1 { "SCHED_FIFO" } else { "SCHED_RR" })),
+                ("priority", J::Int(t.rt_priority.max(1) as i64)),
+            ]
         }
-        _ if t.nice() != 0 => vec![("policy", s("SCHED_OTHER")), ("priority", J::Int(t.nice() as i64))],
+        _ if t.nice() != 0 => {
+            vec![("policy", s("SCHED_OTHER")), ("priority", J::Int(t.nice() as i64))]
+        }
         _ => Vec::new(),
     }
 }
@@ -145,7 +150,12 @@ fn task(instance: usize, sched: Vec<(&'static str, J)>, events: Vec<(&'static st
 }
 
 /// A task running its events `loops` times (-1: until the end).
-fn looped(instance: usize, loops: i64, sched: Vec<(&'static str, J)>, events: Vec<(&'static str, J)>) -> J {
+fn looped(
+    instance: usize,
+    loops: i64,
+    sched: Vec<(&'static str, J)>,
+    events: Vec<(&'static str, J)>,
+) -> J {
     let mut pairs = vec![("instance", J::Int(instance as i64)), ("loop", J::Int(loops))];
     pairs.extend(sched);
     pairs.extend(events);
@@ -170,8 +180,9 @@ fn looped(instance: usize, loops: i64, sched: Vec<(&'static str, J)>, events: Ve
 pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], replay: Replay) -> J {
     let wanted_us = |t: &ThreadProfile| demand_us(t, replay.demand);
     let by_tid: HashMap<u32, &ThreadProfile> = threads.iter().map(|t| (t.tid, t)).collect();
-    let futex_wakes =
-        |w: u32, sl: u32| -> u64 { edges.iter().filter(|e| e.futex && e.waker == w && e.sleeper == sl).map(|e| e.count).sum() };
+    let futex_wakes = |w: u32, sl: u32| -> u64 {
+        edges.iter().filter(|e| e.futex && e.waker == w && e.sleeper == sl).map(|e| e.count).sum()
+    };
     let mut tasks: Vec<(String, J)> = Vec::new();
     let mut grouped: Vec<u32> = Vec::new();
     for g in groups {
@@ -183,7 +194,12 @@ pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], rep
         let cycles = most_wakes.min(p.sleep_events).max(1);
         let run = (wanted_us(p) / cycles).max(1);
         let sleep = slept_us(p) / cycles;
-        let mut events = vec![("run", J::Int(run as i64)), ("lock", s(&mutex)), ("broad", s(&cond)), ("unlock", s(&mutex))];
+        let mut events = vec![
+            ("run", J::Int(run as i64)),
+            ("lock", s(&mutex)),
+            ("broad", s(&cond)),
+            ("unlock", s(&mutex)),
+        ];
         if sleep > 0 {
             events.push(("sleep", J::Int(sleep as i64)));
         }
@@ -198,9 +214,13 @@ pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], rep
             }
         }
         for (i, members) in by_sched.values().enumerate() {
-            let per_wake: Vec<u64> = members.iter().map(|t| wanted_us(t) / futex_wakes(g.producer, t.tid).max(1)).collect();
+            let per_wake: Vec<u64> = members
+                .iter()
+                .map(|t| wanted_us(t) / futex_wakes(g.producer, t.tid).max(1))
+                .collect();
             let run = (per_wake.iter().sum::<u64>() / per_wake.len() as u64).max(1);
-            let name = if i == 0 { format!("c{}", g.producer) } else { format!("c{}_{i}", g.producer) };
+            let name =
+                if i == 0 { format!("c{}", g.producer) } else { format!("c{}_{i}", g.producer) };
             let events = vec![
                 ("lock", s(&mutex)),
                 ("wait", obj(vec![("ref", s(&cond)), ("mutex", s(&mutex))])),
@@ -210,7 +230,8 @@ pub fn document(threads: &[ThreadProfile], groups: &[Group], edges: &[Edge], rep
             tasks.push((name, task(members.len(), sched_keys(members[0]), events)));
         }
     }
-    let mut rest: Vec<&ThreadProfile> = threads.iter().filter(|t| !grouped.contains(&t.tid) && t.observed_ns() > 0).collect();
+    let mut rest: Vec<&ThreadProfile> =
+        threads.iter().filter(|t| !grouped.contains(&t.tid) && t.observed_ns() > 0).collect();
     rest.sort_by_key(|t| t.tid);
     for t in rest {
         if t.exited {
@@ -297,7 +318,12 @@ mod tests {
     }
 
     fn producer_consumers() -> J {
-        let mut threads = vec![thread(1, 100, 900), thread(2, 200, 800), thread(3, 220, 780), thread(4, 180, 820)];
+        let mut threads = vec![
+            thread(1, 100, 900),
+            thread(2, 200, 800),
+            thread(3, 220, 780),
+            thread(4, 180, 820),
+        ];
         threads[3].static_prio = 125;
         let groups = vec![Group { producer: 1, consumers: vec![2, 3, 4] }];
         let edges = vec![futex(1, 2, 50), futex(1, 3, 50), futex(1, 4, 40), futex(2, 1, 3)];
@@ -343,7 +369,10 @@ mod tests {
         assert_eq!(c.get("run"), Some(&J::Int(4200)));
         assert_eq!(c.get("wait").unwrap().keys(), ["ref", "mutex"]);
         let nice = tasks.get("c1_1").unwrap();
-        assert_eq!(nice.keys(), ["instance", "loop", "policy", "priority", "lock", "wait", "unlock", "run"]);
+        assert_eq!(
+            nice.keys(),
+            ["instance", "loop", "policy", "priority", "lock", "wait", "unlock", "run"]
+        );
         assert_eq!(nice.get("priority"), Some(&J::Int(5)));
         assert_eq!(nice.get("instance"), Some(&J::Int(1)));
     }

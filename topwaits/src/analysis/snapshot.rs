@@ -25,8 +25,13 @@ pub fn candidates(threads: &Threads) -> Vec<(u32, u32)> {
     let of = |p: u32| thread::tids_of(p).into_iter().map(move |t| (p, t));
     match threads {
         Threads::Pids(pids) => pids.iter().flat_map(|&p| of(p)).collect(),
-        Threads::Tids(tids) => tids.iter().filter_map(|&t| Some((procfs::tgid_of(t)?, t))).collect(),
-        Threads::Cgroup(cg, _) => crate::sys::cgroup::threads_in(cg).into_iter().filter_map(|t| Some((procfs::tgid_of(t)?, t))).collect(),
+        Threads::Tids(tids) => {
+            tids.iter().filter_map(|&t| Some((procfs::tgid_of(t)?, t))).collect()
+        }
+        Threads::Cgroup(cg, _) => crate::sys::cgroup::threads_in(cg)
+            .into_iter()
+            .filter_map(|t| Some((procfs::tgid_of(t)?, t)))
+            .collect(),
         _ => thread::all_pids().into_iter().flat_map(of).collect(),
     }
 }
@@ -77,7 +82,15 @@ pub struct Snapshotter {
 fn kernel_frames(tgid: u32, tid: u32) -> Result<Vec<Frame>, String> {
     thread::kernel_stack(tgid, tid)
         .map(|frames| {
-            frames.into_iter().map(|f| Frame { addr: 0, symbol: Some(f.name.into()), module: None, offset: Some(f.offset) }).collect()
+            frames
+                .into_iter()
+                .map(|f| Frame {
+                    addr: 0,
+                    symbol: Some(f.name.into()),
+                    module: None,
+                    offset: Some(f.offset),
+                })
+                .collect()
         })
         .map_err(|e| e.to_string())
 }
@@ -160,7 +173,8 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
-            tx.send((unsafe { libc::gettid() } as u32, crate::util::clock::monotonic_now())).unwrap();
+            tx.send((unsafe { libc::gettid() } as u32, crate::util::clock::monotonic_now()))
+                .unwrap();
             std::thread::sleep(std::time::Duration::from_millis(300));
         });
         let (tid, began) = rx.recv().unwrap();
@@ -186,6 +200,9 @@ mod tests {
         } else {
             assert!(s.kernel.is_err());
         }
-        assert!(Snapshotter::default().take(std::process::id(), u32::MAX - 1).is_none(), "a missing thread");
+        assert!(
+            Snapshotter::default().take(std::process::id(), u32::MAX - 1).is_none(),
+            "a missing thread"
+        );
     }
 }

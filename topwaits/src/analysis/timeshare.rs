@@ -84,7 +84,9 @@ pub struct Hot {
 pub fn hottest(report: &Report, n: usize) -> std::collections::HashMap<u32, Vec<Hot>> {
     let mut by_tid: std::collections::HashMap<u32, Vec<Hot>> = std::collections::HashMap::new();
     for r in report.records.iter().filter(|r| matches!(r.waits_on, Some(WaitsOn::Running))) {
-        let names = |s: &crate::model::Stack| s.frames().iter().map(|f| f.name().into_owned()).collect::<Vec<_>>();
+        let names = |s: &crate::model::Stack| {
+            s.frames().iter().map(|f| f.name().into_owned()).collect::<Vec<_>>()
+        };
         by_tid.entry(r.tid).or_default().push(Hot {
             samples: r.count,
             running_ns: r.total_ns,
@@ -93,7 +95,9 @@ pub fn hottest(report: &Report, n: usize) -> std::collections::HashMap<u32, Vec<
         });
     }
     for hot in by_tid.values_mut() {
-        hot.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| (&a.user, &a.kernel).cmp(&(&b.user, &b.kernel))));
+        hot.sort_by(|a, b| {
+            b.samples.cmp(&a.samples).then_with(|| (&a.user, &a.kernel).cmp(&(&b.user, &b.kernel)))
+        });
         hot.truncate(n);
     }
     by_tid
@@ -127,12 +131,25 @@ mod tests {
     fn report(records: Vec<Record>, hz: Option<u32>) -> Report {
         let mut info = crate::report::fixtures::info();
         (info.on_cpu_hz, info.start_mono) = (hz, 5_000_000_000);
-        Report { info, counters: Default::default(), records, objects: Default::default(), events: Vec::new(), samples: Vec::new() }
+        Report {
+            info,
+            counters: Default::default(),
+            records,
+            objects: Default::default(),
+            events: Vec::new(),
+            samples: Vec::new(),
+        }
     }
 
     #[test]
     fn running_runnable_and_blocked_add_up_per_thread() {
-        let sleep = || Some(WaitsOn::Sleep { requested_ns: None, syscall: "nanosleep".into(), to_deadline: false });
+        let sleep = || {
+            Some(WaitsOn::Sleep {
+                requested_ns: None,
+                syscall: "nanosleep".into(),
+                to_deadline: false,
+            })
+        };
         let records = vec![
             rec(7, Some(WaitsOn::Running), 2_000_000_000, 200),
             rec(7, Some(WaitsOn::Running), 500_000_000, 50),
@@ -141,9 +158,16 @@ mod tests {
             rec(8, sleep(), 1_000_000_000, 1),
         ];
         let times = of(&report(records, Some(100))).unwrap();
-        assert_eq!(times.iter().map(|t| t.tid).collect::<Vec<_>>(), vec![7, 8], "most running first");
+        assert_eq!(
+            times.iter().map(|t| t.tid).collect::<Vec<_>>(),
+            vec![7, 8],
+            "most running first"
+        );
         let t = &times[0];
-        assert_eq!((t.samples, t.running_ns, t.runnable_ns, t.blocked_ns), (250, 2_500_000_000, 100_000_000, 2_400_000_000));
+        assert_eq!(
+            (t.samples, t.running_ns, t.runnable_ns, t.blocked_ns),
+            (250, 2_500_000_000, 100_000_000, 2_400_000_000)
+        );
         assert_eq!(t.accounted_ns(), 5_000_000_000);
     }
 
@@ -159,7 +183,15 @@ mod tests {
     fn hottest_stacks_are_per_thread_most_sampled_first() {
         use crate::model::Frame;
         let at = |name: &str| {
-            Stack::Frames(vec![std::sync::Arc::new(Frame { addr: 1, symbol: Some(name.into()), module: None, offset: Some(0) })].into())
+            Stack::Frames(
+                vec![std::sync::Arc::new(Frame {
+                    addr: 1,
+                    symbol: Some(name.into()),
+                    module: None,
+                    offset: Some(0),
+                })]
+                .into(),
+            )
         };
         let mut spin = rec(7, Some(WaitsOn::Running), 300_000_000, 30);
         spin.user = at("spin");
@@ -171,8 +203,15 @@ mod tests {
         other.user = at("main");
         let sleep = rec(7, None, 900_000_000, 3);
         let hot = hottest(&report(vec![spin, sleep, idle, hash, other], Some(100)), 2);
-        let seven: Vec<(&str, u64)> = hot[&7].iter().map(|h| (h.user.first().map_or("", |s| s.as_str()), h.samples)).collect();
-        assert_eq!(seven, [("hash", 50), ("spin", 30)], "two of three, most first; waits are not running stacks");
+        let seven: Vec<(&str, u64)> = hot[&7]
+            .iter()
+            .map(|h| (h.user.first().map_or("", |s| s.as_str()), h.samples))
+            .collect();
+        assert_eq!(
+            seven,
+            [("hash", 50), ("spin", 30)],
+            "two of three, most first; waits are not running stacks"
+        );
         assert_eq!(hot[&7][0].running_ns, 500_000_000);
         assert_eq!(hot[&8].len(), 1);
         assert!(!hot.contains_key(&9));

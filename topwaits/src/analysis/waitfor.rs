@@ -81,7 +81,10 @@ pub fn analyze(edges: &[Edge], alive: &BTreeSet<u32>) -> Graph {
 fn cycle_index(cycles: &mut Vec<Cycle>, ring: &[Edge]) -> usize {
     let lowest = ring.iter().enumerate().min_by_key(|(_, e)| e.waiter).map_or(0, |(i, _)| i);
     let rotated: Vec<&Edge> = ring[lowest..].iter().chain(&ring[..lowest]).collect();
-    let c = Cycle { threads: rotated.iter().map(|e| e.waiter).collect(), locks: rotated.iter().map(|e| e.lock.clone()).collect() };
+    let c = Cycle {
+        threads: rotated.iter().map(|e| e.waiter).collect(),
+        locks: rotated.iter().map(|e| e.lock.clone()).collect(),
+    };
     match cycles.iter().position(|x| *x == c) {
         Some(i) => i,
         None => {
@@ -126,7 +129,10 @@ mod tests {
 
     #[test]
     fn a_thread_waiting_into_a_cycle_ends_in_it() {
-        let g = analyze(&[e(1, 2, "x"), e(2, 3, "y"), e(3, 2, "z"), e(9, 1, "w")], &alive(&[1, 2, 3, 9]));
+        let g = analyze(
+            &[e(1, 2, "x"), e(2, 3, "y"), e(3, 2, "z"), e(9, 1, "w")],
+            &alive(&[1, 2, 3, 9]),
+        );
         assert_eq!(g.cycles.len(), 1);
         assert_eq!(g.cycles[0].threads, [2, 3]);
         let from9 = g.chains.iter().find(|c| c.edges[0].waiter == 9).unwrap();

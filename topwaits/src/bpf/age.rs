@@ -51,9 +51,13 @@ impl Tracer {
     pub fn age_stacks(&mut self) -> Result<Aging> {
         let (stack_cap, chain_cap) = self.capacity;
         let full = |n: usize, cap: u32| n as u64 * HALF as u64 > cap as u64;
-        let counts = |t: &Tracer, name| -> Result<usize> { Ok(entries::<KernelStack>(t.map(name)?, |_, _| {})?.len()) };
-        let stacks_full = full(counts(self, names::KSTACKS)?, stack_cap) || full(counts(self, names::USTACKS)?, stack_cap);
-        let chains_full = self.waker && full(entries::<Hops>(self.map(names::CHAINS)?, |_, _| {})?.len(), chain_cap);
+        let counts = |t: &Tracer, name| -> Result<usize> {
+            Ok(entries::<KernelStack>(t.map(name)?, |_, _| {})?.len())
+        };
+        let stacks_full = full(counts(self, names::KSTACKS)?, stack_cap)
+            || full(counts(self, names::USTACKS)?, stack_cap);
+        let chains_full = self.waker
+            && full(entries::<Hops>(self.map(names::CHAINS)?, |_, _| {})?.len(), chain_cap);
         if !stacks_full && !chains_full {
             return Ok(Aging::default());
         }
@@ -100,7 +104,10 @@ impl Tracer {
                 let mut old = HashMap::new();
                 entries(self.map(name)?, |id, frames: &KernelStack| {
                     if !live.contains(&id) {
-                        old.insert(id, frames.iter().copied().take_while(|&ip| ip != 0).collect::<Vec<u64>>());
+                        old.insert(
+                            id,
+                            frames.iter().copied().take_while(|&ip| ip != 0).collect::<Vec<u64>>(),
+                        );
                     }
                 })?;
                 done.stacks += self.delete::<KernelStack>(name, old.keys().copied().collect())?;
@@ -117,7 +124,8 @@ impl Tracer {
         let map = self.map_mut(name)?;
         let Map::HashMap(data) = map else { anyhow::bail!("map {name} is no hash map") };
         if !batch::delete(data.fd().as_fd(), &keys)? {
-            let mut m: aya::maps::HashMap<&mut aya::maps::MapData, u64, V> = aya::maps::HashMap::try_from(map)?;
+            let mut m: aya::maps::HashMap<&mut aya::maps::MapData, u64, V> =
+                aya::maps::HashMap::try_from(map)?;
             for k in &keys {
                 let _ = m.remove(k);
             }

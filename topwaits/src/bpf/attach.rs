@@ -76,11 +76,30 @@ pub(super) const WAKING: Hook = Hook {
         full: (names::PROG_WAKING_FULL_BTF, names::PROG_WAKING_FULL_RAW),
     }),
 };
-pub(super) const EXEC: Hook = Hook { tracepoint: "sched_process_exec", btf: names::PROG_EXEC_BTF, raw: names::PROG_EXEC_RAW, body: None };
-pub(super) const FORK: Hook = Hook { tracepoint: "sched_process_fork", btf: names::PROG_FORK_BTF, raw: names::PROG_FORK_RAW, body: None };
-pub(super) const CGROUP_ATTACH: Hook =
-    Hook { tracepoint: "cgroup_attach_task", btf: names::PROG_CGROUP_ATTACH_BTF, raw: names::PROG_CGROUP_ATTACH_RAW, body: None };
-pub(super) const WAKEUP_NEW: Hook = Hook { tracepoint: "sched_wakeup_new", btf: names::PROG_NEW_BTF, raw: names::PROG_NEW_RAW, body: None };
+pub(super) const EXEC: Hook = Hook {
+    tracepoint: "sched_process_exec",
+    btf: names::PROG_EXEC_BTF,
+    raw: names::PROG_EXEC_RAW,
+    body: None,
+};
+pub(super) const FORK: Hook = Hook {
+    tracepoint: "sched_process_fork",
+    btf: names::PROG_FORK_BTF,
+    raw: names::PROG_FORK_RAW,
+    body: None,
+};
+pub(super) const CGROUP_ATTACH: Hook = Hook {
+    tracepoint: "cgroup_attach_task",
+    btf: names::PROG_CGROUP_ATTACH_BTF,
+    raw: names::PROG_CGROUP_ATTACH_RAW,
+    body: None,
+};
+pub(super) const WAKEUP_NEW: Hook = Hook {
+    tracepoint: "sched_wakeup_new",
+    btf: names::PROG_NEW_BTF,
+    raw: names::PROG_NEW_RAW,
+    body: None,
+};
 
 /// Which of their bodies the hooks tail-call from the start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +146,8 @@ impl Plan {
     /// With `on` (`--on-cpu`): the sampler's program too, its body the full
     /// one (user stacks from the unwind tables) with `walks`, or the quick one.
     pub fn sampling(mut self, on: bool, walks: bool) -> Plan {
-        self.2 = on.then_some(if walks { names::PROG_SAMPLE_FULL } else { names::PROG_SAMPLE_QUICK });
+        self.2 =
+            on.then_some(if walks { names::PROG_SAMPLE_FULL } else { names::PROG_SAMPLE_QUICK });
         self
     }
 
@@ -161,7 +181,10 @@ impl Plan {
     fn pairs(&self, btf: bool) -> Vec<(&'static str, &'static str)> {
         let hooks = self.0.iter().map(|h| (if btf { h.btf } else { h.raw }, h.tracepoint));
         let sampler = self.2.map(|body| [(names::PROG_SAMPLE, "cpu-clock"), (body, "cpu-clock")]);
-        hooks.chain(self.bodies(btf).map(|(_, prog, tp)| (prog, tp))).chain(sampler.into_iter().flatten()).collect()
+        hooks
+            .chain(self.bodies(btf).map(|(_, prog, tp)| (prog, tp)))
+            .chain(sampler.into_iter().flatten())
+            .collect()
     }
 
     /// The attached programs alone, on the path.
@@ -170,9 +193,18 @@ impl Plan {
     }
 
     /// (array, program, tracepoint) of the body each hook starts with, on the path.
-    fn bodies(&self, btf: bool) -> impl Iterator<Item = (&'static str, &'static str, &'static str)> + '_ {
+    fn bodies(
+        &self,
+        btf: bool,
+    ) -> impl Iterator<Item = (&'static str, &'static str, &'static str)> + '_ {
         self.0.iter().filter_map(move |h| {
-            h.body.map(|b| (b.array, Body::pick(if self.1 == Bodies::Full { b.full } else { b.quick }, btf), h.tracepoint))
+            h.body.map(|b| {
+                (
+                    b.array,
+                    Body::pick(if self.1 == Bodies::Full { b.full } else { b.quick }, btf),
+                    h.tracepoint,
+                )
+            })
         })
     }
 
@@ -201,8 +233,12 @@ pub(super) fn load_in_parallel(
     hooks: &[(&str, &'static str)],
     load: impl Fn(&mut Program, &'static str) -> Result<()> + Sync,
 ) -> Result<()> {
-    let mut todo: Vec<(&mut Program, &str, &'static str)> =
-        ebpf.programs_mut().filter_map(|(name, p)| hooks.iter().find(|(prog, _)| *prog == name).map(|&(prog, tp)| (p, prog, tp))).collect();
+    let mut todo: Vec<(&mut Program, &str, &'static str)> = ebpf
+        .programs_mut()
+        .filter_map(|(name, p)| {
+            hooks.iter().find(|(prog, _)| *prog == name).map(|&(prog, tp)| (p, prog, tp))
+        })
+        .collect();
     if todo.len() != hooks.len() {
         let missing = hooks.iter().map(|(prog, _)| *prog).collect::<Vec<_>>().join(", ");
         return Err(anyhow!("programs missing from the eBPF object (one of {missing})"));
@@ -214,13 +250,17 @@ pub(super) fn load_in_parallel(
         if log::log_enabled!(log::Level::Debug) {
             let insns = p.info().ok().and_then(|i| i.verified_instruction_count());
             let insns = insns.map_or_else(|| "an unknown number of".to_string(), |n| n.to_string());
-            log::debug!("program {name} ({tp}) loaded in {:.1} ms: {insns} instructions verified", t0.elapsed().as_secs_f64() * 1e3);
+            log::debug!(
+                "program {name} ({tp}) loaded in {:.1} ms: {insns} instructions verified",
+                t0.elapsed().as_secs_f64() * 1e3
+            );
         }
         Ok(())
     };
     std::thread::scope(|s| {
         let last = todo.pop();
-        let others: Vec<_> = todo.into_iter().map(|(p, name, tp)| s.spawn(move || load(p, name, tp))).collect();
+        let others: Vec<_> =
+            todo.into_iter().map(|(p, name, tp)| s.spawn(move || load(p, name, tp))).collect();
         let mut result = last.map_or(Ok(()), |(p, name, tp)| load(p, name, tp));
         for h in others {
             let r = h.join().unwrap_or_else(|_| Err(anyhow!("a program loader thread panicked")));
@@ -234,7 +274,8 @@ pub(super) fn load_in_parallel(
 /// hook tail-calls.
 pub(super) fn hand_over(ebpf: &mut Ebpf, array: &str, prog: &str) -> Result<()> {
     let fd = program(ebpf, prog)?.fd()?.try_clone()?;
-    let map = ebpf.map_mut(array).ok_or_else(|| anyhow!("map {array} missing from the eBPF object"))?;
+    let map =
+        ebpf.map_mut(array).ok_or_else(|| anyhow!("map {array} missing from the eBPF object"))?;
     let mut slot: ProgramArray<&mut MapData> = ProgramArray::try_from(map)?;
     slot.set(0, &fd, 0).with_context(|| format!("failed to hand {prog} to its hook"))
 }
@@ -244,8 +285,12 @@ pub(super) fn hand_over(ebpf: &mut Ebpf, array: &str, prog: &str) -> Result<()> 
 fn load_one(p: &mut Program, tp: &'static str, btf: Option<&Btf>) -> Result<()> {
     match (p, btf) {
         (Program::PerfEvent(p), _) => loaded(p.load(), || "the on-CPU sampler".to_string()),
-        (Program::BtfTracePoint(p), Some(btf)) => loaded(p.load(tp, btf), || format!("the tp_btf {tp} program")),
-        (Program::RawTracePoint(p), None) => loaded(p.load(), || format!("the raw_tp {tp} program")),
+        (Program::BtfTracePoint(p), Some(btf)) => {
+            loaded(p.load(tp, btf), || format!("the tp_btf {tp} program"))
+        }
+        (Program::RawTracePoint(p), None) => {
+            loaded(p.load(), || format!("the raw_tp {tp} program"))
+        }
         (p, _) => Err(anyhow!("a {:?} program has no place in this attach plan", p.prog_type())),
     }
 }
@@ -253,7 +298,12 @@ fn load_one(p: &mut Program, tp: &'static str, btf: Option<&Btf>) -> Result<()> 
 /// Loads the plan's programs on tp_btf (the sampler's too), hands the hooks
 /// their bodies, then, once `ready` has returned (what must be in place before
 /// the first event: the unwind tables), attaches them.
-pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan, ready: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+pub(super) fn attach_tp_btf(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    plan: &Plan,
+    ready: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
     load_in_parallel(ebpf, &plan.pairs(true), |p, tp| load_one(p, tp, Some(btf)))?;
     plan.hand_over_bodies(ebpf, true)?;
     ready()?;
@@ -265,7 +315,11 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, plan: &Plan, ready: &mut
 }
 
 /// As [`attach_tp_btf`], on raw_tp.
-pub(super) fn attach_raw_tp(ebpf: &mut Ebpf, plan: &Plan, ready: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+pub(super) fn attach_raw_tp(
+    ebpf: &mut Ebpf,
+    plan: &Plan,
+    ready: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
     load_in_parallel(ebpf, &plan.pairs(false), |p, tp| load_one(p, tp, None))?;
     plan.hand_over_bodies(ebpf, false)?;
     ready()?;
@@ -280,8 +334,9 @@ pub(super) fn attach_kprobe(ebpf: &mut Ebpf, plan: &Plan) -> Result<()> {
     let prog: &mut KProbe = program(ebpf, names::PROG_FINISH_KPROBE)?.try_into()?;
     // Load first: the program must pass the verifier even where kprobes cannot attach.
     loaded(prog.load(), || "the finish_task_switch kprobe program".to_string())?;
-    let symbol =
-        kallsyms::find_function_in_sys("finish_task_switch").context("failed to read /proc/kallsyms")?.ok_or(UserError::NoKprobeTarget)?;
+    let symbol = kallsyms::find_function_in_sys("finish_task_switch")
+        .context("failed to read /proc/kallsyms")?
+        .ok_or(UserError::NoKprobeTarget)?;
     info!("kprobe target: {symbol}");
     if !Path::new(KPROBE_PMU).exists() {
         return Err(UserError::NoKprobes(KPROBE_PMU.to_string()).into());
@@ -305,10 +360,14 @@ pub(super) fn attach_futex(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<()> {
     let hooks: [(&str, &[&str]); 3] = [
         (names::PROG_FUTEX_ENTER, &["sys_enter_futex"]),
         (names::PROG_FUTEX_WAKE_ENTER, &["sys_enter_futex_wake", "sys_enter_futex_requeue"]),
-        (names::PROG_FUTEX_EXIT, &["sys_exit_futex", "sys_exit_futex_wake", "sys_exit_futex_requeue"]),
+        (
+            names::PROG_FUTEX_EXIT,
+            &["sys_exit_futex", "sys_exit_futex_wake", "sys_exit_futex_requeue"],
+        ),
     ];
     for (prog_name, events) in hooks {
-        let present: Vec<&str> = events.iter().copied().filter(|e| tracefs.has_event("syscalls", e)).collect();
+        let present: Vec<&str> =
+            events.iter().copied().filter(|e| tracefs.has_event("syscalls", e)).collect();
         if present.is_empty() {
             continue;
         }
@@ -326,7 +385,9 @@ pub(super) fn attach_futex(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<()> {
 /// kernel locks by their stacks alone; said once as a warning.
 pub(super) fn attach_lock_contention(ebpf: &mut Ebpf) {
     let attach = |ebpf: &mut Ebpf| -> Result<()> {
-        for (prog, event) in [(names::PROG_LOCK_BEGIN, "contention_begin"), (names::PROG_LOCK_END, "contention_end")] {
+        for (prog, event) in
+            [(names::PROG_LOCK_BEGIN, "contention_begin"), (names::PROG_LOCK_END, "contention_end")]
+        {
             let p: &mut RawTracePoint = program(ebpf, prog)?.try_into()?;
             loaded(p.load(), || format!("the {prog} program"))?;
             p.attach(event).with_context(|| format!("failed to attach lock/{event}"))?;
@@ -334,7 +395,10 @@ pub(super) fn attach_lock_contention(ebpf: &mut Ebpf) {
         Ok(())
     };
     if let Err(e) = attach(ebpf) {
-        log::warn!("kernel locks are named by their stacks alone: {}", crate::util::stderr::error_line(&e));
+        log::warn!(
+            "kernel locks are named by their stacks alone: {}",
+            crate::util::stderr::error_line(&e)
+        );
     }
 }
 
@@ -347,7 +411,12 @@ pub(super) fn loaded(r: Result<(), ProgramError>, what: impl FnOnce() -> String)
         Err(ProgramError::LoadError { io_error, verifier_log }) => {
             let (what, log) = (what(), verifier_log.to_string());
             log::debug!("the verifier's log of {what}:\n{log}");
-            Err(UserError::Rejected { what, errno: io_error.to_string(), verdict: verifier_verdict(&log) }.into())
+            Err(UserError::Rejected {
+                what,
+                errno: io_error.to_string(),
+                verdict: verifier_verdict(&log),
+            }
+            .into())
         }
         Err(e) => {
             let what = what();
@@ -356,7 +425,10 @@ pub(super) fn loaded(r: Result<(), ProgramError>, what: impl FnOnce() -> String)
     }
 }
 
-pub(super) fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
+pub(super) fn program<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<&'a mut aya::programs::Program> {
     ebpf.program_mut(name).ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))
 }
 
@@ -369,12 +441,25 @@ mod tests {
         assert_eq!(Plan::trace(false, false).0, [SWITCH]);
         assert_eq!(Plan::trace(true, true).0, [WAKING, EXEC, FORK, SWITCH]);
         assert_eq!(Plan::threads().0, [WAKEUP_NEW, WAKING, SWITCH]);
-        assert_eq!(Plan::threads().following_cgroup(true).0, [WAKEUP_NEW, WAKING, FORK, CGROUP_ATTACH, SWITCH]);
-        assert_eq!(Plan::threads().with_process_events(true).0, [WAKEUP_NEW, WAKING, EXEC, FORK, SWITCH]);
+        assert_eq!(
+            Plan::threads().following_cgroup(true).0,
+            [WAKEUP_NEW, WAKING, FORK, CGROUP_ATTACH, SWITCH]
+        );
+        assert_eq!(
+            Plan::threads().with_process_events(true).0,
+            [WAKEUP_NEW, WAKING, EXEC, FORK, SWITCH]
+        );
         let both = Plan::threads().with_process_events(true).following_cgroup(true);
-        assert_eq!(both.0, [WAKEUP_NEW, WAKING, EXEC, FORK, CGROUP_ATTACH, SWITCH], "fork attached once");
+        assert_eq!(
+            both.0,
+            [WAKEUP_NEW, WAKING, EXEC, FORK, CGROUP_ATTACH, SWITCH],
+            "fork attached once"
+        );
         assert_eq!(Plan::threads().with_process_events(false).0, Plan::threads().0);
-        assert_eq!(Plan::trace(false, true).following_cgroup(true).0, [EXEC, FORK, CGROUP_ATTACH, SWITCH]);
+        assert_eq!(
+            Plan::trace(false, true).following_cgroup(true).0,
+            [EXEC, FORK, CGROUP_ATTACH, SWITCH]
+        );
         assert_eq!(Plan::trace(true, false).following_cgroup(false).0, [WAKING, SWITCH]);
         // Loaded before attaching: the attached programs, then the bodies they
         // tail-call (quick ones, or full ones verified before the start), then
@@ -399,9 +484,15 @@ mod tests {
                 (names::PROG_SAMPLE_FULL, "cpu-clock"),
             ]
         );
-        assert_eq!(Plan::trace(false, true).attached(false).last(), Some(&(names::PROG_SWITCH_RAW, "sched_switch")));
+        assert_eq!(
+            Plan::trace(false, true).attached(false).last(),
+            Some(&(names::PROG_SWITCH_RAW, "sched_switch"))
+        );
         let threads = Plan::threads().sampling(true, false).pairs(true);
-        assert_eq!(threads[threads.len() - 2..], [(names::PROG_SAMPLE, "cpu-clock"), (names::PROG_SAMPLE_QUICK, "cpu-clock")]);
+        assert_eq!(
+            threads[threads.len() - 2..],
+            [(names::PROG_SAMPLE, "cpu-clock"), (names::PROG_SAMPLE_QUICK, "cpu-clock")]
+        );
         assert_eq!(Plan::trace(true, false).besides_switch().collect::<Vec<_>>(), [&WAKING]);
     }
 }

@@ -39,7 +39,8 @@ pub fn for_each<K: Pod, V: Pod>(map: &Map, mut f: impl FnMut(&K, &V)) -> io::Res
     let mut chunk = CHUNK;
     // SAFETY: Pod types are plain data, valid when zeroed.
     let zeroed = || unsafe { std::mem::zeroed::<(K, V)>() };
-    let (mut keys, mut values): (Vec<K>, Vec<V>) = (vec![zeroed().0; chunk], vec![zeroed().1; chunk]);
+    let (mut keys, mut values): (Vec<K>, Vec<V>) =
+        (vec![zeroed().0; chunk], vec![zeroed().1; chunk]);
     // A hash map's batch position is a bucket number.
     let (mut next, mut at): (u32, u32) = (0, 0);
     let mut first = true;
@@ -55,7 +56,14 @@ pub fn for_each<K: Pod, V: Pod>(map: &Map, mut f: impl FnMut(&K, &V)) -> io::Res
         };
         // SAFETY: the attribute points at buffers of `chunk` keys and values and at
         // the two position words, all live across the call.
-        let ret = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &mut attr as *mut BatchAttr, size_of::<BatchAttr>()) };
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                &mut attr as *mut BatchAttr,
+                size_of::<BatchAttr>(),
+            )
+        };
         let err = (ret < 0).then(|| io::Error::last_os_error().raw_os_error().unwrap_or(0));
         let got = (attr.count as usize).min(chunk);
         for (k, v) in keys[..got].iter().zip(&values[..got]) {
@@ -84,7 +92,11 @@ pub fn for_each<K: Pod, V: Pod>(map: &Map, mut f: impl FnMut(&K, &V)) -> io::Res
 /// `Ok(false)` when the kernel has no batch updates for it (nothing was
 /// written): the caller then writes one at a time. An error (the map is full)
 /// may come after part of them were written.
-pub fn update<K: Pod, V: Pod>(fd: std::os::fd::BorrowedFd<'_>, keys: &[K], values: &[V]) -> io::Result<bool> {
+pub fn update<K: Pod, V: Pod>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    keys: &[K],
+    values: &[V],
+) -> io::Result<bool> {
     if keys.len() != values.len() {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -98,10 +110,18 @@ pub fn update<K: Pod, V: Pod>(fd: std::os::fd::BorrowedFd<'_>, keys: &[K], value
             ..Default::default()
         };
         // SAFETY: the attribute points at `count` keys and values, live across the call.
-        let ret = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_BATCH, &mut attr as *mut BatchAttr, size_of::<BatchAttr>()) };
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_UPDATE_BATCH,
+                &mut attr as *mut BatchAttr,
+                size_of::<BatchAttr>(),
+            )
+        };
         if ret < 0 {
             let e = io::Error::last_os_error();
-            if first && matches!(e.raw_os_error(), Some(libc::EINVAL | ENOTSUPP)) && attr.count == 0 {
+            if first && matches!(e.raw_os_error(), Some(libc::EINVAL | ENOTSUPP)) && attr.count == 0
+            {
                 return Ok(false);
             }
             return Err(e);
@@ -121,10 +141,21 @@ pub fn delete<K: Pod>(fd: std::os::fd::BorrowedFd<'_>, keys: &[K]) -> io::Result
     let mut first = true;
     while !rest.is_empty() {
         let chunk = &rest[..rest.len().min(CHUNK)];
-        let mut attr =
-            BatchAttr { keys: chunk.as_ptr() as u64, count: chunk.len() as u32, map_fd: fd.as_raw_fd() as u32, ..Default::default() };
+        let mut attr = BatchAttr {
+            keys: chunk.as_ptr() as u64,
+            count: chunk.len() as u32,
+            map_fd: fd.as_raw_fd() as u32,
+            ..Default::default()
+        };
         // SAFETY: the attribute points at `count` keys, live across the call.
-        let ret = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_DELETE_BATCH, &mut attr as *mut BatchAttr, size_of::<BatchAttr>()) };
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_DELETE_BATCH,
+                &mut attr as *mut BatchAttr,
+                size_of::<BatchAttr>(),
+            )
+        };
         let done = (attr.count as usize).min(chunk.len());
         if ret < 0 {
             let e = io::Error::last_os_error();
@@ -173,11 +204,23 @@ mod tests {
             map_flags: u32,
         }
         // BPF_MAP_CREATE = 0, BPF_MAP_TYPE_HASH = 1.
-        let attr = CreateAttr { map_type: 1, key_size: 4, value_size: 8, max_entries: entries, map_flags: 0 };
+        let attr = CreateAttr {
+            map_type: 1,
+            key_size: 4,
+            value_size: 8,
+            max_entries: entries,
+            map_flags: 0,
+        };
         // SAFETY: the attribute is a valid prefix of `union bpf_attr`, live across the call.
-        let fd = unsafe { libc::syscall(libc::SYS_bpf, 0, &attr as *const CreateAttr, size_of::<CreateAttr>()) };
+        let fd = unsafe {
+            libc::syscall(libc::SYS_bpf, 0, &attr as *const CreateAttr, size_of::<CreateAttr>())
+        };
         if fd < 0 {
-            assert!(std::env::var_os("TOPWAITS_REQUIRE_BPF").is_none(), "cannot make a BPF map: {}", std::io::Error::last_os_error());
+            assert!(
+                std::env::var_os("TOPWAITS_REQUIRE_BPF").is_none(),
+                "cannot make a BPF map: {}",
+                std::io::Error::last_os_error()
+            );
             eprintln!("skipped: cannot make a BPF map ({})", std::io::Error::last_os_error());
             return None;
         }
@@ -203,7 +246,9 @@ mod tests {
             flags: 0,
         };
         // SAFETY: BPF_MAP_LOOKUP_ELEM (1) with pointers live across the call.
-        unsafe { libc::syscall(libc::SYS_bpf, 1, &attr as *const ElemAttr, size_of::<ElemAttr>()) == 0 }
+        unsafe {
+            libc::syscall(libc::SYS_bpf, 1, &attr as *const ElemAttr, size_of::<ElemAttr>()) == 0
+        }
     }
 
     /// A sweep deletes the exited processes' entries in one call, stepping over

@@ -5,13 +5,24 @@ use std::collections::HashMap;
 
 use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
-use topwaits_common::{counter, names, DepKey, Hops, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal};
+use topwaits_common::{
+    counter, names, DepKey, Hops, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey,
+    WakeVal,
+};
 
 use super::{batch, Tracer};
 use crate::model::profile::{Edge, ThreadProfile, ThreadsCapture};
-use crate::model::{comm_bytes, raw_hop, Capture, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind};
+use crate::model::{
+    comm_bytes, raw_hop, Capture, OpenSince, RawHop, RawRecord, StackId, WakeInfo, WakeKind,
+};
 
-pub(super) fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, max_end_ns: u64) -> RawRecord {
+pub(super) fn raw_record(
+    k: &WaitKey,
+    total_ns: u64,
+    count: u64,
+    max_ns: u64,
+    max_end_ns: u64,
+) -> RawRecord {
     RawRecord {
         tgid: k.tgid,
         tid: k.tid,
@@ -32,7 +43,10 @@ pub(super) fn raw_record(k: &WaitKey, total_ns: u64, count: u64, max_ns: u64, ma
 /// Adds the rows that threads still held in their start entries (`count` 0: none)
 /// to the rows read from the aggregate: a thread's held row may extend one it
 /// wrote there before.
-fn add_held(rows: &mut HashMap<WaitKey, WaitVal>, held: impl IntoIterator<Item = (WaitKey, WaitVal)>) {
+fn add_held(
+    rows: &mut HashMap<WaitKey, WaitVal>,
+    held: impl IntoIterator<Item = (WaitKey, WaitVal)>,
+) {
     for (key, val) in held {
         if val.count != 0 {
             rows.entry(key).or_default().absorb(&val);
@@ -114,7 +128,9 @@ impl Tracer {
                 // start its wait really had (`analysis::open`); `serve` counts
                 // it from the trace's start, under the stack walked for it.
                 match seeded.get(&task) {
-                    Some(r) if self.seeded_open && r.ts == st.ts && r.ustack != 0 => ustack = r.ustack,
+                    Some(r) if self.seeded_open && r.ts == st.ts && r.ustack != 0 => {
+                        ustack = r.ustack
+                    }
                     _ => return,
                 }
             }
@@ -130,11 +146,19 @@ impl Tracer {
             if !(min_us..=max_us).contains(&(so_far / 1000)) {
                 return;
             }
-            let key = WaitKey { kstack: st.kstack, tgid: st.tgid, tid: st.tid, ustack, comm: st.comm, what: st.what };
+            let key = WaitKey {
+                kstack: st.kstack,
+                tgid: st.tgid,
+                tid: st.tid,
+                ustack,
+                comm: st.comm,
+                what: st.what,
+            };
             let mut r = raw_record(&key, so_far, 1, so_far, end_mono);
             r.open = Some(OpenSince::Exact(st.ts));
             if self.waker {
-                let woken = topwaits_common::woke_wait(st.woken, st.chain, st.ts, end_mono).then(|| (st.woken, hops_of(chains, st.chain)));
+                let woken = topwaits_common::woke_wait(st.woken, st.chain, st.ts, end_mono)
+                    .then(|| (st.woken, hops_of(chains, st.chain)));
                 r.wake = Some(open_wake(st, woken, end_mono));
             }
             records.push(r);
@@ -165,7 +189,11 @@ impl Tracer {
                 };
                 r.wake = Some(WakeInfo {
                     kind,
-                    hops: if kind == WakeKind::Woken { hops_of(&chains, k.chain) } else { Vec::new() },
+                    hops: if kind == WakeKind::Woken {
+                        hops_of(&chains, k.chain)
+                    } else {
+                        Vec::new()
+                    },
                     blocked_ns: v.blocked_ns,
                     runq_ns: v.runq_ns,
                     max_blocked_ns: v.max_blocked_ns,
@@ -181,10 +209,15 @@ impl Tracer {
             })
             .context("failed to read the aggregate map")?;
             let mut held = Vec::new();
-            batch::each(self.map(names::STARTS)?, |_: &u64, st: &SwitchOut| held.push((st.row, st.held)))
-                .context("failed to read the rows held in the per-task start map")?;
+            batch::each(self.map(names::STARTS)?, |_: &u64, st: &SwitchOut| {
+                held.push((st.row, st.held))
+            })
+            .context("failed to read the rows held in the per-task start map")?;
             add_held(&mut rows, held);
-            records.extend(rows.iter().map(|(k, v)| raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns)));
+            records.extend(
+                rows.iter()
+                    .map(|(k, v)| raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns)),
+            );
         } else {
             batch::each(self.map(names::WAITS)?, |k: &WaitKey, v: &WaitVal| {
                 records.push(raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
@@ -211,7 +244,13 @@ impl Tracer {
                 .iter()
                 .chain(extra)
                 .flat_map(|r| {
-                    let hops = r.wake.iter().flat_map(|w| &w.hops).map(|h| if user { h.ustack } else { h.kstack });
+                    let hops = r.wake.iter().flat_map(|w| &w.hops).map(|h| {
+                        if user {
+                            h.ustack
+                        } else {
+                            h.kstack
+                        }
+                    });
                     std::iter::once(if user { r.ustack } else { r.kstack }).chain(hops)
                 })
                 .filter_map(|id| match id {
@@ -219,7 +258,9 @@ impl Tracer {
                     _ => None,
                 })
                 .collect();
-            let keep = |frames: &KernelStack| frames.iter().copied().take_while(|&ip| ip != 0).collect::<Vec<u64>>();
+            let keep = |frames: &KernelStack| {
+                frames.iter().copied().take_while(|&ip| ip != 0).collect::<Vec<u64>>()
+            };
             // Past a few stacks, reading the whole map in batches beats a lookup each.
             let batched = wanted.len() > 64
                 && batch::for_each(map, |id: &u64, frames: &KernelStack| {
@@ -252,7 +293,9 @@ impl Tracer {
 /// The hops of the chain `id` refers to; none if the map lacks it (entries are
 /// never deleted, so only a reference of a lost chain could miss).
 fn hops_of(chains: &HashMap<u64, Hops>, id: u64) -> Vec<RawHop> {
-    chains.get(&id).map_or_else(Vec::new, |h| h.hops[..(h.len as usize).min(h.hops.len())].iter().map(raw_hop).collect())
+    chains.get(&id).map_or_else(Vec::new, |h| {
+        h.hops[..(h.len as usize).min(h.hops.len())].iter().map(raw_hop).collect()
+    })
 }
 
 /// The waker side of a wait still in progress: preempted (on the run queue all
@@ -265,7 +308,14 @@ fn open_wake(st: &SwitchOut, woken: Option<(u64, Vec<RawHop>)>, end_mono: u64) -
         Some((ts, hops)) => (WakeKind::Woken, hops, ts - st.ts),
         None => (WakeKind::NotYet, Vec::new(), so_far),
     };
-    WakeInfo { kind, hops, blocked_ns: blocked, runq_ns: so_far - blocked, max_blocked_ns: blocked, max_runq_ns: so_far - blocked }
+    WakeInfo {
+        kind,
+        hops,
+        blocked_ns: blocked,
+        runq_ns: so_far - blocked,
+        max_blocked_ns: blocked,
+        max_runq_ns: so_far - blocked,
+    }
 }
 
 #[cfg(test)]
@@ -290,13 +340,20 @@ mod tests {
         ];
         add_held(&mut rows, held);
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[&key(2, 10)], WaitVal { total_ns: 190, count: 3, max_ns: 90, max_end_ns: 2_000 });
-        assert_eq!(rows[&key(3, 10)], WaitVal { total_ns: 5, count: 1, max_ns: 5, max_end_ns: 3_000 });
+        assert_eq!(
+            rows[&key(2, 10)],
+            WaitVal { total_ns: 190, count: 3, max_ns: 90, max_end_ns: 2_000 }
+        );
+        assert_eq!(
+            rows[&key(3, 10)],
+            WaitVal { total_ns: 5, count: 1, max_ns: 5, max_end_ns: 3_000 }
+        );
     }
 
     #[test]
     fn chain_references_resolve_to_their_valid_hops_and_a_missing_one_to_none() {
-        let hop = |tid| topwaits_common::Hop { tgid: 1, tid, kstack: 0, ustack: 0, comm: [b'w'; 16] };
+        let hop =
+            |tid| topwaits_common::Hop { tgid: 1, tid, kstack: 0, ustack: 0, comm: [b'w'; 16] };
         let mut chains = HashMap::new();
         let mut two = Hops { len: 2, ..Default::default() };
         two.hops[0] = hop(7);

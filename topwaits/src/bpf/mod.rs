@@ -158,7 +158,12 @@ fn loader_in_background() -> std::thread::JoinHandle<EbpfLoader<'static>> {
     })
 }
 
-fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Settings, sizes: &Sizes, threads: &Threads) -> Result<Ebpf> {
+fn load(
+    loader: std::thread::JoinHandle<EbpfLoader<'static>>,
+    settings: &Settings,
+    sizes: &Sizes,
+    threads: &Threads,
+) -> Result<Ebpf> {
     let bitmap = match threads {
         // Every thread of the cgroup now; the programs keep the set from then on,
         // so it spans every id a thread can have.
@@ -196,7 +201,8 @@ fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Setting
         .allow_unsupported_maps()
         .load(OBJECT)
         .context("failed to load the eBPF object")?;
-    let mut pids: Array<_, u64> = Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
+    let mut pids: Array<_, u64> =
+        Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
     for (i, &word) in bitmap.iter().enumerate().filter(|(_, w)| **w != 0) {
         pids.set(i as u32, word, 0).context("failed to fill the pid filter")?;
     }
@@ -210,10 +216,14 @@ fn load(loader: std::thread::JoinHandle<EbpfLoader<'static>>, settings: &Setting
 fn label_syscalls(ebpf: &mut Ebpf) -> Result<()> {
     use crate::sys::syscalls::{arg0_bitmap, syscall_info_by_name};
     use topwaits_common::label_syscalls as slot;
-    let mut words: Array<_, u64> =
-        Array::try_from(ebpf.map_mut(names::LABEL_SYSCALLS).ok_or_else(|| anyhow!("map LABEL_SYSCALLS missing"))?)?;
+    let mut words: Array<_, u64> = Array::try_from(
+        ebpf.map_mut(names::LABEL_SYSCALLS).ok_or_else(|| anyhow!("map LABEL_SYSCALLS missing"))?,
+    )?;
     let plus_one = |name| syscall_info_by_name(name).map_or(0, |nr| nr + 1);
-    let sleeps = [(slot::NANOSLEEP, plus_one("nanosleep")), (slot::CLOCK_NANOSLEEP, plus_one("clock_nanosleep"))];
+    let sleeps = [
+        (slot::NANOSLEEP, plus_one("nanosleep")),
+        (slot::CLOCK_NANOSLEEP, plus_one("clock_nanosleep")),
+    ];
     for (i, word) in (0..).zip(arg0_bitmap()).chain(sleeps) {
         words.set(i, word, 0).context("failed to fill the syscalls that labels read")?;
     }
@@ -232,7 +242,11 @@ fn reload(mut ebpf: Ebpf, settings: &Settings, sizes: &Sizes, threads: &Threads)
 
 /// The largest thread id the kernel gives, plus one (`kernel.pid_max`).
 fn pid_max() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|t| t.trim().parse().ok()).unwrap_or(PID_MAX_LIMIT).min(PID_MAX_LIMIT)
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(PID_MAX_LIMIT)
+        .min(PID_MAX_LIMIT)
 }
 
 /// With `--cgroup`: the threads that joined the cgroup between the programs'
@@ -241,7 +255,8 @@ fn pid_max() -> u32 {
 /// very moment could race with; it is then traced from its next fork on.
 fn add_late_members(ebpf: &mut Ebpf, threads: &Threads) -> Result<()> {
     let Threads::Cgroup(cg, _) = threads else { return Ok(()) };
-    let mut pids: Array<_, u64> = Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
+    let mut pids: Array<_, u64> =
+        Array::try_from(ebpf.map_mut(names::PIDS).ok_or_else(|| anyhow!("map PIDS missing"))?)?;
     let max = pid_max();
     for id in cgroup::threads_in(cg).into_iter().filter(|&t| t < max) {
         let (i, bit) = (id / 64, 1u64 << (id % 64));
@@ -261,7 +276,11 @@ fn cgroup_offsets_into(settings: &mut Settings) -> Result<()> {
     }
     let path = Path::new(btf::VMLINUX_BTF);
     if !path.exists() {
-        return Err(UserError::NoBtf { path: btf::VMLINUX_BTF.into(), what: "--cgroup (to follow threads moved into the cgroup)" }.into());
+        return Err(UserError::NoBtf {
+            path: btf::VMLINUX_BTF.into(),
+            what: "--cgroup (to follow threads moved into the cgroup)",
+        }
+        .into());
     }
     btf::cgroup_offsets_into(path, &mut settings.cgroup)
 }
@@ -305,7 +324,10 @@ impl Tracer {
     /// the two, `prepare` gets the user stack walker's maps (with `--unwind cfi`)
     /// to fill, so that tables wanted from the start are in place before the
     /// first wait; it is called again if the programs must be loaded again.
-    pub fn start<T: Send>(config: &Config, mut prepare: impl FnMut(Option<UnwindMaps>) -> Result<T> + Send) -> Result<(Tracer, T)> {
+    pub fn start<T: Send>(
+        config: &Config,
+        mut prepare: impl FnMut(Option<UnwindMaps>) -> Result<T> + Send,
+    ) -> Result<(Tracer, T)> {
         let loader = loader_in_background();
         let btf_path = Path::new(btf::VMLINUX_BTF);
         let have_btf = btf_path.exists();
@@ -314,10 +336,14 @@ impl Tracer {
         // The iterator that records the waits in progress at the start needs it
         // too (with the walker: their user stacks are walked whole).
         let cfi = config.settings().cfi != 0;
-        let attach_btf = (have_btf && (config.attach == AttachMode::TpBtf || cfi)).then(|| std::thread::spawn(Btf::from_sys_fs));
+        let attach_btf = (have_btf && (config.attach == AttachMode::TpBtf || cfi))
+            .then(|| std::thread::spawn(Btf::from_sys_fs));
         let kernel_btf = move || -> Result<Btf> {
             match attach_btf {
-                Some(t) => t.join().map_err(|_| anyhow!("the BTF parser thread panicked"))?.map_err(Into::into),
+                Some(t) => t
+                    .join()
+                    .map_err(|_| anyhow!("the BTF parser thread panicked"))?
+                    .map_err(Into::into),
                 None => Btf::from_sys_fs().map_err(Into::into),
             }
         };
@@ -366,7 +392,8 @@ impl Tracer {
         }
         cgroup_offsets_into(&mut settings)?;
         let mut ebpf = load(loader, &settings, &sizes, &config.threads)?;
-        let take_unwind = |ebpf: &mut aya::Ebpf| if cfi { UnwindMaps::take(ebpf).map(Some) } else { Ok(None) };
+        let take_unwind =
+            |ebpf: &mut aya::Ebpf| if cfi { UnwindMaps::take(ebpf).map(Some) } else { Ok(None) };
         let plan = Plan::trace(config.waker, settings.events != 0)
             .following_cgroup(settings.thread_filter == topwaits_common::thread_filter::CGROUP)
             .sampling(config.on_cpu.is_some(), cfi);
@@ -376,7 +403,9 @@ impl Tracer {
         let plan = if cfi { plan.full_from_the_start() } else { plan };
         let mut attached_mono = crate::util::clock::monotonic_now();
         let mut kernel_btf = Some(kernel_btf);
-        let mut btf = || kernel_btf.take().ok_or_else(|| anyhow!("the kernel's BTF was parsed once already"))?();
+        let mut btf = || {
+            kernel_btf.take().ok_or_else(|| anyhow!("the kernel's BTF was parsed once already"))?()
+        };
         // The tables are filled on another thread while the kernel verifies
         // the programs (tens of ms each), and are in place before they attach.
         let unwind = take_unwind(&mut ebpf)?;
@@ -387,7 +416,8 @@ impl Tracer {
             let attached_at = &mut attached_mono;
             let mut ready = || -> Result<()> {
                 if let Some(h) = preparing.take() {
-                    prepared = Some(h.join().map_err(|_| anyhow!("the unwind table thread panicked"))??);
+                    prepared =
+                        Some(h.join().map_err(|_| anyhow!("the unwind table thread panicked"))??);
                 }
                 // The programs are verified: the first attaches now.
                 *attached_at = crate::util::clock::monotonic_now();
@@ -402,19 +432,26 @@ impl Tracer {
                 // raw_tp first: it runs the same programs at the same cost as
                 // tp_btf (bpf_stats, `pipe`), and attaching it needs no second
                 // parse of the kernel's BTF, which halves the start-up's peak memory.
-                AttachMode::RawTp | AttachMode::Auto => attach_raw_tp(&mut ebpf, &plan, &mut ready).map(|()| (AttachKind::RawTp, None)),
-                AttachMode::Kprobe => need_btf("--attach kprobe (task_struct offsets)").and_then(|()| {
-                    ready()?;
-                    attach_kprobe(&mut ebpf, &plan)?;
-                    Ok((AttachKind::Kprobe, None))
-                }),
+                AttachMode::RawTp | AttachMode::Auto => {
+                    attach_raw_tp(&mut ebpf, &plan, &mut ready).map(|()| (AttachKind::RawTp, None))
+                }
+                AttachMode::Kprobe => {
+                    need_btf("--attach kprobe (task_struct offsets)").and_then(|()| {
+                        ready()?;
+                        attach_kprobe(&mut ebpf, &plan)?;
+                        Ok((AttachKind::Kprobe, None))
+                    })
+                }
             };
             ready().and(attached)
         });
         let (attach, kept_btf) = match first {
             Ok(done) => done,
             Err(e) if config.attach == AttachMode::Auto && have_btf => {
-                warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::util::stderr::error_line(&e));
+                warn!(
+                    "raw_tp unavailable ({}); falling back to tp_btf",
+                    crate::util::stderr::error_line(&e)
+                );
                 ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
                 prepared = Some(prepare(take_unwind(&mut ebpf)?)?);
                 let kept = btf()?;
@@ -441,7 +478,11 @@ impl Tracer {
         if let Some(hz) = config.on_cpu {
             // Its body is in place already (loaded with the hooks'), but on
             // the kprobe path, which loads its programs one by one.
-            let body = if attach == AttachKind::Kprobe { sample::Body::Load(names::PROG_SAMPLE_FULL) } else { sample::Body::Loaded };
+            let body = if attach == AttachKind::Kprobe {
+                sample::Body::Load(names::PROG_SAMPLE_FULL)
+            } else {
+                sample::Body::Loaded
+            };
             sample::attach(&mut ebpf, hz, body)?;
         }
         info!("attached with {}", attach.name());
@@ -476,7 +517,10 @@ impl Tracer {
     /// registers; hand each back with [`Tracer::hand_back`] while it still waits.
     pub fn seed_waits(&mut self) -> Result<Vec<topwaits_common::SeededWait>> {
         if self.btf.is_none() {
-            self.btf = Some(Btf::from_sys_fs().context("failed to read the kernel's BTF for the waits in progress")?);
+            self.btf = Some(
+                Btf::from_sys_fs()
+                    .context("failed to read the kernel's BTF for the waits in progress")?,
+            );
         }
         let btf = self.btf.as_ref().ok_or_else(|| anyhow!("kernel BTF not kept"))?;
         seed::run(&mut self.ebpf, btf)
@@ -484,7 +528,11 @@ impl Tracer {
 
     /// Hands the kernel the user stack walked for a wait in progress at the
     /// start (see [`Tracer::seed_waits`]); false when it could not be kept.
-    pub fn hand_back(&mut self, wait: &topwaits_common::SeededWait, frames: &[u64]) -> Result<bool> {
+    pub fn hand_back(
+        &mut self,
+        wait: &topwaits_common::SeededWait,
+        frames: &[u64],
+    ) -> Result<bool> {
         seed::hand_back(&mut self.ebpf, wait, frames)
     }
 
@@ -499,9 +547,14 @@ impl Tracer {
             return Ok(());
         }
         let tp_btf = matches!(self.attach, AttachKind::TpBtf);
-        let mut learners = vec![(names::LEARNERS, if tp_btf { names::PROG_LEARN_BTF } else { names::PROG_LEARN_RAW }, "sched_switch")];
+        let mut learners = vec![(
+            names::LEARNERS,
+            if tp_btf { names::PROG_LEARN_BTF } else { names::PROG_LEARN_RAW },
+            "sched_switch",
+        )];
         if self.waker {
-            let prog = if tp_btf { names::PROG_LEARN_WAKER_BTF } else { names::PROG_LEARN_WAKER_RAW };
+            let prog =
+                if tp_btf { names::PROG_LEARN_WAKER_BTF } else { names::PROG_LEARN_WAKER_RAW };
             learners.push((names::WAKE_LEARNERS, prog, "sched_waking"));
         }
         let progs: Vec<_> = learners.iter().map(|&(_, prog, tp)| (prog, tp)).collect();
@@ -528,7 +581,10 @@ impl Tracer {
     /// Loads and attaches the `topwaits threads` programs, and with `--on-cpu`
     /// the sampler; `prepare` gets the walker's maps to fill before it
     /// attaches, as in [`Tracer::start`].
-    pub fn start_threads<T>(config: &ThreadsConfig, prepare: impl FnOnce(Option<UnwindMaps>) -> Result<T>) -> Result<(Tracer, T)> {
+    pub fn start_threads<T>(
+        config: &ThreadsConfig,
+        prepare: impl FnOnce(Option<UnwindMaps>) -> Result<T>,
+    ) -> Result<(Tracer, T)> {
         let loader = loader_in_background();
         let off = task_offsets("topwaits threads (task_struct offsets)")?;
         let mut settings = config.settings();
@@ -538,11 +594,16 @@ impl Tracer {
         let tracefs = match Tracefs::open() {
             Ok(t) => Some(t),
             Err(e) => {
-                warn!("{}; futex dependencies are unavailable", crate::util::stderr::error_line(&e));
+                warn!(
+                    "{}; futex dependencies are unavailable",
+                    crate::util::stderr::error_line(&e)
+                );
                 None
             }
         };
-        if let Some(op) = tracefs.as_ref().and_then(|t| t.field_offset("syscalls", "sys_enter_futex", "op")) {
+        if let Some(op) =
+            tracefs.as_ref().and_then(|t| t.field_offset("syscalls", "sys_enter_futex", "op"))
+        {
             settings.off_futex_op = op;
         }
         let mut sizes = Sizes::unused();
@@ -575,7 +636,8 @@ impl Tracer {
             let btf = Btf::from_sys_fs()?;
             attach_tp_btf(ebpf, &btf, &plan, &mut { now })
         };
-        let attach_raw = |ebpf: &mut Ebpf| -> Result<()> { attach_raw_tp(ebpf, &plan, &mut { now }) };
+        let attach_raw =
+            |ebpf: &mut Ebpf| -> Result<()> { attach_raw_tp(ebpf, &plan, &mut { now }) };
         // As for the off-CPU trace: raw_tp first, tp_btf when it fails.
         let attach = match config.attach {
             AttachMode::TpBtf => {
@@ -586,10 +648,15 @@ impl Tracer {
                 Ok(()) => AttachKind::RawTp,
                 Err(e) if mode == AttachMode::RawTp => return Err(e),
                 Err(e) => {
-                    warn!("raw_tp unavailable ({}); falling back to tp_btf", crate::util::stderr::error_line(&e));
+                    warn!(
+                        "raw_tp unavailable ({}); falling back to tp_btf",
+                        crate::util::stderr::error_line(&e)
+                    );
                     if cfi {
                         // The walker's maps were filled in the first load's.
-                        return Err(e.context("raw_tp unavailable; with --on-cpu, try --attach tp_btf"));
+                        return Err(
+                            e.context("raw_tp unavailable; with --on-cpu, try --attach tp_btf")
+                        );
                     }
                     ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
                     attach_btf(&mut ebpf)?;
@@ -635,7 +702,12 @@ impl Tracer {
         let Some(map) = self.ebpf.take_map(names::WAIT_EVENTS) else {
             return Ok(None);
         };
-        Ok(Some(events::WaitEvents { ring: RingBuf::try_from(map)?, got: Vec::new(), samples: Vec::new(), dropped: 0 }))
+        Ok(Some(events::WaitEvents {
+            ring: RingBuf::try_from(map)?,
+            got: Vec::new(),
+            samples: Vec::new(),
+            dropped: 0,
+        }))
     }
 
     pub fn take_events(&mut self) -> Result<Option<ProcEvents>> {
@@ -677,7 +749,8 @@ impl Tracer {
     /// on: set ahead to the end of the duration, or to now on Ctrl-C. Detaching
     /// (see [`Tracer::stop`]) can take hundreds of ms, during which they still run.
     pub fn end_threads_at(&mut self, end_mono: u64) -> Result<()> {
-        let mut control: aya::maps::Array<&mut MapData, u64> = aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
+        let mut control: aya::maps::Array<&mut MapData, u64> =
+            aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
         control.set(0, end_mono, 0).context("failed to set the end of the trace")
     }
 
@@ -697,7 +770,10 @@ impl Tracer {
                 })
             });
             if let Err(e) = read {
-                log::warn!("could not read the per-task start map before detaching: {}", crate::util::stderr::error_line(&e));
+                log::warn!(
+                    "could not read the per-task start map before detaching: {}",
+                    crate::util::stderr::error_line(&e)
+                );
             }
             self.arrived_at_stop = Some(arrived);
         }
@@ -709,7 +785,9 @@ impl Tracer {
     /// Limitations), so the wait is not open, though its end is unknown. Threads
     /// gone, or kernels without the count, say no.
     fn arrived_now(st: &SwitchOut) -> bool {
-        st.arrivals != 0 && crate::sys::thread::arrivals(st.tgid, st.tid).is_some_and(|n| n as u32 != st.arrivals)
+        st.arrivals != 0
+            && crate::sys::thread::arrivals(st.tgid, st.tid)
+                .is_some_and(|n| n as u32 != st.arrivals)
     }
 
     /// [`Tracer::arrived_now`] while attached; after [`Tracer::stop`], as it was
@@ -741,7 +819,9 @@ mod tests {
     /// were the object to gain CO-RE relocations, they would go unresolved.
     #[test]
     fn the_object_has_no_core_relocations() {
-        let ext = elf::section_bytes(&mut std::io::Cursor::new(OBJECT), ".BTF.ext").unwrap().expect("the object keeps .BTF.ext");
+        let ext = elf::section_bytes(&mut std::io::Cursor::new(OBJECT), ".BTF.ext")
+            .unwrap()
+            .expect("the object keeps .BTF.ext");
         assert_eq!(btf::core_relocation_bytes(&ext), Ok(0));
     }
 

@@ -39,7 +39,8 @@ pub(super) fn attach(ebpf: &mut Ebpf, hz: u32, body: Body) -> Result<()> {
         }
         hand_over(ebpf, names::SAMPLE_IMPL, body)?;
     }
-    let cpus = aya::util::online_cpus().map_err(|(path, e)| anyhow!("cannot read the online CPUs from {path}: {e}"))?;
+    let cpus = aya::util::online_cpus()
+        .map_err(|(path, e)| anyhow!("cannot read the online CPUs from {path}: {e}"))?;
     let p: &mut PerfEvent = program(ebpf, names::PROG_SAMPLE)?.try_into()?;
     for cpu in cpus {
         p.attach(
@@ -56,13 +57,24 @@ pub(super) fn attach(ebpf: &mut Ebpf, hz: u32, body: Body) -> Result<()> {
 /// One row of samples as a record of running time: `count` samples of
 /// `period` ns each, the last at `last_ns`.
 pub fn record(k: &SampleKey, v: &SampleVal, period: u64) -> RawRecord {
-    let key = WaitKey { kstack: k.kstack, ustack: k.ustack, tgid: k.tgid, tid: k.tid, comm: k.comm, what: Default::default() };
-    RawRecord { on_cpu: true, ..super::drain::raw_record(&key, v.count.saturating_mul(period), v.count, period, v.last_ns) }
+    let key = WaitKey {
+        kstack: k.kstack,
+        ustack: k.ustack,
+        tgid: k.tgid,
+        tid: k.tid,
+        comm: k.comm,
+        what: Default::default(),
+    };
+    RawRecord {
+        on_cpu: true,
+        ..super::drain::raw_record(&key, v.count.saturating_mul(period), v.count, period, v.last_ns)
+    }
 }
 
 /// Every row of the sample map as records.
 pub(super) fn drain(map: &aya::maps::Map, period: u64, out: &mut Vec<RawRecord>) -> Result<()> {
-    super::batch::each(map, |k: &SampleKey, v: &SampleVal| out.push(record(k, v, period))).context("failed to read the sample map")
+    super::batch::each(map, |k: &SampleKey, v: &SampleVal| out.push(record(k, v, period)))
+        .context("failed to read the sample map")
 }
 
 /// Deletes every row of the sample map (after an interval's drain).
@@ -84,10 +96,20 @@ mod tests {
     fn a_row_of_samples_is_running_time_of_whole_periods() {
         assert_eq!(period_ns(99), 10_101_010);
         assert_eq!(period_ns(1000), 1_000_000);
-        let k = SampleKey { kstack: 0, ustack: topwaits_common::STACK_STORED | 5, tgid: 3, tid: 4, comm: *b"spin\0\0\0\0\0\0\0\0\0\0\0\0" };
+        let k = SampleKey {
+            kstack: 0,
+            ustack: topwaits_common::STACK_STORED | 5,
+            tgid: 3,
+            tid: 4,
+            comm: *b"spin\0\0\0\0\0\0\0\0\0\0\0\0",
+        };
         let r = record(&k, &SampleVal { count: 7, last_ns: 900 }, 1_000_000);
         assert!(r.on_cpu);
         assert_eq!((r.total_ns, r.count, r.max_ns, r.max_end_mono), (7_000_000, 7, 1_000_000, 900));
-        assert_eq!((r.kstack, r.comm.as_slice()), (StackId::None, &b"spin"[..]), "a sample in user code has no kernel stack");
+        assert_eq!(
+            (r.kstack, r.comm.as_slice()),
+            (StackId::None, &b"spin"[..]),
+            "a sample in user code has no kernel stack"
+        );
     }
 }

@@ -5,19 +5,28 @@
 use anyhow::{anyhow, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use aya::{Btf, Ebpf};
-use topwaits_common::{names, stack_ref, unwind, KernelStack, Rewalk, SeededWait, KSTACK_DEPTH, USER_SEED};
+use topwaits_common::{
+    names, stack_ref, unwind, KernelStack, Rewalk, SeededWait, KSTACK_DEPTH, USER_SEED,
+};
 
 /// Loads the iterator (the first time) and runs it once: every traced thread
 /// off its CPU gets its wait recorded from now, and those with a user stack
 /// are returned, with their registers.
 pub fn run(ebpf: &mut Ebpf, btf: &Btf) -> Result<Vec<SeededWait>> {
-    Ok(parse(&super::regs::run_task_iterator(ebpf, names::PROG_SEED_WAITS, btf, "the iterator of the waits in progress")?))
+    Ok(parse(&super::regs::run_task_iterator(
+        ebpf,
+        names::PROG_SEED_WAITS,
+        btf,
+        "the iterator of the waits in progress",
+    )?))
 }
 
 /// The records the iterator wrote; a torn tail is left out.
 fn parse(bytes: &[u8]) -> Vec<SeededWait> {
-    let word = |c: &[u8], at: usize| u64::from_ne_bytes(c[at..at + 8].try_into().unwrap_or_default());
-    let half = |c: &[u8], at: usize| u32::from_ne_bytes(c[at..at + 4].try_into().unwrap_or_default());
+    let word =
+        |c: &[u8], at: usize| u64::from_ne_bytes(c[at..at + 8].try_into().unwrap_or_default());
+    let half =
+        |c: &[u8], at: usize| u32::from_ne_bytes(c[at..at + 4].try_into().unwrap_or_default());
     bytes
         .chunks_exact(size_of::<SeededWait>())
         .map(|c| SeededWait {
@@ -54,12 +63,14 @@ pub fn hand_back(ebpf: &mut Ebpf, w: &SeededWait, frames: &[u64]) -> Result<bool
         return Ok(false);
     }
     let id = stack_ref(&kept[..n], USER_SEED);
-    let map = ebpf.map_mut(names::USTACKS).ok_or_else(|| anyhow!("map {} missing", names::USTACKS))?;
+    let map =
+        ebpf.map_mut(names::USTACKS).ok_or_else(|| anyhow!("map {} missing", names::USTACKS))?;
     let mut stacks: BpfHashMap<&mut MapData, u64, KernelStack> = BpfHashMap::try_from(map)?;
     if stacks.get(&id, 0).is_err() && stacks.insert(id, kept, 0).is_err() {
         return Ok(false);
     }
-    let map = ebpf.map_mut(names::REWALKS).ok_or_else(|| anyhow!("map {} missing", names::REWALKS))?;
+    let map =
+        ebpf.map_mut(names::REWALKS).ok_or_else(|| anyhow!("map {} missing", names::REWALKS))?;
     let mut rewalks: BpfHashMap<&mut MapData, u64, Rewalk> = BpfHashMap::try_from(map)?;
     Ok(rewalks.insert(w.task, Rewalk { ts: w.ts, ustack: id }, 0).is_ok())
 }
@@ -84,7 +95,15 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(
             got[0],
-            SeededWait { task: 0xffff_8880_0000_1000, ts: 5_000, tid: 12, tgid: 9, ip: 0x401000, sp: 0x7ffc_0000, bp: 0x7ffc_0040 }
+            SeededWait {
+                task: 0xffff_8880_0000_1000,
+                ts: 5_000,
+                tid: 12,
+                tgid: 9,
+                ip: 0x401000,
+                sp: 0x7ffc_0000,
+                bp: 0x7ffc_0040
+            }
         );
         assert_eq!(got[1].tid, 13);
     }

@@ -28,7 +28,8 @@ pub struct UnwindMaps {
 
 impl UnwindMaps {
     pub(super) fn take(ebpf: &mut aya::Ebpf) -> Result<UnwindMaps> {
-        let mut take = |name: &str| ebpf.take_map(name).ok_or_else(|| anyhow!("map {name} missing"));
+        let mut take =
+            |name: &str| ebpf.take_map(name).ok_or_else(|| anyhow!("map {name} missing"));
         let (nodes_fd, procs_fd);
         Ok(UnwindMaps {
             procs: {
@@ -54,8 +55,12 @@ impl UnwindMaps {
 /// A second descriptor of hash map `map` (named `name`), for the batch
 /// operations that aya lacks.
 fn descriptor(map: &aya::maps::Map, name: &str) -> Result<std::os::fd::OwnedFd> {
-    let aya::maps::Map::HashMap(data) = map else { return Err(anyhow!("map {name} is not a hash map")) };
-    std::os::fd::AsFd::as_fd(data.fd()).try_clone_to_owned().with_context(|| format!("duplicating the descriptor of map {name}"))
+    let aya::maps::Map::HashMap(data) = map else {
+        return Err(anyhow!("map {name} is not a hash map"));
+    };
+    std::os::fd::AsFd::as_fd(data.fd())
+        .try_clone_to_owned()
+        .with_context(|| format!("duplicating the descriptor of map {name}"))
 }
 
 impl Sink for UnwindMaps {
@@ -98,7 +103,9 @@ impl Sink for UnwindMaps {
 
 impl PySink for UnwindMaps {
     fn put_python(&mut self, tgid: u32, p: &PyProc) -> Result<()> {
-        self.python.insert(tgid, p, 0).with_context(|| format!("Python layout of process {tgid}"))?;
+        self.python
+            .insert(tgid, p, 0)
+            .with_context(|| format!("Python layout of process {tgid}"))?;
         // After the layout: a walk that sees the new epoch sees the layout too.
         self.py_layouts += 1;
         self.py_epoch.set(0, self.py_layouts, 0).context("Python layout epoch")

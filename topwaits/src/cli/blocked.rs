@@ -63,7 +63,9 @@ mod tests {
     use clap::Parser as _;
 
     fn parse(args: &[&str]) -> Result<BlockedConfig, String> {
-        let a = Args::try_parse_from(["topwaits", "blocked"].into_iter().chain(args.iter().copied())).map_err(|e| e.kind().to_string())?;
+        let a =
+            Args::try_parse_from(["topwaits", "blocked"].into_iter().chain(args.iter().copied()))
+                .map_err(|e| e.kind().to_string())?;
         let Some(Command::Blocked(b)) = a.command else {
             return Err("not the blocked subcommand".into());
         };

@@ -59,7 +59,11 @@ pub struct DiffArgs {
 
 /// `10%` or `10`: a percentage, at least 0.
 fn percent(s: &str) -> Result<f64, String> {
-    let v: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| format!("{s:?} is not a percentage (e.g. 10%)"))?;
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage (e.g. 10%)"))?;
     if !v.is_finite() || v < 0.0 {
         return Err(format!("{s:?}: a percentage of at least 0"));
     }
@@ -68,7 +72,11 @@ fn percent(s: &str) -> Result<f64, String> {
 
 /// `250` or `250ms`: milliseconds, as ns.
 fn millis(s: &str) -> Result<u64, String> {
-    let v: f64 = s.trim().trim_end_matches("ms").parse().map_err(|_| format!("{s:?} is not a number of milliseconds"))?;
+    let v: f64 = s
+        .trim()
+        .trim_end_matches("ms")
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of milliseconds"))?;
     if !v.is_finite() || !(0.0..=1e12).contains(&v) {
         return Err(format!("{s:?}: milliseconds from 0"));
     }
@@ -130,7 +138,11 @@ impl DiffConfig {
             output,
             svg: a.svg,
             normalise: a.normalise,
-            gate: Gate { grows_pct: a.fail_if_grows, stack_grows_ns: a.fail_if_stack_grows, new_ns: a.fail_if_new },
+            gate: Gate {
+                grows_pct: a.fail_if_grows,
+                stack_grows_ns: a.fail_if_stack_grows,
+                new_ns: a.fail_if_new,
+            },
             max_record_mib: a.max_record_size,
         })
     }
@@ -144,7 +156,8 @@ mod tests {
     use super::*;
 
     fn diff(argv: &[&str]) -> Result<DiffConfig, String> {
-        let a = Args::try_parse_from(["topwaits", "diff"].into_iter().chain(argv.iter().copied())).map_err(|e| e.to_string())?;
+        let a = Args::try_parse_from(["topwaits", "diff"].into_iter().chain(argv.iter().copied()))
+            .map_err(|e| e.to_string())?;
         let Some(Command::Diff(d)) = a.command else { panic!("not diff") };
         DiffConfig::from_args(d).map_err(|e| e.to_string())
     }
@@ -153,12 +166,32 @@ mod tests {
     fn two_files_an_output_and_the_gate() {
         let c = diff(&["a.twr", "b.json"]).unwrap();
         assert_eq!((c.before, c.after), ("a.twr".into(), "b.json".into()));
-        assert_eq!((c.output, c.gate, c.normalise), (DiffOutput::Top { limit: 20 }, Gate::default(), false));
-        let c =
-            diff(&["a", "b", "--json", "--fail-if-grows", "10%", "--fail-if-stack-grows", "5", "--fail-if-new", "2.5ms", "--normalise"])
-                .unwrap();
+        assert_eq!(
+            (c.output, c.gate, c.normalise),
+            (DiffOutput::Top { limit: 20 }, Gate::default(), false)
+        );
+        let c = diff(&[
+            "a",
+            "b",
+            "--json",
+            "--fail-if-grows",
+            "10%",
+            "--fail-if-stack-grows",
+            "5",
+            "--fail-if-new",
+            "2.5ms",
+            "--normalise",
+        ])
+        .unwrap();
         assert_eq!(c.output, DiffOutput::Json { limit: 0 });
-        assert_eq!(c.gate, Gate { grows_pct: Some(10.0), stack_grows_ns: Some(5_000_000), new_ns: Some(2_500_000) });
+        assert_eq!(
+            c.gate,
+            Gate {
+                grows_pct: Some(10.0),
+                stack_grows_ns: Some(5_000_000),
+                new_ns: Some(2_500_000)
+            }
+        );
         assert!(c.normalise);
         assert_eq!(diff(&["a", "b", "-f"]).unwrap().output, DiffOutput::Folded);
         assert_eq!(diff(&["a", "b", "--fail-if-grows", "7"]).unwrap().gate.grows_pct, Some(7.0));

@@ -7,8 +7,15 @@
 use std::path::{Path, PathBuf};
 
 /// The documents checked, from the workspace root.
-const DOCS: &[&str] =
-    &["README.md", "docs/GUIDE.md", "docs/DESIGN.md", "docs/PERFORMANCE.md", "docs/JSON.md", "docs/SERVE.md", "CHANGELOG.md"];
+const DOCS: &[&str] = &[
+    "README.md",
+    "docs/GUIDE.md",
+    "docs/DESIGN.md",
+    "docs/PERFORMANCE.md",
+    "docs/JSON.md",
+    "docs/SERVE.md",
+    "CHANGELOG.md",
+];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -45,7 +52,8 @@ pub fn commands(doc: &str) -> Vec<String> {
             }
             // A synopsis (`topwaits threads [-p PID | -t TID...]`) is no
             // command, nor is a subcommand's bare name in prose.
-            if c.contains("[-") || (!code && c.split_whitespace().count() <= 2 && !c.contains(" -")) {
+            if c.contains("[-") || (!code && c.split_whitespace().count() <= 2 && !c.contains(" -"))
+            {
                 continue;
             }
             // Comments, pipes, redirections and a column of explanation after
@@ -127,13 +135,30 @@ mod tests {
         let doc = "    sudo topwaits -p 1234 10      # process 1234\n```\n$ topwaits -f 10 | flamegraph.pl > x.svg\ntopwaits why -p 7 10      the causes\n```\n\
             See `topwaits why -p 7 2`, `topwaits record`, `topwaits threads [-p PID]` and `cargo test`.\n\
             ### `topwaits record --json`\n";
-        assert_eq!(commands(doc), ["topwaits -p 1234 10", "topwaits -f 10", "topwaits why -p 7 10", "topwaits why -p 7 2"]);
+        assert_eq!(
+            commands(doc),
+            [
+                "topwaits -p 1234 10",
+                "topwaits -f 10",
+                "topwaits why -p 7 10",
+                "topwaits why -p 7 2"
+            ]
+        );
         assert_eq!(words("topwaits -p $(pgrep -x gzip) 2"), ["topwaits", "-p", "4242", "2"]);
-        assert_eq!(words("topwaits why --for TID -p PID"), ["topwaits", "why", "--for", "4242", "-p", "4242"]);
-        assert_eq!(anchor("Who woke it (`-w`, `--chain`, `--wakeups`)"), "who-woke-it--w---chain---wakeups");
+        assert_eq!(
+            words("topwaits why --for TID -p PID"),
+            ["topwaits", "why", "--for", "4242", "-p", "4242"]
+        );
+        assert_eq!(
+            anchor("Who woke it (`-w`, `--chain`, `--wakeups`)"),
+            "who-woke-it--w---chain---wakeups"
+        );
         assert_eq!(
             links("[a](docs/GUIDE.md#x-y) [b](https://x.org) [c](#here)"),
-            [("docs/GUIDE.md".to_string(), Some("x-y".to_string())), (String::new(), Some("here".to_string()))]
+            [
+                ("docs/GUIDE.md".to_string(), Some("x-y".to_string())),
+                (String::new(), Some("here".to_string()))
+            ]
         );
     }
 
@@ -144,16 +169,26 @@ mod tests {
         let mut checked = 0;
         let mut bad = Vec::new();
         for doc in DOCS {
-            let text = std::fs::read_to_string(root().join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"));
+            let text =
+                std::fs::read_to_string(root().join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"));
             for c in commands(&text) {
                 let args = match Args::try_parse_from(words(&c)) {
                     Ok(a) => a,
-                    Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            clap::error::ErrorKind::DisplayHelp
+                                | clap::error::ErrorKind::DisplayVersion
+                        ) =>
+                    {
                         checked += 1;
                         continue;
                     }
                     Err(e) => {
-                        bad.push(format!("{doc}: `{c}` does not parse: {}", e.to_string().lines().next().unwrap_or("")));
+                        bad.push(format!(
+                            "{doc}: `{c}` does not parse: {}",
+                            e.to_string().lines().next().unwrap_or("")
+                        ));
                         continue;
                     }
                 };
@@ -179,14 +214,18 @@ mod tests {
             let path = root().join(doc);
             let text = std::fs::read_to_string(&path).unwrap();
             for (file, anchor_of) in links(&text) {
-                let target = if file.is_empty() { path.clone() } else { path.parent().unwrap().join(&file) };
+                let target =
+                    if file.is_empty() { path.clone() } else { path.parent().unwrap().join(&file) };
                 if !target.exists() {
                     bad.push(format!("{doc}: a link to {file}, which does not exist"));
                     continue;
                 }
                 let Some(a) = anchor_of else { continue };
                 let target_text = std::fs::read_to_string(&target).unwrap_or_default();
-                let found = target_text.lines().filter_map(|l| l.strip_prefix('#')).any(|h| anchor(h.trim_start_matches('#')) == a);
+                let found = target_text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix('#'))
+                    .any(|h| anchor(h.trim_start_matches('#')) == a);
                 if !found {
                     bad.push(format!("{doc}: a link to {file}#{a}, which is no heading there"));
                 }

@@ -43,7 +43,9 @@ impl LocksConfig {
         let by = grouping(&mut a.trace, ConfigError::Locks, "locks")?;
         match file_or_trace(a.what, a.trace, ConfigError::Locks, "locks ranks")? {
             Source::File(file, view) => Ok(LocksConfig::File { file, by, view }),
-            Source::Trace(_) if no_labels => Err(ConfigError::Locks("--no-labels: locks are found by their labels".into())),
+            Source::Trace(_) if no_labels => {
+                Err(ConfigError::Locks("--no-labels: locks are found by their labels".into()))
+            }
             Source::Trace(mut c) => {
                 c.view = View::Locks { by };
                 Ok(LocksConfig::Trace(c))
@@ -62,22 +64,40 @@ mod tests {
     use super::*;
 
     fn locks(argv: &[&str]) -> Result<LocksConfig, ConfigError> {
-        let a = Args::try_parse_from(["topwaits", "locks"].into_iter().chain(argv.iter().copied())).expect("parses");
+        let a = Args::try_parse_from(["topwaits", "locks"].into_iter().chain(argv.iter().copied()))
+            .expect("parses");
         let Some(Command::Locks(l)) = a.command else { panic!("not locks") };
         LocksConfig::from_args(l)
     }
 
     #[test]
     fn a_number_is_a_duration_and_anything_else_a_recording() {
-        let LocksConfig::Trace(c) = locks(&["-p", "7", "2.5", "-f"]).unwrap() else { panic!("not a trace") };
+        let LocksConfig::Trace(c) = locks(&["-p", "7", "2.5", "-f"]).unwrap() else {
+            panic!("not a trace")
+        };
         assert_eq!(c.duration, Some(Duration::from_millis(2500)));
         assert!(c.waker && c.events_over_us == Some(1) && c.labels);
         assert_eq!(c.view, View::Locks { by: By::Comm });
-        let LocksConfig::File { file, by, view } = locks(&["inc.twr", "--json", "--by", "thread"]).unwrap() else { panic!("not a file") };
-        assert_eq!((file, by, view.output), ("inc.twr".into(), By::Thread, Output::Json { limit: 0 }));
-        assert!(matches!(locks(&["--by", "what", "3"]), Err(ConfigError::Locks(m)) if m.contains("--by what")));
-        assert!(matches!(locks(&["--by", "cgroup", "3"]), Err(ConfigError::Locks(m)) if m.contains("--by cgroup")));
-        assert!(matches!(locks(&["-i", "1", "3"]), Err(ConfigError::Locks(m)) if m.contains("--interval")));
-        assert!(matches!(locks(&["--no-labels", "3"]), Err(ConfigError::Locks(m)) if m.contains("labels")));
+        let LocksConfig::File { file, by, view } =
+            locks(&["inc.twr", "--json", "--by", "thread"]).unwrap()
+        else {
+            panic!("not a file")
+        };
+        assert_eq!(
+            (file, by, view.output),
+            ("inc.twr".into(), By::Thread, Output::Json { limit: 0 })
+        );
+        assert!(
+            matches!(locks(&["--by", "what", "3"]), Err(ConfigError::Locks(m)) if m.contains("--by what"))
+        );
+        assert!(
+            matches!(locks(&["--by", "cgroup", "3"]), Err(ConfigError::Locks(m)) if m.contains("--by cgroup"))
+        );
+        assert!(
+            matches!(locks(&["-i", "1", "3"]), Err(ConfigError::Locks(m)) if m.contains("--interval"))
+        );
+        assert!(
+            matches!(locks(&["--no-labels", "3"]), Err(ConfigError::Locks(m)) if m.contains("labels"))
+        );
     }
 }

@@ -239,7 +239,10 @@ pub fn one_line(rendered: &str) -> String {
     // "the following required arguments were not provided:" lists them on the
     // indented lines that follow: name them on the same line.
     if line.ends_with(':') {
-        let listed: Vec<&str> = lines.take_while(|l| l.starts_with(' ') && !l.trim().is_empty()).map(str::trim).collect();
+        let listed: Vec<&str> = lines
+            .take_while(|l| l.starts_with(' ') && !l.trim().is_empty())
+            .map(str::trim)
+            .collect();
         if !listed.is_empty() {
             line = format!("{} {}", line, listed.join(", "));
         }
@@ -599,7 +602,11 @@ impl Config {
         s.self_tgid = std::process::id();
         s.leaf_words = if self.leaf_callers { topwaits_common::LEAF_WORDS } else { 0 };
         // The walker knows x86-64's registers and signal frames only.
-        s.cfi = u32::from(cfg!(target_arch = "x86_64") && self.unwind == Unwind::Cfi && self.stacks != Stacks::KernelOnly);
+        s.cfi = u32::from(
+            cfg!(target_arch = "x86_64")
+                && self.unwind == Unwind::Cfi
+                && self.stacks != Stacks::KernelOnly,
+        );
         s.events_over_us = self.events_over_us.map_or(0, |us| us.min(u32::MAX as u64) as u32);
         // Rows held by their threads are drained once, after detaching: not with
         // intervals, which drain and clear the aggregate while tracing.
@@ -619,7 +626,8 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Config, String> {
-        let a = Args::try_parse_from(std::iter::once("topwaits").chain(args.iter().copied())).map_err(|e| e.kind().to_string())?;
+        let a = Args::try_parse_from(std::iter::once("topwaits").chain(args.iter().copied()))
+            .map_err(|e| e.kind().to_string())?;
         Config::from_args(a.trace).map_err(|e| e.to_string())
     }
 
@@ -660,19 +668,35 @@ mod tests {
 
     #[test]
     fn mutually_exclusive_options_are_rejected() {
-        for bad in
-            [&["-u", "-k"][..], &["-U", "-K"], &["-p", "1", "-t", "2"], &["-p", "1", "-u"], &["-f", "--json"], &["-f", "--by", "comm"]]
-        {
-            assert_eq!(parse(bad).unwrap_err(), "an argument cannot be used with one or more of the other specified arguments", "{bad:?}");
+        for bad in [
+            &["-u", "-k"][..],
+            &["-U", "-K"],
+            &["-p", "1", "-t", "2"],
+            &["-p", "1", "-u"],
+            &["-f", "--json"],
+            &["-f", "--by", "comm"],
+        ] {
+            assert_eq!(
+                parse(bad).unwrap_err(),
+                "an argument cannot be used with one or more of the other specified arguments",
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn leaf_callers_ask_the_kernel_for_words_at_the_stack_pointer() {
         assert_eq!(parse(&[]).unwrap().settings().leaf_words, 0);
-        assert_eq!(parse(&["--leaf-callers"]).unwrap().settings().leaf_words, topwaits_common::LEAF_WORDS);
+        assert_eq!(
+            parse(&["--leaf-callers"]).unwrap().settings().leaf_words,
+            topwaits_common::LEAF_WORDS
+        );
         assert!(parse(&["--leaf-callers", "-K"]).is_err(), "no user stacks, no leaf callers");
-        assert_eq!(parse(&["--leaf-callers"]).unwrap().unwind, Unwind::Fp, "leaf callers walk frame pointers");
+        assert_eq!(
+            parse(&["--leaf-callers"]).unwrap().unwind,
+            Unwind::Fp,
+            "leaf callers walk frame pointers"
+        );
         assert!(parse(&["--leaf-callers", "--unwind", "cfi"]).is_err());
     }
 
@@ -690,7 +714,10 @@ mod tests {
         assert_eq!(parse(&["--by", "process", "--json"]).unwrap().shown.by, By::Process);
         assert_eq!(parse(&["--by", "comm", "--wakeups"]).unwrap().shown.by, By::Comm);
         assert_eq!(parse(&["--by", "cgroup", "--json"]).unwrap().shown.by, By::Cgroup);
-        assert_eq!(parse(&["--by", "cgroup", "--wakeups"]).unwrap_err(), ConfigError::ByCgroupWakeups.to_string());
+        assert_eq!(
+            parse(&["--by", "cgroup", "--wakeups"]).unwrap_err(),
+            ConfigError::ByCgroupWakeups.to_string()
+        );
         assert!(parse(&["--by", "cpu"]).is_err());
         use clap::ValueEnum as _;
         for b in By::value_variants() {
@@ -715,14 +742,20 @@ mod tests {
         assert_eq!(parse(&["--value", "max"]).unwrap_err(), "--value applies to -f and --svg");
         assert!(parse(&["--value", "max", "--svg", "x.svg"]).is_ok());
         assert!(parse(&["-i", "1", "--svg", "x.svg"]).is_err(), "one picture per trace");
-        assert_eq!(parse(&["-i", "5", "2"]).unwrap_err(), "--interval 5.0 s is longer than the duration 2.0 s");
+        assert_eq!(
+            parse(&["-i", "5", "2"]).unwrap_err(),
+            "--interval 5.0 s is longer than the duration 2.0 s"
+        );
         assert_eq!(parse(&["-i", "0.5", "3"]).unwrap().interval, Some(Duration::from_millis(500)));
         assert_eq!(parse(&["-p", "0"]).unwrap_err(), "-p/-t ids must be positive, got 0");
     }
 
     #[test]
     fn min_above_max_is_an_error() {
-        assert_eq!(parse(&["-m", "100", "-M", "10"]).unwrap_err(), "--min-block-time 100 is above --max-block-time 10");
+        assert_eq!(
+            parse(&["-m", "100", "-M", "10"]).unwrap_err(),
+            "--min-block-time 100 is above --max-block-time 10"
+        );
         assert!(parse(&["-m", "10", "-M", "10"]).is_ok());
     }
 
@@ -739,7 +772,10 @@ mod tests {
     fn outputs_and_stack_modes_map_to_settings() {
         use topwaits_common::{CAPTURE_KERNEL, CAPTURE_USER};
         let c = parse(&["-f", "-d", "--value", "count", "-K"]).unwrap();
-        assert_eq!(c.shown.output, Output::Folded { delimited: true, value: ValueKind::Count, what: false, cgroup: None });
+        assert_eq!(
+            c.shown.output,
+            Output::Folded { delimited: true, value: ValueKind::Count, what: false, cgroup: None }
+        );
         assert_eq!(c.settings().stacks, CAPTURE_KERNEL);
         assert_eq!(parse(&["-U"]).unwrap().settings().stacks, CAPTURE_USER);
         assert_eq!(parse(&["--json"]).unwrap().shown.output, Output::Json { limit: 0 });
@@ -753,10 +789,19 @@ mod tests {
         use topwaits_common::on_cpu;
         assert_eq!(parse(&[]).unwrap().settings().on_cpu, 0, "no samples unless asked");
         let c = parse(&["--on-cpu", "5"]).unwrap();
-        assert_eq!((c.on_cpu, c.duration), (Some(DEFAULT_ON_CPU_HZ), Some(Duration::from_secs(5))), "a bare --on-cpu takes no value");
+        assert_eq!(
+            (c.on_cpu, c.duration),
+            (Some(DEFAULT_ON_CPU_HZ), Some(Duration::from_secs(5))),
+            "a bare --on-cpu takes no value"
+        );
         assert_eq!(c.settings().on_cpu, on_cpu::COUNT);
         assert_eq!(parse(&["--on-cpu=49"]).unwrap().on_cpu, Some(49));
-        for bad in [&["--on-cpu=0"][..], &["--on-cpu=5000"], &["--on-cpu=fast"], &["--on-cpu", "--wakeups"]] {
+        for bad in [
+            &["--on-cpu=0"][..],
+            &["--on-cpu=5000"],
+            &["--on-cpu=fast"],
+            &["--on-cpu", "--wakeups"],
+        ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
     }
@@ -779,7 +824,9 @@ mod tests {
 
     #[test]
     fn missing_required_arguments_are_named_in_the_one_line() {
-        for (opt, val) in [("--rt-app-duration", "3"), ("--rt-app-wanted", ""), ("--rt-app-calibration", "30")] {
+        for (opt, val) in
+            [("--rt-app-duration", "3"), ("--rt-app-wanted", ""), ("--rt-app-calibration", "30")]
+        {
             let mut argv = vec!["topwaits", "threads", opt];
             if !val.is_empty() {
                 argv.push(val);
@@ -796,7 +843,8 @@ mod tests {
 
     #[test]
     fn a_misspelt_option_names_the_one_meant() {
-        let e = Args::try_parse_from(["topwaits", "threads", "--rtapp", "x.json", "1"]).unwrap_err();
+        let e =
+            Args::try_parse_from(["topwaits", "threads", "--rtapp", "x.json", "1"]).unwrap_err();
         let line = one_line(&e.render().to_string());
         assert_eq!(line, "error: unexpected argument '--rtapp' found; a similar argument exists: '--rt-app' (see --help)");
         let e = Args::try_parse_from(["topwaits", "--wakr", "1"]).unwrap_err();

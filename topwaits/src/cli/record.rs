@@ -65,11 +65,14 @@ impl ReportConfig {
     pub fn from_args(a: ReportArgs) -> Result<Self, ConfigError> {
         let view = a.view.config()?;
         if a.wakeups {
-            if let Some(name) =
-                [("--timeline", view.timeline.is_some()), ("--pprof", view.pprof.is_some()), ("--perfetto", view.perfetto.is_some())]
-                    .iter()
-                    .find(|f| f.1)
-                    .map(|f| f.0)
+            if let Some(name) = [
+                ("--timeline", view.timeline.is_some()),
+                ("--pprof", view.pprof.is_some()),
+                ("--perfetto", view.perfetto.is_some()),
+            ]
+            .iter()
+            .find(|f| f.1)
+            .map(|f| f.0)
             {
                 return Err(ConfigError::FileWithWakeups(name));
             }
@@ -86,13 +89,18 @@ mod tests {
     use super::*;
 
     fn parse(argv: &[&str]) -> Result<Command, String> {
-        let a = Args::try_parse_from(std::iter::once("topwaits").chain(argv.iter().copied())).map_err(|e| e.to_string())?;
+        let a = Args::try_parse_from(std::iter::once("topwaits").chain(argv.iter().copied()))
+            .map_err(|e| e.to_string())?;
         a.command.ok_or_else(|| "no subcommand".to_string())
     }
 
     #[test]
     fn record_takes_every_trace_option_and_the_file() {
-        let Command::Record(r) = parse(&["record", "-o", "x.twr", "-p", "5", "-w", "--json", "3"]).unwrap() else { panic!() };
+        let Command::Record(r) =
+            parse(&["record", "-o", "x.twr", "-p", "5", "-w", "--json", "3"]).unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(r.output, PathBuf::from("x.twr"));
         let c = Config::from_args(r.trace).unwrap();
         assert!(c.waker);
@@ -103,14 +111,24 @@ mod tests {
 
     #[test]
     fn report_takes_a_file_and_view_options_only() {
-        let Command::Report(r) = parse(&["report", "x.twr", "-f", "--value", "max", "--pprof", "p.pb.gz"]).unwrap() else { panic!() };
+        let Command::Report(r) =
+            parse(&["report", "x.twr", "-f", "--value", "max", "--pprof", "p.pb.gz"]).unwrap()
+        else {
+            panic!()
+        };
         let c = ReportConfig::from_args(r).unwrap();
         assert_eq!(c.file, PathBuf::from("x.twr"));
         assert!(matches!(c.view.output, Output::Folded { .. }));
         assert_eq!(c.view.pprof, Some(PathBuf::from("p.pb.gz")));
         assert!(parse(&["report", "x.twr", "-p", "5"]).is_err(), "no trace options");
         assert!(parse(&["report"]).is_err(), "the file is required");
-        let Command::Report(r) = parse(&["report", "x.twr", "--wakeups", "--pprof", "p"]).unwrap() else { panic!() };
-        assert_eq!(ReportConfig::from_args(r).unwrap_err(), ConfigError::FileWithWakeups("--pprof"));
+        let Command::Report(r) = parse(&["report", "x.twr", "--wakeups", "--pprof", "p"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            ReportConfig::from_args(r).unwrap_err(),
+            ConfigError::FileWithWakeups("--pprof")
+        );
     }
 }

@@ -126,13 +126,18 @@ fn listen_addr(s: &str) -> Result<SocketAddr, ConfigError> {
     if let Some(Ok(port)) = s.strip_prefix(':').map(str::parse::<u16>) {
         return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
     }
-    s.to_socket_addrs().map_err(|e| bad(e.to_string()))?.next().ok_or_else(|| bad("resolves to no address".into()))
+    s.to_socket_addrs()
+        .map_err(|e| bad(e.to_string()))?
+        .next()
+        .ok_or_else(|| bad("resolves to no address".into()))
 }
 
 impl ServeConfig {
     pub fn from_args(a: ServeArgs) -> Result<Self, ConfigError> {
         // The trace's own options, as `topwaits` takes them, from their defaults.
-        let mut t = super::Args::try_parse_from(["topwaits"]).map_err(|e| ConfigError::Serve(e.to_string()))?.trace;
+        let mut t = super::Args::try_parse_from(["topwaits"])
+            .map_err(|e| ConfigError::Serve(e.to_string()))?
+            .trace;
         t.target = a.target;
         t.user_threads_only = a.user_threads_only;
         t.kernel_threads_only = a.kernel_threads_only;
@@ -149,19 +154,31 @@ impl ServeConfig {
         trace.print = false;
         let otlp = match a.otlp_endpoint {
             Some(u) => Some(OtlpConfig {
-                url: parse_url(&u, OTLP_PATH).map_err(|e| ConfigError::Serve(format!("--otlp-endpoint {e}")))?,
+                url: parse_url(&u, OTLP_PATH)
+                    .map_err(|e| ConfigError::Serve(format!("--otlp-endpoint {e}")))?,
                 interval: a.otlp_interval,
                 queue: a.otlp_queue as usize,
             }),
             None => None,
         };
         if a.step > Duration::from_secs(60) {
-            return Err(ConfigError::Serve("--step is at most 60 s: waits are counted once a step".into()));
+            return Err(ConfigError::Serve(
+                "--step is at most 60 s: waits are counted once a step".into(),
+            ));
         }
         if otlp.as_ref().is_some_and(|o| o.interval < a.step) {
-            return Err(ConfigError::Serve(format!("--otlp-interval is shorter than --step {:.1} s", a.step.as_secs_f64())));
+            return Err(ConfigError::Serve(format!(
+                "--otlp-interval is shorter than --step {:.1} s",
+                a.step.as_secs_f64()
+            )));
         }
-        Ok(ServeConfig { trace: Box::new(trace), listen: listen_addr(&a.listen)?, otlp, max_series: a.max_series as usize, step: a.step })
+        Ok(ServeConfig {
+            trace: Box::new(trace),
+            listen: listen_addr(&a.listen)?,
+            otlp,
+            max_series: a.max_series as usize,
+            step: a.step,
+        })
     }
 }
 
@@ -171,7 +188,8 @@ mod tests {
     use super::*;
 
     fn serve(argv: &[&str]) -> Result<ServeConfig, String> {
-        let a = Args::try_parse_from(["topwaits", "serve"].into_iter().chain(argv.iter().copied())).map_err(|e| e.kind().to_string())?;
+        let a = Args::try_parse_from(["topwaits", "serve"].into_iter().chain(argv.iter().copied()))
+            .map_err(|e| e.kind().to_string())?;
         let Some(Command::Serve(s)) = a.command else { panic!("not serve") };
         ServeConfig::from_args(s).map_err(|e| e.to_string())
     }
@@ -180,10 +198,28 @@ mod tests {
     fn defaults_trace_every_thread_and_listen_on_this_machine() {
         let c = serve(&[]).unwrap();
         assert_eq!(c.listen, "127.0.0.1:9494".parse().unwrap());
-        assert_eq!((c.trace.threads.clone(), c.trace.waker, c.trace.print), (Threads::All, false, false));
-        assert_eq!(c.trace.interval, Some(Duration::from_secs(1)), "drained every step: nothing held per thread");
+        assert_eq!(
+            (c.trace.threads.clone(), c.trace.waker, c.trace.print),
+            (Threads::All, false, false)
+        );
+        assert_eq!(
+            c.trace.interval,
+            Some(Duration::from_secs(1)),
+            "drained every step: nothing held per thread"
+        );
         assert!(c.trace.open_waits && c.trace.labels && c.otlp.is_none());
-        let c = serve(&["-p", "7", "-w", "--listen", ":9100", "--otlp-endpoint", "http://127.0.0.1:4318", "--otlp-interval", "5"]).unwrap();
+        let c = serve(&[
+            "-p",
+            "7",
+            "-w",
+            "--listen",
+            ":9100",
+            "--otlp-endpoint",
+            "http://127.0.0.1:4318",
+            "--otlp-interval",
+            "5",
+        ])
+        .unwrap();
         assert_eq!((c.trace.threads.clone(), c.trace.waker), (Threads::Pids(vec![7]), true));
         assert_eq!(c.listen, "0.0.0.0:9100".parse().unwrap(), ":PORT is every address");
         assert_eq!(serve(&["--listen", "9100"]).unwrap().listen, "127.0.0.1:9100".parse().unwrap());
@@ -198,7 +234,10 @@ mod tests {
             (&["--listen", "1.2.3.4"][..], "--listen"),
             (&["--otlp-endpoint", "https://x:4318"][..], "https"),
             (&["--otlp-endpoint", "x:4318"][..], "not a URL"),
-            (&["--step", "2", "--otlp-endpoint", "http://x:1", "--otlp-interval", "1"][..], "--otlp-interval"),
+            (
+                &["--step", "2", "--otlp-endpoint", "http://x:1", "--otlp-interval", "1"][..],
+                "--otlp-interval",
+            ),
             (&["--step", "120"][..], "--step"),
         ] {
             let e = serve(argv).unwrap_err();

@@ -46,11 +46,20 @@ impl TargetArgs {
     pub fn threads(self, otherwise: Threads) -> Result<Threads, ConfigError> {
         use crate::sys::cgroup;
         let found = match (&self.cgroup, &self.unit, &self.container) {
-            (Some(p), _, _) => Some((cgroup::by_path(p, &cgroup::mounts()?)?, "cgroup".to_string())),
-            (_, Some(u), _) => Some((cgroup::by_unit(u, &cgroup::mounts()?)?, format!("unit {}", cgroup::unit_name(u)))),
+            (Some(p), _, _) => {
+                Some((cgroup::by_path(p, &cgroup::mounts()?)?, "cgroup".to_string()))
+            }
+            (_, Some(u), _) => Some((
+                cgroup::by_unit(u, &cgroup::mounts()?)?,
+                format!("unit {}", cgroup::unit_name(u)),
+            )),
             (_, _, Some(c)) => {
                 let cg = cgroup::by_container(c, &cgroup::mounts()?)?;
-                let id = cg.dir.file_name().and_then(|f| cgroup::container_id_of(f.to_str()?)).map_or_else(|| c.clone(), str::to_string);
+                let id = cg
+                    .dir
+                    .file_name()
+                    .and_then(|f| cgroup::container_id_of(f.to_str()?))
+                    .map_or_else(|| c.clone(), str::to_string);
                 Some((cg, format!("container {}", &id[..12.min(id.len())])))
             }
             _ => None,
@@ -72,7 +81,11 @@ pub struct AttachArgs {
 }
 
 /// The selection of `-p`/`-t`, else `otherwise` (every thread, or `-u`/`-k`).
-pub(crate) fn pid_or_tid(pid: Vec<u32>, tid: Vec<u32>, otherwise: Threads) -> Result<Threads, ConfigError> {
+pub(crate) fn pid_or_tid(
+    pid: Vec<u32>,
+    tid: Vec<u32>,
+    otherwise: Threads,
+) -> Result<Threads, ConfigError> {
     Ok(if !pid.is_empty() {
         Threads::Pids(ids(pid)?)
     } else if !tid.is_empty() {

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{filter_kind, parse_duration, AttachArgs, AttachMode, ConfigError, TargetArgs, Threads, Unwind};
+use super::{
+    filter_kind, parse_duration, AttachArgs, AttachMode, ConfigError, TargetArgs, Threads, Unwind,
+};
 
 pub(super) const THREADS_EXAMPLES: &str = "\
 Examples:
@@ -143,11 +145,16 @@ const MAX_NS_PER_LOOP: u32 = 1_000_000;
 fn parse_calibration(s: &str) -> Result<Calibration, String> {
     let t = s.trim();
     if let Some(cpu) = t.strip_prefix("CPU").or_else(|| t.strip_prefix("cpu")) {
-        return cpu.parse().map(Calibration::Cpu).map_err(|_| format!("'{s}' is not a CPU: write CPU0, CPU1, ..."));
+        return cpu
+            .parse()
+            .map(Calibration::Cpu)
+            .map_err(|_| format!("'{s}' is not a CPU: write CPU0, CPU1, ..."));
     }
     match t.parse::<u32>() {
         Ok(ns) if (1..=MAX_NS_PER_LOOP).contains(&ns) => Ok(Calibration::NsPerLoop(ns)),
-        _ => Err(format!("'{s}' is neither CPUn nor a number of ns per loop (1 to {MAX_NS_PER_LOOP})")),
+        _ => Err(format!(
+            "'{s}' is neither CPUn nor a number of ns per loop (1 to {MAX_NS_PER_LOOP})"
+        )),
     }
 }
 
@@ -164,7 +171,8 @@ mod tests {
         use clap::CommandFactory as _;
         let mut cmd = Args::command();
         let help = cmd.find_subcommand_mut("threads").unwrap().render_long_help().to_string();
-        let keys = ["version", "duration_s", "target", "warnings", "threads", "dependencies", "groups"];
+        let keys =
+            ["version", "duration_s", "target", "warnings", "threads", "dependencies", "groups"];
         for key in keys {
             assert!(help.contains(key), "{key} missing from threads --help:\n{help}");
         }
@@ -172,7 +180,18 @@ mod tests {
 
     #[test]
     fn threads_subcommand() {
-        let a = Args::try_parse_from(["topwaits", "threads", "-p", "5,3", "--rt-app", "x.json", "--rt-app-duration", "4", "2"]).unwrap();
+        let a = Args::try_parse_from([
+            "topwaits",
+            "threads",
+            "-p",
+            "5,3",
+            "--rt-app",
+            "x.json",
+            "--rt-app-duration",
+            "4",
+            "2",
+        ])
+        .unwrap();
         let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
         let c = ThreadsConfig::from_args(t).unwrap();
         assert_eq!(c.threads, Threads::Pids(vec![3, 5]));
@@ -180,20 +199,41 @@ mod tests {
         assert_eq!(c.rt_app_calibration, Calibration::Cpu(0), "rt-app's own default");
         assert_eq!(c.duration, Some(Duration::from_secs(2)));
         assert_eq!(c.settings().threads, 1);
-        assert_eq!((c.settings().stacks, c.settings().on_cpu, c.settings().events), (0, 0, 0), "no samples unless asked");
+        assert_eq!(
+            (c.settings().stacks, c.settings().on_cpu, c.settings().events),
+            (0, 0, 0),
+            "no samples unless asked"
+        );
         let a = Args::try_parse_from(["topwaits", "threads", "-p", "5", "--on-cpu", "2"]).unwrap();
         let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
         let c = ThreadsConfig::from_args(t).unwrap();
-        assert_eq!((c.on_cpu, c.duration), (Some(99), Some(Duration::from_secs(2))), "a bare --on-cpu takes no value");
+        assert_eq!(
+            (c.on_cpu, c.duration),
+            (Some(99), Some(Duration::from_secs(2))),
+            "a bare --on-cpu takes no value"
+        );
         let s = c.settings();
         assert_eq!((s.threads, s.on_cpu, s.events), (1, topwaits_common::on_cpu::COUNT, 1));
         assert_eq!(s.stacks, topwaits_common::CAPTURE_KERNEL | topwaits_common::CAPTURE_USER);
-        assert!(Args::try_parse_from(["topwaits", "threads", "--unwind", "fp"]).is_err(), "--unwind needs --on-cpu");
-        assert!(Args::try_parse_from(["topwaits", "threads", "--rt-app-duration", "4"]).is_err(), "needs --rt-app");
+        assert!(
+            Args::try_parse_from(["topwaits", "threads", "--unwind", "fp"]).is_err(),
+            "--unwind needs --on-cpu"
+        );
+        assert!(
+            Args::try_parse_from(["topwaits", "threads", "--rt-app-duration", "4"]).is_err(),
+            "needs --rt-app"
+        );
         assert!(Args::try_parse_from(["topwaits", "threads", "-p", "1", "-t", "2"]).is_err());
         let calibration = |v: &str| {
-            let a = Args::try_parse_from(["topwaits", "threads", "--rt-app", "x.json", "--rt-app-calibration", v])
-                .map_err(|e| e.to_string())?;
+            let a = Args::try_parse_from([
+                "topwaits",
+                "threads",
+                "--rt-app",
+                "x.json",
+                "--rt-app-calibration",
+                v,
+            ])
+            .map_err(|e| e.to_string())?;
             let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
             Ok::<_, String>(ThreadsConfig::from_args(t).unwrap().rt_app_calibration)
         };
@@ -204,7 +244,10 @@ mod tests {
             let e = calibration(bad).unwrap_err();
             assert!(e.contains(bad) && !e.contains("panicked"), "{bad}: {e}");
         }
-        assert!(Args::try_parse_from(["topwaits", "threads", "--rt-app-calibration", "30"]).is_err(), "needs --rt-app");
+        assert!(
+            Args::try_parse_from(["topwaits", "threads", "--rt-app-calibration", "30"]).is_err(),
+            "needs --rt-app"
+        );
         let a = Args::try_parse_from(["topwaits", "threads", "--attach", "kprobe"]).unwrap();
         let Some(Command::Threads(t)) = a.command else { panic!() };
         assert_eq!(ThreadsConfig::from_args(t).unwrap_err(), ConfigError::ThreadsKprobe);

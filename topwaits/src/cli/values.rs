@@ -21,7 +21,18 @@ pub enum ValueKind {
 }
 
 /// What one record of the top view and JSON stands for (`--by`).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Copy,
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub enum By {
     /// One record per thread and stacks (the default).
     #[default]

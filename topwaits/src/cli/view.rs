@@ -112,7 +112,12 @@ impl ViewArgs {
             _ => None,
         };
         let output = if self.folded {
-            Output::Folded { delimited: self.delimited, value, what: self.what, cgroup: cgroup_frames }
+            Output::Folded {
+                delimited: self.delimited,
+                value,
+                what: self.what,
+                cgroup: cgroup_frames,
+            }
         } else if self.json {
             Output::Json { limit: self.top.unwrap_or(0) }
         } else {

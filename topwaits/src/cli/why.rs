@@ -114,7 +114,11 @@ pub(super) fn file_or_trace(
 /// asked otherwise, as profiles aggregate samples across threads. Options of the
 /// top view that these views would ignore are refused, not silently dropped;
 /// the records stay per thread (the views group them themselves).
-pub(super) fn grouping(trace: &mut TraceArgs, err: fn(String) -> ConfigError, name: &str) -> Result<By, ConfigError> {
+pub(super) fn grouping(
+    trace: &mut TraceArgs,
+    err: fn(String) -> ConfigError,
+    name: &str,
+) -> Result<By, ConfigError> {
     let v = &mut trace.view;
     let ignored = [
         (v.value.is_some(), "--value"),
@@ -169,7 +173,8 @@ mod tests {
     use super::*;
 
     fn why(argv: &[&str]) -> Result<WhyConfig, ConfigError> {
-        let a = Args::try_parse_from(["topwaits", "why"].into_iter().chain(argv.iter().copied())).expect("parses");
+        let a = Args::try_parse_from(["topwaits", "why"].into_iter().chain(argv.iter().copied()))
+            .expect("parses");
         let Some(Command::Why(w)) = a.command else { panic!("not why") };
         WhyConfig::from_args(w)
     }
@@ -182,23 +187,39 @@ mod tests {
         assert_eq!(c.on_cpu, Some(super::super::DEFAULT_ON_CPU_HZ), "why samples running threads");
         assert!(c.timed_samples, "each with its time, for the critical path");
         assert_eq!(c.view, View::Why { for_tid: None, by: By::Comm });
-        let WhyConfig::Trace(c) = why(&["--no-on-cpu", "2"]).unwrap() else { panic!("not a trace") };
+        let WhyConfig::Trace(c) = why(&["--no-on-cpu", "2"]).unwrap() else {
+            panic!("not a trace")
+        };
         assert_eq!(c.on_cpu, None);
-        let WhyConfig::Trace(c) = why(&["--on-cpu=49", "2"]).unwrap() else { panic!("not a trace") };
+        let WhyConfig::Trace(c) = why(&["--on-cpu=49", "2"]).unwrap() else {
+            panic!("not a trace")
+        };
         assert_eq!(c.on_cpu, Some(49));
-        let WhyConfig::File { file, for_tid, by, view } = why(&["inc.twr", "--for", "9", "--json", "--by", "thread"]).unwrap() else {
+        let WhyConfig::File { file, for_tid, by, view } =
+            why(&["inc.twr", "--for", "9", "--json", "--by", "thread"]).unwrap()
+        else {
             panic!("not a file")
         };
-        assert_eq!((file, for_tid, by, view.output), ("inc.twr".into(), Some(9), By::Thread, Output::Json { limit: 0 }));
+        assert_eq!(
+            (file, for_tid, by, view.output),
+            ("inc.twr".into(), Some(9), By::Thread, Output::Json { limit: 0 })
+        );
     }
 
     /// Causes are grouped by name unless --by says otherwise, the records stay
     /// per thread, and options why would ignore are refused in one line.
     #[test]
     fn by_groups_causes_and_ignored_options_are_refused() {
-        let WhyConfig::Trace(c) = why(&["--by", "process", "3"]).unwrap() else { panic!("not a trace") };
-        assert_eq!((c.view, c.shown.by), (View::Why { for_tid: None, by: By::Process }, By::Thread));
-        let WhyConfig::Trace(c) = why(&["--by", "cgroup", "3"]).unwrap() else { panic!("not a trace") };
+        let WhyConfig::Trace(c) = why(&["--by", "process", "3"]).unwrap() else {
+            panic!("not a trace")
+        };
+        assert_eq!(
+            (c.view, c.shown.by),
+            (View::Why { for_tid: None, by: By::Process }, By::Thread)
+        );
+        let WhyConfig::Trace(c) = why(&["--by", "cgroup", "3"]).unwrap() else {
+            panic!("not a trace")
+        };
         assert_eq!(c.view, View::Why { for_tid: None, by: By::Cgroup });
         for (args, opt) in [
             (&["--by", "what", "3"][..], "--by what"),
@@ -207,7 +228,10 @@ mod tests {
             (&["--what", "x.twr"][..], "--what"),
         ] {
             match why(args) {
-                Err(ConfigError::Why(m)) => assert!(m.starts_with(opt) && m.contains("not an option of why"), "{args:?}: {m}"),
+                Err(ConfigError::Why(m)) => assert!(
+                    m.starts_with(opt) && m.contains("not an option of why"),
+                    "{args:?}: {m}"
+                ),
                 other => panic!("{args:?} accepted: {other:?}"),
             }
         }
@@ -217,8 +241,12 @@ mod tests {
     fn folded_needs_a_thread_and_intervals_are_refused() {
         assert!(matches!(why(&["-f", "3"]), Err(ConfigError::Why(m)) if m.contains("--for")));
         assert!(why(&["-f", "--for", "4", "3"]).is_ok());
-        assert!(matches!(why(&["--svg", "p.svg", "3"]), Err(ConfigError::Why(m)) if m.contains("--for")));
+        assert!(
+            matches!(why(&["--svg", "p.svg", "3"]), Err(ConfigError::Why(m)) if m.contains("--for"))
+        );
         assert!(why(&["x.twr", "--svg", "p.svg", "--for", "4"]).is_ok());
-        assert!(matches!(why(&["-i", "1", "3"]), Err(ConfigError::Why(m)) if m.contains("--interval")));
+        assert!(
+            matches!(why(&["-i", "1", "3"]), Err(ConfigError::Why(m)) if m.contains("--interval"))
+        );
     }
 }

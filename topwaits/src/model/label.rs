@@ -107,9 +107,12 @@ impl WaitsOn {
     /// one rwsem wait on one lock.
     pub fn lock(&self) -> WaitsOn {
         match self {
-            WaitsOn::KernelLock { lock, addr, name, .. } => {
-                WaitsOn::KernelLock { lock: lock.clone(), mode: None, addr: *addr, name: name.clone() }
-            }
+            WaitsOn::KernelLock { lock, addr, name, .. } => WaitsOn::KernelLock {
+                lock: lock.clone(),
+                mode: None,
+                addr: *addr,
+                name: name.clone(),
+            },
             other => other.clone(),
         }
     }
@@ -135,7 +138,9 @@ impl WaitsOn {
             }
             WaitsOn::Disk { device: Some(d), .. } => format!("disk {d}"),
             WaitsOn::Disk { device: None, .. } => "disk".to_string(),
-            WaitsOn::Socket { socket: Some(s), .. } => format!("socket {}", s.split(", ").next().unwrap_or(s)),
+            WaitsOn::Socket { socket: Some(s), .. } => {
+                format!("socket {}", s.split(", ").next().unwrap_or(s))
+            }
             WaitsOn::Socket { socket: None, .. } => "socket".to_string(),
             WaitsOn::Pipe { .. } => "pipe".to_string(),
             WaitsOn::Poll { via, .. } => format!("event loop ({via})"),
@@ -170,7 +175,9 @@ impl WaitsOn {
             WaitsOn::Mutex { addr, pi } => {
                 format!("{} {addr:#x}", if *pi { "priority-inheritance mutex" } else { "mutex" })
             }
-            WaitsOn::Futex { lock, addr } if lock == "futex" => format!("futex {addr:#x} (not a known lock: no owner)"),
+            WaitsOn::Futex { lock, addr } if lock == "futex" => {
+                format!("futex {addr:#x} (not a known lock: no owner)")
+            }
             WaitsOn::Futex { lock, addr } => format!("{lock} {addr:#x}"),
             WaitsOn::KernelLock { .. } => self.short(),
             WaitsOn::Disk { device, file, syscall } => {
@@ -184,29 +191,54 @@ impl WaitsOn {
                 s
             }
             WaitsOn::Socket { fd, socket, syscall } => {
-                format!("socket fd {fd} ({}), in {syscall}", socket.as_deref().unwrap_or("closed before it could be resolved"))
+                format!(
+                    "socket fd {fd} ({}), in {syscall}",
+                    socket.as_deref().unwrap_or("closed before it could be resolved")
+                )
             }
-            WaitsOn::Pipe { fd, holders, syscall, .. } if holders.is_empty() => format!("pipe fd {fd}, in {syscall}"),
-            WaitsOn::Pipe { fd, holders, syscall, .. } => format!("pipe fd {fd} held by {}, in {syscall}", holders.join(", ")),
+            WaitsOn::Pipe { fd, holders, syscall, .. } if holders.is_empty() => {
+                format!("pipe fd {fd}, in {syscall}")
+            }
+            WaitsOn::Pipe { fd, holders, syscall, .. } => {
+                format!("pipe fd {fd} held by {}, in {syscall}", holders.join(", "))
+            }
             // An event loop waits for everything its program waits for (a lock,
             // a client, a timer): what its syscall says is only that it polled.
             WaitsOn::Poll { via, fds } if fds.is_empty() => format!("event loop ({via})"),
             WaitsOn::Poll { via, fds } => format!("event loop ({via} on {})", fds.join(", ")),
             WaitsOn::Sleep { requested_ns: Some(r), syscall, to_deadline: true } => {
-                format!("sleep to a deadline at most {} away, {} on average, in {syscall}", dur(*r), dur(mean_ns))
+                format!(
+                    "sleep to a deadline at most {} away, {} on average, in {syscall}",
+                    dur(*r),
+                    dur(mean_ns)
+                )
             }
             WaitsOn::Sleep { requested_ns: Some(r), syscall, .. } => {
-                let late = if mean_ns > r + r / 10 + 50_000 { " (late: timer slack or a busy CPU)" } else { "" };
-                format!("sleep of {} asked, {} on average{late}, in {syscall}", dur(*r), dur(mean_ns))
+                let late = if mean_ns > r + r / 10 + 50_000 {
+                    " (late: timer slack or a busy CPU)"
+                } else {
+                    ""
+                };
+                format!(
+                    "sleep of {} asked, {} on average{late}, in {syscall}",
+                    dur(*r),
+                    dur(mean_ns)
+                )
             }
             WaitsOn::Sleep { requested_ns: None, syscall, .. } => format!("sleep, in {syscall}"),
-            WaitsOn::PageFault { major } => format!("{} page fault", if *major { "major" } else { "minor" }),
+            WaitsOn::PageFault { major } => {
+                format!("{} page fault", if *major { "major" } else { "minor" })
+            }
             WaitsOn::RunQueue { ran_instead: Some(p) } => format!("preempted: {p} ran instead"),
             WaitsOn::RunQueue { ran_instead: None } => "preempted while runnable".to_string(),
             WaitsOn::Child { syscall } => format!("a child's exit, in {syscall}"),
             WaitsOn::Signal { syscall } => format!("a signal, in {syscall}"),
-            WaitsOn::File { fd, target: Some(t), syscall } => format!("fd {fd} ({t}), in {syscall}"),
-            WaitsOn::File { fd, target: None, syscall } => format!("fd {fd} (closed before it could be resolved), in {syscall}"),
+            WaitsOn::File { fd, target: Some(t), syscall } => {
+                format!("fd {fd} ({t}), in {syscall}")
+            }
+            WaitsOn::File { fd, target: None, syscall } => {
+                format!("fd {fd} (closed before it could be resolved), in {syscall}")
+            }
             WaitsOn::Other { what } => what.clone(),
             WaitsOn::Running => "running on a CPU".to_string(),
         }
@@ -219,11 +251,23 @@ mod tests {
 
     #[test]
     fn labels_group_waits_on_the_same_thing() {
-        let a = WaitsOn::Disk { device: Some("vda".into()), file: Some("/x".into()), syscall: Some("write".into()) };
-        let b = WaitsOn::Disk { device: Some("vda".into()), file: Some("/y".into()), syscall: Some("fsync".into()) };
+        let a = WaitsOn::Disk {
+            device: Some("vda".into()),
+            file: Some("/x".into()),
+            syscall: Some("write".into()),
+        };
+        let b = WaitsOn::Disk {
+            device: Some("vda".into()),
+            file: Some("/y".into()),
+            syscall: Some("fsync".into()),
+        };
         assert_eq!(a.short(), b.short());
         assert_eq!(a.describe(0), "disk vda, file /x, in write");
-        let s = WaitsOn::Socket { fd: 3, socket: Some("TCP 127.0.0.1:80 -> 127.0.0.1:5000, established".into()), syscall: "read".into() };
+        let s = WaitsOn::Socket {
+            fd: 3,
+            socket: Some("TCP 127.0.0.1:80 -> 127.0.0.1:5000, established".into()),
+            syscall: "read".into(),
+        };
         assert_eq!(s.short(), "socket TCP 127.0.0.1:80 -> 127.0.0.1:5000");
         let k = WaitsOn::KernelLock {
             lock: "rwsem".into(),
@@ -243,20 +287,43 @@ mod tests {
         let ep = WaitsOn::Poll { via: "epoll_wait".into(), fds: vec!["5 (socket)".into()] };
         assert_eq!(ep.describe(0), "event loop (epoll_wait on 5 (socket))");
         assert!(!ep.describe(0).contains("idle") && !ep.short().contains("idle"));
-        assert_eq!(WaitsOn::Other { what: "in worker_thread".into() }.sentence(0), "waits in worker_thread");
+        assert_eq!(
+            WaitsOn::Other { what: "in worker_thread".into() }.sentence(0),
+            "waits in worker_thread"
+        );
         assert_eq!(WaitsOn::Mutex { addr: 16, pi: false }.sentence(0), "waits on mutex 0x10");
-        assert_eq!(WaitsOn::RunQueue { ran_instead: Some("pid 3 (x)".into()) }.sentence(0), "was preempted: pid 3 (x) ran instead");
+        assert_eq!(
+            WaitsOn::RunQueue { ran_instead: Some("pid 3 (x)".into()) }.sentence(0),
+            "was preempted: pid 3 (x) ran instead"
+        );
     }
 
     #[test]
     fn a_sleep_says_when_it_woke_late() {
-        let s = WaitsOn::Sleep { requested_ns: Some(10_000_000), syscall: "clock_nanosleep".into(), to_deadline: false };
-        assert_eq!(s.describe(10_060_000), "sleep of 10 ms asked, 10.06 ms on average, in clock_nanosleep");
+        let s = WaitsOn::Sleep {
+            requested_ns: Some(10_000_000),
+            syscall: "clock_nanosleep".into(),
+            to_deadline: false,
+        };
+        assert_eq!(
+            s.describe(10_060_000),
+            "sleep of 10 ms asked, 10.06 ms on average, in clock_nanosleep"
+        );
         assert!(s.describe(14_000_000).contains("late"), "{}", s.describe(14_000_000));
-        let d = WaitsOn::Sleep { requested_ns: Some(10_000_000), syscall: "clock_nanosleep".into(), to_deadline: true };
-        assert_eq!(d.describe(9_000_000), "sleep to a deadline at most 10 ms away, 9 ms on average, in clock_nanosleep");
+        let d = WaitsOn::Sleep {
+            requested_ns: Some(10_000_000),
+            syscall: "clock_nanosleep".into(),
+            to_deadline: true,
+        };
+        assert_eq!(
+            d.describe(9_000_000),
+            "sleep to a deadline at most 10 ms away, 9 ms on average, in clock_nanosleep"
+        );
         assert_eq!(serde_json::to_value(&d).unwrap()["to_deadline"], true);
-        assert!(serde_json::to_value(&s).unwrap().get("to_deadline").is_none(), "only where it is one");
+        assert!(
+            serde_json::to_value(&s).unwrap().get("to_deadline").is_none(),
+            "only where it is one"
+        );
     }
 
     #[test]

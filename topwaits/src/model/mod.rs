@@ -118,7 +118,13 @@ pub fn comm_bytes(comm: &[u8]) -> Vec<u8> {
 
 /// A kernel waker hop as a raw hop.
 pub fn raw_hop(h: &topwaits_common::Hop) -> RawHop {
-    RawHop { tgid: h.tgid, tid: h.tid, comm: comm_bytes(&h.comm), kstack: StackId::from_ref(h.kstack), ustack: StackId::from_ref(h.ustack) }
+    RawHop {
+        tgid: h.tgid,
+        tid: h.tid,
+        comm: comm_bytes(&h.comm),
+        kstack: StackId::from_ref(h.kstack),
+        ustack: StackId::from_ref(h.ustack),
+    }
 }
 
 /// A symbolized waker.
@@ -280,7 +286,9 @@ impl Counters {
             wake_full: self.wake_full.saturating_sub(earlier.wake_full),
             chains_full: self.chains_full.saturating_sub(earlier.chains_full),
             kstacks_reused: self.kstacks_reused.saturating_sub(earlier.kstacks_reused),
-            waker_kstacks_reused: self.waker_kstacks_reused.saturating_sub(earlier.waker_kstacks_reused),
+            waker_kstacks_reused: self
+                .waker_kstacks_reused
+                .saturating_sub(earlier.waker_kstacks_reused),
             kstacks_shared: self.kstacks_shared.saturating_sub(earlier.kstacks_shared),
             user_stacks_cut: self.user_stacks_cut,
             wait_events: self.wait_events.saturating_sub(earlier.wait_events),
@@ -388,7 +396,10 @@ impl Counters {
             ));
         }
         if self.negative_deltas > 0 {
-            w.push(format!("{} waits ended before they began and were dropped (clock skew)", self.negative_deltas));
+            w.push(format!(
+                "{} waits ended before they began and were dropped (clock skew)",
+                self.negative_deltas
+            ));
         }
         // Each such wait lasted into the trace no longer than the walks at its
         // start took: said when that adds up to something worth knowing.
@@ -673,7 +684,11 @@ mod tests {
         // The eBPF side stores a failed capture's errno, positive.
         assert_eq!(StackId::from_ref(7), StackId::Lost(-7));
         assert_eq!(StackId::from_ref(61), StackId::Lost(-61));
-        assert_eq!(StackId::from_ref(1 << 40), StackId::Lost(-i32::MAX), "a nonsense value is a loss, not a panic");
+        assert_eq!(
+            StackId::from_ref(1 << 40),
+            StackId::Lost(-i32::MAX),
+            "a nonsense value is a loss, not a panic"
+        );
         assert_eq!(stored & SNAPSHOT_STACK, 0, "snapshot ids never collide with stored references");
     }
 
@@ -687,7 +702,12 @@ mod tests {
 
     #[test]
     fn warnings_name_the_fix() {
-        let c = Counters { lost_kernel_stacks: 3, aggregate_full: 2, aggregate_full_ns: 5_000_000, ..Default::default() };
+        let c = Counters {
+            lost_kernel_stacks: 3,
+            aggregate_full: 2,
+            aggregate_full_ns: 5_000_000,
+            ..Default::default()
+        };
         let w = c.warnings();
         assert_eq!(w.len(), 2);
         assert!(w[0].contains("--stack-storage-size"), "{}", w[0]);
@@ -695,17 +715,27 @@ mod tests {
         assert!(c.any_loss());
         assert!(Counters::default().warnings().is_empty());
         // Waits ended at an estimated switch-in are recorded: not a loss.
-        let unseen = Counters { unended: 3, lost_wait_events: 2, ends_estimated: 4, ..Default::default() };
+        let unseen =
+            Counters { unended: 3, lost_wait_events: 2, ends_estimated: 4, ..Default::default() };
         let w = unseen.warnings();
         assert!(w.iter().any(|l| l.starts_with("3 waits") && l.contains("missing")), "{w:?}");
-        assert!(w.iter().any(|l| l.starts_with("2 long-wait events") && l.contains("--events-over")), "{w:?}");
+        assert!(
+            w.iter().any(|l| l.starts_with("2 long-wait events") && l.contains("--events-over")),
+            "{w:?}"
+        );
         assert_eq!(unseen.lost_total(), 5);
     }
 
     #[test]
     fn interval_counters_are_differences() {
         let a = Counters { recorded: 10, lost_user_stacks: 1, ..Default::default() };
-        let b = Counters { recorded: 25, lost_user_stacks: 4, switches: 7, kstacks_reused: 5, ..Default::default() };
+        let b = Counters {
+            recorded: 25,
+            lost_user_stacks: 4,
+            switches: 7,
+            kstacks_reused: 5,
+            ..Default::default()
+        };
         let d = b.since(&a);
         assert_eq!((d.recorded, d.lost_user_stacks, d.switches, d.kstacks_reused), (15, 3, 7, 5));
         assert_eq!(d.lost_total(), 3);

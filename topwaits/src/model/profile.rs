@@ -156,7 +156,11 @@ mod tests {
         };
         let p = ThreadProfile::from_stats(&stats, 1_400, false);
         assert_eq!((p.run_ns, p.sleep_ns), (100, 450));
-        assert_eq!((p.cpu_ns, p.stolen_ns(), p.work_ns()), (None, None, 100), "no charged time: the run stands in");
+        assert_eq!(
+            (p.cpu_ns, p.stolen_ns(), p.work_ns()),
+            (None, None, 100),
+            "no charged time: the run stands in"
+        );
         assert_eq!(p.comm, b"abc");
         assert_eq!(p.nice(), 5);
         assert_eq!(p.policy_name(), "SCHED_OTHER");
@@ -171,15 +175,29 @@ mod tests {
         use topwaits_common::{thread_state, ThreadStats};
         let mut state_ns = [0u64; 8];
         state_ns[thread_state::RUNNING as usize] = 1_000;
-        let stats = ThreadStats { state_ns, cpu_ns: 700, last_ts: 5_000, state: thread_state::RUNNING, ..Default::default() };
+        let stats = ThreadStats {
+            state_ns,
+            cpu_ns: 700,
+            last_ts: 5_000,
+            state: thread_state::RUNNING,
+            ..Default::default()
+        };
         let p = ThreadProfile::from_stats(&stats, 5_200, true);
         assert_eq!(p.run_ns, 1_200);
         assert_eq!(p.cpu_ns, Some(900));
         assert_eq!(p.stolen_ns(), Some(300));
         assert_eq!(p.work_ns(), 900);
         let skewed = ThreadStats { cpu_ns: 1_300, ..stats };
-        assert_eq!(ThreadProfile::from_stats(&skewed, 5_200, true).cpu_ns, Some(1_200), "charged time capped at time on a CPU");
+        assert_eq!(
+            ThreadProfile::from_stats(&skewed, 5_200, true).cpu_ns,
+            Some(1_200),
+            "charged time capped at time on a CPU"
+        );
         let odd = ThreadProfile { run_ns: 10, cpu_ns: Some(12), ..Default::default() };
-        assert_eq!(odd.stolen_ns(), Some(0), "clock skew between the two sources never goes negative");
+        assert_eq!(
+            odd.stolen_ns(),
+            Some(0),
+            "clock skew between the two sources never goes negative"
+        );
     }
 }

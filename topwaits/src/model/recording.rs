@@ -68,7 +68,11 @@ impl<'de> serde::de::Visitor<'de> for FileVisitor {
                     match version {
                         Some(VERSION) => {}
                         Some(v) => {
-                            let by = if written_by.is_empty() { String::new() } else { format!(", written by topwaits {written_by}") };
+                            let by = if written_by.is_empty() {
+                                String::new()
+                            } else {
+                                format!(", written by topwaits {written_by}")
+                            };
                             return Err(M::Error::custom(format!(
                                 "record format version {v}{by}: this topwaits ({}) reads version {VERSION} only",
                                 env!("CARGO_PKG_VERSION")
@@ -105,7 +109,8 @@ const DAMAGED: &str = "damaged record file";
 /// Writes a record file of `report`.
 pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
-    let file = FileOut { format: FORMAT, version: VERSION, written_by: env!("CARGO_PKG_VERSION"), report };
+    let file =
+        FileOut { format: FORMAT, version: VERSION, written_by: env!("CARGO_PKG_VERSION"), report };
     serde_json::to_writer(&mut gz, &file).map_err(io::Error::other)?;
     gz.finish()?;
     Ok(())
@@ -158,13 +163,15 @@ impl<R: Read> Read for Bounded<R> {
 /// record file, a damaged one and where, a version this topwaits does not read,
 /// or one larger than `max_mib` MiB, compressed or expanded).
 pub fn read(path: &Path, max_mib: u64) -> Result<Report> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let max = max_mib.saturating_mul(1 << 20);
     if size > max {
         bail!("{}: {size} bytes, larger than the {max_mib} MiB a recording may take (raise it with --max-record-size)", path.display());
     }
-    from_stream(io::BufReader::new(file), size, max_mib).map_err(|e| anyhow!("{}: {e:#}", path.display()))
+    from_stream(io::BufReader::new(file), size, max_mib)
+        .map_err(|e| anyhow!("{}: {e:#}", path.display()))
 }
 
 /// The report in a record file of `size` bytes read from `input`, expanding to
@@ -179,9 +186,13 @@ fn from_stream(mut input: impl io::BufRead, size: u64, max_mib: u64) -> Result<R
         bail!("{NOT_RECORD} (not gzip-compressed)");
     }
     let mut counted = Counted { inner: input, read: 0 };
-    let mut bounded =
-        Bounded { inner: flate2::read::MultiGzDecoder::new(&mut counted), left: max_mib.saturating_mul(1 << 20), crossed: false };
-    let parsed = serde_json::from_reader::<_, FileIn>(io::BufReader::with_capacity(1 << 16, &mut bounded));
+    let mut bounded = Bounded {
+        inner: flate2::read::MultiGzDecoder::new(&mut counted),
+        left: max_mib.saturating_mul(1 << 20),
+        crossed: false,
+    };
+    let parsed =
+        serde_json::from_reader::<_, FileIn>(io::BufReader::with_capacity(1 << 16, &mut bounded));
     let crossed = bounded.crossed;
     drop(bounded);
     match parsed {
@@ -190,9 +201,16 @@ fn from_stream(mut input: impl io::BufRead, size: u64, max_mib: u64) -> Result<R
             bail!("expands past {max_mib} MiB, the most a recording may take (raise it with --max-record-size)")
         }
         Err(e) if e.is_io() => {
-            let how = if e.io_error_kind() == Some(io::ErrorKind::UnexpectedEof) { "truncated" } else { "corrupt" };
+            let how = if e.io_error_kind() == Some(io::ErrorKind::UnexpectedEof) {
+                "truncated"
+            } else {
+                "corrupt"
+            };
             // The decoder reads ahead in blocks: the damage lies at or before this byte.
-            bail!("{DAMAGED}: {how} (the gzip stream breaks by byte {} of {size}: {e})", counted.read)
+            bail!(
+                "{DAMAGED}: {how} (the gzip stream breaks by byte {} of {size}: {e})",
+                counted.read
+            )
         }
         Err(e) => Err(refusal(e)),
     }
@@ -202,13 +220,19 @@ fn from_stream(mut input: impl io::BufRead, size: u64, max_mib: u64) -> Result<R
 /// file, else the file is damaged (or no JSON at all: no recording).
 fn refusal(e: serde_json::Error) -> anyhow::Error {
     let text = e.to_string();
-    if text.starts_with(NOT_RECORD) || text.starts_with("record format version") || text.starts_with(DAMAGED) {
+    if text.starts_with(NOT_RECORD)
+        || text.starts_with("record format version")
+        || text.starts_with(DAMAGED)
+    {
         anyhow!("{text}")
     } else if e.line() == 1 && e.column() <= 1 {
         anyhow!("{NOT_RECORD}")
     } else if e.is_eof() {
         anyhow!("{DAMAGED}: it ends early ({text})")
-    } else if e.classify() == serde_json::error::Category::Syntax && e.line() == 1 && e.column() < 16 {
+    } else if e.classify() == serde_json::error::Category::Syntax
+        && e.line() == 1
+        && e.column() < 16
+    {
         anyhow!("{NOT_RECORD}")
     } else {
         anyhow!("{DAMAGED}: {text}")
@@ -241,10 +265,19 @@ mod tests {
         assert_eq!(back.records, r.records);
         assert_eq!(back.counters, r.counters);
         assert_eq!(back.objects, r.objects);
-        assert_eq!((back.info.clock, back.info.start_mono, back.info.end_mono), (r.info.clock, r.info.start_mono, r.info.end_mono));
-        assert_eq!((back.info.waker, back.info.by, &back.info.target), (r.info.waker, r.info.by, &r.info.target));
+        assert_eq!(
+            (back.info.clock, back.info.start_mono, back.info.end_mono),
+            (r.info.clock, r.info.start_mono, r.info.end_mono)
+        );
+        assert_eq!(
+            (back.info.waker, back.info.by, &back.info.target),
+            (r.info.waker, r.info.by, &r.info.target)
+        );
         // Every view renders the same from the copy.
-        for out in [crate::cli::Output::Json { limit: 0 }, crate::cli::Output::Top { limit: 20, delimited: false }] {
+        for out in [
+            crate::cli::Output::Json { limit: 0 },
+            crate::cli::Output::Top { limit: 20, delimited: false },
+        ] {
             let f = crate::report::for_output(crate::cli::View::OffCpu, &out);
             let (mut a, mut b) = (Vec::new(), Vec::new());
             f.write(&r, &mut a).unwrap();
@@ -255,11 +288,21 @@ mod tests {
 
     #[test]
     fn other_files_and_versions_are_refused_in_one_line() {
-        let e = parse(b"{\"format\": \"topwaits-record\", \"version\": 99, \"written_by\": \"9.0.0\"}").unwrap_err().to_string();
-        assert!(e.contains("version 99") && e.contains("9.0.0") && e.contains("reads version 1"), "{e}");
-        assert!(parse(b"{\"format\": \"pprof\", \"version\": 1}").unwrap_err().to_string().contains("not a topwaits record"));
+        let e =
+            parse(b"{\"format\": \"topwaits-record\", \"version\": 99, \"written_by\": \"9.0.0\"}")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("version 99") && e.contains("9.0.0") && e.contains("reads version 1"),
+            "{e}"
+        );
+        assert!(parse(b"{\"format\": \"pprof\", \"version\": 1}")
+            .unwrap_err()
+            .to_string()
+            .contains("not a topwaits record"));
         assert!(parse(b"hello").unwrap_err().to_string().contains("not a topwaits record"));
-        let bad = parse(b"{\"format\": \"topwaits-record\", \"version\": 1, \"report\": {}}").unwrap_err();
+        let bad = parse(b"{\"format\": \"topwaits-record\", \"version\": 1, \"report\": {}}")
+            .unwrap_err();
         assert!(format!("{bad:#}").contains("damaged"), "{bad:#}");
         let dir = std::env::temp_dir().join(format!("tw-rec-{}", std::process::id()));
         std::fs::write(&dir, b"plain text").unwrap();
@@ -284,7 +327,10 @@ mod tests {
         let whole = recorded();
         for cut in [whole.len() - 1, whole.len() / 2, 12] {
             let e = damage(&whole[..cut]);
-            assert!(e.contains("damaged record file: truncated") && e.contains(&format!("of {cut}")), "{cut}: {e}");
+            assert!(
+                e.contains("damaged record file: truncated") && e.contains(&format!("of {cut}")),
+                "{cut}: {e}"
+            );
             assert!(!e.contains("not gzip") && !e.contains('\n'), "{e}");
         }
     }

@@ -45,7 +45,11 @@ fn write_stack(out: &mut dyn Write, label: &str, s: &Stack) -> io::Result<()> {
 fn blocked_for(report: &Report, t: &Blocked) -> String {
     match (t.blocked_ns(report.taken_mono), t.snap.since) {
         (Some(ns), Some(since)) => {
-            format!("blocked ~{} (estimated, since {})", secs(ns), hms_millis(report.clock.wall(since), report.utc_offset_s))
+            format!(
+                "blocked ~{} (estimated, since {})",
+                secs(ns),
+                hms_millis(report.clock.wall(since), report.utc_offset_s)
+            )
         }
         _ => "blocked for an unknown time".to_string(),
     }
@@ -53,7 +57,14 @@ fn blocked_for(report: &Report, t: &Blocked) -> String {
 
 fn write_thread(out: &mut dyn Write, report: &Report, t: &Blocked) -> io::Result<()> {
     let s = &t.snap;
-    writeln!(out, "{}  pid {}  state {}  {}", who(report, s.tid), s.tgid, s.state, blocked_for(report, t))?;
+    writeln!(
+        out,
+        "{}  pid {}  state {}  {}",
+        who(report, s.tid),
+        s.tgid,
+        s.state,
+        blocked_for(report, t)
+    )?;
     let what = match &t.wait {
         WaitOn::Sleep => "sleeps for a set time".to_string(),
         WaitOn::Child => "waits for a child process".to_string(),
@@ -64,7 +75,12 @@ fn write_thread(out: &mut dyn Write, report: &Report, t: &Blocked) -> io::Result
     writeln!(out, "    {what}")?;
     if let WaitOn::Fd { holders, .. } = &t.wait {
         for (pid, comm, access) in holders {
-            writeln!(out, "      also open in {} (pid {pid}) for {}", comm_text(comm), access_word(access))?;
+            writeln!(
+                out,
+                "      also open in {} (pid {pid}) for {}",
+                comm_text(comm),
+                access_word(access)
+            )?;
         }
     }
     if let Some(text) = syscall_text(t) {
@@ -157,7 +173,15 @@ fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out)?;
     }
     if report.threads.is_empty() {
-        writeln!(out, "No thread is blocked{}.", if report.target == "all threads" { " in D state (use -S for S state too)" } else { "" })?;
+        writeln!(
+            out,
+            "No thread is blocked{}.",
+            if report.target == "all threads" {
+                " in D state (use -S for S state too)"
+            } else {
+                ""
+            }
+        )?;
     }
     Ok(())
 }
@@ -274,7 +298,11 @@ fn write_dot(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "  t{tid} [label={}];", quoted(&label))?;
     }
     for e in &report.edges {
-        let in_cycle = report.graph.cycles.iter().any(|c| c.threads.contains(&e.waiter) && c.threads.contains(&e.owner));
+        let in_cycle = report
+            .graph
+            .cycles
+            .iter()
+            .any(|c| c.threads.contains(&e.waiter) && c.threads.contains(&e.owner));
         let colour = if in_cycle { ", color=red, fontcolor=red" } else { "" };
         writeln!(out, "  t{} -> t{} [label={}{colour}];", e.waiter, e.owner, quoted(&e.lock))?;
     }
@@ -304,7 +332,11 @@ mod tests {
                 syscall: Err("n/a".into()),
             },
             kernel: crate::report::fixtures::frames(&["futex_wait", "do_futex"]),
-            user: crate::report::fixtures::frames(&["__lll_lock_wait", "pthread_mutex_lock", "worker"]),
+            user: crate::report::fixtures::frames(&[
+                "__lll_lock_wait",
+                "pthread_mutex_lock",
+                "worker",
+            ]),
             syscall: None,
             wait,
         }
@@ -316,7 +348,8 @@ mod tests {
 
     /// An ABBA deadlock between 101 and 102.
     fn abba() -> Report {
-        let threads = vec![thread(101, "alpha", mutex(0xb0, 102)), thread(102, "beta", mutex(0xa0, 101))];
+        let threads =
+            vec![thread(101, "alpha", mutex(0xb0, 102)), thread(102, "beta", mutex(0xa0, 101))];
         let edges: Vec<Edge> = threads
             .iter()
             .map(|t| Edge {
@@ -368,7 +401,11 @@ mod tests {
         assert_eq!(v["threads"][0]["waits_on"]["lock"], "mutex");
         assert_eq!(v["threads"][0]["blocked_us"], 12_500_000);
         assert_eq!(v["cycles"][0]["threads"], json!([101, 102]));
-        assert_eq!(v["cycles"][0]["locks"], json!(["mutex 0xb0", "mutex 0xa0"]), "101 waits on 0xb0, 102 on 0xa0");
+        assert_eq!(
+            v["cycles"][0]["locks"],
+            json!(["mutex 0xb0", "mutex 0xa0"]),
+            "101 waits on 0xb0, 102 on 0xa0"
+        );
         assert_eq!(v["chains"][0]["end"]["kind"], "cycle");
     }
 
@@ -380,7 +417,10 @@ mod tests {
         write_dot(&r, &mut out).unwrap();
         let dot = String::from_utf8(out).unwrap();
         assert!(dot.starts_with("digraph waitfor {"), "{dot}");
-        assert!(dot.contains("t101 -> t102 [label=\"mutex 0xb0\", color=red, fontcolor=red];"), "{dot}");
+        assert!(
+            dot.contains("t101 -> t102 [label=\"mutex 0xb0\", color=red, fontcolor=red];"),
+            "{dot}"
+        );
         assert!(dot.contains("we\\\"ird"), "{dot}");
         assert!(dot.trim_end().ends_with('}'));
     }
@@ -390,11 +430,24 @@ mod tests {
         let mut r = abba();
         r.threads.truncate(1);
         r.edges.truncate(1);
-        r.others.insert(102, crate::analysis::blocked::Other { tgid: 100, tid: 102, comm: b"beta".to_vec(), state: 'R' });
+        r.others.insert(
+            102,
+            crate::analysis::blocked::Other {
+                tgid: 100,
+                tid: 102,
+                comm: b"beta".to_vec(),
+                state: 'R',
+            },
+        );
         r.graph = analyze(&r.edges, &[101, 102].into_iter().collect());
         let mut out = Vec::new();
         write_text(&r, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("alpha (tid 101) -> [mutex 0xb0] -> beta (tid 102); beta (tid 102) is running\n"), "{text}");
+        assert!(
+            text.contains(
+                "alpha (tid 101) -> [mutex 0xb0] -> beta (tid 102); beta (tid 102) is running\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -129,7 +129,9 @@ impl Format for Folded {
         let cgroup = cgroup_on(self.cgroup, report);
         for r in &report.records {
             let v = value(r, self.value);
-            let slot = merged.entry(line_frames(r, self.delimited, self.what, cgroup).join(";")).or_insert(0);
+            let slot = merged
+                .entry(line_frames(r, self.delimited, self.what, cgroup).join(";"))
+                .or_insert(0);
             *slot = if self.value == ValueKind::Max { (*slot).max(v) } else { *slot + v };
         }
         let mut lines: Vec<(u64, String)> = merged.into_iter().map(|(l, v)| (v, l)).collect();
@@ -160,12 +162,20 @@ mod tests {
             &crate::report::fixtures::on_cpu_report(),
         );
         assert!(got.contains("sleeper;main;compute;[running] 2000000\n"), "{got}");
-        assert!(got.contains("sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1000500\n"), "{got}");
+        assert!(
+            got.contains(
+                "sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1000500\n"
+            ),
+            "{got}"
+        );
     }
 
     #[test]
     fn matches_bcc_offcputime_layout() {
-        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None }, &report());
+        let got = render(
+            Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None },
+            &report(),
+        );
         assert_eq!(
             got,
             "kworker/0:1;[missing_kernel_stack] 3\n\
@@ -177,10 +187,15 @@ mod tests {
     fn a_cgroup_trace_roots_lines_at_their_cgroup_unless_asked_not_to() {
         let mut r = report();
         r.records[0].cgroup = Some("/system.slice/docker-4f1c.scope".into());
-        let folded = |cgroup, r: &Report| render(Folded { delimited: false, value: ValueKind::Count, what: true, cgroup }, r);
+        let folded = |cgroup, r: &Report| {
+            render(Folded { delimited: false, value: ValueKind::Count, what: true, cgroup }, r)
+        };
         assert!(!folded(None, &r).contains("[cgroup:"), "a trace of threads: bcc's layout");
         let got = folded(Some(true), &r);
-        assert!(got.contains("[cgroup:/system.slice/docker-4f1c.scope];[not_labelled];sleeper;main;"), "the cgroup above what: {got}");
+        assert!(
+            got.contains("[cgroup:/system.slice/docker-4f1c.scope];[not_labelled];sleeper;main;"),
+            "the cgroup above what: {got}"
+        );
         assert!(got.contains("[cgroup:unknown];"), "a record whose cgroup was not read: {got}");
         r.info.cgroup_target = true;
         assert_eq!(folded(None, &r), got, "the default of a cgroup trace");
@@ -189,7 +204,10 @@ mod tests {
 
     #[test]
     fn delimiter_sits_between_user_and_kernel_frames_only_when_both_exist() {
-        let got = render(Folded { delimited: true, value: ValueKind::Count, what: false, cgroup: None }, &report());
+        let got = render(
+            Folded { delimited: true, value: ValueKind::Count, what: false, cgroup: None },
+            &report(),
+        );
         assert_eq!(
             got,
             "kworker/0:1;[missing_kernel_stack] 2\n\
@@ -207,11 +225,17 @@ mod tests {
             w.hops.clear();
             w.kind = WakeKind::NoWaker;
         }
-        let got = render(Folded { delimited: true, value: ValueKind::Total, what: false, cgroup: None }, &r);
+        let got = render(
+            Folded { delimited: true, value: ValueKind::Total, what: false, cgroup: None },
+            &r,
+        );
         for line in got.lines() {
             assert_eq!(line.split(' ').count(), 2, "{line:?}");
         }
-        assert!(got.contains("[missing_user_stack];[missing_kernel_stack];--;[no_waker_seen] "), "{got}");
+        assert!(
+            got.contains("[missing_user_stack];[missing_kernel_stack];--;[no_waker_seen] "),
+            "{got}"
+        );
     }
 
     /// Regression: one gzip pipe-read stack came out as two identical folded lines,
@@ -225,25 +249,43 @@ mod tests {
         twin.count = 3;
         twin.max_ns = 400_000_000;
         r.records.push(twin);
-        let sum = render(Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None }, &r);
+        let sum = render(
+            Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None },
+            &r,
+        );
         let sleeper: Vec<&str> = sum.lines().filter(|l| l.starts_with("sleeper;")).collect();
-        assert_eq!(sleeper, ["sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1001000"]);
-        let count = render(Folded { delimited: false, value: ValueKind::Count, what: false, cgroup: None }, &r);
+        assert_eq!(
+            sleeper,
+            ["sleeper;main;wait_here;clock_nanosleep;do_nanosleep;schedule;__schedule 1001000"]
+        );
+        let count = render(
+            Folded { delimited: false, value: ValueKind::Count, what: false, cgroup: None },
+            &r,
+        );
         assert!(count.contains("__schedule 13\n"), "{count}");
-        let max = render(Folded { delimited: false, value: ValueKind::Max, what: false, cgroup: None }, &r);
+        let max = render(
+            Folded { delimited: false, value: ValueKind::Max, what: false, cgroup: None },
+            &r,
+        );
         assert!(max.contains("__schedule 400000\n") && max.lines().count() == 2, "{max}");
     }
 
     #[test]
     fn max_value_is_the_longest_wait_in_microseconds() {
-        let got = render(Folded { delimited: false, value: ValueKind::Max, what: false, cgroup: None }, &report());
+        let got = render(
+            Folded { delimited: false, value: ValueKind::Max, what: false, cgroup: None },
+            &report(),
+        );
         assert!(got.ends_with("__schedule 250000\n"), "{got}");
     }
 
     #[test]
     fn offwake_layout_matches_bcc_offwaketime_with_chain_hops_after_more_dividers() {
         use crate::report::fixtures::offwake_report;
-        let got = render(Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None }, &offwake_report());
+        let got = render(
+            Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None },
+            &offwake_report(),
+        );
         assert_eq!(
             got,
             "kworker/0:1;[missing_kernel_stack];--;[preempted] 3\n\
@@ -251,9 +293,19 @@ mod tests {
              try_to_wake_up;pipe_write;vfs_write;write;produce;main;writer;--;\
              try_to_wake_up;hrtimer_wakeup;asm_sysvec_apic_timer_interrupt;[interrupt] 1000500\n"
         );
-        let got = render(Folded { delimited: true, value: ValueKind::Total, what: false, cgroup: None }, &offwake_report());
-        assert!(got.contains("clock_nanosleep;-;do_nanosleep") && got.contains("vfs_write;-;write;produce"), "{got}");
-        assert!(!got.contains("asm_sysvec_apic_timer_interrupt;-"), "no delimiter without a user stack: {got}");
+        let got = render(
+            Folded { delimited: true, value: ValueKind::Total, what: false, cgroup: None },
+            &offwake_report(),
+        );
+        assert!(
+            got.contains("clock_nanosleep;-;do_nanosleep")
+                && got.contains("vfs_write;-;write;produce"),
+            "{got}"
+        );
+        assert!(
+            !got.contains("asm_sysvec_apic_timer_interrupt;-"),
+            "no delimiter without a user stack: {got}"
+        );
     }
 
     #[test]
@@ -263,7 +315,10 @@ mod tests {
         for comm in [&b"a;b c"[..], b"", b"\xff\xfe;x", b"tab\there\n"] {
             r.records[0].comm = comm.to_vec();
             r.records[0].user = frames(&["f g", "h;i"]);
-            let out = render(Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None }, &r);
+            let out = render(
+                Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None },
+                &r,
+            );
             let line = out.trim_end_matches('\n');
             assert_eq!(out.matches('\n').count(), 1, "{out:?}");
             let parts: Vec<&str> = line.split(' ').collect();

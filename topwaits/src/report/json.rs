@@ -70,7 +70,9 @@ impl Serialize for JWaker<'_> {
                     _ => "none",
                 };
                 m.serialize_entry("context", context)?;
-                for (field, status) in [("kernel_stack", "kernel_stack_status"), ("user_stack", "user_stack_status")] {
+                for (field, status) in
+                    [("kernel_stack", "kernel_stack_status"), ("user_stack", "user_stack_status")]
+                {
                     m.serialize_entry(field, &[(); 0])?;
                     m.serialize_entry(status, "none")?;
                 }
@@ -158,7 +160,8 @@ impl Serialize for Frames<'_> {
             let text = match texts.entry(Arc::as_ptr(f) as usize) {
                 Entry::Occupied(e) => &e.into_mut().1,
                 Entry::Vacant(e) => {
-                    let text = serde_json::value::to_raw_value(&jframe(f)).map_err(S::Error::custom)?;
+                    let text =
+                        serde_json::value::to_raw_value(&jframe(f)).map_err(S::Error::custom)?;
                     &e.insert((f.clone(), text)).1
                 }
             };
@@ -407,7 +410,10 @@ fn stream(report: &Report, limit: usize, out: &mut dyn Write) -> io::Result<()> 
             if i > 0 {
                 out.write_all(b",")?;
             }
-            serde_json::to_writer(&mut out, &JEvent { state: e.state, record: record(report, &e.record, &texts) })?;
+            serde_json::to_writer(
+                &mut out,
+                &JEvent { state: e.state, record: record(report, &e.record, &texts) },
+            )?;
         }
         out.write_all(b"]")?;
     }
@@ -440,10 +446,23 @@ mod tests {
     fn on_cpu_records_carry_their_samples_and_each_thread_its_time() {
         let v = document(&crate::report::fixtures::on_cpu_report(), 0);
         assert_eq!(v["on_cpu_hz"], 100);
-        let running: Vec<&Value> = v["records"].as_array().unwrap().iter().filter(|r| r["waits_on"]["kind"] == "running").collect();
+        let running: Vec<&Value> = v["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["waits_on"]["kind"] == "running")
+            .collect();
         assert_eq!(running.len(), 1);
-        assert_eq!((running[0]["samples"].as_u64(), running[0]["total_ns"].as_u64()), (Some(200), Some(2_000_000_000)));
-        assert!(v["records"].as_array().unwrap().iter().filter(|r| r["waits_on"]["kind"] != "running").all(|r| r.get("samples").is_none()));
+        assert_eq!(
+            (running[0]["samples"].as_u64(), running[0]["total_ns"].as_u64()),
+            (Some(200), Some(2_000_000_000))
+        );
+        assert!(v["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["waits_on"]["kind"] != "running")
+            .all(|r| r.get("samples").is_none()));
         let t = &v["thread_times"][0];
         assert_eq!(
             (t["tid"].as_u64(), t["running_ns"].as_u64(), t["blocked_ns"].as_u64()),
@@ -468,7 +487,10 @@ mod tests {
         assert_eq!(r["kernel_stack"][0]["symbol"], "__schedule");
         assert_eq!(r["kernel_stack"][0]["addr"], "0x1000");
         assert_eq!(r["user_stack"][1]["symbol"], "wait_here");
-        assert_eq!((r["count"].as_u64(), r["total_us"].as_u64(), r["max_us"].as_u64()), (Some(10), Some(1_000_500), Some(250_000)));
+        assert_eq!(
+            (r["count"].as_u64(), r["total_us"].as_u64(), r["max_us"].as_u64()),
+            (Some(10), Some(1_000_500), Some(250_000))
+        );
         assert_eq!(r["max_end"], "2023-11-14T22:13:22.500000+00:00");
         assert_eq!(r["max_start"], "2023-11-14T22:13:22.250000+00:00");
         assert!(r["waker"].is_null());
@@ -486,7 +508,10 @@ mod tests {
         let v = document(&rep, 0);
         assert_eq!(v["by"], "process");
         let r = &v["records"][0];
-        assert_eq!((r["tgid"].as_u64(), r["tid"].is_null(), r["threads"].as_u64()), (Some(100), true, Some(12)));
+        assert_eq!(
+            (r["tgid"].as_u64(), r["tid"].is_null(), r["threads"].as_u64()),
+            (Some(100), true, Some(12))
+        );
         rep.info.by = By::Comm;
         let r = &document(&rep, 0)["records"][0];
         assert!(r["tgid"].is_null() && r["tid"].is_null(), "{r}");
@@ -522,16 +547,32 @@ mod tests {
         let v = document(&offwake_report(), 0);
         assert_eq!(v["waker_mode"], true);
         let r = &v["records"][0];
-        assert_eq!(r["blocked_us"].as_u64().unwrap() + r["runq_us"].as_u64().unwrap(), r["total_us"].as_u64().unwrap());
-        assert_eq!((r["max_blocked_us"].as_u64(), r["max_runq_us"].as_u64()), (Some(249_900), Some(100)));
+        assert_eq!(
+            r["blocked_us"].as_u64().unwrap() + r["runq_us"].as_u64().unwrap(),
+            r["total_us"].as_u64().unwrap()
+        );
+        assert_eq!(
+            (r["max_blocked_us"].as_u64(), r["max_runq_us"].as_u64()),
+            (Some(249_900), Some(100))
+        );
         let w = &r["waker"];
-        assert_eq!((w["comm"].as_str(), w["tid"].as_u64(), w["context"].as_str()), (Some("writer"), Some(102), Some("task")));
+        assert_eq!(
+            (w["comm"].as_str(), w["tid"].as_u64(), w["context"].as_str()),
+            (Some("writer"), Some(102), Some("task"))
+        );
         assert_eq!(w["kernel_stack"][1]["symbol"], "pipe_write");
         assert_eq!(w["user_stack"][1]["symbol"], "produce");
         let w2 = &w["waker"];
-        assert_eq!((w2["comm"].as_str(), w2["context"].as_str()), (Some("[interrupt]"), Some("interrupt")));
+        assert_eq!(
+            (w2["comm"].as_str(), w2["context"].as_str()),
+            (Some("[interrupt]"), Some("interrupt"))
+        );
         assert_eq!(w2["handler"], "hrtimer_wakeup");
-        assert_eq!((w2["tid"].as_u64(), w2["tgid"].as_u64()), (Some(0), Some(0)), "the task an interrupt hit is no waker");
+        assert_eq!(
+            (w2["tid"].as_u64(), w2["tgid"].as_u64()),
+            (Some(0), Some(0)),
+            "the task an interrupt hit is no waker"
+        );
         assert!(w2["waker"].is_null());
         let p = &v["records"][1];
         assert_eq!(p["waker"]["context"], "preempted");
@@ -563,12 +604,20 @@ mod tests {
         Json { limit: 0 }.write(&r, &mut out).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         let names = |i: usize| -> Vec<String> {
-            v["records"][i]["user_stack"].as_array().unwrap().iter().map(|f| f["symbol"].as_str().unwrap().to_string()).collect()
+            v["records"][i]["user_stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["symbol"].as_str().unwrap().to_string())
+                .collect()
         };
         assert_eq!(names(0)[1], "wait_here");
         assert_eq!(names(1), ["wait_here", "another_name", "wait_here"]);
         assert_eq!(v["records"][1]["user_stack"][0], v["records"][0]["user_stack"][1]);
-        assert_eq!(v["records"][1]["user_stack"][1]["addr"], v["records"][0]["user_stack"][1]["addr"]);
+        assert_eq!(
+            v["records"][1]["user_stack"][1]["addr"],
+            v["records"][0]["user_stack"][1]["addr"]
+        );
     }
 
     #[test]

@@ -47,8 +47,17 @@ fn short_stack(s: &Stack, n: usize) -> String {
 }
 
 /// `comm (tid N)`, `comm (N threads)` or `comm (pid P, N threads)`.
-fn who(comm: &[u8], tids: &std::collections::BTreeSet<u32>, pids: &std::collections::BTreeSet<u32>, mode: Option<&String>) -> String {
-    let threads = if tids.len() == 1 { format!("tid {}", tids.iter().next().unwrap_or(&0)) } else { plural(tids.len(), "thread") };
+fn who(
+    comm: &[u8],
+    tids: &std::collections::BTreeSet<u32>,
+    pids: &std::collections::BTreeSet<u32>,
+    mode: Option<&String>,
+) -> String {
+    let threads = if tids.len() == 1 {
+        format!("tid {}", tids.iter().next().unwrap_or(&0))
+    } else {
+        plural(tids.len(), "thread")
+    };
     let pid = match pids.iter().collect::<Vec<_>>()[..] {
         [p] if tids.len() > 1 => format!("pid {p}, "),
         _ => String::new(),
@@ -126,7 +135,8 @@ fn text(report: &Report, found: &Analysis, limit: usize, out: &mut dyn Write) ->
         // their stacks are one).
         let mut held: Vec<(String, String, std::collections::BTreeSet<u32>, u64)> = Vec::new();
         for h in &l.held_while {
-            let line = format!("held while {} by {}", doing(h), who(&h.comm, &h.holders, &h.pids, None));
+            let line =
+                format!("held while {} by {}", doing(h), who(&h.comm, &h.holders, &h.pids, None));
             let stack = if h.waits_on.is_some() { short_stack(&h.user, 6) } else { String::new() };
             match held.iter_mut().find(|x| x.0 == line && x.1 == stack) {
                 Some(x) => {
@@ -144,11 +154,20 @@ fn text(report: &Report, found: &Analysis, limit: usize, out: &mut dyn Write) ->
             }
         }
         if l.unreleased_ns > 0 {
-            writeln!(out, "   no release seen for {} of it (a timeout, or a wakeup not traced)", secs(l.unreleased_ns))?;
+            writeln!(
+                out,
+                "   no release seen for {} of it (a timeout, or a wakeup not traced)",
+                secs(l.unreleased_ns)
+            )?;
         }
         writeln!(out, "   released by:")?;
         for (who, stack, count, ns) in said_once(&l.holders).into_iter().take(3) {
-            writeln!(out, "     {who}: {}, ending {} of waiting", plural(count as usize, "release"), secs(ns))?;
+            writeln!(
+                out,
+                "     {who}: {}, ending {} of waiting",
+                plural(count as usize, "release"),
+                secs(ns)
+            )?;
             writeln!(out, "       {stack}")?;
         }
         writeln!(out, "   waiters:")?;
@@ -158,7 +177,11 @@ fn text(report: &Report, found: &Analysis, limit: usize, out: &mut dyn Write) ->
         }
     }
     if !found.unclassified.is_empty() {
-        writeln!(out, "\nNot taken for locks: another thread's wakeup also ended {}.", unclassified_text(&found.unclassified))?;
+        writeln!(
+            out,
+            "\nNot taken for locks: another thread's wakeup also ended {}.",
+            unclassified_text(&found.unclassified)
+        )?;
     }
     Ok(())
 }
@@ -224,7 +247,11 @@ fn folded_lines(locks: &[Lock], by: By) -> Vec<String> {
     for l in locks {
         for s in &l.waiters {
             // The waiters by name, or by process or thread as `--by` splits them.
-            let name = if matches!(by, By::Comm | By::What | By::Cgroup) { comm_text(&s.comm) } else { site_who(s) };
+            let name = if matches!(by, By::Comm | By::What | By::Cgroup) {
+                comm_text(&s.comm)
+            } else {
+                site_who(s)
+            };
             let mut frames = vec![clean(&format!("[{}]", l.id.short())), clean(&name)];
             frames.extend(s.user.frames().iter().rev().map(|f| clean(&f.name())));
             frames.extend(s.kernel.frames().iter().rev().map(|f| clean(&f.name())));
@@ -274,7 +301,8 @@ impl Format for LocksSvg {
         use inferno::flamegraph;
         let lines = folded_lines(&analyze(report, self.by).locks, self.by);
         let mut opts = flamegraph::Options::default();
-        opts.title = format!("Lock waits of {} over {:.1} s", report.info.target, report.info.duration_s());
+        opts.title =
+            format!("Lock waits of {} over {:.1} s", report.info.target, report.info.duration_s());
         opts.subtitle = Some("each lock at the root, its waiters' stacks above it".into());
         opts.count_name = "us".into();
         opts.deterministic = true;
@@ -288,7 +316,10 @@ mod tests {
     use crate::model::Frame;
 
     fn site(user: &[&str], tid: u32, count: u64, ns: u64) -> Site {
-        let frames = user.iter().map(|n| Frame { addr: 1, symbol: Some((*n).into()), module: None, offset: None }).collect();
+        let frames = user
+            .iter()
+            .map(|n| Frame { addr: 1, symbol: Some((*n).into()), module: None, offset: None })
+            .collect();
         Site {
             mode: None,
             comm: b"postgres".to_vec(),
@@ -305,7 +336,14 @@ mod tests {
     /// a third, another.
     #[test]
     fn sites_alike_in_what_is_shown_are_one_line() {
-        let top = ["epoll_wait", "WaitEventSetWait", "WaitLatch", "ProcSleep", "WaitOnLock", "LockAcquireExtended"];
+        let top = [
+            "epoll_wait",
+            "WaitEventSetWait",
+            "WaitLatch",
+            "ProcSleep",
+            "WaitOnLock",
+            "LockAcquireExtended",
+        ];
         let deeper = |f: &'static str| top.iter().copied().chain([f]).collect::<Vec<_>>();
         let sites = vec![
             site(&deeper("heap_update"), 5, 3, 30),

@@ -32,15 +32,22 @@ pub trait Format<D: ?Sized = Report> {
 pub fn for_output(view: View, output: &Output) -> Box<dyn Format> {
     match view {
         View::Wakeups => return Box::new(wakeups::Wakeups { output: output.clone() }),
-        View::Why { for_tid, by } => return Box::new(why::Why { output: output.clone(), for_tid, by }),
+        View::Why { for_tid, by } => {
+            return Box::new(why::Why { output: output.clone(), for_tid, by })
+        }
         View::Locks { by } => return Box::new(locks::Locks { output: output.clone(), by }),
         View::OffCpu => {}
     }
     match output {
-        Output::Top { limit, delimited } => Box::new(top::Top { limit: *limit, delimited: *delimited }),
-        Output::Folded { delimited, value, what, cgroup } => {
-            Box::new(folded::Folded { delimited: *delimited, value: *value, what: *what, cgroup: *cgroup })
+        Output::Top { limit, delimited } => {
+            Box::new(top::Top { limit: *limit, delimited: *delimited })
         }
+        Output::Folded { delimited, value, what, cgroup } => Box::new(folded::Folded {
+            delimited: *delimited,
+            value: *value,
+            what: *what,
+            cgroup: *cgroup,
+        }),
         Output::Json { limit } => Box::new(json::Json { limit: *limit }),
     }
 }
@@ -70,11 +77,9 @@ pub fn interrupt_handler(h: &Hop) -> Option<&str> {
     if !h.interrupt {
         return None;
     }
-    h.kernel
-        .frames()
-        .iter()
-        .filter_map(|f| f.symbol.as_deref())
-        .find(|n| !HELPERS.iter().any(|p| n.trim_start_matches('_').starts_with(p.trim_start_matches('_'))))
+    h.kernel.frames().iter().filter_map(|f| f.symbol.as_deref()).find(|n| {
+        !HELPERS.iter().any(|p| n.trim_start_matches('_').starts_with(p.trim_start_matches('_')))
+    })
 }
 
 /// A thread, process or name with the ids `by` keeps: `comm  pid N  tid M`,
@@ -93,17 +98,26 @@ pub fn who(r: &Record, by: By) -> String {
     let mut name = named(&comm_text(&r.comm), r.tgid, r.tid, by);
     // A container's own ids beside the host's.
     match (r.ns_ids, by) {
-        (Some((pid, tid)), By::Thread) => name.push_str(&format!(" (pid {pid}, tid {tid} in its namespace)")),
+        (Some((pid, tid)), By::Thread) => {
+            name.push_str(&format!(" (pid {pid}, tid {tid} in its namespace)"))
+        }
         (Some((pid, _)), By::Process) => name.push_str(&format!(" ({pid} in its namespace)")),
         _ => {}
     }
     match by {
         By::Thread => name,
-        By::Process | By::Comm => format!("{name}  {}", crate::cli::plural(r.threads as usize, "thread")),
-        By::What => format!("heaviest: {name}, of {}", crate::cli::plural(r.threads as usize, "thread")),
+        By::Process | By::Comm => {
+            format!("{name}  {}", crate::cli::plural(r.threads as usize, "thread"))
+        }
+        By::What => {
+            format!("heaviest: {name}, of {}", crate::cli::plural(r.threads as usize, "thread"))
+        }
         By::Cgroup => {
             let cgroup = r.cgroup.as_deref().unwrap_or(crate::analysis::reduce::UNKNOWN_CGROUP);
-            format!("cgroup {cgroup}  {}, heaviest {name}", crate::cli::plural(r.threads as usize, "thread"))
+            format!(
+                "cgroup {cgroup}  {}, heaviest {name}",
+                crate::cli::plural(r.threads as usize, "thread")
+            )
         }
     }
 }
@@ -120,7 +134,13 @@ pub fn no_waker_label(kind: WakeKind) -> &'static str {
 /// Records ordered by longest wait, then total, then tid: the "top waits" order.
 pub fn by_longest<'a>(records: impl IntoIterator<Item = &'a Record>) -> Vec<&'a Record> {
     let mut v: Vec<&Record> = records.into_iter().collect();
-    v.sort_by(|a, b| b.max_ns.cmp(&a.max_ns).then(b.total_ns.cmp(&a.total_ns)).then(a.tid.cmp(&b.tid)).then(a.comm.cmp(&b.comm)));
+    v.sort_by(|a, b| {
+        b.max_ns
+            .cmp(&a.max_ns)
+            .then(b.total_ns.cmp(&a.total_ns))
+            .then(a.tid.cmp(&b.tid))
+            .then(a.comm.cmp(&b.comm))
+    });
     v
 }
 
@@ -192,7 +212,14 @@ pub(crate) mod fixtures {
     }
 
     pub fn hop(comm: &str, tid: u32, kernel: &[&str], user: &[&str]) -> Hop {
-        Hop { tgid: 100, tid, comm: comm.as_bytes().to_vec(), kernel: frames(kernel), user: frames(user), interrupt: false }
+        Hop {
+            tgid: 100,
+            tid,
+            comm: comm.as_bytes().to_vec(),
+            kernel: frames(kernel),
+            user: frames(user),
+            interrupt: false,
+        }
     }
 
     /// The fixture report with `--waker --chain 2`: the sleeper was woken by a
@@ -200,13 +227,26 @@ pub(crate) mod fixtures {
     pub fn offwake_report() -> Report {
         let mut r = report();
         r.info.waker = true;
-        let mut irq = hop("", 0, &["try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt"], &[]);
+        let mut irq = hop(
+            "",
+            0,
+            &["try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt"],
+            &[],
+        );
         (irq.tgid, irq.comm) = (0, Vec::new());
         irq.interrupt = true;
         irq.user = Stack::None;
         r.records[0].wake = Some(WakeInfo {
             kind: WakeKind::Woken,
-            hops: vec![hop("writer", 102, &["try_to_wake_up", "pipe_write", "vfs_write"], &["write", "produce", "main"]), irq],
+            hops: vec![
+                hop(
+                    "writer",
+                    102,
+                    &["try_to_wake_up", "pipe_write", "vfs_write"],
+                    &["write", "produce", "main"],
+                ),
+                irq,
+            ],
             blocked_ns: 1_000_000_000,
             runq_ns: 500_000,
             max_blocked_ns: 249_900_000,
@@ -241,7 +281,12 @@ pub(crate) mod fixtures {
     pub fn report() -> Report {
         Report {
             info: info(),
-            counters: Counters { switches: 1000, recorded: 12, lost_kernel_stacks: 1, ..Default::default() },
+            counters: Counters {
+                switches: 1000,
+                recorded: 12,
+                lost_kernel_stacks: 1,
+                ..Default::default()
+            },
             records: vec![
                 Record {
                     tgid: 100,
@@ -304,14 +349,28 @@ mod tests {
         let mut r = fixtures::report().records.remove(0);
         assert_eq!(who(&r, By::Thread), "sleeper  pid 100  tid 101");
         r.ns_ids = Some((1, 3));
-        assert_eq!(who(&r, By::Thread), "sleeper  pid 100  tid 101 (pid 1, tid 3 in its namespace)");
+        assert_eq!(
+            who(&r, By::Thread),
+            "sleeper  pid 100  tid 101 (pid 1, tid 3 in its namespace)"
+        );
         assert_eq!(who(&r, By::Process), "sleeper  pid 100 (1 in its namespace)  1 thread");
-        assert_eq!(who(&r, By::Comm), "sleeper  1 thread", "a name stands for threads of any namespace");
+        assert_eq!(
+            who(&r, By::Comm),
+            "sleeper  1 thread",
+            "a name stands for threads of any namespace"
+        );
         r.cgroup = Some("/system.slice/docker-4f1c.scope".into());
-        assert_eq!(who(&r, By::Cgroup), "cgroup /system.slice/docker-4f1c.scope  1 thread, heaviest sleeper");
+        assert_eq!(
+            who(&r, By::Cgroup),
+            "cgroup /system.slice/docker-4f1c.scope  1 thread, heaviest sleeper"
+        );
         r.cgroup = None;
         assert_eq!(who(&r, By::Cgroup), "cgroup [cgroup unknown]  1 thread, heaviest sleeper");
-        let doc = crate::report::json::document(&Report { records: vec![r], ..fixtures::report() }, 0);
-        assert_eq!((doc["records"][0]["ns_pid"].as_u64(), doc["records"][0]["ns_tid"].as_u64()), (Some(1), Some(3)));
+        let doc =
+            crate::report::json::document(&Report { records: vec![r], ..fixtures::report() }, 0);
+        assert_eq!(
+            (doc["records"][0]["ns_pid"].as_u64(), doc["records"][0]["ns_tid"].as_u64()),
+            (Some(1), Some(3))
+        );
     }
 }

@@ -251,15 +251,27 @@ impl Tables {
 
     fn location(&mut self, f: &Frame, kernel: bool) -> i32 {
         let name = f.symbol.as_deref().map_or_else(|| f.describe(), str::to_string);
-        let file = if kernel { "[kernel.kallsyms]".to_string() } else { f.module.as_deref().unwrap_or("").to_string() };
+        let file = if kernel {
+            "[kernel.kallsyms]".to_string()
+        } else {
+            f.module.as_deref().unwrap_or("").to_string()
+        };
         let (name, file) = (self.string(&name), self.string(&file));
         let function = *self.functions.entry((name, file)).or_insert_with(|| {
-            self.d.function_table.push(proto::Function { name_strindex: name, system_name_strindex: name, filename_strindex: file });
+            self.d.function_table.push(proto::Function {
+                name_strindex: name,
+                system_name_strindex: name,
+                filename_strindex: file,
+            });
             self.d.function_table.len() as i32 - 1
         });
         *self.locations.entry((f.addr, function)).or_insert_with(|| {
             let lines = vec![proto::Line { function_index: function, line: 0 }];
-            self.d.location_table.push(proto::Location { mapping_index: 0, address: f.addr, lines });
+            self.d.location_table.push(proto::Location {
+                mapping_index: 0,
+                address: f.addr,
+                lines,
+            });
             self.d.location_table.len() as i32 - 1
         })
     }
@@ -316,8 +328,13 @@ fn sample_attributes(t: &mut Tables, r: &Record) -> Vec<i32> {
         };
         a.push(t.attribute("topwaits.waker", Str(who)));
         if let (WakeKind::Woken, Some(h)) = (w.kind, w.hops.first()) {
-            if let Some(f) = h.user.frames().iter().chain(h.kernel.frames()).find(|f| f.symbol.is_some()) {
-                a.push(t.attribute("topwaits.waker.frame", Str(f.symbol.as_deref().unwrap_or_default().to_string())));
+            if let Some(f) =
+                h.user.frames().iter().chain(h.kernel.frames()).find(|f| f.symbol.is_some())
+            {
+                a.push(t.attribute(
+                    "topwaits.waker.frame",
+                    Str(f.symbol.as_deref().unwrap_or_default().to_string()),
+                ));
             }
         }
     }
@@ -326,7 +343,11 @@ fn sample_attributes(t: &mut Tables, r: &Record) -> Vec<i32> {
 
 /// The request of one report's waits (on-CPU samples are left out).
 /// `profile_id`: 16 bytes that tell this push's profiles apart.
-pub fn request(report: &Report, origin: &Origin, profile_id: [u8; 16]) -> proto::ExportProfilesServiceRequest {
+pub fn request(
+    report: &Report,
+    origin: &Origin,
+    profile_id: [u8; 16],
+) -> proto::ExportProfilesServiceRequest {
     use proto::Value::{Int, String as Str};
     /// A sample before it is placed: its stack, its attributes, its record.
     type Sample<'r> = (i32, Vec<i32>, &'r Record);
@@ -347,17 +368,25 @@ pub fn request(report: &Report, origin: &Origin, profile_id: [u8; 16]) -> proto:
             })
             .push((stack, attrs, r));
     }
-    let types: Vec<proto::ValueType> =
-        PROFILES.iter().map(|(ty, unit)| proto::ValueType { type_strindex: t.string(ty), unit_strindex: t.string(unit) }).collect();
+    let types: Vec<proto::ValueType> = PROFILES
+        .iter()
+        .map(|(ty, unit)| proto::ValueType {
+            type_strindex: t.string(ty),
+            unit_strindex: t.string(unit),
+        })
+        .collect();
     let mut resource_profiles = Vec::new();
     for (n, tgid) in order.iter().enumerate() {
         let samples = &by_process[tgid];
-        let mut attributes = vec![kv("host.name", Str(origin.host.clone())), kv("process.pid", Int((*tgid).into()))];
+        let mut attributes =
+            vec![kv("host.name", Str(origin.host.clone())), kv("process.pid", Int((*tgid).into()))];
         if let Some(exe) = origin.executables.get(tgid) {
             attributes.push(kv("process.executable.name", Str(exe.clone())));
         }
         let cgroup = samples.iter().find_map(|s| s.2.cgroup.as_deref());
-        if let Some(id) = cgroup.and_then(|c| c.rsplit('/').find_map(crate::sys::cgroup::container_id_of)) {
+        if let Some(id) =
+            cgroup.and_then(|c| c.rsplit('/').find_map(crate::sys::cgroup::container_id_of))
+        {
             attributes.push(kv("container.id", Str(id.to_string())));
         }
         if let Some(cg) = cgroup {
@@ -391,7 +420,10 @@ pub fn request(report: &Report, origin: &Origin, profile_id: [u8; 16]) -> proto:
         resource_profiles.push(proto::ResourceProfiles {
             resource: Some(proto::Resource { attributes }),
             scope_profiles: vec![proto::ScopeProfiles {
-                scope: Some(proto::InstrumentationScope { name: "topwaits".into(), version: env!("CARGO_PKG_VERSION").into() }),
+                scope: Some(proto::InstrumentationScope {
+                    name: "topwaits".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                }),
                 profiles,
                 schema_url: String::new(),
             }],
@@ -412,8 +444,10 @@ mod tests {
     use crate::report::fixtures::{offwake_report, report};
 
     fn decoded(r: &Report) -> proto::ExportProfilesServiceRequest {
-        let origin = Origin { host: "h1".into(), executables: [(100, "server".to_string())].into() };
-        proto::ExportProfilesServiceRequest::decode(&encode(&request(r, &origin, [7; 16]))[..]).unwrap()
+        let origin =
+            Origin { host: "h1".into(), executables: [(100, "server".to_string())].into() };
+        proto::ExportProfilesServiceRequest::decode(&encode(&request(r, &origin, [7; 16]))[..])
+            .unwrap()
     }
 
     fn s(req: &proto::ExportProfilesServiceRequest, i: i32) -> &str {
@@ -429,16 +463,26 @@ mod tests {
         let req = decoded(&rep);
         let d = req.dictionary.as_ref().unwrap();
         assert_eq!(d.string_table[0], "");
-        assert_eq!((d.stack_table[0].location_indices.len(), d.function_table[0].name_strindex), (0, 0));
+        assert_eq!(
+            (d.stack_table[0].location_indices.len(), d.function_table[0].name_strindex),
+            (0, 0)
+        );
         let waits: Vec<&Record> = rep.records.iter().filter(|r| !r.on_cpu()).collect();
-        let samples: usize = req.resource_profiles.iter().map(|p| p.scope_profiles[0].profiles[0].samples.len()).sum();
+        let samples: usize = req
+            .resource_profiles
+            .iter()
+            .map(|p| p.scope_profiles[0].profiles[0].samples.len())
+            .sum();
         assert_eq!(samples, waits.len());
         for rp in &req.resource_profiles {
             let attrs = &rp.resource.as_ref().unwrap().attributes;
             assert!(attrs.iter().any(|a| a.key == "host.name"));
             let [time, count] = &rp.scope_profiles[0].profiles[..] else { panic!("two profiles") };
             assert_eq!(
-                (s(&req, time.sample_type.as_ref().unwrap().type_strindex), s(&req, count.sample_type.as_ref().unwrap().type_strindex)),
+                (
+                    s(&req, time.sample_type.as_ref().unwrap().type_strindex),
+                    s(&req, count.sample_type.as_ref().unwrap().type_strindex)
+                ),
                 ("off_cpu", "waits")
             );
             assert_eq!(time.samples.len(), count.samples.len());
@@ -459,11 +503,15 @@ mod tests {
     #[test]
     fn the_wait_label_and_the_waker_are_attributes() {
         let mut rep = offwake_report();
-        rep.records[0].waits_on =
-            Some(crate::model::label::WaitsOn::Sleep { requested_ns: None, syscall: "nanosleep".into(), to_deadline: false });
+        rep.records[0].waits_on = Some(crate::model::label::WaitsOn::Sleep {
+            requested_ns: None,
+            syscall: "nanosleep".into(),
+            to_deadline: false,
+        });
         let req = decoded(&rep);
         let d = req.dictionary.as_ref().unwrap();
-        let attrs: Vec<(String, String)> = req.resource_profiles[0].scope_profiles[0].profiles[0].samples[0]
+        let attrs: Vec<(String, String)> = req.resource_profiles[0].scope_profiles[0].profiles[0]
+            .samples[0]
             .attribute_indices
             .iter()
             .map(|&i| {

@@ -197,18 +197,29 @@ impl Tracks {
     fn descriptors(&self) -> Vec<TracePacket> {
         let processes = self.processes.iter().map(|(&pid, name)| TrackDescriptor {
             uuid: Some(process_uuid(pid)),
-            process: Some(ProcessDescriptor { pid: Some(pid as i32), process_name: Some(name.clone()) }),
+            process: Some(ProcessDescriptor {
+                pid: Some(pid as i32),
+                process_name: Some(name.clone()),
+            }),
             ..Default::default()
         });
         let threads = self.threads.iter().map(|(&tid, (pid, name))| TrackDescriptor {
             uuid: Some(thread_uuid(tid)),
             parent_uuid: Some(process_uuid(*pid)),
-            thread: Some(ThreadDescriptor { pid: Some(*pid as i32), tid: Some(tid as i32), thread_name: Some(name.clone()) }),
+            thread: Some(ThreadDescriptor {
+                pid: Some(*pid as i32),
+                tid: Some(tid as i32),
+                thread_name: Some(name.clone()),
+            }),
             ..Default::default()
         });
         processes
             .chain(threads)
-            .map(|d| TracePacket { trusted_packet_sequence_id: Some(1), track_descriptor: Some(d), ..Default::default() })
+            .map(|d| TracePacket {
+                trusted_packet_sequence_id: Some(1),
+                track_descriptor: Some(d),
+                ..Default::default()
+            })
             .collect()
     }
 }
@@ -219,16 +230,24 @@ fn wait_packets(e: &Event, flow: u64, tracks: &mut Tracks, out: &mut Vec<TracePa
     let track = tracks.add(r.tgid, r.tid, &r.comm);
     let mut notes = vec![
         text("state", state_name(e.state)),
-        DebugAnnotation { name: Some("duration_us".into()), uint_value: Some(r.max_ns / 1000), string_value: None },
+        DebugAnnotation {
+            name: Some("duration_us".into()),
+            uint_value: Some(r.max_ns / 1000),
+            string_value: None,
+        },
         text("kernel_stack", stack_text(&r.kernel)),
         text("user_stack", stack_text(&r.user)),
     ];
-    let mut end = TrackEvent { r#type: Some(SLICE_END), track_uuid: Some(track), ..Default::default() };
+    let mut end =
+        TrackEvent { r#type: Some(SLICE_END), track_uuid: Some(track), ..Default::default() };
     if let Some(w) = &r.wake {
         let woken = e.start_mono() + w.blocked_ns;
         match (w.kind, w.hops.first()) {
             (WakeKind::Woken, Some(h)) if !h.interrupt => {
-                notes.push(text("waker", format!("{} (pid {}, tid {})", comm_text(&h.comm), h.tgid, h.tid)));
+                notes.push(text(
+                    "waker",
+                    format!("{} (pid {}, tid {})", comm_text(&h.comm), h.tgid, h.tid),
+                ));
                 notes.push(text("waker_kernel_stack", stack_text(&h.kernel)));
                 notes.push(text("waker_user_stack", stack_text(&h.user)));
                 let waker_track = tracks.add(h.tgid, h.tid, &h.comm);
@@ -251,7 +270,11 @@ fn wait_packets(e: &Event, flow: u64, tracks: &mut Tracks, out: &mut Vec<TracePa
             }
             (kind, _) => notes.push(text("waker", crate::report::no_waker_label(kind).into())),
         }
-        notes.push(DebugAnnotation { name: Some("blocked_us".into()), uint_value: Some(w.blocked_ns / 1000), string_value: None });
+        notes.push(DebugAnnotation {
+            name: Some("blocked_us".into()),
+            uint_value: Some(w.blocked_ns / 1000),
+            string_value: None,
+        });
     }
     out.push(packet(
         Some(e.start_mono()),
@@ -278,7 +301,10 @@ fn sample_packet(r: &Record, tracks: &mut Tracks, out: &mut Vec<TracePacket>) {
             track_uuid: Some(track),
             name: Some(format!("running: {}", super::timeline::telling_frame(r))),
             categories: vec!["on-cpu".into()],
-            debug_annotations: vec![text("kernel_stack", stack_text(&r.kernel)), text("user_stack", stack_text(&r.user))],
+            debug_annotations: vec![
+                text("kernel_stack", stack_text(&r.kernel)),
+                text("user_stack", stack_text(&r.user)),
+            ],
             ..Default::default()
         },
     ));
@@ -304,7 +330,10 @@ pub fn trace(report: &Report) -> Trace {
         trusted_packet_sequence_id: Some(1),
         sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
         clock_snapshot: Some(ClockSnapshot {
-            clocks: [CLOCK_MONOTONIC, CLOCK_BOOTTIME].iter().map(|&id| Clock { clock_id: Some(id), timestamp: Some(start) }).collect(),
+            clocks: [CLOCK_MONOTONIC, CLOCK_BOOTTIME]
+                .iter()
+                .map(|&id| Clock { clock_id: Some(id), timestamp: Some(start) })
+                .collect(),
             primary_trace_clock: Some(CLOCK_MONOTONIC as i32),
         }),
         ..Default::default()
@@ -323,8 +352,14 @@ mod tests {
 
     fn with_events() -> Report {
         let mut r = offwake_report();
-        r.events =
-            r.records.iter().map(|rec| Event { record: Record { count: 1, total_ns: rec.max_ns, ..rec.clone() }, state: 1 }).collect();
+        r.events = r
+            .records
+            .iter()
+            .map(|rec| Event {
+                record: Record { count: 1, total_ns: rec.max_ns, ..rec.clone() },
+                state: 1,
+            })
+            .collect();
         r.events[1].state = 0;
         r
     }
@@ -333,29 +368,61 @@ mod tests {
     fn each_event_is_a_slice_on_its_threads_track_with_a_flow_from_its_waker() {
         let r = with_events();
         let t = Trace::decode(&encoded(&r)[..]).unwrap();
-        let tracks: Vec<&TrackDescriptor> = t.packet.iter().filter_map(|p| p.track_descriptor.as_ref()).collect();
-        let thread = |tid: i32| tracks.iter().find(|d| d.thread.as_ref().and_then(|t| t.tid) == Some(tid)).unwrap();
+        let tracks: Vec<&TrackDescriptor> =
+            t.packet.iter().filter_map(|p| p.track_descriptor.as_ref()).collect();
+        let thread = |tid: i32| {
+            tracks.iter().find(|d| d.thread.as_ref().and_then(|t| t.tid) == Some(tid)).unwrap()
+        };
         assert_eq!(thread(101).thread.as_ref().unwrap().thread_name.as_deref(), Some("sleeper"));
-        assert_eq!(thread(102).thread.as_ref().unwrap().thread_name.as_deref(), Some("writer"), "the waker has a track");
-        let evs: Vec<(&TracePacket, &TrackEvent)> = t.packet.iter().filter_map(|p| p.track_event.as_ref().map(|e| (p, e))).collect();
-        let begin = evs.iter().find(|(_, e)| e.r#type == Some(SLICE_BEGIN) && e.track_uuid == thread(101).uuid).unwrap();
+        assert_eq!(
+            thread(102).thread.as_ref().unwrap().thread_name.as_deref(),
+            Some("writer"),
+            "the waker has a track"
+        );
+        let evs: Vec<(&TracePacket, &TrackEvent)> =
+            t.packet.iter().filter_map(|p| p.track_event.as_ref().map(|e| (p, e))).collect();
+        let begin = evs
+            .iter()
+            .find(|(_, e)| e.r#type == Some(SLICE_BEGIN) && e.track_uuid == thread(101).uuid)
+            .unwrap();
         let rec = &r.events[0];
         assert_eq!(begin.0.timestamp, Some(rec.start_mono()));
         assert_eq!(begin.0.timestamp_clock_id, Some(CLOCK_MONOTONIC));
-        assert_eq!(begin.1.name.as_deref(), Some("clock_nanosleep"), "the first user frame, as in the timeline");
-        let note = |n: &str| begin.1.debug_annotations.iter().find(|a| a.name.as_deref() == Some(n)).and_then(|a| a.string_value.clone());
+        assert_eq!(
+            begin.1.name.as_deref(),
+            Some("clock_nanosleep"),
+            "the first user frame, as in the timeline"
+        );
+        let note = |n: &str| {
+            begin
+                .1
+                .debug_annotations
+                .iter()
+                .find(|a| a.name.as_deref() == Some(n))
+                .and_then(|a| a.string_value.clone())
+        };
         assert_eq!(note("kernel_stack").unwrap(), "__schedule\nschedule\ndo_nanosleep");
         assert!(note("waker").unwrap().starts_with("writer"));
-        let end = evs.iter().find(|(_, e)| e.r#type == Some(SLICE_END) && e.track_uuid == thread(101).uuid).unwrap();
+        let end = evs
+            .iter()
+            .find(|(_, e)| e.r#type == Some(SLICE_END) && e.track_uuid == thread(101).uuid)
+            .unwrap();
         assert_eq!(end.0.timestamp, Some(rec.end_mono()));
         let instant = evs.iter().find(|(_, e)| e.r#type == Some(INSTANT)).unwrap();
         assert_eq!(instant.1.track_uuid, thread(102).uuid);
-        assert_eq!(instant.0.timestamp, Some(rec.start_mono() + rec.record.wake.as_ref().unwrap().blocked_ns));
+        assert_eq!(
+            instant.0.timestamp,
+            Some(rec.start_mono() + rec.record.wake.as_ref().unwrap().blocked_ns)
+        );
         assert_eq!(instant.1.flow_ids, end.1.terminating_flow_ids);
         assert!(!instant.1.flow_ids.is_empty());
         // The preempted worker: a slice, no flow.
-        let worker = evs.iter().find(|(_, e)| e.r#type == Some(SLICE_BEGIN) && e.track_uuid == thread(7).uuid).unwrap();
-        let state = worker.1.debug_annotations.iter().find(|a| a.name.as_deref() == Some("state")).unwrap();
+        let worker = evs
+            .iter()
+            .find(|(_, e)| e.r#type == Some(SLICE_BEGIN) && e.track_uuid == thread(7).uuid)
+            .unwrap();
+        let state =
+            worker.1.debug_annotations.iter().find(|a| a.name.as_deref() == Some("state")).unwrap();
         assert_eq!(state.string_value.as_deref(), Some("R (preempted)"));
         assert_eq!(evs.iter().filter(|(_, e)| e.r#type == Some(INSTANT)).count(), 1);
         assert_eq!(t.packet[0].sequence_flags, Some(SEQ_INCREMENTAL_STATE_CLEARED));
@@ -370,13 +437,20 @@ mod tests {
         (s.count, s.total_ns, s.max_end_mono) = (1, 10_000_000, 2_500_000_000);
         r.samples = vec![s];
         let t = Trace::decode(&encoded(&r)[..]).unwrap();
-        let on: Vec<(&TracePacket, &TrackEvent)> =
-            t.packet.iter().filter_map(|p| p.track_event.as_ref().map(|e| (p, e))).filter(|(_, e)| e.categories == ["on-cpu"]).collect();
+        let on: Vec<(&TracePacket, &TrackEvent)> = t
+            .packet
+            .iter()
+            .filter_map(|p| p.track_event.as_ref().map(|e| (p, e)))
+            .filter(|(_, e)| e.categories == ["on-cpu"])
+            .collect();
         assert_eq!(on.len(), 1);
         assert_eq!((on[0].0.timestamp, on[0].1.r#type), (Some(2_500_000_000), Some(INSTANT)));
         assert_eq!(on[0].1.name.as_deref(), Some("running: compute"));
-        let sleeper =
-            t.packet.iter().filter_map(|p| p.track_descriptor.as_ref()).find(|d| d.thread.as_ref().and_then(|t| t.tid) == Some(101));
+        let sleeper = t
+            .packet
+            .iter()
+            .filter_map(|p| p.track_descriptor.as_ref())
+            .find(|d| d.thread.as_ref().and_then(|t| t.tid) == Some(101));
         assert_eq!(on[0].1.track_uuid, sleeper.unwrap().uuid, "on the thread's own track");
     }
 

@@ -194,7 +194,8 @@ impl Builder {
             return id;
         }
         let id = self.mappings.len() as u64 + 1;
-        let (filename, build_id) = (self.string(&m.path), m.build_id.as_deref().map_or(0, |b| self.string(b)));
+        let (filename, build_id) =
+            (self.string(&m.path), m.build_id.as_deref().map_or(0, |b| self.string(b)));
         self.mappings.push(proto::Mapping {
             id,
             memory_start: m.start,
@@ -245,7 +246,13 @@ impl Builder {
             (false, Some(m)) => self.mapping(m),
             (false, None) => 0,
         };
-        let name = f.symbol.as_deref().map(str::to_string).unwrap_or_else(|| if mapping_id == 0 { f.describe() } else { String::new() });
+        let name = f.symbol.as_deref().map(str::to_string).unwrap_or_else(|| {
+            if mapping_id == 0 {
+                f.describe()
+            } else {
+                String::new()
+            }
+        });
         let key = (mapping_id, f.addr, name.clone());
         if let Some(&id) = self.location_ids.get(&key) {
             return id;
@@ -254,9 +261,16 @@ impl Builder {
         let file = if kernel {
             KERNEL.to_string()
         } else {
-            mapping.map(|m| m.path.to_string()).or_else(|| f.module.as_deref().map(str::to_string)).unwrap_or_default()
+            mapping
+                .map(|m| m.path.to_string())
+                .or_else(|| f.module.as_deref().map(str::to_string))
+                .unwrap_or_default()
         };
-        let line = if name.is_empty() { vec![] } else { vec![proto::Line { function_id: self.function(&name, &file), line: 0 }] };
+        let line = if name.is_empty() {
+            vec![]
+        } else {
+            vec![proto::Line { function_id: self.function(&name, &file), line: 0 }]
+        };
         self.locations.push(proto::Location { id, mapping_id, address: f.addr, line });
         self.location_ids.insert(key, id);
         id
@@ -285,7 +299,9 @@ fn state_of(report: &Report, r: &Record) -> Option<&'static str> {
     if let Some(w) = &r.wake {
         match w.kind {
             WakeKind::Preempted => return Some("R"),
-            WakeKind::Woken | WakeKind::NoWaker if report.info.state_filter.is_none() => return None,
+            WakeKind::Woken | WakeKind::NoWaker if report.info.state_filter.is_none() => {
+                return None
+            }
             _ => {}
         }
     }
@@ -302,7 +318,14 @@ fn state_of(report: &Report, r: &Record) -> Option<&'static str> {
 /// kernel frames root to leaf, a `--` frame, then the sleeper's stack (later
 /// hops further from the sleeper). Records without a waker keep their stacks.
 pub fn joined_with_wakers(mut report: Report) -> Report {
-    let mark = |name: &str| std::sync::Arc::new(Frame { addr: 0, symbol: Some(name.into()), module: None, offset: None });
+    let mark = |name: &str| {
+        std::sync::Arc::new(Frame {
+            addr: 0,
+            symbol: Some(name.into()),
+            module: None,
+            offset: None,
+        })
+    };
     for r in &mut report.records {
         let Some(w) = &r.wake else { continue };
         let mut frames = Vec::new();
@@ -339,10 +362,16 @@ pub fn profile(report: &Report, cgroup: bool) -> proto::Profile {
     for r in &report.records {
         let objects = report.objects.get(&r.tgid).unwrap_or(&no_objects);
         // Leaf first: the kernel frames, then the user frames.
-        let mut location_id: Vec<u64> = r.kernel.frames().iter().map(|f| b.location(f, None, true)).collect();
-        location_id.extend(r.user.frames().iter().map(|f| b.location(f, object_of(objects, f.addr), false)));
-        let (off, on) =
-            if r.on_cpu() { ([0, 0], [r.total_ns as i64, r.count as i64]) } else { ([r.total_ns as i64, r.count as i64], [0, 0]) };
+        let mut location_id: Vec<u64> =
+            r.kernel.frames().iter().map(|f| b.location(f, None, true)).collect();
+        location_id.extend(
+            r.user.frames().iter().map(|f| b.location(f, object_of(objects, f.addr), false)),
+        );
+        let (off, on) = if r.on_cpu() {
+            ([0, 0], [r.total_ns as i64, r.count as i64])
+        } else {
+            ([r.total_ns as i64, r.count as i64], [0, 0])
+        };
         let mut value = off.to_vec();
         if waker {
             let (blocked, runq) = r.wake.as_ref().map_or((0, 0), |w| (w.blocked_ns, w.runq_ns));
@@ -351,7 +380,11 @@ pub fn profile(report: &Report, cgroup: bool) -> proto::Profile {
         if on_cpu {
             value.extend(on);
         }
-        let mut label = vec![b.label("comm", &comm_text(&r.comm)), b.num_label("pid", r.tgid.into()), b.ns_label(MAX_WAIT, r.max_ns)];
+        let mut label = vec![
+            b.label("comm", &comm_text(&r.comm)),
+            b.num_label("pid", r.tgid.into()),
+            b.ns_label(MAX_WAIT, r.max_ns),
+        ];
         if r.threads <= 1 {
             label.push(b.num_label("tid", r.tid.into()));
         }
@@ -373,7 +406,11 @@ pub fn profile(report: &Report, cgroup: bool) -> proto::Profile {
         }
         samples.push(proto::Sample { location_id, value, label });
     }
-    let comment = b.string(&format!("topwaits: {} of {}", if waker { "off-wake time" } else { "off-CPU time" }, report.info.target));
+    let comment = b.string(&format!(
+        "topwaits: {} of {}",
+        if waker { "off-wake time" } else { "off-CPU time" },
+        report.info.target
+    ));
     let period_type = Some(b.value_type(VALUES[0]));
     // Clients show the last sample type unless told: the off-CPU time is the one.
     let default_sample_type = b.string(VALUES[0].0);
@@ -421,10 +458,17 @@ mod tests {
         r.records[0].cgroup = Some("/kubepods/pod1/cri-containerd-4f1c.scope".into());
         let cgroups = |asked: Option<bool>, r: &Report| {
             let p = profile(r, super::super::folded::cgroup_on(asked, r));
-            p.sample.iter().filter_map(|smp| label(&p, smp, "cgroup").map(|l| l.0.to_string())).collect::<Vec<_>>()
+            p.sample
+                .iter()
+                .filter_map(|smp| label(&p, smp, "cgroup").map(|l| l.0.to_string()))
+                .collect::<Vec<_>>()
         };
         assert!(cgroups(None, &r).is_empty(), "off by default for a trace of threads");
-        assert_eq!(cgroups(Some(true), &r), ["/kubepods/pod1/cri-containerd-4f1c.scope"], "only records with a cgroup");
+        assert_eq!(
+            cgroups(Some(true), &r),
+            ["/kubepods/pod1/cri-containerd-4f1c.scope"],
+            "only records with a cgroup"
+        );
         r.info.cgroup_target = true;
         assert_eq!(cgroups(None, &r).len(), 1, "on by default for a trace of a cgroup");
         assert!(cgroups(Some(false), &r).is_empty());
@@ -438,7 +482,10 @@ mod tests {
         assert_eq!(s(&p, p.default_sample_type), "off_cpu");
         let values: Vec<&Vec<i64>> = p.sample.iter().map(|x| &x.value).collect();
         assert!(values.contains(&&vec![1_000_500_000, 10, 0, 0]), "a wait: {values:?}");
-        assert!(values.contains(&&vec![0, 0, 2_000_000_000, 200]), "the running record: {values:?}");
+        assert!(
+            values.contains(&&vec![0, 0, 2_000_000_000, 200]),
+            "the running record: {values:?}"
+        );
     }
 
     #[test]
@@ -446,7 +493,8 @@ mod tests {
         let r = report();
         let p = decoded(&r);
         assert_eq!(s(&p, 0), "");
-        let types: Vec<(&str, &str)> = p.sample_type.iter().map(|t| (s(&p, t.r#type), s(&p, t.unit))).collect();
+        let types: Vec<(&str, &str)> =
+            p.sample_type.iter().map(|t| (s(&p, t.r#type), s(&p, t.unit))).collect();
         assert_eq!(types, VALUES.to_vec());
         assert_eq!(p.sample.len(), 2);
         let smp = &p.sample[0];
@@ -458,9 +506,14 @@ mod tests {
         let names: Vec<&str> = smp
             .location_id
             .iter()
-            .map(|&id| s(&p, p.function.iter().find(|f| f.id == loc(id).line[0].function_id).unwrap().name))
+            .map(|&id| {
+                s(&p, p.function.iter().find(|f| f.id == loc(id).line[0].function_id).unwrap().name)
+            })
             .collect();
-        assert_eq!(names, ["__schedule", "schedule", "do_nanosleep", "clock_nanosleep", "wait_here", "main"]);
+        assert_eq!(
+            names,
+            ["__schedule", "schedule", "do_nanosleep", "clock_nanosleep", "wait_here", "main"]
+        );
         assert_eq!(label(&p, smp, "comm"), Some(("sleeper", 0)));
         assert_eq!(label(&p, smp, "pid").map(|l| l.1), Some(100));
         assert_eq!(label(&p, smp, "tid").map(|l| l.1), Some(101));
@@ -486,11 +539,20 @@ mod tests {
     #[test]
     fn offwake_profiles_put_the_waker_above_the_sleeper() {
         let rep = joined_with_wakers(offwake_report());
-        let names: Vec<&str> = rep.records[0].kernel.frames().iter().map(|f| f.symbol.as_deref().unwrap_or("")).collect();
+        let names: Vec<&str> = rep.records[0]
+            .kernel
+            .frames()
+            .iter()
+            .map(|f| f.symbol.as_deref().unwrap_or(""))
+            .collect();
         let first = names.iter().position(|n| *n == "writer").unwrap();
         assert_eq!(&names[first..first + 4], ["writer", "main", "produce", "write"], "{names:?}");
         let dash = names.iter().rposition(|n| *n == "--").unwrap();
-        assert_eq!(names[dash - 1], "try_to_wake_up", "the waker's kernel leaf just above the divider");
+        assert_eq!(
+            names[dash - 1],
+            "try_to_wake_up",
+            "the waker's kernel leaf just above the divider"
+        );
         let original = offwake_report();
         assert_eq!(names[dash + 1..].len(), original.records[0].kernel.frames().len());
         assert_eq!(names[0], "[interrupt]", "the last hop furthest from the sleeper");
@@ -502,7 +564,11 @@ mod tests {
         assert_eq!(p.sample_type.len(), 4);
         assert_eq!(s(&p, p.sample_type[2].r#type), "blocked");
         assert_eq!(p.sample[0].value[2..], [1_000_000_000, 500_000]);
-        assert_eq!(s(&p, p.default_sample_type), "off_cpu", "not the run-queue time, the last type");
+        assert_eq!(
+            s(&p, p.default_sample_type),
+            "off_cpu",
+            "not the run-queue time, the last type"
+        );
         assert_eq!(label(&p, &p.sample[0], "waker").map(|l| l.0), Some("writer"));
         assert_eq!(label(&p, &p.sample[1], "state").map(|l| l.0), Some("R"), "a preemption");
     }

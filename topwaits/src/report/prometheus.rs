@@ -81,7 +81,12 @@ pub fn text(m: &Metrics, own: &Own) -> String {
         "Time threads spent off the CPU, by thread name, what they waited for (the kinds of --by what) and cgroup; a wait in progress counts as it goes.",
     );
     for (l, v) in &series {
-        let _ = writeln!(out, "topwaits_offcpu_seconds_total{{{}}} {}", labels(l), num(v.offcpu_ns as f64 / 1e9));
+        let _ = writeln!(
+            out,
+            "topwaits_offcpu_seconds_total{{{}}} {}",
+            labels(l),
+            num(v.offcpu_ns as f64 / 1e9)
+        );
     }
     family(&mut out, "topwaits_waits_total", "counter", "Waits that ended, by the same labels.");
     for (l, v) in &series {
@@ -124,7 +129,12 @@ pub fn text(m: &Metrics, own: &Own) -> String {
     );
     let _ = writeln!(out, "topwaits_aged_total{{kind=\"stack\"}} {}", own.stacks_aged);
     let _ = writeln!(out, "topwaits_aged_total{{kind=\"chain\"}} {}", own.chains_aged);
-    family(&mut out, "topwaits_drains_total", "counter", "Drains of the kernel's aggregate (one per --step).");
+    family(
+        &mut out,
+        "topwaits_drains_total",
+        "counter",
+        "Drains of the kernel's aggregate (one per --step).",
+    );
     let _ = writeln!(out, "topwaits_drains_total {}", m.intervals);
     if let Some(o) = &own.otlp {
         family(
@@ -137,14 +147,30 @@ pub fn text(m: &Metrics, own: &Own) -> String {
             let _ = writeln!(out, "topwaits_otlp_profiles_total{{result=\"{result}\"}} {n}");
         }
     }
-    family(&mut out, "process_cpu_seconds_total", "counter", "User and system CPU time topwaits spent, in seconds.");
+    family(
+        &mut out,
+        "process_cpu_seconds_total",
+        "counter",
+        "User and system CPU time topwaits spent, in seconds.",
+    );
     let _ = writeln!(out, "process_cpu_seconds_total {}", num(own.cpu_seconds));
-    family(&mut out, "process_resident_memory_bytes", "gauge", "topwaits' resident memory, in bytes.");
+    family(
+        &mut out,
+        "process_resident_memory_bytes",
+        "gauge",
+        "topwaits' resident memory, in bytes.",
+    );
     let _ = writeln!(out, "process_resident_memory_bytes {}", own.resident_bytes);
-    family(&mut out, "process_start_time_seconds", "gauge", "When topwaits began serving, in seconds since the epoch.");
+    family(
+        &mut out,
+        "process_start_time_seconds",
+        "gauge",
+        "When topwaits began serving, in seconds since the epoch.",
+    );
     let _ = writeln!(out, "process_start_time_seconds {}", num(own.start_time_seconds));
     family(&mut out, "topwaits_build_info", "gauge", "The topwaits release serving, as a label.");
-    let _ = writeln!(out, "topwaits_build_info{{version=\"{}\"}} 1", escape(env!("CARGO_PKG_VERSION")));
+    let _ =
+        writeln!(out, "topwaits_build_info{{version=\"{}\"}} 1", escape(env!("CARGO_PKG_VERSION")));
     out
 }
 
@@ -156,8 +182,10 @@ mod tests {
     fn metrics() -> Metrics {
         let mut m = Metrics::new(10);
         let rec = |comm: &str, total: u64| crate::report::fixtures::bare_record(comm, total, 3);
-        let report =
-            crate::model::Report { records: vec![rec("a\"b\\c\nd", 1_500_000_000), rec("w", 2)], ..crate::report::fixtures::report() };
+        let report = crate::model::Report {
+            records: vec![rec("a\"b\\c\nd", 1_500_000_000), rec("w", 2)],
+            ..crate::report::fixtures::report()
+        };
         m.add(&report, &Counters { switches: 9, lost_user_stacks: 4, ..Default::default() });
         m
     }
@@ -195,10 +223,18 @@ mod tests {
             ),
             "{t}"
         );
-        assert!(t.contains("topwaits_waits_total{comm=\"w\",what=\"not_labelled\",cgroup=\"\",container=\"\"} 3\n"));
+        assert!(t.contains(
+            "topwaits_waits_total{comm=\"w\",what=\"not_labelled\",cgroup=\"\",container=\"\"} 3\n"
+        ));
         assert!(t.contains("topwaits_lost_total{reason=\"user_stack_full\"} 4\n"));
         assert!(t.contains("topwaits_otlp_profiles_total{result=\"failed\"} 1\n"));
-        assert!(t.contains("process_cpu_seconds_total 0.25\n") && t.contains("process_resident_memory_bytes 1048576\n"));
-        assert!(!text(&metrics(), &Own::default()).contains("otlp"), "no OTLP family without an endpoint");
+        assert!(
+            t.contains("process_cpu_seconds_total 0.25\n")
+                && t.contains("process_resident_memory_bytes 1048576\n")
+        );
+        assert!(
+            !text(&metrics(), &Own::default()).contains("otlp"),
+            "no OTLP family without an endpoint"
+        );
     }
 }

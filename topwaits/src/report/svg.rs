@@ -137,10 +137,16 @@ impl Format for FlameSvg {
         let (lines, mut map) = self.lines(report);
         let mut opts = flamegraph::Options::default();
         opts.title = self.title(report);
-        let mut subtitle = format!("{}; attach {}", crate::cli::plural(report.records.len(), "record"), report.info.attach.name());
+        let mut subtitle = format!(
+            "{}; attach {}",
+            crate::cli::plural(report.records.len(), "record"),
+            report.info.attach.name()
+        );
         if let Some(hz) = report.info.on_cpu_hz {
             let wakers = if report.info.waker { ", aqua: wakers" } else { "" };
-            subtitle.push_str(&format!(" | blue: off-CPU waits{wakers}, red to yellow: running (sampled at {hz} Hz)"));
+            subtitle.push_str(&format!(
+                " | blue: off-CPU waits{wakers}, red to yellow: running (sampled at {hz} Hz)"
+            ));
         }
         opts.subtitle = Some(subtitle);
         opts.colors = Palette::Basic(BasicPalette::Io);
@@ -156,10 +162,16 @@ impl Format for FlameSvg {
 
 /// Draws folded `lines` with `opts`; with no lines, one frame named `empty`
 /// (inferno refuses empty input).
-pub fn draw(opts: &mut flamegraph::Options, lines: &[String], empty: &str, out: &mut dyn Write) -> io::Result<()> {
+pub fn draw(
+    opts: &mut flamegraph::Options,
+    lines: &[String],
+    empty: &str,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let placeholder = [format!("{empty} 1")];
     let lines = if lines.is_empty() { &placeholder[..] } else { lines };
-    flamegraph::from_lines(opts, lines.iter().map(String::as_str), out).map_err(|e| io::Error::other(e.to_string()))
+    flamegraph::from_lines(opts, lines.iter().map(String::as_str), out)
+        .map_err(|e| io::Error::other(e.to_string()))
 }
 
 #[cfg(test)]
@@ -173,11 +185,23 @@ pub(crate) mod tests {
         let doc = roxmltree::Document::parse_with_options(svg, opts).expect("well-formed XML");
         let mut out = Vec::new();
         for g in doc.descendants().filter(|n| n.has_tag_name("g")) {
-            let title = g.children().find(|c| c.has_tag_name("title")).and_then(|t| t.text()).map(String::from);
-            let fill = g.children().find(|c| c.has_tag_name("rect")).and_then(|r| r.attribute("fill")).map(String::from);
+            let title = g
+                .children()
+                .find(|c| c.has_tag_name("title"))
+                .and_then(|t| t.text())
+                .map(String::from);
+            let fill = g
+                .children()
+                .find(|c| c.has_tag_name("rect"))
+                .and_then(|r| r.attribute("fill"))
+                .map(String::from);
             if let (Some(t), Some(f)) = (title, fill) {
-                let nums: Vec<u8> =
-                    f.trim_start_matches("rgb(").trim_end_matches(')').split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                let nums: Vec<u8> = f
+                    .trim_start_matches("rgb(")
+                    .trim_end_matches(')')
+                    .split(',')
+                    .filter_map(|x| x.trim().parse().ok())
+                    .collect();
                 if nums.len() == 3 {
                     out.push((t, (nums[0], nums[1], nums[2])));
                 }
@@ -207,9 +231,14 @@ pub(crate) mod tests {
         assert!(svg.contains("Off-CPU and on-CPU time of all threads"), "titled");
         assert!(svg.contains("red to yellow: running (sampled at 100 Hz)"), "a legend");
         let f = frames(&svg);
-        let compute: Vec<_> = f.iter().filter(|(t, _)| t.starts_with("compute")).map(|(_, c)| *c).collect();
-        assert!(!compute.is_empty() && compute.iter().all(|&(r, g, b)| r > 200 && r > g && r > b), "on-CPU frames warm: {compute:?}");
-        let mains: Vec<_> = f.iter().filter(|(t, _)| t.starts_with("main")).map(|(_, c)| *c).collect();
+        let compute: Vec<_> =
+            f.iter().filter(|(t, _)| t.starts_with("compute")).map(|(_, c)| *c).collect();
+        assert!(
+            !compute.is_empty() && compute.iter().all(|&(r, g, b)| r > 200 && r > g && r > b),
+            "on-CPU frames warm: {compute:?}"
+        );
+        let mains: Vec<_> =
+            f.iter().filter(|(t, _)| t.starts_with("main")).map(|(_, c)| *c).collect();
         assert_eq!(mains.len(), 2, "main on and off the CPU: {mains:?}");
         assert_eq!(mains.iter().filter(|c| blue(**c)).count(), 1, "one blue main: {mains:?}");
     }
@@ -235,14 +264,25 @@ pub(crate) mod tests {
     fn off_wake_graph_has_a_grey_divider_and_aqua_wakers_and_a_distinct_second_hop() {
         let svg = render(&offwake_report(), ValueKind::Total);
         let f = frames(&svg);
-        let find = |p: &str| f.iter().filter(|(t, _)| t.starts_with(p)).map(|(_, c)| *c).collect::<Vec<_>>();
-        assert!(find("--").iter().all(|c| *c == (160, 160, 160)) && !find("--").is_empty(), "grey divider");
+        let find = |p: &str| {
+            f.iter().filter(|(t, _)| t.starts_with(p)).map(|(_, c)| *c).collect::<Vec<_>>()
+        };
+        assert!(
+            find("--").iter().all(|c| *c == (160, 160, 160)) && !find("--").is_empty(),
+            "grey divider"
+        );
         assert!(find("do_nanosleep").iter().all(|c| blue(*c)), "target frames stay blue");
         let waker = find("pipe_write");
-        assert!(!waker.is_empty() && waker.iter().all(|c| aqua(*c)), "waker frames aqua: {waker:?}");
+        assert!(
+            !waker.is_empty() && waker.iter().all(|c| aqua(*c)),
+            "waker frames aqua: {waker:?}"
+        );
         assert!(find("writer").iter().all(|c| aqua(*c)), "the waker's comm tops its stack in aqua");
         let hop2 = find("hrtimer_wakeup");
-        assert!(!hop2.is_empty() && hop2.iter().all(|c| !aqua(*c) && !blue(*c)), "second hop differs: {hop2:?}");
+        assert!(
+            !hop2.is_empty() && hop2.iter().all(|c| !aqua(*c) && !blue(*c)),
+            "second hop differs: {hop2:?}"
+        );
         assert!(svg.contains("Off-wake time of"));
     }
 

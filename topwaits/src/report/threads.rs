@@ -75,14 +75,29 @@ impl<'a> Format<ThreadsReport<'a>> for Json {
 }
 
 fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
-    writeln!(out, "Threads of {} over {:.2} s, by run time (times in ms):", r.target, r.duration_s)?;
+    writeln!(
+        out,
+        "Threads of {} over {:.2} s, by run time (times in ms):",
+        r.target, r.duration_s
+    )?;
     if let Some((hz, _)) = r.hot {
         writeln!(out, "Under each thread, where it ran: its hottest stacks, sampled {hz} times a second (ms estimated from samples).")?;
     }
     writeln!(
         out,
         "{:>7} {:>7} {:<16} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>7} {:>5} {:<12} NOTES",
-        "TID", "PID", "COMM", "RUN", "STEAL", "RUNS", "RUNQ", "SLEEP", "IO", "SLEEPS", "NICE", "POLICY"
+        "TID",
+        "PID",
+        "COMM",
+        "RUN",
+        "STEAL",
+        "RUNS",
+        "RUNQ",
+        "SLEEP",
+        "IO",
+        "SLEEPS",
+        "NICE",
+        "POLICY"
     )?;
     for t in by_run(r.threads) {
         let mut notes = Vec::new();
@@ -114,7 +129,15 @@ fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
             notes.join(", ")
         )?;
         for h in r.hot.and_then(|(_, hot)| hot.get(&t.tid)).into_iter().flatten() {
-            writeln!(out, "{:>7} {:>7} ran ~{:.1} ms ({} samples) in {}", "", "", ms(h.running_ns), h.samples, hot_line(h))?;
+            writeln!(
+                out,
+                "{:>7} {:>7} ran ~{:.1} ms ({} samples) in {}",
+                "",
+                "",
+                ms(h.running_ns),
+                h.samples,
+                hot_line(h)
+            )?;
         }
     }
     let mut deps: Vec<&Edge> = r.edges.iter().filter(|e| e.futex).collect();
@@ -174,7 +197,11 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
     edges.sort();
     let deps: Vec<Value> =
         edges.iter().map(|e| json!({ "waker": e.waker, "sleeper": e.sleeper, "count": e.count, "futex": e.futex })).collect();
-    let groups: Vec<Value> = r.groups.iter().map(|g| json!({ "producer": g.producer, "consumers": g.consumers })).collect();
+    let groups: Vec<Value> = r
+        .groups
+        .iter()
+        .map(|g| json!({ "producer": g.producer, "consumers": g.consumers }))
+        .collect();
     json!({
         "version": VERSION,
         "duration_s": (r.duration_s * 1000.0).round() / 1000.0,
@@ -212,7 +239,10 @@ mod tests {
         let mut threads = vec![t(11, 20, "consumer"), t(10, 90, "producer")];
         threads[0].exited = true;
         threads[1].cpu_ns = Some(87_500_000);
-        let edges = vec![Edge { waker: 10, sleeper: 11, count: 7, futex: true }, Edge { waker: 11, sleeper: 10, count: 1, futex: false }];
+        let edges = vec![
+            Edge { waker: 10, sleeper: 11, count: 7, futex: true },
+            Edge { waker: 11, sleeper: 10, count: 1, futex: false },
+        ];
         let groups = vec![Group { producer: 10, consumers: vec![11] }];
         (threads, edges, groups)
     }
@@ -223,7 +253,15 @@ mod tests {
         groups: &'a [Group],
         hot: Option<(u32, &'a std::collections::HashMap<u32, Vec<Hot>>)>,
     ) -> ThreadsReport<'a> {
-        ThreadsReport { threads, edges, groups, duration_s: 1.0, target: "PID 10", warnings: &[], hot }
+        ThreadsReport {
+            threads,
+            edges,
+            groups,
+            duration_s: 1.0,
+            target: "PID 10",
+            warnings: &[],
+            hot,
+        }
     }
 
     fn table(r: &ThreadsReport<'_>) -> String {
@@ -239,7 +277,10 @@ mod tests {
         let text = table(&r);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].contains(" RUN   STEAL "), "{text}");
-        assert!(lines[2].contains("producer") && lines[2].contains("90.0     2.5 "), "steal 2.5 ms: {text}");
+        assert!(
+            lines[2].contains("producer") && lines[2].contains("90.0     2.5 "),
+            "steal 2.5 ms: {text}"
+        );
         assert!(lines[3].contains(" 20.0       - "), "unknown steal is a dash: {text}");
         assert!(lines[3].contains("exited, consumer of 10"), "{text}");
         assert!(text.contains("  10 -> 11: 7\n"), "{text}");
@@ -253,18 +294,39 @@ mod tests {
         let r = report(&threads, &edges, &groups, None);
         let v = document(&r);
         let t = &v["threads"][0];
-        for k in ["tid", "tgid", "comm", "run_us", "preempt_us", "sleep_us", "io_us", "run_events", "sleep_events", "nice", "policy"] {
+        for k in [
+            "tid",
+            "tgid",
+            "comm",
+            "run_us",
+            "preempt_us",
+            "sleep_us",
+            "io_us",
+            "run_events",
+            "sleep_events",
+            "nice",
+            "policy",
+        ] {
             assert!(!t[k].is_null(), "missing {k}");
         }
         assert_eq!(t["tid"], 10);
         assert_eq!(t["run_us"], 90_000);
         assert_eq!((t["cpu_us"].clone(), t["stolen_us"].clone()), (json!(87_500), json!(2_500)));
-        assert!(v["threads"][1]["cpu_us"].is_null() && v["threads"][1]["stolen_us"].is_null(), "unknown is null");
+        assert!(
+            v["threads"][1]["cpu_us"].is_null() && v["threads"][1]["stolen_us"].is_null(),
+            "unknown is null"
+        );
         assert_eq!(t["policy"], "SCHED_OTHER");
-        assert_eq!(v["dependencies"][0], json!({"waker": 10, "sleeper": 11, "count": 7, "futex": true}));
+        assert_eq!(
+            v["dependencies"][0],
+            json!({"waker": 10, "sleeper": 11, "count": 7, "futex": true})
+        );
         assert_eq!(v["dependencies"][1]["futex"], false);
         assert_eq!(v["groups"][0]["consumers"], json!([11]));
-        assert!(t.get("running_stacks").is_none() && v["on_cpu_hz"].is_null(), "no samples, no stacks");
+        assert!(
+            t.get("running_stacks").is_none() && v["on_cpu_hz"].is_null(),
+            "no samples, no stacks"
+        );
     }
 
     #[test]
@@ -275,7 +337,12 @@ mod tests {
             10,
             vec![
                 Hot { samples: 60, running_ns: 60_000_000, user: deep, kernel: vec![] },
-                Hot { samples: 3, running_ns: 3_000_000, user: vec![], kernel: vec!["clear_page_erms".into(), "do_anonymous_page".into()] },
+                Hot {
+                    samples: 3,
+                    running_ns: 3_000_000,
+                    user: vec![],
+                    kernel: vec!["clear_page_erms".into(), "do_anonymous_page".into()],
+                },
             ],
         )]);
         let r = report(&threads, &edges, &groups, Some((99, &hot)));
@@ -283,7 +350,11 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].contains("sampled 99 times a second"), "{text}");
         assert!(lines[3].contains("producer"), "{text}");
-        assert!(lines[4].contains("ran ~60.0 ms (60 samples) in f0 <- f1 <- f2 <- f3 <- f4 <- f5 <- ..."), "{text}");
+        assert!(
+            lines[4]
+                .contains("ran ~60.0 ms (60 samples) in f0 <- f1 <- f2 <- f3 <- f4 <- f5 <- ..."),
+            "{text}"
+        );
         assert!(
             lines[5].contains("ran ~3.0 ms (3 samples) in clear_page_erms <- do_anonymous_page"),
             "kernel frames where no user ones: {text}"

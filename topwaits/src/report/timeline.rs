@@ -37,14 +37,18 @@ fn is_scheduler(name: &str) -> bool {
 
 /// Libraries whose frames are wrappers rather than reasons.
 fn is_runtime_lib(f: &Frame) -> bool {
-    f.module.as_deref().is_some_and(|m| m.starts_with("libc.so") || m.starts_with("libpthread") || m.starts_with("ld-linux"))
+    f.module.as_deref().is_some_and(|m| {
+        m.starts_with("libc.so") || m.starts_with("libpthread") || m.starts_with("ld-linux")
+    })
 }
 
 /// The most telling frame: the first user frame outside libc, else the first user
 /// frame, else the first kernel frame past the scheduler.
 pub fn telling_frame(r: &Record) -> String {
     let user = r.user.frames();
-    if let Some(f) = user.iter().find(|f| f.symbol.is_some() && !is_runtime_lib(f)).or_else(|| user.first()) {
+    if let Some(f) =
+        user.iter().find(|f| f.symbol.is_some() && !is_runtime_lib(f)).or_else(|| user.first())
+    {
         return f.describe();
     }
     r.kernel
@@ -60,7 +64,10 @@ pub fn layout(report: &Report, limit: usize) -> (Vec<Bar>, Vec<String>) {
     let recs = take(by_longest(&report.records), limit);
     let mut rows: BTreeMap<(Vec<u8>, u32), usize> = BTreeMap::new();
     // Rows ordered by the earliest longest-wait start of each thread.
-    let mut order: Vec<(&Record, WallNs)> = recs.iter().map(|r| (*r, report.info.clock.wall(r.max_end_mono) - r.max_ns as i128)).collect();
+    let mut order: Vec<(&Record, WallNs)> = recs
+        .iter()
+        .map(|r| (*r, report.info.clock.wall(r.max_end_mono) - r.max_ns as i128))
+        .collect();
     order.sort_by_key(|(r, start)| (*start, r.tid));
     let mut names = Vec::new();
     for (r, _) in &order {
@@ -74,7 +81,8 @@ pub fn layout(report: &Report, limit: usize) -> (Vec<Bar>, Vec<String>) {
         .iter()
         .map(|(r, start)| {
             let end = report.info.clock.wall(r.max_end_mono);
-            let stack: Vec<String> = r.kernel.frames().iter().chain(r.user.frames()).map(|f| f.describe()).collect();
+            let stack: Vec<String> =
+                r.kernel.frames().iter().chain(r.user.frames()).map(|f| f.describe()).collect();
             Bar {
                 row: rows[&(r.comm.clone(), r.tid)],
                 start: *start,
@@ -126,8 +134,14 @@ impl Format for Timeline {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let (bars, names) = layout(report, self.limit);
         let info = &report.info;
-        let t0 = info.clock.wall(info.start_mono).min(bars.iter().map(|b| b.start).min().unwrap_or(i128::MAX));
-        let t1 = info.clock.wall(info.end_mono).max(bars.iter().map(|b| b.end).max().unwrap_or(i128::MIN));
+        let t0 = info
+            .clock
+            .wall(info.start_mono)
+            .min(bars.iter().map(|b| b.start).min().unwrap_or(i128::MAX));
+        let t1 = info
+            .clock
+            .wall(info.end_mono)
+            .max(bars.iter().map(|b| b.end).max().unwrap_or(i128::MIN));
         let span = (t1 - t0).max(1);
         let plot_w = WIDTH - LABEL_W - 20.0;
         let x = |t: WallNs| LABEL_W + (t - t0) as f64 / span as f64 * plot_w;
@@ -155,7 +169,10 @@ impl Format for Timeline {
         for (i, name) in names.iter().enumerate() {
             let y = TOP + i as f64 * ROW_H;
             let fill = if i % 2 == 0 { "#ffffff" } else { "#eef0f5" };
-            writeln!(out, r#"<rect class="row" x="0" y="{y}" width="{WIDTH}" height="{ROW_H}" fill="{fill}"/>"#)?;
+            writeln!(
+                out,
+                r#"<rect class="row" x="0" y="{y}" width="{WIDTH}" height="{ROW_H}" fill="{fill}"/>"#
+            )?;
             writeln!(out, r#"<text class="thread" x="6" y="{}">{}</text>"#, y + 15.0, esc(name))?;
         }
         // Time axis with "nice" ticks.
@@ -164,7 +181,10 @@ impl Format for Timeline {
         let mut t = (t0 / step + 1) * step;
         while t < t1 {
             let xt = x(t);
-            writeln!(out, r##"<line x1="{xt:.1}" y1="{TOP}" x2="{xt:.1}" y2="{axis_y}" stroke="#c8c8d0" stroke-width="0.5"/>"##)?;
+            writeln!(
+                out,
+                r##"<line x1="{xt:.1}" y1="{TOP}" x2="{xt:.1}" y2="{axis_y}" stroke="#c8c8d0" stroke-width="0.5"/>"##
+            )?;
             writeln!(
                 out,
                 r#"<text class="tick" x="{xt:.1}" y="{}" text-anchor="middle" font-size="10">{}</text>"#,
@@ -178,7 +198,8 @@ impl Format for Timeline {
         let mut free_x = vec![0.0f64; names.len()];
         let mut next_start = vec![f64::INFINITY; bars.len()];
         for (i, b) in bars.iter().enumerate() {
-            next_start[i] = bars[i + 1..].iter().find(|n| n.row == b.row).map_or(f64::INFINITY, |n| x(n.start));
+            next_start[i] =
+                bars[i + 1..].iter().find(|n| n.row == b.row).map_or(f64::INFINITY, |n| x(n.start));
         }
         for (i, b) in bars.iter().enumerate() {
             let (x1, x2) = (x(b.start), x(b.end));
@@ -196,13 +217,24 @@ impl Format for Timeline {
             let chars = (w / 7.0) as usize;
             if chars >= 6 {
                 let text = truncate(&b.label, chars);
-                writeln!(out, r#"<text x="{:.2}" y="{}" fill="white" font-size="11">{}</text>"#, x1 + 3.0, y + 12.0, esc(&text))?;
+                writeln!(
+                    out,
+                    r#"<text x="{:.2}" y="{}" fill="white" font-size="11">{}</text>"#,
+                    x1 + 3.0,
+                    y + 12.0,
+                    esc(&text)
+                )?;
             } else {
                 let lx = (x2 + 3.0).max(free_x[b.row]);
                 let room = ((next_start[i] - lx) / 6.5).clamp(0.0, 40.0) as usize;
                 if room >= 4 {
                     let text = truncate(&b.label, room);
-                    writeln!(out, r##"<text x="{lx:.2}" y="{}" fill="#333" font-size="11">{}</text>"##, y + 12.0, esc(&text))?;
+                    writeln!(
+                        out,
+                        r##"<text x="{lx:.2}" y="{}" fill="#333" font-size="11">{}</text>"##,
+                        y + 12.0,
+                        esc(&text)
+                    )?;
                     free_x[b.row] = lx + text.chars().count() as f64 * 6.5 + 4.0;
                 }
             }
@@ -237,7 +269,11 @@ mod tests {
         assert_eq!(sleeper.end, 1_700_000_002_500_000_000);
         assert_eq!(sleeper.start, 1_700_000_002_250_000_000);
         assert_eq!(sleeper.label, "clock_nanosleep");
-        assert!(sleeper.tooltip.contains("250.000 ms, 22:13:22.250 -> 22:13:22.500"), "{}", sleeper.tooltip);
+        assert!(
+            sleeper.tooltip.contains("250.000 ms, 22:13:22.250 -> 22:13:22.500"),
+            "{}",
+            sleeper.tooltip
+        );
         assert!(sleeper.tooltip.contains("do_nanosleep\nclock_nanosleep\nwait_here"));
         let kw = bars.iter().find(|b| names[b.row] == "kworker/0:1/7").unwrap();
         assert_eq!(kw.label, "[no stack]");
@@ -260,7 +296,10 @@ mod tests {
         Timeline { limit: 50 }.write(&r, &mut out).unwrap();
         let svg = String::from_utf8(out).unwrap();
         let doc = roxmltree::Document::parse(&svg).expect("well-formed");
-        let rects: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("rect") && n.attribute("data-start").is_some()).collect();
+        let rects: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("rect") && n.attribute("data-start").is_some())
+            .collect();
         assert_eq!(rects.len(), 50);
         let threads = doc.descendants().filter(|n| n.attribute("class") == Some("thread")).count();
         assert_eq!(threads, 50, "one row per thread");
@@ -272,10 +311,17 @@ mod tests {
         let (a, b) = (&sorted[0], &sorted[49]);
         let px_per_ns = (num(b, "x") - num(a, "x")) / (by_start(b) - by_start(a));
         let expect_w = (num(b, "data-end") - by_start(b)) * px_per_ns;
-        assert!((num(b, "width") - expect_w).abs() < 0.5, "width {} vs {expect_w}", num(b, "width"));
+        assert!(
+            (num(b, "width") - expect_w).abs() < 0.5,
+            "width {} vs {expect_w}",
+            num(b, "width")
+        );
         let height: f64 = doc.root_element().attribute("height").unwrap().parse().unwrap();
         assert!(height >= 50.0 * 20.0, "rows at least 20 px high: {height}");
-        assert!(doc.descendants().filter(|n| n.attribute("class") == Some("tick")).count() >= 3, "a labelled time axis");
+        assert!(
+            doc.descendants().filter(|n| n.attribute("class") == Some("tick")).count() >= 3,
+            "a labelled time axis"
+        );
     }
 
     #[test]

@@ -46,13 +46,24 @@ fn open_header(r: &Record, since: OpenSince, info: &crate::model::TraceInfo) -> 
     let when = |t: u64| hms_millis(info.clock.wall(t), info.utc_offset_s);
     match since {
         OpenSince::Exact(t) => format!("still waiting, >= {} since {}", so_far(r.max_ns), when(t)),
-        OpenSince::Estimated(t) => format!("still waiting, >= {} since {} (estimated)", so_far(r.max_ns), when(t)),
-        OpenSince::BeforeTrace => format!("still waiting, >= {}, since before the trace began", so_far(r.max_ns)),
+        OpenSince::Estimated(t) => {
+            format!("still waiting, >= {} since {} (estimated)", so_far(r.max_ns), when(t))
+        }
+        OpenSince::BeforeTrace => {
+            format!("still waiting, >= {}, since before the trace began", so_far(r.max_ns))
+        }
     }
 }
 
 /// `all`: with `--by what`, the waiting of every record, which each one's share is of.
-fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, delimited: bool, all: Option<u64>) -> io::Result<()> {
+fn write_record(
+    out: &mut dyn Write,
+    rank: usize,
+    r: &Record,
+    report: &Report,
+    delimited: bool,
+    all: Option<u64>,
+) -> io::Result<()> {
     let info = &report.info;
     let end = info.clock.wall(r.max_end_mono);
     let start = end - r.max_ns as i128;
@@ -73,7 +84,11 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
     }
     writeln!(out, "    {}", who(r, info.by))?;
     if let Some(all) = all {
-        writeln!(out, "    {:.1}% of all the waiting shown", 100.0 * r.total_ns as f64 / all.max(1) as f64)?;
+        writeln!(
+            out,
+            "    {:.1}% of all the waiting shown",
+            100.0 * r.total_ns as f64 / all.max(1) as f64
+        )?;
     }
     if let Some(w) = &r.waits_on {
         writeln!(out, "    {}", w.sentence(avg))?;
@@ -93,9 +108,17 @@ fn write_record(out: &mut dyn Write, rank: usize, r: &Record, report: &Report, d
 }
 
 fn write_hop(out: &mut dyn Write, depth: usize, h: &Hop, delimited: bool) -> io::Result<()> {
-    let lead = if depth == 0 { "woken by".to_string() } else { format!("{}which was woken by", "  ".repeat(depth)) };
+    let lead = if depth == 0 {
+        "woken by".to_string()
+    } else {
+        format!("{}which was woken by", "  ".repeat(depth))
+    };
     if h.interrupt {
-        writeln!(out, "    {lead} [interrupt] {}", interrupt_handler(h).unwrap_or("[unknown handler]"))?;
+        writeln!(
+            out,
+            "    {lead} [interrupt] {}",
+            interrupt_handler(h).unwrap_or("[unknown handler]")
+        )?;
     } else {
         writeln!(out, "    {lead} {}  pid {}  tid {}", hop_name(h), h.tgid, h.tid)?;
     }
@@ -127,7 +150,8 @@ fn write_wake(out: &mut dyn Write, w: &WakeInfo<Hop>, delimited: bool) -> io::Re
 impl Format for Top {
     fn write(&self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
         let info = &report.info;
-        let (running, waits): (Vec<&Record>, Vec<&Record>) = report.records.iter().partition(|r| r.on_cpu());
+        let (running, waits): (Vec<&Record>, Vec<&Record>) =
+            report.records.iter().partition(|r| r.on_cpu());
         let total = waits.len();
         let mut ranked = by_longest(waits);
         if report.info.by == crate::analysis::reduce::By::What {
@@ -145,7 +169,11 @@ impl Format for Top {
             info.attach.name(),
             crate::cli::plural(total, "record"),
             shown.len(),
-            if info.by == crate::analysis::reduce::By::What { "most waiting first" } else { "longest first" }
+            if info.by == crate::analysis::reduce::By::What {
+                "most waiting first"
+            } else {
+                "longest first"
+            }
         )?;
         writeln!(out)?;
         if let Some(times) = crate::analysis::timeshare::of(report) {
@@ -154,17 +182,25 @@ impl Format for Top {
             writeln!(
                 out,
                 "Off the CPU, {}:",
-                if info.by == crate::analysis::reduce::By::What { "most waiting first" } else { "longest first" }
+                if info.by == crate::analysis::reduce::By::What {
+                    "most waiting first"
+                } else {
+                    "longest first"
+                }
             )?;
             writeln!(out)?;
         }
-        let all =
-            (info.by == crate::analysis::reduce::By::What).then(|| report.records.iter().filter(|x| !x.on_cpu()).map(|x| x.total_ns).sum());
+        let all = (info.by == crate::analysis::reduce::By::What)
+            .then(|| report.records.iter().filter(|x| !x.on_cpu()).map(|x| x.total_ns).sum());
         for (i, r) in shown.iter().enumerate() {
             write_record(out, i + 1, r, report, self.delimited, all)?;
         }
         if shown.len() < total {
-            writeln!(out, "{} not shown; use -n 0 to show all.", crate::cli::plural(total - shown.len(), "more record"))?;
+            writeln!(
+                out,
+                "{} not shown; use -n 0 to show all.",
+                crate::cli::plural(total - shown.len(), "more record")
+            )?;
         }
         Ok(())
     }
@@ -182,7 +218,11 @@ fn write_times(out: &mut dyn Write, times: &[ThreadTime], info: &TraceInfo) -> i
         info.duration_s(),
         info.on_cpu_hz.unwrap_or(0)
     )?;
-    writeln!(out, "  {:>8}  {:<16} {:>16} {:>16} {:>16} {:>9}", "tid", "comm", "running", "runnable", "blocked", "accounted")?;
+    writeln!(
+        out,
+        "  {:>8}  {:<16} {:>16} {:>16} {:>16} {:>9}",
+        "tid", "comm", "running", "runnable", "blocked", "accounted"
+    )?;
     let pct = |ns: u64| format!("{} {:>3.0}%", ms(ns), 100.0 * ns as f64 / wall as f64);
     for t in times.iter().take(TIMES_SHOWN) {
         writeln!(
@@ -203,14 +243,24 @@ fn write_times(out: &mut dyn Write, times: &[ThreadTime], info: &TraceInfo) -> i
 }
 
 /// The on-CPU sample records, most time first.
-fn write_running(out: &mut dyn Write, running: Vec<&Record>, report: &Report, top: &Top) -> io::Result<()> {
+fn write_running(
+    out: &mut dyn Write,
+    running: Vec<&Record>,
+    report: &Report,
+    top: &Top,
+) -> io::Result<()> {
     let info = &report.info;
     let all = running.len();
     let mut running = running;
     running.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.max_end_mono.cmp(&a.max_end_mono)));
     let running = take(running, top.limit);
     let wall = info.end_mono.saturating_sub(info.start_mono).max(1);
-    writeln!(out, "On the CPU, most time first ({} of {} shown):", running.len(), crate::cli::plural(all, "stack"))?;
+    writeln!(
+        out,
+        "On the CPU, most time first ({} of {} shown):",
+        running.len(),
+        crate::cli::plural(all, "stack")
+    )?;
     writeln!(out)?;
     for (i, r) in running.iter().enumerate() {
         writeln!(
@@ -249,15 +299,31 @@ mod tests {
     #[test]
     fn on_cpu_shows_each_threads_time_then_the_running_stacks_then_the_waits() {
         let mut out = Vec::new();
-        Top { limit: 0, delimited: false }.write(&crate::report::fixtures::on_cpu_report(), &mut out).unwrap();
+        Top { limit: 0, delimited: false }
+            .write(&crate::report::fixtures::on_cpu_report(), &mut out)
+            .unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains(": 2 records, 2 shown, longest first."), "samples are no waits: {text}");
-        let (times, running, waits) =
-            (text.find("Each thread's time").unwrap(), text.find("On the CPU").unwrap(), text.find("Off the CPU").unwrap());
+        assert!(
+            text.contains(": 2 records, 2 shown, longest first."),
+            "samples are no waits: {text}"
+        );
+        let (times, running, waits) = (
+            text.find("Each thread's time").unwrap(),
+            text.find("On the CPU").unwrap(),
+            text.find("Off the CPU").unwrap(),
+        );
         assert!(times < running && running < waits, "{text}");
-        assert!(text.contains("#1   running ~2000.000 ms  40.0% of the window   200 samples"), "{text}");
+        assert!(
+            text.contains("#1   running ~2000.000 ms  40.0% of the window   200 samples"),
+            "{text}"
+        );
         let row = text.lines().find(|l| l.trim_start().starts_with("101 ")).unwrap();
-        assert!(row.contains("2000.000 ms  40%") && row.contains("1000.500 ms  20%") && row.ends_with("60%"), "{row}");
+        assert!(
+            row.contains("2000.000 ms  40%")
+                && row.contains("1000.500 ms  20%")
+                && row.ends_with("60%"),
+            "{row}"
+        );
     }
 
     #[test]
@@ -308,10 +374,25 @@ mod tests {
         Top { limit: 0, delimited: false }.write(&offwake_report(), &mut out).unwrap();
         let out = String::from_utf8(out).unwrap();
         let first = out.split("\n\n").nth(1).unwrap();
-        assert!(first.contains("    blocked 1000.000 ms (max 249.900 ms)  run queue 0.500 ms (max 0.100 ms)\n"), "{first}");
-        assert!(first.contains("    woken by writer  pid 100  tid 102\n      try_to_wake_up\n      pipe_write\n"), "{first}");
+        assert!(
+            first.contains(
+                "    blocked 1000.000 ms (max 249.900 ms)  run queue 0.500 ms (max 0.100 ms)\n"
+            ),
+            "{first}"
+        );
+        assert!(
+            first.contains(
+                "    woken by writer  pid 100  tid 102\n      try_to_wake_up\n      pipe_write\n"
+            ),
+            "{first}"
+        );
         assert!(first.contains("      produce\n"), "{first}");
-        assert!(first.contains("      which was woken by [interrupt] hrtimer_wakeup\n      try_to_wake_up\n"), "{first}");
+        assert!(
+            first.contains(
+                "      which was woken by [interrupt] hrtimer_wakeup\n      try_to_wake_up\n"
+            ),
+            "{first}"
+        );
         assert!(out.contains("    woken by [preempted]\n"), "{out}");
     }
 
@@ -327,12 +408,18 @@ mod tests {
         Top { limit: 0, delimited: false }.write(&rep, &mut out).unwrap();
         let out = String::from_utf8(out).unwrap();
         assert!(out.contains("#1   still waiting, >= 4.000 s since 22:13:21.000\n    sleeper  pid 100  tid 101\n"), "{out}");
-        assert!(out.contains("#2   still waiting, >= 1.000 ms since 22:13:24.999 (estimated)\n"), "{out}");
+        assert!(
+            out.contains("#2   still waiting, >= 1.000 ms since 22:13:24.999 (estimated)\n"),
+            "{out}"
+        );
         rep.records[0].open = Some(OpenSince::BeforeTrace);
         let mut out = Vec::new();
         Top { limit: 1, delimited: false }.write(&rep, &mut out).unwrap();
         let out = String::from_utf8(out).unwrap();
-        assert!(out.contains("#1   still waiting, >= 4.000 s, since before the trace began\n"), "{out}");
+        assert!(
+            out.contains("#1   still waiting, >= 4.000 s, since before the trace began\n"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -81,7 +81,12 @@ pub fn rows(records: &[Record], by: By) -> Vec<Row> {
         }
     }
     let mut v: Vec<Row> = rows.into_values().collect();
-    v.sort_by(|a, b| b.blocked_ns.cmp(&a.blocked_ns).then(a.target.cmp(&b.target)).then(a.target_tid.cmp(&b.target_tid)));
+    v.sort_by(|a, b| {
+        b.blocked_ns
+            .cmp(&a.blocked_ns)
+            .then(a.target.cmp(&b.target))
+            .then(a.target_tid.cmp(&b.target_tid))
+    });
     v
 }
 
@@ -107,7 +112,10 @@ fn folded_line(row: &Row, delimited: bool) -> String {
         Stack::None => {}
     };
     push(&mut line, &row.waker.user, MISSING_USER);
-    if delimited && matches!(row.waker.user, Stack::Frames(_)) && matches!(row.waker.kernel, Stack::Frames(_)) {
+    if delimited
+        && matches!(row.waker.user, Stack::Frames(_))
+        && matches!(row.waker.kernel, Stack::Frames(_))
+    {
         line.push("-".to_string());
     }
     push(&mut line, &row.waker.kernel, MISSING_KERNEL);
@@ -176,7 +184,8 @@ impl Format for Wakeups {
             Output::Folded { delimited, value: kind, .. } => {
                 // Lines name the waker and the target only, as bcc's wakeuptime.
                 let all = rows(&report.records, By::Comm);
-                let mut lines: Vec<(u64, String)> = all.iter().map(|r| (value(r, *kind), folded_line(r, *delimited))).collect();
+                let mut lines: Vec<(u64, String)> =
+                    all.iter().map(|r| (value(r, *kind), folded_line(r, *delimited))).collect();
                 lines.sort();
                 for (v, l) in lines {
                     writeln!(out, "{l} {v}")?;
@@ -213,7 +222,11 @@ impl Format for Wakeups {
                         hms_millis(end - r.max_ns as i128, info.utc_offset_s),
                         hms_millis(end, info.utc_offset_s),
                     )?;
-                    writeln!(out, "    target {}", named(&comm_text(&r.target), r.target_tgid, r.target_tid, info.by))?;
+                    writeln!(
+                        out,
+                        "    target {}",
+                        named(&comm_text(&r.target), r.target_tgid, r.target_tid, info.by)
+                    )?;
                     writeln!(out, "    waker {}", waker_text(&r.waker, info.by))?;
                     for f in r.waker.kernel.frames().iter().chain(r.waker.user.frames()) {
                         writeln!(out, "      {}", f.describe())?;
@@ -221,7 +234,11 @@ impl Format for Wakeups {
                     writeln!(out)?;
                 }
                 if shown.len() < total {
-                    writeln!(out, "{} more rows not shown; use -n 0 to show all.", total - shown.len())?;
+                    writeln!(
+                        out,
+                        "{} more rows not shown; use -n 0 to show all.",
+                        total - shown.len()
+                    )?;
                 }
                 Ok(())
             }
@@ -259,10 +276,20 @@ mod tests {
     #[test]
     fn folded_puts_the_waker_at_the_bottom_and_the_target_on_top() {
         let mut out = Vec::new();
-        Wakeups { output: Output::Folded { delimited: false, value: ValueKind::Total, what: false, cgroup: None } }
-            .write(&offwake_report(), &mut out)
-            .unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), "writer;main;produce;write;vfs_write;pipe_write;try_to_wake_up;sleeper 1000000\n");
+        Wakeups {
+            output: Output::Folded {
+                delimited: false,
+                value: ValueKind::Total,
+                what: false,
+                cgroup: None,
+            },
+        }
+        .write(&offwake_report(), &mut out)
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "writer;main;produce;write;vfs_write;pipe_write;try_to_wake_up;sleeper 1000000\n"
+        );
     }
 
     #[test]
@@ -275,7 +302,9 @@ mod tests {
         assert_eq!(v["records"][0]["target_comm"], "sleeper");
         assert_eq!(v["records"][0]["blocked_us"], 1_000_000);
         let mut out = Vec::new();
-        Wakeups { output: Output::Top { limit: 0, delimited: false } }.write(&offwake_report(), &mut out).unwrap();
+        Wakeups { output: Output::Top { limit: 0, delimited: false } }
+            .write(&offwake_report(), &mut out)
+            .unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(
             text.contains(
@@ -286,7 +315,10 @@ mod tests {
         );
         assert!(text.contains("1 row, 1 shown"), "{text}");
         let r = &v["records"][0];
-        assert_eq!((r["target_tid"].as_u64(), r["waker"]["tid"].as_u64(), r["max_us"].as_u64()), (Some(101), Some(102), Some(250_000)));
+        assert_eq!(
+            (r["target_tid"].as_u64(), r["waker"]["tid"].as_u64(), r["max_us"].as_u64()),
+            (Some(101), Some(102), Some(250_000))
+        );
         assert_eq!(r["max_end"].as_str().map(|s| &s[11..23]), Some("22:13:22.500"));
     }
 }

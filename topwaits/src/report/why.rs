@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use super::{interrupt_handler, json::stack as json_stack, secs, Format};
 use crate::analysis::reduce::{Fingerprints, StackKey};
 use crate::analysis::why::{
-    critical_path, group_causes, group_path, merge_alike, running_spans, Findings, Group, PathGroup, Tid, Trace, Wait, Waker, What,
+    critical_path, group_causes, group_path, merge_alike, running_spans, Findings, Group,
+    PathGroup, Tid, Trace, Wait, Waker, What,
 };
 use crate::cli::{plural, By, Output};
 use crate::model::label::WaitsOn;
@@ -106,7 +107,8 @@ impl Input {
                 Some(w) if w.kind == WakeKind::Preempted => (Waker::Preempted, None, 0),
                 Some(w) if w.kind == WakeKind::Woken && !w.hops.is_empty() => {
                     let h = &w.hops[0];
-                    let by = if h.interrupt { Waker::Device(device(h)) } else { Waker::Thread(h.tid) };
+                    let by =
+                        if h.interrupt { Waker::Device(device(h)) } else { Waker::Thread(h.tid) };
                     if !h.interrupt {
                         threads.entry(h.tid).or_insert_with(|| (h.tgid, comm_text(&h.comm)));
                     }
@@ -118,7 +120,11 @@ impl Input {
             if let Some(w) = &r.waits_on {
                 labels.entry(own).or_insert_with(|| w.short());
             }
-            let released = r.wake.as_ref().and_then(|w| w.hops.first()).filter(|h| !h.interrupt && waker != Waker::Preempted);
+            let released = r
+                .wake
+                .as_ref()
+                .and_then(|w| w.hops.first())
+                .filter(|h| !h.interrupt && waker != Waker::Preempted);
             if let Some(lock) = crate::analysis::locks::lock_of(r, released) {
                 *locked.entry(r.tid).or_default().entry(lock.short()).or_default() += r.max_ns;
             }
@@ -131,7 +137,15 @@ impl Input {
             threads.entry(r.tid).or_insert_with(|| (r.tgid, comm_text(&r.comm)));
             open.insert(r.tid);
             let s = site(r.tgid, &r.kernel, &r.user, r.waits_on.as_ref().map(WaitsOn::short));
-            waits.push(Wait { tid: r.tid, start, woken: None, end: report.info.end_mono, waker: Waker::Unknown, site: s, waker_site: 0 });
+            waits.push(Wait {
+                tid: r.tid,
+                start,
+                woken: None,
+                end: report.info.end_mono,
+                waker: Waker::Unknown,
+                site: s,
+                waker_site: 0,
+            });
         }
         // On-CPU samples: what each thread ran, by site.
         let mut running: HashMap<Tid, HashMap<u64, u64>> = HashMap::new();
@@ -139,26 +153,55 @@ impl Input {
             let s = site(r.tgid, &r.kernel, &r.user, None);
             *running.entry(r.tid).or_default().entry(s).or_default() += r.total_ns;
         }
-        let running = running.into_iter().map(|(t, m)| (t, m.into_iter().map(|(s, ns)| (ns, s)).collect())).collect();
+        let running = running
+            .into_iter()
+            .map(|(t, m)| (t, m.into_iter().map(|(s, ns)| (ns, s)).collect()))
+            .collect();
         let mut timed: HashMap<Tid, Vec<(u64, u64, u64)>> = HashMap::new();
         for r in &report.samples {
-            timed.entry(r.tid).or_default().push((r.max_end_mono, r.total_ns, site(r.tgid, &r.kernel, &r.user, None)));
+            timed.entry(r.tid).or_default().push((
+                r.max_end_mono,
+                r.total_ns,
+                site(r.tgid, &r.kernel, &r.user, None),
+            ));
         }
         for v in timed.values_mut() {
             v.sort_unstable();
         }
         let n = waits.len();
-        let locks = locked.into_iter().filter_map(|(t, m)| Some((t, m.into_iter().max_by_key(|(l, ns)| (*ns, l.clone()))?.0))).collect();
-        let cgroups = report.records.iter().filter_map(|r| Some((r.tgid, r.cgroup.as_deref()?.to_string()))).collect();
-        Input { trace: Trace::new(waits), sites, threads, waits: n, labels, locks, open, running, timed, by, cgroups }
+        let locks = locked
+            .into_iter()
+            .filter_map(|(t, m)| Some((t, m.into_iter().max_by_key(|(l, ns)| (*ns, l.clone()))?.0)))
+            .collect();
+        let cgroups = report
+            .records
+            .iter()
+            .filter_map(|r| Some((r.tgid, r.cgroup.as_deref()?.to_string())))
+            .collect();
+        Input {
+            trace: Trace::new(waits),
+            sites,
+            threads,
+            waits: n,
+            labels,
+            locks,
+            open,
+            running,
+            timed,
+            by,
+            cgroups,
+        }
     }
 
     /// The key a thread's doings are grouped under.
     fn who(&self, tid: Tid) -> Who {
         match (self.by, self.threads.get(&tid)) {
-            (By::Cgroup, Some((tgid, _))) => {
-                Who::Cgroup(self.cgroups.get(tgid).cloned().unwrap_or_else(|| crate::analysis::reduce::UNKNOWN_CGROUP.to_string()))
-            }
+            (By::Cgroup, Some((tgid, _))) => Who::Cgroup(
+                self.cgroups
+                    .get(tgid)
+                    .cloned()
+                    .unwrap_or_else(|| crate::analysis::reduce::UNKNOWN_CGROUP.to_string()),
+            ),
             (By::Comm | By::What, Some((_, comm))) => Who::Comm(comm.clone()),
             (By::Process, Some((tgid, comm))) => Who::Process(*tgid, comm.clone()),
             _ => Who::Thread(tid),
@@ -206,7 +249,11 @@ impl Input {
                 (_, k) => format!("{} ({k} threads)", self.who_name(who)),
             })
             .collect();
-        let more = if groups.len() > n { format!(" and {} more", groups.len() - n) } else { String::new() };
+        let more = if groups.len() > n {
+            format!(" and {} more", groups.len() - n)
+        } else {
+            String::new()
+        };
         format!("{}{more}", shown.join(", "))
     }
 
@@ -224,7 +271,11 @@ impl Input {
     /// What a running cause's threads ran while others waited behind them:
     /// the samples taken in those stretches (`spans`), where samples were taken
     /// one by one; else their whole profile, said so. (time, site), most first.
-    fn sampled_holding(&self, tids: &BTreeSet<Tid>, spans: &HashMap<Tid, Vec<(u64, u64)>>) -> (Vec<(u64, u64)>, bool) {
+    fn sampled_holding(
+        &self,
+        tids: &BTreeSet<Tid>,
+        spans: &HashMap<Tid, Vec<(u64, u64)>>,
+    ) -> (Vec<(u64, u64)>, bool) {
         if self.timed.is_empty() {
             return (self.sampled(tids), false);
         }
@@ -245,10 +296,17 @@ impl Input {
 
     /// What `tids` ran in `spans` (when each ran on a critical path), from the
     /// samples taken then: (time, site), most first.
-    fn sampled_in(&self, tids: &BTreeSet<Tid>, site: u64, spans: &BTreeMap<(Tid, u64), Vec<(u64, u64)>>) -> Vec<(u64, u64)> {
+    fn sampled_in(
+        &self,
+        tids: &BTreeSet<Tid>,
+        site: u64,
+        spans: &BTreeMap<(Tid, u64), Vec<(u64, u64)>>,
+    ) -> Vec<(u64, u64)> {
         let mut by_site: HashMap<u64, u64> = HashMap::new();
         for t in tids {
-            let (Some(samples), Some(spans)) = (self.timed.get(t), spans.get(&(*t, site))) else { continue };
+            let (Some(samples), Some(spans)) = (self.timed.get(t), spans.get(&(*t, site))) else {
+                continue;
+            };
             for &(start, end) in spans {
                 let first = samples.partition_point(|s| s.0 < start);
                 for &(_, ns, site) in samples[first..].iter().take_while(|s| s.0 < end) {
@@ -263,13 +321,24 @@ impl Input {
 
     /// For each running segment of `tid`'s path (by index), what its threads
     /// ran in it, from the samples taken in its stretches.
-    fn path_samples(&self, report: &Report, tid: Tid, path: &[PathGroup<Who>]) -> Vec<Vec<(u64, u64)>> {
-        let running: BTreeSet<Tid> =
-            path.iter().filter(|s| matches!(s.what, What::Running { .. })).filter_map(|s| s.tids.last()).flatten().copied().collect();
+    fn path_samples(
+        &self,
+        report: &Report,
+        tid: Tid,
+        path: &[PathGroup<Who>],
+    ) -> Vec<Vec<(u64, u64)>> {
+        let running: BTreeSet<Tid> = path
+            .iter()
+            .filter(|s| matches!(s.what, What::Running { .. }))
+            .filter_map(|s| s.tids.last())
+            .flatten()
+            .copied()
+            .collect();
         if running.is_empty() || self.timed.is_empty() {
             return vec![Vec::new(); path.len()];
         }
-        let spans = running_spans(&self.trace, tid, report.info.start_mono, report.info.end_mono, &running);
+        let spans =
+            running_spans(&self.trace, tid, report.info.start_mono, report.info.end_mono, &running);
         path.iter()
             .map(|s| match (&s.what, s.tids.last()) {
                 // The stretches in which these threads ran from this place.
@@ -333,10 +402,20 @@ fn device_class(handler: &str) -> Option<&'static str> {
         Some("timer")
     } else if handler.starts_with("blk_")
         || handler.starts_with("bio_")
-        || has(&["_end_io", "nvme", "wake_page_function", "wake_bit_function", "folio_wake", "end_buffer"])
+        || has(&[
+            "_end_io",
+            "nvme",
+            "wake_page_function",
+            "wake_bit_function",
+            "folio_wake",
+            "end_buffer",
+        ])
     {
         Some("disk")
-    } else if has(&["net_rx", "napi"]) || handler.starts_with("tcp_") || handler.starts_with("sock_") {
+    } else if has(&["net_rx", "napi"])
+        || handler.starts_with("tcp_")
+        || handler.starts_with("sock_")
+    {
         Some("network")
     } else {
         None
@@ -360,7 +439,9 @@ fn doing(input: &Input, what: &What) -> String {
             format!("blocked on {} in {}{label}", waker_text(on), input.place(*site))
         }
         What::Running { site: 0 } => "running".into(),
-        What::Running { site } => format!("running (it woke the waiter from {})", input.place(*site)),
+        What::Running { site } => {
+            format!("running (it woke the waiter from {})", input.place(*site))
+        }
         What::RunQueue => "runnable, waiting for a CPU".into(),
         What::Cycle => "in a cycle of waits".into(),
     }
@@ -372,7 +453,11 @@ fn doing(input: &Input, what: &What) -> String {
 fn doing_group(input: &Input, g: &Group<Who>) -> String {
     match (&g.what, g.places.len()) {
         (What::Running { site }, n) if n > 1 && *site != 0 => {
-            format!("running (it woke the waiters from {}, and from {} more places)", input.place(*site), n - 1)
+            format!(
+                "running (it woke the waiters from {}, and from {} more places)",
+                input.place(*site),
+                n - 1
+            )
         }
         (what, _) => doing(input, what),
     }
@@ -422,10 +507,13 @@ impl Format for Why {
             None => {
                 let found = input.trace.why(&[]);
                 // Causes that would print the same line are one.
-                let causes =
-                    merge_alike(group_causes(&found.causes, |t| input.who(t)), |g| format!("{}: {}", kind(&g.what), describe(&input, g)));
+                let causes = merge_alike(group_causes(&found.causes, |t| input.who(t)), |g| {
+                    format!("{}: {}", kind(&g.what), describe(&input, g))
+                });
                 match self.output {
-                    Output::Json { .. } => causes_json(&input, report, &found, &causes, limit(&self.output), out),
+                    Output::Json { .. } => {
+                        causes_json(&input, report, &found, &causes, limit(&self.output), out)
+                    }
                     _ => causes_text(&input, report, &found, &causes, limit(&self.output), out),
                 }
             }
@@ -436,7 +524,8 @@ impl Format for Why {
 impl Input {
     /// Thread `tid`'s critical path over the trace, its segments grouped.
     fn path(&self, report: &Report, tid: Tid) -> Vec<PathGroup<Who>> {
-        let segments = critical_path(&self.trace, tid, report.info.start_mono, report.info.end_mono);
+        let segments =
+            critical_path(&self.trace, tid, report.info.start_mono, report.info.end_mono);
         group_path(&segments, |t| self.who(t))
     }
 }
@@ -467,7 +556,14 @@ fn apart(input: &Input, items: impl Iterator<Item = (Tid, u64, u64)>) -> Vec<Apa
     lines
 }
 
-fn causes_text(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who>], limit: usize, out: &mut dyn Write) -> io::Result<()> {
+fn causes_text(
+    input: &Input,
+    report: &Report,
+    f: &Findings,
+    causes: &[Group<Who>],
+    limit: usize,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     writeln!(
         out,
         "Why {} waited ({:.1} s, {} waits): {} of waiting that other threads depended on.",
@@ -489,15 +585,27 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
     }
     let shown = if limit == 0 { causes.len() } else { limit.min(causes.len()) };
     for (i, c) in causes.iter().take(shown).enumerate() {
-        writeln!(out, "{:>3}. {:>5.1}%  {:>11}  {}", i + 1, c.share * 100.0, secs(c.ns), describe(input, c))?;
+        writeln!(
+            out,
+            "{:>3}. {:>5.1}%  {:>11}  {}",
+            i + 1,
+            c.share * 100.0,
+            secs(c.ns),
+            describe(input, c)
+        )?;
         if matches!(c.what, What::Running { .. }) {
             let (sampled, holding) = input.sampled_holding(&c.tids, &f.running_spans);
-            let what = if holding { "on the CPU while they held the waiters up (sampled)" } else { "on the CPU over the trace (sampled)" };
+            let what = if holding {
+                "on the CPU while they held the waiters up (sampled)"
+            } else {
+                "on the CPU over the trace (sampled)"
+            };
             sampled_line(input, &sampled, 26, what, out)?;
         }
         // One thread is not said to wait behind itself; a group's threads may
         // well have waited behind each other.
-        let others: BTreeSet<Tid> = c.waiters.iter().copied().filter(|t| c.tids.len() > 1 || !c.tids.contains(t)).collect();
+        let others: BTreeSet<Tid> =
+            c.waiters.iter().copied().filter(|t| c.tids.len() > 1 || !c.tids.contains(t)).collect();
         if others.is_empty() {
             continue;
         }
@@ -518,7 +626,12 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
         )?;
     }
     if shown < causes.len() {
-        writeln!(out, "     ... {} more causes ({} in all; -n 0 shows every one)", causes.len() - shown, causes.len())?;
+        writeln!(
+            out,
+            "     ... {} more causes ({} in all; -n 0 shows every one)",
+            causes.len() - shown,
+            causes.len()
+        )?;
     }
     if !f.knots.is_empty() {
         writeln!(out, "\nKnots (threads that waited only on each other):")?;
@@ -529,14 +642,30 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
     if !f.unwoken.is_empty() {
         writeln!(out, "\nWaiting with no wakeup seen (nobody waited behind them; not ranked):")?;
         for l in apart(input, f.unwoken.iter().map(|u| (u.tid, u.ns, u.site))) {
-            let still = if l.tids.iter().all(|t| input.open.contains(t)) { ", still waiting at the end" } else { "" };
-            writeln!(out, "  {:>11}  {} in {}{still}", secs(l.ns), input.members(&l.who, &l.tids), l.place)?;
+            let still = if l.tids.iter().all(|t| input.open.contains(t)) {
+                ", still waiting at the end"
+            } else {
+                ""
+            };
+            writeln!(
+                out,
+                "  {:>11}  {} in {}{still}",
+                secs(l.ns),
+                input.members(&l.who, &l.tids),
+                l.place
+            )?;
         }
     }
     if !f.idle.is_empty() {
         writeln!(out, "\nIdle (woke no other thread after any of their waits, so they held nobody up; not ranked):")?;
         for l in apart(input, f.idle.iter().map(|i| (i.tid, i.ns, i.site))) {
-            writeln!(out, "  {:>11}  {} in {}", secs(l.ns), input.members(&l.who, &l.tids), l.place)?;
+            writeln!(
+                out,
+                "  {:>11}  {} in {}",
+                secs(l.ns),
+                input.members(&l.who, &l.tids),
+                l.place
+            )?;
         }
     }
     if f.idle_waits_ns > 0 {
@@ -549,7 +678,14 @@ fn causes_text(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who
     Ok(())
 }
 
-fn causes_json(input: &Input, report: &Report, f: &Findings, causes: &[Group<Who>], limit: usize, out: &mut dyn Write) -> io::Result<()> {
+fn causes_json(
+    input: &Input,
+    report: &Report,
+    f: &Findings,
+    causes: &[Group<Who>],
+    limit: usize,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let take = if limit == 0 { causes.len() } else { limit.min(causes.len()) };
     let causes_v: Vec<Value> = causes[..take]
         .iter()
@@ -644,13 +780,22 @@ fn path_names(input: &Input, s: &PathGroup<Who>) -> Vec<String> {
 /// `what`: `on the CPU (sampled)` for a path's segment, and for a running
 /// cause when its samples were taken (while its threads held the waiters up,
 /// or, in a recording without timed samples, all the trace).
-fn sampled_line(input: &Input, sampled: &[(u64, u64)], indent: usize, what: &str, out: &mut dyn Write) -> io::Result<()> {
+fn sampled_line(
+    input: &Input,
+    sampled: &[(u64, u64)],
+    indent: usize,
+    what: &str,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     if sampled.is_empty() {
         return Ok(());
     }
     let all: u64 = sampled.iter().map(|s| s.0).sum();
-    let top: Vec<String> =
-        sampled.iter().take(3).map(|(ns, site)| format!("{:.0}% {}", 100.0 * *ns as f64 / all as f64, input.place(*site))).collect();
+    let top: Vec<String> = sampled
+        .iter()
+        .take(3)
+        .map(|(ns, site)| format!("{:.0}% {}", 100.0 * *ns as f64 / all as f64, input.place(*site)))
+        .collect();
     writeln!(out, "{:>indent$}{what}: {}", "", top.join("; "))
 }
 
@@ -667,14 +812,24 @@ fn sampled_json(input: &Input, sampled: &[(u64, u64)]) -> Value {
         .collect()
 }
 
-fn path_text(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], out: &mut dyn Write) -> io::Result<()> {
+fn path_text(
+    input: &Input,
+    report: &Report,
+    tid: Tid,
+    path: &[PathGroup<Who>],
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let window = report.info.end_mono.saturating_sub(report.info.start_mono);
     writeln!(out, "Where {}'s {} went (its critical path):\n", input.thread(tid), secs(window))?;
     let samples = input.path_samples(report, tid, path);
     for (s, sampled) in path.iter().zip(&samples) {
         let what = match &s.what {
-            What::Blocked { site, on } => format!("blocked on {} in {}", waker_text(on), input.place(*site)),
-            What::Running { site } if *site != 0 => format!("running (from {})", input.place(*site)),
+            What::Blocked { site, on } => {
+                format!("blocked on {} in {}", waker_text(on), input.place(*site))
+            }
+            What::Running { site } if *site != 0 => {
+                format!("running (from {})", input.place(*site))
+            }
             w => state(w).to_string(),
         };
         let share = if window == 0 { 0.0 } else { s.ns as f64 * 100.0 / window as f64 };
@@ -690,7 +845,13 @@ fn path_text(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], 
     Ok(())
 }
 
-fn path_json(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], out: &mut dyn Write) -> io::Result<()> {
+fn path_json(
+    input: &Input,
+    report: &Report,
+    tid: Tid,
+    path: &[PathGroup<Who>],
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let samples = input.path_samples(report, tid, path);
     let segments: Vec<Value> = path
         .iter()
@@ -704,11 +865,15 @@ fn path_json(input: &Input, report: &Report, tid: Tid, path: &[PathGroup<Who>], 
                 .map(|(w, tids)| {
                     let comm = match w {
                         Who::Comm(c) | Who::Process(_, c) => c.clone(),
-                        Who::Thread(_) | Who::Cgroup(_) => {
-                            tids.iter().next().and_then(|t| input.threads.get(t)).map(|(_, c)| c.clone()).unwrap_or_default()
-                        }
+                        Who::Thread(_) | Who::Cgroup(_) => tids
+                            .iter()
+                            .next()
+                            .and_then(|t| input.threads.get(t))
+                            .map(|(_, c)| c.clone())
+                            .unwrap_or_default(),
                     };
-                    let pids: BTreeSet<u32> = tids.iter().filter_map(|t| input.threads.get(t).map(|(p, _)| *p)).collect();
+                    let pids: BTreeSet<u32> =
+                        tids.iter().filter_map(|t| input.threads.get(t).map(|(p, _)| *p)).collect();
                     json!({"comm": comm, "tids": tids, "pids": pids})
                 })
                 .collect();
@@ -751,7 +916,8 @@ fn path_folded(input: &Input, path: &[PathGroup<Who>], out: &mut dyn Write) -> i
 fn folded_lines(input: &Input, path: &[PathGroup<Who>]) -> Vec<String> {
     let mut lines = Vec::new();
     for s in path {
-        let mut parts: Vec<String> = path_names(input, s).iter().map(|n| n.replace([';', ' '], "_")).collect();
+        let mut parts: Vec<String> =
+            path_names(input, s).iter().map(|n| n.replace([';', ' '], "_")).collect();
         parts.push(format!("[{}]", state(&s.what).replace(' ', "_")));
         if let Some(st) = input.site(site_of(&s.what)) {
             parts.extend(st.user.frames().iter().rev().map(|f| f.name().replace(';', ":")));
@@ -775,8 +941,15 @@ impl Format for PathSvg {
         let input = Input::of(report, self.by);
         let lines = folded_lines(&input, &input.path(report, self.for_tid));
         let mut opts = flamegraph::Options::default();
-        opts.title = format!("Critical path of {} over {:.1} s", input.thread(self.for_tid), report.info.duration_s());
-        opts.subtitle = Some(format!("{}: each stretch followed to the thread or device that ended it", report.info.target));
+        opts.title = format!(
+            "Critical path of {} over {:.1} s",
+            input.thread(self.for_tid),
+            report.info.duration_s()
+        );
+        opts.subtitle = Some(format!(
+            "{}: each stretch followed to the thread or device that ended it",
+            report.info.target
+        ));
         opts.count_name = "ns".into();
         opts.deterministic = true;
         super::svg::draw(&mut opts, &lines, "[nothing traced]", out)

@@ -24,7 +24,11 @@ struct Sides {
 impl Sides {
     fn of_json(doc: &Value, path: &Path) -> Result<Sides> {
         let named = |e: String| anyhow!("{}: {e}", path.display());
-        Ok(Sides { stacks: Side::of_json(doc).map_err(named)?, labels: Side::of_json_by_label(doc).map_err(named)?, causes: None })
+        Ok(Sides {
+            stacks: Side::of_json(doc).map_err(named)?,
+            labels: Side::of_json_by_label(doc).map_err(named)?,
+            causes: None,
+        })
     }
 }
 
@@ -33,19 +37,27 @@ fn causes(report: &crate::model::Report, path: &Path) -> Result<Option<Side>> {
     if !report.info.waker || report.events.is_empty() {
         return Ok(None);
     }
-    let why = crate::report::why::Why { output: crate::cli::Output::Json { limit: 0 }, for_tid: None, by: crate::cli::By::Comm };
+    let why = crate::report::why::Why {
+        output: crate::cli::Output::Json { limit: 0 },
+        for_tid: None,
+        by: crate::cli::By::Comm,
+    };
     let mut text = Vec::new();
     crate::report::Format::write(&why, report, &mut text)?;
-    let doc: Value = serde_json::from_slice(&text).with_context(|| format!("{}: why's causes", path.display()))?;
+    let doc: Value = serde_json::from_slice(&text)
+        .with_context(|| format!("{}: why's causes", path.display()))?;
     Side::of_why_json(&doc).map(Some).map_err(|e| anyhow!("{}: {e}", path.display()))
 }
 
 /// One side, from a record file (gzip) or a --json output, read within
 /// `max_mib` MiB.
 fn side(path: &Path, max_mib: u64) -> Result<Sides> {
-    let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut first = [0u8; 1];
-    if file.read(&mut first).with_context(|| format!("cannot read {}", path.display()))? == 1 && first[0] == 0x1f {
+    if file.read(&mut first).with_context(|| format!("cannot read {}", path.display()))? == 1
+        && first[0] == 0x1f
+    {
         let report = crate::model::recording::read(path, max_mib)?;
         let mut sides = Sides::of_json(&crate::report::json::document(&report, 0), path)?;
         sides.causes = causes(&report, path)?;
@@ -57,12 +69,22 @@ fn side(path: &Path, max_mib: u64) -> Result<Sides> {
         bail!("{}: {size} bytes, larger than the {max_mib} MiB a trace may take (raise it with --max-record-size)", path.display());
     }
     let mut text = Vec::new();
-    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut text).with_context(|| format!("cannot read {}", path.display()))?;
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_end(&mut text)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     if text.len() as u64 > max {
-        bail!("{}: larger than the {max_mib} MiB a trace may take (raise it with --max-record-size)", path.display());
+        bail!(
+            "{}: larger than the {max_mib} MiB a trace may take (raise it with --max-record-size)",
+            path.display()
+        );
     }
-    let doc: Value = serde_json::from_slice(&text)
-        .map_err(|_| anyhow!("{}: neither a topwaits record file nor the --json output of a trace", path.display()))?;
+    let doc: Value = serde_json::from_slice(&text).map_err(|_| {
+        anyhow!(
+            "{}: neither a topwaits record file nor the --json output of a trace",
+            path.display()
+        )
+    })?;
     Sides::of_json(&doc, path)
 }
 
@@ -90,7 +112,8 @@ pub fn run(c: &DiffConfig) -> Result<()> {
             beside_text(out, &beside, limit)
         }
         DiffOutput::Json { limit } => {
-            serde_json::to_writer(&mut *out, &document(&d, &beside, c, limit)).map_err(io::Error::other)?;
+            serde_json::to_writer(&mut *out, &document(&d, &beside, c, limit))
+                .map_err(io::Error::other)?;
             writeln!(out)
         }
         DiffOutput::Folded => {
@@ -119,7 +142,11 @@ pub fn run(c: &DiffConfig) -> Result<()> {
 /// A change's stack in a line: whose, what kind of wait, and where.
 fn title(c: &Change) -> String {
     let kind = if c.key.kind.is_empty() { String::new() } else { format!(" ({})", c.key.kind) };
-    format!("{}{kind}  {}", if c.key.comm.is_empty() { "[empty]" } else { &c.key.comm }, diff::one_line(&c.key, 8))
+    format!(
+        "{}{kind}  {}",
+        if c.key.comm.is_empty() { "[empty]" } else { &c.key.comm },
+        diff::one_line(&c.key, 8)
+    )
 }
 
 fn ms(ns: u64) -> String {
@@ -148,7 +175,10 @@ fn top(out: &mut dyn Write, d: &Diff, c: &DiffConfig, limit: usize) -> io::Resul
     )?;
     let (both, new, gone) = counts(d);
     let shown = if limit == 0 { d.changes.len() } else { limit.min(d.changes.len()) };
-    writeln!(out, "{both} stacks in both, {new} new, {gone} gone; the {shown} largest changes first.")?;
+    writeln!(
+        out,
+        "{both} stacks in both, {new} new, {gone} gone; the {shown} largest changes first."
+    )?;
     writeln!(out)?;
     for (i, ch) in d.changes.iter().take(shown).enumerate() {
         let (b, a) = (ch.before.unwrap_or_default(), ch.after.unwrap_or_default());
@@ -168,7 +198,11 @@ fn top(out: &mut dyn Write, d: &Diff, c: &DiffConfig, limit: usize) -> io::Resul
         writeln!(out, "     {}", title(ch))?;
     }
     if shown < d.changes.len() {
-        writeln!(out, "\n{}; use -n 0 to show all.", crate::cli::plural(d.changes.len() - shown, "more change"))?;
+        writeln!(
+            out,
+            "\n{}; use -n 0 to show all.",
+            crate::cli::plural(d.changes.len() - shown, "more change")
+        )?;
     }
     Ok(())
 }
@@ -179,11 +213,16 @@ const BESIDE_ROWS: usize = 10;
 /// The label and cause comparisons, after the stacks': the largest changes.
 fn beside_text(out: &mut dyn Write, b: &Beside, limit: usize) -> io::Result<()> {
     let n = if limit == 0 { usize::MAX } else { limit.min(BESIDE_ROWS) };
-    let section = |out: &mut dyn Write, title: &str, d: &Diff, name: &dyn Fn(&Change) -> String| -> io::Result<()> {
+    let section = |out: &mut dyn Write,
+                   title: &str,
+                   d: &Diff,
+                   name: &dyn Fn(&Change) -> String|
+     -> io::Result<()> {
         let changed: Vec<&Change> = d.changes.iter().filter(|ch| ch.delta_ns() != 0).collect();
         writeln!(out, "\n{title} ({} changed):", changed.len())?;
         for ch in changed.iter().take(n) {
-            let (bt, at) = (ch.before.map_or(0, |s| s.total_ns), ch.after.map_or(0, |s| s.total_ns));
+            let (bt, at) =
+                (ch.before.map_or(0, |s| s.total_ns), ch.after.map_or(0, |s| s.total_ns));
             writeln!(
                 out,
                 "  {:>10}  {:<7}  {} -> {}  {}",
@@ -253,7 +292,10 @@ fn document(d: &Diff, b: &Beside, c: &DiffConfig, limit: usize) -> Value {
             })
         })
         .collect();
-    let crossed: Vec<Value> = diff::check(d, &c.gate).iter().map(|x| json!({"what": x.what, "stacks": x.changes.len()})).collect();
+    let crossed: Vec<Value> = diff::check(d, &c.gate)
+        .iter()
+        .map(|x| json!({"what": x.what, "stacks": x.changes.len()}))
+        .collect();
     json!({
         "before": {"file": c.before.display().to_string(), "duration_s": d.before_s, "total_ns": d.before_ns},
         "after": {"file": c.after.display().to_string(), "duration_s": d.after_s, "total_ns": d.after_ns},
@@ -272,7 +314,8 @@ fn document(d: &Diff, b: &Beside, c: &DiffConfig, limit: usize) -> Value {
 /// Folded lines with the before and after values (µs), the input of a
 /// differential flame graph.
 fn folded_lines(d: &Diff) -> Vec<String> {
-    let mut merged: std::collections::BTreeMap<String, (u64, u64)> = std::collections::BTreeMap::new();
+    let mut merged: std::collections::BTreeMap<String, (u64, u64)> =
+        std::collections::BTreeMap::new();
     for ch in &d.changes {
         let slot = merged.entry(diff::folded(&ch.key)).or_default();
         slot.0 += ch.before.map_or(0, |s| s.total_ns / 1000);

@@ -59,10 +59,19 @@ impl ViewFiles {
     pub fn write(self, report: &Report) -> Result<()> {
         if let Some(file) = self.svg {
             match self.shown {
-                View::Why { for_tid: Some(for_tid), by } => file.write(|out| report::why::PathSvg { for_tid, by }.write(report, out))?,
-                View::Locks { by } => file.write(|out| report::locks::LocksSvg { by }.write(report, out))?,
+                View::Why { for_tid: Some(for_tid), by } => {
+                    file.write(|out| report::why::PathSvg { for_tid, by }.write(report, out))?
+                }
+                View::Locks { by } => {
+                    file.write(|out| report::locks::LocksSvg { by }.write(report, out))?
+                }
                 _ => file.write(|out| {
-                    report::svg::FlameSvg { value: self.value, what: self.what, cgroup: self.cgroup_frames }.write(report, out)
+                    report::svg::FlameSvg {
+                        value: self.value,
+                        what: self.what,
+                        cgroup: self.cgroup_frames,
+                    }
+                    .write(report, out)
                 })?,
             }
         }
@@ -71,7 +80,9 @@ impl ViewFiles {
             file.write(|out| t.write(report, out))?;
         }
         if let Some(file) = self.pprof {
-            file.write(|out| report::pprof::Pprof { cgroup: self.cgroup_frames }.write(report, out))?;
+            file.write(|out| {
+                report::pprof::Pprof { cgroup: self.cgroup_frames }.write(report, out)
+            })?;
         }
         if let Some(file) = self.perfetto {
             file.write(|out| report::perfetto::Perfetto.write(report, out))?;

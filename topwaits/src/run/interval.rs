@@ -40,12 +40,20 @@ pub fn report(
         crate::analysis::what::label(&mut resolved.records, &whats, res);
     }
     let samples = resolved.records.split_off(sampled);
-    let events = crate::analysis::longwaits::events(resolved.records.split_off(aggregate), &events.states);
+    let events =
+        crate::analysis::longwaits::events(resolved.records.split_off(aggregate), &events.states);
     let mut counters = capture.counters.since(before);
     counters.user_stacks_cut = resolved.user_stacks_cut;
     // Records alike in all a report shows are one; the graphs keep threads apart.
     let records = reduce::merge(resolved.records, By::Thread);
-    Report { info: TraceInfo { by: By::Thread, ..info }, counters, records, objects: Default::default(), events, samples }
+    Report {
+        info: TraceInfo { by: By::Thread, ..info },
+        counters,
+        records,
+        objects: Default::default(),
+        events,
+        samples,
+    }
 }
 
 #[cfg(test)]
@@ -106,15 +114,27 @@ mod tests {
         sym.names.insert(0x100, "schedule".into());
         sym.names.insert(0x101, "schedule".into());
         let rows = vec![row(11, 1, 30, 3, 20), row(11, 2, 5, 1, 5), row(12, 1, 8, 1, 8)];
-        let events = Events { rows: vec![row(11, 1, 20, 1, 20)], states: vec![1], samples: Vec::new() };
-        let r = report(capture(rows, 6), events, &Counters::default(), info(), &mut sym, Some(&mut crate::analysis::what::tests::NoSystem));
+        let events =
+            Events { rows: vec![row(11, 1, 20, 1, 20)], states: vec![1], samples: Vec::new() };
+        let r = report(
+            capture(rows, 6),
+            events,
+            &Counters::default(),
+            info(),
+            &mut sym,
+            Some(&mut crate::analysis::what::tests::NoSystem),
+        );
         assert_eq!(r.records.len(), 2, "{:#?}", r.records);
         let t11 = r.records.iter().find(|x| x.tid == 11).unwrap();
         assert_eq!((t11.total_ns, t11.count, t11.max_ns), (35, 4, 20));
         assert_eq!(r.events.len(), 1);
         assert_eq!((r.events[0].record.max_ns, r.events[0].state), (20, 1));
         assert_eq!(r.events[0].record.kernel.frames()[0].symbol.as_deref(), Some("schedule"));
-        assert_eq!(r.info.by, By::Thread, "a trace's records are per thread; --by groups them when shown");
+        assert_eq!(
+            r.info.by,
+            By::Thread,
+            "a trace's records are per thread; --by groups them when shown"
+        );
         // One batch for the kernel, one per process, events included.
         assert_eq!((sym.kernel_calls, sym.user_calls), (1, 1));
     }

@@ -8,7 +8,12 @@ use crate::model::Report;
 use crate::report;
 
 /// Prints a report's view on stdout, its records merged as `--by` asks.
-pub fn show(report: &Report, view: crate::cli::View, output: &crate::cli::Output, by: crate::cli::By) -> Result<()> {
+pub fn show(
+    report: &Report,
+    view: crate::cli::View,
+    output: &crate::cli::Output,
+    by: crate::cli::By,
+) -> Result<()> {
     let grouped = crate::analysis::reduce::grouped(report, by);
     let format = report::for_output(view, output);
     super::write_quietly(|out| format.write(grouped.as_ref().unwrap_or(report), out))
@@ -20,10 +25,16 @@ pub fn run(c: &crate::cli::ReportConfig) -> Result<()> {
     let files = ViewFiles::create(&c.view, None)?;
     let report = crate::model::recording::read(&c.file, c.view.max_record_mib)?;
     if c.view.perfetto.is_some() && report.events.is_empty() {
-        anyhow::bail!("{} holds no long-wait events for --perfetto: record with --events-over or --perfetto", c.file.display());
+        anyhow::bail!(
+            "{} holds no long-wait events for --perfetto: record with --events-over or --perfetto",
+            c.file.display()
+        );
     }
     if c.wakeups && !report.info.waker {
-        anyhow::bail!("{} was recorded without wakers: --wakeups needs a trace recorded with -w", c.file.display());
+        anyhow::bail!(
+            "{} was recorded without wakers: --wakeups needs a trace recorded with -w",
+            c.file.display()
+        );
     }
     let view = if c.wakeups { crate::cli::View::Wakeups } else { crate::cli::View::OffCpu };
     show(&report, view, &c.view.output, c.view.by)?;

@@ -28,7 +28,12 @@ impl Status {
             None => String::new(),
         };
         let mut err = io::stderr();
-        let _ = write!(err, "\r\x1b[Ktopwaits: {el:.0} s{left}, {} waits recorded, {} lost", c.recorded, c.lost_total());
+        let _ = write!(
+            err,
+            "\r\x1b[Ktopwaits: {el:.0} s{left}, {} waits recorded, {} lost",
+            c.recorded,
+            c.lost_total()
+        );
         let _ = err.flush();
     }
 

@@ -32,7 +32,8 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     let clock = crate::util::clock::ClockPair::sample();
     // With --on-cpu, the samples' user stacks are walked as a trace's are.
     let cache = config.on_cpu.and_then(|_| super::unwind::open_cache(config.cache.as_deref()));
-    let (mut tracer, unwinder) = Tracer::start_threads(config, |maps| Unwinder::start(maps, &config.threads, cache))?;
+    let (mut tracer, unwinder) =
+        Tracer::start_threads(config, |maps| Unwinder::start(maps, &config.threads, cache))?;
     let unwinder = std::cell::RefCell::new(unwinder);
     let mut symbolizer = BlazeSymbolizer::default();
     let mut events = tracer.take_events()?;
@@ -49,7 +50,9 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     }
     let target = config.threads.describe();
     match config.duration {
-        Some(d) => crate::util::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64()),
+        Some(d) => {
+            crate::util::stderr::say!("Tracing threads of {target} for {:.1} s...", d.as_secs_f64())
+        }
         None => crate::util::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
     wait(
@@ -82,18 +85,30 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
                 cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
             };
             let samples = tracer.drain(None, &[])?;
-            Some(interval::report(samples, Default::default(), &Default::default(), info, &mut symbolizer, None))
+            Some(interval::report(
+                samples,
+                Default::default(),
+                &Default::default(),
+                info,
+                &mut symbolizer,
+                None,
+            ))
         }
         None => None,
     };
     drop(tracer);
     capture.threads.retain(|t| t.observed_ns() > 0);
-    let sleeps: std::collections::HashMap<u32, u64> = capture.threads.iter().map(|t| (t.tid, t.sleep_events)).collect();
-    let groups = crate::analysis::deps::reduce(&crate::analysis::deps::driving(&capture.edges, &sleeps));
+    let sleeps: std::collections::HashMap<u32, u64> =
+        capture.threads.iter().map(|t| (t.tid, t.sleep_events)).collect();
+    let groups =
+        crate::analysis::deps::reduce(&crate::analysis::deps::driving(&capture.edges, &sleeps));
     let duration_s = end_mono.saturating_sub(start_mono) as f64 / 1e9;
     let mut warnings = Vec::new();
     if capture.lost_threads > 0 {
-        warnings.push(format!("{} thread events did not fit into the full thread map; narrow the trace with -p/-t", capture.lost_threads));
+        warnings.push(format!(
+            "{} thread events did not fit into the full thread map; narrow the trace with -p/-t",
+            capture.lost_threads
+        ));
     }
     if capture.lost_deps > 0 {
         warnings
@@ -106,7 +121,10 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     for w in &warnings {
         crate::util::stderr::say!("topwaits: warning: {w}");
     }
-    let hot = sampled.as_ref().map(|r| crate::analysis::timeshare::hottest(r, HOT_STACKS)).unwrap_or_default();
+    let hot = sampled
+        .as_ref()
+        .map(|r| crate::analysis::timeshare::hottest(r, HOT_STACKS))
+        .unwrap_or_default();
     let report = crate::report::threads::ThreadsReport {
         threads: &capture.threads,
         edges: &capture.edges,
@@ -117,12 +135,27 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         hot: sampled.as_ref().zip(config.on_cpu).map(|(_, hz)| (hz, &hot)),
     };
     if let (Some(path), Some(file)) = (&config.rt_app, rt_app_file) {
-        let secs = config.rt_app_duration.unwrap_or_else(|| crate::analysis::rtapp::replay_seconds(duration_s));
-        let demand = if config.rt_app_wanted { crate::analysis::rtapp::Demand::Wanted } else { crate::analysis::rtapp::Demand::OnCpu };
-        let replay = crate::analysis::rtapp::Replay { duration_s: secs, demand, calibration: config.rt_app_calibration };
-        let doc = crate::analysis::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
+        let secs = config
+            .rt_app_duration
+            .unwrap_or_else(|| crate::analysis::rtapp::replay_seconds(duration_s));
+        let demand = if config.rt_app_wanted {
+            crate::analysis::rtapp::Demand::Wanted
+        } else {
+            crate::analysis::rtapp::Demand::OnCpu
+        };
+        let replay = crate::analysis::rtapp::Replay {
+            duration_s: secs,
+            demand,
+            calibration: config.rt_app_calibration,
+        };
+        let doc =
+            crate::analysis::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
         file.write_quiet(|out| out.write_all(doc.render().as_bytes()))?;
-        crate::util::stderr::say!("Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}", path.display(), path.display());
+        crate::util::stderr::say!(
+            "Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}",
+            path.display(),
+            path.display()
+        );
     }
     let format: &dyn Format<_> = if config.json { &threads::Json } else { &threads::Table };
     write_quietly(|out| format.write(&report, out))

@@ -50,7 +50,9 @@ fn load_learners(
     match loaded {
         Ok(Ok(())) => log::debug!("kernel stack learners in place"),
         // Stacks stay exact, only every one is unwound.
-        Ok(Err(e)) => log::warn!("kernel stacks will not be reused: {}", crate::util::stderr::error_line(&e)),
+        Ok(Err(e)) => {
+            log::warn!("kernel stacks will not be reused: {}", crate::util::stderr::error_line(&e))
+        }
         Err(_) => log::warn!("kernel stacks will not be reused: the loading thread panicked"),
     }
 }
@@ -68,7 +70,10 @@ pub(super) fn seed_waits(tracer: &mut Tracer, cache: Option<crate::stacks::cfi::
     let seeded = match tracer.seed_waits() {
         Ok(s) => s,
         Err(e) => {
-            log::warn!("the waits in progress as the trace begins are not recorded: {}", crate::util::stderr::error_line(&e));
+            log::warn!(
+                "the waits in progress as the trace begins are not recorded: {}",
+                crate::util::stderr::error_line(&e)
+            );
             return;
         }
     };
@@ -81,10 +86,18 @@ pub(super) fn seed_waits(tracer: &mut Tracer, cache: Option<crate::stacks::cfi::
         match tracer.hand_back(w, &frames) {
             Ok(true) => handed += 1,
             Ok(false) => {}
-            Err(e) => log::debug!("the stack of tid {} was not handed back: {}", w.tid, crate::util::stderr::error_line(&e)),
+            Err(e) => log::debug!(
+                "the stack of tid {} was not handed back: {}",
+                w.tid,
+                crate::util::stderr::error_line(&e)
+            ),
         }
     }
-    log::debug!("{} waits in progress at the start, {handed} user stacks walked in {:?}", seeded.len(), t0.elapsed());
+    log::debug!(
+        "{} waits in progress at the start, {handed} user stacks walked in {:?}",
+        seeded.len(),
+        t0.elapsed()
+    );
 }
 
 /// Hands a process event (None: a beat) to the symbolizer and the unwinder;
@@ -126,8 +139,11 @@ pub fn run(config: &Config) -> Result<()> {
     preflight(&config.threads)?;
     // Watched from before attaching: a process that exits meanwhile ends the trace.
     let mut targets = pidfds(&config.threads);
-    let mut files = Some(ViewFiles::create(&config.shown, config.record.as_deref())?.shown(config.view));
-    if config.stacks != crate::cli::Stacks::UserOnly && crate::sys::kallsyms::addresses_hidden_in_sys() {
+    let mut files =
+        Some(ViewFiles::create(&config.shown, config.record.as_deref())?.shown(config.view));
+    if config.stacks != crate::cli::Stacks::UserOnly
+        && crate::sys::kallsyms::addresses_hidden_in_sys()
+    {
         crate::util::stderr::say!(
             "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
             std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into())
@@ -137,7 +153,8 @@ pub fn run(config: &Config) -> Result<()> {
     // Before the programs attach: the tables of -p/-t processes are built first,
     // so that their waits are walked whole from the first.
     let cache = super::unwind::open_cache(config.cache.as_deref());
-    let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
+    let (mut tracer, unwinder) =
+        Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
     let unwinder = std::cell::RefCell::new(unwinder);
     seed_waits(&mut tracer, cache.clone());
     let target = config.target();
@@ -148,21 +165,25 @@ pub fn run(config: &Config) -> Result<()> {
         crate::cli::View::OffCpu => "off-CPU waits",
     };
     match config.duration {
-        Some(d) => crate::util::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64()),
+        Some(d) => {
+            crate::util::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64())
+        }
         None => crate::util::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
     }
     let (mut symbolizer, mut events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
     let mut snapshots = crate::analysis::snapshot::Snapshotter::default();
     snapshots.set_cache(cache);
     let start_mono = tracer.attached_mono();
-    let lost_at_start = if config.open_waits { crate::sys::schedclock::lost_ns() } else { Default::default() };
+    let lost_at_start =
+        if config.open_waits { crate::sys::schedclock::lost_ns() } else { Default::default() };
     let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
     // The duration and the interval grid count from the attach, not from the
     // end of the loading above, so that an interval is as long as asked and
     // the trace as long as its duration.
     let since_attach = Duration::from_nanos(monotonic_now().saturating_sub(start_mono));
-    let t0 = std::time::Instant::now().checked_sub(since_attach).unwrap_or_else(std::time::Instant::now);
+    let t0 =
+        std::time::Instant::now().checked_sub(since_attach).unwrap_or_else(std::time::Instant::now);
     let deadline = config.duration.map(|d| t0 + d);
     let format = report::for_output(config.view, &config.shown.output);
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
@@ -175,7 +196,8 @@ pub fn run(config: &Config) -> Result<()> {
         // reporting one interval does not delay the next.
         let now = std::time::Instant::now();
         let left = deadline.map(|d| d.saturating_duration_since(now));
-        let next = config.interval.map(|i| (t0 + i * (round as u32 + 1)).saturating_duration_since(now));
+        let next =
+            config.interval.map(|i| (t0 + i * (round as u32 + 1)).saturating_duration_since(now));
         let slice = match (next, left) {
             (Some(i), Some(l)) => Some(i.min(l)),
             (i, l) => i.or(l),
@@ -183,12 +205,19 @@ pub fn run(config: &Config) -> Result<()> {
         crate::sys::heap::for_tracing();
         let end = {
             let tracer = &tracer;
-            wait(slice, &mut targets, &mut events, &mut long, &mut |e| on_event(&mut symbolizer, &unwinder, e), &mut || {
-                if let Ok(c) = tracer.counters() {
-                    status.show(&c);
-                }
-                unwinder.borrow_mut().sweep();
-            })?
+            wait(
+                slice,
+                &mut targets,
+                &mut events,
+                &mut long,
+                &mut |e| on_event(&mut symbolizer, &unwinder, e),
+                &mut || {
+                    if let Ok(c) = tracer.counters() {
+                        status.show(&c);
+                    }
+                    unwinder.borrow_mut().sweep();
+                },
+            )?
         };
         status.clear();
         crate::sys::heap::for_report();
@@ -197,7 +226,9 @@ pub fn run(config: &Config) -> Result<()> {
             || deadline.is_some_and(|d| std::time::Instant::now() >= d);
         match end {
             End::Signal(s) => log::info!("{s}: ending the trace early"),
-            End::TargetsExited => crate::util::stderr::say!("topwaits: {target}: every traced process has exited; ending the trace"),
+            End::TargetsExited => crate::util::stderr::say!(
+                "topwaits: {target}: every traced process has exited; ending the trace"
+            ),
             End::Duration => {}
         }
         if finished {
@@ -216,22 +247,47 @@ pub fn run(config: &Config) -> Result<()> {
                 (std::mem::take(&mut l.got), std::mem::take(&mut l.samples))
             })
             .unwrap_or_default();
-        let (rows, states): (Vec<_>, Vec<u32>) = got.iter().map(|e| crate::analysis::longwaits::raw(e, config.waker)).unzip();
+        let (rows, states): (Vec<_>, Vec<u32>) =
+            got.iter().map(|e| crate::analysis::longwaits::raw(e, config.waker)).unzip();
         let period = config.on_cpu.map(crate::bpf::period_ns).unwrap_or(0);
         let samples: Vec<_> = sent_samples
             .iter()
-            .map(|e| crate::bpf::sample_record(&e.key, &topwaits_common::SampleVal { count: 1, last_ns: e.at }, period))
+            .map(|e| {
+                crate::bpf::sample_record(
+                    &e.key,
+                    &topwaits_common::SampleVal { count: 1, last_ns: e.at },
+                    period,
+                )
+            })
             .collect();
-        let mut capture =
-            if finished { tracer.drain(open_at, &[&rows[..], &samples[..]].concat())? } else { tracer.drain_and_clear(open_at)? };
-        if config.open_waits && crate::analysis::open::any_unseen(config, &capture, std::process::id()) {
+        let mut capture = if finished {
+            tracer.drain(open_at, &[&rows[..], &samples[..]].concat())?
+        } else {
+            tracer.drain_and_clear(open_at)?
+        };
+        if config.open_waits
+            && crate::analysis::open::any_unseen(config, &capture, std::process::id())
+        {
             // Frame pointers of the threads blocked since before the trace.
             match tracer.task_regs() {
                 Ok(regs) => snapshots.set_regs(regs),
-                Err(e) => log::info!("no task registers: stacks needing a frame pointer are cut ({})", crate::util::stderr::error_line(&e)),
+                Err(e) => log::info!(
+                    "no task registers: stacks needing a frame pointer are cut ({})",
+                    crate::util::stderr::error_line(&e)
+                ),
             }
-            let span = crate::analysis::open::Span { start: start_mono, end: end_mono, lost_at_start: lost_at_start.clone() };
-            crate::analysis::open::add_waits_before_trace(config, &mut capture, &mut snapshots, span, std::process::id());
+            let span = crate::analysis::open::Span {
+                start: start_mono,
+                end: end_mono,
+                lost_at_start: lost_at_start.clone(),
+            };
+            crate::analysis::open::add_waits_before_trace(
+                config,
+                &mut capture,
+                &mut snapshots,
+                span,
+                std::process::id(),
+            );
         }
         total = capture.counters;
         let info = TraceInfo {
@@ -248,8 +304,16 @@ pub fn run(config: &Config) -> Result<()> {
             cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
         };
         resolver.next_interval();
-        let labels = config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
-        let mut report = interval::report(capture, interval::Events { rows, states, samples }, &before, info, &mut symbolizer, labels);
+        let labels =
+            config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
+        let mut report = interval::report(
+            capture,
+            interval::Events { rows, states, samples },
+            &before,
+            info,
+            &mut symbolizer,
+            labels,
+        );
         let grouped = crate::analysis::reduce::grouped(&report, config.shown.by);
         write_quietly(|out| {
             if !config.print {
@@ -273,7 +337,8 @@ pub fn run(config: &Config) -> Result<()> {
         }
         if let Some(files) = files.take() {
             if files.need_objects() {
-                report.objects = crate::stacks::objects::Objects::default().of_records(&report.records, |t| symbolizer.file_maps(t));
+                report.objects = crate::stacks::objects::Objects::default()
+                    .of_records(&report.records, |t| symbolizer.file_maps(t));
             }
             files.write(&report)?;
         }
@@ -307,15 +372,26 @@ pub fn run(config: &Config) -> Result<()> {
 /// What separates interval reports: a header with the interval's wall-clock end in
 /// the top view, a blank line between folded blocks, nothing in JSON (one document
 /// per line).
-pub fn interval_frame(out: &mut dyn Write, output: &crate::cli::Output, round: usize, report: &Report) -> io::Result<()> {
+pub fn interval_frame(
+    out: &mut dyn Write,
+    output: &crate::cli::Output,
+    round: usize,
+    report: &Report,
+) -> io::Result<()> {
     use crate::cli::Output;
     match output {
         Output::Top { .. } => writeln!(
             out,
             "{}=== interval ending {} {} ===",
             if round > 0 { "\n" } else { "" },
-            crate::util::clock::date(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s),
-            crate::util::clock::hms_millis(report.info.clock.wall(report.info.end_mono), report.info.utc_offset_s)
+            crate::util::clock::date(
+                report.info.clock.wall(report.info.end_mono),
+                report.info.utc_offset_s
+            ),
+            crate::util::clock::hms_millis(
+                report.info.clock.wall(report.info.end_mono),
+                report.info.utc_offset_s
+            )
         ),
         Output::Folded { .. } if round > 0 => writeln!(out),
         _ => Ok(()),

@@ -35,7 +35,11 @@ impl Unwinder {
     /// programs attach: the processes of `-p`/`-t` are read at once, and their
     /// tables waited for (up to [`TARGETS_SETTLE`]), so that their first waits
     /// are walked whole.
-    pub fn start(maps: Option<UnwindMaps>, threads: &Threads, cache: Option<Cache>) -> Result<Unwinder> {
+    pub fn start(
+        maps: Option<UnwindMaps>,
+        threads: &Threads,
+        cache: Option<Cache>,
+    ) -> Result<Unwinder> {
         let Some(mut maps) = maps else { return Ok(Unwinder(None)) };
         let mut loader = Loader::new(&mut maps, cache)?;
         let mut python = Tracker::default();
@@ -43,7 +47,10 @@ impl Unwinder {
             Threads::Pids(p) => p.clone(),
             Threads::Tids(t) => t.iter().filter_map(|&t| procfs::tgid_of(t)).collect(),
             Threads::Cgroup(cg, _) => {
-                let mut p: Vec<u32> = crate::sys::cgroup::threads_in(cg).into_iter().filter_map(procfs::tgid_of).collect();
+                let mut p: Vec<u32> = crate::sys::cgroup::threads_in(cg)
+                    .into_iter()
+                    .filter_map(procfs::tgid_of)
+                    .collect();
                 p.sort_unstable();
                 p.dedup();
                 p
@@ -51,7 +58,10 @@ impl Unwinder {
             _ => Vec::new(),
         };
         for tgid in tgids {
-            loader.on_event(Some(ProcEvent { tgid, kind: proc_event::SEEN, ..Default::default() }), &mut maps);
+            loader.on_event(
+                Some(ProcEvent { tgid, kind: proc_event::SEEN, ..Default::default() }),
+                &mut maps,
+            );
         }
         loader.settle(TARGETS_SETTLE, &mut maps);
         for (tgid, code) in loader.take_fresh() {
@@ -78,7 +88,8 @@ impl Unwinder {
         // A table being read or built is put in place soon after: the first
         // waits of a program just started are walked meanwhile.
         let beat = if loader.idle() { BEAT } else { TABLE_BEAT };
-        let reopen = loader.next_reopen().map(|at| at.saturating_duration_since(std::time::Instant::now()));
+        let reopen =
+            loader.next_reopen().map(|at| at.saturating_duration_since(std::time::Instant::now()));
         sooner(sooner(tables.then_some(beat), interpreters), reopen)
     }
 
@@ -104,7 +115,10 @@ impl Unwinder {
 
     /// What did not fit, and the interpreters whose frames could not be named.
     pub fn warnings(&self) -> Vec<String> {
-        self.0.as_ref().map(|(l, p, _)| l.stats.warnings().into_iter().chain(p.warnings()).collect()).unwrap_or_default()
+        self.0
+            .as_ref()
+            .map(|(l, p, _)| l.stats.warnings().into_iter().chain(p.warnings()).collect())
+            .unwrap_or_default()
     }
 }
 

@@ -66,7 +66,10 @@ pub fn wait(
     tick: &mut dyn FnMut(),
 ) -> Result<End> {
     use tokio::io::unix::AsyncFd;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("failed to start the async runtime")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")?;
     rt.block_on(async {
         // One that came while attaching, or between two waits, is read now.
         // SAFETY: the AsyncFd owns the signalfd, which stays open and the same
@@ -238,7 +241,9 @@ fn ending_signals() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         let mut hup: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut hup) != 0 || hup.sa_sigaction != libc::SIG_IGN {
+        if libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut hup) != 0
+            || hup.sa_sigaction != libc::SIG_IGN
+        {
             libc::sigaddset(&mut set, libc::SIGHUP);
         }
         set
@@ -277,7 +282,9 @@ impl SignalFd {
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
         // SAFETY: reads at most `size` bytes into `info`.
-        let n = unsafe { libc::read(self.0.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        let n = unsafe {
+            libc::read(self.0.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size)
+        };
         (n == size as isize).then_some(match info.ssi_signo as i32 {
             libc::SIGINT => "SIGINT",
             libc::SIGTERM => "SIGTERM",
@@ -329,7 +336,11 @@ mod tests {
         r.woken(ms(101));
         // An event written without a wakeup at 100 ms + 3.9 is read at 105.
         let due = r.next.unwrap();
-        assert!(due > ms(100) + Duration::from_micros(3_900) && due <= ms(100) + 2 * period, "{:?}", due - t0);
+        assert!(
+            due > ms(100) + Duration::from_micros(3_900) && due <= ms(100) + 2 * period,
+            "{:?}",
+            due - t0
+        );
         // That read finds it and arms the next; the one after finds none and stops.
         r.read(due, 1);
         assert_eq!(r.next, Some(due + period));

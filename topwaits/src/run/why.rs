@@ -22,13 +22,21 @@ pub fn run(c: WhyConfig) -> Result<()> {
 pub(super) fn recorded(file: &std::path::Path, max_mib: u64) -> Result<Report> {
     let report = crate::model::recording::read(file, max_mib)?;
     if !report.info.waker || report.events.is_empty() {
-        bail!("{} holds no waits with their wakers: record it with `topwaits record --why`", file.display());
+        bail!(
+            "{} holds no waits with their wakers: record it with `topwaits record --why`",
+            file.display()
+        );
     }
     Ok(report)
 }
 
 /// Shows a recorded trace as `shown` says, writes its files, and says its warnings.
-pub(super) fn show(report: &Report, shown: View, view: &ViewConfig, files: super::files::ViewFiles) -> Result<()> {
+pub(super) fn show(
+    report: &Report,
+    shown: View,
+    view: &ViewConfig,
+    files: super::files::ViewFiles,
+) -> Result<()> {
     super::report::show(report, shown, &view.output, By::Thread)?;
     files.write(report)?;
     for w in report.counters.warnings() {

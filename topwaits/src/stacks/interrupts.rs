@@ -37,7 +37,9 @@ fn softirq_of_the_task<F: AsRef<Frame>>(frames: &[F], entry: usize) -> bool {
         && !frames.iter().any(|f| is_interrupt_entry(name(f)) && !is_softirq_entry(name(f)))
         && frames[entry + 1..].iter().take(3).any(|f| {
             let n = name(f);
-            n.starts_with("__local_bh_enable") || n.starts_with("local_bh_enable") || n.starts_with("_local_bh_enable")
+            n.starts_with("__local_bh_enable")
+                || n.starts_with("local_bh_enable")
+                || n.starts_with("_local_bh_enable")
         })
 }
 
@@ -153,8 +155,13 @@ mod tests {
     fn a_hard_interrupt_inside_a_task_run_softirq_is_still_an_interrupt() {
         // A timer interrupt that hit while the task ran its softirqs, and woke
         // someone itself.
-        let mut frames =
-            vec!["try_to_wake_up", "hrtimer_wakeup", "hrtimer_interrupt", "sysvec_apic_timer_interrupt", "asm_sysvec_apic_timer_interrupt"];
+        let mut frames = vec![
+            "try_to_wake_up",
+            "hrtimer_wakeup",
+            "hrtimer_interrupt",
+            "sysvec_apic_timer_interrupt",
+            "asm_sysvec_apic_timer_interrupt",
+        ];
         frames.extend_from_slice(&LOOPBACK_SEND[2..]);
         let mut h = hop_with(&frames);
         classify_interrupt(&mut h);
@@ -164,7 +171,14 @@ mod tests {
 
     #[test]
     fn ksoftirqd_running_softirqs_is_still_an_interrupt() {
-        let mut h = hop_with(&["try_to_wake_up", "net_rx_action", "handle_softirqs", "run_ksoftirqd", "smpboot_thread_fn", "kthread"]);
+        let mut h = hop_with(&[
+            "try_to_wake_up",
+            "net_rx_action",
+            "handle_softirqs",
+            "run_ksoftirqd",
+            "smpboot_thread_fn",
+            "kthread",
+        ]);
         classify_interrupt(&mut h);
         assert!(h.interrupt);
     }

@@ -17,7 +17,11 @@ pub struct Objects {
 
 impl Objects {
     /// The mappings of every process whose records have user frames.
-    pub fn of_records(&mut self, records: &[Record], mut maps_of: impl FnMut(u32) -> Vec<Mapping>) -> HashMap<u32, Vec<ObjectMap>> {
+    pub fn of_records(
+        &mut self,
+        records: &[Record],
+        mut maps_of: impl FnMut(u32) -> Vec<Mapping>,
+    ) -> HashMap<u32, Vec<ObjectMap>> {
         let mut out = HashMap::new();
         for r in records.iter().filter(|r| !r.user.frames().is_empty()) {
             if out.contains_key(&r.tgid) {
@@ -35,13 +39,19 @@ impl Objects {
         maps.sort_by_key(|m| m.start);
         maps.into_iter()
             .map(|m| {
-                let file = crate::sys::procfs::path_in(tgid, foreign, &m.path).to_string_lossy().into_owned();
+                let file = crate::sys::procfs::path_in(tgid, foreign, &m.path)
+                    .to_string_lossy()
+                    .into_owned();
                 let build_id = self
                     .build_ids
                     .entry(file.clone())
                     .or_insert_with(|| crate::stacks::symbolize::build_id_hex(&file).map(Arc::from))
                     .clone();
-                let path = self.paths.entry(m.path.clone()).or_insert_with(|| m.path.as_str().into()).clone();
+                let path = self
+                    .paths
+                    .entry(m.path.clone())
+                    .or_insert_with(|| m.path.as_str().into())
+                    .clone();
                 ObjectMap { start: m.start, end: m.end, offset: m.offset, path, build_id }
             })
             .collect()
@@ -59,8 +69,20 @@ mod tests {
         let maps = |tgid: u32| {
             assert_eq!(tgid, 100, "only the process with user frames is asked");
             vec![
-                Mapping { start: 0x5000, end: 0x6000, offset: 0x1000, path: exe.clone(), ..Default::default() },
-                Mapping { start: 0x1000, end: 0x2000, offset: 0, path: "/nonexistent/lib.so".into(), ..Default::default() },
+                Mapping {
+                    start: 0x5000,
+                    end: 0x6000,
+                    offset: 0x1000,
+                    path: exe.clone(),
+                    ..Default::default()
+                },
+                Mapping {
+                    start: 0x1000,
+                    end: 0x2000,
+                    offset: 0,
+                    path: "/nonexistent/lib.so".into(),
+                    ..Default::default()
+                },
             ]
         };
         let got = Objects::default().of_records(&report().records, maps);

@@ -112,7 +112,9 @@ impl<'a> Walker<'a> {
                         insn & 0xfc00_0000 == 0x9400_0000 || insn & 0xffff_fc1f == 0xd63f_0000
                     })
             }
-            Arch::X86_64 => addr >= 7 && self.pages.bytes(addr - 7, 7).is_some_and(|b| follows_x86_call(&b)),
+            Arch::X86_64 => {
+                addr >= 7 && self.pages.bytes(addr - 7, 7).is_some_and(|b| follows_x86_call(&b))
+            }
         }
     }
 
@@ -122,13 +124,16 @@ impl<'a> Walker<'a> {
         match self.arch {
             Arch::X86_64 => {
                 let b = self.pages.bytes(ret.checked_sub(5)?, 5)?;
-                (b[0] == 0xe8).then(|| ret.wrapping_add_signed(i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as i64))
+                (b[0] == 0xe8).then(|| {
+                    ret.wrapping_add_signed(i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as i64)
+                })
             }
             Arch::Aarch64 => {
                 let b = self.pages.bytes(ret.checked_sub(4)?, 4)?;
                 let insn = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 // BL imm26: a signed word offset from the BL itself.
-                (insn & 0xfc00_0000 == 0x9400_0000).then(|| (ret - 4).wrapping_add_signed((((insn << 6) as i32) >> 4) as i64))
+                (insn & 0xfc00_0000 == 0x9400_0000)
+                    .then(|| (ret - 4).wrapping_add_signed((((insn << 6) as i32) >> 4) as i64))
             }
             Arch::Other => None,
         }
@@ -210,7 +215,11 @@ pub const LEAF_SPAN: u64 = 4096;
 /// frame-pointer walk already has it as frame 1 (the leaf had a frame, so its
 /// caller is there). `frames` is the walked stack, leaf first; `calls_leaf(w, pc)`
 /// says whether `w` follows a call that can have entered the function at `pc`.
-pub fn leaf_caller(frames: &[u64], words: &[u64], mut calls_leaf: impl FnMut(u64, u64) -> bool) -> Option<u64> {
+pub fn leaf_caller(
+    frames: &[u64],
+    words: &[u64],
+    mut calls_leaf: impl FnMut(u64, u64) -> bool,
+) -> Option<u64> {
     let pc = *frames.first()?;
     let c = words.iter().copied().find(|&w| w != pc && calls_leaf(w, pc))?;
     (frames.get(1) != Some(&c)).then_some(c)
@@ -239,7 +248,8 @@ pub fn follows_x86_call(b: &[u8]) -> bool {
     if n < 7 {
         return false;
     }
-    let call_ff = |at: usize, modrm_ok: &dyn Fn(u8) -> bool| b[n - at] == 0xff && modrm_ok(b[n - at + 1]);
+    let call_ff =
+        |at: usize, modrm_ok: &dyn Fn(u8) -> bool| b[n - at] == 0xff && modrm_ok(b[n - at + 1]);
     let reg2 = |m: u8| (m >> 3) & 7 == 2;
     b[n - 5] == 0xe8
         // FF D0+r: call reg; FF 10+r: call [reg] (not SIB 14, not rip 15).
@@ -345,7 +355,10 @@ mod tests {
         assert!(w.calls_leaf(CODE + 0x403, pc), "an indirect call");
         assert!(!w.calls_leaf(DATA + 0x20, pc), "not code");
         let words = [DATA + 0x20, CODE + 0x205, CODE + 0x105];
-        assert_eq!(leaf_caller(&[pc, CODE + 0x1f00], &words, |a, p| w.calls_leaf(a, p)), Some(CODE + 0x105));
+        assert_eq!(
+            leaf_caller(&[pc, CODE + 0x1f00], &words, |a, p| w.calls_leaf(a, p)),
+            Some(CODE + 0x105)
+        );
     }
 
     #[test]
@@ -416,7 +429,10 @@ mod tests {
         let regions = regions();
         assert!(Walker::new(&regions, &m, Arch::X86_64).walk(DATA + 4, sp).is_empty());
         // sp outside any mapping: only the pc.
-        assert_eq!(Walker::new(&regions, &m, Arch::X86_64).walk(CODE + 0x10, 0x10), vec![CODE + 0x10]);
+        assert_eq!(
+            Walker::new(&regions, &m, Arch::X86_64).walk(CODE + 0x10, 0x10),
+            vec![CODE + 0x10]
+        );
         let empty = Fake::default();
         let regions = regions.clone();
         let got = Walker::new(&regions, &empty, Arch::Other).walk(CODE + 0x10, 0x6000_0000);

@@ -16,7 +16,8 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// BTF directory its root, in which no `/sys/kernel/btf/vmlinux` exists. For a
 /// thread that does one job and ends.
 pub fn hide_from_this_thread() -> std::io::Result<()> {
-    let dir = std::ffi::CString::new(VMLINUX_BTF.rsplit_once('/').map_or("/", |(d, _)| d)).map_err(std::io::Error::other)?;
+    let dir = std::ffi::CString::new(VMLINUX_BTF.rsplit_once('/').map_or("/", |(d, _)| d))
+        .map_err(std::io::Error::other)?;
     // SAFETY: plain syscalls; `dir` is a NUL-terminated string that outlives the call.
     if unsafe { libc::unshare(libc::CLONE_FS) } != 0 || unsafe { libc::chroot(dir.as_ptr()) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -79,7 +80,7 @@ fn extra_len(kind: u32, vlen: u32) -> Option<usize> {
         3 => 12,                      // ARRAY
         4 | 5 | 15 | 19 => 12 * vlen, // STRUCT, UNION, DATASEC, ENUM64
         6 | 13 => 8 * vlen,           // ENUM, FUNC_PROTO
-        2 | 7..=12 | 16 | 18 => 0,    // PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT, TYPE_TAG
+        2 | 7..=12 | 16 | 18 => 0, // PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT, TYPE_TAG
         _ => return None,
     })
 }
@@ -100,7 +101,8 @@ impl<'a> Btf<'a> {
         }
         let hdr_len = u32_at(data, 4).ok_or(bad("header"))? as usize;
         let field = |at| u32_at(data, at).map(|v| v as usize).ok_or(bad("header"));
-        let (type_off, type_len, str_off, str_len) = (field(8)?, field(12)?, field(16)?, field(20)?);
+        let (type_off, type_len, str_off, str_len) =
+            (field(8)?, field(12)?, field(16)?, field(20)?);
         let range = |off: usize, len: usize| {
             let start = hdr_len.checked_add(off)?;
             data.get(start..start.checked_add(len)?)
@@ -159,25 +161,40 @@ impl<'a> Btf<'a> {
     /// structs and unions flattened in. Bitfields are left out.
     pub fn member_offsets(&self, name: &str) -> Result<HashMap<String, u32>, BtfError> {
         let id = (1..self.types.len())
-            .find(|&id| self.rec(id).is_some_and(|t| t.kind == KIND_STRUCT && t.size > 0 && self.name_is(t.name_off, name.as_bytes())))
+            .find(|&id| {
+                self.rec(id).is_some_and(|t| {
+                    t.kind == KIND_STRUCT && t.size > 0 && self.name_is(t.name_off, name.as_bytes())
+                })
+            })
             .ok_or_else(|| BtfError::NoStruct(name.to_string()))?;
         let mut out = HashMap::new();
         self.walk(id, 0, 0, &mut out)?;
         Ok(out)
     }
 
-    fn walk(&self, id: usize, base_bits: u64, depth: usize, out: &mut HashMap<String, u32>) -> Result<(), BtfError> {
+    fn walk(
+        &self,
+        id: usize,
+        base_bits: u64,
+        depth: usize,
+        out: &mut HashMap<String, u32>,
+    ) -> Result<(), BtfError> {
         let t = self.rec(id).ok_or(BtfError::Malformed("type id"))?;
         for i in 0..t.vlen as usize {
             let at = t.extra + i * 12;
             let m = |k| u32_at(self.data, at + k).ok_or(BtfError::Malformed("member"));
             let (name_off, type_id, raw_off) = (m(0)?, m(4)?, m(8)?);
-            let (bits, bitfield) = if t.kind_flag { (raw_off & 0x00ff_ffff, raw_off >> 24 != 0) } else { (raw_off, false) };
+            let (bits, bitfield) = if t.kind_flag {
+                (raw_off & 0x00ff_ffff, raw_off >> 24 != 0)
+            } else {
+                (raw_off, false)
+            };
             let bits = base_bits + bits as u64;
             let mname = self.name(name_off);
             if mname.is_empty() {
                 if let Some(inner) = self.rec(type_id as usize) {
-                    if (inner.kind == KIND_STRUCT || inner.kind == KIND_UNION) && depth < MAX_DEPTH {
+                    if (inner.kind == KIND_STRUCT || inner.kind == KIND_UNION) && depth < MAX_DEPTH
+                    {
                         self.walk(type_id as usize, bits, depth + 1, out)?;
                     }
                 }
@@ -186,7 +203,8 @@ impl<'a> Btf<'a> {
             if bitfield || !bits.is_multiple_of(8) {
                 continue;
             }
-            let bytes = u32::try_from(bits / 8).map_err(|_| BtfError::Malformed("member offset"))?;
+            let bytes =
+                u32::try_from(bits / 8).map_err(|_| BtfError::Malformed("member offset"))?;
             out.entry(String::from_utf8_lossy(mname).into_owned()).or_insert(bytes);
         }
         Ok(())
@@ -216,7 +234,11 @@ pub use topwaits_common::TaskOffsets;
 /// when either is unknown.
 fn nested(btf: &Btf, base: Option<u32>, outer: &str, inner: &str) -> u32 {
     let Some(base) = base else { return u32::MAX };
-    btf.member_offsets(outer).ok().and_then(|m| m.get(inner).copied()).and_then(|o| base.checked_add(o)).unwrap_or(u32::MAX)
+    btf.member_offsets(outer)
+        .ok()
+        .and_then(|m| m.get(inner).copied())
+        .and_then(|o| base.checked_add(o))
+        .unwrap_or(u32::MAX)
 }
 
 /// Reading [`TaskOffsets`] from the kernel's BTF.
@@ -232,7 +254,12 @@ impl FromBtf for TaskOffsets {
     fn from_bytes(data: &[u8]) -> Result<Self, BtfError> {
         let btf = Btf::parse(data)?;
         let m = btf.member_offsets("task_struct")?;
-        let get = |name: &str| m.get(name).copied().ok_or_else(|| BtfError::NoMember { strukt: "task_struct".into(), member: name.into() });
+        let get = |name: &str| {
+            m.get(name).copied().ok_or_else(|| BtfError::NoMember {
+                strukt: "task_struct".into(),
+                member: name.into(),
+            })
+        };
         Ok(TaskOffsets {
             pid: get("pid")?,
             tgid: get("tgid")?,
@@ -260,15 +287,20 @@ impl FromBtf for TaskOffsets {
 
 /// `parse` of the BTF file at `path`: mapped where the kernel allows it (6.16
 /// on, and only privately), which spares copying its 5-6 MiB, read otherwise.
-fn with_bytes<T>(path: &Path, parse: impl FnOnce(&[u8]) -> Result<T, BtfError>) -> anyhow::Result<T> {
+fn with_bytes<T>(
+    path: &Path,
+    parse: impl FnOnce(&[u8]) -> Result<T, BtfError>,
+) -> anyhow::Result<T> {
     use anyhow::Context as _;
-    let file = std::fs::File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
     // SAFETY: the kernel's BTF is read-only and never changes while mapped.
     let parsed = match unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) } {
         Ok(map) => parse(&map),
         Err(_) => {
             let mut data = Vec::with_capacity(file.metadata().map_or(0, |m| m.len() as usize));
-            std::io::Read::read_to_end(&mut &file, &mut data).with_context(|| format!("failed to read {}", path.display()))?;
+            std::io::Read::read_to_end(&mut &file, &mut data)
+                .with_context(|| format!("failed to read {}", path.display()))?;
             parse(&data)
         }
     };
@@ -280,7 +312,9 @@ pub fn cgroup_offsets(data: &[u8], f: &mut topwaits_common::CgroupFilter) -> Res
     let btf = Btf::parse(data)?;
     let cgroup = btf.member_offsets("cgroup")?;
     let get = |m: &HashMap<String, u32>, s: &str, name: &str| {
-        m.get(name).copied().ok_or_else(|| BtfError::NoMember { strukt: s.into(), member: name.into() })
+        m.get(name)
+            .copied()
+            .ok_or_else(|| BtfError::NoMember { strukt: s.into(), member: name.into() })
     };
     f.off_root = get(&cgroup, "cgroup", "root")?;
     f.off_level = get(&cgroup, "cgroup", "level")?;
@@ -293,7 +327,8 @@ pub fn cgroup_offsets(data: &[u8], f: &mut topwaits_common::CgroupFilter) -> Res
     f.off_hierarchy_id = get(&btf.member_offsets("cgroup_root")?, "cgroup_root", "hierarchy_id")?;
     f.off_kn_id = get(&btf.member_offsets("kernfs_node")?, "kernfs_node", "id")?;
     // Optional: without them a child follows its parent, as on v1.
-    let task_cgroups = btf.member_offsets("task_struct").ok().and_then(|m| m.get("cgroups").copied());
+    let task_cgroups =
+        btf.member_offsets("task_struct").ok().and_then(|m| m.get("cgroups").copied());
     let dfl_cgrp = btf.member_offsets("css_set").ok().and_then(|m| m.get("dfl_cgrp").copied());
     if let (Some(t), Some(d)) = (task_cgroups, dfl_cgrp) {
         (f.off_task_cgroups, f.off_dfl_cgrp) = (t, d);
@@ -302,7 +337,10 @@ pub fn cgroup_offsets(data: &[u8], f: &mut topwaits_common::CgroupFilter) -> Res
 }
 
 /// Reads [`cgroup_offsets`] from the running kernel's BTF at `path`.
-pub fn cgroup_offsets_into(path: &Path, f: &mut topwaits_common::CgroupFilter) -> anyhow::Result<()> {
+pub fn cgroup_offsets_into(
+    path: &Path,
+    f: &mut topwaits_common::CgroupFilter,
+) -> anyhow::Result<()> {
     with_bytes(path, |data| cgroup_offsets(data, f))
 }
 
@@ -329,7 +367,15 @@ pub(crate) mod tests {
             self.strings.push(0);
             off
         }
-        pub(crate) fn ty(&mut self, name: &str, kind: u32, vlen: u32, kflag: bool, size: u32, extra: &[u32]) {
+        pub(crate) fn ty(
+            &mut self,
+            name: &str,
+            kind: u32,
+            vlen: u32,
+            kflag: bool,
+            size: u32,
+            extra: &[u32],
+        ) {
             let n = self.str(name);
             let info = (kind << 24) | vlen | ((kflag as u32) << 31);
             for w in [n, info, size].iter().chain(extra) {
@@ -340,7 +386,13 @@ pub(crate) mod tests {
             let mut out = Vec::new();
             out.extend_from_slice(&MAGIC.to_le_bytes());
             out.extend_from_slice(&[1, 0]);
-            for w in [24u32, 0, self.types.len() as u32, self.types.len() as u32, self.strings.len() as u32] {
+            for w in [
+                24u32,
+                0,
+                self.types.len() as u32,
+                self.types.len() as u32,
+                self.strings.len() as u32,
+            ] {
                 out.extend_from_slice(&w.to_le_bytes());
             }
             out.extend_from_slice(&self.types);
@@ -356,14 +408,31 @@ pub(crate) mod tests {
         b.ty("int", 1, 0, false, 4, &[32]); // id 1
         let (pid, bf) = (b.str("pid"), b.str("bits"));
         b.ty("", KIND_UNION, 2, true, 4, &[pid, 1, 0, bf, 1, (3 << 24)]); // id 2
-        let names: Vec<u32> = ["__state", "flags", "tgid", "comm"].iter().map(|n| b.str(n)).collect();
+        let names: Vec<u32> =
+            ["__state", "flags", "tgid", "comm"].iter().map(|n| b.str(n)).collect();
         b.ty(
             "task_struct",
             KIND_STRUCT,
             5,
             false,
             4096,
-            &[names[0], 1, 24 * 8, names[1], 1, 44 * 8, 0, 2, 1000 * 8, names[2], 1, 1004 * 8, names[3], 1, 2000 * 8],
+            &[
+                names[0],
+                1,
+                24 * 8,
+                names[1],
+                1,
+                44 * 8,
+                0,
+                2,
+                1000 * 8,
+                names[2],
+                1,
+                1004 * 8,
+                names[3],
+                1,
+                2000 * 8,
+            ],
         );
         b.build()
     }
@@ -371,7 +440,17 @@ pub(crate) mod tests {
     #[test]
     fn finds_task_struct_offsets_including_anonymous_members() {
         let off = TaskOffsets::from_bytes(&fake_task_btf()).unwrap();
-        assert_eq!(off, TaskOffsets { pid: 1000, tgid: 1004, flags: 44, state: 24, comm: 2000, ..TaskOffsets::UNKNOWN });
+        assert_eq!(
+            off,
+            TaskOffsets {
+                pid: 1000,
+                tgid: 1004,
+                flags: 44,
+                state: 24,
+                comm: 2000,
+                ..TaskOffsets::UNKNOWN
+            }
+        );
     }
 
     #[test]
@@ -381,14 +460,23 @@ pub(crate) mod tests {
         let sum = b.str("sum_exec_runtime");
         let prev = b.str("prev_sum_exec_runtime");
         b.ty("sched_entity", KIND_STRUCT, 2, false, 256, &[sum, 1, 72 * 8, prev, 1, 80 * 8]); // id 2
-        let names: Vec<u32> = ["__state", "flags", "pid", "tgid", "comm", "se"].iter().map(|n| b.str(n)).collect();
+        let names: Vec<u32> =
+            ["__state", "flags", "pid", "tgid", "comm", "se"].iter().map(|n| b.str(n)).collect();
         let at = [24u32, 44, 1000, 1004, 2000, 128];
-        let members: Vec<u32> = names.iter().zip(at).flat_map(|(&n, o)| [n, if o == 128 { 2 } else { 1 }, o * 8]).collect();
+        let members: Vec<u32> = names
+            .iter()
+            .zip(at)
+            .flat_map(|(&n, o)| [n, if o == 128 { 2 } else { 1 }, o * 8])
+            .collect();
         b.ty("task_struct", KIND_STRUCT, 6, false, 4096, &members);
         let off = TaskOffsets::from_bytes(&b.build()).unwrap();
         assert_eq!((off.sum_exec, off.prev_sum_exec), (128 + 72, 128 + 80));
         let off = TaskOffsets::from_bytes(&fake_task_btf()).unwrap();
-        assert_eq!((off.sum_exec, off.prev_sum_exec), (u32::MAX, u32::MAX), "no se: unknown, not an error");
+        assert_eq!(
+            (off.sum_exec, off.prev_sum_exec),
+            (u32::MAX, u32::MAX),
+            "no se: unknown, not an error"
+        );
     }
 
     #[test]
@@ -405,10 +493,16 @@ pub(crate) mod tests {
         let x = b.str("x");
         b.ty("task_struct", KIND_STRUCT, 1, false, 8, &[x, 1, 0]);
         let data = b.build();
-        assert_eq!(TaskOffsets::from_bytes(&data).unwrap_err().to_string(), "BTF struct task_struct has no member pid");
+        assert_eq!(
+            TaskOffsets::from_bytes(&data).unwrap_err().to_string(),
+            "BTF struct task_struct has no member pid"
+        );
         let mut b = Builder::new();
         b.ty("int", 1, 0, false, 4, &[32]);
-        assert_eq!(TaskOffsets::from_bytes(&b.build()).unwrap_err(), BtfError::NoStruct("task_struct".into()));
+        assert_eq!(
+            TaskOffsets::from_bytes(&b.build()).unwrap_err(),
+            BtfError::NoStruct("task_struct".into())
+        );
     }
 
     #[test]
@@ -422,7 +516,11 @@ pub(crate) mod tests {
         };
         assert_eq!(core_relocation_bytes(&header(32, 0)), Ok(0));
         assert_eq!(core_relocation_bytes(&header(32, 48)), Ok(48));
-        assert_eq!(core_relocation_bytes(&header(24, 48)), Ok(0), "a header without CO-RE fields has none");
+        assert_eq!(
+            core_relocation_bytes(&header(24, 48)),
+            Ok(0),
+            "a header without CO-RE fields has none"
+        );
         assert!(core_relocation_bytes(&header(32, 0)[..20]).is_err(), "truncated");
         assert!(core_relocation_bytes(b"\x00\x00junkjunkjunkjunkjunkjunkjunkjunk").is_err());
     }
@@ -447,7 +545,10 @@ pub(crate) mod tests {
     fn hides_the_kernels_btf_from_one_thread_alone() {
         let path = Path::new(VMLINUX_BTF);
         if !path.exists() || unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("TOPWAITS_REQUIRE_BPF").is_none(), "needs root and {VMLINUX_BTF}");
+            assert!(
+                std::env::var_os("TOPWAITS_REQUIRE_BPF").is_none(),
+                "needs root and {VMLINUX_BTF}"
+            );
             eprintln!("skipped: needs root and {VMLINUX_BTF}");
             return;
         }
@@ -456,7 +557,10 @@ pub(crate) mod tests {
             (Path::new(VMLINUX_BTF).exists(), std::fs::read(VMLINUX_BTF).is_ok())
         });
         assert_eq!(seen.join().unwrap(), (false, false), "hidden from the thread");
-        assert!(path.exists() && TaskOffsets::from_sys(path).is_ok(), "the rest of the process still reads it");
+        assert!(
+            path.exists() && TaskOffsets::from_sys(path).is_ok(),
+            "the rest of the process still reads it"
+        );
     }
 
     #[test]
@@ -470,8 +574,14 @@ pub(crate) mod tests {
         cgroup_offsets_into(path, &mut f).unwrap();
         // The ancestors are the last member of struct cgroup, after its kernfs node.
         assert!(f.off_ancestors > f.off_kn && f.off_ancestors > f.off_level, "{f:?}");
-        assert!([f.off_root, f.off_hierarchy_id, f.off_kn_id].iter().all(|&o| o != u32::MAX), "{f:?}");
-        assert!(f.off_task_cgroups != u32::MAX && f.off_dfl_cgrp != u32::MAX, "a new task's unified cgroup: {f:?}");
+        assert!(
+            [f.off_root, f.off_hierarchy_id, f.off_kn_id].iter().all(|&o| o != u32::MAX),
+            "{f:?}"
+        );
+        assert!(
+            f.off_task_cgroups != u32::MAX && f.off_dfl_cgrp != u32::MAX,
+            "a new task's unified cgroup: {f:?}"
+        );
         assert!(cgroup_offsets(&fake_task_btf(), &mut f).is_err(), "BTF without struct cgroup");
     }
 

@@ -24,7 +24,10 @@ pub fn sufficient(caps: u64) -> bool {
 
 /// Reads this process's effective capabilities.
 pub fn this_process_is_privileged() -> bool {
-    std::fs::File::open("/proc/self/status").ok().and_then(|f| effective_caps(std::io::BufReader::new(f))).is_some_and(sufficient)
+    std::fs::File::open("/proc/self/status")
+        .ok()
+        .and_then(|f| effective_caps(std::io::BufReader::new(f)))
+        .is_some_and(sufficient)
 }
 
 #[cfg(test)]

@@ -38,7 +38,9 @@ pub struct Cgroup {
 /// Why a cgroup could not be found. Each is one line that names what to check.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CgroupError {
-    #[error("no cgroup hierarchy is mounted (looked for cgroup and cgroup2 in /proc/self/mountinfo)")]
+    #[error(
+        "no cgroup hierarchy is mounted (looked for cgroup and cgroup2 in /proc/self/mountinfo)"
+    )]
     NoHierarchy,
     #[error("no cgroup {0}: not a directory of any mounted cgroup hierarchy ({1})")]
     NoCgroup(String, String),
@@ -63,7 +65,11 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
         let Some((left, right)) = line.split_once(" - ") else { continue };
         let fields: Vec<&str> = left.split(' ').collect();
         let theirs: Vec<&str> = right.split(' ').collect();
-        let (Some(&root), Some(&dir), Some(&fstype)) = (fields.get(3), fields.get(4), theirs.first()) else { continue };
+        let (Some(&root), Some(&dir), Some(&fstype)) =
+            (fields.get(3), fields.get(4), theirs.first())
+        else {
+            continue;
+        };
         // A bind mount of a cgroup below a hierarchy's root is not the hierarchy.
         if root != "/" {
             continue;
@@ -78,8 +84,20 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
         } else {
             let opts = theirs.get(2).copied().unwrap_or("");
             // The super options are the controllers, `name=`, and flags.
-            const FLAGS: &[&str] = &["rw", "ro", "xattr", "noprefix", "clone_children", "cpuset_v2_mode", "favordynmods", "none"];
-            opts.split(',').filter(|o| o.starts_with("name=") || !o.contains('=') && !FLAGS.contains(o)).map(str::to_string).collect()
+            const FLAGS: &[&str] = &[
+                "rw",
+                "ro",
+                "xattr",
+                "noprefix",
+                "clone_children",
+                "cpuset_v2_mode",
+                "favordynmods",
+                "none",
+            ];
+            opts.split(',')
+                .filter(|o| o.starts_with("name=") || !o.contains('=') && !FLAGS.contains(o))
+                .map(str::to_string)
+                .collect()
         };
         controllers.sort();
         let m = Mount { dir: PathBuf::from(unescape(dir)), unified, controllers };
@@ -97,7 +115,10 @@ fn unescape(s: &str) -> String {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v as char);
             i += 4;
@@ -116,7 +137,8 @@ pub fn parse_hierarchy_ids(text: &str) -> Vec<(u32, Vec<String>)> {
         .filter_map(|l| {
             let mut parts = l.splitn(3, ':');
             let id: u32 = parts.next()?.parse().ok()?;
-            let mut controllers: Vec<String> = parts.next()?.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect();
+            let mut controllers: Vec<String> =
+                parts.next()?.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect();
             controllers.sort();
             Some((id, controllers))
         })
@@ -140,16 +162,29 @@ fn listed(mounts: &[Mount]) -> String {
 /// The cgroup at `dir`, a directory of hierarchy `mount`.
 fn cgroup_at(mount: &Mount, dir: &Path) -> Result<Cgroup, CgroupError> {
     let shown = || dir.display().to_string();
-    let meta = std::fs::metadata(dir).map_err(|e| CgroupError::Unreadable(shown(), e.to_string()))?;
-    let rel = dir.strip_prefix(&mount.dir).map_err(|_| CgroupError::NoCgroup(shown(), listed(std::slice::from_ref(mount))))?;
+    let meta =
+        std::fs::metadata(dir).map_err(|e| CgroupError::Unreadable(shown(), e.to_string()))?;
+    let rel = dir
+        .strip_prefix(&mount.dir)
+        .map_err(|_| CgroupError::NoCgroup(shown(), listed(std::slice::from_ref(mount))))?;
     let level = rel.components().count() as u32;
     let hierarchy = if mount.unified {
         0
     } else {
         let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        parse_hierarchy_ids(&text).into_iter().find(|(_, c)| *c == mount.controllers).map_or(u32::MAX, |(id, _)| id)
+        parse_hierarchy_ids(&text)
+            .into_iter()
+            .find(|(_, c)| *c == mount.controllers)
+            .map_or(u32::MAX, |(id, _)| id)
     };
-    Ok(Cgroup { dir: dir.to_path_buf(), path: format!("/{}", rel.display()), id: meta.ino(), hierarchy, level, unified: mount.unified })
+    Ok(Cgroup {
+        dir: dir.to_path_buf(),
+        path: format!("/{}", rel.display()),
+        id: meta.ino(),
+        hierarchy,
+        level,
+        unified: mount.unified,
+    })
 }
 
 /// The cgroup `--cgroup` names: a directory of a mounted hierarchy, or a path
@@ -158,7 +193,11 @@ fn cgroup_at(mount: &Mount, dir: &Path) -> Result<Cgroup, CgroupError> {
 pub fn by_path(arg: &str, mounts: &[Mount]) -> Result<Cgroup, CgroupError> {
     let given = Path::new(arg);
     if given.is_absolute() {
-        if let Some(m) = mounts.iter().filter(|m| given.starts_with(&m.dir)).max_by_key(|m| m.dir.as_os_str().len()) {
+        if let Some(m) = mounts
+            .iter()
+            .filter(|m| given.starts_with(&m.dir))
+            .max_by_key(|m| m.dir.as_os_str().len())
+        {
             if given.is_dir() {
                 return cgroup_at(m, given);
             }
@@ -186,7 +225,10 @@ fn control_file(m: &Mount) -> &'static str {
 /// The hierarchies to search for units and containers: the unified one and
 /// systemd's own v1 one, which hold every unit; else the first v1 one.
 fn searched(mounts: &[Mount]) -> Vec<&Mount> {
-    let main: Vec<&Mount> = mounts.iter().filter(|m| m.unified || m.controllers.iter().any(|c| c == "name=systemd")).collect();
+    let main: Vec<&Mount> = mounts
+        .iter()
+        .filter(|m| m.unified || m.controllers.iter().any(|c| c == "name=systemd"))
+        .collect();
     if main.is_empty() {
         mounts.iter().take(1).collect()
     } else {
@@ -206,7 +248,11 @@ fn walk(root: &Path) -> Vec<PathBuf> {
             continue;
         }
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        let mut subs: Vec<PathBuf> = entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect();
+        let mut subs: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
         subs.sort();
         out.extend(subs);
     }
@@ -215,7 +261,10 @@ fn walk(root: &Path) -> Vec<PathBuf> {
 
 /// A unit's name as systemd spells it: a name without a type is a service.
 pub fn unit_name(name: &str) -> String {
-    const TYPES: &[&str] = &[".service", ".scope", ".slice", ".socket", ".mount", ".swap", ".timer", ".target", ".path", ".device"];
+    const TYPES: &[&str] = &[
+        ".service", ".scope", ".slice", ".socket", ".mount", ".swap", ".timer", ".target", ".path",
+        ".device",
+    ];
     if TYPES.iter().any(|t| name.ends_with(t)) {
         name.to_string()
     } else {
@@ -229,11 +278,16 @@ pub fn by_unit(name: &str, mounts: &[Mount]) -> Result<Cgroup, CgroupError> {
     let unit = unit_name(name);
     let places = searched(mounts);
     for m in &places {
-        if let Some(dir) = walk(&m.dir).into_iter().find(|d| d.file_name().is_some_and(|f| f == unit.as_str())) {
+        if let Some(dir) =
+            walk(&m.dir).into_iter().find(|d| d.file_name().is_some_and(|f| f == unit.as_str()))
+        {
             return cgroup_at(m, &dir);
         }
     }
-    Err(CgroupError::NoUnit(unit, places.iter().map(|m| m.dir.display().to_string()).collect::<Vec<_>>().join(", ")))
+    Err(CgroupError::NoUnit(
+        unit,
+        places.iter().map(|m| m.dir.display().to_string()).collect::<Vec<_>>().join(", "),
+    ))
 }
 
 /// The container ID a cgroup directory's name carries, as the common runtimes
@@ -243,12 +297,16 @@ pub fn by_unit(name: &str, mounts: &[Mount]) -> Result<Cgroup, CgroupError> {
 /// `/kubepods/burstable/podUID/ID`). The runtimes' monitors (`crio-conmon-`,
 /// `libpod-conmon-`) are not the container.
 pub fn container_id_of(dir_name: &str) -> Option<&str> {
-    let is_id = |s: &str| s.len() >= 32 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+    let is_id = |s: &str| {
+        s.len() >= 32 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    };
     if let Some(scope) = dir_name.strip_suffix(".scope") {
         if scope.contains("conmon-") {
             return None;
         }
-        let id = ["docker-", "cri-containerd-", "crio-", "libpod-"].iter().find_map(|p| scope.strip_prefix(p))?;
+        let id = ["docker-", "cri-containerd-", "crio-", "libpod-"]
+            .iter()
+            .find_map(|p| scope.strip_prefix(p))?;
         return is_id(id).then_some(id);
     }
     is_id(dir_name).then_some(dir_name)
@@ -276,16 +334,21 @@ pub fn by_container(id: &str, mounts: &[Mount]) -> Result<Cgroup, CgroupError> {
             1 => {
                 // The shallowest: a container's own cgroup, not one a runtime
                 // made inside it.
-                let (dir, _) = found.iter().min_by_key(|(d, _)| d.components().count()).expect("one found");
+                let (dir, _) =
+                    found.iter().min_by_key(|(d, _)| d.components().count()).expect("one found");
                 return cgroup_at(m, dir);
             }
             _ => {
-                let shown: Vec<String> = ids.iter().map(|i| i[..12.min(i.len())].to_string()).collect();
+                let shown: Vec<String> =
+                    ids.iter().map(|i| i[..12.min(i.len())].to_string()).collect();
                 return Err(CgroupError::AmbiguousContainer(id, shown.join(", ")));
             }
         }
     }
-    Err(CgroupError::NoContainer(id, places.iter().map(|m| m.dir.display().to_string()).collect::<Vec<_>>().join(", ")))
+    Err(CgroupError::NoContainer(
+        id,
+        places.iter().map(|m| m.dir.display().to_string()).collect::<Vec<_>>().join(", "),
+    ))
 }
 
 /// The threads in cgroup `cg` and the cgroups below it now.
@@ -310,7 +373,8 @@ pub fn parse_proc_cgroup(text: &str) -> Option<String> {
     let mut first_v1 = None;
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
             continue;
         };
         if !path.starts_with('/') {
@@ -357,7 +421,15 @@ mod tests {
     fn mountinfo_lists_each_hierarchy_once_unified_first() {
         let m = parse_mountinfo(MOUNTINFO);
         let dirs: Vec<_> = m.iter().map(|m| m.dir.display().to_string()).collect();
-        assert_eq!(dirs, ["/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu,cpuacct"]);
+        assert_eq!(
+            dirs,
+            [
+                "/sys/fs/cgroup/unified",
+                "/sys/fs/cgroup/systemd",
+                "/sys/fs/cgroup/memory",
+                "/sys/fs/cgroup/cpu,cpuacct"
+            ]
+        );
         assert_eq!(m[1].controllers, ["name=systemd"]);
         assert_eq!(m[3].controllers, ["cpu", "cpuacct"]);
         assert!(m[0].unified && !m[2].unified);
@@ -371,7 +443,8 @@ mod tests {
 
     #[test]
     fn hierarchy_ids_come_with_their_controllers() {
-        let ids = parse_hierarchy_ids("12:cpuacct,cpu:/\n9:name=systemd:/user.slice\n0::/init.scope\n");
+        let ids =
+            parse_hierarchy_ids("12:cpuacct,cpu:/\n9:name=systemd:/user.slice\n0::/init.scope\n");
         assert_eq!(ids[0], (12, vec!["cpu".to_string(), "cpuacct".to_string()]));
         assert_eq!(ids[1], (9, vec!["name=systemd".to_string()]));
         assert_eq!(ids[2], (0, vec![]));
@@ -398,17 +471,28 @@ mod tests {
         // The runtimes' monitors, slices and other units are not containers.
         assert_eq!(container_id_of(&format!("crio-conmon-{ID}.scope")), None);
         assert_eq!(container_id_of(&format!("libpod-conmon-{ID}.scope")), None);
-        assert_eq!(container_id_of("kubepods-burstable-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice"), None);
+        assert_eq!(
+            container_id_of("kubepods-burstable-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice"),
+            None
+        );
         assert_eq!(container_id_of("session-3.scope"), None);
         assert_eq!(container_id_of("docker.service"), None);
         assert_eq!(container_id_of("deadbeef"), None, "too short to be an ID");
-        assert_eq!(container_id_of(&ID.to_uppercase()), None, "the runtimes write IDs in lower case");
+        assert_eq!(
+            container_id_of(&ID.to_uppercase()),
+            None,
+            "the runtimes write IDs in lower case"
+        );
     }
 
     /// A hierarchy built in a temporary directory, with the layouts of the
     /// runtimes side by side.
     fn fake_tree() -> (PathBuf, Vec<Mount>) {
-        let root = std::env::temp_dir().join(format!("topwaits-cgroup-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let root = std::env::temp_dir().join(format!(
+            "topwaits-cgroup-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         let _ = std::fs::remove_dir_all(&root);
         let other = "3f2a1b000000000000000000000000000000000000000000000000000000beef";
         for d in [
@@ -422,7 +506,8 @@ mod tests {
         }
         std::fs::write(root.join("system.slice/nginx.service/cgroup.threads"), "12\n7\n").unwrap();
         std::fs::create_dir_all(root.join("system.slice/nginx.service/sub")).unwrap();
-        std::fs::write(root.join("system.slice/nginx.service/sub/cgroup.threads"), "9\n12\n").unwrap();
+        std::fs::write(root.join("system.slice/nginx.service/sub/cgroup.threads"), "9\n12\n")
+            .unwrap();
         let mounts = vec![Mount { dir: root.clone(), unified: true, controllers: vec![] }];
         (root, mounts)
     }
@@ -434,7 +519,10 @@ mod tests {
         assert_eq!(cg.path, format!("/system.slice/docker-{ID}.scope"));
         assert_eq!((cg.level, cg.hierarchy), (2, 0));
         // Both IDs begin 3f2a1b: which one is meant is not known.
-        assert!(matches!(by_container("3f2a1b", &mounts), Err(CgroupError::AmbiguousContainer(..))));
+        assert!(matches!(
+            by_container("3f2a1b", &mounts),
+            Err(CgroupError::AmbiguousContainer(..))
+        ));
         assert!(matches!(by_container("0123abcd", &mounts), Err(CgroupError::NoContainer(..))));
         assert!(matches!(by_container("xyz!", &mounts), Err(CgroupError::BadContainerId(_))));
         assert!(matches!(by_container("3f", &mounts), Err(CgroupError::BadContainerId(_))));
@@ -462,7 +550,11 @@ mod tests {
         let v2 = "0::/system.slice/docker-4f1c.scope\n";
         assert_eq!(parse_proc_cgroup(v2).as_deref(), Some("/system.slice/docker-4f1c.scope"));
         let hybrid = "12:memory:/docker/4f1c\n1:name=systemd:/system.slice/docker.service\n0::/\n";
-        assert_eq!(parse_proc_cgroup(hybrid).as_deref(), Some("/system.slice/docker.service"), "systemd's v1 path over the root");
+        assert_eq!(
+            parse_proc_cgroup(hybrid).as_deref(),
+            Some("/system.slice/docker.service"),
+            "systemd's v1 path over the root"
+        );
         let hybrid_v2 = "1:name=systemd:/user.slice/x.scope\n0::/user.slice/x.scope\n";
         assert_eq!(parse_proc_cgroup(hybrid_v2).as_deref(), Some("/user.slice/x.scope"));
         let v1_only = "4:cpu,cpuacct:/kubepods/pod1/abc\n3:memory:/kubepods/pod1/abc\n";

@@ -36,7 +36,8 @@ fn file_header<R: Read>(f: &mut R) -> io::Result<[u8; 64]> {
 fn sections<R: Read + Seek>(f: &mut R) -> io::Result<Vec<(String, [u8; 64])>> {
     f.seek(SeekFrom::Start(0))?;
     let eh = file_header(f)?;
-    let (shoff, shentsize, shnum, shstrndx) = (u64_at(&eh, 0x28), u16_at(&eh, 0x3a), u16_at(&eh, 0x3c), u16_at(&eh, 0x3e));
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(&eh, 0x28), u16_at(&eh, 0x3a), u16_at(&eh, 0x3c), u16_at(&eh, 0x3e));
     if shentsize < 64 || shnum > 65_535 || shstrndx >= shnum {
         return Err(bad("bad section header table"));
     }
@@ -73,9 +74,14 @@ pub fn section_bytes<R: Read + Seek>(f: &mut R, name: &str) -> io::Result<Option
 }
 
 /// The address and bytes of the first section named `name`, if there is one.
-pub fn section_with_addr<R: Read + Seek>(f: &mut R, name: &str) -> io::Result<Option<(u64, Vec<u8>)>> {
+pub fn section_with_addr<R: Read + Seek>(
+    f: &mut R,
+    name: &str,
+) -> io::Result<Option<(u64, Vec<u8>)>> {
     match sections(f)?.into_iter().find(|(n, _)| n == name) {
-        Some((_, h)) => Ok(Some((u64_at(&h, 0x10), section_data(f, &h, 256 << 20, "section too large")?))),
+        Some((_, h)) => {
+            Ok(Some((u64_at(&h, 0x10), section_data(f, &h, 256 << 20, "section too large")?)))
+        }
         None => Ok(None),
     }
 }
@@ -87,7 +93,12 @@ pub fn section_addr<R: Read + Seek>(f: &mut R, name: &str) -> io::Result<Option<
 }
 
 /// The bytes of the section whose header is `h`, refused past `limit` bytes.
-fn section_data<R: Read + Seek>(f: &mut R, h: &[u8; 64], limit: u64, too_large: &str) -> io::Result<Vec<u8>> {
+fn section_data<R: Read + Seek>(
+    f: &mut R,
+    h: &[u8; 64],
+    limit: u64,
+    too_large: &str,
+) -> io::Result<Vec<u8>> {
     let (off, size) = (u64_at(h, 0x18), u64_at(h, 0x20));
     if size > limit {
         return Err(bad(too_large));
@@ -138,24 +149,41 @@ pub fn load_segments<R: Read + Seek>(f: &mut R) -> io::Result<Vec<Segment>> {
     Ok(table
         .chunks_exact(phentsize as usize)
         .filter(|h| u32_at(h, 0) == PT_LOAD)
-        .map(|h| Segment { offset: u64_at(h, 0x08), vaddr: u64_at(h, 0x10), filesz: u64_at(h, 0x20) })
+        .map(|h| Segment {
+            offset: u64_at(h, 0x08),
+            vaddr: u64_at(h, 0x10),
+            filesz: u64_at(h, 0x20),
+        })
         .collect())
 }
 
 /// The address that the byte at file offset `off` is loaded at, if a segment
 /// holds it.
 pub fn vaddr_of(segments: &[Segment], off: u64) -> Option<u64> {
-    segments.iter().find(|s| s.offset <= off && off - s.offset < s.filesz).map(|s| off - s.offset + s.vaddr)
+    segments
+        .iter()
+        .find(|s| s.offset <= off && off - s.offset < s.filesz)
+        .map(|s| off - s.offset + s.vaddr)
 }
 
 /// The address and size of each of `wanted` that the file's dynamic symbol table
 /// (and, with `full`, its full symbol table) defines; the first definition wins.
-pub fn symbols<R: Read + Seek>(f: &mut R, wanted: &[&str], full: bool) -> io::Result<Vec<(String, u64, u64)>> {
+pub fn symbols<R: Read + Seek>(
+    f: &mut R,
+    wanted: &[&str],
+    full: bool,
+) -> io::Result<Vec<(String, u64, u64)>> {
     let all = sections(f)?;
     let mut out: Vec<(String, u64, u64)> = Vec::new();
-    let tables: &[(&str, &str)] = if full { &[(".dynsym", ".dynstr"), (".symtab", ".strtab")] } else { &[(".dynsym", ".dynstr")] };
+    let tables: &[(&str, &str)] = if full {
+        &[(".dynsym", ".dynstr"), (".symtab", ".strtab")]
+    } else {
+        &[(".dynsym", ".dynstr")]
+    };
     for (table, strings) in tables {
-        let (Some((_, th)), Some((_, sh))) = (all.iter().find(|(n, _)| n == table), all.iter().find(|(n, _)| n == strings)) else {
+        let (Some((_, th)), Some((_, sh))) =
+            (all.iter().find(|(n, _)| n == table), all.iter().find(|(n, _)| n == strings))
+        else {
             continue;
         };
         let syms = section_data(f, th, 256 << 20, "symbol table too large")?;
@@ -166,7 +194,11 @@ pub fn symbols<R: Read + Seek>(f: &mut R, wanted: &[&str], full: bool) -> io::Re
             let end = names[at..].iter().position(|&b| b == 0).map_or(names.len(), |n| at + n);
             let Ok(name) = std::str::from_utf8(&names[at..end]) else { continue };
             // Defined (a section index other than SHN_UNDEF).
-            if value != 0 && u16_at(sym, 6) != 0 && wanted.contains(&name) && !out.iter().any(|(n, _, _)| n == name) {
+            if value != 0
+                && u16_at(sym, 6) != 0
+                && wanted.contains(&name)
+                && !out.iter().any(|(n, _, _)| n == name)
+            {
                 out.push((name.to_string(), value, size));
             }
         }
@@ -207,7 +239,9 @@ mod tests {
         note[8] = 1;
         assert_eq!(build_id_of_note(&note), None, "another kind of note");
         let me = std::env::current_exe().unwrap();
-        let id = build_id(&mut std::fs::File::open(&me).unwrap()).unwrap().expect("test binaries have a build id");
+        let id = build_id(&mut std::fs::File::open(&me).unwrap())
+            .unwrap()
+            .expect("test binaries have a build id");
         assert!(id.len() >= 8, "{id:?}");
     }
 
@@ -217,9 +251,13 @@ mod tests {
         let names = section_names(&mut std::fs::File::open(&me).unwrap()).unwrap();
         assert!(names.iter().any(|n| n == ".text"), "{names:?}");
         assert_eq!(has_symtab(me.to_str().unwrap()), Some(true));
-        assert!(section_names(&mut io::Cursor::new(b"not an elf file, not at all, no".repeat(4))).is_err());
+        assert!(section_names(&mut io::Cursor::new(b"not an elf file, not at all, no".repeat(4)))
+            .is_err());
         let bytes = std::fs::read(&me).unwrap();
-        assert!(section_names(&mut io::Cursor::new(&bytes[..100])).is_err(), "truncated: an error, not a panic");
+        assert!(
+            section_names(&mut io::Cursor::new(&bytes[..100])).is_err(),
+            "truncated: an error, not a panic"
+        );
         assert_eq!(has_symtab("/nonexistent"), None);
     }
 
@@ -227,7 +265,8 @@ mod tests {
     fn reads_a_sections_bytes_by_name() {
         let me = std::env::current_exe().unwrap();
         let mut f = std::fs::File::open(&me).unwrap();
-        let interp = section_bytes(&mut f, ".interp").unwrap().expect("a dynamically linked test binary");
+        let interp =
+            section_bytes(&mut f, ".interp").unwrap().expect("a dynamically linked test binary");
         assert!(interp.starts_with(b"/") && interp.ends_with(b"\0"), "{interp:?}");
         assert!(String::from_utf8_lossy(&interp).contains("ld-linux"), "{interp:?}");
         assert_eq!(section_bytes(&mut f, ".no-such-section").unwrap(), None);
@@ -253,7 +292,10 @@ mod tests {
         assert!(segs.len() >= 2, "{segs:?}");
         let text = segs[1];
         assert_eq!(vaddr_of(&segs, text.offset + 5), Some(text.vaddr + 5));
-        let fake = [Segment { offset: 0x1000, vaddr: 0x401000, filesz: 0x100 }, Segment { offset: 0x2000, vaddr: 0x603000, filesz: 0x10 }];
+        let fake = [
+            Segment { offset: 0x1000, vaddr: 0x401000, filesz: 0x100 },
+            Segment { offset: 0x2000, vaddr: 0x603000, filesz: 0x10 },
+        ];
         assert_eq!(vaddr_of(&fake, 0x10ff), Some(0x4010ff));
         assert_eq!(vaddr_of(&fake, 0x1100), None, "past the segment's file bytes");
         assert_eq!(vaddr_of(&fake, 0x2008), Some(0x603008));

@@ -47,7 +47,12 @@ pub fn find_function_in_sys(func: &str) -> std::io::Result<Option<String>> {
 /// cannot be named. Judged on the first lines; empty text counts as hidden.
 pub fn addresses_hidden<R: BufRead>(reader: R) -> bool {
     for line in reader.lines().map_while(Result::ok).take(16) {
-        if line.split_whitespace().next().and_then(|a| u64::from_str_radix(a, 16).ok()).is_some_and(|a| a != 0) {
+        if line
+            .split_whitespace()
+            .next()
+            .and_then(|a| u64::from_str_radix(a, 16).ok())
+            .is_some_and(|a| a != 0)
+        {
             return false;
         }
     }
@@ -70,7 +75,9 @@ mod tests {
     #[test]
     fn hidden_addresses_are_all_zero() {
         assert!(addresses_hidden("0000000000000000 T _stext\n0000000000000000 t x\n".as_bytes()));
-        assert!(!addresses_hidden("0000000000000000 A fixed_percpu_data\nffffffff81000000 T _stext\n".as_bytes()));
+        assert!(!addresses_hidden(
+            "0000000000000000 A fixed_percpu_data\nffffffff81000000 T _stext\n".as_bytes()
+        ));
         assert!(addresses_hidden("".as_bytes()), "nothing readable is nothing named");
         assert!(addresses_hidden("garbage\n".as_bytes()));
     }
@@ -78,14 +85,20 @@ mod tests {
     #[test]
     fn prefers_the_exact_name() {
         let text = "ffff1 t finish_task_switch.isra.0\nffff2 T finish_task_switch\n";
-        assert_eq!(find_function(text.as_bytes(), "finish_task_switch").as_deref(), Some("finish_task_switch"));
+        assert_eq!(
+            find_function(text.as_bytes(), "finish_task_switch").as_deref(),
+            Some("finish_task_switch")
+        );
     }
 
     #[test]
     fn finds_an_isra_clone_and_never_a_cold_split() {
         let text = "ffff0 t finish_task_switch.cold\nffff0 t finish_task_switch.isra.0.cold\n\
                     ffff1 t finish_task_switch.isra.0\nffff2 t finish_task_switch_x\n";
-        assert_eq!(find_function(text.as_bytes(), "finish_task_switch").as_deref(), Some("finish_task_switch.isra.0"));
+        assert_eq!(
+            find_function(text.as_bytes(), "finish_task_switch").as_deref(),
+            Some("finish_task_switch.isra.0")
+        );
     }
 
     #[test]

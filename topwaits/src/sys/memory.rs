@@ -36,7 +36,8 @@ impl Memory for ProcessMemory {
         let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
         // SAFETY: the local iovec covers `buf`, which we own; the kernel checks the
         // remote range and fails or reads short without touching anything else.
-        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        let n =
+            unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
         n.max(0) as usize
     }
 }

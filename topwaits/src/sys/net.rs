@@ -28,7 +28,10 @@ fn address(hex: &str) -> Option<String> {
     let (a, p) = hex.split_once(':')?;
     let port = u16::from_str_radix(p, 16).ok()?;
     match a.len() {
-        8 => Some(format!("{}:{port}", Ipv4Addr::from(u32::from_str_radix(a, 16).ok()?.swap_bytes()))),
+        8 => Some(format!(
+            "{}:{port}",
+            Ipv4Addr::from(u32::from_str_radix(a, 16).ok()?.swap_bytes())
+        )),
         32 => {
             let mut bytes = [0u8; 16];
             for i in 0..4 {
@@ -81,7 +84,9 @@ pub fn parse_unix(text: &str) -> HashMap<u64, String> {
 
 /// Every socket the network namespace of process `tgid` lists, by inode.
 pub fn sockets_of(tgid: u32) -> HashMap<u64, String> {
-    let read = |name: &str| std::fs::read_to_string(format!("/proc/{tgid}/net/{name}")).unwrap_or_default();
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("/proc/{tgid}/net/{name}")).unwrap_or_default()
+    };
     let mut out = HashMap::new();
     for (file, proto) in [("tcp", "TCP"), ("tcp6", "TCP"), ("udp", "UDP"), ("udp6", "UDP")] {
         out.extend(parse_inet(&read(file), proto));

@@ -44,7 +44,10 @@ mod tests {
     #[test]
     fn a_thread_can_go_idle_and_its_siblings_keep_their_class() {
         let before = policy_of_this_thread();
-        let (got, policy) = std::thread::spawn(|| (lowest_for_this_thread(), policy_of_this_thread())).join().unwrap();
+        let (got, policy) =
+            std::thread::spawn(|| (lowest_for_this_thread(), policy_of_this_thread()))
+                .join()
+                .unwrap();
         // Any thread may lower its own priority, privileged or not.
         assert_eq!(got, "SCHED_IDLE");
         assert_eq!(policy, libc::SCHED_IDLE);

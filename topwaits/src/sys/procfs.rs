@@ -6,7 +6,10 @@ use std::path::Path;
 
 /// `Tgid:` from `/proc/ID/status` text.
 pub fn status_tgid<R: BufRead>(reader: R) -> Option<u32> {
-    reader.lines().map_while(Result::ok).find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse().ok()))
+    reader
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse().ok()))
 }
 
 /// The thread-group id of a live task, or `None` when no such task exists.
@@ -48,11 +51,16 @@ pub fn parse_maps<R: BufRead>(reader: R) -> Vec<Mapping> {
             continue;
         }
         let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(offset, 16))
-        else {
+        let (Ok(start), Ok(end), Ok(offset)) = (
+            u64::from_str_radix(s, 16),
+            u64::from_str_radix(e, 16),
+            u64::from_str_radix(offset, 16),
+        ) else {
             continue;
         };
-        let dev = dev.split_once(':').and_then(|(a, b)| Some(u64::from_str_radix(a, 16).ok()? << 32 | u64::from_str_radix(b, 16).ok()?));
+        let dev = dev.split_once(':').and_then(|(a, b)| {
+            Some(u64::from_str_radix(a, 16).ok()? << 32 | u64::from_str_radix(b, 16).ok()?)
+        });
         out.push(Mapping {
             start,
             end,
@@ -148,7 +156,10 @@ pub fn stat_flags(stat: &str) -> Option<u32> {
 /// on may be torn: since Linux 6.17 `/proc/PID/maps` is read without the lock
 /// that exit takes, so a read races the unmapping of its files one by one.
 pub fn exiting(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| stat_flags(&s)).is_none_or(|f| f & PF_EXITING != 0)
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| stat_flags(&s))
+        .is_none_or(|f| f & PF_EXITING != 0)
 }
 
 /// The processes that still run (zombies included, as [`alive`] counts them):
@@ -171,7 +182,8 @@ pub fn open_mapped(pid: u32, m: &Mapping) -> Option<std::fs::File> {
 /// mount namespace (a container), or with another root (a chroot). Its maps'
 /// paths are then its own, and name nothing, or another file, here.
 pub fn foreign_root(pid: u32) -> bool {
-    other_namespace(pid, "mnt") || std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r != Path::new("/"))
+    other_namespace(pid, "mnt")
+        || std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r != Path::new("/"))
 }
 
 /// Whether process `pid` is in another namespace of `kind` (`mnt`, `pid`) than
@@ -262,10 +274,16 @@ thread_local! {
 /// The text of `/proc/PID/maps` (None: the process is gone), shared with a
 /// read of the same process on this thread less than [`MAPS_SHARED_FOR`] ago.
 pub fn maps_text(pid: u32) -> Option<std::rc::Rc<Vec<u8>>> {
-    maps_text_at(pid, std::time::Instant::now(), &mut |pid| std::fs::read(format!("/proc/{pid}/maps")).ok())
+    maps_text_at(pid, std::time::Instant::now(), &mut |pid| {
+        std::fs::read(format!("/proc/{pid}/maps")).ok()
+    })
 }
 
-fn maps_text_at(pid: u32, now: std::time::Instant, read: &mut dyn FnMut(u32) -> Option<Vec<u8>>) -> Option<std::rc::Rc<Vec<u8>>> {
+fn maps_text_at(
+    pid: u32,
+    now: std::time::Instant,
+    read: &mut dyn FnMut(u32) -> Option<Vec<u8>>,
+) -> Option<std::rc::Rc<Vec<u8>>> {
     MAPS_READ.with_borrow_mut(|reads| {
         reads.retain(|(_, at, _)| now.saturating_duration_since(*at) < MAPS_SHARED_FOR);
         if let Some((_, _, text)) = reads.iter().find(|(p, _, _)| *p == pid) {
@@ -346,7 +364,11 @@ mod tests {
         assert_eq!(parse_ns_ids(status), Some((1, 3)));
         let nested = "NStgid:\t900\t40\t1\nNSpid:\t900\t40\t1\n";
         assert_eq!(parse_ns_ids(nested), Some((1, 1)));
-        assert_eq!(parse_ns_ids("NStgid:\t77\nNSpid:\t78\n"), None, "one namespace: the host's ids are its own");
+        assert_eq!(
+            parse_ns_ids("NStgid:\t77\nNSpid:\t78\n"),
+            None,
+            "one namespace: the host's ids are its own"
+        );
         assert_eq!(parse_ns_ids("Name:\tx\n"), None, "kernels before 4.1 list none");
         let me = std::process::id();
         assert!(!foreign_pid_ns(me));
@@ -422,6 +444,9 @@ garbage line
         let c = maps_text_at(7, t0 + MAPS_SHARED_FOR, &mut read).unwrap();
         assert!(!std::rc::Rc::ptr_eq(&a, &c), "read again once the moment has passed");
         assert_eq!(reads, 3);
-        assert!(maps_text_at(9, t0, &mut |_| None).is_none(), "a process gone is not remembered as read");
+        assert!(
+            maps_text_at(9, t0, &mut |_| None).is_none(),
+            "a process gone is not remembered as read"
+        );
     }
 }

@@ -130,7 +130,14 @@ mod tests {
         // what the sleeper's CPU accrued while it slept.
         let clock_gap = || -> i64 {
             let stat = std::fs::read_to_string("/proc/stat").unwrap();
-            let cpu: Vec<i64> = stat.lines().next().unwrap().split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect();
+            let cpu: Vec<i64> = stat
+                .lines()
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .skip(1)
+                .map(|v| v.parse().unwrap())
+                .collect();
             (cpu[5] + cpu[6] + cpu[7]) * 10_000_000
         };
         let gap_before = clock_gap();

@@ -165,8 +165,13 @@ mod tests {
         nrs.dedup();
         assert_eq!(nrs.len(), TABLE.len(), "a number twice in the table");
         let bits = arg0_bitmap();
-        let has = |name: &str| syscall_info_by_name(name).is_some_and(|nr| bits[(nr / 64) as usize] & (1 << (nr % 64)) != 0);
-        assert!(has("read") && has("write") && has("futex") && has("epoll_wait") | has("epoll_pwait"));
+        let has = |name: &str| {
+            syscall_info_by_name(name)
+                .is_some_and(|nr| bits[(nr / 64) as usize] & (1 << (nr % 64)) != 0)
+        };
+        assert!(
+            has("read") && has("write") && has("futex") && has("epoll_wait") | has("epoll_pwait")
+        );
         assert!(!has("nanosleep") && !has("clock_nanosleep") && !has("mmap"));
     }
 }

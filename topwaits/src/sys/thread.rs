@@ -71,7 +71,12 @@ pub fn parse_syscall(text: &str) -> Option<SyscallState> {
             for (slot, v) in args.iter_mut().zip(a) {
                 *slot = hex(v)?;
             }
-            Some(SyscallState::In(Syscall { nr: nr.parse().ok()?, args, sp: hex(sp)?, pc: hex(pc)? }))
+            Some(SyscallState::In(Syscall {
+                nr: nr.parse().ok()?,
+                args,
+                sp: hex(sp)?,
+                pc: hex(pc)?,
+            }))
         }
         _ => None,
     }
@@ -128,7 +133,12 @@ pub fn stat(tgid: u32, tid: u32) -> Option<Stat> {
 /// Reads and parses `syscall` (root only); the error says why not.
 pub fn syscall(tgid: u32, tid: u32) -> std::io::Result<SyscallState> {
     let text = std::fs::read_to_string(dir(tgid, tid).join("syscall"))?;
-    parse_syscall(&text).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unexpected syscall text {text:?}")))
+    parse_syscall(&text).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("unexpected syscall text {text:?}"),
+        )
+    })
 }
 
 /// Reads `se.exec_start` from `sched`.
@@ -149,13 +159,16 @@ pub fn kernel_stack(tgid: u32, tid: u32) -> std::io::Result<Vec<KernelFrame>> {
 /// What file descriptor `fd` of a process is: a path, `pipe:[123]`, `socket:[456]`,
 /// `anon_inode:[eventpoll]`, ...
 pub fn fd_target(tgid: u32, fd: u64) -> Option<String> {
-    std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).ok().map(|p| p.to_string_lossy().into_owned())
+    std::fs::read_link(format!("/proc/{tgid}/fd/{fd}"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
 }
 
 /// The numeric entries of a `/proc` directory (processes, or a process's threads).
 pub fn numeric_entries(path: &str) -> Vec<u32> {
-    let mut v: Vec<u32> =
-        std::fs::read_dir(path).map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()).unwrap_or_default();
+    let mut v: Vec<u32> = std::fs::read_dir(path)
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
     v.sort_unstable();
     v
 }
@@ -183,7 +196,10 @@ pub type Holder = (u32, Vec<u8>, &'static str);
 
 /// The access mode of an fd from the `flags:` line of `/proc/PID/fdinfo/FD`.
 pub fn fd_access(fdinfo: &str) -> &'static str {
-    let flags = fdinfo.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok());
+    let flags = fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok());
     match flags.map(|f| f & 3) {
         Some(0) => "r",
         Some(1) => "w",
@@ -209,7 +225,9 @@ pub fn holders_of(inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<Holder>> {
             if !inodes.contains(&inode) {
                 continue;
             }
-            let access = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).map(|t| fd_access(&t)).unwrap_or("?");
+            let access = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))
+                .map(|t| fd_access(&t))
+                .unwrap_or("?");
             let comm = stat(pid, pid).map(|s| s.comm).unwrap_or_default();
             let list = out.entry(inode).or_default();
             if !list.iter().any(|(p, _, a)| *p == pid && *a == access) {
@@ -225,7 +243,12 @@ pub const MAX_POLL_FDS: usize = 16;
 
 /// The fds an epoll set watches, from the `tfd:` lines of its `/proc/PID/fdinfo/FD`.
 pub fn epoll_fds(fdinfo: &str) -> Vec<u64> {
-    fdinfo.lines().filter_map(|l| l.trim_start().strip_prefix("tfd:")?.split_whitespace().next()?.parse().ok()).collect()
+    fdinfo
+        .lines()
+        .filter_map(|l| {
+            l.trim_start().strip_prefix("tfd:")?.split_whitespace().next()?.parse().ok()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -252,9 +275,21 @@ mod tests {
     #[test]
     fn syscall_forms() {
         assert_eq!(parse_syscall("running\n"), Some(SyscallState::Running));
-        assert_eq!(parse_syscall("-1 0x7ffd0 0x401000\n"), Some(SyscallState::Blocked { sp: 0x7ffd0, pc: 0x401000 }));
-        let s = parse_syscall("202 0x55d0 0x80 0x2 0x0 0x0 0x0 0x7ffd091cc918 0x7ff3708aa503\n").unwrap();
-        assert_eq!(s, SyscallState::In(Syscall { nr: 202, args: [0x55d0, 0x80, 2, 0, 0, 0], sp: 0x7ffd091cc918, pc: 0x7ff3708aa503 }));
+        assert_eq!(
+            parse_syscall("-1 0x7ffd0 0x401000\n"),
+            Some(SyscallState::Blocked { sp: 0x7ffd0, pc: 0x401000 })
+        );
+        let s = parse_syscall("202 0x55d0 0x80 0x2 0x0 0x0 0x0 0x7ffd091cc918 0x7ff3708aa503\n")
+            .unwrap();
+        assert_eq!(
+            s,
+            SyscallState::In(Syscall {
+                nr: 202,
+                args: [0x55d0, 0x80, 2, 0, 0, 0],
+                sp: 0x7ffd091cc918,
+                pc: 0x7ff3708aa503
+            })
+        );
         assert_eq!(parse_syscall("202 0x1 0x2"), None);
         assert_eq!(parse_syscall(""), None);
         assert_eq!(parse_syscall("x 0x1 0x2 0x3 0x4 0x5 0x6 0x7 0x8"), None);
@@ -275,7 +310,9 @@ mod tests {
 
     #[test]
     fn kernel_stack_lines() {
-        let f = parse_kernel_stack("[<0>] hrtimer_nanosleep+0x74/0xf0\n[<0>] do_syscall_64+0x71/0x280\n[<0>] weird\n\n");
+        let f = parse_kernel_stack(
+            "[<0>] hrtimer_nanosleep+0x74/0xf0\n[<0>] do_syscall_64+0x71/0x280\n[<0>] weird\n\n",
+        );
         assert_eq!(f.len(), 3);
         assert_eq!(f[0], KernelFrame { name: "hrtimer_nanosleep".into(), offset: 0x74 });
         assert_eq!(f[2], KernelFrame { name: "weird".into(), offset: 0 });

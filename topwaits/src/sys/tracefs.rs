@@ -49,7 +49,9 @@ impl Tracefs {
         let fstype = std::ffi::CString::new("tracefs")?;
         let src = std::ffi::CString::new("nodev")?;
         // SAFETY: all pointers are to NUL-terminated strings that outlive the call.
-        let rc = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+        let rc = unsafe {
+            libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null())
+        };
         if rc != 0 {
             bail!(
                 "tracefs is not mounted and mounting it at {TRACEFS} failed ({}); mount it with: mount -t tracefs nodev {TRACEFS}",
@@ -66,7 +68,9 @@ impl Tracefs {
 
     /// A field's offset in a tracepoint's record.
     pub fn field_offset(&self, category: &str, name: &str, field: &str) -> Option<u32> {
-        let f = std::fs::File::open(self.root.join("events").join(category).join(name).join("format")).ok()?;
+        let f =
+            std::fs::File::open(self.root.join("events").join(category).join(name).join("format"))
+                .ok()?;
         field_offset(std::io::BufReader::new(f), field)
     }
 }

@@ -90,7 +90,12 @@ pub fn rfc3339(at: WallNs, offset_s: i32) -> String {
     let ((y, mo, d), h, mi, s, frac) = parts(at, offset_s);
     let sign = if offset_s < 0 { '-' } else { '+' };
     let off = offset_s.unsigned_abs();
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:06}{sign}{:02}:{:02}", frac / 1000, off / 3600, off / 60 % 60)
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:06}{sign}{:02}:{:02}",
+        frac / 1000,
+        off / 3600,
+        off / 60 % 60
+    )
 }
 
 /// Local `HH:MM:SS.mmm` (millisecond precision), for the top view.

@@ -28,11 +28,17 @@ pub enum UserError {
 /// closing statistics, with the instruction it stopped at when the line before
 /// names one (`150: (bf) r9 = r4`). Empty when the log holds no message.
 pub fn verifier_verdict(log: &str) -> String {
-    let stats = |l: &str| ["verification time", "stack depth", "processed "].iter().any(|p| l.starts_with(p));
-    let lines: Vec<&str> = log.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with(';')).collect();
+    let stats = |l: &str| {
+        ["verification time", "stack depth", "processed "].iter().any(|p| l.starts_with(p))
+    };
+    let lines: Vec<&str> =
+        log.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with(';')).collect();
     let Some(i) = lines.iter().rposition(|l| !stats(l)) else { return String::new() };
     let message = lines[i];
-    let at_insn = |l: &str| l.split_once(": ").is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    let at_insn = |l: &str| {
+        l.split_once(": ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
     match i.checked_sub(1).map(|j| lines[j]) {
         Some(prev) if !at_insn(message) && at_insn(prev) => {
             // The instruction, without the register states the log appends after `;`.
@@ -73,7 +79,11 @@ mod tests {
     fn an_empty_log_gives_no_verdict_and_no_dangling_colon() {
         assert_eq!(verifier_verdict(""), "");
         assert_eq!(verifier_verdict("processed 3 insns\n"), "");
-        let e = UserError::Rejected { what: "x".into(), errno: "Invalid argument (os error 22)".into(), verdict: String::new() };
+        let e = UserError::Rejected {
+            what: "x".into(),
+            errno: "Invalid argument (os error 22)".into(),
+            verdict: String::new(),
+        };
         assert_eq!(e.to_string(), "the kernel's verifier rejected x (Invalid argument (os error 22)); RUST_LOG=debug prints its whole log");
     }
 }

@@ -93,9 +93,11 @@ mod tests {
     #[test]
     fn aligned_addresses_spread_over_low_and_high_bits() {
         let n = 4096u64;
-        let low: FastSet<u64> = (0..n).map(|i| hash(&(0xffff_8880_0000_0000 + i * 64)) & 4095).collect();
+        let low: FastSet<u64> =
+            (0..n).map(|i| hash(&(0xffff_8880_0000_0000 + i * 64)) & 4095).collect();
         assert!(low.len() > 2400, "only {} of 4096 buckets used", low.len());
-        let top: FastSet<u64> = (0..n).map(|i| hash(&(0x5555_0000_0000 + i * 4096)) >> 57).collect();
+        let top: FastSet<u64> =
+            (0..n).map(|i| hash(&(0x5555_0000_0000 + i * 4096)) >> 57).collect();
         assert_eq!(top.len(), 128, "every 7-bit tag used");
     }
 

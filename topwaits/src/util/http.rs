@@ -37,7 +37,8 @@ pub fn read_request(r: &mut impl BufRead) -> io::Result<Request> {
     r.by_ref().take(MAX_HEAD as u64).read_line(&mut line)?;
     head += line.len();
     let mut parts = line.split_whitespace();
-    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
         return Err(bad("not an HTTP request line"));
     };
     if !version.starts_with("HTTP/1.") {
@@ -66,7 +67,13 @@ pub fn read_request(r: &mut impl BufRead) -> io::Result<Request> {
 }
 
 /// Writes a whole response and its body.
-pub fn respond(w: &mut impl Write, status: u16, content_type: &str, extra: &[(&str, &str)], body: &[u8]) -> io::Result<()> {
+pub fn respond(
+    w: &mut impl Write,
+    status: u16,
+    content_type: &str,
+    extra: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<()> {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -113,9 +120,10 @@ pub fn parse_url(s: &str, default_path: &str) -> Result<Url, String> {
         None => (rest, ""),
     };
     let (host, port) = match hostport.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
-            (h.trim_start_matches('[').trim_end_matches(']'), p.parse::<u16>().map_err(|_| format!("{s}: {p} is no port"))?)
-        }
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
+            h.trim_start_matches('[').trim_end_matches(']'),
+            p.parse::<u16>().map_err(|_| format!("{s}: {p} is no port"))?,
+        ),
         _ => (hostport.trim_start_matches('[').trim_end_matches(']'), 80),
     };
     if host.is_empty() {
@@ -129,10 +137,9 @@ pub fn parse_url(s: &str, default_path: &str) -> Result<Url, String> {
 /// exchange waits at most `timeout`.
 pub fn post(url: &Url, content_type: &str, body: &[u8], timeout: Duration) -> io::Result<u16> {
     use std::net::ToSocketAddrs;
-    let addr = (url.host.as_str(), url.port)
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{} resolves to no address", url.host)))?;
+    let addr = (url.host.as_str(), url.port).to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::NotFound, format!("{} resolves to no address", url.host))
+    })?;
     let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -147,11 +154,9 @@ pub fn post(url: &Url, content_type: &str, body: &[u8], timeout: Duration) -> io
     s.write_all(body)?;
     let mut status = String::new();
     io::BufReader::new(s).take(1024).read_line(&mut status)?;
-    status
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("no HTTP status in {status:?}")))
+    status.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("no HTTP status in {status:?}"))
+    })
 }
 
 #[cfg(test)]
@@ -185,7 +190,9 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
         assert!(
-            text.contains("Content-Length: 2\r\n") && text.contains("Connection: close\r\n") && text.contains("Content-Encoding: gzip\r\n")
+            text.contains("Content-Length: 2\r\n")
+                && text.contains("Connection: close\r\n")
+                && text.contains("Content-Encoding: gzip\r\n")
         );
         assert!(text.ends_with("\r\n\r\nhi"));
     }
@@ -193,8 +200,14 @@ mod tests {
     #[test]
     fn urls_are_parsed_or_refused_in_one_line() {
         let u = parse_url("http://127.0.0.1:4318/v1development/profiles", "/x").unwrap();
-        assert_eq!(u, Url { host: "127.0.0.1".into(), port: 4318, path: "/v1development/profiles".into() });
-        assert_eq!(parse_url("http://collector:4318", "/v1development/profiles").unwrap().path, "/v1development/profiles");
+        assert_eq!(
+            u,
+            Url { host: "127.0.0.1".into(), port: 4318, path: "/v1development/profiles".into() }
+        );
+        assert_eq!(
+            parse_url("http://collector:4318", "/v1development/profiles").unwrap().path,
+            "/v1development/profiles"
+        );
         assert_eq!(parse_url("http://collector/", "/p").unwrap().port, 80);
         assert_eq!(parse_url("http://[::1]:9/p", "/").unwrap().host, "::1");
         for bad in ["https://x:1/", "ftp://x/", "collector:4318", "http://:9/", "http://x:99999/"] {

@@ -16,7 +16,9 @@
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{
+    FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
+};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _, Result};
@@ -116,7 +118,9 @@ pub fn plan(path: &Path, caller: Caller) -> Result<Plan> {
         check_ancestors(&at, caller)?;
         let meta = match fs::symlink_metadata(&at) {
             Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Plan::Replace { target: at, mode: None }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(Plan::Replace { target: at, mode: None })
+            }
             Err(e) => return Err(anyhow!(e).context(format!("cannot write {}", at.display()))),
         };
         let t = meta.file_type();
@@ -127,10 +131,13 @@ pub fn plan(path: &Path, caller: Caller) -> Result<Plan> {
             }
             // What it leads to, followed by the kernel: a magic link such as
             // /proc/self/fd/1 (behind /dev/stdout) names a pipe it cannot be read as.
-            if fs::metadata(&at).is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_char_device()) {
+            if fs::metadata(&at)
+                .is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_char_device())
+            {
                 return Ok(Plan::Stream(at));
             }
-            let to = fs::read_link(&at).with_context(|| format!("cannot read the link {}", at.display()))?;
+            let to = fs::read_link(&at)
+                .with_context(|| format!("cannot read the link {}", at.display()))?;
             at = if to.is_absolute() { to } else { parent_dir(&at).join(to) };
             continue;
         }
@@ -142,7 +149,10 @@ pub fn plan(path: &Path, caller: Caller) -> Result<Plan> {
         } else if t.is_dir() {
             Err(anyhow!("cannot write {}: it is a directory", path.display()))
         } else {
-            Err(anyhow!("cannot write {}: it is not a regular file, a FIFO or a character device", path.display()))
+            Err(anyhow!(
+                "cannot write {}: it is not a regular file, a FIFO or a character device",
+                path.display()
+            ))
         };
     }
     bail!("cannot write {}: too many levels of symbolic links", path.display())
@@ -178,12 +188,17 @@ impl OutputFile {
             Plan::Replace { target, mode } => {
                 let dir = parent_dir(&target);
                 check_replaceable(&target, &dir, caller)?;
-                let (tmp, file) = temporary(&dir, &target).with_context(|| format!("cannot write {}", path.display()))?;
+                let (tmp, file) = temporary(&dir, &target)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
                 if let Some(mode) = mode {
                     // Keep an existing file's permissions (a 0600 file stays 0600).
                     let _ = file.set_permissions(fs::Permissions::from_mode(mode));
                 }
-                Ok(OutputFile { shown: path.to_path_buf(), file: Some(file), rename: Some((tmp, target)) })
+                Ok(OutputFile {
+                    shown: path.to_path_buf(),
+                    file: Some(file),
+                    rename: Some((tmp, target)),
+                })
             }
         }
     }
@@ -209,10 +224,17 @@ impl OutputFile {
 
     /// [`OutputFile::write`] without the "Wrote" line.
     pub fn write_quiet(mut self, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
-        let file = self.file.take().ok_or_else(|| anyhow!("{} was written already", self.shown.display()))?;
+        let file = self
+            .file
+            .take()
+            .ok_or_else(|| anyhow!("{} was written already", self.shown.display()))?;
         let mut w = BufWriter::new(file);
-        f(&mut w).and_then(|()| w.flush()).map_err(|e| anyhow!(e).context(format!("failed to write {}", self.shown.display())))?;
-        let file = w.into_inner().map_err(|e| anyhow!(e.into_error()).context(format!("failed to write {}", self.shown.display())))?;
+        f(&mut w)
+            .and_then(|()| w.flush())
+            .map_err(|e| anyhow!(e).context(format!("failed to write {}", self.shown.display())))?;
+        let file = w.into_inner().map_err(|e| {
+            anyhow!(e.into_error()).context(format!("failed to write {}", self.shown.display()))
+        })?;
         if let Some((tmp, target)) = self.rename.take() {
             let placed = file.sync_all().and_then(|()| fs::rename(&tmp, &target));
             if let Err(e) = placed {
@@ -254,11 +276,19 @@ fn check_replaceable(target: &Path, dir: &Path, caller: Caller) -> Result<()> {
 
 /// A new, empty file beside `target`, created exclusively.
 fn temporary(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)> {
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
     let mut last = io::Error::other("no temporary name left");
     for n in 0..100u32 {
         let tmp = dir.join(format!(".{name}.topwaits-{}-{n}.tmp", std::process::id()));
-        match fs::OpenOptions::new().write(true).create_new(true).mode(NEW_MODE).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp)
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(NEW_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
         {
             Ok(f) => return Ok((tmp, f)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
@@ -300,7 +330,10 @@ mod tests {
     const STRANGER: Caller = Caller { euid: 4_000_000 };
 
     fn entries(d: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         v.sort();
         v
     }
@@ -343,7 +376,10 @@ mod tests {
         fs::write(&p, b"previous").unwrap();
         drop(OutputFile::create_as(&p, me()).unwrap());
         assert_eq!(entries(&d), ["rec.tw"]);
-        let e = OutputFile::create_as(&p, me()).unwrap().write_quiet(|_| Err(io::Error::other("disk on fire"))).unwrap_err();
+        let e = OutputFile::create_as(&p, me())
+            .unwrap()
+            .write_quiet(|_| Err(io::Error::other("disk on fire")))
+            .unwrap_err();
         assert!(format!("{e:#}").contains("disk on fire"), "{e:#}");
         assert_eq!(fs::read(&p).unwrap(), b"previous");
         assert_eq!(entries(&d), ["rec.tw"]);
@@ -367,7 +403,10 @@ mod tests {
         let victim = d.join("victim");
         fs::write(&victim, b"precious").unwrap();
         plant(&victim, &d.join("out.svg"));
-        assert_eq!(plan(&d.join("out.svg"), STRANGER).unwrap(), Plan::Replace { target: d.join("out.svg"), mode: None });
+        assert_eq!(
+            plan(&d.join("out.svg"), STRANGER).unwrap(),
+            Plan::Replace { target: d.join("out.svg"), mode: None }
+        );
         fs::remove_dir_all(&d).unwrap();
     }
 
@@ -379,7 +418,10 @@ mod tests {
         fs::write(&victim, b"precious").unwrap();
         plant(&victim, &d.join("out.svg"));
         let e = OutputFile::create_as(&d.join("out.svg"), STRANGER).err().unwrap().to_string();
-        assert!(e.starts_with("refusing to write") && e.contains("world-writable sticky directory"), "{e}");
+        assert!(
+            e.starts_with("refusing to write") && e.contains("world-writable sticky directory"),
+            "{e}"
+        );
         assert!(!e.contains('\n'));
         // And as a directory on the way.
         plant(&d, &d.join("sub"));
@@ -418,10 +460,14 @@ mod tests {
         let d = scratch("bad");
         let e = OutputFile::create_as(&d, me()).err().unwrap().to_string();
         assert!(e.contains("is a directory"), "{e}");
-        let e = format!("{:#}", OutputFile::create_as(&d.join("no/such/dir/x.svg"), me()).err().unwrap());
+        let e = format!(
+            "{:#}",
+            OutputFile::create_as(&d.join("no/such/dir/x.svg"), me()).err().unwrap()
+        );
         assert!(e.contains("cannot write") && e.contains("No such file"), "{e}");
         // /proc takes no new files, even from root.
-        let e = format!("{:#}", OutputFile::create_as(Path::new("/proc/version"), me()).err().unwrap());
+        let e =
+            format!("{:#}", OutputFile::create_as(Path::new("/proc/version"), me()).err().unwrap());
         assert!(e.contains("cannot write /proc/version"), "{e}");
         assert!(OutputFile::create_as(Path::new(""), me()).is_err());
         let mut loop_at = d.join("loop");

@@ -61,12 +61,20 @@ mod tests {
     fn a_cause_already_in_the_line_is_said_once() {
         let e = anyhow::Error::new(Wrapper(Inner)).context("failed to load the eBPF object");
         assert_eq!(format!("{e:#}").matches("unsupported").count(), 2, "anyhow repeats it");
-        assert_eq!(error_line(&e), "failed to load the eBPF object: map error: type of TASKS is unsupported");
+        assert_eq!(
+            error_line(&e),
+            "failed to load the eBPF object: map error: type of TASKS is unsupported"
+        );
     }
 
     #[test]
     fn distinct_causes_all_stay_in_order() {
-        let e = anyhow::anyhow!("No such file or directory (os error 2)").context("failed to read /proc/42/maps").context("symbolizing");
-        assert_eq!(error_line(&e), "symbolizing: failed to read /proc/42/maps: No such file or directory (os error 2)");
+        let e = anyhow::anyhow!("No such file or directory (os error 2)")
+            .context("failed to read /proc/42/maps")
+            .context("symbolizing");
+        assert_eq!(
+            error_line(&e),
+            "symbolizing: failed to read /proc/42/maps: No such file or directory (os error 2)"
+        );
     }
 }

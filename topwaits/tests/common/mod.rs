@@ -64,7 +64,10 @@ pub fn with_attach(args: &[&str]) -> Vec<String> {
     if let Ok(a) = std::env::var("TOPWAITS_TEST_ATTACH") {
         // `blocked` and `report` attach nothing.
         if !args.contains(&"--attach") && !matches!(args.first(), Some(&"blocked" | &"report")) {
-            let at = usize::from(matches!(args.first(), Some(&"threads" | &"record" | &"why" | &"locks" | &"serve")));
+            let at = usize::from(matches!(
+                args.first(),
+                Some(&"threads" | &"record" | &"why" | &"locks" | &"serve")
+            ));
             v.splice(at..at, ["--attach".to_string(), a]);
         }
     }
@@ -83,7 +86,10 @@ impl Drop for Killed {
 
 /// Whether `cmd` is on PATH.
 pub fn installed(cmd: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {cmd}")]).output().is_ok_and(|o| o.status.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// A running topwaits that has printed its "Tracing" line, i.e. has attached.
@@ -261,7 +267,10 @@ pub fn now_wall_ns() -> i128 {
 /// Sleeps with nanosleep(2) from a frame-pointer-built function.
 #[inline(never)]
 pub fn nanosleep(d: Duration) {
-    let ts = libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
     unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
     std::hint::black_box(());
 }
@@ -317,7 +326,12 @@ impl Workload {
 
 /// Records whose user stack names `func`.
 pub fn records_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
-    doc["records"].as_array().unwrap().iter().filter(|r| stack_names(&r["user_stack"]).iter().any(|s| s.contains(func))).collect()
+    doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| stack_names(&r["user_stack"]).iter().any(|s| s.contains(func)))
+        .collect()
 }
 
 /// The records of waits in a call that `func` made (its sleep, read, ...): those
@@ -325,16 +339,23 @@ pub fn records_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
 /// leaf is the thread preempted, or faulting, in `func`'s own code, which a busy
 /// VM makes now and then.
 pub fn calls_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
-    records_in(doc, func).into_iter().filter(|r| !stack_names(&r["user_stack"]).first().is_some_and(|s| s.contains(func))).collect()
+    records_in(doc, func)
+        .into_iter()
+        .filter(|r| !stack_names(&r["user_stack"]).first().is_some_and(|s| s.contains(func)))
+        .collect()
 }
 
 pub fn stack_names(stack: &Value) -> Vec<String> {
-    stack.as_array().map(|a| a.iter().map(|f| f["symbol"].as_str().unwrap_or("").to_string()).collect()).unwrap_or_default()
+    stack
+        .as_array()
+        .map(|a| a.iter().map(|f| f["symbol"].as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS.ffffff+HH:MM` into Unix nanoseconds.
 pub fn parse_rfc3339(s: &str) -> i128 {
-    let num = |a: usize, b: usize| -> i64 { s[a..b].parse().unwrap_or_else(|_| panic!("bad time {s}")) };
+    let num =
+        |a: usize, b: usize| -> i64 { s[a..b].parse().unwrap_or_else(|_| panic!("bad time {s}")) };
     let (y, mo, d) = (num(0, 4), num(5, 7), num(8, 10));
     let (h, mi, sec) = (num(11, 13), num(14, 16), num(17, 19));
     let frac_end = s[20..].find(['+', '-', 'Z']).map(|i| i + 20).unwrap();
@@ -360,7 +381,10 @@ pub fn parse_rfc3339(s: &str) -> i128 {
 
 /// Names of our programs currently loaded in the kernel.
 pub fn our_loaded_programs() -> Vec<String> {
-    let out = Command::new("bpftool").args(["prog", "show"]).output().expect("bpftool is needed (cargo xtask setup)");
+    let out = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .expect("bpftool is needed (cargo xtask setup)");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "name").nth(1).map(String::from))

@@ -43,8 +43,12 @@ impl Stuck {
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
         assert!(line.starts_with("ready"), "workload said {line:?}");
-        let ready =
-            line.split_whitespace().skip(1).filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let ready = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Stuck { child, stdin, stdout, ready }
     }
 
@@ -76,7 +80,10 @@ impl Drop for Stuck {
 pub fn compile(name: &str) -> String {
     let out = format!("{}/{name}", env!("CARGO_TARGET_TMPDIR"));
     let src = format!("{}/tests/programs/{name}.c", env!("CARGO_MANIFEST_DIR"));
-    let status = Command::new("cc").args(["-O2", "-g", "-pthread", "-o", &out, &src]).status().expect("a C compiler (cc) is needed");
+    let status = Command::new("cc")
+        .args(["-O2", "-g", "-pthread", "-o", &out, &src])
+        .status()
+        .expect("a C compiler (cc) is needed");
     assert!(status.success(), "compiling {src} failed");
     out
 }
@@ -99,7 +106,8 @@ pub fn start(exe: &str) -> Started {
 /// Starts `exe` with `args` (an interpreter and its script, say), once it
 /// prints "ready".
 pub fn start_with(exe: &str, args: &[&str]) -> Started {
-    let mut child = Command::new(exe).args(args).stdout(Stdio::piped()).spawn().expect("the workload starts");
+    let mut child =
+        Command::new(exe).args(args).stdout(Stdio::piped()).spawn().expect("the workload starts");
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let started = Started(child, line.trim().to_string());

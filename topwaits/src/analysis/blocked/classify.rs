@@ -101,7 +101,9 @@ impl WaitOn {
     pub fn lock_name(&self) -> String {
         match self {
             WaitOn::Futex { addr, kind: FutexKind::PiLock, .. } => format!("PI lock {addr:#x}"),
-            WaitOn::Futex { owner: Some(o), kind: FutexKind::Join, .. } => format!("exit of tid {o}"),
+            WaitOn::Futex { owner: Some(o), kind: FutexKind::Join, .. } => {
+                format!("exit of tid {o}")
+            }
             WaitOn::Futex { addr, .. } => format!("mutex {addr:#x}"),
             other => other.describe(),
         }
@@ -118,7 +120,13 @@ pub struct Threads<'a> {
 
 /// Classifies a futex wait. `frames` are the user function names, leaf first;
 /// `read_u32` reads the process's memory.
-pub fn futex(s: &Syscall, tid: u32, frames: &[&str], read_u32: &dyn Fn(u64) -> Option<u32>, threads: &Threads) -> WaitOn {
+pub fn futex(
+    s: &Syscall,
+    tid: u32,
+    frames: &[&str],
+    read_u32: &dyn Fn(u64) -> Option<u32>,
+    threads: &Threads,
+) -> WaitOn {
     let (addr, op, val) = (s.args[0], s.args[1], s.args[2]);
     let private = op & FUTEX_PRIVATE != 0;
     let cmd = op & 127;
@@ -132,14 +140,20 @@ pub fn futex(s: &Syscall, tid: u32, frames: &[&str], read_u32: &dyn Fn(u64) -> O
     // pthread_join waits until the joined thread's tid field, which holds its tid,
     // changes: the expected value is a sibling's tid, and the word still holds it.
     // Lock words hold 0 to 2, and tids 1 and 2 are init and kthreadd.
-    let joined = u32::try_from(val).ok().filter(|&v| v > 2 && v != tid && read_u32(addr) == Some(v) && (threads.sibling)(v));
+    let joined = u32::try_from(val)
+        .ok()
+        .filter(|&v| v > 2 && v != tid && read_u32(addr) == Some(v) && (threads.sibling)(v));
     match crate::analysis::what::futex_by_frames(frames) {
         Some(None) => {
             let owner = read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid);
             return WaitOn::Futex { addr, kind: FutexKind::Mutex, owner, private };
         }
         Some(Some(what)) => {
-            let (kind, owner) = if what == "thread join" { (FutexKind::Join, joined) } else { (FutexKind::Named(what), None) };
+            let (kind, owner) = if what == "thread join" {
+                (FutexKind::Join, joined)
+            } else {
+                (FutexKind::Named(what), None)
+            };
             return WaitOn::Futex { addr, kind, owner, private };
         }
         None => {}
@@ -150,8 +164,15 @@ pub fn futex(s: &Syscall, tid: u32, frames: &[&str], read_u32: &dyn Fn(u64) -> O
     // No telling frame: glibc's lock path waits for the value 2 ("locked, with
     // waiters"); take the owner field only if it names a live thread.
     if val == 2 && read_u32(addr).is_some_and(|w| w != 0) {
-        if let Some(owner) = read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid && (threads.live)(o)) {
-            return WaitOn::Futex { addr, kind: FutexKind::LikelyMutex, owner: Some(owner), private };
+        if let Some(owner) = read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET)
+            .filter(|&o| o != 0 && o != tid && (threads.live)(o))
+        {
+            return WaitOn::Futex {
+                addr,
+                kind: FutexKind::LikelyMutex,
+                owner: Some(owner),
+                private,
+            };
         }
     }
     WaitOn::Futex { addr, kind: FutexKind::Unknown, owner: None, private }
@@ -171,7 +192,10 @@ pub fn by_syscall(info: Option<SyscallInfo>, nr: u64) -> WaitOn {
 /// The fds of a `struct pollfd` array (8 bytes each: an `int` fd, then two
 /// `short`s); negative fds, which poll ignores, are left out.
 pub fn pollfds(bytes: &[u8]) -> Vec<u64> {
-    bytes.chunks_exact(8).filter_map(|c| u64::try_from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).ok()).collect()
+    bytes
+        .chunks_exact(8)
+        .filter_map(|c| u64::try_from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -195,8 +219,17 @@ mod tests {
 
     #[test]
     fn glibc_mutex_names_its_owner() {
-        let w = futex(&call(128, 2), 7, &["__lll_lock_wait", "pthread_mutex_lock", "worker"], &mem(2, 42), &ANY);
-        assert_eq!(w, WaitOn::Futex { addr: 0x1000, kind: FutexKind::Mutex, owner: Some(42), private: true });
+        let w = futex(
+            &call(128, 2),
+            7,
+            &["__lll_lock_wait", "pthread_mutex_lock", "worker"],
+            &mem(2, 42),
+            &ANY,
+        );
+        assert_eq!(
+            w,
+            WaitOn::Futex { addr: 0x1000, kind: FutexKind::Mutex, owner: Some(42), private: true }
+        );
         assert_eq!(w.describe(), "mutex 0x1000 held by tid 42");
         assert_eq!(w.lock_name(), "mutex 0x1000");
     }
@@ -206,24 +239,65 @@ mod tests {
         let w = futex(&call(128, 2), 7, &["___pthread_mutex_lock"], &mem(2, 0), &ANY);
         assert_eq!(w.describe(), "mutex 0x1000, owner not recorded");
         let own = futex(&call(128, 2), 7, &["pthread_mutex_lock"], &mem(2, 7), &ANY);
-        assert!(matches!(own, WaitOn::Futex { owner: None, .. }), "a thread never waits on itself: {own:?}");
+        assert!(
+            matches!(own, WaitOn::Futex { owner: None, .. }),
+            "a thread never waits on itself: {own:?}"
+        );
     }
 
     #[test]
     fn condvars_and_semaphores_have_no_owner() {
-        let w = futex(&call(137, 0), 7, &["__futex_abstimed_wait_common", "__pthread_cond_wait", "consumer"], &mem(2, 42), &ANY);
-        assert_eq!(w, WaitOn::Futex { addr: 0x1000, kind: FutexKind::Named("condition variable"), owner: None, private: true });
+        let w = futex(
+            &call(137, 0),
+            7,
+            &["__futex_abstimed_wait_common", "__pthread_cond_wait", "consumer"],
+            &mem(2, 42),
+            &ANY,
+        );
+        assert_eq!(
+            w,
+            WaitOn::Futex {
+                addr: 0x1000,
+                kind: FutexKind::Named("condition variable"),
+                owner: None,
+                private: true
+            }
+        );
         assert!(w.describe().contains("no owner"), "{}", w.describe());
-        let s = futex(&call(128, 0), 7, &["do_futex_wait", "__new_sem_wait_slow64", "sem_wait"], &mem(0, 0), &ANY);
+        let s = futex(
+            &call(128, 0),
+            7,
+            &["do_futex_wait", "__new_sem_wait_slow64", "sem_wait"],
+            &mem(0, 0),
+            &ANY,
+        );
         assert!(matches!(s, WaitOn::Futex { kind: FutexKind::Named("semaphore"), .. }), "{s:?}");
     }
 
     #[test]
     fn layout_alone_needs_a_live_owner() {
-        let w = futex(&call(128, 2), 7, &[], &mem(2, 42), &Threads { live: &|t| t == 42, sibling: &|_| false });
-        assert!(matches!(w, WaitOn::Futex { kind: FutexKind::LikelyMutex, owner: Some(42), .. }), "{w:?}");
-        let dead = futex(&call(128, 2), 7, &[], &mem(2, 42), &Threads { live: &|_| false, sibling: &|_| false });
-        assert!(matches!(dead, WaitOn::Futex { kind: FutexKind::Unknown, owner: None, .. }), "{dead:?}");
+        let w = futex(
+            &call(128, 2),
+            7,
+            &[],
+            &mem(2, 42),
+            &Threads { live: &|t| t == 42, sibling: &|_| false },
+        );
+        assert!(
+            matches!(w, WaitOn::Futex { kind: FutexKind::LikelyMutex, owner: Some(42), .. }),
+            "{w:?}"
+        );
+        let dead = futex(
+            &call(128, 2),
+            7,
+            &[],
+            &mem(2, 42),
+            &Threads { live: &|_| false, sibling: &|_| false },
+        );
+        assert!(
+            matches!(dead, WaitOn::Futex { kind: FutexKind::Unknown, owner: None, .. }),
+            "{dead:?}"
+        );
         let other_value = futex(&call(128, 0), 7, &[], &mem(2, 42), &ANY);
         assert!(matches!(other_value, WaitOn::Futex { kind: FutexKind::Unknown, .. }));
         let unreadable = futex(&call(128, 2), 7, &[], &|_| None, &ANY);
@@ -234,19 +308,42 @@ mod tests {
     fn a_join_waits_for_the_joined_thread() {
         let siblings = Threads { live: &|_| true, sibling: &|t| t == 0x277b };
         // Unresolved libc frames, as on Debian: the value and the word tell.
-        let w = futex(&call(0x109, 0x277b), 7, &["libc.so.6+0x85f16", "main"], &mem(0x277b, 0), &siblings);
-        assert_eq!(w, WaitOn::Futex { addr: 0x1000, kind: FutexKind::Join, owner: Some(0x277b), private: false });
+        let w = futex(
+            &call(0x109, 0x277b),
+            7,
+            &["libc.so.6+0x85f16", "main"],
+            &mem(0x277b, 0),
+            &siblings,
+        );
+        assert_eq!(
+            w,
+            WaitOn::Futex {
+                addr: 0x1000,
+                kind: FutexKind::Join,
+                owner: Some(0x277b),
+                private: false
+            }
+        );
         assert_eq!(w.describe(), "the exit of tid 10107 (thread join)");
         assert_eq!(w.lock_name(), "exit of tid 10107");
         // A mutex word of 2 is no join, even where a thread 2 exists.
-        let m = futex(&call(128, 2), 7, &[], &mem(2, 42), &Threads { live: &|_| true, sibling: &|_| true });
+        let m = futex(
+            &call(128, 2),
+            7,
+            &[],
+            &mem(2, 42),
+            &Threads { live: &|_| true, sibling: &|_| true },
+        );
         assert!(matches!(m, WaitOn::Futex { kind: FutexKind::LikelyMutex, .. }), "{m:?}");
     }
 
     #[test]
     fn pi_futex_word_holds_the_owner() {
         let w = futex(&call(6 | 128, 0), 7, &[], &mem(0x8000_0000 | 99, 0), &ANY);
-        assert_eq!(w, WaitOn::Futex { addr: 0x1000, kind: FutexKind::PiLock, owner: Some(99), private: true });
+        assert_eq!(
+            w,
+            WaitOn::Futex { addr: 0x1000, kind: FutexKind::PiLock, owner: Some(99), private: true }
+        );
         assert_eq!(w.lock_name(), "PI lock 0x1000");
     }
 
@@ -257,7 +354,10 @@ mod tests {
             assert_eq!(syscall_info(0), Some(SyscallInfo { name: "read", fd_arg: Some(0) }));
             assert_eq!(by_syscall(syscall_info(230), 230), WaitOn::Sleep);
             assert_eq!(by_syscall(syscall_info(61), 61), WaitOn::Child);
-            assert_eq!(by_syscall(syscall_info(7), 7), WaitOn::Poll { via: "poll", fds: vec![], more: 0 });
+            assert_eq!(
+                by_syscall(syscall_info(7), 7),
+                WaitOn::Poll { via: "poll", fds: vec![], more: 0 }
+            );
             assert_eq!(by_syscall(syscall_info(1), 1).describe(), "in write");
         }
         assert_eq!(by_syscall(None, 9999).describe(), "in syscall 9999");

@@ -86,7 +86,10 @@ impl Report {
 
     /// `comm` of any thread the report knows.
     pub fn comm(&self, tid: u32) -> Vec<u8> {
-        self.thread(tid).map(|t| t.snap.comm.clone()).or_else(|| self.others.get(&tid).map(|o| o.comm.clone())).unwrap_or_default()
+        self.thread(tid)
+            .map(|t| t.snap.comm.clone())
+            .or_else(|| self.others.get(&tid).map(|o| o.comm.clone()))
+            .unwrap_or_default()
     }
 }
 
@@ -113,7 +116,9 @@ fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
             frames.extend(sym.user(tgid, &addrs).into_iter().map(|f| ((tgid, f.addr), f)));
         }
         if !words.is_empty() {
-            frames.extend(words.iter().copied().zip(sym.python(tgid, &words)).map(|(w, f)| ((tgid, w), f)));
+            frames.extend(
+                words.iter().copied().zip(sym.python(tgid, &words)).map(|(w, f)| ((tgid, w), f)),
+            );
         }
     }
     snaps
@@ -174,28 +179,43 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
         Ok(SyscallState::Running) => return (None, WaitOn::NoSyscall("running".into())),
         Ok(SyscallState::Blocked { .. }) => {
             let at = s.kernel.as_ref().ok().and_then(|k| k.first()).map(|f| f.name().to_string());
-            return (None, WaitOn::NoSyscall(format!("not in a syscall (in the kernel at {})", at.as_deref().unwrap_or("?"))));
+            return (
+                None,
+                WaitOn::NoSyscall(format!(
+                    "not in a syscall (in the kernel at {})",
+                    at.as_deref().unwrap_or("?")
+                )),
+            );
         }
         Err(e) => return (None, WaitOn::NoSyscall(format!("syscall unknown: {e}"))),
     };
     let info = classify::syscall_info(call.nr);
     let wait = match info {
         Some(i) if i.name == "futex" => {
-            let names: Vec<&str> = user.frames().iter().filter_map(|f| f.symbol.as_deref()).collect();
+            let names: Vec<&str> =
+                user.frames().iter().filter_map(|f| f.symbol.as_deref()).collect();
             let mem = ProcessMemory { pid: s.tgid };
             let read_u32 = |addr: u64| {
                 let mut b = [0u8; 4];
                 (mem.read(addr, &mut b) == 4).then(|| u32::from_ne_bytes(b))
             };
             let live = |tid: u32| std::path::Path::new(&format!("/proc/{tid}")).exists();
-            let sibling = |tid: u32| std::path::Path::new(&format!("/proc/{}/task/{tid}", s.tgid)).exists();
-            classify::futex(&call, s.tid, &names, &read_u32, &classify::Threads { live: &live, sibling: &sibling })
+            let sibling =
+                |tid: u32| std::path::Path::new(&format!("/proc/{}/task/{tid}", s.tgid)).exists();
+            classify::futex(
+                &call,
+                s.tid,
+                &names,
+                &read_u32,
+                &classify::Threads { live: &live, sibling: &sibling },
+            )
         }
         Some(SyscallInfo { fd_arg: Some(a), name }) => {
             let fd = call.args[a];
             match thread::fd_target(s.tgid, fd) {
                 Some(t) if t == "anon_inode:[eventpoll]" => {
-                    let set = std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", s.tgid)).unwrap_or_default();
+                    let set = std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", s.tgid))
+                        .unwrap_or_default();
                     poll_wait(s.tgid, name, classify::epoll_fds(&set))
                 }
                 Some(target) => WaitOn::Fd { fd, target, holders: Vec::new() },
@@ -217,10 +237,12 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
     // In D state outside an fd, the kernel function it sleeps in says more (I/O,
     // a filesystem lock, ...) than the syscall alone.
     let wait = match wait {
-        WaitOn::Other(what) if s.state == 'D' => match s.kernel.as_ref().ok().and_then(|k| k.first()) {
-            Some(f) => WaitOn::Other(format!("{what}, in the kernel at {}", f.name())),
-            None => WaitOn::Other(what),
-        },
+        WaitOn::Other(what) if s.state == 'D' => {
+            match s.kernel.as_ref().ok().and_then(|k| k.first()) {
+                Some(f) => WaitOn::Other(format!("{what}, in the kernel at {}", f.name())),
+                None => WaitOn::Other(what),
+            }
+        }
         other => other,
     };
     (Some((info, call)), wait)
@@ -256,7 +278,8 @@ pub fn collect(
     }
     let taken_mono = monotonic_now();
     if snaps.iter().any(|s| s.kernel.is_err()) {
-        warnings.push("some kernel stacks could not be read (/proc/TID/stack needs root)".to_string());
+        warnings
+            .push("some kernel stacks could not be read (/proc/TID/stack needs root)".to_string());
     }
     let mut sym = BlazeSymbolizer::default();
     let users = user_stacks(&snaps, &mut sym);
@@ -284,7 +307,10 @@ pub fn collect(
     for t in &mut threads {
         if let WaitOn::Fd { target, holders: h, .. } = &mut t.wait {
             if let Some((_, inode)) = thread::special_inode(target) {
-                *h = holders.get(&inode).map(|v| v.iter().filter(|(p, ..)| *p != t.snap.tgid).cloned().collect()).unwrap_or_default();
+                *h = holders
+                    .get(&inode)
+                    .map(|v| v.iter().filter(|(p, ..)| *p != t.snap.tgid).cloned().collect())
+                    .unwrap_or_default();
             }
         }
     }
@@ -293,7 +319,9 @@ pub fn collect(
     let edges: Vec<Edge> = threads
         .iter()
         .filter_map(|t| match &t.wait {
-            WaitOn::Futex { owner: Some(o), .. } => Some(Edge { waiter: t.snap.tid, owner: *o, lock: t.wait.lock_name() }),
+            WaitOn::Futex { owner: Some(o), .. } => {
+                Some(Edge { waiter: t.snap.tid, owner: *o, lock: t.wait.lock_name() })
+            }
             _ => None,
         })
         .collect();
@@ -305,7 +333,8 @@ pub fn collect(
         }
         if let Some(tgid) = procfs::tgid_of(e.owner) {
             if let Some(st) = thread::stat(tgid, e.owner) {
-                others.insert(e.owner, Other { tgid, tid: e.owner, comm: st.comm, state: st.state });
+                others
+                    .insert(e.owner, Other { tgid, tid: e.owner, comm: st.comm, state: st.state });
             }
         }
     }
@@ -340,7 +369,12 @@ mod tests {
             flags: 0,
             since: None,
             cpu: 0,
-            kernel: Ok(vec![Frame { addr: 0, symbol: Some("folio_wait_bit_common".into()), module: None, offset: Some(0x1c) }]),
+            kernel: Ok(vec![Frame {
+                addr: 0,
+                symbol: Some("folio_wait_bit_common".into()),
+                module: None,
+                offset: Some(0x1c),
+            }]),
             user: vec![],
             syscall: Ok(SyscallState::In(Syscall { nr, args: [9, 0, 0, 0, 0, 0], sp: 0, pc: 0 })),
         };

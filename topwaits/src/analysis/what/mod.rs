@@ -50,7 +50,8 @@ pub trait Resolve {
 }
 
 /// Parts of the names of glibc's mutex lock path.
-const MUTEX_FRAMES: &[&str] = &["mutex_lock", "mutex_timedlock", "mutex_clocklock", "lll_lock_wait"];
+const MUTEX_FRAMES: &[&str] =
+    &["mutex_lock", "mutex_timedlock", "mutex_clocklock", "lll_lock_wait"];
 
 /// Lock-free futex waits that user frames name, by a part of the function.
 const NAMED_FUTEX: &[(&str, &str)] = &[
@@ -86,7 +87,16 @@ const FUTEX_LOCK_PI: u32 = 6;
 const FUTEX_LOCK_PI2: u32 = 13;
 
 /// Kernel functions that wait for block I/O.
-const IO_FRAMES: &[&str] = &["io_schedule", "blk_", "bio_", "submit_bio", "folio_wait", "wait_on_page", "jbd2", "bit_wait_io"];
+const IO_FRAMES: &[&str] = &[
+    "io_schedule",
+    "blk_",
+    "bio_",
+    "submit_bio",
+    "folio_wait",
+    "wait_on_page",
+    "jbd2",
+    "bit_wait_io",
+];
 
 /// Kernel functions (callers of the lock) that name an rwsem.
 const MMAP_LOCK_FRAMES: &[&str] = &[
@@ -102,7 +112,14 @@ const MMAP_LOCK_FRAMES: &[&str] = &[
     "do_madvise",
     "__do_sys_brk",
 ];
-const INODE_LOCK_FRAMES: &[&str] = &["inode_lock", "_file_write_iter", "lookup_slow", "filename_create", "do_truncate", "iterate_dir"];
+const INODE_LOCK_FRAMES: &[&str] = &[
+    "inode_lock",
+    "_file_write_iter",
+    "lookup_slow",
+    "filename_create",
+    "do_truncate",
+    "iterate_dir",
+];
 
 fn any_frame(frames: &[&str], parts: &[&str]) -> bool {
     frames.iter().any(|f| parts.iter().any(|p| f.contains(p)))
@@ -110,7 +127,8 @@ fn any_frame(frames: &[&str], parts: &[&str]) -> bool {
 
 /// A user page fault: its frames, and no syscall entry below them.
 fn in_page_fault(kernel: &[&str]) -> bool {
-    any_frame(kernel, &["exc_page_fault", "do_user_addr_fault"]) && !any_frame(kernel, &["do_syscall_64", "entry_SYSCALL"])
+    any_frame(kernel, &["exc_page_fault", "do_user_addr_fault"])
+        && !any_frame(kernel, &["do_syscall_64", "entry_SYSCALL"])
 }
 
 /// The kernel lock in `w`, named by its address or by the functions that took it.
@@ -141,14 +159,25 @@ fn kernel_lock(w: &What, kernel: &[&str], r: &mut dyn Resolve) -> WaitsOn {
 /// The first kernel function that is not the scheduler's own: where a wait that no
 /// syscall explains sat.
 fn telling_kernel_frame(kernel: &[&str]) -> Option<String> {
-    const SCHED: &[&str] = &["schedule", "__schedule", "preempt_schedule", "do_nanosleep", "io_schedule"];
-    kernel.iter().find(|f| !SCHED.iter().any(|s| f.starts_with(s) || f.ends_with(s))).map(|f| format!("in {f}"))
+    const SCHED: &[&str] =
+        &["schedule", "__schedule", "preempt_schedule", "do_nanosleep", "io_schedule"];
+    kernel
+        .iter()
+        .find(|f| !SCHED.iter().any(|s| f.starts_with(s) || f.ends_with(s)))
+        .map(|f| format!("in {f}"))
 }
 
 /// Classifies one wait. `kernel` and `user` are the frame names, leaf first.
-pub fn classify(w: &What, kernel: &[&str], user: &[&str], tgid: u32, r: &mut dyn Resolve) -> WaitsOn {
+pub fn classify(
+    w: &What,
+    kernel: &[&str],
+    user: &[&str],
+    tgid: u32,
+    r: &mut dyn Resolve,
+) -> WaitsOn {
     if w.flags & bits::PREEMPTED != 0 {
-        let ran_instead = (w.obj != 0).then(|| r.process(w.obj as u32).unwrap_or_else(|| format!("pid {}", w.obj)));
+        let ran_instead = (w.obj != 0)
+            .then(|| r.process(w.obj as u32).unwrap_or_else(|| format!("pid {}", w.obj)));
         return WaitsOn::RunQueue { ran_instead };
     }
     if w.flags & bits::KLOCK != 0 {
@@ -162,7 +191,9 @@ pub fn classify(w: &What, kernel: &[&str], user: &[&str], tgid: u32, r: &mut dyn
         if io {
             return WaitsOn::Disk { device: None, file: None, syscall: None };
         }
-        return WaitsOn::Other { what: telling_kernel_frame(kernel).unwrap_or_else(|| "not in a syscall".to_string()) };
+        return WaitsOn::Other {
+            what: telling_kernel_frame(kernel).unwrap_or_else(|| "not in a syscall".to_string()),
+        };
     };
     let Some(info) = syscall_info(nr as u64) else {
         if io {
@@ -192,9 +223,13 @@ pub fn classify(w: &What, kernel: &[&str], user: &[&str], tgid: u32, r: &mut dyn
         "pause" | "rt_sigsuspend" | "rt_sigtimedwait" => WaitsOn::Signal { syscall },
         // select on no descriptors is how portable code sleeps (PostgreSQL's
         // pg_usleep): nothing to poll but the time.
-        "select" | "pselect6" if w.arg0 == 0 => WaitsOn::Sleep { requested_ns: None, syscall, to_deadline: false },
+        "select" | "pselect6" if w.arg0 == 0 => {
+            WaitsOn::Sleep { requested_ns: None, syscall, to_deadline: false }
+        }
         "poll" | "ppoll" | "select" | "pselect6" => WaitsOn::Poll { via: syscall, fds: Vec::new() },
-        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => WaitsOn::Poll { fds: r.epoll_fds(tgid, w.arg0), via: syscall },
+        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => {
+            WaitsOn::Poll { fds: r.epoll_fds(tgid, w.arg0), via: syscall }
+        }
         "sync" => WaitsOn::Disk { device: None, file: None, syscall: Some(syscall) },
         _ if info.fd_arg == Some(0) => by_fd(w.arg0, syscall, io, tgid, r),
         _ if io => WaitsOn::Disk { device: None, file: None, syscall: Some(syscall) },
@@ -212,8 +247,12 @@ fn by_fd(fd: u64, syscall: String, io: bool, tgid: u32, r: &mut dyn Resolve) -> 
     };
     match resolved.kind {
         FdKind::Socket { inode } => WaitsOn::Socket { fd, socket: r.socket(tgid, inode), syscall },
-        FdKind::Pipe { inode } => WaitsOn::Pipe { fd, inode: Some(inode), holders: r.pipe_holders(inode), syscall },
-        FdKind::File { device } => WaitsOn::Disk { device, file: Some(resolved.target), syscall: Some(syscall) },
+        FdKind::Pipe { inode } => {
+            WaitsOn::Pipe { fd, inode: Some(inode), holders: r.pipe_holders(inode), syscall }
+        }
+        FdKind::File { device } => {
+            WaitsOn::Disk { device, file: Some(resolved.target), syscall: Some(syscall) }
+        }
         FdKind::Epoll => WaitsOn::Poll { fds: r.epoll_fds(tgid, fd), via: syscall },
         FdKind::Other => WaitsOn::File { fd, target: Some(resolved.target), syscall },
     }
@@ -228,7 +267,8 @@ pub fn label(records: &mut [Record], whats: &[What], r: &mut dyn Resolve) {
         }
         let kernel: Vec<_> = rec.kernel.frames().iter().map(|f| f.name()).collect();
         let user: Vec<_> = rec.user.frames().iter().map(|f| f.name()).collect();
-        let (kernel, user): (Vec<&str>, Vec<&str>) = (kernel.iter().map(AsRef::as_ref).collect(), user.iter().map(AsRef::as_ref).collect());
+        let (kernel, user): (Vec<&str>, Vec<&str>) =
+            (kernel.iter().map(AsRef::as_ref).collect(), user.iter().map(AsRef::as_ref).collect());
         rec.waits_on = Some(classify(w, &kernel, &user, rec.tgid, r));
     }
 }

@@ -75,7 +75,8 @@ impl Resolve for ProcResolver {
     fn fd(&mut self, tgid: u32, fd: u64) -> Option<Fd> {
         let target = thread::fd_target(tgid, fd)?;
         if let Some((kind, inode)) = thread::special_inode(&target) {
-            let kind = if kind == "pipe" { FdKind::Pipe { inode } } else { FdKind::Socket { inode } };
+            let kind =
+                if kind == "pipe" { FdKind::Pipe { inode } } else { FdKind::Socket { inode } };
             return Some(Fd { target, kind });
         }
         if target == "anon_inode:[eventpoll]" {
@@ -85,8 +86,12 @@ impl Resolve for ProcResolver {
         let meta = std::fs::metadata(format!("/proc/{tgid}/fd/{fd}")).ok();
         let kind = match meta {
             Some(m) if m.file_type().is_fifo() => FdKind::Pipe { inode: m.ino() },
-            Some(m) if m.file_type().is_file() || m.file_type().is_dir() => FdKind::File { device: self.device_of(m.dev()) },
-            Some(m) if m.file_type().is_block_device() => FdKind::File { device: self.device_of(m.rdev()) },
+            Some(m) if m.file_type().is_file() || m.file_type().is_dir() => {
+                FdKind::File { device: self.device_of(m.dev()) }
+            }
+            Some(m) if m.file_type().is_block_device() => {
+                FdKind::File { device: self.device_of(m.rdev()) }
+            }
             _ => FdKind::Other,
         };
         Some(Fd { target, kind })
@@ -102,17 +107,24 @@ impl Resolve for ProcResolver {
             self.holders = Some(thread::holders_of(&self.pipes));
         }
         let list = self.holders.as_ref().and_then(|h| h.get(&inode)).cloned().unwrap_or_default();
-        list.iter().map(|(pid, comm, access)| format!("pid {pid} {} ({access})", crate::model::comm_text(comm))).collect()
+        list.iter()
+            .map(|(pid, comm, access)| {
+                format!("pid {pid} {} ({access})", crate::model::comm_text(comm))
+            })
+            .collect()
     }
 
     fn epoll_fds(&mut self, tgid: u32, epfd: u64) -> Vec<String> {
-        let info = std::fs::read_to_string(format!("/proc/{tgid}/fdinfo/{epfd}")).unwrap_or_default();
+        let info =
+            std::fs::read_to_string(format!("/proc/{tgid}/fdinfo/{epfd}")).unwrap_or_default();
         let fds = thread::epoll_fds(&info);
         fds.into_iter()
             .take(thread::MAX_POLL_FDS)
             .map(|fd| match thread::fd_target(tgid, fd) {
                 Some(t) => match thread::special_inode(&t) {
-                    Some(("socket", ino)) => format!("{fd} ({})", self.socket(tgid, ino).unwrap_or(t)),
+                    Some(("socket", ino)) => {
+                        format!("{fd} ({})", self.socket(tgid, ino).unwrap_or(t))
+                    }
                     _ => format!("{fd} ({t})"),
                 },
                 None => format!("{fd}"),
@@ -126,7 +138,9 @@ impl Resolve for ProcResolver {
     }
 
     fn kernel_symbol(&mut self, addr: u64) -> Option<String> {
-        let syms = self.kallsyms.get_or_insert_with(|| parse_data_symbols(&std::fs::read_to_string("/proc/kallsyms").unwrap_or_default()));
+        let syms = self.kallsyms.get_or_insert_with(|| {
+            parse_data_symbols(&std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
+        });
         syms.get(&addr).cloned()
     }
 }
@@ -137,7 +151,10 @@ mod tests {
 
     #[test]
     fn parses_device_names_and_static_lock_symbols() {
-        assert_eq!(devname("MAJOR=254\nMINOR=0\nDEVNAME=vda\nDEVTYPE=disk\n").as_deref(), Some("vda"));
+        assert_eq!(
+            devname("MAJOR=254\nMINOR=0\nDEVNAME=vda\nDEVTYPE=disk\n").as_deref(),
+            Some("vda")
+        );
         assert_eq!(devname("MAJOR=254\n"), None);
         let syms = parse_data_symbols(
             "ffffffff81000000 T _text\nffffffff82a0b3c0 D rtnl_mutex\nffffffff82b00000 b cgroup_mutex\n0000000000000000 D hidden\n",
@@ -163,7 +180,9 @@ mod tests {
         assert!(matches!(p.kind, FdKind::Pipe { .. }) && p.target.starts_with("pipe:["), "{p:?}");
         let FdKind::Pipe { inode } = p.kind else { unreachable!() };
         assert!(
-            r.pipe_holders(inode).iter().any(|h| h.starts_with(&format!("pid {me} ")) && h.ends_with("(r)")),
+            r.pipe_holders(inode)
+                .iter()
+                .any(|h| h.starts_with(&format!("pid {me} ")) && h.ends_with("(r)")),
             "{:?}",
             r.pipe_holders(inode)
         );

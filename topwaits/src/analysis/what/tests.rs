@@ -67,7 +67,10 @@ fn fake() -> Fake {
     let mut f = Fake::default();
     f.fds.insert(3, Fd { target: "socket:[900]".into(), kind: FdKind::Socket { inode: 900 } });
     f.fds.insert(6, Fd { target: "pipe:[77]".into(), kind: FdKind::Pipe { inode: 77 } });
-    f.fds.insert(7, Fd { target: "/var/lib/db/data".into(), kind: FdKind::File { device: Some("vda".into()) } });
+    f.fds.insert(
+        7,
+        Fd { target: "/var/lib/db/data".into(), kind: FdKind::File { device: Some("vda".into()) } },
+    );
     f.fds.insert(8, Fd { target: "/dev/pts/0".into(), kind: FdKind::Other });
     f.sockets.insert(900, "TCP 127.0.0.1:5000 -> 127.0.0.1:41000, established".into());
     f
@@ -75,7 +78,8 @@ fn fake() -> Fake {
 
 /// A wait in syscall `name` with first argument `arg0`.
 fn call(name: &str, arg0: u64) -> What {
-    let nr = crate::sys::syscalls::syscall_info_by_name(name).unwrap_or_else(|| panic!("{name} not in the table"));
+    let nr = crate::sys::syscalls::syscall_info_by_name(name)
+        .unwrap_or_else(|| panic!("{name} not in the table"));
     What { nr: nr as u32 + 1, arg0, ..Default::default() }
 }
 
@@ -87,12 +91,30 @@ fn futex(op: u32) -> What {
 fn futex_waits_by_their_frames() {
     let mut r = NoSystem;
     let k = ["futex_wait_queue", "futex_wait", "do_futex"];
-    let m = classify(&futex(128), &k, &["__lll_lock_wait", "___pthread_mutex_lock", "worker"], 1, &mut r);
+    let m = classify(
+        &futex(128),
+        &k,
+        &["__lll_lock_wait", "___pthread_mutex_lock", "worker"],
+        1,
+        &mut r,
+    );
     assert_eq!(m, WaitsOn::Mutex { addr: 0x1000, pi: false });
-    let c = classify(&futex(137), &k, &["__futex_abstimed_wait_common", "___pthread_cond_wait", "pool"], 1, &mut r);
+    let c = classify(
+        &futex(137),
+        &k,
+        &["__futex_abstimed_wait_common", "___pthread_cond_wait", "pool"],
+        1,
+        &mut r,
+    );
     assert_eq!(c, WaitsOn::Futex { lock: "condition variable".into(), addr: 0x1000 });
     assert_eq!(c.short(), "condition variable 0x1000");
-    let s = classify(&futex(128), &k, &["do_futex_wait", "__new_sem_wait_slow64", "sem_wait"], 1, &mut r);
+    let s = classify(
+        &futex(128),
+        &k,
+        &["do_futex_wait", "__new_sem_wait_slow64", "sem_wait"],
+        1,
+        &mut r,
+    );
     assert!(matches!(s, WaitsOn::Futex { ref lock, .. } if lock == "semaphore"), "{s:?}");
     let pi = classify(&futex(6 | 128), &k, &[], 1, &mut r);
     assert_eq!(pi, WaitsOn::Mutex { addr: 0x1000, pi: true });
@@ -108,11 +130,29 @@ fn descriptors_by_what_they_are() {
     let sock = classify(&call("read", 3), &["sk_wait_data", "tcp_recvmsg"], &none, 10, &mut r);
     assert_eq!(sock.short(), "socket TCP 127.0.0.1:5000 -> 127.0.0.1:41000");
     let pipe = classify(&call("read", 6), &["pipe_read"], &none, 10, &mut r);
-    assert_eq!(pipe, WaitsOn::Pipe { fd: 6, inode: Some(77), holders: vec!["pid 11 writer (w)".into()], syscall: "read".into() });
-    let disk = classify(&call("fdatasync", 7), &["jbd2_log_wait_commit", "ext4_sync_file"], &none, 10, &mut r);
+    assert_eq!(
+        pipe,
+        WaitsOn::Pipe {
+            fd: 6,
+            inode: Some(77),
+            holders: vec!["pid 11 writer (w)".into()],
+            syscall: "read".into()
+        }
+    );
+    let disk = classify(
+        &call("fdatasync", 7),
+        &["jbd2_log_wait_commit", "ext4_sync_file"],
+        &none,
+        10,
+        &mut r,
+    );
     assert_eq!(
         disk,
-        WaitsOn::Disk { device: Some("vda".into()), file: Some("/var/lib/db/data".into()), syscall: Some("fdatasync".into()) }
+        WaitsOn::Disk {
+            device: Some("vda".into()),
+            file: Some("/var/lib/db/data".into()),
+            syscall: Some("fdatasync".into())
+        }
     );
     let tty = classify(&call("read", 8), &["n_tty_read"], &none, 10, &mut r);
     assert_eq!(tty.short(), "file /dev/pts/0");
@@ -133,43 +173,104 @@ fn event_loops_sleeps_children_and_signals() {
     assert_eq!(classify(&call("poll", 0x7ffd), &["do_sys_poll"], &none, 10, &mut r).kind(), "poll");
     // select on no descriptors sleeps (PostgreSQL's pg_usleep); on some, it polls.
     let nap = classify(&call("select", 0), &["do_select"], &none, 10, &mut r);
-    assert_eq!(nap, WaitsOn::Sleep { requested_ns: None, syscall: "select".into(), to_deadline: false });
+    assert_eq!(
+        nap,
+        WaitsOn::Sleep { requested_ns: None, syscall: "select".into(), to_deadline: false }
+    );
     assert_eq!(classify(&call("pselect6", 7), &["do_select"], &none, 10, &mut r).kind(), "poll");
-    assert!(crate::sys::syscalls::keeps_arg0_of(23) && crate::sys::syscalls::keeps_arg0_of(270), "the programs keep select's nfds");
+    assert!(
+        crate::sys::syscalls::keeps_arg0_of(23) && crate::sys::syscalls::keeps_arg0_of(270),
+        "the programs keep select's nfds"
+    );
     let asked = What { flags: bits::SLEEP, obj: 2_000_000, ..call("clock_nanosleep", 0) };
     assert_eq!(
         classify(&asked, &["do_nanosleep"], &none, 10, &mut r),
-        WaitsOn::Sleep { requested_ns: Some(2_000_000), syscall: "clock_nanosleep".into(), to_deadline: false }
+        WaitsOn::Sleep {
+            requested_ns: Some(2_000_000),
+            syscall: "clock_nanosleep".into(),
+            to_deadline: false
+        }
     );
-    let deadline = What { flags: bits::SLEEP | bits::SLEEP_DEADLINE, obj: 10_000_000, ..call("clock_nanosleep", 0) };
-    assert!(matches!(classify(&deadline, &["do_nanosleep"], &none, 10, &mut r), WaitsOn::Sleep { to_deadline: true, .. }));
+    let deadline = What {
+        flags: bits::SLEEP | bits::SLEEP_DEADLINE,
+        obj: 10_000_000,
+        ..call("clock_nanosleep", 0)
+    };
+    assert!(matches!(
+        classify(&deadline, &["do_nanosleep"], &none, 10, &mut r),
+        WaitsOn::Sleep { to_deadline: true, .. }
+    ));
     assert_eq!(classify(&call("wait4", 0), &["do_wait"], &none, 10, &mut r).kind(), "child");
     assert_eq!(classify(&call("rt_sigtimedwait", 0), &[], &none, 10, &mut r).kind(), "signal");
-    assert_eq!(classify(&What { nr: 9999, ..Default::default() }, &[], &none, 10, &mut r).short(), "syscall 9998");
+    assert_eq!(
+        classify(&What { nr: 9999, ..Default::default() }, &[], &none, 10, &mut r).short(),
+        "syscall 9998"
+    );
 }
 
 #[test]
 fn kernel_locks_faults_and_preemption() {
     let mut r = fake();
     let none: [&str; 0] = [];
-    let read = What { flags: bits::KLOCK | bits::LCB_READ, obj: 0xffff_8880_0100_0070, ..Default::default() };
-    let fault =
-        ["rwsem_down_read_slowpath", "down_read", "lock_mm_and_find_vma", "do_user_addr_fault", "exc_page_fault", "asm_exc_page_fault"];
+    let read = What {
+        flags: bits::KLOCK | bits::LCB_READ,
+        obj: 0xffff_8880_0100_0070,
+        ..Default::default()
+    };
+    let fault = [
+        "rwsem_down_read_slowpath",
+        "down_read",
+        "lock_mm_and_find_vma",
+        "do_user_addr_fault",
+        "exc_page_fault",
+        "asm_exc_page_fault",
+    ];
     let k = classify(&read, &fault, &none, 10, &mut r);
     assert_eq!(k.short(), "kernel rwsem mmap_lock (read)");
-    let write = What { flags: bits::KLOCK | bits::LCB_WRITE, obj: 0xffff_8880_0100_0070, ..call("munmap", 0) };
-    let k = classify(&write, &["rwsem_down_write_slowpath", "down_write_killable", "__vm_munmap"], &none, 10, &mut r);
+    let write = What {
+        flags: bits::KLOCK | bits::LCB_WRITE,
+        obj: 0xffff_8880_0100_0070,
+        ..call("munmap", 0)
+    };
+    let k = classify(
+        &write,
+        &["rwsem_down_write_slowpath", "down_write_killable", "__vm_munmap"],
+        &none,
+        10,
+        &mut r,
+    );
     assert_eq!(k.short(), "kernel rwsem mmap_lock (write)");
-    let rtnl = What { flags: bits::KLOCK | bits::LCB_MUTEX, obj: 0xffff_ffff_8200_0000, ..Default::default() };
-    assert_eq!(classify(&rtnl, &["__mutex_lock"], &none, 10, &mut r).short(), "kernel mutex rtnl_mutex");
-    let other = What { flags: bits::KLOCK | bits::LCB_MUTEX, obj: 0xffff_8880_0200_0000, ..Default::default() };
-    assert_eq!(classify(&other, &["__mutex_lock"], &none, 10, &mut r).short(), "kernel mutex 0xffff888002000000");
+    let rtnl = What {
+        flags: bits::KLOCK | bits::LCB_MUTEX,
+        obj: 0xffff_ffff_8200_0000,
+        ..Default::default()
+    };
+    assert_eq!(
+        classify(&rtnl, &["__mutex_lock"], &none, 10, &mut r).short(),
+        "kernel mutex rtnl_mutex"
+    );
+    let other = What {
+        flags: bits::KLOCK | bits::LCB_MUTEX,
+        obj: 0xffff_8880_0200_0000,
+        ..Default::default()
+    };
+    assert_eq!(
+        classify(&other, &["__mutex_lock"], &none, 10, &mut r).short(),
+        "kernel mutex 0xffff888002000000"
+    );
     // A user page fault leaves its error code where a syscall's number would be.
     let pf = What { nr: 5, ..Default::default() };
     assert_eq!(
         classify(
             &pf,
-            &["io_schedule", "folio_wait_bit", "filemap_fault", "handle_mm_fault", "do_user_addr_fault", "exc_page_fault"],
+            &[
+                "io_schedule",
+                "folio_wait_bit",
+                "filemap_fault",
+                "handle_mm_fault",
+                "do_user_addr_fault",
+                "exc_page_fault"
+            ],
             &none,
             10,
             &mut r
@@ -177,7 +278,11 @@ fn kernel_locks_faults_and_preemption() {
         WaitsOn::PageFault { major: true }
     );
     let pre = What { flags: bits::PREEMPTED, obj: 20, ..Default::default() };
-    assert_eq!(classify(&pre, &[], &none, 10, &mut r).describe(0), "preempted: pid 20 (hog) ran instead");
-    let kthread = classify(&What::default(), &["schedule", "worker_thread", "kthread"], &none, 2, &mut r);
+    assert_eq!(
+        classify(&pre, &[], &none, 10, &mut r).describe(0),
+        "preempted: pid 20 (hog) ran instead"
+    );
+    let kthread =
+        classify(&What::default(), &["schedule", "worker_thread", "kthread"], &none, 2, &mut r);
     assert_eq!(kthread, WaitsOn::Other { what: "in worker_thread".into() });
 }

@@ -42,13 +42,26 @@ fn blocked(trace: &Trace, w: &Wait, from: u64, to: u64, path: &mut Vec<Tid>, sin
             timeline(trace, *b, from, to, w.waker_site, path, sink);
             path.pop();
         }
-        on => sink(path, Cause { tid: w.tid, what: What::Blocked { site: w.site, on: on.clone() } }, from, to),
+        on => sink(
+            path,
+            Cause { tid: w.tid, what: What::Blocked { site: w.site, on: on.clone() } },
+            from,
+            to,
+        ),
     }
 }
 
 /// Gives [from, to) of thread `tid` (the path's last) to what it was doing:
 /// running (at `site` as far as is known), runnable, or blocked, followed.
-fn timeline(trace: &Trace, tid: Tid, from: u64, to: u64, site: u64, path: &mut Vec<Tid>, sink: &mut Sink) {
+fn timeline(
+    trace: &Trace,
+    tid: Tid,
+    from: u64,
+    to: u64,
+    site: u64,
+    path: &mut Vec<Tid>,
+    sink: &mut Sink,
+) {
     let list = trace.of(tid);
     let mut i = list.partition_point(|w| w.end <= from);
     let mut t = from;
@@ -99,7 +112,8 @@ pub fn critical_path(trace: &Trace, tid: Tid, from: u64, to: u64) -> Vec<Segment
         }
         *sums.entry((p, cause.what)).or_default() += ns;
     });
-    let mut out: Vec<Segment> = sums.into_iter().map(|((path, what), ns)| Segment { path, what, ns }).collect();
+    let mut out: Vec<Segment> =
+        sums.into_iter().map(|((path, what), ns)| Segment { path, what, ns }).collect();
     out.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.path.cmp(&b.path)));
     out
 }
@@ -107,7 +121,13 @@ pub fn critical_path(trace: &Trace, tid: Tid, from: u64, to: u64) -> Vec<Segment
 /// When each thread of `running` ran on thread `tid`'s critical path over
 /// [from, to), by thread and the site it ran from: its stretches, in order,
 /// for the samples taken in them.
-pub fn running_spans(trace: &Trace, tid: Tid, from: u64, to: u64, running: &BTreeSet<Tid>) -> BTreeMap<(Tid, u64), Vec<(u64, u64)>> {
+pub fn running_spans(
+    trace: &Trace,
+    tid: Tid,
+    from: u64,
+    to: u64,
+    running: &BTreeSet<Tid>,
+) -> BTreeMap<(Tid, u64), Vec<(u64, u64)>> {
     let mut spans: BTreeMap<(Tid, u64), Vec<(u64, u64)>> = BTreeMap::new();
     timeline(trace, tid, from, to, 0, &mut vec![tid], &mut |_, cause, start, end| {
         if let What::Running { site } = cause.what {

@@ -52,12 +52,17 @@ impl<K> Group<K> {
 
 /// The most time first, then by key and what, so that the order is stable.
 fn ranked<K: Ord>(out: &mut [Group<K>]) {
-    out.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.who.cmp(&b.who)).then_with(|| a.what.cmp(&b.what)));
+    out.sort_by(|a, b| {
+        b.ns.cmp(&a.ns).then_with(|| a.who.cmp(&b.who)).then_with(|| a.what.cmp(&b.what))
+    });
 }
 
 /// Groups ranked causes whose threads have the same key and whose `what` is the
 /// same (any running being the same, its places kept); most time first.
-pub fn group_causes<K: Clone + Eq + Hash + Ord>(causes: &[Ranked], key: impl Fn(Tid) -> K) -> Vec<Group<K>> {
+pub fn group_causes<K: Clone + Eq + Hash + Ord>(
+    causes: &[Ranked],
+    key: impl Fn(Tid) -> K,
+) -> Vec<Group<K>> {
     let mut index: HashMap<(K, What), usize> = HashMap::new();
     let mut out: Vec<Group<K>> = Vec::new();
     for c in causes {
@@ -67,7 +72,15 @@ pub fn group_causes<K: Clone + Eq + Hash + Ord>(causes: &[Ranked], key: impl Fn(
             ref w => w.clone(),
         };
         let i = *index.entry((who.clone(), what.clone())).or_insert_with(|| {
-            out.push(Group { who, what, tids: BTreeSet::new(), ns: 0, share: 0.0, waiters: BTreeSet::new(), places: Vec::new() });
+            out.push(Group {
+                who,
+                what,
+                tids: BTreeSet::new(),
+                ns: 0,
+                share: 0.0,
+                waiters: BTreeSet::new(),
+                places: Vec::new(),
+            });
             out.len() - 1
         });
         let places = match c.cause.what {
@@ -92,7 +105,10 @@ pub fn group_causes<K: Clone + Eq + Hash + Ord>(causes: &[Ranked], key: impl Fn(
 /// Merges groups that `text` says alike (a report's line for each): causes at
 /// sites that differ only in frames no view prints are one cause. The first of
 /// each text keeps its place; most time first.
-pub fn merge_alike<K: Ord>(groups: Vec<Group<K>>, text: impl Fn(&Group<K>) -> String) -> Vec<Group<K>> {
+pub fn merge_alike<K: Ord>(
+    groups: Vec<Group<K>>,
+    text: impl Fn(&Group<K>) -> String,
+) -> Vec<Group<K>> {
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut out: Vec<Group<K>> = Vec::new();
     for g in groups {
@@ -122,13 +138,21 @@ pub struct PathGroup<K> {
 }
 
 /// Groups a critical path's segments; most time first.
-pub fn group_path<K: Clone + Eq + Hash + Ord>(segments: &[Segment], key: impl Fn(Tid) -> K) -> Vec<PathGroup<K>> {
+pub fn group_path<K: Clone + Eq + Hash + Ord>(
+    segments: &[Segment],
+    key: impl Fn(Tid) -> K,
+) -> Vec<PathGroup<K>> {
     let mut index: HashMap<(Vec<K>, &What), usize> = HashMap::new();
     let mut out: Vec<PathGroup<K>> = Vec::new();
     for s in segments {
         let path: Vec<K> = s.path.iter().map(|&t| key(t)).collect();
         let i = *index.entry((path.clone(), &s.what)).or_insert_with(|| {
-            out.push(PathGroup { tids: vec![BTreeSet::new(); path.len()], path, what: s.what.clone(), ns: 0 });
+            out.push(PathGroup {
+                tids: vec![BTreeSet::new(); path.len()],
+                path,
+                what: s.what.clone(),
+                ns: 0,
+            });
             out.len() - 1
         });
         let g = &mut out[i];
@@ -137,7 +161,9 @@ pub fn group_path<K: Clone + Eq + Hash + Ord>(segments: &[Segment], key: impl Fn
         }
         g.ns += s.ns;
     }
-    out.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.path.cmp(&b.path)).then_with(|| a.what.cmp(&b.what)));
+    out.sort_by(|a, b| {
+        b.ns.cmp(&a.ns).then_with(|| a.path.cmp(&b.path)).then_with(|| a.what.cmp(&b.what))
+    });
     out
 }
 
@@ -147,7 +173,12 @@ mod tests {
     use super::*;
 
     fn ranked(tid: Tid, what: What, ns: u64, waiters: &[Tid]) -> Ranked {
-        Ranked { cause: Cause { tid, what }, ns, share: ns as f64 / 100.0, waiters: waiters.iter().copied().collect() }
+        Ranked {
+            cause: Cause { tid, what },
+            ns,
+            share: ns as f64 / 100.0,
+            waiters: waiters.iter().copied().collect(),
+        }
     }
 
     /// Eight backends of one name runnable, and four of them flushing the WAL at
@@ -155,7 +186,8 @@ mod tests {
     #[test]
     fn causes_alike_but_for_their_thread_are_one() {
         let flush = What::Blocked { site: 7, on: Waker::Device("disk".into()) };
-        let mut causes: Vec<Ranked> = (1..=8).map(|t| ranked(t, What::RunQueue, 5, &[t % 8 + 1])).collect();
+        let mut causes: Vec<Ranked> =
+            (1..=8).map(|t| ranked(t, What::RunQueue, 5, &[t % 8 + 1])).collect();
         causes.extend((1..=4).map(|t| ranked(t, flush.clone(), 3, &[9])));
         causes.push(ranked(20, What::RunQueue, 4, &[1]));
         let name = |t: Tid| if t == 20 { "pgbench" } else { "postgres" };
@@ -186,7 +218,10 @@ mod tests {
         ];
         let g = group_causes(&causes, |_| "postgres");
         assert_eq!(g.len(), 2, "{g:#?}");
-        assert_eq!((&g[0].what, g[0].ns, g[0].places.clone()), (&What::Running { site: 6 }, 90, vec![(6, 50), (5, 40)]));
+        assert_eq!(
+            (&g[0].what, g[0].ns, g[0].places.clone()),
+            (&What::Running { site: 6 }, 90, vec![(6, 50), (5, 40)])
+        );
         assert_eq!(g[0].tids, BTreeSet::from([1, 2]));
         assert_eq!(g[0].waiters, BTreeSet::from([1, 2, 3]));
         assert!(g[1].places.is_empty());
@@ -197,13 +232,18 @@ mod tests {
     #[test]
     fn causes_that_print_alike_are_one() {
         let at = |site| What::Blocked { site, on: Waker::Device("disk".into()) };
-        let causes = vec![ranked(1, at(7), 10, &[2]), ranked(1, at(8), 20, &[3]), ranked(1, at(9), 5, &[2])];
+        let causes =
+            vec![ranked(1, at(7), 10, &[2]), ranked(1, at(8), 20, &[3]), ranked(1, at(9), 5, &[2])];
         let g = merge_alike(group_causes(&causes, |_| "postgres"), |g| match g.what {
             What::Blocked { site: 9, .. } => "fsync in pg_fsync".to_string(),
             _ => "fdatasync in XLogFlush".to_string(),
         });
         assert_eq!(g.len(), 2, "{g:#?}");
-        assert_eq!((g[0].ns, &g[0].what, g[0].waiters.len()), (30, &at(8), 2), "the larger one's site stands for both");
+        assert_eq!(
+            (g[0].ns, &g[0].what, g[0].waiters.len()),
+            (30, &at(8), 2),
+            "the larger one's site stands for both"
+        );
         assert_eq!(g[1].ns, 5);
         assert!((g[0].share - 0.3).abs() < 1e-9);
     }
@@ -213,7 +253,8 @@ mod tests {
     #[test]
     fn path_segments_alike_but_for_their_threads_are_one() {
         let wake = What::Running { site: 3 };
-        let mut segs: Vec<Segment> = (2..10).map(|t| Segment { path: vec![1, t], what: wake.clone(), ns: 10 }).collect();
+        let mut segs: Vec<Segment> =
+            (2..10).map(|t| Segment { path: vec![1, t], what: wake.clone(), ns: 10 }).collect();
         segs.push(Segment { path: vec![1], what: What::RunQueue, ns: 30 });
         segs.push(Segment { path: vec![1, 2, 3], what: wake.clone(), ns: 5 });
         let g = group_path(&segs, |t| if t == 1 { "client" } else { "backend" });

@@ -213,7 +213,9 @@ impl Trace {
         // before its next wait.
         let busy = |tid: Tid, list: &[Wait], i: usize| -> bool {
             let (end, next) = (list[i].end, list.get(i + 1).map_or(u64::MAX, |n| n.start));
-            wakes.get(&tid).is_some_and(|v| v.get(v.partition_point(|&t| t < end)).is_some_and(|&t| t < next))
+            wakes
+                .get(&tid)
+                .is_some_and(|v| v.get(v.partition_point(|&t| t < end)).is_some_and(|&t| t < next))
         };
         // A lone thread (gzip reading its input) wakes no other: then its waits
         // are what there is to explain, and none is idle.
@@ -227,20 +229,24 @@ impl Trace {
         let mut unwoken: HashMap<Tid, (u64, BTreeMap<u64, u64>)> = HashMap::new();
         for &tid in &all {
             let list = self.of(tid);
-            let ranked: Vec<&Wait> = (0..list.len()).filter(|&i| lone || busy(tid, list, i)).map(|i| &list[i]).collect();
+            let ranked: Vec<&Wait> =
+                (0..list.len()).filter(|&i| lone || busy(tid, list, i)).map(|i| &list[i]).collect();
             if ranked.is_empty() {
                 if let Some(idle) = idle_of(tid, list) {
                     found.idle.push(idle);
                 }
                 continue;
             }
-            found.idle_waits_ns += list.iter().map(|w| w.end - w.start).sum::<u64>() - ranked.iter().map(|w| w.end - w.start).sum::<u64>();
+            found.idle_waits_ns += list.iter().map(|w| w.end - w.start).sum::<u64>()
+                - ranked.iter().map(|w| w.end - w.start).sum::<u64>();
             for w in ranked {
                 follow::wait(self, w, &mut |path, cause, start, end| {
                     let ns = end - start;
                     // The thread's own wait, ended by no wakeup seen: nobody
                     // waited behind it.
-                    if let (1, What::Blocked { site, on: Waker::Unknown }) = (path.len(), &cause.what) {
+                    if let (1, What::Blocked { site, on: Waker::Unknown }) =
+                        (path.len(), &cause.what)
+                    {
                         let e = unwoken.entry(tid).or_default();
                         e.0 += ns;
                         *e.1.entry(*site).or_default() += ns;
@@ -265,7 +271,10 @@ impl Trace {
             .collect();
         found.unwoken.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
         let total = found.waiting_ns.max(1) as f64;
-        found.causes = sums.into_iter().map(|(cause, (ns, waiters))| Ranked { cause, ns, share: ns as f64 / total, waiters }).collect();
+        found.causes = sums
+            .into_iter()
+            .map(|(cause, (ns, waiters))| Ranked { cause, ns, share: ns as f64 / total, waiters })
+            .collect();
         found.causes.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.cause.cmp(&b.cause)));
         found.idle.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
         found.knots = self.knots();
@@ -296,7 +305,12 @@ impl Trace {
         components(&edges)
             .into_iter()
             .filter(|c| c.len() > 1)
-            .filter(|c| c.iter().all(|t| !outside.contains(t) && edges.get(t).is_some_and(|e| e.iter().all(|b| c.contains(b)))))
+            .filter(|c| {
+                c.iter().all(|t| {
+                    !outside.contains(t)
+                        && edges.get(t).is_some_and(|e| e.iter().all(|b| c.contains(b)))
+                })
+            })
             .collect()
     }
 }
@@ -339,7 +353,8 @@ fn components(edges: &BTreeMap<Tid, BTreeSet<Tid>>) -> Vec<Vec<Tid>> {
             continue;
         }
         // Each frame: a node and the successors still to visit.
-        let mut work: Vec<(Tid, Vec<Tid>)> = vec![(root, edges.get(&root).unwrap_or(&empty).iter().copied().collect())];
+        let mut work: Vec<(Tid, Vec<Tid>)> =
+            vec![(root, edges.get(&root).unwrap_or(&empty).iter().copied().collect())];
         index.insert(root, (next, next));
         next += 1;
         stack.push(root);

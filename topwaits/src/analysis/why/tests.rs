@@ -7,7 +7,15 @@ const LOCK: u64 = 0x10;
 const UNLOCK: u64 = 0x11;
 const POOL: u64 = 0x99;
 
-fn wait(tid: Tid, start: u64, woken: Option<u64>, end: u64, waker: Waker, site: u64, waker_site: u64) -> Wait {
+fn wait(
+    tid: Tid,
+    start: u64,
+    woken: Option<u64>,
+    end: u64,
+    waker: Waker,
+    site: u64,
+    waker_site: u64,
+) -> Wait {
     Wait { tid, start, woken, end, waker, site, waker_site }
 }
 
@@ -52,7 +60,11 @@ fn a_holder_sleeping_with_the_lock_ranks_first_over_a_far_longer_idle_pool() {
     let f = Trace::new(holder_sleeping_with_an_idle_pool()).why(&[]);
     assert_whole(&f);
     let first = &f.causes[0];
-    assert_eq!(first.cause, Cause { tid: 1, what: What::Blocked { site: SLEEP, on: timer() } }, "{f:#?}");
+    assert_eq!(
+        first.cause,
+        Cause { tid: 1, what: What::Blocked { site: SLEEP, on: timer() } },
+        "{f:#?}"
+    );
     // The holder's own sleeps (200) and the workers' waits behind them, but for
     // the last worker's each cycle: it wakes nobody after, so that wait is idle.
     assert_eq!(first.ns, 200 + 3 * 200);
@@ -112,13 +124,21 @@ fn running_spans_add_up_to_the_running_segments_of_the_path() {
     let running: BTreeSet<Tid> = [1, 2, 3].into();
     let spans = running_spans(&trace, 1, 0, 100, &running);
     for s in path.iter().filter(|s| matches!(s.what, What::Running { .. })) {
-        let (t, What::Running { site }) = (*s.path.last().unwrap(), &s.what) else { unreachable!() };
+        let (t, What::Running { site }) = (*s.path.last().unwrap(), &s.what) else {
+            unreachable!()
+        };
         let spanned: u64 = spans.get(&(t, *site)).map_or(0, |v| v.iter().map(|(a, b)| b - a).sum());
         assert_eq!(spanned, s.ns, "thread {t} at {site:#x}: {spans:?}");
-        assert!(spans[&(t, *site)].windows(2).all(|w| w[0].1 <= w[1].0), "in order, apart: {spans:?}");
+        assert!(
+            spans[&(t, *site)].windows(2).all(|w| w[0].1 <= w[1].0),
+            "in order, apart: {spans:?}"
+        );
     }
     assert_eq!(spans.len(), 3, "{spans:?}");
-    assert!(running_spans(&trace, 1, 0, 100, &[2].into()).keys().all(|k| k.0 == 2), "only the threads asked for");
+    assert!(
+        running_spans(&trace, 1, 0, 100, &[2].into()).keys().all(|k| k.0 == 2),
+        "only the threads asked for"
+    );
 }
 
 #[test]
@@ -126,7 +146,10 @@ fn a_relay_ranks_the_worker_sleep_the_client_waited_behind() {
     let f = Trace::new(relay()).why(&[1]);
     assert_whole(&f);
     assert_eq!(f.waiting_ns, 80);
-    assert_eq!(f.causes[0].cause, Cause { tid: 3, what: What::Blocked { site: SLEEP, on: timer() } });
+    assert_eq!(
+        f.causes[0].cause,
+        Cause { tid: 3, what: What::Blocked { site: SLEEP, on: timer() } }
+    );
     assert_eq!(f.causes[0].ns, 30);
     assert_eq!(f.causes[1].cause, Cause { tid: 2, what: What::Running { site: 0x5e } });
     assert_eq!(f.causes[1].ns, 26);
@@ -177,7 +200,10 @@ fn an_idle_pool_is_listed_apart_longest_first() {
     assert_eq!(idle, vec![(8, 100), (7, 80), (1, 41)]);
     // Only the producer's wait before its wakeup is ranked.
     assert_eq!(f.waiting_ns, 30);
-    assert_eq!(f.causes[0].cause, Cause { tid: 2, what: What::Blocked { site: 0x20, on: timer() } });
+    assert_eq!(
+        f.causes[0].cause,
+        Cause { tid: 2, what: What::Blocked { site: 0x20, on: timer() } }
+    );
     assert_eq!(f.idle_waits_ns, 50);
 }
 
@@ -191,7 +217,10 @@ fn an_interrupt_waker_ends_the_path_at_the_waiting_thread() {
     let f = Trace::new(waits).why(&[1]);
     assert_whole(&f);
     assert!(f.idle.is_empty());
-    assert_eq!(f.causes[0].cause, Cause { tid: 1, what: What::Blocked { site: 0x1, on: Waker::Device("disk".into()) } });
+    assert_eq!(
+        f.causes[0].cause,
+        Cause { tid: 1, what: What::Blocked { site: 0x1, on: Waker::Device("disk".into()) } }
+    );
     assert_eq!(f.causes[0].ns, 70);
     assert_eq!(f.causes[1].cause, Cause { tid: 1, what: What::RunQueue });
     assert_eq!(f.causes[1].ns, 2);
@@ -207,12 +236,19 @@ fn run_queue_time_goes_to_the_cpu_not_the_waker() {
     ];
     let f = Trace::new(waits).why(&[1]);
     assert_whole(&f);
-    let of = |what: What, tid: Tid| f.causes.iter().find(|c| c.cause == Cause { tid, what: what.clone() }).map_or(0, |c| c.ns);
+    let of = |what: What, tid: Tid| {
+        f.causes.iter().find(|c| c.cause == Cause { tid, what: what.clone() }).map_or(0, |c| c.ns)
+    };
     assert_eq!(of(What::RunQueue, 1), 30);
     // 2 was runnable, not running, for the first 5 of 1's wait.
     assert_eq!(of(What::RunQueue, 2), 5);
     assert_eq!(of(What::Running { site: 0x2 }, 2), 5 + 10);
-    let path = critical_path(&Trace::new(vec![wait(1, 0, Some(10), 40, Waker::Thread(2), 0x1, 0x2)]), 1, 0, 50);
+    let path = critical_path(
+        &Trace::new(vec![wait(1, 0, Some(10), 40, Waker::Thread(2), 0x1, 0x2)]),
+        1,
+        0,
+        50,
+    );
     assert_eq!(path.iter().map(|s| s.ns).sum::<u64>(), 50);
     assert!(path.contains(&segment(&[1], What::RunQueue, 30)));
     assert!(path.contains(&segment(&[1], What::Running { site: 0 }, 10)));

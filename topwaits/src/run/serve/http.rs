@@ -72,14 +72,21 @@ fn accept(listener: TcpListener, shared: Arc<Shared>) {
         let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
         if busy.fetch_add(1, Ordering::AcqRel) >= MAX_AT_ONCE {
             busy.fetch_sub(1, Ordering::AcqRel);
-            let _ = respond(&mut conn, 503, "text/plain", &[("Retry-After", "5")], b"too many requests at once\n");
+            let _ = respond(
+                &mut conn,
+                503,
+                "text/plain",
+                &[("Retry-After", "5")],
+                b"too many requests at once\n",
+            );
             continue;
         }
         let (s, b) = (shared.clone(), busy.clone());
-        let spawned = std::thread::Builder::new().name("topwaits-request".into()).spawn(move || {
-            answer(conn, &s);
-            b.fetch_sub(1, Ordering::AcqRel);
-        });
+        let spawned =
+            std::thread::Builder::new().name("topwaits-request".into()).spawn(move || {
+                answer(conn, &s);
+                b.fetch_sub(1, Ordering::AcqRel);
+            });
         if spawned.is_err() {
             busy.fetch_sub(1, Ordering::AcqRel);
         }
@@ -115,26 +122,44 @@ fn route(req: &Request, shared: &Shared) -> Answer {
         "/" => text(200, INDEX),
         "/metrics" => {
             let own = own_now(shared);
-            let body = shared.metrics.lock().map(|m| crate::report::prometheus::text(&m, &own)).unwrap_or_default();
+            let body = shared
+                .metrics
+                .lock()
+                .map(|m| crate::report::prometheus::text(&m, &own))
+                .unwrap_or_default();
             (200, crate::report::prometheus::CONTENT_TYPE, Vec::new(), body.into_bytes())
         }
         "/debug/pprof/offcpu" | "/debug/pprof/offwake" => {
             let wake = req.path.ends_with("offwake");
             if wake && !shared.waker {
-                return text(404, "no wakers are traced: start topwaits serve with -w for /debug/pprof/offwake\n");
+                return text(
+                    404,
+                    "no wakers are traced: start topwaits serve with -w for /debug/pprof/offwake\n",
+                );
             }
             let secs = match req.param("seconds").map(str::parse::<f64>) {
                 None => DEFAULT_SECONDS,
                 Some(Ok(s)) if s >= 1.0 && s <= MAX_SECONDS as f64 => s.round() as u64,
-                Some(_) => return text(400, format!("seconds must be a number from 1 to {MAX_SECONDS}\n")),
+                Some(_) => {
+                    return text(400, format!("seconds must be a number from 1 to {MAX_SECONDS}\n"))
+                }
             };
-            let Some(report) = shared.next_seconds(secs) else { return text(503, "serve is stopping\n") };
-            let report = if wake { crate::report::pprof::joined_with_wakers(report) } else { report };
+            let Some(report) = shared.next_seconds(secs) else {
+                return text(503, "serve is stopping\n");
+            };
+            let report =
+                if wake { crate::report::pprof::joined_with_wakers(report) } else { report };
             let mut body = Vec::new();
-            if let Err(e) = (crate::report::pprof::Pprof { cgroup: Some(true) }).write(&report, &mut body) {
+            if let Err(e) =
+                (crate::report::pprof::Pprof { cgroup: Some(true) }).write(&report, &mut body)
+            {
                 return text(500, format!("the profile could not be written: {e}\n"));
             }
-            let name = if wake { "attachment; filename=\"offwake.pb.gz\"" } else { "attachment; filename=\"offcpu.pb.gz\"" };
+            let name = if wake {
+                "attachment; filename=\"offwake.pb.gz\""
+            } else {
+                "attachment; filename=\"offcpu.pb.gz\""
+            };
             (200, "application/octet-stream", vec![("Content-Disposition", name)], body)
         }
         _ => text(404, format!("no such path: {}\n\n{INDEX}", req.path)),

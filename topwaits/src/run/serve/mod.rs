@@ -62,7 +62,8 @@ impl Shared {
         let mut windows = self.windows.lock().ok()?;
         windows.push(Window { id, from_mono, until_mono, parts: Vec::new(), done: false });
         // The step in progress, the window, and some slack, at most.
-        let give_up = Instant::now() + Duration::from_secs(secs) + self.step * 2 + Duration::from_secs(5);
+        let give_up =
+            Instant::now() + Duration::from_secs(secs) + self.step * 2 + Duration::from_secs(5);
         loop {
             let i = windows.iter().position(|w| w.id == id)?;
             if windows[i].done || self.stop.load(Ordering::Relaxed) || Instant::now() >= give_up {
@@ -102,7 +103,11 @@ pub(super) fn merged(parts: &[Arc<Report>]) -> Option<Report> {
     let (first, last) = (parts.first()?, parts.last()?);
     let records = parts.iter().flat_map(|p| p.records.iter().cloned()).collect();
     Some(Report {
-        info: TraceInfo { start_mono: first.info.start_mono, end_mono: last.info.end_mono, ..first.info.clone() },
+        info: TraceInfo {
+            start_mono: first.info.start_mono,
+            end_mono: last.info.end_mono,
+            ..first.info.clone()
+        },
         counters: Counters::default(),
         records: crate::analysis::reduce::merge(records, By::Thread),
         objects: Default::default(),
@@ -117,22 +122,27 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     hold_signals();
     super::preflight(&config.threads)?;
     // The port first: a busy one ends it before anything loads.
-    let listener = std::net::TcpListener::bind(c.listen)
-        .map_err(|e| anyhow!("serve: cannot listen on {}: {e}; choose another address with --listen", c.listen))?;
+    let listener = std::net::TcpListener::bind(c.listen).map_err(|e| {
+        anyhow!("serve: cannot listen on {}: {e}; choose another address with --listen", c.listen)
+    })?;
     if let Some(o) = &c.otlp {
         otlp::check_reachable(o);
     }
     let mut targets = pidfds(&config.threads);
     let clock = ClockPair::sample();
     let cache = super::unwind::open_cache(config.cache.as_deref());
-    let (mut tracer, unwinder) = Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
+    let (mut tracer, unwinder) =
+        Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
     let unwinder = std::cell::RefCell::new(unwinder);
     tracer.count_seeded_open();
     seed_waits(&mut tracer, cache);
     let (mut symbolizer, mut events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
     let shared = Arc::new(Shared {
         metrics: Mutex::new(Metrics::new(c.max_series)),
-        own: Mutex::new(Own { start_time_seconds: clock.wall(monotonic_now()) as f64 / 1e9, ..Default::default() }),
+        own: Mutex::new(Own {
+            start_time_seconds: clock.wall(monotonic_now()) as f64 / 1e9,
+            ..Default::default()
+        }),
         windows: Mutex::new(Vec::new()),
         gathered: Condvar::new(),
         stop: AtomicBool::new(false),
@@ -163,10 +173,16 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     let ended = 'serve: {
         for round in 1u64.. {
             let next = (t0 + c.step * round as u32).saturating_duration_since(Instant::now());
-            let end =
-                wait(Some(next), &mut targets, &mut events, &mut long, &mut |e| on_event(&mut symbolizer, &unwinder, e), &mut || {
+            let end = wait(
+                Some(next),
+                &mut targets,
+                &mut events,
+                &mut long,
+                &mut |e| on_event(&mut symbolizer, &unwinder, e),
+                &mut || {
                     unwinder.borrow_mut().sweep();
-                })?;
+                },
+            )?;
             match end {
                 End::Signal(s) => break 'serve s.to_string(),
                 End::TargetsExited => break 'serve format!("every process of {target} has exited"),
@@ -190,8 +206,16 @@ pub fn run(c: &ServeConfig) -> Result<()> {
                 cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
             };
             resolver.next_interval();
-            let labels = config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
-            let report = Arc::new(interval::report(capture, interval::Events::default(), &before, info, &mut symbolizer, labels));
+            let labels =
+                config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
+            let report = Arc::new(interval::report(
+                capture,
+                interval::Events::default(),
+                &before,
+                info,
+                &mut symbolizer,
+                labels,
+            ));
             (interval_start, before) = (end_mono, total);
             if let Ok(mut m) = shared.metrics.lock() {
                 m.add(&report, &total);
@@ -205,14 +229,21 @@ pub fn run(c: &ServeConfig) -> Result<()> {
                 lost_stacks = lost;
                 match tracer.age_stacks() {
                     Ok(a) if a.stacks + a.chains > 0 => {
-                        log::info!("aged {} stacks and {} waker chains out of the kernel's maps", a.stacks, a.chains);
+                        log::info!(
+                            "aged {} stacks and {} waker chains out of the kernel's maps",
+                            a.stacks,
+                            a.chains
+                        );
                         if let Ok(mut own) = shared.own.lock() {
                             own.stacks_aged += a.stacks;
                             own.chains_aged += a.chains;
                         }
                     }
                     Ok(_) => {}
-                    Err(e) => log::warn!("stacks could not be aged: {}", crate::util::stderr::error_line(&e)),
+                    Err(e) => log::warn!(
+                        "stacks could not be aged: {}",
+                        crate::util::stderr::error_line(&e)
+                    ),
                 }
             }
             if last_sweep.elapsed() >= super::trace::FORGET_AFTER {

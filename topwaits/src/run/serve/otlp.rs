@@ -31,7 +31,10 @@ pub(super) fn check_reachable(o: &OtlpConfig) {
         .to_socket_addrs()
         .map_err(|e| e.to_string())
         .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()))
-        .and_then(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)).map_err(|e| e.to_string()));
+        .and_then(|a| {
+            std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2))
+                .map_err(|e| e.to_string())
+        });
     if let Err(e) = reached {
         crate::util::stderr::say!(
             "topwaits: warning: the OTLP endpoint {} cannot be reached now ({e}): up to {} profiles are kept and sent when it can",
@@ -53,7 +56,10 @@ impl Pusher {
         if let Ok(mut own) = shared.own.lock() {
             own.otlp = Some(OtlpCounts::default());
         }
-        let thread = std::thread::Builder::new().name("topwaits-otlp".into()).spawn(move || push(config, rx, &shared)).ok();
+        let thread = std::thread::Builder::new()
+            .name("topwaits-otlp".into())
+            .spawn(move || push(config, rx, &shared))
+            .ok();
         Pusher { tx: Some(tx), thread }
     }
 
@@ -131,14 +137,18 @@ impl Queue {
 
     fn say(&mut self, what: &str) {
         if !self.said {
-            crate::util::stderr::say!("topwaits: warning: OTLP push failed: {what} (failures are counted in /metrics)");
+            crate::util::stderr::say!(
+                "topwaits: warning: OTLP push failed: {what} (failures are counted in /metrics)"
+            );
             self.said = true;
         }
     }
 }
 
 fn push(config: OtlpConfig, rx: Receiver<Arc<Report>>, shared: &Shared) {
-    let origin_host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let origin_host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
     let mut q = Queue {
         bodies: VecDeque::new(),
         cap: config.queue,
@@ -151,7 +161,9 @@ fn push(config: OtlpConfig, rx: Receiver<Arc<Report>>, shared: &Shared) {
     let mut due = Instant::now() + config.interval;
     let mut open = true;
     while open {
-        let wait = due.min(q.next_try.max(Instant::now() + Duration::from_millis(100))).saturating_duration_since(Instant::now());
+        let wait = due
+            .min(q.next_try.max(Instant::now() + Duration::from_millis(100)))
+            .saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {
             Ok(r) => {
                 // Merged as it comes: one interval's rows at most are held.
@@ -182,7 +194,8 @@ fn push(config: OtlpConfig, rx: Receiver<Arc<Report>>, shared: &Shared) {
 }
 
 fn encode(report: &Report, host: &str) -> Vec<u8> {
-    let mut origin = crate::report::otlp::Origin { host: host.to_string(), executables: Default::default() };
+    let mut origin =
+        crate::report::otlp::Origin { host: host.to_string(), executables: Default::default() };
     for r in &report.records {
         origin.executables.entry(r.tgid).or_insert_with(|| {
             std::fs::read_to_string(format!("/proc/{}/comm", r.tgid))

@@ -55,8 +55,12 @@ impl Key {
     /// The entry's file name, and the text its header keeps to match it.
     fn name(&self) -> String {
         match self {
-            Key::BuildId(id) => format!("b-{}{SUFFIX}", id.iter().map(|b| format!("{b:02x}")).collect::<String>()),
-            Key::File { dev, inode, size, mtime_ns } => format!("f-{dev:x}-{inode:x}-{size:x}-{mtime_ns:x}{SUFFIX}"),
+            Key::BuildId(id) => {
+                format!("b-{}{SUFFIX}", id.iter().map(|b| format!("{b:02x}")).collect::<String>())
+            }
+            Key::File { dev, inode, size, mtime_ns } => {
+                format!("f-{dev:x}-{inode:x}-{size:x}-{mtime_ns:x}{SUFFIX}")
+            }
         }
     }
 }
@@ -87,7 +91,9 @@ pub fn encode(key: &Key, entries: &[u64]) -> Vec<u8> {
     words.push(u64::from(FORMAT) | (name.len() as u64) << 32);
     let mut padded = name.into_bytes();
     padded.resize(padded.len().div_ceil(8) * 8, 0);
-    words.extend(padded.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())));
+    words.extend(
+        padded.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())),
+    );
     words.push(entries.len() as u64);
     words.extend_from_slice(entries);
     words.push(checksum(words.iter().copied()));
@@ -106,7 +112,9 @@ pub fn decode(key: &Key, bytes: &[u8]) -> Result<Vec<u64>> {
     if checksum(words_of(body)) != u64::from_le_bytes(sum.try_into()?) {
         bail!("checksum mismatch");
     }
-    let word = |i: usize| body.get(i * 8..i * 8 + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()));
+    let word = |i: usize| {
+        body.get(i * 8..i * 8 + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+    };
     if word(0) != Some(u64::from_le_bytes(*MAGIC)) {
         bail!("not a table");
     }
@@ -119,7 +127,9 @@ pub fn decode(key: &Key, bytes: &[u8]) -> Result<Vec<u64>> {
     let mut padded = name.into_bytes();
     padded.resize(name_words * 8, 0);
     let stored = body.get(16..16 + name_words * 8).context("truncated")?;
-    if (format >> 32) as usize != padded.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1) || stored != padded {
+    if (format >> 32) as usize != padded.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)
+        || stored != padded
+    {
         bail!("made for another file");
     }
     let count = word(2 + name_words).context("truncated")? as usize;
@@ -145,7 +155,11 @@ pub enum Source {
 /// walker can hold): from `cache` when it holds a good one, else built
 /// (`before_build` is called first: the builder's thread lowers its priority
 /// there) and kept in it.
-pub fn entries_of(cache: Option<&Cache>, file: fs::File, before_build: impl FnOnce()) -> Result<(Option<Vec<u64>>, Source)> {
+pub fn entries_of(
+    cache: Option<&Cache>,
+    file: fs::File,
+    before_build: impl FnOnce(),
+) -> Result<(Option<Vec<u64>>, Source)> {
     let meta = file.metadata()?;
     let mut r = std::io::BufReader::new(file);
     let key = cache.map(|_| Key::of(&mut r, &meta));
@@ -179,17 +193,26 @@ impl Cache {
         if let Err(e) = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
             bail!("cannot create {}: {e}", dir.display());
         }
-        let meta = fs::symlink_metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+        let meta =
+            fs::symlink_metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
         if !meta.is_dir() {
             bail!("{} is not a directory", dir.display());
         }
         if meta.uid() != me {
-            bail!("{} belongs to uid {}, not to this user ({me}): not used", dir.display(), meta.uid());
+            bail!(
+                "{} belongs to uid {}, not to this user ({me}): not used",
+                dir.display(),
+                meta.uid()
+            );
         }
         if meta.permissions().mode() & 0o022 != 0 {
-            bail!("{} is writable by other users (mode {:o}): not used", dir.display(), meta.permissions().mode() & 0o777);
+            bail!(
+                "{} is writable by other users (mode {:o}): not used",
+                dir.display(),
+                meta.permissions().mode() & 0o777
+            );
         }
         Ok(Cache { dir: dir.to_path_buf(), limit })
     }
@@ -198,10 +221,14 @@ impl Cache {
     /// least recently used to go first). A bad entry is removed.
     pub fn get(&self, key: &Key) -> Option<Vec<u64>> {
         let path = self.dir.join(key.name());
-        let mut f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path).ok()?;
+        let mut f =
+            fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path).ok()?;
         let meta = f.metadata().ok()?;
         // SAFETY: geteuid has no preconditions.
-        if !meta.is_file() || meta.uid() != unsafe { libc::geteuid() } || meta.permissions().mode() & 0o022 != 0 {
+        if !meta.is_file()
+            || meta.uid() != unsafe { libc::geteuid() }
+            || meta.permissions().mode() & 0o022 != 0
+        {
             log::debug!("unwind table cache: {} is not ours alone; not used", path.display());
             return None;
         }
@@ -226,7 +253,12 @@ impl Cache {
         let path = self.dir.join(key.name());
         let tmp = self.dir.join(format!(".{}.{}.tmp", key.name(), std::process::id()));
         let write = || -> std::io::Result<()> {
-            let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
             f.write_all(&encode(key, t))?;
             fs::rename(&tmp, &path)
         };
@@ -308,7 +340,8 @@ mod tests {
         // Another format, or rows out of order: rewritten with a valid
         // checksum, still refused.
         let rewrite = |at: usize, value: u64| {
-            let mut words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+            let mut words: Vec<u64> =
+                bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
             words.pop();
             words[at] = value;
             words.push(checksum(words.iter().copied()));
@@ -371,7 +404,12 @@ mod tests {
         for (i, k) in keys.iter().enumerate() {
             cache.put(k, &table(1000)).unwrap();
             let old = SystemTime::now() - std::time::Duration::from_secs(100 - i as u64 * 10);
-            fs::File::options().write(true).open(dir.join(k.name())).unwrap().set_modified(old).unwrap();
+            fs::File::options()
+                .write(true)
+                .open(dir.join(k.name()))
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
         }
         // The oldest is used now: the next oldest is the least recently used.
         assert!(cache.get(&keys[0]).is_some());

@@ -55,7 +55,8 @@ struct State {
     bp: Reg,
 }
 
-const START: State = State { cfa: Cfa::Reg { reg: RSP, offset: 0 }, ra: Reg::Unset, bp: Reg::Unset };
+const START: State =
+    State { cfa: Cfa::Reg { reg: RSP, offset: 0 }, ra: Reg::Unset, bp: Reg::Unset };
 
 /// What an FDE needs from its CIE.
 #[derive(Clone, Copy, Debug)]
@@ -165,7 +166,12 @@ impl<'a> Cursor<'a> {
 /// span, in the section's order. An FDE that cannot be
 /// read is left out (its code then has no rule: walks stop there); the section
 /// itself is refused only when its entries' lengths do not hold together.
-pub fn fdes(data: &[u8], section_addr: u64, text_addr: u64, rows: &mut Vec<Row>) -> Result<Vec<Span>> {
+pub fn fdes(
+    data: &[u8],
+    section_addr: u64,
+    text_addr: u64,
+    rows: &mut Vec<Row>,
+) -> Result<Vec<Span>> {
     let sec = Section { data, addr: section_addr, text: text_addr };
     let mut spans = Vec::new();
     let mut cies: HashMap<usize, Option<Cie>> = HashMap::new();
@@ -178,7 +184,11 @@ pub fn fdes(data: &[u8], section_addr: u64, text_addr: u64, rows: &mut Vec<Row>)
             0xffff_ffff => (c.u64().ok_or_else(bad)?, true),
             n => (u64::from(n), false),
         };
-        let end = usize::try_from(length).ok().and_then(|l| c.at.checked_add(l)).filter(|&e| e <= data.len()).ok_or_else(bad)?;
+        let end = usize::try_from(length)
+            .ok()
+            .and_then(|l| c.at.checked_add(l))
+            .filter(|&e| e <= data.len())
+            .ok_or_else(bad)?;
         c.end = end;
         let id_at = c.at;
         let id = if wide { c.u64() } else { c.u32().map(u64::from) }.ok_or_else(bad)?;
@@ -186,7 +196,9 @@ pub fn fdes(data: &[u8], section_addr: u64, text_addr: u64, rows: &mut Vec<Row>)
         if id == 0 {
             continue;
         }
-        let Some(cie_at) = usize::try_from(id).ok().and_then(|id| id_at.checked_sub(id)) else { continue };
+        let Some(cie_at) = usize::try_from(id).ok().and_then(|id| id_at.checked_sub(id)) else {
+            continue;
+        };
         let cie = *cies.entry(cie_at).or_insert_with(|| cie(&sec, cie_at));
         let Some(cie) = cie else { continue };
         let mark = rows.len();
@@ -235,7 +247,14 @@ fn cie(sec: &Section, at: usize) -> Option<Cie> {
     let code_align = c.uleb()?;
     let data_align = c.sleb()?;
     let _ra_register = if version == 1 { u64::from(c.u8()?) } else { c.uleb()? };
-    let mut cie = Cie { code_align, data_align, encoding: 0, augmented: false, signal: false, initial: START };
+    let mut cie = Cie {
+        code_align,
+        data_align,
+        encoding: 0,
+        augmented: false,
+        signal: false,
+        initial: START,
+    };
     if let Some((&b'z', rest)) = augmentation.split_first() {
         cie.augmented = true;
         let len = usize::try_from(c.uleb()?).ok()?;
@@ -272,7 +291,9 @@ fn fde(c: &mut Cursor, cie: &Cie, sec: &Section, rows: &mut Vec<Row>) -> Option<
         c.bytes(n)?;
     }
     let mut state = cie.initial;
-    let mut push = |pc: u64, s: &State| rows.push(Row { pc, rule: if cie.signal { Rule::Signal } else { rule_of(s, sec.data) } });
+    let mut push = |pc: u64, s: &State| {
+        rows.push(Row { pc, rule: if cie.signal { Rule::Signal } else { rule_of(s, sec.data) } })
+    };
     let last = run(c, cie, Some(start), &mut state, sec, &mut push)?;
     push(last, &state);
     Some((start, start.wrapping_add(len)))
@@ -302,7 +323,8 @@ fn rule_of(s: &State, data: &[u8]) -> Rule {
             };
             i32::try_from(offset).map_or(Rule::Stop, |offset| Rule::Cfa { base, offset, bp_at })
         }
-        Cfa::Expr { at, len } => plt_threshold(&data[at..at + len]).map_or(Rule::Stop, |threshold| Rule::Plt { threshold }),
+        Cfa::Expr { at, len } => plt_threshold(&data[at..at + len])
+            .map_or(Rule::Stop, |threshold| Rule::Plt { threshold }),
     }
 }
 
@@ -310,7 +332,14 @@ fn rule_of(s: &State, data: &[u8]) -> Rule {
 /// CIE's initial instructions); `row` is called with the address and state of
 /// every row that an advance ends. Returns the address of the last row (whose
 /// state is left in `state`), or None for a program that cannot be followed.
-fn run(c: &mut Cursor, cie: &Cie, pc: Option<u64>, state: &mut State, sec: &Section, row: &mut dyn FnMut(u64, &State)) -> Option<u64> {
+fn run(
+    c: &mut Cursor,
+    cie: &Cie,
+    pc: Option<u64>,
+    state: &mut State,
+    sec: &Section,
+    row: &mut dyn FnMut(u64, &State),
+) -> Option<u64> {
     let mut stack = Vec::new();
     let in_fde = pc.is_some();
     let mut pc = pc.unwrap_or(0);
@@ -461,11 +490,18 @@ fn run(c: &mut Cursor, cie: &Cie, pc: Option<u64>, state: &mut State, sec: &Sect
 mod tests {
     use super::super::Table;
     use super::*;
-    use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection as _, X86_64};
+    use gimli::{
+        BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext,
+        UnwindSection as _, X86_64,
+    };
 
     /// The rows of every FDE as gimli's general evaluator gives them, in the
     /// form [`fdes`] gives them; Err where gimli refuses the section.
-    fn by_gimli(data: &[u8], eh_frame_addr: u64, text_addr: u64) -> Result<(Vec<Row>, Vec<Span>), gimli::Error> {
+    fn by_gimli(
+        data: &[u8],
+        eh_frame_addr: u64,
+        text_addr: u64,
+    ) -> Result<(Vec<Row>, Vec<Span>), gimli::Error> {
         let eh = EhFrame::new(data, LittleEndian);
         let bases = BaseAddresses::default().set_eh_frame(eh_frame_addr).set_text(text_addr);
         let mut ctx = Box::new(UnwindContext::new());
@@ -493,20 +529,31 @@ mod tests {
                                 _ => None,
                             };
                             match (base, i32::try_from(*offset), bp_at) {
-                                (Some(base), Ok(offset), Some(bp_at)) => Rule::Cfa { base, offset, bp_at },
+                                (Some(base), Ok(offset), Some(bp_at)) => {
+                                    Rule::Cfa { base, offset, bp_at }
+                                }
                                 _ => Rule::Stop,
                             }
                         }
                         CfaRule::Expression(e) => {
-                            let bytes = e.get(&eh).ok().map(|x| x.0.slice().to_vec()).unwrap_or_default();
-                            plt_threshold(&bytes).map_or(Rule::Stop, |threshold| Rule::Plt { threshold })
+                            let bytes =
+                                e.get(&eh).ok().map(|x| x.0.slice().to_vec()).unwrap_or_default();
+                            plt_threshold(&bytes)
+                                .map_or(Rule::Stop, |threshold| Rule::Plt { threshold })
                         }
                     },
                     Some(_) => Rule::Stop,
                 };
-                rows.push(Row { pc: row.start_address(), rule: if signal { Rule::Signal } else { rule } });
+                rows.push(Row {
+                    pc: row.start_address(),
+                    rule: if signal { Rule::Signal } else { rule },
+                });
             }
-            spans.push(Span { start: fde.initial_address(), end: fde.end_address(), rows: mark..rows.len() });
+            spans.push(Span {
+                start: fde.initial_address(),
+                end: fde.end_address(),
+                rows: mark..rows.len(),
+            });
         }
         Ok((rows, spans))
     }
@@ -520,7 +567,8 @@ mod tests {
             .filter_map(|e| {
                 let meta = std::fs::metadata(e.path()).ok()?;
                 let mut magic = [0u8; 4];
-                std::io::Read::read_exact(&mut std::fs::File::open(e.path()).ok()?, &mut magic).ok()?;
+                std::io::Read::read_exact(&mut std::fs::File::open(e.path()).ok()?, &mut magic)
+                    .ok()?;
                 (meta.is_file() && magic == *b"\x7fELF").then(|| (meta.len(), e.path()))
             })
             .collect();
@@ -535,8 +583,12 @@ mod tests {
     fn the_machines_binaries_give_the_rows_gimli_gives() {
         let mut files = elf_files("/usr/bin", 120);
         files.extend(elf_files("/usr/lib/x86_64-linux-gnu", 120));
-        for big in ["/usr/bin/perf", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3"]
-        {
+        for big in [
+            "/usr/bin/perf",
+            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/bin/python3",
+        ] {
             if std::path::Path::new(big).exists() {
                 files.push(big.into());
             }
@@ -544,20 +596,34 @@ mod tests {
         let (mut compared, mut fdes_seen) = (0, 0);
         for path in &files {
             let mut f = std::io::BufReader::new(std::fs::File::open(path).unwrap());
-            let Ok(Some((eh_addr, data))) = crate::sys::elf::section_with_addr(&mut f, ".eh_frame") else { continue };
-            let text_addr = crate::sys::elf::section_addr(&mut f, ".text").ok().flatten().unwrap_or(0);
+            let Ok(Some((eh_addr, data))) = crate::sys::elf::section_with_addr(&mut f, ".eh_frame")
+            else {
+                continue;
+            };
+            let text_addr =
+                crate::sys::elf::section_addr(&mut f, ".text").ok().flatten().unwrap_or(0);
             let Ok((want_rows, want)) = by_gimli(&data, eh_addr, text_addr) else { continue };
             let mut rows = Vec::new();
-            let got = fdes(&data, eh_addr, text_addr, &mut rows).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let got = fdes(&data, eh_addr, text_addr, &mut rows)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             assert_eq!(got.len(), want.len(), "{}: FDEs", path.display());
             for (g, w) in got.iter().zip(&want) {
                 assert_eq!((g.start, g.end), (w.start, w.end), "{}", path.display());
-                assert_eq!(rows[g.rows.clone()], want_rows[w.rows.clone()], "{}: FDE at {:#x}", path.display(), g.start);
+                assert_eq!(
+                    rows[g.rows.clone()],
+                    want_rows[w.rows.clone()],
+                    "{}: FDE at {:#x}",
+                    path.display(),
+                    g.start
+                );
             }
             compared += 1;
             fdes_seen += got.len();
         }
-        assert!(compared >= 50 && fdes_seen >= 10_000, "only {compared} files ({fdes_seen} FDEs) compared");
+        assert!(
+            compared >= 50 && fdes_seen >= 10_000,
+            "only {compared} files ({fdes_seen} FDEs) compared"
+        );
     }
 
     /// Builds an `.eh_frame` of one CIE (`zR`, pc-relative sdata4 addresses,
@@ -592,7 +658,8 @@ mod tests {
     #[test]
     fn remembered_state_comes_back_at_its_restore() {
         // push rbp; mov rsp, rbp; ...; remember; leave; ret path; restore.
-        let program: &[u8] = &[0x41, 0x0e, 16, 0x86, 2, 0x43, 0x0d, 6, 0x50, 0x0a, 0x0c, 7, 8, 0x41, 0x0b];
+        let program: &[u8] =
+            &[0x41, 0x0e, 16, 0x86, 2, 0x43, 0x0d, 6, 0x50, 0x0a, 0x0c, 7, 8, 0x41, 0x0b];
         let data = section(CIE_START, &[program]);
         let t = Table::from_eh_frame(&data, 0, 0).unwrap();
         let framed = Rule::Cfa { base: Base::Bp, offset: 16, bp_at: Some(-16) };

@@ -26,7 +26,9 @@ pub fn rows(tab: &Pclntab) -> Vec<Row> {
             for (from, _, size) in sizes {
                 let rule = match size {
                     0 => Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None },
-                    s if s > 0 && s <= MAX_CFA - 8 => Rule::Cfa { base: Base::Sp, offset: s + 8, bp_at: Some(-16) },
+                    s if s > 0 && s <= MAX_CFA - 8 => {
+                        Rule::Cfa { base: Base::Sp, offset: s + 8, bp_at: Some(-16) }
+                    }
                     _ => Rule::Stop,
                 };
                 out.push(Row { pc: from, rule });
@@ -66,18 +68,28 @@ mod tests {
             eprintln!("skipped: no Go toolchain (apt golang-go)");
             return;
         };
-        let tab = pclntab_of(&mut std::fs::File::open(&stripped).unwrap()).unwrap().expect("a Go program has its table");
+        let tab = pclntab_of(&mut std::fs::File::open(&stripped).unwrap())
+            .unwrap()
+            .expect("a Go program has its table");
         let work = nm(&full, "main.work").expect("main.work");
         let end = tab.func_at(work).unwrap().end;
         let rows = rows(&tab);
         assert!(rows.windows(2).all(|w| w[0].pc < w[1].pc), "sorted, one row per address");
         let at = |pc: u64| rows[rows.partition_point(|r| r.pc <= pc) - 1].rule;
-        assert_eq!(at(work), Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None }, "at its entry, only the return address");
+        assert_eq!(
+            at(work),
+            Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None },
+            "at its entry, only the return address"
+        );
         assert!(
-            rows.iter().any(|r| r.pc > work && r.pc < end && matches!(r.rule, Rule::Cfa { offset, bp_at: Some(-16), .. } if offset > 8)),
+            rows.iter().any(|r| r.pc > work
+                && r.pc < end
+                && matches!(r.rule, Rule::Cfa { offset, bp_at: Some(-16), .. } if offset > 8)),
             "its frame, with the caller's frame pointer below the return address"
         );
-        let goexit = nm(&full, "runtime.goexit.abi0").or_else(|| nm(&full, "runtime.goexit")).expect("runtime.goexit");
+        let goexit = nm(&full, "runtime.goexit.abi0")
+            .or_else(|| nm(&full, "runtime.goexit"))
+            .expect("runtime.goexit");
         assert_eq!(at(goexit + 1), Rule::End, "a goroutine's stack ends at goexit");
         let table = super::super::table_of_file(&stripped).unwrap().expect("a table from Go's own");
         assert_eq!(table.lookup(work), at(work));

@@ -200,7 +200,10 @@ fn builder(jobs: mpsc::Receiver<Job>, built: mpsc::Sender<Built>, cache: Option<
         if want_idle != idle {
             idle = match want_idle {
                 true => {
-                    log::debug!("unwind tables are built in {}", crate::sys::priority::lowest_for_this_thread());
+                    log::debug!(
+                        "unwind tables are built in {}",
+                        crate::sys::priority::lowest_for_this_thread()
+                    );
                     true
                 }
                 false => !crate::sys::priority::normal_for_this_thread(),
@@ -229,7 +232,9 @@ impl Loader {
         sink.put_file(OVERFLOW_FILE, FileInfo { state: file_state::FULL, levels: 0 })?;
         let (job_tx, job_rx) = mpsc::channel::<Job>();
         let (built_tx, built) = mpsc::channel();
-        std::thread::Builder::new().name("unwind-tables".into()).spawn(move || builder(job_rx, built_tx, cache))?;
+        std::thread::Builder::new()
+            .name("unwind-tables".into())
+            .spawn(move || builder(job_rx, built_tx, cache))?;
         Ok(Loader {
             files: HashMap::new(),
             next_id: 1,
@@ -261,7 +266,9 @@ impl Loader {
             Some(ev) => match ev.kind {
                 proc_event::FORK => {
                     let source = self.procs.get(&ev.parent).map(|p| p.source.unwrap_or(ev.parent));
-                    if let Some(s) = source.filter(|s| self.execed.contains(s) || self.missed.contains(s)) {
+                    if let Some(s) =
+                        source.filter(|s| self.execed.contains(s) || self.missed.contains(s))
+                    {
                         let execed = self.execed.contains(&s);
                         self.read(s, now, sink);
                         if execed {
@@ -281,12 +288,15 @@ impl Loader {
                 }
                 proc_event::MAPS => {
                     // A fork's source is read for it, while that still runs.
-                    let source = self.procs.get(&ev.tgid).and_then(|p| p.source).filter(|s| self.procs.contains_key(s) && alive(*s));
+                    let source = self
+                        .procs
+                        .get(&ev.tgid)
+                        .and_then(|p| p.source)
+                        .filter(|s| self.procs.contains_key(s) && alive(*s));
                     let tgid = source.unwrap_or(ev.tgid);
-                    let loading = self
-                        .exec_at
-                        .get_mut(&tgid)
-                        .filter(|(at, reads)| now.duration_since(*at) < LOADING_AFTER_EXEC && *reads < READS_WHILE_LOADING);
+                    let loading = self.exec_at.get_mut(&tgid).filter(|(at, reads)| {
+                        now.duration_since(*at) < LOADING_AFTER_EXEC && *reads < READS_WHILE_LOADING
+                    });
                     if let Some((_, reads)) = loading {
                         *reads += 1;
                         // The walker met code that a program loading since its
@@ -319,8 +329,12 @@ impl Loader {
         self.reopen(now, sink);
         if !self.missed.is_empty() {
             let procs = &self.procs;
-            let due: Vec<u32> =
-                self.missed.iter().copied().filter(|t| procs.get(t).is_none_or(|p| now >= p.read_at + p.reread_after)).collect();
+            let due: Vec<u32> = self
+                .missed
+                .iter()
+                .copied()
+                .filter(|t| procs.get(t).is_none_or(|p| now >= p.read_at + p.reread_after))
+                .collect();
             for tgid in due {
                 self.missed.remove(&tgid);
                 self.read(tgid, now, sink);
@@ -333,7 +347,9 @@ impl Loader {
     /// enough processes have come since the last time.
     /// Returns the processes forgotten.
     pub fn sweep(&mut self, sink: &mut dyn Sink) -> Vec<u32> {
-        if self.procs.len() < self.swept.1 + SWEEP_AFTER_PROCS && self.swept.0.elapsed() < SWEEP_AFTER {
+        if self.procs.len() < self.swept.1 + SWEEP_AFTER_PROCS
+            && self.swept.0.elapsed() < SWEEP_AFTER
+        {
             return Vec::new();
         }
         self.sweep_now(sink)
@@ -429,7 +445,12 @@ impl Loader {
 
     /// The index of the file behind `m` (of process `tgid`), asking for its tree
     /// when it is new, with its loaded segments; None when it is not ELF.
-    fn file_of(&mut self, tgid: u32, m: &procfs::Mapping, sink: &mut dyn Sink) -> Option<(u32, Option<u64>)> {
+    fn file_of(
+        &mut self,
+        tgid: u32,
+        m: &procfs::Mapping,
+        sink: &mut dyn Sink,
+    ) -> Option<(u32, Option<u64>)> {
         let key = (m.dev, m.inode);
         if let Some(f) = self.files.get(&key) {
             return Some((f.id, elf::vaddr_of(&f.segments, m.offset)));
@@ -444,10 +465,12 @@ impl Loader {
             // frame of a wait).
             match self.urgent {
                 true => self.build(id, opened, m.path.clone()),
-                false => match sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 }) {
-                    Ok(()) => _ = self.unbuilt.insert(id, (tgid, m.clone())),
-                    Err(_) => self.build(id, opened, m.path.clone()),
-                },
+                false => {
+                    match sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 }) {
+                        Ok(()) => _ = self.unbuilt.insert(id, (tgid, m.clone())),
+                        Err(_) => self.build(id, opened, m.path.clone()),
+                    }
+                }
             }
             id
         } else {
@@ -549,7 +572,8 @@ impl Loader {
             return;
         }
         let unbuilt = &self.unbuilt;
-        let due: Vec<u32> = self.paused.iter().filter(|(_, &at)| at <= now).map(|(&id, _)| id).collect();
+        let due: Vec<u32> =
+            self.paused.iter().filter(|(_, &at)| at <= now).map(|(&id, _)| id).collect();
         for id in due {
             self.paused.remove(&id);
             if unbuilt.contains_key(&id) {
@@ -571,8 +595,12 @@ impl Loader {
         let Some((tgid, m)) = self.unbuilt.remove(&id) else { return };
         self.unbuilt_met.remove(&id);
         self.paused.remove(&id);
-        let same = |f: &std::fs::File| f.metadata().is_ok_and(|meta| std::os::unix::fs::MetadataExt::ino(&meta) == m.inode);
-        let opened = procfs::open_mapped(tgid, &m).or_else(|| std::fs::File::open(&m.path).ok()).filter(same);
+        let same = |f: &std::fs::File| {
+            f.metadata().is_ok_and(|meta| std::os::unix::fs::MetadataExt::ino(&meta) == m.inode)
+        };
+        let opened = procfs::open_mapped(tgid, &m)
+            .or_else(|| std::fs::File::open(&m.path).ok())
+            .filter(same);
         match opened {
             Some(f) => self.build(id, f, m.path),
             None => {
@@ -618,11 +646,18 @@ impl Loader {
             return;
         };
         let mut maps: Vec<ExecMap> = Vec::new();
-        let code: Vec<procfs::Mapping> = procfs::parse_maps(&text[..]).into_iter().filter(|m| m.exec).collect();
+        let code: Vec<procfs::Mapping> =
+            procfs::parse_maps(&text[..]).into_iter().filter(|m| m.exec).collect();
         for m in &code {
             let Some((file, vaddr)) = self.file_of(tgid, m, sink) else { continue };
             let vaddr = vaddr.unwrap_or(m.offset);
-            maps.push(ExecMap { start: m.start, end: m.end, bias: m.start.wrapping_sub(vaddr), file, pad: 0 });
+            maps.push(ExecMap {
+                start: m.start,
+                end: m.end,
+                bias: m.start.wrapping_sub(vaddr),
+                file,
+                pad: 0,
+            });
         }
         if self.fresh.len() < FRESH_KEPT {
             self.fresh.push((tgid, code));
@@ -660,7 +695,8 @@ impl Loader {
             return;
         }
         // The forks that share these mappings get them too.
-        let sharers: Vec<u32> = self.procs.iter().filter(|(_, p)| p.source == Some(tgid)).map(|(t, _)| *t).collect();
+        let sharers: Vec<u32> =
+            self.procs.iter().filter(|(_, p)| p.source == Some(tgid)).map(|(t, _)| *t).collect();
         for t in sharers {
             if sink.put_proc(t, &table).is_ok() {
                 if let Some(p) = self.procs.get_mut(&t) {
@@ -682,7 +718,8 @@ impl Loader {
     /// Notes that the walker has `maps` for `tgid`, as read at `now`.
     fn record(&mut self, tgid: u32, maps: Arc<ProcMaps>, now: Instant) {
         self.missed.remove(&tgid);
-        self.procs.insert(tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, source: None });
+        self.procs
+            .insert(tgid, Proc { maps, read_at: now, reread_after: REREAD_MIN, source: None });
     }
 }
 
@@ -695,7 +732,9 @@ fn on_most_stacks(path: &str, exe: Option<&str>) -> bool {
         return true;
     }
     let name = path.rsplit('/').next().unwrap_or(path);
-    ["libc.so", "libc-2.", "libpthread.so", "libpthread-2.", "ld-musl-"].iter().any(|p| name.starts_with(p))
+    ["libc.so", "libc-2.", "libpthread.so", "libpthread-2.", "ld-musl-"]
+        .iter()
+        .any(|p| name.starts_with(p))
 }
 
 impl Drop for Loader {
@@ -775,7 +814,11 @@ mod tests {
         loader.settle(Duration::ZERO, &mut mem);
         loader.on_event(seen(std::process::id()), &mut mem);
         let maps = mem.procs[&std::process::id()];
-        let file = maps.maps[..maps.len as usize].iter().find(|m| m.start <= here && here < m.end).unwrap().file;
+        let file = maps.maps[..maps.len as usize]
+            .iter()
+            .find(|m| m.start <= here && here < m.end)
+            .unwrap()
+            .file;
         (mem, loader, maps, file)
     }
 
@@ -792,13 +835,27 @@ mod tests {
         assert!(used.windows(2).all(|w| w[0].start < w[1].start), "sorted");
         // This function's own address lies in a mapping of this test binary.
         let here = a_live_process_gets_its_mappings_and_one_tree_per_file as fn() as usize as u64;
-        let m = used.iter().find(|m| m.start <= here && here < m.end).expect("a mapping of this function");
+        let m = used
+            .iter()
+            .find(|m| m.start <= here && here < m.end)
+            .expect("a mapping of this function");
         let info = mem.files[&m.file];
         assert_eq!(info.state, file_state::READY);
-        let get = |level, index| mem.nodes.get(&topwaits_common::unwind::node_key(m.file, level, index)).copied();
+        let get = |level, index| {
+            mem.nodes.get(&topwaits_common::unwind::node_key(m.file, level, index)).copied()
+        };
         let word = tree::lookup(info.levels, get, here - m.bias).expect("a row for this function");
-        assert_ne!(word & 15, topwaits_common::unwind::rule::STOP, "a followable rule at {:#x}", here - m.bias);
-        assert!(loader.stats.files_ready >= 2 && loader.stats.table_bytes > 0, "{:?}", loader.stats);
+        assert_ne!(
+            word & 15,
+            topwaits_common::unwind::rule::STOP,
+            "a followable rule at {:#x}",
+            here - m.bias
+        );
+        assert!(
+            loader.stats.files_ready >= 2 && loader.stats.table_bytes > 0,
+            "{:?}",
+            loader.stats
+        );
         // Seen again: nothing is read or built twice.
         let files = mem.files.len();
         loader.on_event(seen(me), &mut mem);
@@ -811,20 +868,45 @@ mod tests {
     /// and its C library get trees, and the others stay unbuilt.
     #[test]
     fn after_the_start_only_the_files_of_a_process_a_walk_meets_are_built() {
-        let here = after_the_start_only_the_files_of_a_process_a_walk_meets_are_built as fn() as usize as u64;
+        let here = after_the_start_only_the_files_of_a_process_a_walk_meets_are_built as fn()
+            as usize as u64;
         let (mut mem, mut loader, maps, mine) = past_the_start_with_this_process(here);
         let me = std::process::id();
         assert!(loader.idle(), "nothing is built before a walk asks");
         let files: BTreeSet<u32> = maps.maps[..maps.len as usize].iter().map(|m| m.file).collect();
-        assert!(files.len() >= 2 && files.iter().all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
+        assert!(
+            files.len() >= 2 && files.iter().all(|f| mem.files[f].state == file_state::UNBUILT),
+            "{:?}",
+            mem.files
+        );
         // Asked for by a process the loader does not know: that file alone.
-        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent {
+                tgid: u32::MAX,
+                kind: proc_event::TABLE,
+                parent: mine,
+                ..Default::default()
+            }),
+            &mut mem,
+        );
         loader.settle(Duration::from_secs(60), &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::READY);
-        assert!(files.iter().filter(|&&f| f != mine).all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
+        assert!(
+            files.iter().filter(|&&f| f != mine).all(|f| mem.files[f].state == file_state::UNBUILT),
+            "{:?}",
+            mem.files
+        );
         assert_eq!(loader.stats.files_ready, 1);
         // Asked again (two CPUs raced): built once.
-        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent {
+                tgid: u32::MAX,
+                kind: proc_event::TABLE,
+                parent: mine,
+                ..Default::default()
+            }),
+            &mut mem,
+        );
         assert!(loader.idle());
         // Met in this process: that file is built, and so is the C library
         // (the executable, this test, was built above); the rest stay unbuilt.
@@ -832,13 +914,36 @@ mod tests {
             let m = maps.maps[..maps.len as usize].iter().find(|m| m.file == file).unwrap();
             procfs::maps_of(me).into_iter().find(|p| p.exec && p.start == m.start).unwrap().path
         };
-        let libc = *files.iter().find(|&&f| on_most_stacks(&path_of(f), None)).expect("this test maps a C library");
+        let libc = *files
+            .iter()
+            .find(|&&f| on_most_stacks(&path_of(f), None))
+            .expect("this test maps a C library");
         let others: Vec<u32> = files.iter().copied().filter(|&f| f != mine && f != libc).collect();
-        assert!(!others.is_empty(), "the dynamic loader at least: {:?}", files.iter().map(|&f| path_of(f)).collect::<Vec<_>>());
-        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::TABLE, parent: others[0], ..Default::default() }), &mut mem);
+        assert!(
+            !others.is_empty(),
+            "the dynamic loader at least: {:?}",
+            files.iter().map(|&f| path_of(f)).collect::<Vec<_>>()
+        );
+        loader.on_event(
+            Some(ProcEvent {
+                tgid: me,
+                kind: proc_event::TABLE,
+                parent: others[0],
+                ..Default::default()
+            }),
+            &mut mem,
+        );
         loader.settle(Duration::from_secs(60), &mut mem);
-        assert!([others[0], libc, mine].iter().all(|f| mem.files[f].state != file_state::UNBUILT), "{:?}", mem.files);
-        assert!(others[1..].iter().all(|f| mem.files[f].state == file_state::UNBUILT), "{:?}", mem.files);
+        assert!(
+            [others[0], libc, mine].iter().all(|f| mem.files[f].state != file_state::UNBUILT),
+            "{:?}",
+            mem.files
+        );
+        assert!(
+            others[1..].iter().all(|f| mem.files[f].state == file_state::UNBUILT),
+            "{:?}",
+            mem.files
+        );
     }
 
     /// A file met by walks of running tasks is handed back unbuilt until the
@@ -847,11 +952,19 @@ mod tests {
     /// the next meeting after that.
     #[test]
     fn a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it() {
-        let here = a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it as fn() as usize as u64;
+        let here = a_file_met_only_by_running_tasks_is_built_once_they_keep_meeting_it as fn()
+            as usize as u64;
         let (mut mem, mut loader, _, mine) = past_the_start_with_this_process(here);
         // Long enough that a slow machine's test does not see it pass early.
         loader.running_spread = Duration::from_millis(800);
-        let running = || Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE_RUNNING, parent: mine, ..Default::default() });
+        let running = || {
+            Some(ProcEvent {
+                tgid: u32::MAX,
+                kind: proc_event::TABLE_RUNNING,
+                parent: mine,
+                ..Default::default()
+            })
+        };
         // The walker marks it loading as it asks.
         let ask = |loader: &mut Loader, mem: &mut Mem| {
             mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
@@ -870,9 +983,15 @@ mod tests {
         assert!(reopen > Instant::now() && reopen <= Instant::now() + Duration::from_millis(800));
         loader.on_event(None, &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::PAUSED, "not before its time");
-        std::thread::sleep(reopen.saturating_duration_since(Instant::now()) + Duration::from_millis(5));
+        std::thread::sleep(
+            reopen.saturating_duration_since(Instant::now()) + Duration::from_millis(5),
+        );
         loader.on_event(None, &mut mem);
-        assert_eq!(mem.files[&mine].state, file_state::UNBUILT, "handed back once the spread has passed");
+        assert_eq!(
+            mem.files[&mine].state,
+            file_state::UNBUILT,
+            "handed back once the spread has passed"
+        );
         assert_eq!(loader.next_reopen(), None);
         // Met again after the spread: built.
         ask(&mut loader, &mut mem);
@@ -888,13 +1007,19 @@ mod tests {
     /// walk, is built at once, and the end of its pause leaves it built.
     #[test]
     fn a_paused_file_met_by_a_blocking_walk_is_built_and_stays_built() {
-        let here = a_paused_file_met_by_a_blocking_walk_is_built_and_stays_built as fn() as usize as u64;
+        let here =
+            a_paused_file_met_by_a_blocking_walk_is_built_and_stays_built as fn() as usize as u64;
         let (mut mem, mut loader, _, mine) = past_the_start_with_this_process(here);
         loader.running_spread = Duration::from_millis(800);
         for _ in 0..RUNNING_MEETINGS {
             mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
             loader.on_event(
-                Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE_RUNNING, parent: mine, ..Default::default() }),
+                Some(ProcEvent {
+                    tgid: u32::MAX,
+                    kind: proc_event::TABLE_RUNNING,
+                    parent: mine,
+                    ..Default::default()
+                }),
                 &mut mem,
             );
         }
@@ -902,11 +1027,21 @@ mod tests {
         let reopen = loader.next_reopen().expect("paused");
         // The walker asks for a paused file only from a blocking walk.
         mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
-        loader.on_event(Some(ProcEvent { tgid: u32::MAX, kind: proc_event::TABLE, parent: mine, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent {
+                tgid: u32::MAX,
+                kind: proc_event::TABLE,
+                parent: mine,
+                ..Default::default()
+            }),
+            &mut mem,
+        );
         loader.settle(Duration::from_secs(60), &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::READY);
         assert_eq!(loader.next_reopen(), None, "no longer paused");
-        std::thread::sleep(reopen.saturating_duration_since(Instant::now()) + Duration::from_millis(5));
+        std::thread::sleep(
+            reopen.saturating_duration_since(Instant::now()) + Duration::from_millis(5),
+        );
         loader.on_event(None, &mut mem);
         assert_eq!(mem.files[&mine].state, file_state::READY);
     }
@@ -920,7 +1055,10 @@ mod tests {
         let mut loader = Loader::new(&mut mem, None).unwrap();
         let (mut child, mut other) = (procfs::settled_sleeper(), procfs::settled_sleeper());
         let maps = |tgid| Some(ProcEvent { tgid, kind: proc_event::MAPS, ..Default::default() });
-        loader.on_event(Some(ProcEvent { tgid: child.id(), kind: proc_event::EXEC, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent { tgid: child.id(), kind: proc_event::EXEC, ..Default::default() }),
+            &mut mem,
+        );
         loader.on_event(seen(other.id()), &mut mem);
         let read_at = |l: &Loader, t: u32| l.procs[&t].read_at;
         let (before, other_before) = (read_at(&loader, child.id()), read_at(&loader, other.id()));
@@ -956,15 +1094,23 @@ mod tests {
         loader.settle(Duration::ZERO, &mut mem);
         let mut child = procfs::settled_sleeper();
         let pid = child.id();
-        loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::EXEC, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent { tgid: pid, kind: proc_event::EXEC, ..Default::default() }),
+            &mut mem,
+        );
         loader.settle(Duration::from_secs(60), &mut mem);
-        let code: Vec<procfs::Mapping> = procfs::maps_of(pid).into_iter().filter(|m| m.exec).collect();
+        let code: Vec<procfs::Mapping> =
+            procfs::maps_of(pid).into_iter().filter(|m| m.exec).collect();
         child.kill().unwrap();
         child.wait().unwrap();
         let maps = mem.procs[&pid];
         let state_of = |path: &str| {
-            let m = code.iter().find(|m| m.path.contains(path)).unwrap_or_else(|| panic!("{path} in {code:?}"));
-            let file = maps.maps[..maps.len as usize].iter().find(|x| x.start == m.start).unwrap().file;
+            let m = code
+                .iter()
+                .find(|m| m.path.contains(path))
+                .unwrap_or_else(|| panic!("{path} in {code:?}"));
+            let file =
+                maps.maps[..maps.len as usize].iter().find(|x| x.start == m.start).unwrap().file;
             mem.files[&file].state
         };
         assert_ne!(state_of("sleep"), file_state::UNBUILT);
@@ -978,7 +1124,10 @@ mod tests {
         assert!(on_most_stacks("/usr/lib/x86_64-linux-gnu/libc.so.6", None));
         assert!(on_most_stacks("/lib/libc-2.31.so", Some("/usr/bin/x")));
         assert!(on_most_stacks("/lib/ld-musl-x86_64.so.1", None));
-        assert!(!on_most_stacks("/usr/lib/x86_64-linux-gnu/libperl.so.5.36.0", Some("/usr/bin/perf")));
+        assert!(!on_most_stacks(
+            "/usr/lib/x86_64-linux-gnu/libperl.so.5.36.0",
+            Some("/usr/bin/perf")
+        ));
         assert!(!on_most_stacks("/usr/lib/libcrypt.so.1", None));
         assert!(!on_most_stacks("/usr/bin/perf", Some("/usr/bin/python3")));
     }
@@ -1003,7 +1152,10 @@ mod tests {
         assert_eq!(cold.files_from_cache, 0, "{cold:?}");
         assert!(cold.files_ready >= 2);
         assert_eq!(warm.files_from_cache, warm.files_ready, "every table from the cache: {warm:?}");
-        assert_eq!((warm.files_ready, warm.table_bytes, again), (cold.files_ready, cold.table_bytes, nodes));
+        assert_eq!(
+            (warm.files_ready, warm.table_bytes, again),
+            (cold.files_ready, cold.table_bytes, nodes)
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -1012,7 +1164,15 @@ mod tests {
         let (mut mem, mut loader, me) = seeing_this_process();
         // A pid that cannot exist (above pid_max's limit).
         let child = 4_194_304 + 7;
-        loader.on_event(Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent: me, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent {
+                tgid: child,
+                kind: proc_event::FORK,
+                parent: me,
+                ..Default::default()
+            }),
+            &mut mem,
+        );
         assert_eq!(mem.procs[&child], mem.procs[&me]);
         // Two processes kept since the start: too few, too soon, to sweep.
         loader.sweep(&mut mem);
@@ -1058,7 +1218,15 @@ mod tests {
         assert_eq!(mem.procs[&(child + 2)], changed);
         // Nothing copied (a full map, or a reused pid's stale entry): written.
         mem.puts.clear();
-        loader.on_event(Some(ProcEvent { tgid: child + 3, kind: proc_event::FORK, parent: me, maps_version: 0 }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent {
+                tgid: child + 3,
+                kind: proc_event::FORK,
+                parent: me,
+                maps_version: 0,
+            }),
+            &mut mem,
+        );
         assert_eq!(mem.puts, [child + 3]);
     }
 
@@ -1070,7 +1238,10 @@ mod tests {
         let mut mem = Mem { node_room: 1 << 20, ..Mem::default() };
         let mut loader = Loader::new(&mut mem, None).unwrap();
         let me = std::process::id();
-        loader.on_event(Some(ProcEvent { tgid: me, kind: proc_event::EXEC, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent { tgid: me, kind: proc_event::EXEC, ..Default::default() }),
+            &mut mem,
+        );
         let whole = mem.procs[&me];
         assert!(whole.len >= 2, "{} mappings", whole.len);
         // As read at the exec: the executable alone.
@@ -1079,14 +1250,33 @@ mod tests {
         early.maps[1..].fill(ExecMap::default());
         loader.procs.get_mut(&me).unwrap().maps = Arc::new(early);
         let child = 4_194_304 + 9;
-        loader.on_event(Some(ProcEvent { tgid: child, kind: proc_event::FORK, parent: me, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent {
+                tgid: child,
+                kind: proc_event::FORK,
+                parent: me,
+                ..Default::default()
+            }),
+            &mut mem,
+        );
         assert_eq!(mem.procs[&child].maps, whole.maps, "the fork got the parent's libraries");
         assert!(loader.missed.is_empty() && loader.execed.is_empty());
         // The next fork shares that table without a read.
         let read_at = loader.procs[&me].read_at;
-        loader.on_event(Some(ProcEvent { tgid: child + 1, kind: proc_event::FORK, parent: me, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent {
+                tgid: child + 1,
+                kind: proc_event::FORK,
+                parent: me,
+                ..Default::default()
+            }),
+            &mut mem,
+        );
         assert_eq!(loader.procs[&me].read_at, read_at);
-        assert!(Arc::ptr_eq(&loader.procs[&(child + 1)].maps, &loader.procs[&me].maps), "shared, not copied");
+        assert!(
+            Arc::ptr_eq(&loader.procs[&(child + 1)].maps, &loader.procs[&me].maps),
+            "shared, not copied"
+        );
     }
 
     /// A child the fork hook gave its parent's maps, gone before its fork's event
@@ -1100,7 +1290,15 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         mem.procs.insert(pid, ProcMaps::EMPTY);
-        loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::FORK, parent: u32::MAX, ..Default::default() }), &mut mem);
+        loader.on_event(
+            Some(ProcEvent {
+                tgid: pid,
+                kind: proc_event::FORK,
+                parent: u32::MAX,
+                ..Default::default()
+            }),
+            &mut mem,
+        );
         assert!(!mem.procs.contains_key(&pid) && !loader.procs.contains_key(&pid));
     }
 
@@ -1115,7 +1313,10 @@ mod tests {
         loader.on_event(seen(pid), &mut mem);
         assert!(mem.procs.contains_key(&pid));
         assert!(
-            loader.on_event(Some(ProcEvent { tgid: pid, kind: proc_event::MAPS, ..Default::default() }), &mut mem),
+            loader.on_event(
+                Some(ProcEvent { tgid: pid, kind: proc_event::MAPS, ..Default::default() }),
+                &mut mem
+            ),
             "a missed process wants beats"
         );
         child.kill().unwrap();

@@ -74,7 +74,9 @@ pub struct Table {
 fn plt_threshold(expr: &[u8]) -> Option<u8> {
     const DW_OP_LIT0: u8 = 0x30;
     match expr {
-        [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22] if (DW_OP_LIT0..DW_OP_LIT0 + 32).contains(lit) => {
+        [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22]
+            if (DW_OP_LIT0..DW_OP_LIT0 + 32).contains(lit) =>
+        {
             Some(lit - DW_OP_LIT0)
         }
         _ => None,
@@ -204,18 +206,28 @@ pub enum Step {
 /// address minus the file's virtual addresses. `leaf`: the pc is where the thread
 /// stopped, not a return address (which points past its call, so the rule of the
 /// call itself is found one byte back). `read` reads a word of the stack.
-pub fn step(table: &Table, bias: u64, regs: Regs, leaf: bool, read: impl Fn(u64) -> Option<u64>) -> Step {
+pub fn step(
+    table: &Table,
+    bias: u64,
+    regs: Regs,
+    leaf: bool,
+    read: impl Fn(u64) -> Option<u64>,
+) -> Step {
     let at = regs.pc.wrapping_sub(bias).wrapping_sub(u64::from(!leaf));
     let (cfa, bp_at) = match table.lookup(at) {
         Rule::End => return Step::End,
         Rule::Signal => {
-            let (Some(pc), Some(sp), Some(bp)) = (read(regs.sp + SIG_IP), read(regs.sp + SIG_SP), read(regs.sp + SIG_BP)) else {
+            let (Some(pc), Some(sp), Some(bp)) =
+                (read(regs.sp + SIG_IP), read(regs.sp + SIG_SP), read(regs.sp + SIG_BP))
+            else {
                 return Step::Cut;
             };
             return Step::Interrupted(Regs { pc, sp, bp });
         }
         Rule::Stop => return Step::Cut,
-        Rule::Plt { threshold } => (regs.sp.wrapping_add(if (at & 15) as u8 >= threshold { 16 } else { 8 }), None),
+        Rule::Plt { threshold } => {
+            (regs.sp.wrapping_add(if (at & 15) as u8 >= threshold { 16 } else { 8 }), None)
+        }
         Rule::Cfa { base, offset, bp_at } => {
             let from = if base == Base::Sp { regs.sp } else { regs.bp };
             (from.wrapping_add_signed(offset.into()), bp_at)
@@ -238,7 +250,8 @@ pub fn step(table: &Table, bias: u64, regs: Regs, leaf: bool, read: impl Fn(u64)
 
 /// The table of the ELF file at `path`, or None when it has no `.eh_frame`.
 pub fn table_of_file(path: &std::path::Path) -> Result<Option<Table>> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     Table::from_elf(&mut f).map_err(|e| anyhow!("{}: {e:#}", path.display()))
 }
 
@@ -255,7 +268,13 @@ mod tests {
         let src = dir.join("prog.c");
         std::fs::write(&src, source).ok()?;
         let exe = dir.join("prog");
-        let out = std::process::Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src).output().ok()?;
+        let out = std::process::Command::new("cc")
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .ok()?;
         out.status.success().then_some(exe)
     }
 
@@ -269,7 +288,11 @@ mod tests {
 
     #[test]
     fn a_program_without_frame_pointers_gets_rows_from_its_cfi() {
-        let Some(exe) = compile_c("nofp", PROG, &["-O2", "-fomit-frame-pointer", "-fasynchronous-unwind-tables"]) else {
+        let Some(exe) = compile_c(
+            "nofp",
+            PROG,
+            &["-O2", "-fomit-frame-pointer", "-fasynchronous-unwind-tables"],
+        ) else {
             eprintln!("skipped: no C compiler");
             return;
         };
@@ -281,14 +304,23 @@ mod tests {
         assert_eq!(table.lookup(middle), Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None });
         assert_eq!(table.lookup(main), Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None });
         // Somewhere in `middle` (it calls `leaf`) the stack has grown.
-        let grown = table
-            .rows
-            .iter()
-            .any(|r| r.pc > middle && r.pc < middle + 64 && matches!(r.rule, Rule::Cfa { base: Base::Sp, offset, .. } if offset > 8));
-        assert!(grown, "{:?}", table.rows.iter().filter(|r| r.pc >= middle && r.pc < middle + 64).collect::<Vec<_>>());
+        let grown = table.rows.iter().any(|r| {
+            r.pc > middle
+                && r.pc < middle + 64
+                && matches!(r.rule, Rule::Cfa { base: Base::Sp, offset, .. } if offset > 8)
+        });
+        assert!(
+            grown,
+            "{:?}",
+            table.rows.iter().filter(|r| r.pc >= middle && r.pc < middle + 64).collect::<Vec<_>>()
+        );
         // `_start`'s CFI marks the end of the stack.
         if let Some(start) = symbol(&exe, "_start") {
-            assert!(matches!(table.lookup(start + 1), Rule::End | Rule::Cfa { .. }), "{:?}", table.lookup(start + 1));
+            assert!(
+                matches!(table.lookup(start + 1), Rule::End | Rule::Cfa { .. }),
+                "{:?}",
+                table.lookup(start + 1)
+            );
         }
         let _ = std::fs::remove_dir_all(exe.parent().unwrap());
     }
@@ -298,7 +330,11 @@ mod tests {
     /// with most of the text covered by followable rows).
     #[test]
     fn distribution_binaries_without_frame_pointers_get_whole_tables() {
-        for (path, func) in [("/usr/bin/gzip", None), ("/lib/x86_64-linux-gnu/libc.so.6", Some("__read")), ("/usr/bin/python3", None)] {
+        for (path, func) in [
+            ("/usr/bin/gzip", None),
+            ("/lib/x86_64-linux-gnu/libc.so.6", Some("__read")),
+            ("/usr/bin/python3", None),
+        ] {
             let path = std::path::Path::new(path);
             if !path.exists() {
                 eprintln!("skipped {}: not installed", path.display());
@@ -307,10 +343,25 @@ mod tests {
             let t = table_of_file(path).unwrap().expect("an .eh_frame");
             assert!(t.rows.len() > 500, "{}: {} rows", path.display(), t.rows.len());
             assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
-            let followable = t.rows.iter().filter(|r| matches!(r.rule, Rule::Cfa { .. } | Rule::Plt { .. })).count();
-            assert!(followable * 10 >= t.rows.len() * 8, "{}: {followable} of {} rows followable", path.display(), t.rows.len());
-            if let Some(f) = func.and_then(|f| symbol(path, f).or_else(|| dynamic_symbol(path, f))) {
-                assert_eq!(t.lookup(f), Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None }, "{} at its entry", func.unwrap());
+            let followable = t
+                .rows
+                .iter()
+                .filter(|r| matches!(r.rule, Rule::Cfa { .. } | Rule::Plt { .. }))
+                .count();
+            assert!(
+                followable * 10 >= t.rows.len() * 8,
+                "{}: {followable} of {} rows followable",
+                path.display(),
+                t.rows.len()
+            );
+            if let Some(f) = func.and_then(|f| symbol(path, f).or_else(|| dynamic_symbol(path, f)))
+            {
+                assert_eq!(
+                    t.lookup(f),
+                    Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None },
+                    "{} at its entry",
+                    func.unwrap()
+                );
             }
         }
     }
@@ -329,7 +380,12 @@ mod tests {
         let expr = [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22];
         assert_eq!(plt_threshold(&expr), Some(11));
         assert_eq!(plt_threshold(&expr[1..]), None);
-        let table = Table { rows: vec![Row { pc: 0x1000, rule: Rule::Plt { threshold: 11 } }, Row { pc: 0x1100, rule: Rule::Stop }] };
+        let table = Table {
+            rows: vec![
+                Row { pc: 0x1000, rule: Rule::Plt { threshold: 11 } },
+                Row { pc: 0x1100, rule: Rule::Stop },
+            ],
+        };
         // The return address lies just below the CFA (0x7000) either way.
         let mem = |a: u64| (a == 0x6ff8).then_some(0x4242);
         // Before the push (pc & 15 < 11): CFA = sp + 8.
@@ -383,15 +439,30 @@ mod tests {
         // A call that is the last instruction of `f` (at 0x1ff) returns to 0x200,
         // the next function: the rule is f's.
         let table = Table {
-            rows: vec![Row { pc: 0x100, rule: Rule::Cfa { base: Base::Sp, offset: 16, bp_at: None } }, Row { pc: 0x200, rule: Rule::Stop }],
+            rows: vec![
+                Row { pc: 0x100, rule: Rule::Cfa { base: Base::Sp, offset: 16, bp_at: None } },
+                Row { pc: 0x200, rule: Rule::Stop },
+            ],
         };
         let read = |a: u64| (a == 0x1008).then_some(0x999);
         assert_eq!(
             step(&table, 0, Regs { pc: 0x200, sp: 0x1000, bp: 0 }, false, read),
             Step::Caller(Regs { pc: 0x999, sp: 0x1010, bp: 0 })
         );
-        assert_eq!(step(&table, 0, Regs { pc: 0x200, sp: 0x1000, bp: 0 }, true, read), Step::Cut, "as a leaf, 0x200 is past f");
-        assert_eq!(step(&table, 0, Regs { pc: 0x150, sp: 0x2000, bp: 0 }, true, read), Step::Cut, "nothing readable there");
-        assert_eq!(step(&table, 0, Regs { pc: 0x50, sp: 0x1000, bp: 0 }, true, read), Step::Cut, "no row before the first");
+        assert_eq!(
+            step(&table, 0, Regs { pc: 0x200, sp: 0x1000, bp: 0 }, true, read),
+            Step::Cut,
+            "as a leaf, 0x200 is past f"
+        );
+        assert_eq!(
+            step(&table, 0, Regs { pc: 0x150, sp: 0x2000, bp: 0 }, true, read),
+            Step::Cut,
+            "nothing readable there"
+        );
+        assert_eq!(
+            step(&table, 0, Regs { pc: 0x50, sp: 0x1000, bp: 0 }, true, read),
+            Step::Cut,
+            "no row before the first"
+        );
     }
 }

@@ -57,7 +57,10 @@ pub fn walk(
     let mut frames = Vec::new();
     // A native frame of the evaluator stands for its call's Python frames, as
     // in the in-kernel walk.
-    let mut push = |frames: &mut Vec<u64>, pc: u64| match py.as_mut().filter(|py| python::now::in_evaluator(&py.proc, pc)) {
+    let mut push = |frames: &mut Vec<u64>, pc: u64| match py
+        .as_mut()
+        .filter(|py| python::now::in_evaluator(&py.proc, pc))
+    {
         Some(py) if py.next < py.groups.len() => {
             frames.extend(&py.groups[py.next]);
             py.next += 1;
@@ -102,7 +105,9 @@ pub fn walk(
             }
             Step::End => return frames,
             Step::Cut => {
-                frames.push(CUT_MARK | if rule == Rule::Stop { cut::NO_INFO } else { cut::UNREADABLE });
+                frames.push(
+                    CUT_MARK | if rule == Rule::Stop { cut::NO_INFO } else { cut::UNREADABLE },
+                );
                 return frames;
             }
         }
@@ -139,7 +144,11 @@ impl Tables {
         if let Some(c) = self.procs.get(&tgid) {
             return c.clone();
         }
-        let mut code: Vec<Code> = procfs::maps_of(tgid).iter().filter(|m| m.exec).filter_map(|m| self.code(tgid, m)).collect();
+        let mut code: Vec<Code> = procfs::maps_of(tgid)
+            .iter()
+            .filter(|m| m.exec)
+            .filter_map(|m| self.code(tgid, m))
+            .collect();
         code.sort_by_key(|c| c.start);
         let code = Arc::new(code);
         self.procs.insert(tgid, code.clone());
@@ -149,7 +158,10 @@ impl Tables {
     /// One mapping with its file's table; None when the file cannot be read.
     fn code(&mut self, tgid: u32, m: &procfs::Mapping) -> Option<Code> {
         let file = procfs::open_mapped(tgid, m)?;
-        let vaddr = elf::vaddr_of(&elf::load_segments(&mut std::io::BufReader::new(&file)).ok()?, m.offset)?;
+        let vaddr = elf::vaddr_of(
+            &elf::load_segments(&mut std::io::BufReader::new(&file)).ok()?,
+            m.offset,
+        )?;
         let cache = self.cache.as_ref();
         let table = self
             .files
@@ -223,7 +235,11 @@ mod tests {
         m.insert(0x1020, BIAS + 0x520); // stale
         m.insert(0x1038, BIAS + 0x150); // inner's return address, into entry
         let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), None);
-        assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x420, BIAS + 0x150], "whole, with no stale frame");
+        assert_eq!(
+            stack,
+            vec![BIAS + 0x510, BIAS + 0x420, BIAS + 0x150],
+            "whole, with no stale frame"
+        );
     }
 
     /// A rule that needs bp before any frame restored it ends the walk, marked;
@@ -240,7 +256,8 @@ mod tests {
         m.insert(0x1008, BIAS + 0x320);
         m.insert(0x2000, 0);
         m.insert(0x2008, BIAS + 0x150);
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, Some(0x2000)), None);
+        let stack =
+            walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, Some(0x2000)), None);
         assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x320, BIAS + 0x150]);
 
         // outer (sp 0x1000, CFA 0x1020) saves the caller's bp (0x1100) at
@@ -258,14 +275,27 @@ mod tests {
     fn unreadable_memory_unmapped_code_and_no_rule_are_cut_and_marked() {
         let t = Some(table());
         assert_eq!(
-            walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None), None).last(),
+            walk(
+                &code(t.clone()),
+                &[],
+                &Words(BTreeMap::new()),
+                (BIAS + 0x510, 0x1000, None),
+                None
+            )
+            .last(),
             Some(&(CUT_MARK | cut::UNREADABLE))
         );
-        assert_eq!(walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (0x42, 0x1000, None), None), vec![0x42, CUT_MARK | cut::UNMAPPED]);
+        assert_eq!(
+            walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (0x42, 0x1000, None), None),
+            vec![0x42, CUT_MARK | cut::UNMAPPED]
+        );
         let mut m = BTreeMap::new();
         m.insert(0x1008, BIAS + 0x650); // into the Stop row's range
         let c = vec![Code { start: BIAS + 0x100, end: BIAS + 0x700, bias: BIAS, table: t }];
-        assert_eq!(walk(&c, &[], &Words(m), (BIAS + 0x510, 0x1000, None), None).last(), Some(&(CUT_MARK | cut::NO_INFO)));
+        assert_eq!(
+            walk(&c, &[], &Words(m), (BIAS + 0x510, 0x1000, None), None).last(),
+            Some(&(CUT_MARK | cut::NO_INFO))
+        );
     }
 
     /// A Python thread: each native frame of the evaluator stands for its
@@ -282,21 +312,28 @@ mod tests {
         m.insert(0x1068, BIAS + 0x150);
         let proc = PyProc { eval: [BIAS + 0x400, BIAS + 0x500, 0, 0], ..PyProc::default() };
         let py = Python { proc, groups: vec![vec![0xa1], vec![0xb1, 0xb2]], next: 0 };
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), Some(py));
+        let stack =
+            walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), Some(py));
         assert_eq!(stack, vec![BIAS + 0x510, 0xa1, 0xb1, 0xb2, BIAS + 0x150]);
         let py = Python { proc, groups: vec![vec![0xa1]], next: 0 };
         let mut m = BTreeMap::new();
         m.insert(0x1008, BIAS + 0x420);
         m.insert(0x1038, BIAS + 0x420);
         m.insert(0x1068, BIAS + 0x150);
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), Some(py));
-        assert_eq!(stack, vec![BIAS + 0x510, 0xa1, BIAS + 0x420, BIAS + 0x150], "no group left: native");
+        let stack =
+            walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), Some(py));
+        assert_eq!(
+            stack,
+            vec![BIAS + 0x510, 0xa1, BIAS + 0x420, BIAS + 0x150],
+            "no group left: native"
+        );
     }
 
     /// A file without a table: what a scan finds, ending in the guess mark.
     #[test]
     fn code_without_a_table_is_scanned_and_marked_a_guess() {
-        let stack = walk(&code(None), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None), None);
+        let stack =
+            walk(&code(None), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None), None);
         assert_eq!(stack, vec![BIAS + 0x510, GUESSED]);
         assert!(topwaits_common::unwind::is_cut_mark(GUESSED));
     }

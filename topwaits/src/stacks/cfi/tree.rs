@@ -34,7 +34,8 @@ pub fn encode(r: Rule) -> u32 {
 
 /// The rule a rule word stands for, as the walker reads it.
 pub fn decode(word: u32) -> Rule {
-    let (kind, threshold, offset, bp_words) = (word & 15, (word >> 4) & 15, (word >> 8) & 0xffff, (word >> 24) as u8 as i8);
+    let (kind, threshold, offset, bp_words) =
+        (word & 15, (word >> 4) & 15, (word >> 8) & 0xffff, (word >> 24) as u8 as i8);
     match kind {
         rule::CFA_SP | rule::CFA_BP => Rule::Cfa {
             base: if kind == rule::CFA_SP { Base::Sp } else { Base::Bp },
@@ -61,7 +62,9 @@ pub fn entries(table: &Table) -> Option<Vec<u64>> {
 /// The table the walker sees in `entries` (rules that did not fit its words
 /// are stops there too).
 pub fn table_of(entries: &[u64]) -> Table {
-    Table { rows: entries.iter().map(|&e| super::Row { pc: e >> 32, rule: decode(e as u32) }).collect() }
+    Table {
+        rows: entries.iter().map(|&e| super::Row { pc: e >> 32, rule: decode(e as u32) }).collect(),
+    }
 }
 
 /// A file's tree: its nodes, each with its level (0: the leaves) and index
@@ -115,7 +118,10 @@ pub fn build_from(entries: Vec<u64>) -> Option<Tree> {
     }
     // The leaves and the levels above (a 64th of them, and so on): one allocation.
     let leaves = entries.len().div_ceil(NODE_ROWS);
-    let mut tree = Tree { nodes: Vec::with_capacity(leaves + leaves / 32 + MAX_LEVELS as usize), ..Tree::default() };
+    let mut tree = Tree {
+        nodes: Vec::with_capacity(leaves + leaves / 32 + MAX_LEVELS as usize),
+        ..Tree::default()
+    };
     let mut below = entries;
     for level in 0..MAX_LEVELS {
         let first = tree.nodes.len();
@@ -177,8 +183,17 @@ mod tests {
         for r in rules {
             assert_eq!(decode(encode(r)), r);
         }
-        assert_eq!(decode(encode(Rule::Cfa { base: Base::Sp, offset: 1 << 20, bp_at: None })), Rule::Stop);
-        let t = Table { rows: rules.iter().enumerate().map(|(i, &rule)| Row { pc: 0x100 * i as u64, rule }).collect() };
+        assert_eq!(
+            decode(encode(Rule::Cfa { base: Base::Sp, offset: 1 << 20, bp_at: None })),
+            Rule::Stop
+        );
+        let t = Table {
+            rows: rules
+                .iter()
+                .enumerate()
+                .map(|(i, &rule)| Row { pc: 0x100 * i as u64, rule })
+                .collect(),
+        };
         assert_eq!(table_of(&entries(&t).unwrap()), t);
         assert!(entries(&Table { rows: vec![Row { pc: 1 << 40, rule: Rule::End }] }).is_none());
     }
@@ -191,7 +206,11 @@ mod tests {
     fn rules_encode_into_words_and_what_does_not_fit_stops() {
         let w = encode(Rule::Cfa { base: Base::Bp, offset: 16, bp_at: Some(-16) });
         assert_eq!((w & 15, (w >> 8) & 0xffff, (w >> 24) as u8 as i8), (rule::CFA_BP, 16, -2));
-        assert_eq!(encode(Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None }) >> 24, 0, "bp left in its register");
+        assert_eq!(
+            encode(Rule::Cfa { base: Base::Sp, offset: 8, bp_at: None }) >> 24,
+            0,
+            "bp left in its register"
+        );
         assert_eq!((encode(Rule::Plt { threshold: 11 }) >> 4) & 15, 11);
         assert_eq!(encode(Rule::Cfa { base: Base::Sp, offset: 70_000, bp_at: None }), rule::STOP);
         assert_eq!(encode(Rule::Cfa { base: Base::Sp, offset: 8, bp_at: Some(-12) }), rule::STOP);
@@ -211,7 +230,11 @@ mod tests {
                         rule: if i % 3 == 0 {
                             Rule::Stop
                         } else {
-                            Rule::Cfa { base: Base::Sp, offset: 8 * (i % 50) as i32 + 8, bp_at: None }
+                            Rule::Cfa {
+                                base: Base::Sp,
+                                offset: 8 * (i % 50) as i32 + 8,
+                                bp_at: None,
+                            }
                         },
                     })
                     .collect(),

@@ -17,8 +17,14 @@ pub use pclntab::Pclntab;
 /// `rt0_go` for the first); `mcall`, `morestack` and `systemstack_switch` are
 /// where a goroutine's stack was left for the system stack, whose frames go no
 /// further. Their names have held from Go 1.4 on.
-const FIRST_FRAMES: &[&str] =
-    &["runtime.goexit", "runtime.mstart", "runtime.rt0_go", "runtime.mcall", "runtime.morestack", "runtime.systemstack_switch"];
+const FIRST_FRAMES: &[&str] = &[
+    "runtime.goexit",
+    "runtime.mstart",
+    "runtime.rt0_go",
+    "runtime.mcall",
+    "runtime.morestack",
+    "runtime.systemstack_switch",
+];
 
 /// The function table of an ELF file, if it is a Go program (it has a
 /// `.gopclntab`).
@@ -40,7 +46,9 @@ pub fn name_at(tab: &Pclntab, pc: u64, leaf: bool) -> Option<String> {
     let f = tab.func_at(at)?;
     let name = tab.name(f)?;
     Some(match tab.line(f, at) {
-        Some((file, line)) => format!("{name} ({}:{line})", file.rsplit('/').next().unwrap_or(file)),
+        Some((file, line)) => {
+            format!("{name} ({}:{line})", file.rsplit('/').next().unwrap_or(file))
+        }
         None => name.to_string(),
     })
 }
@@ -68,7 +76,13 @@ pub(crate) mod tests {
             return None;
         }
         let stripped = dir.join("prog-stripped");
-        let ok = std::process::Command::new("strip").arg("-o").arg(&stripped).arg(dir.join("prog")).status().ok()?.success();
+        let ok = std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(dir.join("prog"))
+            .status()
+            .ok()?
+            .success();
         ok.then(|| (dir.join("prog"), stripped))
     }
 
@@ -88,7 +102,9 @@ pub(crate) mod tests {
             eprintln!("skipped: no Go toolchain (apt golang-go)");
             return;
         };
-        let tab = pclntab_of(&mut std::fs::File::open(&stripped).unwrap()).unwrap().expect("a Go program has its table");
+        let tab = pclntab_of(&mut std::fs::File::open(&stripped).unwrap())
+            .unwrap()
+            .expect("a Go program has its table");
         assert!(tab.len() > 1000, "{} functions", tab.len());
         let work = nm(&full, "main.work").expect("main.work in the unstripped symbol table");
         let f = tab.func_at(work + 4).expect("main.work in the table");
@@ -96,7 +112,9 @@ pub(crate) mod tests {
         let named = name_at(&tab, work + 4, true).unwrap();
         assert!(named.starts_with("main.work (main.go:"), "{named}");
         // Every function of the symbol table is one of the table's, same entry.
-        let goexit = nm(&full, "runtime.goexit.abi0").or_else(|| nm(&full, "runtime.goexit")).expect("runtime.goexit");
+        let goexit = nm(&full, "runtime.goexit.abi0")
+            .or_else(|| nm(&full, "runtime.goexit"))
+            .expect("runtime.goexit");
         assert_eq!(tab.func_at(goexit).map(|f| f.entry), Some(goexit));
         let _ = std::fs::remove_dir_all(full.parent().unwrap());
     }

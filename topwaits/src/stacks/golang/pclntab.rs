@@ -97,13 +97,23 @@ impl Pclntab {
             Some(m) => bail!("a Go function table of a layout before Go 1.18 (magic {m:#x})"),
             None => bail!("a Go function table too short for its header"),
         };
-        let (min_lc, ptr_size) = (data.get(6).copied().unwrap_or(0), data.get(7).copied().unwrap_or(0));
+        let (min_lc, ptr_size) =
+            (data.get(6).copied().unwrap_or(0), data.get(7).copied().unwrap_or(0));
         if ptr_size != 8 || min_lc == 0 {
-            bail!("a Go function table for {ptr_size}-byte pointers: only 64-bit programs are read");
+            bail!(
+                "a Go function table for {ptr_size}-byte pointers: only 64-bit programs are read"
+            );
         }
         let word = |i: usize| u64_at(&data, 8 + 8 * i).map(|v| v as usize);
-        let (Some(nfunc), Some(text), Some(funcnames), Some(cutab), Some(filetab), Some(pctab), Some(functab)) =
-            (word(0), word(2), word(3), word(4), word(5), word(6), word(7))
+        let (
+            Some(nfunc),
+            Some(text),
+            Some(funcnames),
+            Some(cutab),
+            Some(filetab),
+            Some(pctab),
+            Some(functab),
+        ) = (word(0), word(2), word(3), word(4), word(5), word(6), word(7))
         else {
             bail!("a Go function table too short for its header");
         };
@@ -112,11 +122,27 @@ impl Pclntab {
             bail!("a Go function table whose offsets lie outside it");
         }
         // The functab: nfunc entries and an end, 8 bytes each.
-        if nfunc.checked_add(1).and_then(|n| n.checked_mul(8)).and_then(|n| n.checked_add(functab)).is_none_or(|end| end > data.len()) {
+        if nfunc
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(8))
+            .and_then(|n| n.checked_add(functab))
+            .is_none_or(|end| end > data.len())
+        {
             bail!("a Go function table of {nfunc} functions does not hold them");
         }
         let text_start = if text == 0 { text_addr } else { text as u64 };
-        Ok(Pclntab { data, layout, text_start, nfunc, quantum: u64::from(min_lc), funcnames, cutab, filetab, pctab, functab })
+        Ok(Pclntab {
+            data,
+            layout,
+            text_start,
+            nfunc,
+            quantum: u64::from(min_lc),
+            funcnames,
+            cutab,
+            filetab,
+            pctab,
+            functab,
+        })
     }
 
     /// How many functions it has.
@@ -131,7 +157,8 @@ impl Pclntab {
     /// Function `i` (0 to `len()`), if its entries hold together.
     fn func(&self, i: usize) -> Option<Func> {
         let at = self.functab + 8 * i;
-        let (entry, off, next) = (u32_at(&self.data, at)?, u32_at(&self.data, at + 4)?, u32_at(&self.data, at + 8)?);
+        let (entry, off, next) =
+            (u32_at(&self.data, at)?, u32_at(&self.data, at + 4)?, u32_at(&self.data, at + 8)?);
         let off = self.functab + off as usize;
         (off + self.layout.func_size() <= self.data.len() && next >= entry).then(|| Func {
             entry: self.text_start + u64::from(entry),
@@ -147,7 +174,9 @@ impl Pclntab {
 
     /// The function whose code holds `pc`.
     pub fn func_at(&self, pc: u64) -> Option<Func> {
-        let entry_of = |i: usize| u32_at(&self.data, self.functab + 8 * i).map(|e| self.text_start + u64::from(e));
+        let entry_of = |i: usize| {
+            u32_at(&self.data, self.functab + 8 * i).map(|e| self.text_start + u64::from(e))
+        };
         if pc < entry_of(0)? {
             return None;
         }
@@ -298,7 +327,10 @@ mod tests {
         assert_eq!((f.entry, f.end), (0x1000, 0x1020));
         assert_eq!(t.name(f), Some("main.f"));
         assert_eq!(t.func_id(f), Some(3));
-        assert_eq!(t.frame_sizes(f), Some(vec![(0x1000, 0x1004, 0), (0x1004, 0x101c, 24), (0x101c, 0x1020, 0)]));
+        assert_eq!(
+            t.frame_sizes(f),
+            Some(vec![(0x1000, 0x1004, 0), (0x1004, 0x101c, 24), (0x101c, 0x1020, 0)])
+        );
         assert_eq!(t.line(f, 0x1010), Some(("f.go", 7)));
         assert!(t.func_at(0x1020).is_none() && t.func_at(0xfff).is_none(), "outside its code");
     }

@@ -130,7 +130,13 @@ const V3_13: Layout = Layout {
     version: (3, 13),
     runtime_interp: 632,
     interp_threads: 7344,
-    walker: PyProc { tstate_tid: 160, tstate_frame: 72, cframe_frame: NONE, code_units: 200, ..V3_12.walker },
+    walker: PyProc {
+        tstate_tid: 160,
+        tstate_frame: 72,
+        cframe_frame: NONE,
+        code_units: 200,
+        ..V3_12.walker
+    },
     ..V3_12
 };
 

@@ -28,13 +28,19 @@ pub trait PySink {
 /// The interpreter file a process maps, with its load bias, if any. Files are
 /// looked at once each (by device and inode), and only those that can hold
 /// one (see [`may_hold_interpreter`]).
-fn interpreter_of(files: &mut HashMap<(u64, u64), Option<PyFile>>, tgid: u32, maps: &[Mapping]) -> Option<(PyFile, u64)> {
+fn interpreter_of(
+    files: &mut HashMap<(u64, u64), Option<PyFile>>,
+    tgid: u32,
+    maps: &[Mapping],
+) -> Option<(PyFile, u64)> {
     let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
     let exe = exe.as_deref().and_then(|p| p.to_str());
     for m in maps.iter().filter(|m| may_hold_interpreter(m, exe)) {
         let file = files
             .entry((m.dev, m.inode))
-            .or_insert_with(|| probe::file_symbols(&mut std::io::BufReader::new(procfs::open_mapped(tgid, m)?)))
+            .or_insert_with(|| {
+                probe::file_symbols(&mut std::io::BufReader::new(procfs::open_mapped(tgid, m)?))
+            })
             .clone();
         if let Some(f) = file {
             let bias = f.bias(m)?;
@@ -63,11 +69,18 @@ fn may_hold_interpreter(m: &Mapping, exe: Option<&str>) -> bool {
 fn check_live(tgid: u32, file: &PyFile, bias: u64) -> Probe {
     let mem = ProcessMemory { pid: tgid };
     // None: in this process's PID namespace.
-    let own: std::cell::OnceCell<Option<std::collections::HashSet<u64>>> = std::cell::OnceCell::new();
+    let own: std::cell::OnceCell<Option<std::collections::HashSet<u64>>> =
+        std::cell::OnceCell::new();
     let is_thread = |tid: u64| {
         let own = own.get_or_init(|| {
             procfs::foreign_pid_ns_id(tgid)?;
-            Some(crate::sys::thread::tids_of(tgid).into_iter().filter_map(|t| procfs::ns_ids(tgid, t)).map(|(_, t)| u64::from(t)).collect())
+            Some(
+                crate::sys::thread::tids_of(tgid)
+                    .into_iter()
+                    .filter_map(|t| procfs::ns_ids(tgid, t))
+                    .map(|(_, t)| u64::from(t))
+                    .collect(),
+            )
         });
         match own {
             None => std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists(),
@@ -133,7 +146,11 @@ impl Tracker {
             return;
         }
         if let Some((file, bias)) = interpreter_of(&mut self.files, tgid, maps) {
-            self.try_ready(tgid, Pending { file, bias, at: Instant::now(), wait: RETRY_MIN, mismatches: 0 }, sink);
+            self.try_ready(
+                tgid,
+                Pending { file, bias, at: Instant::now(), wait: RETRY_MIN, mismatches: 0 },
+                sink,
+            );
         }
     }
 
@@ -168,7 +185,8 @@ impl Tracker {
     /// until the next one is due (None: none waits).
     pub fn beat(&mut self, sink: &mut dyn PySink) -> Option<Duration> {
         let now = Instant::now();
-        let due: Vec<u32> = self.pending.iter().filter(|(_, p)| now >= p.at + p.wait).map(|(t, _)| *t).collect();
+        let due: Vec<u32> =
+            self.pending.iter().filter(|(_, p)| now >= p.at + p.wait).map(|(t, _)| *t).collect();
         for tgid in due {
             let Some(p) = self.pending.remove(&tgid) else { continue };
             if procfs::alive(tgid) {
@@ -200,16 +218,20 @@ impl Tracker {
                 let walker = walker_for(tgid, &i);
                 match sink.put_python(tgid, &walker) {
                     Ok(()) => {
-                        log::debug!("Python {}.{} in process {tgid}: its frames are named", i.layout.version.0, i.layout.version.1);
+                        log::debug!(
+                            "Python {}.{} in process {tgid}: its frames are named",
+                            i.layout.version.0,
+                            i.layout.version.1
+                        );
                         self.ready.insert(tgid, walker);
                         self.seeded.insert(tgid);
                     }
-                    Err(e) => self.problem(format!("the walker's table of Python processes is full ({e:#})")),
+                    Err(e) => self
+                        .problem(format!("the walker's table of Python processes is full ({e:#})")),
                 }
             }
-            Probe::Mismatch(what) if p.mismatches >= MISMATCH_TRIES => {
-                self.problem(format!("the interpreter's layout does not match its version's: {what}"))
-            }
+            Probe::Mismatch(what) if p.mismatches >= MISMATCH_TRIES => self
+                .problem(format!("the interpreter's layout does not match its version's: {what}")),
             Probe::Mismatch(_) | Probe::NotReady => {
                 p.mismatches += u32::from(torn);
                 p.at = Instant::now();
@@ -229,7 +251,12 @@ impl Tracker {
 
     /// What went unnamed, one line each.
     pub fn warnings(&self) -> Vec<String> {
-        self.problems.iter().map(|(what, n)| format!("Python frames of {n} processes are shown as the interpreter's own: {what}")).collect()
+        self.problems
+            .iter()
+            .map(|(what, n)| {
+                format!("Python frames of {n} processes are shown as the interpreter's own: {what}")
+            })
+            .collect()
     }
 }
 
@@ -261,10 +288,11 @@ impl Resolver {
                 _ => None,
             }
         });
-        let function = self
-            .functions
-            .entry((tgid, code))
-            .or_insert_with(|| interp.and_then(|i| names::function(&ProcessMemory { pid: tgid }, i.layout, i.code_type, code)));
+        let function = self.functions.entry((tgid, code)).or_insert_with(|| {
+            interp.and_then(|i| {
+                names::function(&ProcessMemory { pid: tgid }, i.layout, i.code_type, code)
+            })
+        });
         match function {
             Some(f) => {
                 let short = f.file.rsplit('/').next().unwrap_or(&f.file);
@@ -275,7 +303,9 @@ impl Resolver {
                     offset: None,
                 }
             }
-            None => Frame { addr: word, symbol: Some("[python]".into()), module: None, offset: None },
+            None => {
+                Frame { addr: word, symbol: Some("[python]".into()), module: None, offset: None }
+            }
         }
     }
 }
@@ -298,7 +328,15 @@ mod tests {
     /// files and links libpython).
     #[test]
     fn only_the_executable_and_python_libraries_are_looked_at() {
-        let at = |path: &str| Mapping { start: 0, end: 1, offset: 0, path: path.into(), exec: true, dev: 0, inode: 0 };
+        let at = |path: &str| Mapping {
+            start: 0,
+            end: 1,
+            offset: 0,
+            path: path.into(),
+            exec: true,
+            dev: 0,
+            inode: 0,
+        };
         let exe = Some("/usr/bin/perf");
         assert!(may_hold_interpreter(&at("/usr/bin/perf"), exe));
         assert!(may_hold_interpreter(&at("/usr/lib/x86_64-linux-gnu/libpython3.13.so.1.0"), exe));
@@ -337,7 +375,11 @@ mod tests {
         t.on_fork(502, 500, &mut sink);
         t.on_fork(503, 502, &mut sink);
         t.on_fork(504, 501, &mut sink);
-        assert_eq!(sink.0, [500, 502, 503], "its old entry dropped at its exec, and its children's copies");
+        assert_eq!(
+            sink.0,
+            [500, 502, 503],
+            "its old entry dropped at its exec, and its children's copies"
+        );
         assert!(!t.ready.contains_key(&502));
         t.forget(500, &mut sink);
         t.on_fork(505, 500, &mut sink);

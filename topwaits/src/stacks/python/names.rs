@@ -21,8 +21,13 @@ pub struct Function {
 impl Function {
     /// The line of instruction `index` (code units), if the table has one.
     pub fn line(&self, index: Option<u64>) -> u32 {
-        let line =
-            |i| if self.pairs { line_of_pairs(&self.linetable, self.first_line, i) } else { line_of(&self.linetable, self.first_line, i) };
+        let line = |i| {
+            if self.pairs {
+                line_of_pairs(&self.linetable, self.first_line, i)
+            } else {
+                line_of(&self.linetable, self.first_line, i)
+            }
+        };
         index.and_then(line).unwrap_or(self.first_line)
     }
 }
@@ -66,8 +71,13 @@ pub fn string(mem: &dyn Memory, l: &Layout, addr: u64) -> Option<String> {
     let bytes = mem.bytes(addr + l.compact_data, (len * kind as u64) as usize)?;
     let chars: Option<String> = match kind {
         1 => Some(bytes.iter().map(|&b| b as char).collect()),
-        2 => char::decode_utf16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]))).collect::<Result<_, _>>().ok(),
-        4 => bytes.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        2 => char::decode_utf16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))
+            .collect::<Result<_, _>>()
+            .ok(),
+        4 => bytes
+            .chunks_exact(4)
+            .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
         _ => None,
     };
     chars
@@ -80,7 +90,9 @@ pub fn function(mem: &dyn Memory, l: &Layout, code_type: u64, code: u64) -> Opti
     }
     let qualname = string(mem, l, mem.word(code + l.code_qualname)?)?;
     let file = string(mem, l, mem.word(code + l.code_filename)?)?;
-    let first_line = mem.bytes(code + l.code_firstlineno, 4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()))?;
+    let first_line = mem
+        .bytes(code + l.code_firstlineno, 4)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()))?;
     let table = mem.word(code + l.code_linetable)?;
     let size = mem.word(table + VAR_SIZE)?.min(MAX_TABLE);
     let linetable = mem.bytes(table + BYTES_DATA, size as usize)?;
@@ -197,7 +209,21 @@ pub(crate) mod tests {
         // Instructions 0-1: no-column form, line +2 (svarint 4); 2: short form,
         // same line; 3-4: one-line form, line +1; 5: no location; 6: long form,
         // line -1 (svarint 3) with end line and columns.
-        let table = [0x80 | 13 << 3 | 1, 4, 0x80, 7, 0x80 | 11 << 3 | 1, 1, 5, 0x80 | 15 << 3, 0x80 | 14 << 3, 3, 0, 1, 9];
+        let table = [
+            0x80 | 13 << 3 | 1,
+            4,
+            0x80,
+            7,
+            0x80 | 11 << 3 | 1,
+            1,
+            5,
+            0x80 | 15 << 3,
+            0x80 | 14 << 3,
+            3,
+            0,
+            1,
+            9,
+        ];
         let lines: Vec<Option<u32>> = (0..8).map(|i| line_of(&table, 10, i)).collect();
         assert_eq!(lines, [Some(12), Some(12), Some(12), Some(13), Some(13), None, Some(12), None]);
         // A varint of two bytes: line +40 (svarint 80 = 16 | 64 << 0, then 1).
@@ -234,7 +260,10 @@ pub(crate) mod tests {
         table[BYTES_DATA as usize..].copy_from_slice(&[0x80 | 13 << 3, 6]);
         mem.put(0x4000, &table);
         let f = function(&mem, l, ty, code).unwrap();
-        assert_eq!((f.qualname.as_str(), f.file.as_str(), f.first_line), ("Server.handle", "/srv/app.py", 7));
+        assert_eq!(
+            (f.qualname.as_str(), f.file.as_str(), f.first_line),
+            ("Server.handle", "/srv/app.py", 7)
+        );
         assert_eq!(f.line(Some(0)), 10);
         assert_eq!(f.line(None), 7, "before the first instruction: the def line");
         assert_eq!(function(&mem, l, ty + 8, code), None, "another type is not a code object");
@@ -244,7 +273,9 @@ pub(crate) mod tests {
     fn strings_of_each_width_are_read() {
         let l = layout::of(3, 11).unwrap();
         let mut mem = FakeMem::default();
-        for (addr, kind, text) in [(0x100u64, 1u32, "café"), (0x200, 2, "Ωmega"), (0x300, 4, "𝔣unc")] {
+        for (addr, kind, text) in
+            [(0x100u64, 1u32, "café"), (0x200, 2, "Ωmega"), (0x300, 4, "𝔣unc")]
+        {
             let n = text.chars().count();
             let mut b = vec![0u8; l.compact_data as usize + n * kind as usize];
             b[UNICODE_LENGTH as usize..][..8].copy_from_slice(&(n as u64).to_le_bytes());

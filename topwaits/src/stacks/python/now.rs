@@ -30,12 +30,17 @@ impl Interpreters {
             return *p;
         }
         let maps: Vec<procfs::Mapping> = procfs::maps_of(tgid);
-        let found = interpreter_of(&mut self.files, tgid, &maps).and_then(|(file, bias)| match check_live(tgid, &file, bias) {
-            // A 3.10 thread state names its thread by pthread_t, which a
-            // thread's registers in /proc do not show.
-            Probe::Ready(i) if i.layout.walker.flags & py_flags::BY_PTHREAD == 0 => Some(walker_for(tgid, &i)),
-            _ => None,
-        });
+        let found =
+            interpreter_of(&mut self.files, tgid, &maps).and_then(|(file, bias)| match check_live(
+                tgid, &file, bias,
+            ) {
+                // A 3.10 thread state names its thread by pthread_t, which a
+                // thread's registers in /proc do not show.
+                Probe::Ready(i) if i.layout.walker.flags & py_flags::BY_PTHREAD == 0 => {
+                    Some(walker_for(tgid, &i))
+                }
+                _ => None,
+            });
         self.procs.insert(tgid, found);
         found
     }
@@ -74,9 +79,13 @@ pub fn groups(mem: &dyn Memory, p: &PyProc, tid: u32) -> Vec<Vec<u64>> {
         let shim = p.owner_cstack != NONE && u16::from(byte(p.frame_owner)) == p.owner_cstack;
         if !shim {
             let code = word(f + p.frame_code as u64);
-            out.last_mut().expect("never empty").push(py_word(code, index_plus_one(p, code, word(f + p.frame_instr as u64))));
+            out.last_mut()
+                .expect("never empty")
+                .push(py_word(code, index_plus_one(p, code, word(f + p.frame_instr as u64))));
         }
-        let entry = shim || p.flags & py_flags::ONE_FRAME != 0 || (p.frame_entry != NONE && byte(p.frame_entry) != 0);
+        let entry = shim
+            || p.flags & py_flags::ONE_FRAME != 0
+            || (p.frame_entry != NONE && byte(p.frame_entry) != 0);
         if entry {
             out.push(Vec::new());
         }
@@ -124,12 +133,16 @@ mod tests {
         // the last of them its entry.
         for (i, (&f, entry)) in frames.iter().zip([1u8, 0, 1]).enumerate() {
             mem.put_word(f + p.frame_code as u64, 0x9000 + i as u64 * 0x100);
-            mem.put_word(f + p.frame_instr as u64, 0x9000 + i as u64 * 0x100 + p.code_units as u64 + 2 * 4);
+            mem.put_word(
+                f + p.frame_instr as u64,
+                0x9000 + i as u64 * 0x100 + p.code_units as u64 + 2 * 4,
+            );
             mem.put_word(f + p.frame_previous as u64, frames.get(i + 1).copied().unwrap_or(0));
             mem.put(f + p.frame_entry as u64, &[entry]);
         }
         let g = groups(&mem, &p, 7);
-        let codes: Vec<Vec<u64>> = g.iter().map(|g| g.iter().map(|&w| py_parts(w).0).collect()).collect();
+        let codes: Vec<Vec<u64>> =
+            g.iter().map(|g| g.iter().map(|&w| py_parts(w).0).collect()).collect();
         assert_eq!(codes, vec![vec![0x9000], vec![0x9100, 0x9200]]);
         assert_eq!(py_parts(g[0][0]).1, Some(4), "the instruction index");
         assert!(groups(&mem, &p, 8).is_empty(), "no thread state for tid 8");

@@ -32,7 +32,15 @@ pub struct PyFile {
 impl PyFile {
     /// A file with no symbols and no segments, for the tracker's tests.
     pub fn empty() -> PyFile {
-        PyFile { runtime: 0, version: None, has_py_is: false, eval: (0, 0), eval_cold: None, code_type: 0, segments: Vec::new() }
+        PyFile {
+            runtime: 0,
+            version: None,
+            has_py_is: false,
+            eval: (0, 0),
+            eval_cold: None,
+            code_type: 0,
+            segments: Vec::new(),
+        }
     }
 }
 
@@ -50,7 +58,8 @@ pub fn file_symbols<R: std::io::Read + std::io::Seek>(f: &mut R) -> Option<PyFil
     if quick.is_empty() {
         return None;
     }
-    let found = elf::symbols(f, &[RUNTIME, VERSION, EVAL, EVAL_COLD, CODE_TYPE, PY_IS], true).ok()?;
+    let found =
+        elf::symbols(f, &[RUNTIME, VERSION, EVAL, EVAL_COLD, CODE_TYPE, PY_IS], true).ok()?;
     let get = |name: &str| found.iter().find(|(n, _, _)| n == name).map(|(_, a, s)| (*a, *s));
     let segments = elf::load_segments(f).ok()?;
     Some(PyFile {
@@ -108,10 +117,18 @@ pub fn check(mem: &dyn Memory, file: &PyFile, bias: u64, is_thread: &dyn Fn(u64)
             None => return Probe::NotReady,
         },
         None if file.has_py_is => (3, 10),
-        None => return Probe::Unsupported(format!("Python 3.9 or older (Python frames are named for {})", layout::KNOWN)),
+        None => {
+            return Probe::Unsupported(format!(
+                "Python 3.9 or older (Python frames are named for {})",
+                layout::KNOWN
+            ))
+        }
     };
     let Some(l) = layout::of(major, minor) else {
-        return Probe::Unsupported(format!("Python {major}.{minor} (Python frames are named for {})", layout::KNOWN));
+        return Probe::Unsupported(format!(
+            "Python {major}.{minor} (Python frames are named for {})",
+            layout::KNOWN
+        ));
     };
     let runtime = bias.wrapping_add(file.runtime);
     let code_type = bias.wrapping_add(file.code_type);
@@ -142,7 +159,9 @@ pub fn check(mem: &dyn Memory, file: &PyFile, bias: u64, is_thread: &dyn Fn(u64)
         };
         if !code_checked {
             match first_code(mem, l, t) {
-                Some(code) if mem.word(code + OBJECT_TYPE) == Some(code_type) => code_checked = true,
+                Some(code) if mem.word(code + OBJECT_TYPE) == Some(code_type) => {
+                    code_checked = true
+                }
                 Some(_) => return Probe::Mismatch("a frame's code object is not of PyCode_Type"),
                 None => {}
             }
@@ -155,7 +174,9 @@ pub fn check(mem: &dyn Memory, file: &PyFile, bias: u64, is_thread: &dyn Fn(u64)
     if !code_checked {
         return Probe::NotReady;
     }
-    let cold = file.eval_cold.map_or([0, 0], |(start, end)| [bias.wrapping_add(start), bias.wrapping_add(end)]);
+    let cold = file
+        .eval_cold
+        .map_or([0, 0], |(start, end)| [bias.wrapping_add(start), bias.wrapping_add(end)]);
     let eval = [bias.wrapping_add(file.eval.0), bias.wrapping_add(file.eval.1), cold[0], cold[1]];
     Probe::Ready(Interp { layout: l, threads_head, eval, code_type })
 }
@@ -179,7 +200,8 @@ fn codes_from(mem: &dyn Memory, l: &Layout, mut f: u64, limit: usize) -> Vec<u64
         if f == 0 {
             break;
         }
-        let shim = w.owner_cstack != NONE && mem.byte(f + w.frame_owner as u64).map(u16::from) == Some(w.owner_cstack);
+        let shim = w.owner_cstack != NONE
+            && mem.byte(f + w.frame_owner as u64).map(u16::from) == Some(w.owner_cstack);
         if !shim {
             out.extend(mem.word(f + w.frame_code as u64).filter(|&c| c != 0));
         }
@@ -254,9 +276,12 @@ mod tests {
         mem.put(0x1000, &runtime);
         mem.put_word(interp + l.interp_threads, t);
         let mut ts = vec![0u8; 256];
-        for (off, v) in
-            [(l.tstate_interp, tstate_interp), (l.walker.tstate_tid, 77), (l.walker.tstate_frame, 0x50_000), (l.walker.tstate_next, 0)]
-        {
+        for (off, v) in [
+            (l.tstate_interp, tstate_interp),
+            (l.walker.tstate_tid, 77),
+            (l.walker.tstate_frame, 0x50_000),
+            (l.walker.tstate_next, 0),
+        ] {
             ts[off as usize..][..8].copy_from_slice(&v.to_le_bytes());
         }
         mem.put(t, &ts);
@@ -272,23 +297,38 @@ mod tests {
     fn a_layout_that_does_not_match_is_refused_with_what_failed() {
         let ours = |tid: u64| tid == 77;
         let (mem, file) = fabricated(0x10_000, 0x3000);
-        let Probe::Ready(i) = check(&mem, &file, 0, &ours) else { panic!("{:?}", check(&mem, &file, 0, &ours)) };
-        assert_eq!((i.layout.version, i.threads_head, i.eval), ((3, 12), 0x10_000 + 72, [0x5000, 0x6000, 0, 0]));
+        let Probe::Ready(i) = check(&mem, &file, 0, &ours) else {
+            panic!("{:?}", check(&mem, &file, 0, &ours))
+        };
+        assert_eq!(
+            (i.layout.version, i.threads_head, i.eval),
+            ((3, 12), 0x10_000 + 72, [0x5000, 0x6000, 0, 0])
+        );
         assert_eq!(code_chain(&mem, &i, Some(77)), [0x40_000]);
         assert_eq!(code_chain(&mem, &i, None), [0x40_000]);
         assert_eq!(code_chain(&mem, &i, Some(78)), Vec::<u64>::new());
         let (mem, file) = fabricated(0x99_000, 0x3000);
-        assert!(matches!(check(&mem, &file, 0, &ours), Probe::Mismatch(w) if w.contains("interpreter")));
+        assert!(
+            matches!(check(&mem, &file, 0, &ours), Probe::Mismatch(w) if w.contains("interpreter"))
+        );
         let (mem, file) = fabricated(0x10_000, 0x4000);
-        assert!(matches!(check(&mem, &file, 0, &ours), Probe::Mismatch(w) if w.contains("PyCode_Type")));
+        assert!(
+            matches!(check(&mem, &file, 0, &ours), Probe::Mismatch(w) if w.contains("PyCode_Type"))
+        );
         let (mem, file) = fabricated(0x10_000, 0x3000);
-        assert!(matches!(check(&mem, &file, 0, &|_| false), Probe::Mismatch(w) if w.contains("thread ids")));
+        assert!(
+            matches!(check(&mem, &file, 0, &|_| false), Probe::Mismatch(w) if w.contains("thread ids"))
+        );
         let (mut mem, file) = fabricated(0x10_000, 0x3000);
         mem.put_word(0x2000, 0x030e_0000);
-        assert!(matches!(check(&mem, &file, 0, &ours), Probe::Unsupported(w) if w.contains("3.14")));
+        assert!(
+            matches!(check(&mem, &file, 0, &ours), Probe::Unsupported(w) if w.contains("3.14"))
+        );
         let (mem, mut file) = fabricated(0x10_000, 0x3000);
         (file.version, file.has_py_is) = (None, false);
-        assert!(matches!(check(&mem, &file, 0, &ours), Probe::Unsupported(w) if w.contains("3.9 or older")));
+        assert!(
+            matches!(check(&mem, &file, 0, &ours), Probe::Unsupported(w) if w.contains("3.9 or older"))
+        );
     }
 
     const SCRIPT: &str = "import time\nclass Box:\n    def waiting_here(self):\n        time.sleep(30)\nBox().waiting_here()\n";
@@ -304,14 +344,17 @@ mod tests {
         }
         let mut named = 0;
         for python in all {
-            let mut child = std::process::Command::new(&python).args(["-c", SCRIPT]).spawn().unwrap();
+            let mut child =
+                std::process::Command::new(&python).args(["-c", SCRIPT]).spawn().unwrap();
             let pid = child.id();
             let mem = ProcessMemory { pid };
-            let is_thread = |tid: u64| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists();
+            let is_thread =
+                |tid: u64| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists();
             let t0 = std::time::Instant::now();
             let mut last = None;
             let outcome = loop {
-                let maps: Vec<Mapping> = procfs::maps_of(pid).into_iter().filter(|m| m.exec).collect();
+                let maps: Vec<Mapping> =
+                    procfs::maps_of(pid).into_iter().filter(|m| m.exec).collect();
                 let found = maps.iter().find_map(|m| {
                     let mut f = std::fs::File::open(&m.path).ok()?;
                     let file = file_symbols(&mut f)?;
@@ -322,7 +365,10 @@ mod tests {
                     Some(Probe::Ready(i)) => {
                         // The script runs one thread: the only thread state.
                         let chain = code_chain(&mem, &i, None);
-                        let funcs: Vec<_> = chain.iter().filter_map(|&c| names::function(&mem, i.layout, i.code_type, c)).collect();
+                        let funcs: Vec<_> = chain
+                            .iter()
+                            .filter_map(|&c| names::function(&mem, i.layout, i.code_type, c))
+                            .collect();
                         if funcs.first().is_some_and(|f| f.qualname.ends_with("waiting_here")) {
                             break Ok((i, funcs));
                         }
@@ -351,7 +397,8 @@ mod tests {
             );
             let names: Vec<&str> = funcs.iter().map(|f| f.qualname.as_str()).collect();
             // 3.10's code objects have no qualified name.
-            let inner = if i.layout.version == (3, 10) { "waiting_here" } else { "Box.waiting_here" };
+            let inner =
+                if i.layout.version == (3, 10) { "waiting_here" } else { "Box.waiting_here" };
             assert_eq!(names, [inner, "<module>"], "{python}");
             assert_eq!(funcs[0].file, "<string>");
             assert_eq!(funcs[0].first_line, 3);

@@ -114,7 +114,11 @@ fn keep_file(tgid: u32, m: &procfs::Mapping) -> Option<KeptFile> {
         return None;
     }
     let segments = elf::load_segments(&mut file).ok()?;
-    Some(KeptFile { path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())), segments, _file: file })
+    Some(KeptFile {
+        path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
+        segments,
+        _file: file,
+    })
 }
 
 /// The kernel symbolizing thread's channels: addresses out, frames back.
@@ -223,7 +227,9 @@ impl BlazeSymbolizer {
         if procfs::foreign_root(tgid) {
             self.foreign_roots.insert(tgid);
             for m in maps.iter().filter(|m| m.exec && m.path.starts_with('/')) {
-                if self.kept_files.len() < MAX_KEPT_FILES && !self.kept_files.contains_key(&(m.dev, m.inode)) {
+                if self.kept_files.len() < MAX_KEPT_FILES
+                    && !self.kept_files.contains_key(&(m.dev, m.inode))
+                {
                     if let Some(k) = keep_file(tgid, m) {
                         self.kept_files.insert((m.dev, m.inode), k);
                     }
@@ -247,7 +253,9 @@ impl BlazeSymbolizer {
         }
         if shares.is_some() && procfs::exiting(tgid) {
             // blazesym's own read came after the exit began.
-            log::debug!("process {tgid} began to exit as it was read: it keeps sharing its parent's maps");
+            log::debug!(
+                "process {tgid} began to exit as it was read: it keeps sharing its parent's maps"
+            );
             self.maps.remove(&tgid);
             self.regions.remove(&tgid);
             return false;
@@ -311,9 +319,16 @@ impl BlazeSymbolizer {
     /// frames, and no new wait of theirs can come. Without it the maps of
     /// every process that ever ran would be kept. Returns how many went.
     pub fn forget_gone(&mut self) -> usize {
-        let known: std::collections::HashSet<u32> =
-            self.maps.keys().chain(self.regions.keys()).chain(self.pid_ns.keys()).copied().chain(self.lineage.known_processes()).collect();
-        let gone: std::collections::HashSet<u32> = known.into_iter().filter(|&t| !alive(t)).collect();
+        let known: std::collections::HashSet<u32> = self
+            .maps
+            .keys()
+            .chain(self.regions.keys())
+            .chain(self.pid_ns.keys())
+            .copied()
+            .chain(self.lineage.known_processes())
+            .collect();
+        let gone: std::collections::HashSet<u32> =
+            known.into_iter().filter(|&t| !alive(t)).collect();
         let forget: Vec<u32> = gone.intersection(&self.gone_at_last_sweep).copied().collect();
         for &t in &forget {
             self.maps.remove(&t);
@@ -323,13 +338,16 @@ impl BlazeSymbolizer {
             self.foreign_roots.remove(&t);
             self.lineage.forget(t);
             self.python.forget(t);
-            let _ = self.inner.evict(&blazesym::symbolize::evict::Evict::Process(blazesym::symbolize::evict::Process::new(t.into())));
+            let _ = self.inner.evict(&blazesym::symbolize::evict::Evict::Process(
+                blazesym::symbolize::evict::Process::new(t.into()),
+            ));
         }
         // Thread ids of the processes gone (kept by host tid).
         if !forget.is_empty() {
             self.kept_ns_ids.retain(|&tid, _| alive(tid));
         }
-        self.gone_at_last_sweep = gone.difference(&forget.iter().copied().collect()).copied().collect();
+        self.gone_at_last_sweep =
+            gone.difference(&forget.iter().copied().collect()).copied().collect();
         forget.len()
     }
 
@@ -358,7 +376,8 @@ fn debug_file(root: &str, module: &str) -> Option<ElfFile> {
     if hex.len() < 3 {
         return None;
     }
-    let path = PathBuf::from(format!("{root}/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
+    let path =
+        PathBuf::from(format!("{root}/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
     let segments = elf::load_segments(&mut std::fs::File::open(&module).ok()?).ok()?;
     path.exists().then_some((path, segments))
 }
@@ -378,7 +397,10 @@ fn from_debug_files(
     fallback: &Source<'_>,
 ) -> Vec<Frame> {
     from_files(blaze, maps, addrs, Some(fallback), &mut |m| {
-        found.entry(format!("{root}{}", m.path)).or_insert_with(|| debug_file(root, &m.path)).clone()
+        found
+            .entry(format!("{root}{}", m.path))
+            .or_insert_with(|| debug_file(root, &m.path))
+            .clone()
     })
 }
 
@@ -445,7 +467,9 @@ fn to_frames(addrs: &[u64], syms: Option<Vec<Symbolized<'_>>>) -> Vec<Frame> {
             // Past the end of a symbol of known size, the address is in some other
             // function that the symbol table does not name (a stripped binary's
             // internal code): not this one.
-            Symbolized::Sym(sym) if sym.size.is_some_and(|size| sym.offset >= size) => Frame::unknown(addr),
+            Symbolized::Sym(sym) if sym.size.is_some_and(|size| sym.offset >= size) => {
+                Frame::unknown(addr)
+            }
             Symbolized::Sym(sym) => Frame {
                 addr,
                 symbol: Some(sym.name.as_ref().into()),
@@ -463,8 +487,14 @@ fn symbolize_each(blaze: &Blaze, src: &Source<'_>, addrs: &[u64]) -> Vec<Frame> 
     match blaze.symbolize(src, Input::AbsAddr(addrs)) {
         Ok(syms) => to_frames(addrs, Some(syms)),
         Err(e) => {
-            log::debug!("symbolizing {} addresses failed ({e}); retrying one at a time", addrs.len());
-            addrs.iter().flat_map(|&a| to_frames(&[a], blaze.symbolize(src, Input::AbsAddr(&[a])).ok())).collect()
+            log::debug!(
+                "symbolizing {} addresses failed ({e}); retrying one at a time",
+                addrs.len()
+            );
+            addrs
+                .iter()
+                .flat_map(|&a| to_frames(&[a], blaze.symbolize(src, Input::AbsAddr(&[a])).ok()))
+                .collect()
         }
     }
 }
@@ -534,7 +564,11 @@ impl Symbolizer for BlazeSymbolizer {
         // debug link under /usr/lib/debug) for those addresses alone. On a Python
         // HTTP server this took unresolved user frames from 34% of the off-CPU
         // time to none.
-        let stripped: Vec<u64> = code.iter().copied().filter(|a| named.get(a).is_none_or(|f| f.symbol.is_none())).collect();
+        let stripped: Vec<u64> = code
+            .iter()
+            .copied()
+            .filter(|a| named.get(a).is_none_or(|f| f.symbol.is_none()))
+            .collect();
         // Unresolved code needs the maps, read once here: for the debug-file pass
         // and for `module+0xoffset`. Kept maps were just refreshed if the process
         // lives; they are read only for a process never remembered.
@@ -558,30 +592,46 @@ impl Symbolizer for BlazeSymbolizer {
                 .filter(|&a| {
                     procfs::mapping_of(maps, a).is_some_and(|m| {
                         let path = format!("{root}{}", m.path);
-                        !*symtab.entry(path.clone()).or_insert_with(|| crate::sys::elf::has_symtab(&path).unwrap_or(true))
+                        !*symtab
+                            .entry(path.clone())
+                            .or_insert_with(|| crate::sys::elf::has_symtab(&path).unwrap_or(true))
                     })
                 })
                 .collect();
             // (Not for a container's exited process: they are found by path.)
             if !debug.is_empty() && !dead_foreign {
-                for f in from_debug_files(&root, &self.inner, &mut self.debug_files, maps, &debug, &source(true)) {
+                for f in from_debug_files(
+                    &root,
+                    &self.inner,
+                    &mut self.debug_files,
+                    maps,
+                    &debug,
+                    &source(true),
+                ) {
                     if f.symbol.is_some() {
                         named.insert(f.addr, f);
                     }
                 }
             }
         }
-        let mut frames: Vec<Frame> = addrs.iter().map(|&a| named.remove(&a).unwrap_or_else(|| Frame::unknown(a))).collect();
+        let mut frames: Vec<Frame> =
+            addrs.iter().map(|&a| named.remove(&a).unwrap_or_else(|| Frame::unknown(a))).collect();
         if let Some(maps) = maps {
-            let unnamed: Vec<usize> =
-                (0..frames.len()).filter(|&i| frames[i].symbol.is_none() && self.is_code(tgid, frames[i].addr)).collect();
+            let unnamed: Vec<usize> = (0..frames.len())
+                .filter(|&i| frames[i].symbol.is_none() && self.is_code(tgid, frames[i].addr))
+                .collect();
             for i in unnamed {
                 let f = &mut frames[i];
                 if let Some((module, off)) = procfs::locate(maps, f.addr) {
                     // A stripped Go program still names its functions in
                     // its own table.
-                    let path = procfs::mapping_of(maps, f.addr).map(|m| format!("{root}{}", m.path)).unwrap_or_default();
-                    let go = self.go.entry(path.clone()).or_insert_with(|| GoFile::open(&path).map(std::sync::Arc::new));
+                    let path = procfs::mapping_of(maps, f.addr)
+                        .map(|m| format!("{root}{}", m.path))
+                        .unwrap_or_default();
+                    let go = self
+                        .go
+                        .entry(path.clone())
+                        .or_insert_with(|| GoFile::open(&path).map(std::sync::Arc::new));
                     f.symbol = go.as_ref().and_then(|g| g.name(off)).map(Into::into);
                     f.module = Some(module.into());
                     f.offset = Some(off);
@@ -596,7 +646,12 @@ impl Symbolizer for BlazeSymbolizer {
         let mem = crate::sys::memory::ProcessMemory { pid: tgid };
         // One walker per process: the code pages it reads are read once.
         let mut walker = unwind::Walker::new(regions, &mem, unwind::Arch::native());
-        stacks.iter().map(|(frames, words)| unwind::leaf_caller(frames, words, |w, pc| walker.calls_leaf(w, pc))).collect()
+        stacks
+            .iter()
+            .map(|(frames, words)| {
+                unwind::leaf_caller(frames, words, |w, pc| walker.calls_leaf(w, pc))
+            })
+            .collect()
     }
 
     fn is_code(&self, tgid: u32, addr: u64) -> bool {
@@ -654,7 +709,10 @@ mod tests {
         assert!(s.remember(pid, None));
         assert_eq!(s.kept_reads, 1);
         // Changed (as by an exec): kept anew.
-        s.maps.insert(other.id(), vec![procfs::Mapping { path: "/elsewhere".into(), ..Default::default() }]);
+        s.maps.insert(
+            other.id(),
+            vec![procfs::Mapping { path: "/elsewhere".into(), ..Default::default() }],
+        );
         assert!(s.remember(other.id(), None));
         for c in [&mut child, &mut other] {
             c.kill().unwrap();
@@ -667,7 +725,8 @@ mod tests {
     #[test]
     fn build_ids_are_two_lower_case_hex_digits_a_byte() {
         let me = std::env::current_exe().unwrap();
-        let id = build_id_hex(me.to_str().unwrap()).expect("test binaries are linked with a build id");
+        let id =
+            build_id_hex(me.to_str().unwrap()).expect("test binaries are linked with a build id");
         assert!(id.len() >= 16 && id.len().is_multiple_of(2), "{id}");
         assert!(id.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)), "{id}");
         assert_eq!(build_id_hex("/nonexistent/lib.so"), None);

@@ -56,7 +56,12 @@ impl Lineage {
 
     /// Takes one process event: reads with `read` what must be read now, and no
     /// more. `alive` says whether a process still runs.
-    pub fn on_event(&mut self, ev: ProcEvent, read: &mut dyn FnMut(u32, Option<u32>) -> bool, alive: &dyn Fn(u32) -> bool) {
+    pub fn on_event(
+        &mut self,
+        ev: ProcEvent,
+        read: &mut dyn FnMut(u32, Option<u32>) -> bool,
+        alive: &dyn Fn(u32) -> bool,
+    ) {
         self.on_event_at(ev, Instant::now(), read, alive);
     }
 
@@ -88,7 +93,9 @@ impl Lineage {
             proc_event::EXEC => {
                 self.rehome(ev.tgid, read, alive);
                 self.read_own(ev.tgid, read);
-                if self.read.get(&ev.tgid) == Some(&true) && !self.fresh.iter().any(|&(t, _)| t == ev.tgid) {
+                if self.read.get(&ev.tgid) == Some(&true)
+                    && !self.fresh.iter().any(|&(t, _)| t == ev.tgid)
+                {
                     self.fresh.push((ev.tgid, now));
                 }
             }
@@ -109,7 +116,11 @@ impl Lineage {
     }
 
     /// Reads again, now, the processes due (see [`Lineage::settle`]).
-    pub fn settle_due(&mut self, read: &mut dyn FnMut(u32, Option<u32>) -> bool, alive: &dyn Fn(u32) -> bool) {
+    pub fn settle_due(
+        &mut self,
+        read: &mut dyn FnMut(u32, Option<u32>) -> bool,
+        alive: &dyn Fn(u32) -> bool,
+    ) {
         self.settle(Instant::now(), read, alive);
     }
 
@@ -119,11 +130,17 @@ impl Lineage {
     }
 
     /// Reads again the processes that exec'd at least [`SETTLE`] ago and still run.
-    fn settle(&mut self, now: Instant, read: &mut dyn FnMut(u32, Option<u32>) -> bool, alive: &dyn Fn(u32) -> bool) {
+    fn settle(
+        &mut self,
+        now: Instant,
+        read: &mut dyn FnMut(u32, Option<u32>) -> bool,
+        alive: &dyn Fn(u32) -> bool,
+    ) {
         if self.fresh.first().is_none_or(|&(_, at)| now.duration_since(at) < SETTLE) {
             return;
         }
-        let (due, young): (Vec<_>, Vec<_>) = self.fresh.drain(..).partition(|&(_, at)| now.duration_since(at) >= SETTLE);
+        let (due, young): (Vec<_>, Vec<_>) =
+            self.fresh.drain(..).partition(|&(_, at)| now.duration_since(at) >= SETTLE);
         self.fresh = young;
         for (t, _) in due {
             if alive(t) {
@@ -136,7 +153,12 @@ impl Lineage {
     /// source of their own: the first that still runs is read, and the others
     /// share it. With none left running, their sharing ends: their frames are left
     /// unnamed rather than named from the new image.
-    fn rehome(&mut self, tgid: u32, read: &mut dyn FnMut(u32, Option<u32>) -> bool, alive: &dyn Fn(u32) -> bool) {
+    fn rehome(
+        &mut self,
+        tgid: u32,
+        read: &mut dyn FnMut(u32, Option<u32>) -> bool,
+        alive: &dyn Fn(u32) -> bool,
+    ) {
         let Some(set) = self.sharers.remove(&tgid) else { return };
         let mut rest: Vec<u32> = set.into_iter().collect();
         rest.sort_unstable();
@@ -197,7 +219,12 @@ mod tests {
     }
 
     /// [`run`] with each event at a time in milliseconds.
-    fn run_at(l: &mut Lineage, events: &[(ProcEvent, u64)], with_maps: &[u32], dead: &[u32]) -> Vec<u32> {
+    fn run_at(
+        l: &mut Lineage,
+        events: &[(ProcEvent, u64)],
+        with_maps: &[u32],
+        dead: &[u32],
+    ) -> Vec<u32> {
         let t0 = Instant::now();
         let mut reads = Vec::new();
         for &(e, ms) in events {
@@ -240,12 +267,22 @@ mod tests {
     #[test]
     fn an_exiting_child_that_reads_no_maps_keeps_its_parents() {
         let mut l = Lineage::default();
-        let reads = run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0)], &[10], &[]);
+        let reads = run(
+            &mut l,
+            &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0)],
+            &[10],
+            &[],
+        );
         assert_eq!(reads, [10, 11], "read, and found empty");
         assert_eq!(l.source_of(11), 10, "still named from its parent's maps");
         // One with maps of its own now (a library it loaded) reads its own.
         let mut l = Lineage::default();
-        run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0)], &[10, 11], &[]);
+        run(
+            &mut l,
+            &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0)],
+            &[10, 11],
+            &[],
+        );
         assert_eq!(l.source_of(11), 11);
     }
 
@@ -256,7 +293,12 @@ mod tests {
     fn a_read_is_told_whose_maps_the_process_shares() {
         let mut l = Lineage::default();
         let mut told = Vec::new();
-        for e in [ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(proc_event::MAPS, 11, 0), ev(proc_event::MAPS, 11, 0)] {
+        for e in [
+            ev(SEEN, 10, 0),
+            ev(FORK, 11, 10),
+            ev(proc_event::MAPS, 11, 0),
+            ev(proc_event::MAPS, 11, 0),
+        ] {
             l.on_event(
                 e,
                 &mut |t, shares| {
@@ -272,7 +314,12 @@ mod tests {
     #[test]
     fn a_parent_first_seen_at_its_fork_is_read_then() {
         let mut l = Lineage::default();
-        let reads = run(&mut l, &[ev(FORK, 101, 10), ev(FORK, 102, 10), ev(SEEN, 10, 0), ev(SEEN, 101, 0)], &[10], &[]);
+        let reads = run(
+            &mut l,
+            &[ev(FORK, 101, 10), ev(FORK, 102, 10), ev(SEEN, 10, 0), ev(SEEN, 101, 0)],
+            &[10],
+            &[],
+        );
         assert_eq!(reads, [10]);
         assert_eq!(l.source_of(102), 10);
     }
@@ -280,7 +327,12 @@ mod tests {
     #[test]
     fn threads_and_repeated_sightings_read_once() {
         let mut l = Lineage::default();
-        let reads = run(&mut l, &[ev(SEEN, 10, 0), ev(SEEN, 10, 0), ev(SEEN, 2, 0), ev(SEEN, 2, 0)], &[10], &[]);
+        let reads = run(
+            &mut l,
+            &[ev(SEEN, 10, 0), ev(SEEN, 10, 0), ev(SEEN, 2, 0), ev(SEEN, 2, 0)],
+            &[10],
+            &[],
+        );
         assert_eq!(reads, [10, 2], "a kernel thread without maps is not read again either");
     }
 
@@ -295,7 +347,13 @@ mod tests {
     #[test]
     fn a_process_read_at_its_exec_is_read_again_once_settled_if_it_still_runs() {
         let mut l = Lineage::default();
-        let events = [(ev(EXEC, 10, 0), 0), (ev(EXEC, 20, 0), 0), (ev(SEEN, 30, 0), 10), (ev(SEEN, 40, 0), 60), (ev(SEEN, 50, 0), 200)];
+        let events = [
+            (ev(EXEC, 10, 0), 0),
+            (ev(EXEC, 20, 0), 0),
+            (ev(SEEN, 30, 0), 10),
+            (ev(SEEN, 40, 0), 60),
+            (ev(SEEN, 50, 0), 200),
+        ];
         let reads = run_at(&mut l, &events, &[10, 20, 30, 40, 50], &[20]);
         assert_eq!(reads, [10, 20, 30, 10, 40, 50], "10 again after SETTLE; 20 is gone");
     }
@@ -308,9 +366,18 @@ mod tests {
     fn a_process_whose_walker_met_unknown_code_is_read_at_once_and_again_once_settled() {
         const MAPS: u32 = proc_event::MAPS;
         let mut l = Lineage::default();
-        let events = [(ev(EXEC, 10, 0), 0), (ev(MAPS, 10, 0), 1), (ev(SEEN, 30, 0), 100), (ev(MAPS, 30, 0), 101)];
+        let events = [
+            (ev(EXEC, 10, 0), 0),
+            (ev(MAPS, 10, 0), 1),
+            (ev(SEEN, 30, 0), 100),
+            (ev(MAPS, 30, 0), 101),
+        ];
         let reads = run_at(&mut l, &events, &[10, 30], &[30]);
-        assert_eq!(reads, [10, 10, 10, 30], "10 at its exec, at MAPS and once settled; 30 is gone by its MAPS");
+        assert_eq!(
+            reads,
+            [10, 10, 10, 30],
+            "10 at its exec, at MAPS and once settled; 30 is gone by its MAPS"
+        );
         assert!(!l.awaiting());
     }
 
@@ -344,7 +411,12 @@ mod tests {
     #[test]
     fn a_child_that_execs_gets_its_own_maps() {
         let mut l = Lineage::default();
-        let reads = run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(EXEC, 11, 0), ev(SEEN, 11, 0)], &[10, 11], &[]);
+        let reads = run(
+            &mut l,
+            &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(EXEC, 11, 0), ev(SEEN, 11, 0)],
+            &[10, 11],
+            &[],
+        );
         assert_eq!(reads, [10, 11]);
         assert_eq!(l.source_of(11), 11);
     }
@@ -360,7 +432,13 @@ mod tests {
     #[test]
     fn a_parent_that_execs_hands_its_old_maps_to_a_living_child() {
         let mut l = Lineage::default();
-        let events = [ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(FORK, 12, 10), ev(FORK, 13, 10), ev(EXEC, 10, 0)];
+        let events = [
+            ev(SEEN, 10, 0),
+            ev(FORK, 11, 10),
+            ev(FORK, 12, 10),
+            ev(FORK, 13, 10),
+            ev(EXEC, 10, 0),
+        ];
         // 11 is gone; 12 still runs and maps the old image: read once, shared by 13.
         let reads = run(&mut l, &events, &[10, 12, 13], &[11]);
         assert_eq!(reads, [10, 12, 10]);
@@ -370,7 +448,8 @@ mod tests {
     #[test]
     fn with_no_living_child_the_old_maps_are_not_lent_out() {
         let mut l = Lineage::default();
-        let reads = run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(EXEC, 10, 0)], &[10], &[11]);
+        let reads =
+            run(&mut l, &[ev(SEEN, 10, 0), ev(FORK, 11, 10), ev(EXEC, 10, 0)], &[10], &[11]);
         assert_eq!(reads, [10, 10]);
         assert_eq!(l.source_of(11), 11, "never named from the new image");
     }

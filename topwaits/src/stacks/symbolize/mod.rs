@@ -53,7 +53,15 @@ pub trait Symbolizer {
     }
 
     fn python(&mut self, _tgid: u32, words: &[u64]) -> Vec<Frame> {
-        words.iter().map(|&w| Frame { addr: w, symbol: Some("[python]".into()), module: None, offset: None }).collect()
+        words
+            .iter()
+            .map(|&w| Frame {
+                addr: w,
+                symbol: Some("[python]".into()),
+                module: None,
+                offset: None,
+            })
+            .collect()
     }
 }
 
@@ -71,7 +79,8 @@ fn is_machinery(name: &str) -> bool {
 /// `__traceiter_*` add, together with any unresolved frame (the JIT-ed program)
 /// before them. Frames past the first real one are never touched.
 pub fn trim_machinery<F: AsRef<Frame>>(frames: &mut Vec<F>) {
-    let last = frames.iter().take(8).rposition(|f| f.as_ref().symbol.as_deref().is_some_and(is_machinery));
+    let last =
+        frames.iter().take(8).rposition(|f| f.as_ref().symbol.as_deref().is_some_and(is_machinery));
     if let Some(i) = last {
         frames.drain(..=i);
     }
@@ -94,7 +103,10 @@ pub struct Resolved {
 
 /// Cuts a user stack at its first address outside executable code, keeping one
 /// `[unknown]` frame if nothing before it was code. Returns whether it cut.
-pub fn cut_at_junk<F: AsRef<Frame> + From<Frame> + Clone>(frames: &mut Vec<F>, is_code: impl Fn(u64) -> bool) -> bool {
+pub fn cut_at_junk<F: AsRef<Frame> + From<Frame> + Clone>(
+    frames: &mut Vec<F>,
+    is_code: impl Fn(u64) -> bool,
+) -> bool {
     let is_mark = |f: &F| topwaits_common::unwind::is_cut_mark(f.as_ref().addr);
     let junk = frames.iter().position(|f| !is_mark(f) && !is_code(f.as_ref().addr));
     cut_at(frames, junk)
@@ -108,7 +120,8 @@ fn cut_at<F: AsRef<Frame> + From<Frame> + Clone>(frames: &mut Vec<F>, junk: Opti
     let Some(i) = junk else {
         return false;
     };
-    let mark = frames.last().filter(|f| topwaits_common::unwind::is_cut_mark(f.as_ref().addr)).cloned();
+    let mark =
+        frames.last().filter(|f| topwaits_common::unwind::is_cut_mark(f.as_ref().addr)).cloned();
     frames.truncate(i.max(1));
     if i == 0 {
         frames[0] = Frame::unknown(frames[0].as_ref().addr).into();
@@ -191,7 +204,8 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
         if !addrs.iter().any(|a| a & LEAF_WORD != 0) || !seen.insert((*t, *n)) {
             continue;
         }
-        let (frames, words): (Vec<u64>, Vec<u64>) = addrs.iter().partition(|&&a| a & LEAF_WORD == 0);
+        let (frames, words): (Vec<u64>, Vec<u64>) =
+            addrs.iter().partition(|&&a| a & LEAF_WORD == 0);
         let words: Vec<u64> = words.iter().map(|w| w & !LEAF_WORD).collect();
         let (ids, stacks) = split.entry(*t).or_default();
         ids.push(*n);
@@ -208,7 +222,9 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
         }
     }
     let stack_of = |space: &Space, id: &StackId| match (space, id) {
-        (Space::User(t), StackId::Id(i)) => fixed.get(&(*t, *i)).or_else(|| capture.stacks.get(i)).map(|v| v.as_slice()),
+        (Space::User(t), StackId::Id(i)) => {
+            fixed.get(&(*t, *i)).or_else(|| capture.stacks.get(i)).map(|v| v.as_slice())
+        }
         (Space::Kernel, StackId::Id(i)) => capture.stacks.get(i).map(|v| v.as_slice()),
         _ => None,
     };
@@ -222,7 +238,8 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
         match space {
             Space::Kernel => kset.extend(addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a))),
             Space::User(t) => {
-                let addresses = addrs.iter().enumerate().filter(|(_, &a)| a & CUT_MARK == 0 && !is_py_frame(a));
+                let addresses =
+                    addrs.iter().enumerate().filter(|(_, &a)| a & CUT_MARK == 0 && !is_py_frame(a));
                 per_proc.entry(*t).or_default().extend(addresses.map(|(i, &a)| lookup_addr(i, a)));
                 let words = addrs.iter().copied().filter(|&a| is_py_frame(a));
                 python.entry(*t).or_default().extend(words);
@@ -231,8 +248,11 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
     }
     let mut kaddrs: Vec<u64> = kset.into_iter().collect();
     kaddrs.sort_unstable();
-    let kframes: FastMap<u64, Frame> =
-        if kaddrs.is_empty() { FastMap::default() } else { sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect() };
+    let kframes: FastMap<u64, Frame> = if kaddrs.is_empty() {
+        FastMap::default()
+    } else {
+        sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect()
+    };
     let mut uframes: FastMap<(u32, u64), Frame> = FastMap::default();
     let mut tgids: Vec<_> = per_proc.keys().copied().collect();
     tgids.sort_unstable();
@@ -301,21 +321,28 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
                                     junk.get_or_insert(i);
                                     return Arc::new(Frame::unknown(a));
                                 }
-                                let (frame, code) = shared_frames.entry((key.0, a, i == 0)).or_insert_with(|| {
-                                    if let (Space::User(_), Some(cut)) = (&space, cut_frame(a)) {
-                                        return (Arc::new(cut), true);
-                                    }
-                                    if let (Space::User(t), true) = (&space, is_py_frame(a)) {
-                                        let f = pyframes.get(&(*t, a)).cloned().unwrap_or_else(|| Frame::unknown(a));
-                                        return (Arc::new(f), true);
-                                    }
-                                    let l = lookup_addr(i, a);
-                                    let (f, code) = match space {
-                                        Space::Kernel => (kframes.get(&l), true),
-                                        Space::User(t) => (uframes.get(&(t, l)), sym.is_code(t, a)),
-                                    };
-                                    (Arc::new(frame_at(i, a, f)), code)
-                                });
+                                let (frame, code) =
+                                    shared_frames.entry((key.0, a, i == 0)).or_insert_with(|| {
+                                        if let (Space::User(_), Some(cut)) = (&space, cut_frame(a))
+                                        {
+                                            return (Arc::new(cut), true);
+                                        }
+                                        if let (Space::User(t), true) = (&space, is_py_frame(a)) {
+                                            let f = pyframes
+                                                .get(&(*t, a))
+                                                .cloned()
+                                                .unwrap_or_else(|| Frame::unknown(a));
+                                            return (Arc::new(f), true);
+                                        }
+                                        let l = lookup_addr(i, a);
+                                        let (f, code) = match space {
+                                            Space::Kernel => (kframes.get(&l), true),
+                                            Space::User(t) => {
+                                                (uframes.get(&(t, l)), sym.is_code(t, a))
+                                            }
+                                        };
+                                        (Arc::new(frame_at(i, a, f)), code)
+                                    });
                                 if !*code && junk.is_none() {
                                     junk = Some(i);
                                 }
@@ -422,14 +449,31 @@ pub(crate) mod tests {
                 .iter()
                 .map(|&a| match self.names.get(&a) {
                     Some(n) if n == "?" => Frame::unknown(a),
-                    Some(n) => Frame { addr: a, symbol: Some(n.as_str().into()), module: Some("app".into()), offset: Some(4) },
-                    None => Frame { addr: a, symbol: Some(format!("u{tgid}_{a:x}").into()), module: Some("app".into()), offset: Some(4) },
+                    Some(n) => Frame {
+                        addr: a,
+                        symbol: Some(n.as_str().into()),
+                        module: Some("app".into()),
+                        offset: Some(4),
+                    },
+                    None => Frame {
+                        addr: a,
+                        symbol: Some(format!("u{tgid}_{a:x}").into()),
+                        module: Some("app".into()),
+                        offset: Some(4),
+                    },
                 })
                 .collect()
         }
-        fn leaf_callers(&mut self, _tgid: u32, stacks: &[(Vec<u64>, Vec<u64>)]) -> Vec<Option<u64>> {
+        fn leaf_callers(
+            &mut self,
+            _tgid: u32,
+            stacks: &[(Vec<u64>, Vec<u64>)],
+        ) -> Vec<Option<u64>> {
             self.leaf_batches += 1;
-            stacks.iter().map(|(_, words)| words.iter().copied().find(|w| self.callers.contains(w))).collect()
+            stacks
+                .iter()
+                .map(|(_, words)| words.iter().copied().find(|w| self.callers.contains(w)))
+                .collect()
         }
     }
 
@@ -464,20 +508,35 @@ pub(crate) mod tests {
     fn a_return_address_past_a_noreturn_call_names_the_caller() {
         // The caller ends at 0x1000 with a call that never returns; the next
         // function starts there. Frame 1's return address is 0x1000.
-        let caller = Frame { addr: 0xfff, symbol: Some("caller".into()), module: None, offset: Some(0x3f) };
+        let caller =
+            Frame { addr: 0xfff, symbol: Some("caller".into()), module: None, offset: Some(0x3f) };
         let f = frame_at(1, 0x1000, Some(&caller));
         assert_eq!((f.name().as_ref(), f.addr, f.offset), ("caller", 0x1000, Some(0x40)));
         assert_eq!(lookup_addr(1, 0x1000), 0xfff);
-        assert_eq!(lookup_addr(0, 0x1000), 0x1000, "the leaf is where the thread is, not a return address");
+        assert_eq!(
+            lookup_addr(0, 0x1000),
+            0x1000,
+            "the leaf is where the thread is, not a return address"
+        );
         assert_eq!(frame_at(0, 0x1000, None), Frame::unknown(0x1000));
     }
 
     #[test]
     fn a_user_stack_is_cut_at_its_first_junk_address() {
-        let mut f = vec![Frame::unknown(0x10), Frame::unknown(0x20), Frame::unknown(0x9000), Frame::unknown(0x30)];
+        let mut f = vec![
+            Frame::unknown(0x10),
+            Frame::unknown(0x20),
+            Frame::unknown(0x9000),
+            Frame::unknown(0x30),
+        ];
         assert!(cut_at_junk(&mut f, |a| a < 0x1000));
         assert_eq!(f.iter().map(|f| f.addr).collect::<Vec<_>>(), [0x10, 0x20]);
-        let mut all_junk = vec![Frame { addr: 0x9000, symbol: Some("_PyRuntime".into()), module: None, offset: None }];
+        let mut all_junk = vec![Frame {
+            addr: 0x9000,
+            symbol: Some("_PyRuntime".into()),
+            module: None,
+            offset: None,
+        }];
         assert!(cut_at_junk(&mut all_junk, |a| a < 0x1000));
         assert_eq!(all_junk, [Frame::unknown(0x9000)], "junk is never named");
         let mut clean = vec![Frame::unknown(0x10)];
@@ -485,7 +544,8 @@ pub(crate) mod tests {
         // A stack the walker marked cut (by frame pointers while a table
         // loaded) keeps its mark when its junk goes: it never passes for whole.
         let mark = topwaits_common::unwind::CUT_MARK | topwaits_common::unwind::cut::LOADING;
-        let mut marked = vec![Frame::unknown(0x10), Frame::unknown(0x9000), cut_frame(mark).unwrap()];
+        let mut marked =
+            vec![Frame::unknown(0x10), Frame::unknown(0x9000), cut_frame(mark).unwrap()];
         assert!(cut_at_junk(&mut marked, |a| a < 0x1000));
         assert_eq!(marked.iter().map(|f| f.addr).collect::<Vec<_>>(), [0x10, mark]);
         assert!(Stack::of(marked).is_cut());
@@ -521,7 +581,13 @@ pub(crate) mod tests {
         let capture = Capture {
             records: vec![
                 raw(11, StackId::Id(1), StackId::Id(2)),
-                RawRecord { comm: b"b".to_vec(), total_ns: 7, count: 2, max_ns: 4, ..raw(12, StackId::Lost(-12), StackId::Id(99)) },
+                RawRecord {
+                    comm: b"b".to_vec(),
+                    total_ns: 7,
+                    count: 2,
+                    max_ns: 4,
+                    ..raw(12, StackId::Lost(-12), StackId::Id(99))
+                },
             ],
             stacks: [(1, vec![0x100, 0x200, 0x300]), (2, vec![0x10, 0x20])].into_iter().collect(),
             ..Default::default()
@@ -551,14 +617,21 @@ pub(crate) mod tests {
     fn only_a_stacks_last_word_is_a_cut_mark() {
         use topwaits_common::unwind::{cut, CUT_MARK};
         let capture = Capture {
-            records: vec![raw(11, StackId::None, StackId::Id(1)), raw(12, StackId::None, StackId::Id(2))],
-            stacks: [(1, vec![0x10, 0x20, CUT_MARK | 0x1234, 0x30, CUT_MARK | cut::UNMAPPED]), (2, vec![0x10, CUT_MARK | cut::UNMAPPED])]
-                .into_iter()
-                .collect(),
+            records: vec![
+                raw(11, StackId::None, StackId::Id(1)),
+                raw(12, StackId::None, StackId::Id(2)),
+            ],
+            stacks: [
+                (1, vec![0x10, 0x20, CUT_MARK | 0x1234, 0x30, CUT_MARK | cut::UNMAPPED]),
+                (2, vec![0x10, CUT_MARK | cut::UNMAPPED]),
+            ]
+            .into_iter()
+            .collect(),
             ..Default::default()
         };
         let recs = resolve(&capture, &mut FakeSymbolizer::default()).records;
-        let names = |r: &Record| r.user.frames().iter().map(|f| f.name().to_string()).collect::<Vec<_>>();
+        let names =
+            |r: &Record| r.user.frames().iter().map(|f| f.name().to_string()).collect::<Vec<_>>();
         assert_eq!(names(&recs[0]), ["u10_10", "u10_1f", "[cut:unmapped-code]"]);
         assert_eq!(names(&recs[1]), ["u10_10", "[cut:unmapped-code]"]);
         assert!(recs[0].user.is_cut() && recs[1].user.is_cut());
@@ -569,8 +642,18 @@ pub(crate) mod tests {
     #[test]
     fn unique_stacks_share_their_frames() {
         let capture = Capture {
-            records: vec![raw(11, StackId::Id(1), StackId::Id(3)), raw(12, StackId::Id(2), StackId::Id(4))],
-            stacks: [(1, vec![0x100, 0x200]), (2, vec![0x100, 0x300]), (3, vec![0x10, 0x20]), (4, vec![0x20, 0x30])].into_iter().collect(),
+            records: vec![
+                raw(11, StackId::Id(1), StackId::Id(3)),
+                raw(12, StackId::Id(2), StackId::Id(4)),
+            ],
+            stacks: [
+                (1, vec![0x100, 0x200]),
+                (2, vec![0x100, 0x300]),
+                (3, vec![0x10, 0x20]),
+                (4, vec![0x20, 0x30]),
+            ]
+            .into_iter()
+            .collect(),
             ..Default::default()
         };
         let recs = resolve(&capture, &mut FakeSymbolizer::default()).records;
@@ -590,10 +673,16 @@ pub(crate) mod tests {
     fn leaf_words_give_way_to_the_checked_caller() {
         use topwaits_common::LEAF_WORD;
         let capture = Capture {
-            records: vec![raw(11, StackId::None, StackId::Id(1)), raw(12, StackId::None, StackId::Id(2))],
-            stacks: [(1, vec![0x10, 0x30, 0x77 | LEAF_WORD, 0x21 | LEAF_WORD]), (2, vec![0x10, 0x30, 0x55 | LEAF_WORD])]
-                .into_iter()
-                .collect(),
+            records: vec![
+                raw(11, StackId::None, StackId::Id(1)),
+                raw(12, StackId::None, StackId::Id(2)),
+            ],
+            stacks: [
+                (1, vec![0x10, 0x30, 0x77 | LEAF_WORD, 0x21 | LEAF_WORD]),
+                (2, vec![0x10, 0x30, 0x55 | LEAF_WORD]),
+            ]
+            .into_iter()
+            .collect(),
             ..Default::default()
         };
         let mut sym = FakeSymbolizer { callers: vec![0x21], ..Default::default() };

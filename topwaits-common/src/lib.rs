@@ -3,7 +3,7 @@
 #![no_std]
 
 pub mod python;
-pub mod unwind;
+pub mod walker;
 
 /// Length of `task_struct.comm`, including the terminating NUL.
 pub const TASK_COMM_LEN: usize = 16;
@@ -338,11 +338,11 @@ pub fn stack_ref(frames: &[u64], seed: u64) -> u64 {
 
 /// The user stack of a wait that was in progress when the trace began, until
 /// user space has walked it (see [`Rewalk`]): one frame, the mark of a stack cut
-/// while the trace started ([`unwind::cut::STARTING`]), kept in
+/// while the trace started ([`walker::cut::STARTING`]), kept in
 /// [`names::USTACKS`] under this reference by the `seed_waits` iterator. A wait
 /// that ends with it is left out (counted), so no record shows it.
 pub const SEEDED_USTACK: u64 =
-    mix(USER_SEED ^ 1, unwind::CUT_MARK | unwind::cut::STARTING) | STACK_STORED;
+    mix(USER_SEED ^ 1, walker::CUT_MARK | walker::cut::STARTING) | STACK_STORED;
 
 /// A wait in progress when the trace began, as the `seed_waits` iterator
 /// recorded it in [`names::STARTS`] (from the trace's start): its task, that
@@ -705,7 +705,7 @@ pub mod proc_event {
     /// library loaded since, or JIT code): its maps are read again.
     pub const MAPS: u32 = 4;
     /// The walker met a file whose table was not built (see
-    /// `unwind::file_state::UNBUILT`) in process `tgid`: the file's index is in
+    /// `walker::file_state::UNBUILT`) in process `tgid`: the file's index is in
     /// `parent`.
     pub const TABLE: u32 = 5;
     /// As [`TABLE`], met in the stack of a task that was running (preempted,
@@ -738,7 +738,7 @@ pub struct ProcEvent {
     pub kind: u32,
     /// With [`proc_event::FORK`], the process that forked `tgid`; else 0.
     pub parent: u32,
-    /// With [`proc_event::FORK`], the [`unwind::ProcMaps::version`] of the
+    /// With [`proc_event::FORK`], the [`walker::ProcMaps::version`] of the
     /// parent's mappings that the fork hook copied for `tgid` (0: none copied,
     /// or a copy user space must write over).
     pub maps_version: u32,
@@ -1011,9 +1011,9 @@ mod pod {
     unsafe impl aya::Pod for super::SampleKey {}
     unsafe impl aya::Pod for super::SampleVal {}
     unsafe impl aya::Pod for super::Rewalk {}
-    unsafe impl aya::Pod for super::unwind::ExecMap {}
-    unsafe impl aya::Pod for super::unwind::ProcMaps {}
-    unsafe impl aya::Pod for super::unwind::FileInfo {}
+    unsafe impl aya::Pod for super::walker::ExecMap {}
+    unsafe impl aya::Pod for super::walker::ProcMaps {}
+    unsafe impl aya::Pod for super::walker::FileInfo {}
     unsafe impl aya::Pod for super::python::PyProc {}
 }
 
@@ -1024,9 +1024,9 @@ mod tests {
 
     #[test]
     fn a_seeded_wait_names_the_one_frame_stack_its_reference_hashes() {
-        let mark = unwind::CUT_MARK | unwind::cut::STARTING;
+        let mark = walker::CUT_MARK | walker::cut::STARTING;
         assert_eq!(SEEDED_USTACK, stack_ref(&[mark], USER_SEED));
-        assert!(unwind::is_cut_mark(mark));
+        assert!(walker::is_cut_mark(mark));
     }
 
     #[test]
@@ -1053,9 +1053,9 @@ mod tests {
             8 * 2 + 4 * 18 + size_of::<TaskOffsets>() + size_of::<CgroupFilter>()
         );
         assert_eq!(size_of::<CgroupFilter>(), 8 + 4 * 12);
-        assert_eq!(size_of::<unwind::ExecMap>(), 8 * 4);
-        assert_eq!(size_of::<unwind::ProcMaps>(), 16 + 32 * unwind::MAX_MAPS);
-        assert_eq!(size_of::<unwind::FileInfo>(), 8);
+        assert_eq!(size_of::<walker::ExecMap>(), 8 * 4);
+        assert_eq!(size_of::<walker::ProcMaps>(), 16 + 32 * walker::MAX_MAPS);
+        assert_eq!(size_of::<walker::FileInfo>(), 8);
         assert_eq!(size_of::<TaskOffsets>(), 4 * 16);
         assert_eq!(size_of::<SeededWait>(), 8 * 2 + 4 * 2 + 8 * 3);
         assert_eq!(size_of::<Rewalk>(), 8 * 2);

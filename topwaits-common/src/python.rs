@@ -99,13 +99,13 @@ mod tests {
     fn a_python_words_parts_round_trip_and_stay_clear_of_addresses_and_marks() {
         let code = 0x7f12_3456_7890;
         let w = py_word(code, 42);
-        assert!(is_py_frame(w) && !crate::unwind::is_cut_mark(w));
+        assert!(is_py_frame(w) && !crate::walker::is_cut_mark(w));
         assert_eq!(py_parts(w), (code, Some(41)));
         assert_eq!(py_parts(py_word(code, 0)), (code, None));
         assert_eq!(py_parts(py_word(code, 1 << 20)).1, Some(PY_INSTR_MAX - 1));
         assert!(
             !is_py_frame(code)
-                && !is_py_frame(crate::unwind::CUT_MARK | 3)
+                && !is_py_frame(crate::walker::CUT_MARK | 3)
                 && !is_py_frame(u64::MAX)
         );
         assert_eq!(core::mem::size_of::<PyProc>(), 80);

@@ -16,7 +16,7 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use topwaits_common::{
-    counter, unwind::cut, unwind::CUT_MARK, KernelStack, SeededWait, SwitchOut, WaitVal,
+    counter, walker::cut, walker::CUT_MARK, KernelStack, SeededWait, SwitchOut, WaitVal,
     CAPTURE_KERNEL, CAPTURE_USER, KSTACK_DEPTH, SEEDED_USTACK, STACK_NONE, TASK_DEAD, USER_SEED,
 };
 

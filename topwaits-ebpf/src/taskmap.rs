@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 
 use aya_ebpf::macros::btf_map;
-use topwaits_common::{limits::CACHED_PER_TASK, unwind::REUSE_SLOTS, StackCache};
+use topwaits_common::{limits::CACHED_PER_TASK, walker::REUSE_SLOTS, StackCache};
 
 use crate::maps::settings;
 

@@ -11,7 +11,7 @@ use aya_ebpf::{
     EbpfContext,
 };
 use topwaits_common::{
-    counter, unwind::cut, KernelStack, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE,
+    counter, walker::cut, KernelStack, KSTACK_DEPTH, LEAF_WORD, LEAF_WORDS, STACK_NONE,
 };
 
 use crate::maps::{ask_for_maps, count, settings, SCRATCH_USTACK, USTACKS};

@@ -1,7 +1,7 @@
 //! User stacks walked from the binaries' unwind tables (`--unwind cfi`, the
 //! default): from the registers the task entered the kernel with, each frame's
 //! caller is found by the rule of its address in the table user space built
-//! from the file's `.eh_frame` (see `topwaits_common::unwind`), with frame
+//! from the file's `.eh_frame` (see `topwaits_common::walker`), with frame
 //! pointers only where a mapping has no table. A stack that cannot be followed to
 //! the thread's first frame ends with a `CUT_MARK` frame saying why.
 
@@ -13,7 +13,7 @@ use aya_ebpf::{
 use topwaits_common::{
     proc_event,
     python::PyProc,
-    unwind::{
+    walker::{
         cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS,
         NODE_ROWS, REUSE_SLOTS, SIG_BP, SIG_IP, SIG_SP, WALK_DEPTH,
     },
@@ -32,7 +32,7 @@ pub static UNWIND_NODES: HashMap<u64, Node> = HashMap::with_max_entries(1, GROWS
 /// What is known of each file's table, by file index.
 #[map]
 pub static UNWIND_FILES: Array<FileInfo> =
-    Array::with_max_entries(topwaits_common::unwind::MAX_FILES, 0);
+    Array::with_max_entries(topwaits_common::walker::MAX_FILES, 0);
 
 /// Each traced process's executable mappings, by tgid; sized at load time.
 #[map]

@@ -32,7 +32,7 @@ const ORDER: &[&str] = &[
     "stacks/cfi",
     "stacks/python",
     "stacks/golang",
-    "stacks/unwind",
+    "stacks/frame_scan",
     "stacks",
     "model/recording",
     "model/profile",

@@ -4,7 +4,7 @@
 use clap::Parser;
 use proptest::prelude::*;
 use topwaits::cli::{Args, BlockedConfig, Command, Config, ThreadsConfig};
-use topwaits::stacks::unwind::{Arch, Memory, Region, Walker};
+use topwaits::stacks::frame_scan::{Arch, Memory, Region, Walker};
 use topwaits::sys::btf::FromBtf as _;
 use topwaits::sys::{btf, caps, kallsyms, procfs, thread, tracefs};
 
@@ -169,7 +169,7 @@ proptest! {
         let regions = [Region { start: 0x1000, end: 0x2000, exec: true }, Region { start: 0x10000, end: 0x11000, exec: false }];
         let mem = Mem(stack);
         let frames = Walker::new(&regions, &mem, Arch::X86_64).walk(0x1800, 0x10000);
-        prop_assert!(frames.len() <= topwaits::stacks::unwind::MAX_FRAMES);
+        prop_assert!(frames.len() <= topwaits::stacks::frame_scan::MAX_FRAMES);
         prop_assert!(frames.iter().all(|&f| (0x1000..0x2000).contains(&f)), "{:x?}", frames);
     }
 

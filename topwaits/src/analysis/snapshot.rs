@@ -11,8 +11,8 @@ use topwaits_common::TaskRegs;
 use crate::cli::Threads;
 use crate::model::Frame;
 use crate::stacks::cfi::now::{self, Python, Tables};
+use crate::stacks::frame_scan::{Arch, Region, Walker};
 use crate::stacks::python::now::{groups, Interpreters};
-use crate::stacks::unwind::{Arch, Region, Walker};
 use crate::sys::memory::ProcessMemory;
 use crate::sys::procfs;
 use crate::sys::schedclock::SchedClock;
@@ -194,7 +194,7 @@ mod tests {
             // Unwound from the tables: whole, or cut only where a frame of this
             // test (built with frame pointers) needs the frame pointer, which
             // /proc does not show.
-            use topwaits_common::unwind::{cut, is_cut_mark, CUT_MARK};
+            use topwaits_common::walker::{cut, is_cut_mark, CUT_MARK};
             let marks: Vec<u64> = s.user.iter().copied().filter(|&w| is_cut_mark(w)).collect();
             assert!(marks.is_empty() || marks == [CUT_MARK | cut::BP_UNKNOWN], "{:x?}", s.user);
         } else {

@@ -11,12 +11,12 @@ mod events;
 mod regs;
 mod sample;
 mod seed;
-mod unwind;
+mod walker_maps;
 
 pub use events::{ProcEvents, WaitEvents, MAX_HELD_EVENTS};
 pub use sample::{period_ns, record as sample_record};
 
-pub use unwind::UnwindMaps;
+pub use walker_maps::UnwindMaps;
 
 use std::collections::HashMap;
 use std::path::Path;

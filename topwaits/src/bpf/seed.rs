@@ -6,7 +6,7 @@ use anyhow::{anyhow, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use aya::{Btf, Ebpf};
 use topwaits_common::{
-    names, stack_ref, unwind, KernelStack, Rewalk, SeededWait, KSTACK_DEPTH, USER_SEED,
+    names, stack_ref, walker, KernelStack, Rewalk, SeededWait, KSTACK_DEPTH, USER_SEED,
 };
 
 /// Loads the iterator (the first time) and runs it once: every traced thread
@@ -48,7 +48,7 @@ fn as_kept(frames: &[u64]) -> (KernelStack, usize) {
     let n = frames.len().min(KSTACK_DEPTH);
     kept[..n].copy_from_slice(&frames[..n]);
     if frames.len() > KSTACK_DEPTH {
-        kept[KSTACK_DEPTH - 1] = unwind::CUT_MARK | unwind::cut::DEPTH;
+        kept[KSTACK_DEPTH - 1] = walker::CUT_MARK | walker::cut::DEPTH;
     }
     (kept, n)
 }
@@ -116,6 +116,6 @@ mod tests {
         let (kept, n) = as_kept(&deep);
         assert_eq!(n, KSTACK_DEPTH);
         assert_eq!(kept[KSTACK_DEPTH - 2], KSTACK_DEPTH as u64 - 1);
-        assert_eq!(kept[KSTACK_DEPTH - 1], unwind::CUT_MARK | unwind::cut::DEPTH);
+        assert_eq!(kept[KSTACK_DEPTH - 1], walker::CUT_MARK | walker::cut::DEPTH);
     }
 }

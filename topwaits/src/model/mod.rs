@@ -515,9 +515,9 @@ impl Stack {
     }
 
     /// Whether this user stack was cut short: its outermost frame is the mark
-    /// saying why (`topwaits_common::unwind::CUT_MARK`).
+    /// saying why (`topwaits_common::walker::CUT_MARK`).
     pub fn is_cut(&self) -> bool {
-        self.frames().last().is_some_and(|f| topwaits_common::unwind::is_cut_mark(f.addr))
+        self.frames().last().is_some_and(|f| topwaits_common::walker::is_cut_mark(f.addr))
     }
 
     pub fn frames(&self) -> &[Arc<Frame>] {

@@ -26,7 +26,7 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
     } else {
         Default::default()
     };
-    let report = collect(config, target, regs, super::unwind::open_cache(config.cache.as_deref()))?;
+    let report = collect(config, target, regs, super::tables::open_cache(config.cache.as_deref()))?;
     for w in &report.warnings {
         crate::util::stderr::say!("topwaits: warning: {w}");
     }

@@ -12,9 +12,9 @@ pub mod locks;
 pub mod report;
 pub mod serve;
 mod status;
+mod tables;
 pub mod threads;
 pub mod trace;
-mod unwind;
 mod wait;
 pub mod why;
 

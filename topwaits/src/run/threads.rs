@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use super::interval;
-use super::unwind::Unwinder;
+use super::tables::Unwinder;
 use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait};
 use super::{preflight, write_quietly};
 use crate::analysis::reduce::By;
@@ -31,7 +31,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     let rt_app_file = crate::util::outfile::OutputFile::create_opt(config.rt_app.as_deref())?;
     let clock = crate::util::clock::ClockPair::sample();
     // With --on-cpu, the samples' user stacks are walked as a trace's are.
-    let cache = config.on_cpu.and_then(|_| super::unwind::open_cache(config.cache.as_deref()));
+    let cache = config.on_cpu.and_then(|_| super::tables::open_cache(config.cache.as_deref()));
     let (mut tracer, unwinder) =
         Tracer::start_threads(config, |maps| Unwinder::start(maps, &config.threads, cache))?;
     let unwinder = std::cell::RefCell::new(unwinder);

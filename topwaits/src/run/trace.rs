@@ -10,7 +10,7 @@ use anyhow::Result;
 use super::files::ViewFiles;
 use super::interval;
 use super::status::Status;
-use super::unwind::Unwinder;
+use super::tables::Unwinder;
 use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait, End};
 use super::{preflight, write_quietly};
 use crate::analysis::reduce::By;
@@ -152,7 +152,7 @@ pub fn run(config: &Config) -> Result<()> {
     let clock = ClockPair::sample();
     // Before the programs attach: the tables of -p/-t processes are built first,
     // so that their waits are walked whole from the first.
-    let cache = super::unwind::open_cache(config.cache.as_deref());
+    let cache = super::tables::open_cache(config.cache.as_deref());
     let (mut tracer, unwinder) =
         Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
     let unwinder = std::cell::RefCell::new(unwinder);

@@ -3,9 +3,9 @@
 //! mapped into the traced processes.
 
 pub mod cfi;
+pub mod frame_scan;
 pub mod golang;
 pub mod interrupts;
 pub mod objects;
 pub mod python;
 pub mod symbolize;
-pub mod unwind;

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 
 use super::interval;
+use super::tables::Unwinder;
 use super::trace::{on_event, seed_waits, symbolizer_and_learners};
-use super::unwind::Unwinder;
 use super::wait::{hold_signals, pidfds, wait, End};
 use crate::analysis::increments::Increments;
 use crate::analysis::metrics::Metrics;
@@ -130,7 +130,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     }
     let mut targets = pidfds(&config.threads);
     let clock = ClockPair::sample();
-    let cache = super::unwind::open_cache(config.cache.as_deref());
+    let cache = super::tables::open_cache(config.cache.as_deref());
     let (mut tracer, unwinder) =
         Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
     let unwinder = std::cell::RefCell::new(unwinder);

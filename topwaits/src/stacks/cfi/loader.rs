@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use topwaits_common::unwind::{file_state, ExecMap, FileInfo, Node, ProcMaps, MAX_FILES, MAX_MAPS};
+use topwaits_common::walker::{file_state, ExecMap, FileInfo, Node, ProcMaps, MAX_FILES, MAX_MAPS};
 use topwaits_common::{proc_event, ProcEvent};
 
 use super::cache::{self, Cache, Source};
@@ -842,12 +842,12 @@ mod tests {
         let info = mem.files[&m.file];
         assert_eq!(info.state, file_state::READY);
         let get = |level, index| {
-            mem.nodes.get(&topwaits_common::unwind::node_key(m.file, level, index)).copied()
+            mem.nodes.get(&topwaits_common::walker::node_key(m.file, level, index)).copied()
         };
         let word = tree::lookup(info.levels, get, here - m.bias).expect("a row for this function");
         assert_ne!(
             word & 15,
-            topwaits_common::unwind::rule::STOP,
+            topwaits_common::walker::rule::STOP,
             "a followable rule at {:#x}",
             here - m.bias
         );

@@ -15,7 +15,7 @@ use std::io::{Read, Seek};
 
 use anyhow::{anyhow, Context as _, Result};
 
-use topwaits_common::unwind::{SIG_BP, SIG_IP, SIG_SP};
+use topwaits_common::walker::{SIG_BP, SIG_IP, SIG_SP};
 
 use crate::sys::elf;
 

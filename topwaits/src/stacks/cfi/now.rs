@@ -6,7 +6,7 @@
 //! The frame pointer is not shown there, so it is unknown until a frame's rule
 //! restores it: a rule that needs it before then ends the walk, marked cut.
 //! Code in a file with no unwind table is walked by scanning the stack for
-//! return addresses ([`crate::stacks::unwind::Walker`]), and the stack is marked as a
+//! return addresses ([`crate::stacks::frame_scan::Walker`]), and the stack is marked as a
 //! guess: stale return addresses in a long-running thread's stack look like
 //! frames, so nothing scanned is ever reported as a whole stack.
 
@@ -14,12 +14,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use topwaits_common::python::PyProc;
-use topwaits_common::unwind::{cut, CUT_MARK};
+use topwaits_common::walker::{cut, CUT_MARK};
 
 use super::cache::{self, Cache};
 use super::{step, Base, Regs, Rule, Step, Table};
+use crate::stacks::frame_scan::{Arch, Memory, Region, Walker, MAX_FRAMES};
 use crate::stacks::python;
-use crate::stacks::unwind::{Arch, Memory, Region, Walker, MAX_FRAMES};
 use crate::sys::{elf, procfs};
 
 /// The last word of a stack whose frames below it were found by scanning the
@@ -44,7 +44,7 @@ fn code_at(code: &[Code], pc: u64) -> Option<&Code> {
 
 /// The stack of a thread stopped at `pc` with stack pointer `sp`, and frame
 /// pointer `bp` where it is known, leaf first; its last word a cut mark (see
-/// `topwaits_common::unwind::cut`) unless it was unwound to the thread's first
+/// `topwaits_common::walker::cut`) unless it was unwound to the thread's first
 /// frame. `regions` are all the process's mappings, for the scan of code
 /// without a table.
 pub fn walk(
@@ -335,6 +335,6 @@ mod tests {
         let stack =
             walk(&code(None), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None), None);
         assert_eq!(stack, vec![BIAS + 0x510, GUESSED]);
-        assert!(topwaits_common::unwind::is_cut_mark(GUESSED));
+        assert!(topwaits_common::walker::is_cut_mark(GUESSED));
     }
 }

@@ -1,10 +1,10 @@
 //! A file's unwind table in the form the in-kernel walker searches: rows encoded
-//! as words (`topwaits_common::unwind`), cut into nodes of 64 sorted entries, with
+//! as words (`topwaits_common::walker`), cut into nodes of 64 sorted entries, with
 //! levels of nodes above them holding each child's first address, so that a
 //! lookup is one map lookup and six comparisons per level. [`lookup`] is the
 //! walker's search, in Rust, to test the tree against [`Table::lookup`].
 
-use topwaits_common::unwind::{node_key, rule, rule_word, Node, MAX_LEVELS, NODE_PAD, NODE_ROWS};
+use topwaits_common::walker::{node_key, rule, rule_word, Node, MAX_LEVELS, NODE_PAD, NODE_ROWS};
 
 use super::{Base, Rule, Table};
 

@@ -5,7 +5,7 @@
 //! 3.10's line table of (bytecode delta, line delta) pairs.
 
 use super::layout::{Layout, BYTES_DATA, OBJECT_TYPE, UNICODE_LENGTH, UNICODE_STATE, VAR_SIZE};
-use crate::stacks::unwind::Memory;
+use crate::stacks::frame_scan::Memory;
 
 /// A Python function, as a code object describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]

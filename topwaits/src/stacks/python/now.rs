@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use topwaits_common::python::{py_flags, py_word, PyProc, NONE, PY_THREAD_SCAN};
 
 use super::{check_live, interpreter_of, probe::Probe, walker_for};
-use crate::stacks::unwind::Memory;
+use crate::stacks::frame_scan::Memory;
 use crate::sys::procfs;
 
 /// Most Python frames read for one thread.

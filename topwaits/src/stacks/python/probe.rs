@@ -8,7 +8,7 @@
 use topwaits_common::python::{py_flags, NONE};
 
 use super::layout::{self, Layout, OBJECT_TYPE};
-use crate::stacks::unwind::Memory;
+use crate::stacks::frame_scan::Memory;
 use crate::sys::elf;
 use crate::sys::procfs::Mapping;
 

@@ -11,7 +11,7 @@ use blazesym::symbolize::{
 use blazesym::MaybeDefault;
 
 use crate::model::Frame;
-use crate::stacks::unwind::{self, Region};
+use crate::stacks::frame_scan::{self, Region};
 use crate::sys::elf;
 use crate::sys::procfs::{self, alive};
 use crate::util::fasthash::FastMap;
@@ -645,18 +645,18 @@ impl Symbolizer for BlazeSymbolizer {
         let regions = self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
         let mem = crate::sys::memory::ProcessMemory { pid: tgid };
         // One walker per process: the code pages it reads are read once.
-        let mut walker = unwind::Walker::new(regions, &mem, unwind::Arch::native());
+        let mut walker = frame_scan::Walker::new(regions, &mem, frame_scan::Arch::native());
         stacks
             .iter()
             .map(|(frames, words)| {
-                unwind::leaf_caller(frames, words, |w, pc| walker.calls_leaf(w, pc))
+                frame_scan::leaf_caller(frames, words, |w, pc| walker.calls_leaf(w, pc))
             })
             .collect()
     }
 
     fn is_code(&self, tgid: u32, addr: u64) -> bool {
         match self.regions.get(&tgid) {
-            Some(r) if !r.is_empty() => unwind::region_of(r, addr).is_some_and(|m| m.exec),
+            Some(r) if !r.is_empty() => frame_scan::region_of(r, addr).is_some_and(|m| m.exec),
             _ => true,
         }
     }

@@ -9,7 +9,7 @@ pub use blaze::{build_id_hex, BlazeSymbolizer};
 
 use std::sync::Arc;
 
-use topwaits_common::{python::is_py_frame, unwind::CUT_MARK, LEAF_WORD};
+use topwaits_common::{python::is_py_frame, walker::CUT_MARK, LEAF_WORD};
 
 use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
 use crate::util::fasthash::{FastMap, FastSet};
@@ -29,7 +29,7 @@ pub trait Symbolizer {
     /// the mappings are unknown). Asked after [`Symbolizer::user`] for that process.
     /// With `--leaf-callers`: for each of a process's user stacks, given as its
     /// frames and the words found at its stack pointer, the word to insert as the
-    /// leaf's caller, if one checks out (see [`crate::stacks::unwind::leaf_caller`]).
+    /// leaf's caller, if one checks out (see [`crate::stacks::frame_scan::leaf_caller`]).
     fn leaf_callers(&mut self, _tgid: u32, stacks: &[(Vec<u64>, Vec<u64>)]) -> Vec<Option<u64>> {
         vec![None; stacks.len()]
     }
@@ -107,7 +107,7 @@ pub fn cut_at_junk<F: AsRef<Frame> + From<Frame> + Clone>(
     frames: &mut Vec<F>,
     is_code: impl Fn(u64) -> bool,
 ) -> bool {
-    let is_mark = |f: &F| topwaits_common::unwind::is_cut_mark(f.as_ref().addr);
+    let is_mark = |f: &F| topwaits_common::walker::is_cut_mark(f.as_ref().addr);
     let junk = frames.iter().position(|f| !is_mark(f) && !is_code(f.as_ref().addr));
     cut_at(frames, junk)
 }
@@ -121,7 +121,7 @@ fn cut_at<F: AsRef<Frame> + From<Frame> + Clone>(frames: &mut Vec<F>, junk: Opti
         return false;
     };
     let mark =
-        frames.last().filter(|f| topwaits_common::unwind::is_cut_mark(f.as_ref().addr)).cloned();
+        frames.last().filter(|f| topwaits_common::walker::is_cut_mark(f.as_ref().addr)).cloned();
     frames.truncate(i.max(1));
     if i == 0 {
         frames[0] = Frame::unknown(frames[0].as_ref().addr).into();
@@ -131,10 +131,10 @@ fn cut_at<F: AsRef<Frame> + From<Frame> + Clone>(frames: &mut Vec<F>, junk: Opti
 }
 
 /// The frame that says why a user stack was cut short (see
-/// `topwaits_common::unwind::CUT_MARK`), shown as the stack's outermost frame;
+/// `topwaits_common::walker::CUT_MARK`), shown as the stack's outermost frame;
 /// None for a real address.
 pub fn cut_frame(word: u64) -> Option<Frame> {
-    use topwaits_common::unwind::{cut, is_cut_mark};
+    use topwaits_common::walker::{cut, is_cut_mark};
     if !is_cut_mark(word) {
         return None;
     }
@@ -543,7 +543,7 @@ pub(crate) mod tests {
         assert!(!cut_at_junk(&mut clean, |_| true));
         // A stack the walker marked cut (by frame pointers while a table
         // loaded) keeps its mark when its junk goes: it never passes for whole.
-        let mark = topwaits_common::unwind::CUT_MARK | topwaits_common::unwind::cut::LOADING;
+        let mark = topwaits_common::walker::CUT_MARK | topwaits_common::walker::cut::LOADING;
         let mut marked =
             vec![Frame::unknown(0x10), Frame::unknown(0x9000), cut_frame(mark).unwrap()];
         assert!(cut_at_junk(&mut marked, |a| a < 0x1000));
@@ -615,7 +615,7 @@ pub(crate) mod tests {
     /// `apr_socket_send <- [cut] <- [cut:unmapped-code]`).
     #[test]
     fn only_a_stacks_last_word_is_a_cut_mark() {
-        use topwaits_common::unwind::{cut, CUT_MARK};
+        use topwaits_common::walker::{cut, CUT_MARK};
         let capture = Capture {
             records: vec![
                 raw(11, StackId::None, StackId::Id(1)),

@@ -6,7 +6,7 @@ use anyhow::{anyhow, Context as _, Result};
 use aya::maps::{Array, HashMap, MapData};
 use topwaits_common::names;
 use topwaits_common::python::PyProc;
-use topwaits_common::unwind::{FileInfo, Node, ProcMaps};
+use topwaits_common::walker::{FileInfo, Node, ProcMaps};
 
 use crate::stacks::cfi::loader::Sink;
 use crate::stacks::python::PySink;

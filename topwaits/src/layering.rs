@@ -8,6 +8,7 @@
 /// module must be placed here.
 const ORDER: &[&str] = &[
     "run",
+    "cli",
     "report",
     "analysis/blocked",
     "analysis/why",
@@ -38,7 +39,7 @@ const ORDER: &[&str] = &[
     "model/profile",
     "model",
     "model/label",
-    "cli",
+    "settings",
     "sys",
     "util/outfile",
     "util/stderr",
@@ -46,8 +47,13 @@ const ORDER: &[&str] = &[
     "util/fasthash",
     "util/error",
     "util/http",
+    "util/text",
     "util",
 ];
+
+/// Only the runners may name the command line's parser: everything else reads
+/// the plain settings it was parsed into.
+const FRONT_DOOR: &[&str] = &["run", "cli"];
 
 /// Files outside the order: the crate root, and this test.
 const OUTSIDE: &[&str] = &["lib", "main", "layering"];
@@ -204,6 +210,20 @@ fn modules_import_one_way() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let back = back_edges(&src);
     assert!(back.is_empty(), "imports against the layer order (each may use only the modules after it in layering::ORDER): {back:#?}");
+}
+
+#[test]
+fn only_the_runners_name_the_command_line() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let inside = |m: &str| FRONT_DOOR.iter().any(|f| m == *f || m.starts_with(&format!("{f}/")));
+    let named: Vec<String> = modules(&src)
+        .into_iter()
+        .filter(|(m, _)| !inside(m) && m != "lib" && m != "layering")
+        .filter(|(_, f)| std::fs::read_to_string(f).unwrap().contains("crate::cli"))
+        .map(|(m, _)| m)
+        .collect();
+    assert!(named.is_empty(), "modules outside cli/ and run/ that name crate::cli: {named:?}");
+    assert_eq!(ORDER[..2], ["run", "cli"], "the front door sits on top");
 }
 
 #[test]

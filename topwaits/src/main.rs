@@ -1,5 +1,5 @@
 //! The topwaits binary: everything lives in the library.
 
 fn main() {
-    std::process::exit(topwaits::main_entry());
+    std::process::exit(topwaits::run::main_entry());
 }

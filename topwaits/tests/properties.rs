@@ -3,7 +3,8 @@
 
 use clap::Parser;
 use proptest::prelude::*;
-use topwaits::cli::{Args, BlockedConfig, Command, Config, ThreadsConfig};
+use topwaits::cli::{Args, Command};
+use topwaits::settings::{BlockedConfig, Config, ThreadsConfig};
 use topwaits::stacks::frame_scan::{Arch, Memory, Region, Walker};
 use topwaits::sys::btf::FromBtf as _;
 use topwaits::sys::{btf, caps, kallsyms, procfs, thread, tracefs};
@@ -73,26 +74,27 @@ proptest! {
                 Some(Command::Threads(t)) => { let _ = ThreadsConfig::from_args(t); }
                 Some(Command::Blocked(b)) => { let _ = BlockedConfig::from_args(b); }
                 Some(Command::Record(r)) => { let _ = Config::for_record(r); }
-                Some(Command::Report(r)) => { let _ = topwaits::cli::ReportConfig::from_args(r); }
-                Some(Command::Diff(d)) => { let _ = topwaits::cli::DiffConfig::from_args(d); }
+                Some(Command::Report(r)) => { let _ = topwaits::settings::ReportConfig::from_args(r); }
+                Some(Command::Diff(d)) => { let _ = topwaits::settings::DiffConfig::from_args(d); }
                 Some(Command::Serve(s)) => {
-                    if let Ok(c) = topwaits::cli::ServeConfig::from_args(s) {
+                    if let Ok(c) = topwaits::settings::ServeConfig::from_args(s) {
                         // Serving drains every step and prints nothing itself.
                         prop_assert!(c.trace.interval == Some(c.step) && !c.trace.print);
                     }
                 }
                 Some(Command::Why(w)) => {
-                    if let Ok(topwaits::cli::WhyConfig::Trace(c)) = topwaits::cli::WhyConfig::from_args(w) {
+                    if let Ok(topwaits::settings::WhyConfig::Trace(c)) = topwaits::settings::WhyConfig::from_args(w) {
                         // Every wait is an event, with its waker.
                         prop_assert!(c.waker && c.events_over_us == Some(1));
                     }
                 }
                 Some(Command::Locks(l)) => {
-                    if let Ok(topwaits::cli::LocksConfig::Trace(c)) = topwaits::cli::LocksConfig::from_args(l) {
+                    if let Ok(topwaits::settings::LocksConfig::Trace(c)) = topwaits::settings::LocksConfig::from_args(l) {
                         // Every wait is an event, with its waker and its label.
                         prop_assert!(c.waker && c.events_over_us == Some(1) && c.labels);
                     }
                 }
+                Some(Command::Generate { .. }) => {}
                 None => {
                     if let Ok(c) = Config::from_args(a.trace) {
                         // A valid config has consistent bounds.

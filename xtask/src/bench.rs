@@ -104,6 +104,15 @@ fn tracers(bin: &str, idle: u32, idle_cgroup: Option<&str>) -> Vec<Tracer> {
     all
 }
 
+/// Where the unified (v2) cgroup hierarchy is mounted, if it is.
+fn unified_cgroup_root() -> Option<std::path::PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
+    })
+}
+
 /// A cgroup that holds only the idle process, for the cost `--cgroup` puts on
 /// every other switch (to set beside `-p IDLE`'s); removed when dropped, once
 /// the idle process is gone. None where no unified hierarchy is writable.
@@ -113,9 +122,7 @@ struct IdleCgroup {
 
 impl IdleCgroup {
     fn make(idle: u32) -> Option<IdleCgroup> {
-        let mounts = crate::sys::cgroup::mounts().ok()?;
-        let unified = mounts.iter().find(|m| m.unified)?;
-        let dir = unified.dir.join(format!("topwaits-bench-{}", std::process::id()));
+        let dir = unified_cgroup_root()?.join(format!("topwaits-bench-{}", std::process::id()));
         std::fs::create_dir(&dir).ok()?;
         let cg = IdleCgroup { dir };
         std::fs::write(cg.dir.join("cgroup.procs"), idle.to_string()).ok()?;

@@ -5,21 +5,14 @@ use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
 
-/// topwaits' own ELF section reader, shared as source.
-#[allow(dead_code)]
-#[path = "../../topwaits/src/sys/elf.rs"]
-mod elf;
-
 /// Largest release binary accepted; an unstripped build is about 46 MB.
 pub const MAX_BYTES: u64 = 16 << 20;
 
 /// Fails unless `bin` is small, has no DWARF and keeps its symbol table.
 pub fn check(bin: &Path) -> Result<()> {
-    let mut file =
-        std::fs::File::open(bin).with_context(|| format!("failed to open {}", bin.display()))?;
-    let names =
-        elf::section_names(&mut file).with_context(|| format!("{} is not ELF", bin.display()))?;
-    let size = file.metadata()?.len();
+    let names = section_names(bin)?;
+    let size =
+        std::fs::metadata(bin).with_context(|| format!("failed to open {}", bin.display()))?.len();
     if size > MAX_BYTES {
         bail!(
             "{} is {:.1} MiB, above {} MiB",
@@ -42,6 +35,27 @@ pub fn check(bin: &Path) -> Result<()> {
         size as f64 / (1 << 20) as f64
     );
     Ok(())
+}
+
+/// The section names of an ELF file, as binutils' readelf lists them.
+fn section_names(bin: &Path) -> Result<Vec<String>> {
+    let out = std::process::Command::new("readelf")
+        .args(["-S", "-W"])
+        .arg(bin)
+        .output()
+        .context("failed to run readelf (binutils)")?;
+    if !out.status.success() {
+        bail!("{} is not ELF: {}", bin.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    // Rows read `  [ 1] .interp  PROGBITS ...`: the name follows the bracket.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let names = text
+        .lines()
+        .filter_map(|l| l.split_once(']').filter(|(i, _)| i.trim_start().starts_with('[')))
+        .filter_map(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
+        .filter(|n| n != "Name" && n != "NULL")
+        .collect();
+    Ok(names)
 }
 
 /// Builds the release binary with the eBPF crate rebuilt, and fails if the build

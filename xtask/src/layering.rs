@@ -112,6 +112,7 @@ mod tests {
             "topwaits/src/stacks/python",
             "topwaits/src/model",
             "topwaits/src/cli",
+            "topwaits/src/settings",
             "topwaits/src/sys",
             "topwaits/src/util",
         ] {

@@ -4,28 +4,13 @@
 mod bench;
 mod binary;
 mod blocked_bench;
-/// The cgroup finder that topwaits' options (shared as source by `docs`) name.
-#[allow(dead_code)]
-#[path = "../../topwaits/src/sys/cgroup.rs"]
-mod cgroup_shared;
-mod docs;
 mod layering;
 mod licenses;
+mod python_server_bench;
 mod scale_bench;
 mod serve_bench;
 mod setup;
 mod subjects;
-mod sys {
-    pub(crate) use super::cgroup_shared as cgroup;
-}
-/// The URL parser that `serve`'s options (shared as source by `docs`) use.
-#[allow(dead_code)]
-#[path = "../../topwaits/src/util/http.rs"]
-mod http_shared;
-mod util {
-    pub(crate) use super::http_shared as http;
-}
-mod python_server_bench;
 mod tracers;
 
 use std::path::PathBuf;
@@ -179,7 +164,13 @@ fn main() -> ExitCode {
             binary::check(&root().join("target/release/topwaits"))
         }),
         Cmd::Bench(opts) => setup::setup().and_then(|()| bench::bench(&opts)),
-        Cmd::Completions => docs::generate(&root().join("target")),
+        Cmd::Completions => (|| {
+            // The binary writes them from its own options: nothing is shared as source.
+            run(cargo().args(["build", "--release", "-p", "topwaits"]))?;
+            run(Command::new(root().join("target/release/topwaits"))
+                .arg("generate")
+                .arg(root().join("target")))
+        })(),
         Cmd::Licenses { check } => licenses::run(check),
         Cmd::StackWorkload => {
             bench::stack_workload();

@@ -21,6 +21,7 @@ const PACKAGES: &[&str] = &[
     "libc6-dbg",     // tests, bench: libc's internal frames named from its debug file
     "golang-go",     // tests: go tool pprof reads the pprof files as users will
     "sqlite3",       // tests: a distribution binary without frame pointers, unwound from its CFI
+    "binutils",      // test: readelf checks the release binary's sections
     "python3",       // tests: Python frames named in the distribution's interpreter
     "postgresql",    // tests: a real server whose own wait accounting checks topwaits'
     "etcd-server",   // tests: a stripped Go server, named and unwound from its own tables

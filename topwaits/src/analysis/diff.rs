@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-pub use crate::cli::Gate;
+pub use crate::settings::Gate;
 
 /// What one side of the comparison holds: its length, and its stacks.
 #[derive(Clone, Debug, Default)]

@@ -12,9 +12,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::cli::By;
 use crate::model::label::WaitsOn;
 use crate::model::{Event, Frame, Record, Report, Stack, WakeKind};
+use crate::settings::By;
 
 /// Locks that programs build for themselves, known by the function their
 /// waiters wait in (the innermost frame of the waiter's user stack that names

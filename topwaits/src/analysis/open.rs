@@ -6,13 +6,41 @@
 use std::collections::HashMap;
 
 use crate::analysis::snapshot::{Snapshot, Snapshotter};
-use crate::cli::{Config, Stacks, Threads};
 use crate::model::{Capture, OpenSince, RawRecord, StackId, WakeInfo, WakeKind, SNAPSHOT_STACK};
+use crate::settings::{Config, Stacks, Threads};
 use crate::sys::thread;
+
+/// What of a trace's options decides which waits in progress since before it
+/// are reported, and what each carries.
+#[derive(Clone, Copy, Debug)]
+pub struct Wanted<'a> {
+    pub threads: &'a Threads,
+    /// `--state`'s mask.
+    pub state: Option<u32>,
+    pub min_us: u64,
+    pub max_us: u64,
+    pub stacks: Stacks,
+    /// Whether records carry a waker (here: none yet).
+    pub waker: bool,
+}
+
+impl<'a> Wanted<'a> {
+    pub fn of(c: &'a Config) -> Self {
+        let Config { threads, state, min_us, max_us, stacks, waker, .. } = c;
+        Wanted {
+            threads,
+            state: *state,
+            min_us: *min_us,
+            max_us: *max_us,
+            stacks: *stacks,
+            waker: *waker,
+        }
+    }
+}
 
 /// Whether a thread's current state is one the options record: S or D (D only
 /// system-wide), matching `--state`, of the kind `-u`/`-k` asks for.
-fn wanted(config: &Config, s: &Snapshot) -> bool {
+fn wanted(config: &Wanted, s: &Snapshot) -> bool {
     let bit = match s.state {
         'S' => 1,
         'D' => 2,
@@ -62,8 +90,8 @@ fn began_before(span: &Span, since: u64, cpu: u32, lost_now: &HashMap<u32, u64>)
 /// Whether any thread of the target may have been blocked since before the
 /// trace: one that never switched out while tracing and is asleep now. Only
 /// then are snapshots (and the registers they are walked from) needed.
-pub fn any_unseen(config: &Config, capture: &Capture, me: u32) -> bool {
-    crate::analysis::snapshot::candidates(&config.threads)
+pub fn any_unseen(threads: &Threads, capture: &Capture, me: u32) -> bool {
+    crate::analysis::snapshot::candidates(threads)
         .into_iter()
         .filter(|&(tgid, tid)| tgid != me && !capture.switched.contains(&tid))
         .any(|(tgid, tid)| thread::stat(tgid, tid).is_some_and(|st| matches!(st.state, 'S' | 'D')))
@@ -73,7 +101,7 @@ pub fn any_unseen(config: &Config, capture: &Capture, me: u32) -> bool {
 /// since before the trace began (they never switched out during it). Process `me`
 /// (topwaits itself) is left out.
 pub fn add_waits_before_trace(
-    config: &Config,
+    config: &Wanted,
     capture: &mut Capture,
     snap: &mut Snapshotter,
     span: Span,
@@ -84,7 +112,7 @@ pub fn add_waits_before_trace(
     let mut late = 0;
     // Snapshot ids (bit 62, not bit 63) never meet the kernel's stack references.
     let mut next_id = SNAPSHOT_STACK;
-    for (tgid, tid) in crate::analysis::snapshot::candidates(&config.threads) {
+    for (tgid, tid) in crate::analysis::snapshot::candidates(config.threads) {
         if tgid == me || capture.switched.contains(&tid) {
             continue;
         }
@@ -188,17 +216,11 @@ fn what_of(s: &Result<thread::SyscallState, String>) -> topwaits_common::What {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser as _;
 
-    fn config(args: &[&str]) -> Config {
-        Config::from_args(
-            crate::cli::Args::try_parse_from(
-                std::iter::once("topwaits").chain(args.iter().copied()),
-            )
-            .unwrap()
-            .trace,
-        )
-        .unwrap()
+    /// What `topwaits` with these options (`-p`/`-t` as `threads`, `--state`)
+    /// asks of open waits.
+    fn config(threads: &Threads, state: Option<u32>) -> Wanted<'_> {
+        Wanted { threads, state, min_us: 1, max_us: u64::MAX, stacks: Stacks::Both, waker: false }
     }
 
     fn snap(state: char, flags: u32) -> Snapshot {
@@ -218,27 +240,29 @@ mod tests {
 
     #[test]
     fn system_wide_keeps_d_state_only_a_target_keeps_s_too() {
-        let all = config(&[]);
+        let all = config(&Threads::All, None);
         assert!(wanted(&all, &snap('D', 0)));
         assert!(!wanted(&all, &snap('S', 0)));
         assert!(!wanted(&all, &snap('R', 0)));
-        let p = config(&["-p", "1"]);
+        let one = Threads::Pids(vec![1]);
+        let p = config(&one, None);
         assert!(wanted(&p, &snap('S', 0)) && wanted(&p, &snap('D', 0)));
         assert!(!wanted(&p, &snap('T', 0)));
     }
 
     #[test]
     fn state_mask_and_thread_kind_apply() {
-        let d_only = config(&["-p", "1", "--state", "2"]);
+        let one = Threads::Pids(vec![1]);
+        let d_only = config(&one, Some(2));
         assert!(!wanted(&d_only, &snap('S', 0)));
         assert!(wanted(&d_only, &snap('D', 0)));
         assert!(
-            !wanted(&config(&["-p", "1", "--state", "0"]), &snap('S', 0)),
+            !wanted(&config(&Threads::Pids(vec![1]), Some(0)), &snap('S', 0)),
             "preempted-only wants no sleepers"
         );
         let k = topwaits_common::PF_KTHREAD;
-        assert!(!wanted(&config(&["-u"]), &snap('D', k)));
-        assert!(wanted(&config(&["-k"]), &snap('D', k)));
+        assert!(!wanted(&config(&Threads::UserOnly, None), &snap('D', k)));
+        assert!(wanted(&config(&Threads::KernelOnly, None), &snap('D', k)));
     }
 
     #[test]
@@ -271,7 +295,8 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(100));
         let start = crate::util::clock::monotonic_now() - 50_000_000;
         let end = crate::util::clock::monotonic_now();
-        let cfg = config(&["-t", &tid.to_string()]);
+        let tids = Threads::Tids(vec![tid]);
+        let cfg = config(&tids, None);
         let mut capture = Capture::default();
         let span = Span { start, end, lost_at_start: crate::sys::schedclock::lost_ns() };
         add_waits_before_trace(&cfg, &mut capture, &mut Snapshotter::default(), span.clone(), 0);

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::util::fasthash::{FastMap, FastSet};
 
-pub use crate::cli::By;
 use crate::model::{Frame, Hop, Record, Report, Stack, TraceInfo, WakeKind};
+pub use crate::settings::By;
 
 /// A stack as the reports print it (each frame's best name), as a 128-bit
 /// fingerprint: no string per frame is built, and stacks shared by records (one

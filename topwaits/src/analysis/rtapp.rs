@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use crate::analysis::deps::Group;
-use crate::cli::Calibration;
 use crate::model::profile::{Edge, ThreadProfile};
+use crate::settings::Calibration;
 
 /// An ordered JSON value.
 #[derive(Clone, Debug, PartialEq)]

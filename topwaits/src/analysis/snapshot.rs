@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 use topwaits_common::TaskRegs;
 
-use crate::cli::Threads;
 use crate::model::Frame;
+use crate::settings::Threads;
 use crate::stacks::cfi::now::{self, Python, Tables};
 use crate::stacks::frame_scan::{Arch, Region, Walker};
 use crate::stacks::python::now::{groups, Interpreters};

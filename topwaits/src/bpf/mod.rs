@@ -28,8 +28,8 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use log::{info, warn};
 use topwaits_common::{counter, limits, names, Settings, SwitchOut};
 
-use crate::cli::{AttachMode, Config, Threads, ThreadsConfig};
 use crate::model::{AttachKind, Counters};
+use crate::settings::{AttachMode, Config, Threads, ThreadsConfig};
 use crate::sys::btf::{self, FromBtf as _};
 use crate::sys::cgroup;
 use crate::sys::tracefs::Tracefs;

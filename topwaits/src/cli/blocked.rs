@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use super::{ConfigError, TargetArgs, Threads};
+use crate::settings::*;
 
 pub(super) const BLOCKED_EXAMPLES: &str = "\
 Examples:
@@ -34,18 +35,6 @@ pub struct BlockedArgs {
 
     #[command(flatten)]
     pub cache: super::CacheArgs,
-}
-
-/// Validated options of `topwaits blocked`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BlockedConfig {
-    pub threads: Threads,
-    /// List threads in interruptible sleep too (always with -p/-t).
-    pub sleeping: bool,
-    pub json: bool,
-    pub dot: Option<PathBuf>,
-    /// Where built unwind tables are kept between runs (None: `--no-cache`).
-    pub cache: Option<PathBuf>,
 }
 
 impl BlockedConfig {

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use super::view::DEFAULT_MAX_RECORD_MIB;
 use super::ConfigError;
+use crate::settings::*;
 
 pub(super) const DIFF_EXAMPLES: &str = "\
 Examples:
@@ -81,43 +81,6 @@ fn millis(s: &str) -> Result<u64, String> {
         return Err(format!("{s:?}: milliseconds from 0"));
     }
     Ok((v * 1e6).round() as u64)
-}
-
-/// The thresholds of `--fail-if-*`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Gate {
-    /// The whole waiting grew by more than this percentage.
-    pub grows_pct: Option<f64>,
-    /// One stack's waiting grew by more than this.
-    pub stack_grows_ns: Option<u64>,
-    /// A stack not seen before waited longer than this in all.
-    pub new_ns: Option<u64>,
-}
-
-impl Gate {
-    pub fn is_set(&self) -> bool {
-        self.grows_pct.is_some() || self.stack_grows_ns.is_some() || self.new_ns.is_some()
-    }
-}
-
-/// How `diff` prints the change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DiffOutput {
-    Top { limit: usize },
-    Json { limit: usize },
-    Folded,
-}
-
-/// Validated options of `topwaits diff`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DiffConfig {
-    pub before: PathBuf,
-    pub after: PathBuf,
-    pub output: DiffOutput,
-    pub svg: Option<PathBuf>,
-    pub normalise: bool,
-    pub gate: Gate,
-    pub max_record_mib: u64,
 }
 
 impl DiffConfig {

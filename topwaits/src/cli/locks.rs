@@ -2,10 +2,9 @@
 //! target options and filters apply), or a trace recorded with `record --why`,
 //! shown as the locks that made threads wait.
 
-use std::path::PathBuf;
-
 use super::why::{file_or_trace, grouping, Source};
-use super::{By, Config, ConfigError, TraceArgs, View, ViewConfig};
+use super::{ConfigError, TraceArgs, View};
+use crate::settings::*;
 
 pub(super) const LOCKS_EXAMPLES: &str = "\
 Examples:
@@ -25,16 +24,6 @@ pub struct LocksArgs {
 
     #[command(flatten)]
     pub trace: TraceArgs,
-}
-
-/// What `topwaits locks` ranks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LocksConfig {
-    /// A live trace.
-    Trace(Box<Config>),
-    /// A recorded one, shown as `view` says, waiters and holders grouped as
-    /// `by` says.
-    File { file: PathBuf, by: By, view: ViewConfig },
 }
 
 impl LocksConfig {

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use super::{ConfigError, TraceArgs, ViewArgs, ViewConfig};
+use super::{ConfigError, TraceArgs, ViewArgs};
+use crate::settings::*;
 
 pub(super) const RECORD_EXAMPLES: &str = "\
 Examples:
@@ -51,14 +52,6 @@ pub struct ReportArgs {
 
     #[command(flatten)]
     pub view: ViewArgs,
-}
-
-/// Validated options of `topwaits report`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReportConfig {
-    pub file: PathBuf,
-    pub wakeups: bool,
-    pub view: ViewConfig,
 }
 
 impl ReportConfig {

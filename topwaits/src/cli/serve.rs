@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Parser as _;
 
 use super::{parse_duration, AttachArgs, CacheArgs, Config, ConfigError, TargetArgs, Unwind};
-use crate::util::http::{parse_url, Url};
+use crate::settings::*;
+use crate::util::http::parse_url;
 
 pub(super) const SERVE_EXAMPLES: &str = "\
 Examples:
@@ -95,25 +96,6 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub attach: AttachArgs,
-}
-
-/// Where OTLP profiles go, and how often.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OtlpConfig {
-    pub url: Url,
-    pub interval: Duration,
-    pub queue: usize,
-}
-
-/// Validated options of `topwaits serve`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServeConfig {
-    /// The trace: its target, filters and maps; drained every `step`.
-    pub trace: Box<Config>,
-    pub listen: SocketAddr,
-    pub otlp: Option<OtlpConfig>,
-    pub max_series: usize,
-    pub step: Duration,
 }
 
 /// `9494` is a port on 127.0.0.1 only, `:9494` one on every address (as Go

@@ -3,9 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{
-    filter_kind, parse_duration, AttachArgs, AttachMode, ConfigError, TargetArgs, Threads, Unwind,
-};
+use super::{parse_duration, AttachArgs, AttachMode, ConfigError, TargetArgs, Threads, Unwind};
+use crate::settings::*;
 
 pub(super) const THREADS_EXAMPLES: &str = "\
 Examples:
@@ -70,24 +69,6 @@ pub struct ThreadsArgs {
     pub duration: Option<Duration>,
 }
 
-/// Validated options of `topwaits threads`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ThreadsConfig {
-    pub threads: Threads,
-    pub json: bool,
-    pub rt_app: Option<PathBuf>,
-    pub rt_app_duration: Option<u32>,
-    pub rt_app_wanted: bool,
-    pub rt_app_calibration: Calibration,
-    pub attach: AttachMode,
-    pub duration: Option<Duration>,
-    /// `--on-cpu`: samples a second of each thread's running stacks.
-    pub on_cpu: Option<u32>,
-    pub unwind: Unwind,
-    /// Where built unwind tables are kept between runs (None: `--no-cache`).
-    pub cache: Option<PathBuf>,
-}
-
 impl ThreadsConfig {
     pub fn from_args(a: ThreadsArgs) -> Result<Self, ConfigError> {
         if a.attach.attach == AttachMode::Kprobe {
@@ -108,35 +89,6 @@ impl ThreadsConfig {
             cache: a.cache.dir(),
         })
     }
-
-    /// The settings global for the programs, without the BTF offsets.
-    pub fn settings(&self) -> topwaits_common::Settings {
-        let mut s = topwaits_common::Settings::defaults();
-        s.thread_filter = filter_kind(&self.threads);
-        s.cgroup = super::cgroup_filter(&self.threads);
-        s.threads = 1;
-        s.stacks = 0;
-        s.self_tgid = std::process::id();
-        if self.on_cpu.is_some() {
-            // The sampler takes both stacks; the profile's hooks take none. The
-            // process events keep the maps of processes that exit, and tell
-            // the table loader of new ones.
-            s.on_cpu = topwaits_common::on_cpu::COUNT;
-            s.stacks = topwaits_common::CAPTURE_KERNEL | topwaits_common::CAPTURE_USER;
-            s.events = 1;
-            s.cfi = u32::from(cfg!(target_arch = "x86_64") && self.unwind == Unwind::Cfi);
-        }
-        s
-    }
-}
-
-/// How rt-app turns `run` durations into busy-loop counts (its global `calibration`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Calibration {
-    /// Measure the ns per loop on this CPU when rt-app starts.
-    Cpu(u32),
-    /// Use this many ns per loop.
-    NsPerLoop(u32),
 }
 
 /// Largest ns-per-loop value accepted; rt-app's loop takes tens of ns.

@@ -1,76 +1,18 @@
-//! The values options take: enums with their clap names, and the parsers of
-//! durations and state masks.
+//! The values options take: the settings' enums with their names and help on
+//! the command line, and the parsers of durations and state masks.
 
 use std::time::Duration;
 
+use clap::builder::PossibleValue;
 use clap::ValueEnum;
 
+use crate::settings::{AttachMode, By, Unwind, ValueKind};
+
 /// Whether reports include waits still in progress at the end.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OpenWaits {
     Yes,
     No,
-}
-
-/// Which number a folded line carries.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ValueKind {
-    Total,
-    Max,
-    Count,
-}
-
-/// What one record of the top view and JSON stands for (`--by`).
-#[derive(
-    Copy,
-    Clone,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    ValueEnum,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-pub enum By {
-    /// One record per thread and stacks (the default).
-    #[default]
-    Thread,
-    /// The threads of a process with the same stacks are one record.
-    Process,
-    /// Every thread with the same name and stacks is one record, across processes.
-    Comm,
-    /// Every wait on the same thing (mutex 0x…, disk vda, sleep, …) is one record,
-    /// whatever its thread and stacks; the stacks shown are its heaviest record's.
-    What,
-    /// Every thread in the same cgroup with the same stacks is one record (a
-    /// container's, a unit's), whatever its process.
-    Cgroup,
-}
-
-impl By {
-    /// The option's value, as JSON's `by` field names it.
-    pub fn name(self) -> &'static str {
-        match self {
-            By::Thread => "thread",
-            By::Process => "process",
-            By::Comm => "comm",
-            By::What => "what",
-            By::Cgroup => "cgroup",
-        }
-    }
-}
-
-/// Which attach path to use.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum AttachMode {
-    Auto,
-    #[value(name = "tp_btf")]
-    TpBtf,
-    #[value(name = "raw_tp")]
-    RawTp,
-    Kprobe,
 }
 
 pub(super) fn parse_mask(s: &str) -> Result<u32, String> {
@@ -88,3 +30,48 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     Ok(Duration::from_secs_f64(secs))
 }
+
+/// Names an enum of the settings for clap: each variant's value on the command
+/// line, and its help where it needs one.
+macro_rules! value_enum {
+    ($t:ty { $($v:expr => $name:literal $(: $help:literal)?,)* }) => {
+        impl ValueEnum for $t {
+            fn value_variants<'a>() -> &'a [Self] {
+                &[$($v),*]
+            }
+            fn to_possible_value(&self) -> Option<PossibleValue> {
+                let all: &[($t, PossibleValue)] =
+                    &[$(($v, PossibleValue::new($name)$(.help($help))?)),*];
+                all.iter().find(|(v, _)| v == self).map(|(_, p)| p.clone())
+            }
+        }
+    };
+}
+
+value_enum!(ValueKind {
+    ValueKind::Total => "total",
+    ValueKind::Max => "max",
+    ValueKind::Count => "count",
+});
+
+value_enum!(By {
+    By::Thread => "thread": "One record per thread and stacks (the default)",
+    By::Process => "process": "The threads of a process with the same stacks are one record",
+    By::Comm => "comm": "Every thread with the same name and stacks is one record, across processes",
+    By::What => "what": "Every wait on the same thing (mutex 0x…, disk vda, sleep, …) is one \
+        record, whatever its thread and stacks; the stacks shown are its heaviest record's",
+    By::Cgroup => "cgroup": "Every thread in the same cgroup with the same stacks is one record \
+        (a container's, a unit's), whatever its process",
+});
+
+value_enum!(AttachMode {
+    AttachMode::Auto => "auto",
+    AttachMode::TpBtf => "tp_btf",
+    AttachMode::RawTp => "raw_tp",
+    AttachMode::Kprobe => "kprobe",
+});
+
+value_enum!(Unwind {
+    Unwind::Cfi => "cfi": "From `.eh_frame` unwind tables, with frame pointers where a file has none",
+    Unwind::Fp => "fp": "By frame pointers only",
+});

@@ -3,9 +3,9 @@
 //! and the one thread whose critical path to show (`--for`).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use super::{parse_duration, By, Config, ConfigError, Output, TraceArgs, View, ViewConfig};
+use crate::settings::*;
 
 pub(super) const WHY_EXAMPLES: &str = "\
 Examples:
@@ -33,15 +33,6 @@ pub struct WhyArgs {
     pub trace: TraceArgs,
 }
 
-/// What `topwaits why` explains.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WhyConfig {
-    /// A live trace.
-    Trace(Box<Config>),
-    /// A recorded one, shown as `view` says, causes grouped as `by` says.
-    File { file: PathBuf, for_tid: Option<u32>, by: By, view: ViewConfig },
-}
-
 impl WhyConfig {
     pub fn from_args(mut a: WhyArgs) -> Result<Self, ConfigError> {
         let for_tid = a.for_tid;
@@ -56,14 +47,6 @@ impl WhyConfig {
                 c.view = View::Why { for_tid, by };
                 Ok(WhyConfig::Trace(c))
             }
-        }
-    }
-
-    /// How long a live trace runs (None: until Ctrl-C).
-    pub fn duration(&self) -> Option<Duration> {
-        match self {
-            WhyConfig::Trace(c) => c.duration,
-            WhyConfig::File { .. } => None,
         }
     }
 }
@@ -167,6 +150,8 @@ pub(super) fn for_why(c: &mut Config) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use clap::Parser as _;
 
     use super::super::{Args, Command};

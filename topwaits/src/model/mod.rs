@@ -582,7 +582,7 @@ pub struct TraceInfo {
     /// Wakers were captured (`--waker`, `--chain`, `--wakeups`).
     pub waker: bool,
     /// What one record stands for (`--by`).
-    pub by: crate::cli::By,
+    pub by: crate::settings::By,
     /// `--state`: the state every recorded wait began in.
     pub state_filter: Option<u32>,
     /// `--on-cpu`: the rate at which running threads were sampled (Hz).

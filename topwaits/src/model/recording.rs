@@ -23,7 +23,7 @@ struct FileOut<'a> {
     report: &'a Report,
 }
 
-pub use crate::cli::view::DEFAULT_MAX_RECORD_MIB as DEFAULT_MAX_MIB;
+pub use crate::settings::DEFAULT_MAX_RECORD_MIB as DEFAULT_MAX_MIB;
 
 /// A record file as it is read: its fields in the order [`write`] puts them,
 /// each checked as it arrives, so that a file that is no recording (or one of
@@ -275,10 +275,10 @@ mod tests {
         );
         // Every view renders the same from the copy.
         for out in [
-            crate::cli::Output::Json { limit: 0 },
-            crate::cli::Output::Top { limit: 20, delimited: false },
+            crate::settings::Output::Json { limit: 0 },
+            crate::settings::Output::Top { limit: 20, delimited: false },
         ] {
-            let f = crate::report::for_output(crate::cli::View::OffCpu, &out);
+            let f = crate::report::for_output(crate::settings::View::OffCpu, &out);
             let (mut a, mut b) = (Vec::new(), Vec::new());
             f.write(&r, &mut a).unwrap();
             f.write(&back, &mut b).unwrap();

@@ -4,8 +4,8 @@
 use std::io::{self, Write};
 
 use super::{hop_name, no_waker_label, Format};
-use crate::cli::ValueKind;
 use crate::model::{Frame, Record, Report, Stack};
+use crate::settings::ValueKind;
 
 /// Placeholder frames for stacks the kernel could not store (no spaces: a folded
 /// line splits into exactly `stack value`).

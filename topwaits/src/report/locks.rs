@@ -10,9 +10,10 @@ use serde_json::{json, Value};
 
 use super::{folded::clean, json::stack as json_stack, secs, Format};
 use crate::analysis::locks::{analyze, Analysis, HeldWhile, Lock, Site, Unclassified};
-use crate::cli::{plural, By, Output};
 use crate::model::label::WaitsOn;
 use crate::model::{comm_text, Report, Stack};
+use crate::settings::{By, Output};
+use crate::util::text::plural;
 
 /// The `locks` view of a report.
 pub struct Locks {

@@ -20,8 +20,8 @@ pub mod why;
 use std::io::{self, Write};
 
 use crate::analysis::reduce::By;
-use crate::cli::{Output, View};
 use crate::model::{comm_text, Hop, Record, Report, WakeKind};
+use crate::settings::{Output, View};
 
 /// One output format of `D`: a trace's report unless said otherwise.
 pub trait Format<D: ?Sized = Report> {
@@ -107,16 +107,19 @@ pub fn who(r: &Record, by: By) -> String {
     match by {
         By::Thread => name,
         By::Process | By::Comm => {
-            format!("{name}  {}", crate::cli::plural(r.threads as usize, "thread"))
+            format!("{name}  {}", crate::util::text::plural(r.threads as usize, "thread"))
         }
         By::What => {
-            format!("heaviest: {name}, of {}", crate::cli::plural(r.threads as usize, "thread"))
+            format!(
+                "heaviest: {name}, of {}",
+                crate::util::text::plural(r.threads as usize, "thread")
+            )
         }
         By::Cgroup => {
             let cgroup = r.cgroup.as_deref().unwrap_or(crate::analysis::reduce::UNKNOWN_CGROUP);
             format!(
                 "cgroup {cgroup}  {}, heaviest {name}",
-                crate::cli::plural(r.threads as usize, "thread")
+                crate::util::text::plural(r.threads as usize, "thread")
             )
         }
     }

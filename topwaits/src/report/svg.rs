@@ -13,8 +13,8 @@ use inferno::flamegraph::{
 
 use super::folded::line_frames;
 use super::Format;
-use crate::cli::ValueKind;
 use crate::model::Report;
+use crate::settings::ValueKind;
 
 /// Annotation suffixes for the frames of hop 1..=4 (inferno strips them from labels).
 const HOP_SUFFIX: [&str; 4] = ["_[w]", "_[i]", "_[j]", "_[k]"];
@@ -139,7 +139,7 @@ impl Format for FlameSvg {
         opts.title = self.title(report);
         let mut subtitle = format!(
             "{}; attach {}",
-            crate::cli::plural(report.records.len(), "record"),
+            crate::util::text::plural(report.records.len(), "record"),
             report.info.attach.name()
         );
         if let Some(hz) = report.info.on_cpu_hz {

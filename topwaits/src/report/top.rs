@@ -167,7 +167,7 @@ impl Format for Top {
             date(info.clock.wall(info.start_mono), info.utc_offset_s),
             hms_millis(info.clock.wall(info.start_mono), info.utc_offset_s),
             info.attach.name(),
-            crate::cli::plural(total, "record"),
+            crate::util::text::plural(total, "record"),
             shown.len(),
             if info.by == crate::analysis::reduce::By::What {
                 "most waiting first"
@@ -199,7 +199,7 @@ impl Format for Top {
             writeln!(
                 out,
                 "{} not shown; use -n 0 to show all.",
-                crate::cli::plural(total - shown.len(), "more record")
+                crate::util::text::plural(total - shown.len(), "more record")
             )?;
         }
         Ok(())
@@ -237,7 +237,11 @@ fn write_times(out: &mut dyn Write, times: &[ThreadTime], info: &TraceInfo) -> i
         )?;
     }
     if times.len() > TIMES_SHOWN {
-        writeln!(out, "  ... {} more", crate::cli::plural(times.len() - TIMES_SHOWN, "thread"))?;
+        writeln!(
+            out,
+            "  ... {} more",
+            crate::util::text::plural(times.len() - TIMES_SHOWN, "thread")
+        )?;
     }
     writeln!(out)
 }
@@ -259,7 +263,7 @@ fn write_running(
         out,
         "On the CPU, most time first ({} of {} shown):",
         running.len(),
-        crate::cli::plural(all, "stack")
+        crate::util::text::plural(all, "stack")
     )?;
     writeln!(out)?;
     for (i, r) in running.iter().enumerate() {
@@ -269,7 +273,7 @@ fn write_running(
             i + 1,
             ms(r.total_ns),
             100.0 * r.total_ns as f64 / wall as f64,
-            crate::cli::plural(r.count as usize, "sample")
+            crate::util::text::plural(r.count as usize, "sample")
         )?;
         writeln!(out, "    {}", who(r, info.by))?;
         write_stack(out, &r.kernel, "kernel")?;

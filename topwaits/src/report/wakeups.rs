@@ -10,8 +10,8 @@ use super::folded::{clean, MISSING_KERNEL, MISSING_USER};
 use super::json::{lost, stack, VERSION};
 use super::{hop_name, interrupt_handler, named, take, Format};
 use crate::analysis::reduce::By;
-use crate::cli::{Output, ValueKind};
 use crate::model::{comm_text, Hop, Record, Report, Stack, WakeKind};
+use crate::settings::{Output, ValueKind};
 use crate::util::clock::{hms_millis, rfc3339};
 
 /// One row: a waker (name, ids and stacks) waking one target.
@@ -206,7 +206,7 @@ impl Format for Wakeups {
                     "Wakeups of {} for {:.2} s: time from block to wakeup, by waker; {}, {} shown.\n",
                     info.target,
                     info.duration_s(),
-                    crate::cli::plural(total, "row"),
+                    crate::util::text::plural(total, "row"),
                     shown.len()
                 )?;
                 for (i, r) in shown.iter().enumerate() {

@@ -15,10 +15,11 @@ use crate::analysis::why::{
     critical_path, group_causes, group_path, merge_alike, running_spans, Findings, Group,
     PathGroup, Tid, Trace, Wait, Waker, What,
 };
-use crate::cli::{plural, By, Output};
 use crate::model::label::WaitsOn;
 use crate::model::{comm_text, Hop, Report, Stack, WakeKind};
+use crate::settings::{By, Output};
 use crate::util::fasthash::FastMap;
+use crate::util::text::plural;
 
 /// The `why` view of a report.
 pub struct Why {

@@ -4,8 +4,8 @@
 use anyhow::Result;
 
 use crate::analysis::blocked::collect;
-use crate::cli::BlockedConfig;
 use crate::report::{blocked, Format};
+use crate::settings::BlockedConfig;
 
 /// Runs `topwaits blocked`: the snapshot, printed as text or JSON, and the graph
 /// written for Graphviz. Every output file is opened before any work.

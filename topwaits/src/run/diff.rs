@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use serde_json::{json, Value};
 
 use crate::analysis::diff::{self, Change, Diff, Side};
-use crate::cli::{DiffConfig, DiffOutput};
+use crate::settings::{DiffConfig, DiffOutput};
 use crate::util::error::GateCrossed;
 use crate::util::outfile::OutputFile;
 
@@ -38,9 +38,9 @@ fn causes(report: &crate::model::Report, path: &Path) -> Result<Option<Side>> {
         return Ok(None);
     }
     let why = crate::report::why::Why {
-        output: crate::cli::Output::Json { limit: 0 },
+        output: crate::settings::Output::Json { limit: 0 },
         for_tid: None,
-        by: crate::cli::By::Comm,
+        by: crate::settings::By::Comm,
     };
     let mut text = Vec::new();
     crate::report::Format::write(&why, report, &mut text)?;
@@ -201,7 +201,7 @@ fn top(out: &mut dyn Write, d: &Diff, c: &DiffConfig, limit: usize) -> io::Resul
         writeln!(
             out,
             "\n{}; use -n 0 to show all.",
-            crate::cli::plural(d.changes.len() - shown, "more change")
+            crate::util::text::plural(d.changes.len() - shown, "more change")
         )?;
     }
     Ok(())

@@ -4,9 +4,9 @@
 
 use anyhow::Result;
 
-use crate::cli::{ValueKind, View, ViewConfig};
 use crate::model::Report;
 use crate::report::{self, Format as _};
+use crate::settings::{ValueKind, View, ViewConfig};
 use crate::util::outfile::OutputFile;
 
 /// The files of one view, each created and still empty.

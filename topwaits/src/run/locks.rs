@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::cli::{LocksConfig, View};
+use crate::settings::{LocksConfig, View};
 
 pub fn run(c: LocksConfig) -> Result<()> {
     match c {

@@ -10,9 +10,9 @@ use crate::report;
 /// Prints a report's view on stdout, its records merged as `--by` asks.
 pub fn show(
     report: &Report,
-    view: crate::cli::View,
-    output: &crate::cli::Output,
-    by: crate::cli::By,
+    view: crate::settings::View,
+    output: &crate::settings::Output,
+    by: crate::settings::By,
 ) -> Result<()> {
     let grouped = crate::analysis::reduce::grouped(report, by);
     let format = report::for_output(view, output);
@@ -21,7 +21,7 @@ pub fn show(
 
 /// `topwaits report FILE`: shows a saved trace as the trace itself would have,
 /// with the files asked for, and the warnings of its losses.
-pub fn run(c: &crate::cli::ReportConfig) -> Result<()> {
+pub fn run(c: &crate::settings::ReportConfig) -> Result<()> {
     let files = ViewFiles::create(&c.view, None)?;
     let report = crate::model::recording::read(&c.file, c.view.max_record_mib)?;
     if c.view.perfetto.is_some() && report.events.is_empty() {
@@ -36,7 +36,8 @@ pub fn run(c: &crate::cli::ReportConfig) -> Result<()> {
             c.file.display()
         );
     }
-    let view = if c.wakeups { crate::cli::View::Wakeups } else { crate::cli::View::OffCpu };
+    let view =
+        if c.wakeups { crate::settings::View::Wakeups } else { crate::settings::View::OffCpu };
     show(&report, view, &c.view.output, c.view.by)?;
     files.write(&report)?;
     for w in report.counters.warnings() {

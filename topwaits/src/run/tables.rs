@@ -9,7 +9,7 @@ use anyhow::Result;
 use topwaits_common::{proc_event, ProcEvent};
 
 use crate::bpf::UnwindMaps;
-use crate::cli::Threads;
+use crate::settings::Threads;
 use crate::stacks::cfi::cache::Cache;
 use crate::stacks::cfi::loader::{Loader, Stats};
 use crate::stacks::python::Tracker;

@@ -9,9 +9,9 @@ use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait};
 use super::{preflight, write_quietly};
 use crate::analysis::reduce::By;
 use crate::bpf::Tracer;
-use crate::cli::ThreadsConfig;
 use crate::model::TraceInfo;
 use crate::report::{threads, Format};
+use crate::settings::ThreadsConfig;
 use crate::stacks::symbolize::BlazeSymbolizer;
 use crate::util::clock::monotonic_now;
 
@@ -82,7 +82,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
                 by: By::Thread,
                 state_filter: None,
                 on_cpu_hz: Some(hz),
-                cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
+                cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
             };
             let samples = tracer.drain(None, &[])?;
             Some(interval::report(

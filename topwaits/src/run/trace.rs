@@ -15,9 +15,9 @@ use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait, End};
 use super::{preflight, write_quietly};
 use crate::analysis::reduce::By;
 use crate::bpf::{ProcEvents, Tracer};
-use crate::cli::Config;
 use crate::model::{Report, TraceInfo};
 use crate::report;
+use crate::settings::Config;
 use crate::stacks::symbolize::BlazeSymbolizer;
 use crate::util::clock::{local_offset_s, monotonic_now, ClockPair};
 
@@ -120,7 +120,7 @@ pub(super) fn symbolizer_and_learners(
     unwinder: &std::cell::RefCell<Unwinder>,
 ) -> Result<(BlazeSymbolizer, Option<ProcEvents>)> {
     let mut symbolizer = BlazeSymbolizer::default();
-    if config.stacks != crate::cli::Stacks::UserOnly {
+    if config.stacks != crate::settings::Stacks::UserOnly {
         symbolizer.warm_kernel();
     }
     let mut events = tracer.take_events()?;
@@ -141,7 +141,7 @@ pub fn run(config: &Config) -> Result<()> {
     let mut targets = pidfds(&config.threads);
     let mut files =
         Some(ViewFiles::create(&config.shown, config.record.as_deref())?.shown(config.view));
-    if config.stacks != crate::cli::Stacks::UserOnly
+    if config.stacks != crate::settings::Stacks::UserOnly
         && crate::sys::kallsyms::addresses_hidden_in_sys()
     {
         crate::util::stderr::say!(
@@ -159,10 +159,12 @@ pub fn run(config: &Config) -> Result<()> {
     seed_waits(&mut tracer, cache.clone());
     let target = config.target();
     let what = match config.view {
-        crate::cli::View::Wakeups => "wakeups",
-        crate::cli::View::Why { .. } | crate::cli::View::Locks { .. } => "every wait and its waker",
-        crate::cli::View::OffCpu if config.waker => "off-CPU waits and their wakers",
-        crate::cli::View::OffCpu => "off-CPU waits",
+        crate::settings::View::Wakeups => "wakeups",
+        crate::settings::View::Why { .. } | crate::settings::View::Locks { .. } => {
+            "every wait and its waker"
+        }
+        crate::settings::View::OffCpu if config.waker => "off-CPU waits and their wakers",
+        crate::settings::View::OffCpu => "off-CPU waits",
     };
     match config.duration {
         Some(d) => {
@@ -266,7 +268,7 @@ pub fn run(config: &Config) -> Result<()> {
             tracer.drain_and_clear(open_at)?
         };
         if config.open_waits
-            && crate::analysis::open::any_unseen(config, &capture, std::process::id())
+            && crate::analysis::open::any_unseen(&config.threads, &capture, std::process::id())
         {
             // Frame pointers of the threads blocked since before the trace.
             match tracer.task_regs() {
@@ -282,7 +284,7 @@ pub fn run(config: &Config) -> Result<()> {
                 lost_at_start: lost_at_start.clone(),
             };
             crate::analysis::open::add_waits_before_trace(
-                config,
+                &crate::analysis::open::Wanted::of(config),
                 &mut capture,
                 &mut snapshots,
                 span,
@@ -301,7 +303,7 @@ pub fn run(config: &Config) -> Result<()> {
             by: By::Thread,
             state_filter: config.state,
             on_cpu_hz: config.on_cpu,
-            cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
+            cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
         };
         resolver.next_interval();
         let labels =
@@ -374,11 +376,11 @@ pub fn run(config: &Config) -> Result<()> {
 /// per line).
 pub fn interval_frame(
     out: &mut dyn Write,
-    output: &crate::cli::Output,
+    output: &crate::settings::Output,
     round: usize,
     report: &Report,
 ) -> io::Result<()> {
-    use crate::cli::Output;
+    use crate::settings::Output;
     match output {
         Output::Top { .. } => writeln!(
             out,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 
 use crate::bpf::{ProcEvents, WaitEvents};
-use crate::cli::Threads;
+use crate::settings::Threads;
 
 /// How often a process read at its exec is checked for being due to be read again.
 pub const BEAT: Duration = Duration::from_millis(20);

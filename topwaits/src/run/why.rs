@@ -3,8 +3,8 @@
 
 use anyhow::{bail, Result};
 
-use crate::cli::{By, View, ViewConfig, WhyConfig};
 use crate::model::Report;
+use crate::settings::{By, View, ViewConfig, WhyConfig};
 
 pub fn run(c: WhyConfig) -> Result<()> {
     match c {

@@ -7,3 +7,4 @@ pub mod fasthash;
 pub mod http;
 pub mod outfile;
 pub(crate) mod stderr;
+pub mod text;

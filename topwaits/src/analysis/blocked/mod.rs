@@ -12,8 +12,8 @@ use anyhow::Result;
 
 use crate::analysis::snapshot::{Snapshot, Snapshotter};
 use crate::analysis::waitfor::{self, Edge, Graph};
-use crate::cli::BlockedConfig;
 use crate::model::{Frame, Stack};
+use crate::settings::BlockedConfig;
 use crate::stacks::frame_scan::Memory as _;
 use crate::stacks::symbolize::{cut_frame, frame_at, lookup_addr, BlazeSymbolizer, Symbolizer};
 use crate::sys::memory::ProcessMemory;

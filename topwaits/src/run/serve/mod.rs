@@ -22,9 +22,9 @@ use crate::analysis::increments::Increments;
 use crate::analysis::metrics::Metrics;
 use crate::analysis::reduce::By;
 use crate::bpf::Tracer;
-use crate::cli::ServeConfig;
 use crate::model::{Counters, Report, TraceInfo};
 use crate::report::prometheus::Own;
+use crate::settings::ServeConfig;
 use crate::util::clock::{local_offset_s, monotonic_now, ClockPair};
 
 /// Steps between checks of how full the stack maps are.
@@ -203,7 +203,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
                 by: By::Thread,
                 state_filter: config.state,
                 on_cpu_hz: None,
-                cgroup_target: matches!(config.threads, crate::cli::Threads::Cgroup(..)),
+                cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
             };
             resolver.next_interval();
             let labels =

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{merged, Shared};
-use crate::cli::OtlpConfig;
 use crate::model::Report;
 use crate::report::prometheus::OtlpCounts;
+use crate::settings::OtlpConfig;
 use crate::util::http::post;
 
 /// The first wait before a retry, and the longest.

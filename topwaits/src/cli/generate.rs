@@ -1,6 +1,6 @@
-//! `cargo xtask completions`: shell completions (bash, zsh, fish) and man pages,
-//! generated from topwaits' own clap definitions and the JSON schemas of
-//! docs/JSON.md.
+//! `topwaits generate DIR` (hidden; `cargo xtask completions` runs it): shell
+//! completions (bash, zsh, fish) and man pages, made from the options as the
+//! binary itself parses them and from the JSON schemas of docs/JSON.md.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -9,14 +9,10 @@ use anyhow::{Context as _, Result};
 use clap::CommandFactory;
 use clap_complete::Shell;
 
-/// topwaits' option definitions, shared as source so that xtask builds without the
-/// eBPF toolchain that the topwaits crate's build script needs.
-#[allow(dead_code, unused_imports)]
-#[path = "../../topwaits/src/cli/mod.rs"]
-mod cli;
+use super::Args;
 
 /// The JSON schemas, whose sections the man pages carry.
-const SCHEMAS: &str = include_str!("../../docs/JSON.md");
+const SCHEMAS: &str = include_str!("../../../docs/JSON.md");
 
 pub fn generate(out: &Path) -> Result<()> {
     let comp = out.join("completions");
@@ -24,19 +20,19 @@ pub fn generate(out: &Path) -> Result<()> {
     std::fs::create_dir_all(&comp)?;
     std::fs::create_dir_all(&man)?;
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        let mut cmd = cli::Args::command();
+        let mut cmd = Args::command();
         let path = clap_complete::generate_to(shell, &mut cmd, "topwaits", &comp)
             .with_context(|| format!("failed to write {shell} completions"))?;
         let script = std::fs::read_to_string(&path)?;
         std::fs::write(&path, complete_pids(shell, &script))?;
-        eprintln!("xtask: wrote {}", path.display());
+        eprintln!("topwaits: wrote {}", path.display());
     }
     // No `help` subcommand: it has no page of its own to point to.
-    let mut cmd = cli::Args::command().disable_help_subcommand(true);
+    let mut cmd = Args::command().disable_help_subcommand(true);
     cmd.build();
     std::fs::write(man.join("topwaits.1"), page(&cmd, &JSON_TAIL)?)?;
-    for sub in cmd.get_subcommands() {
-        // Leaked once per subcommand for clap's 'static names; xtask then exits.
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        // Leaked once per subcommand for clap's 'static names; the process then exits.
         let name: &'static str = Box::leak(format!("topwaits-{}", sub.get_name()).into_boxed_str());
         // serve prints no document: its page carries its endpoints instead.
         let heading = format!("### `topwaits {} --json`", sub.get_name());
@@ -51,7 +47,7 @@ pub fn generate(out: &Path) -> Result<()> {
         };
         std::fs::write(man.join(format!("{name}.1")), page(&sub.clone().name(name), &tail)?)?;
     }
-    eprintln!("xtask: wrote {}", man.display());
+    eprintln!("topwaits: wrote {}", man.display());
     Ok(())
 }
 
@@ -117,7 +113,7 @@ const JSON_TAIL: Tail<'static> = Tail {
 };
 
 /// serve's endpoints, metrics and OTLP mapping.
-const SERVE: &str = include_str!("../../docs/SERVE.md");
+const SERVE: &str = include_str!("../../../docs/SERVE.md");
 
 /// One man page: clap's sections, the examples verbatim, and its tail (the
 /// JSON schema from docs/JSON.md, or serve's endpoints).

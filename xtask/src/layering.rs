@@ -51,10 +51,8 @@ mod tests {
 
     /// `names`' constants: (constant, value).
     fn names() -> Vec<(String, String)> {
-        let common =
-            std::fs::read_to_string(crate::root().join("topwaits-common/src/lib.rs")).unwrap();
-        let block = &common[common.find("pub mod names {").unwrap()..];
-        let block = &block[..block.find("\n}").unwrap()];
+        let block =
+            std::fs::read_to_string(crate::root().join("topwaits-common/src/names.rs")).unwrap();
         block
             .lines()
             .filter_map(|l| {

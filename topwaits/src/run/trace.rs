@@ -141,14 +141,7 @@ pub fn run(config: &Config) -> Result<()> {
     let mut targets = pidfds(&config.threads);
     let mut files =
         Some(ViewFiles::create(&config.shown, config.record.as_deref())?.shown(config.view));
-    if config.stacks != crate::settings::Stacks::UserOnly
-        && crate::sys::kallsyms::addresses_hidden_in_sys()
-    {
-        crate::util::stderr::say!(
-            "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG",
-            std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into())
-        );
-    }
+    warn_if_kernel_symbols_hidden(config);
     let clock = ClockPair::sample();
     // Before the programs attach: the tables of -p/-t processes are built first,
     // so that their waits are walked whole from the first.
@@ -158,20 +151,7 @@ pub fn run(config: &Config) -> Result<()> {
     let unwinder = std::cell::RefCell::new(unwinder);
     seed_waits(&mut tracer, cache.clone());
     let target = config.target();
-    let what = match config.view {
-        crate::settings::View::Wakeups => "wakeups",
-        crate::settings::View::Why { .. } | crate::settings::View::Locks { .. } => {
-            "every wait and its waker"
-        }
-        crate::settings::View::OffCpu if config.waker => "off-CPU waits and their wakers",
-        crate::settings::View::OffCpu => "off-CPU waits",
-    };
-    match config.duration {
-        Some(d) => {
-            crate::util::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64())
-        }
-        None => crate::util::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
-    }
+    announce(config, &target);
     let (mut symbolizer, mut events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
     let mut snapshots = crate::analysis::snapshot::Snapshotter::default();
     snapshots.set_cache(cache);
@@ -196,14 +176,7 @@ pub fn run(config: &Config) -> Result<()> {
     for round in 0usize.. {
         // Interval ends are on a fixed grid from the start, so the time spent
         // reporting one interval does not delay the next.
-        let now = std::time::Instant::now();
-        let left = deadline.map(|d| d.saturating_duration_since(now));
-        let next =
-            config.interval.map(|i| (t0 + i * (round as u32 + 1)).saturating_duration_since(now));
-        let slice = match (next, left) {
-            (Some(i), Some(l)) => Some(i.min(l)),
-            (i, l) => i.or(l),
-        };
+        let slice = next_slice(t0, round, config.interval, deadline);
         crate::sys::heap::for_tracing();
         let end = {
             let tracer = &tracer;
@@ -240,71 +213,24 @@ pub fn run(config: &Config) -> Result<()> {
         }
         let end_mono = monotonic_now();
         let open_at = config.open_waits.then_some(end_mono);
-        // Long waits sent until the programs were detached, as one-wait records;
-        // the on-CPU samples sent with them, as one-sample records.
-        let (got, sent_samples) = long
-            .as_mut()
-            .map(|l| {
-                l.pull();
-                (std::mem::take(&mut l.got), std::mem::take(&mut l.samples))
-            })
-            .unwrap_or_default();
-        let (rows, states): (Vec<_>, Vec<u32>) =
-            got.iter().map(|e| crate::analysis::longwaits::raw(e, config.waker)).unzip();
-        let period = config.on_cpu.map(crate::bpf::period_ns).unwrap_or(0);
-        let samples: Vec<_> = sent_samples
-            .iter()
-            .map(|e| {
-                crate::bpf::sample_record(
-                    &e.key,
-                    &topwaits_common::SampleVal { count: 1, last_ns: e.at },
-                    period,
-                )
-            })
-            .collect();
+        let (rows, states, samples) = sent_records(config, long.as_mut());
         let mut capture = if finished {
             tracer.drain(open_at, &[&rows[..], &samples[..]].concat())?
         } else {
             tracer.drain_and_clear(open_at)?
         };
-        if config.open_waits
-            && crate::analysis::open::any_unseen(&config.threads, &capture, std::process::id())
-        {
-            // Frame pointers of the threads blocked since before the trace.
-            match tracer.task_regs() {
-                Ok(regs) => snapshots.set_regs(regs),
-                Err(e) => log::info!(
-                    "no task registers: stacks needing a frame pointer are cut ({})",
-                    crate::util::stderr::error_line(&e)
-                ),
-            }
+        if config.open_waits {
             let span = crate::analysis::open::Span {
                 start: start_mono,
                 end: end_mono,
                 lost_at_start: lost_at_start.clone(),
             };
-            crate::analysis::open::add_waits_before_trace(
-                &crate::analysis::open::Wanted::of(config),
-                &mut capture,
-                &mut snapshots,
-                span,
-                std::process::id(),
-            );
+            add_open_waits(config, &mut tracer, &mut snapshots, &mut capture, span);
         }
         total = capture.counters;
-        let info = TraceInfo {
-            clock,
-            start_mono: interval_start,
-            end_mono,
-            attach: tracer.attach_kind(),
-            target: target.clone(),
-            utc_offset_s: local_offset_s(clock.wall(start_mono)),
-            waker: config.waker,
-            by: By::Thread,
-            state_filter: config.state,
-            on_cpu_hz: config.on_cpu,
-            cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
-        };
+        let mut info = trace_info(config, clock, tracer.attach_kind(), &target);
+        (info.start_mono, info.end_mono) = (interval_start, end_mono);
+        info.utc_offset_s = local_offset_s(clock.wall(start_mono));
         resolver.next_interval();
         let labels =
             config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
@@ -347,8 +273,17 @@ pub fn run(config: &Config) -> Result<()> {
         break;
     }
     drop(tracer);
-    // Losses are said once, for the whole trace, with their fixes.
-    let unwinding = unwinder.borrow().stats().cloned().unwrap_or_default();
+    say_losses(&unwinder.borrow(), long.as_ref(), &total);
+    Ok(())
+}
+
+/// The losses of a whole trace, said once with their fixes.
+fn say_losses(
+    unwinder: &Unwinder,
+    long: Option<&crate::bpf::WaitEvents>,
+    total: &crate::model::Counters,
+) {
+    let unwinding = unwinder.stats().cloned().unwrap_or_default();
     log::info!(
         "unwind tables: {} files ({} from the cache), {} KiB in the kernel, the first after {:?}; {} files without unwind information; {} files never met by a walk; {} forks given their parent's mappings by the kernel alone",
         unwinding.files_ready,
@@ -356,19 +291,143 @@ pub fn run(config: &Config) -> Result<()> {
         unwinding.table_bytes / 1024,
         unwinding.first_table_after,
         unwinding.files_without_tables,
-        unwinder.borrow().unbuilt(),
+        unwinder.unbuilt(),
         unwinding.forks_copied
     );
-    if let Some(dropped) = long.as_ref().map(|l| l.dropped).filter(|&d| d > 0) {
+    if let Some(dropped) = long.map(|l| l.dropped).filter(|&d| d > 0) {
         crate::util::stderr::say!(
             "topwaits: warning: {dropped} wait events were dropped after the first {} of a report (a bound on memory); trace for less time, or narrow it with -p/-t or a larger --events-over",
             crate::bpf::MAX_HELD_EVENTS
         );
     }
-    for w in total.warnings().into_iter().chain(unwinder.borrow().warnings()) {
+    for w in total.warnings().into_iter().chain(unwinder.warnings()) {
         crate::util::stderr::say!("topwaits: warning: {w}");
     }
-    Ok(())
+}
+
+/// Warns when the kernel hides its symbols' addresses: kernel frames are then
+/// unnamed.
+fn warn_if_kernel_symbols_hidden(config: &Config) {
+    if config.stacks == crate::settings::Stacks::UserOnly
+        || !crate::sys::kallsyms::addresses_hidden_in_sys()
+    {
+        return;
+    }
+    let restrict = std::fs::read_to_string("/proc/sys/kernel/kptr_restrict")
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    crate::util::stderr::say!(
+        "topwaits: warning: the kernel hides its symbol addresses from this process (it lacks CAP_SYSLOG; kernel.kptr_restrict={restrict}): kernel frames will show as [unknown]; run as root or add CAP_SYSLOG"
+    );
+}
+
+/// The line that says what is traced, for how long.
+fn announce(config: &Config, target: &str) {
+    use crate::settings::View;
+    let what = match config.view {
+        View::Wakeups => "wakeups",
+        View::Why { .. } | View::Locks { .. } => "every wait and its waker",
+        View::OffCpu if config.waker => "off-CPU waits and their wakers",
+        View::OffCpu => "off-CPU waits",
+    };
+    match config.duration {
+        Some(d) => {
+            crate::util::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64())
+        }
+        None => crate::util::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
+    }
+}
+
+/// How long to wait next: to the next interval's end on a fixed grid from the
+/// start (so reporting one interval does not delay the next), or the deadline.
+fn next_slice(
+    t0: std::time::Instant,
+    round: usize,
+    interval: Option<Duration>,
+    deadline: Option<std::time::Instant>,
+) -> Option<Duration> {
+    let now = std::time::Instant::now();
+    let left = deadline.map(|d| d.saturating_duration_since(now));
+    let next = interval.map(|i| (t0 + i * (round as u32 + 1)).saturating_duration_since(now));
+    match (next, left) {
+        (Some(i), Some(l)) => Some(i.min(l)),
+        (i, l) => i.or(l),
+    }
+}
+
+/// The long waits sent until the programs were detached, as one-wait records
+/// (with their states), and the on-CPU samples sent with them, as one-sample
+/// records.
+fn sent_records(
+    config: &Config,
+    long: Option<&mut crate::bpf::WaitEvents>,
+) -> (Vec<crate::model::RawRecord>, Vec<u32>, Vec<crate::model::RawRecord>) {
+    let (got, sent_samples) = long
+        .map(|l| {
+            l.pull();
+            (std::mem::take(&mut l.got), std::mem::take(&mut l.samples))
+        })
+        .unwrap_or_default();
+    let (rows, states): (Vec<_>, Vec<u32>) =
+        got.iter().map(|e| crate::analysis::longwaits::raw(e, config.waker)).unzip();
+    let period = config.on_cpu.map(crate::bpf::period_ns).unwrap_or(0);
+    let one = |at: u64| topwaits_common::SampleVal { count: 1, last_ns: at };
+    let samples = sent_samples
+        .iter()
+        .map(|e| crate::bpf::sample_record(&e.key, &one(e.at), period))
+        .collect();
+    (rows, states, samples)
+}
+
+/// Adds the waits of target threads blocked since before the trace, walked
+/// from their frame pointers where the kernel gives them.
+fn add_open_waits(
+    config: &Config,
+    tracer: &mut Tracer,
+    snapshots: &mut crate::analysis::snapshot::Snapshotter,
+    capture: &mut crate::model::Capture,
+    span: crate::analysis::open::Span,
+) {
+    if !crate::analysis::open::any_unseen(&config.threads, capture, std::process::id()) {
+        return;
+    }
+    match tracer.task_regs() {
+        Ok(regs) => snapshots.set_regs(regs),
+        Err(e) => log::info!(
+            "no task registers: stacks needing a frame pointer are cut ({})",
+            crate::util::stderr::error_line(&e)
+        ),
+    }
+    let wanted = crate::analysis::open::Wanted::of(config);
+    crate::analysis::open::add_waits_before_trace(
+        &wanted,
+        capture,
+        snapshots,
+        span,
+        std::process::id(),
+    );
+}
+
+/// What a report of this trace says about it; its span is the caller's to set.
+fn trace_info(
+    config: &Config,
+    clock: ClockPair,
+    attach: crate::model::AttachKind,
+    target: &str,
+) -> TraceInfo {
+    TraceInfo {
+        clock,
+        start_mono: 0,
+        end_mono: 0,
+        attach,
+        target: target.to_string(),
+        utc_offset_s: 0,
+        waker: config.waker,
+        by: By::Thread,
+        state_filter: config.state,
+        on_cpu_hz: config.on_cpu,
+        cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
+    }
 }
 
 /// What separates interval reports: a header with the interval's wall-clock end in

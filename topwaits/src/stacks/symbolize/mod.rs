@@ -87,6 +87,7 @@ pub fn trim_machinery<F: AsRef<Frame>>(frames: &mut Vec<F>) {
 }
 
 /// Where one stack id lives, for batching.
+#[derive(Clone, Copy)]
 enum Space {
     Kernel,
     User(u32),
@@ -182,7 +183,57 @@ pub fn frame_at(i: usize, addr: u64, found: Option<&Frame>) -> Frame {
 
 /// Symbolizes every record of a capture, each unique address once.
 pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
-    // Every (space, stack id) the records use, targets and hops alike.
+    let wanted = wanted_stacks(capture);
+    let fixed = with_leaf_callers(capture, &wanted, sym);
+    let names = Names::of(capture, &fixed, &wanted, sym);
+    let (ns_ids, cgroups) = ids_and_cgroups(capture, sym);
+    let mut b = Builder {
+        capture,
+        fixed,
+        names,
+        sym,
+        built: FastMap::default(),
+        shared_frames: FastMap::default(),
+        user_stacks_cut: 0,
+    };
+    let mut out = Vec::with_capacity(capture.records.len());
+    for r in &capture.records {
+        let wake = r.wake.as_ref().map(|w| {
+            let mut hops = Vec::new();
+            for h in &w.hops {
+                let h = b.hop(h);
+                let stop = h.interrupt;
+                hops.push(h);
+                // An interrupt's "waker" chain would be the interrupted task's.
+                if stop {
+                    break;
+                }
+            }
+            w.with_hops(hops)
+        });
+        out.push(Record {
+            tgid: r.tgid,
+            tid: r.tid,
+            comm: r.comm.clone(),
+            kernel: b.stack(Space::Kernel, &r.kstack),
+            user: b.stack(Space::User(r.tgid), &r.ustack),
+            count: r.count,
+            total_ns: r.total_ns,
+            max_ns: r.max_ns,
+            max_end_mono: r.max_end_mono,
+            wake,
+            open: r.open,
+            threads: 1,
+            ns_ids: ns_ids.get(&(r.tgid, r.tid)).copied().flatten(),
+            cgroup: cgroups.get(&r.tgid).cloned().flatten(),
+            waits_on: r.on_cpu.then_some(crate::model::label::WaitsOn::Running),
+        });
+    }
+    Resolved { records: out, user_stacks_cut: b.user_stacks_cut }
+}
+
+/// Every (space, stack id) the records use, targets and hops alike.
+fn wanted_stacks(capture: &Capture) -> Vec<(Space, StackId)> {
     let mut wanted: Vec<(Space, StackId)> = Vec::new();
     for r in &capture.records {
         wanted.push((Space::Kernel, r.kstack));
@@ -192,13 +243,21 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             wanted.push((Space::User(h.tgid), h.ustack));
         }
     }
-    // User stacks that carry words from the stack pointer (`--leaf-callers`): the
-    // word that checks out as the leaf's caller goes in as frame 1; the rest go.
-    // Checked per process, in one batch.
+    wanted
+}
+
+/// User stacks that carry words from the stack pointer (`--leaf-callers`): the
+/// word that checks out as the leaf's caller goes in as frame 1; the rest go.
+/// Checked per process, in one batch; the stacks so fixed, by (tgid, id).
+fn with_leaf_callers(
+    capture: &Capture,
+    wanted: &[(Space, StackId)],
+    sym: &mut dyn Symbolizer,
+) -> FastMap<(u32, u64), Vec<u64>> {
     // Per process: the stack ids, and each stack's frames and words.
     let mut split: FastMap<u32, (Vec<u64>, Vec<FramesAndWords>)> = FastMap::default();
     let mut seen: FastSet<(u32, u64)> = FastSet::default();
-    for (space, id) in &wanted {
+    for (space, id) in wanted {
         let (Space::User(t), StackId::Id(n)) = (space, id) else { continue };
         let Some(addrs) = capture.stacks.get(n) else { continue };
         if !addrs.iter().any(|a| a & LEAF_WORD != 0) || !seen.insert((*t, *n)) {
@@ -221,66 +280,101 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             fixed.insert((t, n), frames);
         }
     }
-    let stack_of = |space: &Space, id: &StackId| match (space, id) {
+    fixed
+}
+
+/// The addresses of a stack: its leaf-caller-fixed version if it has one.
+fn stack_of<'a>(
+    capture: &'a Capture,
+    fixed: &'a FastMap<(u32, u64), Vec<u64>>,
+    space: &Space,
+    id: &StackId,
+) -> Option<&'a [u64]> {
+    match (space, id) {
         (Space::User(t), StackId::Id(i)) => {
             fixed.get(&(*t, *i)).or_else(|| capture.stacks.get(i)).map(|v| v.as_slice())
         }
         (Space::Kernel, StackId::Id(i)) => capture.stacks.get(i).map(|v| v.as_slice()),
         _ => None,
-    };
-    // Kernel: one batch for all unique addresses; user: one batch per process.
-    // Sets, not lists: 20,000 stacks of 30 frames may hold a few hundred addresses.
-    let mut kset: FastSet<u64> = FastSet::default();
-    let mut per_proc: FastMap<u32, FastSet<u64>> = FastMap::default();
-    let mut python: FastMap<u32, FastSet<u64>> = FastMap::default();
-    for (space, id) in &wanted {
-        let Some(addrs) = stack_of(space, id) else { continue };
-        match space {
-            Space::Kernel => kset.extend(addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a))),
-            Space::User(t) => {
-                let addresses =
-                    addrs.iter().enumerate().filter(|(_, &a)| a & CUT_MARK == 0 && !is_py_frame(a));
-                per_proc.entry(*t).or_default().extend(addresses.map(|(i, &a)| lookup_addr(i, a)));
-                let words = addrs.iter().copied().filter(|&a| is_py_frame(a));
-                python.entry(*t).or_default().extend(words);
+    }
+}
+
+/// Every address the stacks hold, named: the kernel's in one batch, each
+/// process's in one, and Python frames by their words.
+struct Names {
+    kernel: FastMap<u64, Frame>,
+    user: FastMap<(u32, u64), Frame>,
+    python: FastMap<(u32, u64), Frame>,
+}
+
+impl Names {
+    fn of(
+        capture: &Capture,
+        fixed: &FastMap<(u32, u64), Vec<u64>>,
+        wanted: &[(Space, StackId)],
+        sym: &mut dyn Symbolizer,
+    ) -> Names {
+        // Sets, not lists: 20,000 stacks of 30 frames may hold a few hundred addresses.
+        let mut kset: FastSet<u64> = FastSet::default();
+        let mut per_proc: FastMap<u32, FastSet<u64>> = FastMap::default();
+        let mut python: FastMap<u32, FastSet<u64>> = FastMap::default();
+        for (space, id) in wanted {
+            let Some(addrs) = stack_of(capture, fixed, space, id) else { continue };
+            let looked_up = |(i, &a): (usize, &u64)| lookup_addr(i, a);
+            match space {
+                Space::Kernel => kset.extend(addrs.iter().enumerate().map(looked_up)),
+                Space::User(t) => {
+                    let native = |(_, &a): &(usize, &u64)| a & CUT_MARK == 0 && !is_py_frame(a);
+                    let addresses = addrs.iter().enumerate().filter(native).map(looked_up);
+                    per_proc.entry(*t).or_default().extend(addresses);
+                    let words = addrs.iter().copied().filter(|&a| is_py_frame(a));
+                    python.entry(*t).or_default().extend(words);
+                }
             }
         }
-    }
-    let mut kaddrs: Vec<u64> = kset.into_iter().collect();
-    kaddrs.sort_unstable();
-    let kframes: FastMap<u64, Frame> = if kaddrs.is_empty() {
-        FastMap::default()
-    } else {
-        sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect()
-    };
-    let mut uframes: FastMap<(u32, u64), Frame> = FastMap::default();
-    let mut tgids: Vec<_> = per_proc.keys().copied().collect();
-    tgids.sort_unstable();
-    for tgid in tgids {
-        let mut addrs: Vec<u64> = per_proc.remove(&tgid).unwrap_or_default().into_iter().collect();
-        addrs.sort_unstable();
-        for f in sym.user(tgid, &addrs) {
-            uframes.insert((tgid, f.addr), f);
+        let mut kaddrs: Vec<u64> = kset.into_iter().collect();
+        kaddrs.sort_unstable();
+        let kernel = if kaddrs.is_empty() {
+            FastMap::default()
+        } else {
+            sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect()
+        };
+        let mut user: FastMap<(u32, u64), Frame> = FastMap::default();
+        let mut tgids: Vec<_> = per_proc.keys().copied().collect();
+        tgids.sort_unstable();
+        for tgid in tgids {
+            let mut addrs: Vec<u64> =
+                per_proc.remove(&tgid).unwrap_or_default().into_iter().collect();
+            addrs.sort_unstable();
+            for f in sym.user(tgid, &addrs) {
+                user.insert((tgid, f.addr), f);
+            }
         }
-    }
-    // Python frames, by their words (never looked up a byte back).
-    let mut pyframes: FastMap<(u32, u64), Frame> = FastMap::default();
-    for (tgid, words) in python {
-        let words: Vec<u64> = words.into_iter().collect();
-        for f in sym.python(tgid, &words) {
-            pyframes.insert((tgid, f.addr), f);
+        // Python frames, by their words (never looked up a byte back).
+        let mut pyframes: FastMap<(u32, u64), Frame> = FastMap::default();
+        for (tgid, words) in python {
+            let words: Vec<u64> = words.into_iter().collect();
+            for f in sym.python(tgid, &words) {
+                pyframes.insert((tgid, f.addr), f);
+            }
         }
+        Names { kernel, user, python: pyframes }
     }
-    // Each (space, stack id) is built once and shared by every record using it,
-    // and each frame (space, address, leaf or not) once and shared by every stack.
-    let mut built: FastMap<(Option<u32>, u64), Stack> = FastMap::default();
-    // With each user frame, whether it lies in executable code.
-    let mut shared_frames: FastMap<FrameKey, (Arc<Frame>, bool)> = FastMap::default();
-    let mut user_stacks_cut = 0u64;
-    // Each thread's ids in its own PID namespace, asked once per thread.
-    let mut ns_ids: FastMap<(u32, u32), Option<(u32, u32)>> = FastMap::default();
-    // Each process's cgroup, asked once per process; records share its text.
-    let mut cgroups: FastMap<u32, Option<Arc<str>>> = FastMap::default();
+}
+
+/// Each thread's (pid, tid) in its own PID namespace, by (tgid, tid).
+type NsIds = FastMap<(u32, u32), Option<(u32, u32)>>;
+/// Each process's cgroup path, by tgid.
+type Cgroups = FastMap<u32, Option<Arc<str>>>;
+
+/// Each thread's ids in its own PID namespace, asked once per thread, and each
+/// process's cgroup, asked once per process (records share its text).
+fn ids_and_cgroups(
+    capture: &Capture,
+    sym: &mut dyn Symbolizer,
+) -> (NsIds, Cgroups) {
+    let mut ns_ids = NsIds::default();
+    let mut cgroups = Cgroups::default();
     let mut paths: FastSet<Arc<str>> = FastSet::default();
     for r in &capture.records {
         ns_ids.entry((r.tgid, r.tid)).or_insert_with(|| sym.ns_ids(r.tgid, r.tid));
@@ -294,121 +388,124 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             Some(p)
         });
     }
-    let sym: &dyn Symbolizer = sym;
-    let mut build = |space: Space, id: &StackId| match id {
-        StackId::None => Stack::None,
-        StackId::Lost(_) => Stack::Missing,
-        StackId::Id(n) => {
-            let key = (if let Space::User(t) = space { Some(t) } else { None }, *n);
-            built
-                .entry(key)
-                .or_insert_with(|| match stack_of(&space, id) {
-                    None => match capture.named.get(n) {
-                        Some(frames) => Stack::of(frames.clone()),
-                        // An id whose trace is gone from the map is as good as lost.
-                        None => Stack::Missing,
-                    },
-                    Some(addrs) => {
-                        let mut junk = None;
-                        let mut frames: Vec<Arc<Frame>> = addrs
-                            .iter()
-                            .enumerate()
-                            .map(|(i, &a)| {
-                                // Only a stack's last word is the walker's cut mark:
-                                // a word like one anywhere else is junk a frame-pointer
-                                // walk read (shown as "[cut]" mid-stack, once).
-                                if i + 1 < addrs.len() && cut_frame(a).is_some() {
-                                    junk.get_or_insert(i);
-                                    return Arc::new(Frame::unknown(a));
-                                }
-                                let (frame, code) =
-                                    shared_frames.entry((key.0, a, i == 0)).or_insert_with(|| {
-                                        if let (Space::User(_), Some(cut)) = (&space, cut_frame(a))
-                                        {
-                                            return (Arc::new(cut), true);
-                                        }
-                                        if let (Space::User(t), true) = (&space, is_py_frame(a)) {
-                                            let f = pyframes
-                                                .get(&(*t, a))
-                                                .cloned()
-                                                .unwrap_or_else(|| Frame::unknown(a));
-                                            return (Arc::new(f), true);
-                                        }
-                                        let l = lookup_addr(i, a);
-                                        let (f, code) = match space {
-                                            Space::Kernel => (kframes.get(&l), true),
-                                            Space::User(t) => {
-                                                (uframes.get(&(t, l)), sym.is_code(t, a))
-                                            }
-                                        };
-                                        (Arc::new(frame_at(i, a, f)), code)
-                                    });
-                                if !*code && junk.is_none() {
-                                    junk = Some(i);
-                                }
-                                frame.clone()
-                            })
-                            .collect();
-                        match space {
-                            Space::Kernel => trim_machinery(&mut frames),
-                            Space::User(_) => {
-                                if cut_at(&mut frames, junk) {
-                                    user_stacks_cut += 1;
-                                }
-                            }
-                        }
-                        Stack::shared(frames)
-                    }
-                })
-                .clone()
+    (ns_ids, cgroups)
+}
+
+/// Builds each (space, stack id) once, shared by every record using it, and
+/// each frame (space, address, leaf or not) once, shared by every stack.
+struct Builder<'a> {
+    capture: &'a Capture,
+    fixed: FastMap<(u32, u64), Vec<u64>>,
+    names: Names,
+    sym: &'a dyn Symbolizer,
+    built: FastMap<(Option<u32>, u64), Stack>,
+    /// With each user frame, whether it lies in executable code.
+    shared_frames: FastMap<FrameKey, (Arc<Frame>, bool)>,
+    user_stacks_cut: u64,
+}
+
+impl Builder<'_> {
+    fn stack(&mut self, space: Space, id: &StackId) -> Stack {
+        let n = match id {
+            StackId::None => return Stack::None,
+            StackId::Lost(_) => return Stack::Missing,
+            StackId::Id(n) => n,
+        };
+        let key = (if let Space::User(t) = space { Some(t) } else { None }, *n);
+        if let Some(s) = self.built.get(&key) {
+            return s.clone();
         }
-    };
-    let hop = |h: &RawHop, build: &mut dyn FnMut(Space, &StackId) -> Stack| {
+        let stack = match stack_of(self.capture, &self.fixed, &space, id) {
+            None => match self.capture.named.get(n) {
+                Some(frames) => Stack::of(frames.clone()),
+                // An id whose trace is gone from the map is as good as lost.
+                None => Stack::Missing,
+            },
+            Some(addrs) => {
+                let shared = &mut self.shared_frames;
+                let (mut frames, junk) = frames(&self.names, self.sym, shared, space, key.0, addrs);
+                match space {
+                    Space::Kernel => trim_machinery(&mut frames),
+                    Space::User(_) => {
+                        if cut_at(&mut frames, junk) {
+                            self.user_stacks_cut += 1;
+                        }
+                    }
+                }
+                Stack::shared(frames)
+            }
+        };
+        self.built.insert(key, stack.clone());
+        stack
+    }
+
+    fn hop(&mut self, h: &RawHop) -> Hop {
         let mut hop = Hop {
             tgid: h.tgid,
             tid: h.tid,
             comm: h.comm.clone(),
-            kernel: build(Space::Kernel, &h.kstack),
-            user: build(Space::User(h.tgid), &h.ustack),
+            kernel: self.stack(Space::Kernel, &h.kstack),
+            user: self.stack(Space::User(h.tgid), &h.ustack),
             interrupt: false,
         };
         crate::stacks::interrupts::classify_interrupt(&mut hop);
         hop
-    };
-    let mut out = Vec::with_capacity(capture.records.len());
-    for r in &capture.records {
-        let wake = r.wake.as_ref().map(|w| {
-            let mut hops = Vec::new();
-            for h in &w.hops {
-                let h = hop(h, &mut build);
-                let stop = h.interrupt;
-                hops.push(h);
-                // An interrupt's "waker" chain would be the interrupted task's.
-                if stop {
-                    break;
-                }
-            }
-            w.with_hops(hops)
-        });
-        out.push(Record {
-            tgid: r.tgid,
-            tid: r.tid,
-            comm: r.comm.clone(),
-            kernel: build(Space::Kernel, &r.kstack),
-            user: build(Space::User(r.tgid), &r.ustack),
-            count: r.count,
-            total_ns: r.total_ns,
-            max_ns: r.max_ns,
-            max_end_mono: r.max_end_mono,
-            wake,
-            open: r.open,
-            threads: 1,
-            ns_ids: ns_ids.get(&(r.tgid, r.tid)).copied().flatten(),
-            cgroup: cgroups.get(&r.tgid).cloned().flatten(),
-            waits_on: r.on_cpu.then_some(crate::model::label::WaitsOn::Running),
-        });
     }
-    Resolved { records: out, user_stacks_cut }
+}
+
+/// A stack's frames, and where junk begins: a word that is not code, or a
+/// cut mark that is not the stack's last word.
+fn frames(
+    names: &Names,
+    sym: &dyn Symbolizer,
+    shared_frames: &mut FastMap<FrameKey, (Arc<Frame>, bool)>,
+    space: Space,
+    owner: Option<u32>,
+    addrs: &[u64],
+) -> (Vec<Arc<Frame>>, Option<usize>) {
+    let mut junk = None;
+    let mut frames = Vec::with_capacity(addrs.len());
+    for (i, &a) in addrs.iter().enumerate() {
+        // Only a stack's last word is the walker's cut mark: a word like one
+        // anywhere else is junk a frame-pointer walk read (shown as "[cut]"
+        // mid-stack, once).
+        if i + 1 < addrs.len() && cut_frame(a).is_some() {
+            junk.get_or_insert(i);
+            frames.push(Arc::new(Frame::unknown(a)));
+            continue;
+        }
+        let (frame, code) = shared_frames
+            .entry((owner, a, i == 0))
+            .or_insert_with(|| frame_named(names, sym, space, i, a));
+        if !*code && junk.is_none() {
+            junk = Some(i);
+        }
+        frames.push(frame.clone());
+    }
+    (frames, junk)
+}
+
+/// Frame `i` of a stack, word `a`, named; with whether it lies in code.
+fn frame_named(
+    names: &Names,
+    sym: &dyn Symbolizer,
+    space: Space,
+    i: usize,
+    a: u64,
+) -> (Arc<Frame>, bool) {
+    if let (Space::User(_), Some(cut)) = (&space, cut_frame(a)) {
+        return (Arc::new(cut), true);
+    }
+    if let (Space::User(t), true) = (&space, is_py_frame(a)) {
+        let f = names.python.get(&(*t, a)).cloned().unwrap_or_else(|| Frame::unknown(a));
+        return (Arc::new(f), true);
+    }
+    let l = lookup_addr(i, a);
+    let (f, code) = match space {
+        Space::Kernel => (names.kernel.get(&l), true),
+        Space::User(t) => (names.user.get(&(t, l)), sym.is_code(t, a)),
+    };
+    (Arc::new(frame_at(i, a, f)), code)
 }
 
 #[cfg(test)]

@@ -369,10 +369,7 @@ type Cgroups = FastMap<u32, Option<Arc<str>>>;
 
 /// Each thread's ids in its own PID namespace, asked once per thread, and each
 /// process's cgroup, asked once per process (records share its text).
-fn ids_and_cgroups(
-    capture: &Capture,
-    sym: &mut dyn Symbolizer,
-) -> (NsIds, Cgroups) {
+fn ids_and_cgroups(capture: &Capture, sym: &mut dyn Symbolizer) -> (NsIds, Cgroups) {
     let mut ns_ids = NsIds::default();
     let mut cgroups = Cgroups::default();
     let mut paths: FastSet<Arc<str>> = FastSet::default();

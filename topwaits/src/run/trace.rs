@@ -130,6 +130,31 @@ pub(super) fn symbolizer_and_learners(
     Ok((symbolizer, events))
 }
 
+/// A trace attached, with what reads its stacks.
+struct Started {
+    tracer: Tracer,
+    unwinder: std::cell::RefCell<Unwinder>,
+    symbolizer: BlazeSymbolizer,
+    events: Option<ProcEvents>,
+    snapshots: crate::analysis::snapshot::Snapshotter,
+}
+
+/// Loads and attaches, with the unwind tables of -p/-t processes built first
+/// (before the programs attach), so that their waits are walked whole from
+/// the first; then says what is traced.
+fn start(config: &Config, target: &str) -> Result<Started> {
+    let cache = super::tables::open_cache(config.cache.as_deref());
+    let (mut tracer, unwinder) =
+        Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
+    let unwinder = std::cell::RefCell::new(unwinder);
+    seed_waits(&mut tracer, cache.clone());
+    announce(config, target);
+    let (symbolizer, events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
+    let mut snapshots = crate::analysis::snapshot::Snapshotter::default();
+    snapshots.set_cache(cache);
+    Ok(Started { tracer, unwinder, symbolizer, events, snapshots })
+}
+
 /// How often a trace that runs for long forgets the processes gone.
 pub(super) const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -143,29 +168,16 @@ pub fn run(config: &Config) -> Result<()> {
         Some(ViewFiles::create(&config.shown, config.record.as_deref())?.shown(config.view));
     warn_if_kernel_symbols_hidden(config);
     let clock = ClockPair::sample();
-    // Before the programs attach: the tables of -p/-t processes are built first,
-    // so that their waits are walked whole from the first.
-    let cache = super::tables::open_cache(config.cache.as_deref());
-    let (mut tracer, unwinder) =
-        Tracer::start(config, |maps| Unwinder::start(maps, &config.threads, cache.clone()))?;
-    let unwinder = std::cell::RefCell::new(unwinder);
-    seed_waits(&mut tracer, cache.clone());
     let target = config.target();
-    announce(config, &target);
-    let (mut symbolizer, mut events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
-    let mut snapshots = crate::analysis::snapshot::Snapshotter::default();
-    snapshots.set_cache(cache);
+    let Started { mut tracer, unwinder, mut symbolizer, mut events, mut snapshots } =
+        start(config, &target)?;
     let start_mono = tracer.attached_mono();
     let lost_at_start =
         if config.open_waits { crate::sys::schedclock::lost_ns() } else { Default::default() };
     let mut long = tracer.take_wait_events()?;
     let status = Status::new(config.duration);
-    // The duration and the interval grid count from the attach, not from the
-    // end of the loading above, so that an interval is as long as asked and
-    // the trace as long as its duration.
-    let since_attach = Duration::from_nanos(monotonic_now().saturating_sub(start_mono));
-    let t0 =
-        std::time::Instant::now().checked_sub(since_attach).unwrap_or_else(std::time::Instant::now);
+    // An interval is as long as asked and the trace as its duration.
+    let t0 = instant_of(start_mono);
     let deadline = config.duration.map(|d| t0 + d);
     let format = report::for_output(config.view, &config.shown.output);
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
@@ -199,13 +211,7 @@ pub fn run(config: &Config) -> Result<()> {
         let finished = config.interval.is_none()
             || matches!(end, End::Signal(_) | End::TargetsExited)
             || deadline.is_some_and(|d| std::time::Instant::now() >= d);
-        match end {
-            End::Signal(s) => log::info!("{s}: ending the trace early"),
-            End::TargetsExited => crate::util::stderr::say!(
-                "topwaits: {target}: every traced process has exited; ending the trace"
-            ),
-            End::Duration => {}
-        }
+        say_end(&end, &target);
         if finished {
             second_interrupt_quits();
             // Events were recorded until the programs were detached.
@@ -213,12 +219,7 @@ pub fn run(config: &Config) -> Result<()> {
         }
         let end_mono = monotonic_now();
         let open_at = config.open_waits.then_some(end_mono);
-        let (rows, states, samples) = sent_records(config, long.as_mut());
-        let mut capture = if finished {
-            tracer.drain(open_at, &[&rows[..], &samples[..]].concat())?
-        } else {
-            tracer.drain_and_clear(open_at)?
-        };
+        let (mut capture, sent) = drained(config, &mut tracer, long.as_mut(), finished, open_at)?;
         if config.open_waits {
             let span = crate::analysis::open::Span {
                 start: start_mono,
@@ -234,25 +235,10 @@ pub fn run(config: &Config) -> Result<()> {
         resolver.next_interval();
         let labels =
             config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
-        let mut report = interval::report(
-            capture,
-            interval::Events { rows, states, samples },
-            &before,
-            info,
-            &mut symbolizer,
-            labels,
-        );
-        let grouped = crate::analysis::reduce::grouped(&report, config.shown.by);
-        write_quietly(|out| {
-            if !config.print {
-                return Ok(());
-            }
-            let shown = grouped.as_ref().unwrap_or(&report);
-            if config.interval.is_some() {
-                interval_frame(out, &config.shown.output, round, shown)?;
-            }
-            format.write(shown, out)
-        })?;
+        let mut report = interval::report(capture, sent, &before, info, &mut symbolizer, labels);
+        if config.print {
+            print_report(config, format.as_ref(), round, &report)?;
+        }
         if !finished {
             (interval_start, before) = (end_mono, total);
             // An interval trace runs for long: the processes gone since the
@@ -264,17 +250,62 @@ pub fn run(config: &Config) -> Result<()> {
             continue;
         }
         if let Some(files) = files.take() {
-            if files.need_objects() {
-                report.objects = crate::stacks::objects::Objects::default()
-                    .of_records(&report.records, |t| symbolizer.file_maps(t));
-            }
-            files.write(&report)?;
+            write_files(files, &mut report, &symbolizer)?;
         }
         break;
     }
     drop(tracer);
     say_losses(&unwinder.borrow(), long.as_ref(), &total);
     Ok(())
+}
+
+/// The `Instant` of a CLOCK_MONOTONIC time just past: the duration and the
+/// interval grid count from the attach, not from the end of the loading.
+fn instant_of(mono: u64) -> std::time::Instant {
+    let since = Duration::from_nanos(monotonic_now().saturating_sub(mono));
+    std::time::Instant::now().checked_sub(since).unwrap_or_else(std::time::Instant::now)
+}
+
+/// Says why a trace ended, where the user did not end it.
+fn say_end(end: &End, target: &str) {
+    match end {
+        End::Signal(s) => log::info!("{s}: ending the trace early"),
+        End::TargetsExited => crate::util::stderr::say!(
+            "topwaits: {target}: every traced process has exited; ending the trace"
+        ),
+        End::Duration => {}
+    }
+}
+
+/// Prints one report (one interval's, framed, with `-i`) as `--by` groups it.
+fn print_report(
+    config: &Config,
+    format: &dyn report::Format,
+    round: usize,
+    report: &crate::model::Report,
+) -> Result<()> {
+    let grouped = crate::analysis::reduce::grouped(report, config.shown.by);
+    write_quietly(|out| {
+        let shown = grouped.as_ref().unwrap_or(report);
+        if config.interval.is_some() {
+            interval_frame(out, &config.shown.output, round, shown)?;
+        }
+        format.write(shown, out)
+    })
+}
+
+/// Writes the files beside stdout, with the mappings of the processes their
+/// frames lie in where a file needs them.
+fn write_files(
+    files: ViewFiles,
+    report: &mut crate::model::Report,
+    symbolizer: &BlazeSymbolizer,
+) -> Result<()> {
+    if files.need_objects() {
+        report.objects = crate::stacks::objects::Objects::default()
+            .of_records(&report.records, |t| symbolizer.file_maps(t));
+    }
+    files.write(report)
 }
 
 /// The losses of a whole trace, said once with their fixes.
@@ -355,6 +386,24 @@ fn next_slice(
     }
 }
 
+/// What a round drained: the aggregate (cleared after, but for the last
+/// round), and the events sent, which the last round's drain takes in too.
+fn drained(
+    config: &Config,
+    tracer: &mut Tracer,
+    long: Option<&mut crate::bpf::WaitEvents>,
+    finished: bool,
+    open_at: Option<u64>,
+) -> Result<(crate::model::Capture, interval::Events)> {
+    let (rows, states, samples) = sent_records(config, long);
+    let capture = if finished {
+        tracer.drain(open_at, &[&rows[..], &samples[..]].concat())?
+    } else {
+        tracer.drain_and_clear(open_at)?
+    };
+    Ok((capture, interval::Events { rows, states, samples }))
+}
+
 /// The long waits sent until the programs were detached, as one-wait records
 /// (with their states), and the on-CPU samples sent with them, as one-sample
 /// records.
@@ -409,7 +458,7 @@ fn add_open_waits(
 }
 
 /// What a report of this trace says about it; its span is the caller's to set.
-fn trace_info(
+pub(super) fn trace_info(
     config: &Config,
     clock: ClockPair,
     attach: crate::model::AttachKind,

@@ -16,7 +16,7 @@ use anyhow::{anyhow, Result};
 
 use super::interval;
 use super::tables::Unwinder;
-use super::trace::{on_event, seed_waits, symbolizer_and_learners};
+use super::trace::{on_event, seed_waits, symbolizer_and_learners, trace_info};
 use super::wait::{hold_signals, pidfds, wait, End};
 use crate::analysis::increments::Increments;
 use crate::analysis::metrics::Metrics;
@@ -52,6 +52,21 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    fn new(c: &ServeConfig, clock: ClockPair) -> Shared {
+        Shared {
+            metrics: Mutex::new(Metrics::new(c.max_series)),
+            own: Mutex::new(Own {
+                start_time_seconds: clock.wall(monotonic_now()) as f64 / 1e9,
+                ..Default::default()
+            }),
+            windows: Mutex::new(Vec::new()),
+            gathered: Condvar::new(),
+            stop: AtomicBool::new(false),
+            waker: c.trace.waker,
+            step: c.step,
+        }
+    }
+
     /// Waits for the reports of the next `secs` seconds, merged into one; None
     /// when serving ends first.
     fn next_seconds(&self, secs: u64) -> Option<Report> {
@@ -121,13 +136,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     let config = &*c.trace;
     hold_signals();
     super::preflight(&config.threads)?;
-    // The port first: a busy one ends it before anything loads.
-    let listener = std::net::TcpListener::bind(c.listen).map_err(|e| {
-        anyhow!("serve: cannot listen on {}: {e}; choose another address with --listen", c.listen)
-    })?;
-    if let Some(o) = &c.otlp {
-        otlp::check_reachable(o);
-    }
+    let listener = listen(c)?;
     let mut targets = pidfds(&config.threads);
     let clock = ClockPair::sample();
     let cache = super::tables::open_cache(config.cache.as_deref());
@@ -137,31 +146,12 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     tracer.count_seeded_open();
     seed_waits(&mut tracer, cache);
     let (mut symbolizer, mut events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
-    let shared = Arc::new(Shared {
-        metrics: Mutex::new(Metrics::new(c.max_series)),
-        own: Mutex::new(Own {
-            start_time_seconds: clock.wall(monotonic_now()) as f64 / 1e9,
-            ..Default::default()
-        }),
-        windows: Mutex::new(Vec::new()),
-        gathered: Condvar::new(),
-        stop: AtomicBool::new(false),
-        waker: config.waker,
-        step: c.step,
-    });
+    let shared = Arc::new(Shared::new(c, clock));
     // Started while the signals are held, so that they block them too.
     let server = http::Server::start(listener, shared.clone())?;
     let pusher = c.otlp.clone().map(|o| otlp::Pusher::start(o, shared.clone()));
     let target = config.target();
-    crate::util::stderr::say!(
-        "Serving the waits of {target} on http://{}/metrics and /debug/pprof/offcpu{}{}... Hit Ctrl-C to end.",
-        server.addr(),
-        if config.waker { ", /debug/pprof/offwake" } else { "" },
-        c.otlp
-            .as_ref()
-            .map(|o| format!("; pushing OTLP profiles to {} every {:.0} s", o.url, o.interval.as_secs_f64()))
-            .unwrap_or_default()
-    );
+    announce(c, server.addr(), &target);
     let mut increments = Increments::default();
     let (mut interval_start, mut before) = (tracer.attached_mono(), Counters::default());
     let mut lost_stacks = 0;
@@ -192,19 +182,9 @@ pub fn run(c: &ServeConfig) -> Result<()> {
             let mut capture = tracer.drain_and_clear(Some(end_mono))?;
             increments.step(&mut capture.records);
             let total = capture.counters;
-            let info = TraceInfo {
-                clock,
-                start_mono: interval_start,
-                end_mono,
-                attach: tracer.attach_kind(),
-                target: target.clone(),
-                utc_offset_s: local_offset_s(clock.wall(end_mono)),
-                waker: config.waker,
-                by: By::Thread,
-                state_filter: config.state,
-                on_cpu_hz: None,
-                cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
-            };
+            let mut info = trace_info(config, clock, tracer.attach_kind(), &target);
+            (info.start_mono, info.end_mono) = (interval_start, end_mono);
+            (info.utc_offset_s, info.on_cpu_hz) = (local_offset_s(clock.wall(end_mono)), None);
             resolver.next_interval();
             let labels =
                 config.labels.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
@@ -227,24 +207,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
             let lost = total.lost_kernel_stacks + total.lost_user_stacks + total.chains_full;
             if round % AGE_EVERY == 0 || lost > lost_stacks {
                 lost_stacks = lost;
-                match tracer.age_stacks() {
-                    Ok(a) if a.stacks + a.chains > 0 => {
-                        log::info!(
-                            "aged {} stacks and {} waker chains out of the kernel's maps",
-                            a.stacks,
-                            a.chains
-                        );
-                        if let Ok(mut own) = shared.own.lock() {
-                            own.stacks_aged += a.stacks;
-                            own.chains_aged += a.chains;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => log::warn!(
-                        "stacks could not be aged: {}",
-                        crate::util::stderr::error_line(&e)
-                    ),
-                }
+                age(&mut tracer, &shared);
             }
             if last_sweep.elapsed() >= super::trace::FORGET_AFTER {
                 last_sweep = Instant::now();
@@ -263,10 +226,63 @@ pub fn run(c: &ServeConfig) -> Result<()> {
         p.finish();
     }
     drop(tracer);
+    say_ending(&shared, &unwinder.borrow(), &ended);
+    Ok(())
+}
+
+/// The warnings of the whole run, and that it stopped.
+fn say_ending(shared: &Shared, unwinder: &Unwinder, ended: &str) {
     let warnings = shared.metrics.lock().map(|m| m.counters.warnings()).unwrap_or_default();
-    for w in warnings.into_iter().chain(unwinder.borrow().warnings()) {
+    for w in warnings.into_iter().chain(unwinder.warnings()) {
         crate::util::stderr::say!("topwaits: warning: {w}");
     }
     crate::util::stderr::say!("topwaits: serve: {ended}; stopped");
-    Ok(())
+}
+
+/// The port first: a busy one ends serve before anything loads; and the OTLP
+/// receiver, which is only warned about.
+fn listen(c: &ServeConfig) -> Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(c.listen).map_err(|e| {
+        anyhow!("serve: cannot listen on {}: {e}; choose another address with --listen", c.listen)
+    })?;
+    if let Some(o) = &c.otlp {
+        otlp::check_reachable(o);
+    }
+    Ok(listener)
+}
+
+/// Says where serve answers, and where it pushes.
+fn announce(c: &ServeConfig, addr: std::net::SocketAddr, target: &str) {
+    let offwake = if c.trace.waker { ", /debug/pprof/offwake" } else { "" };
+    let pushing = c
+        .otlp
+        .as_ref()
+        .map(|o| {
+            let every = o.interval.as_secs_f64();
+            format!("; pushing OTLP profiles to {} every {every:.0} s", o.url)
+        })
+        .unwrap_or_default();
+    crate::util::stderr::say!(
+        "Serving the waits of {target} on http://{addr}/metrics and /debug/pprof/offcpu{offwake}{pushing}... Hit Ctrl-C to end."
+    );
+}
+
+/// Ages out of the kernel's full stack and chain maps what nothing in flight
+/// names, and counts it.
+fn age(tracer: &mut Tracer, shared: &Shared) {
+    match tracer.age_stacks() {
+        Ok(a) if a.stacks + a.chains > 0 => {
+            log::info!(
+                "aged {} stacks and {} waker chains out of the kernel's maps",
+                a.stacks,
+                a.chains
+            );
+            if let Ok(mut own) = shared.own.lock() {
+                own.stacks_aged += a.stacks;
+                own.chains_aged += a.chains;
+            }
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!("stacks could not be aged: {}", crate::util::stderr::error_line(&e)),
+    }
 }

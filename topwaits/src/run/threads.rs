@@ -24,6 +24,81 @@ pub fn window_end(now: u64, deadline: Option<u64>) -> u64 {
     deadline.map_or(now, |d| d.min(now))
 }
 
+/// What the report of the on-CPU samples says of the window.
+fn sampled_info(
+    config: &ThreadsConfig,
+    clock: crate::util::clock::ClockPair,
+    attach: crate::model::AttachKind,
+    (start_mono, end_mono): (u64, u64),
+    hz: u32,
+) -> TraceInfo {
+    TraceInfo {
+        clock,
+        start_mono,
+        end_mono,
+        attach,
+        target: config.threads.describe(),
+        utc_offset_s: crate::util::clock::local_offset_s(clock.wall(start_mono)),
+        waker: false,
+        by: By::Thread,
+        state_filter: None,
+        on_cpu_hz: Some(hz),
+        cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
+    }
+}
+
+/// The losses of the profile, said on stderr and returned for the report.
+fn say_warnings(
+    capture: &crate::model::profile::ThreadsCapture,
+    sampled: Option<&crate::model::Report>,
+    unwinder: &Unwinder,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if capture.lost_threads > 0 {
+        warnings.push(format!(
+            "{} thread events did not fit into the full thread map; narrow the trace with -p/-t",
+            capture.lost_threads
+        ));
+    }
+    if capture.lost_deps > 0 {
+        warnings.push(format!(
+            "{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t",
+            capture.lost_deps
+        ));
+    }
+    if let Some(r) = sampled {
+        warnings.extend(r.counters.warnings());
+    }
+    warnings.extend(unwinder.warnings());
+    for w in &warnings {
+        crate::util::stderr::say!("topwaits: warning: {w}");
+    }
+    warnings
+}
+
+/// Writes the rt-app reproducer of the profile, and says how to run it.
+fn write_rt_app(
+    config: &ThreadsConfig,
+    path: &std::path::Path,
+    file: crate::util::outfile::OutputFile,
+    capture: &crate::model::profile::ThreadsCapture,
+    groups: &[crate::analysis::deps::Group],
+    duration_s: f64,
+) -> Result<()> {
+    use crate::analysis::rtapp;
+    let secs = config.rt_app_duration.unwrap_or_else(|| rtapp::replay_seconds(duration_s));
+    let demand = if config.rt_app_wanted { rtapp::Demand::Wanted } else { rtapp::Demand::OnCpu };
+    let replay = rtapp::Replay { duration_s: secs, demand, calibration: config.rt_app_calibration };
+    let doc = rtapp::document(&capture.threads, groups, &capture.edges, replay);
+    file.write_quiet(|out| out.write_all(doc.render().as_bytes()))?;
+    crate::util::stderr::say!(
+        "Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}",
+        path.display(),
+        path.display()
+    );
+    Ok(())
+}
+
 /// Runs `topwaits threads`: the profile, the dependencies, and the rt-app file.
 pub fn run(config: &ThreadsConfig) -> Result<()> {
     hold_signals();
@@ -71,28 +146,11 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     let mut capture = tracer.drain_threads(end_mono)?;
     let sampled = match config.on_cpu {
         Some(hz) => {
-            let info = TraceInfo {
-                clock,
-                start_mono,
-                end_mono,
-                attach: tracer.attach_kind(),
-                target: config.threads.describe(),
-                utc_offset_s: crate::util::clock::local_offset_s(clock.wall(start_mono)),
-                waker: false,
-                by: By::Thread,
-                state_filter: None,
-                on_cpu_hz: Some(hz),
-                cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
-            };
+            let info =
+                sampled_info(config, clock, tracer.attach_kind(), (start_mono, end_mono), hz);
             let samples = tracer.drain(None, &[])?;
-            Some(interval::report(
-                samples,
-                Default::default(),
-                &Default::default(),
-                info,
-                &mut symbolizer,
-                None,
-            ))
+            let none = Default::default();
+            Some(interval::report(samples, none, &Default::default(), info, &mut symbolizer, None))
         }
         None => None,
     };
@@ -103,24 +161,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     let groups =
         crate::analysis::deps::reduce(&crate::analysis::deps::driving(&capture.edges, &sleeps));
     let duration_s = end_mono.saturating_sub(start_mono) as f64 / 1e9;
-    let mut warnings = Vec::new();
-    if capture.lost_threads > 0 {
-        warnings.push(format!(
-            "{} thread events did not fit into the full thread map; narrow the trace with -p/-t",
-            capture.lost_threads
-        ));
-    }
-    if capture.lost_deps > 0 {
-        warnings
-            .push(format!("{} wake dependencies did not fit into the full dependency map; narrow the trace with -p/-t", capture.lost_deps));
-    }
-    if let Some(r) = &sampled {
-        warnings.extend(r.counters.warnings());
-    }
-    warnings.extend(unwinder.borrow().warnings());
-    for w in &warnings {
-        crate::util::stderr::say!("topwaits: warning: {w}");
-    }
+    let warnings = say_warnings(&capture, sampled.as_ref(), &unwinder.borrow());
     let hot = sampled
         .as_ref()
         .map(|r| crate::analysis::timeshare::hottest(r, HOT_STACKS))
@@ -135,27 +176,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         hot: sampled.as_ref().zip(config.on_cpu).map(|(_, hz)| (hz, &hot)),
     };
     if let (Some(path), Some(file)) = (&config.rt_app, rt_app_file) {
-        let secs = config
-            .rt_app_duration
-            .unwrap_or_else(|| crate::analysis::rtapp::replay_seconds(duration_s));
-        let demand = if config.rt_app_wanted {
-            crate::analysis::rtapp::Demand::Wanted
-        } else {
-            crate::analysis::rtapp::Demand::OnCpu
-        };
-        let replay = crate::analysis::rtapp::Replay {
-            duration_s: secs,
-            demand,
-            calibration: config.rt_app_calibration,
-        };
-        let doc =
-            crate::analysis::rtapp::document(&capture.threads, &groups, &capture.edges, replay);
-        file.write_quiet(|out| out.write_all(doc.render().as_bytes()))?;
-        crate::util::stderr::say!(
-            "Wrote the rt-app reproducer to {} ({secs} s); run it with: rt-app {}",
-            path.display(),
-            path.display()
-        );
+        write_rt_app(config, path, file, &capture, &groups, duration_s)?;
     }
     let format: &dyn Format<_> = if config.json { &threads::Json } else { &threads::Table };
     write_quietly(|out| format.write(&report, out))

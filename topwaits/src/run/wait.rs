@@ -72,21 +72,9 @@ pub fn wait(
         .context("failed to start the async runtime")?;
     rt.block_on(async {
         // One that came while attaching, or between two waits, is read now.
-        // SAFETY: the AsyncFd owns the signalfd, which stays open and the same
-        // for as long as it is registered.
-        let mut signals = unsafe { AsyncFd::register_with_interest(SignalFd::open()?, tokio::io::Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)?;
-        let mut events = match events_slot.take() {
-            // SAFETY: the ring buffer owns its map fd, which stays open and the same
-            // for as long as the AsyncFd holds it.
-            Some(e) => Some(unsafe { AsyncFd::register_with_interest(e, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
-            None => None,
-        };
-        let mut long = match waits_slot.take() {
-            // SAFETY: as for the process events above.
-            Some(w) => Some(unsafe { AsyncFd::register_with_interest(w, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?),
-            None => None,
-        };
+        let mut signals = registered(SignalFd::open()?)?;
+        let mut events = events_slot.take().map(registered).transpose()?;
+        let mut long = waits_slot.take().map(registered).transpose()?;
         // When `on_event` wants to be called with None next: at once, as events
         // taken before this loop (while the learners loaded) may have asked for
         // beats that no one gave (a waker first seen then had its tables built
@@ -104,12 +92,7 @@ pub fn wait(
         };
         tokio::pin!(sleep);
         let watch = !targets.is_empty();
-        let mut alive = Vec::new();
-        for fd in targets.drain(..) {
-            // SAFETY: the AsyncFd owns the pidfd, which stays open and the same for
-            // as long as it is registered.
-            alive.push(unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?);
-        }
+        let mut alive = targets.drain(..).map(registered).collect::<std::io::Result<Vec<_>>>()?;
         let end = loop {
             let readable = async {
                 match events.as_mut() {
@@ -117,26 +100,7 @@ pub fn wait(
                     None => std::future::pending().await,
                 }
             };
-            // Long-wait events wake no one: read when the kernel says the buffer
-            // is half full, else every 100 ms.
-            let long_pulled = async {
-                match long.as_mut() {
-                    Some(fd) => {
-                        let woken = match tokio::time::timeout(Duration::from_millis(100), fd.readable_mut()).await {
-                            Ok(Ok(mut guard)) => {
-                                guard.get_inner_mut().pull();
-                                guard.clear_ready();
-                                true
-                            }
-                            _ => false,
-                        };
-                        if !woken {
-                            fd.get_mut().pull();
-                        }
-                    }
-                    None => std::future::pending().await,
-                }
-            };
+            let long_pulled = pull_long(long.as_mut());
             tokio::select! {
                 _ = &mut sleep => break End::Duration,
                 _ = long_pulled => {}
@@ -176,21 +140,42 @@ pub fn wait(
         };
         // Processes still alive are watched again in the next interval.
         targets.extend(alive.into_iter().map(AsyncFd::into_inner));
-        // Hand the event stream back for the next interval, with what is pending.
-        if let Some(fd) = events {
+        // Hand the event streams back for the next interval, with what is pending.
+        *events_slot = events.map(|fd| {
             let mut inner = fd.into_inner();
             inner.drain(|e| {
                 on_event(Some(e));
             });
-            *events_slot = Some(inner);
-        }
-        if let Some(fd) = long {
+            inner
+        });
+        *waits_slot = long.map(|fd| {
             let mut inner = fd.into_inner();
             inner.pull();
-            *waits_slot = Some(inner);
-        }
+            inner
+        });
         Ok(end)
     })
+}
+
+/// `fd` registered with the runtime, to be awaited until readable.
+fn registered<T: std::os::fd::AsRawFd>(fd: T) -> std::io::Result<tokio::io::unix::AsyncFd<T>> {
+    // SAFETY: the AsyncFd owns `fd` (a signalfd, a ring buffer's map fd or a
+    // pidfd), which stays open and the same for as long as it is registered.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}
+
+/// Long-wait events wake no one: read when the kernel says the buffer is half
+/// full, else every 100 ms; pending for ever without them.
+async fn pull_long(long: Option<&mut tokio::io::unix::AsyncFd<WaitEvents>>) {
+    let Some(fd) = long else { return std::future::pending().await };
+    match tokio::time::timeout(Duration::from_millis(100), fd.readable_mut()).await {
+        Ok(Ok(mut guard)) => {
+            guard.get_inner_mut().pull();
+            guard.clear_ready();
+        }
+        _ => fd.get_mut().pull(),
+    }
 }
 
 /// When to read the process events without being woken. The kernel wakes this

@@ -343,147 +343,191 @@ fn run(
     let mut stack = Vec::new();
     let in_fde = pc.is_some();
     let mut pc = pc.unwrap_or(0);
-    let initial = cie.initial;
-    let set = |s: &mut State, reg: u64, r: Reg| match reg {
-        RA => s.ra = r,
-        RBP => s.bp = r,
-        _ => {}
-    };
-    let restore = |s: &mut State, reg: u64| -> Option<()> {
-        // Only an FDE has initial rules to go back to.
-        in_fde.then_some(())?;
-        match reg {
-            RA => s.ra = initial.ra,
-            RBP => s.bp = initial.bp,
-            _ => {}
-        }
-        Some(())
-    };
-    let factored = |n: i64| n.wrapping_mul(cie.data_align);
     while c.at < c.end {
         let op = c.u8()?;
-        let advance = match op >> 6 {
-            1 => Some(u64::from(op & 0x3f)),
-            2 => {
-                let off = c.uleb()? as i64;
-                set(state, u64::from(op & 0x3f), Reg::Offset(factored(off)));
-                None
+        match step(op, c, cie, sec, in_fde, state, &mut stack)? {
+            Step::Stay => {}
+            Step::SetLoc(to) => {
+                if to < pc {
+                    return None;
+                }
+                row(pc, state);
+                pc = to;
             }
-            3 => {
-                restore(state, u64::from(op & 0x3f))?;
-                None
+            Step::Advance(delta) => {
+                row(pc, state);
+                pc = pc.wrapping_add(delta.wrapping_mul(cie.code_align));
             }
-            _ => match op {
-                0x00 => None,
-                0x01 => {
-                    let to = c.pointer(cie.encoding, sec)?;
-                    if to < pc {
-                        return None;
-                    }
-                    row(pc, state);
-                    pc = to;
-                    continue;
-                }
-                0x02 => Some(u64::from(c.u8()?)),
-                0x03 => Some(u64::from(c.u16()?)),
-                0x04 => Some(u64::from(c.u32()?)),
-                0x05 => {
-                    let (reg, off) = (c.uleb()?, c.uleb()? as i64);
-                    set(state, reg, Reg::Offset(factored(off)));
-                    None
-                }
-                0x06 => {
-                    restore(state, c.uleb()?)?;
-                    None
-                }
-                0x07 => {
-                    set(state, c.uleb()?, Reg::Undefined);
-                    None
-                }
-                0x08 => {
-                    set(state, c.uleb()?, Reg::SameValue);
-                    None
-                }
-                // register, val_offset, val_offset_sf: a rule a table cannot
-                // follow (a LEB128 is as long read signed or not).
-                0x09 | 0x14 | 0x15 => {
-                    let reg = c.uleb()?;
-                    c.uleb()?;
-                    set(state, reg, Reg::Other);
-                    None
-                }
-                0x0a => {
-                    if stack.len() >= MAX_REMEMBERED {
-                        return None;
-                    }
-                    stack.push(*state);
-                    None
-                }
-                0x0b => {
-                    *state = stack.pop()?;
-                    None
-                }
-                0x0c => {
-                    state.cfa = Cfa::Reg { reg: c.uleb()?, offset: c.uleb()? as i64 };
-                    None
-                }
-                0x0d => {
-                    let Cfa::Reg { offset, .. } = state.cfa else { return None };
-                    state.cfa = Cfa::Reg { reg: c.uleb()?, offset };
-                    None
-                }
-                0x0e => {
-                    let Cfa::Reg { reg, .. } = state.cfa else { return None };
-                    state.cfa = Cfa::Reg { reg, offset: c.uleb()? as i64 };
-                    None
-                }
-                0x0f => {
-                    let len = usize::try_from(c.uleb()?).ok()?;
-                    let at = c.at;
-                    c.bytes(len)?;
-                    state.cfa = Cfa::Expr { at, len };
-                    None
-                }
-                0x10 | 0x16 => {
-                    let reg = c.uleb()?;
-                    let len = usize::try_from(c.uleb()?).ok()?;
-                    c.bytes(len)?;
-                    set(state, reg, Reg::Other);
-                    None
-                }
-                0x11 => {
-                    let (reg, off) = (c.uleb()?, c.sleb()?);
-                    set(state, reg, Reg::Offset(factored(off)));
-                    None
-                }
-                0x12 => {
-                    let (reg, off) = (c.uleb()?, c.sleb()?);
-                    state.cfa = Cfa::Reg { reg, offset: factored(off) };
-                    None
-                }
-                0x13 => {
-                    let Cfa::Reg { reg, .. } = state.cfa else { return None };
-                    state.cfa = Cfa::Reg { reg, offset: factored(c.sleb()?) };
-                    None
-                }
-                0x2e => {
-                    c.uleb()?;
-                    None
-                }
-                0x2f => {
-                    let (reg, off) = (c.uleb()?, c.uleb()? as i64);
-                    set(state, reg, Reg::Offset(factored(off.wrapping_neg())));
-                    None
-                }
-                _ => return None,
-            },
-        };
-        if let Some(delta) = advance {
-            row(pc, state);
-            pc = pc.wrapping_add(delta.wrapping_mul(cie.code_align));
         }
     }
     Some(pc)
+}
+
+/// What one instruction does to the location.
+enum Step {
+    /// Nothing: the rules changed, or nothing did.
+    Stay,
+    /// Advance by this many code alignment units, ending a row.
+    Advance(u64),
+    /// Go to this address, ending a row.
+    SetLoc(u64),
+}
+
+/// Runs one instruction, `op`, its operands read from `c`; None for one that
+/// cannot be followed.
+fn step(
+    op: u8,
+    c: &mut Cursor,
+    cie: &Cie,
+    sec: &Section,
+    in_fde: bool,
+    state: &mut State,
+    stack: &mut Vec<State>,
+) -> Option<Step> {
+    let factored = |n: i64| n.wrapping_mul(cie.data_align);
+    let low = u64::from(op & 0x3f);
+    Some(match op >> 6 {
+        1 => Step::Advance(low),
+        2 => {
+            set_reg(state, low, Reg::Offset(factored(c.uleb()? as i64)));
+            Step::Stay
+        }
+        3 => {
+            restore_reg(state, low, cie, in_fde)?;
+            Step::Stay
+        }
+        _ => match op {
+            0x00 => Step::Stay,
+            0x01 => Step::SetLoc(c.pointer(cie.encoding, sec)?),
+            0x02 => Step::Advance(u64::from(c.u8()?)),
+            0x03 => Step::Advance(u64::from(c.u16()?)),
+            0x04 => Step::Advance(u64::from(c.u32()?)),
+            0x06 => {
+                restore_reg(state, c.uleb()?, cie, in_fde)?;
+                Step::Stay
+            }
+            0x0a => {
+                if stack.len() >= MAX_REMEMBERED {
+                    return None;
+                }
+                stack.push(*state);
+                Step::Stay
+            }
+            0x0b => {
+                *state = stack.pop()?;
+                Step::Stay
+            }
+            0x0c..=0x0f | 0x12 | 0x13 => {
+                cfa_rule(op, c, state, factored)?;
+                Step::Stay
+            }
+            0x2e => {
+                c.uleb()?;
+                Step::Stay
+            }
+            _ => {
+                register_rule(op, c, state, factored)?;
+                Step::Stay
+            }
+        },
+    })
+}
+
+/// A rule for the return address or the frame pointer (others are not kept).
+fn set_reg(s: &mut State, reg: u64, r: Reg) {
+    match reg {
+        RA => s.ra = r,
+        RBP => s.bp = r,
+        _ => {}
+    }
+}
+
+/// A register's rule back to the CIE's; only an FDE has initial rules to go
+/// back to.
+fn restore_reg(s: &mut State, reg: u64, cie: &Cie, in_fde: bool) -> Option<()> {
+    in_fde.then_some(())?;
+    match reg {
+        RA => s.ra = cie.initial.ra,
+        RBP => s.bp = cie.initial.bp,
+        _ => {}
+    }
+    Some(())
+}
+
+/// The instructions that define the CFA.
+fn cfa_rule(
+    op: u8,
+    c: &mut Cursor,
+    state: &mut State,
+    factored: impl Fn(i64) -> i64,
+) -> Option<()> {
+    state.cfa = match op {
+        0x0c => Cfa::Reg { reg: c.uleb()?, offset: c.uleb()? as i64 },
+        0x0d => {
+            let Cfa::Reg { offset, .. } = state.cfa else { return None };
+            Cfa::Reg { reg: c.uleb()?, offset }
+        }
+        0x0e => {
+            let Cfa::Reg { reg, .. } = state.cfa else { return None };
+            Cfa::Reg { reg, offset: c.uleb()? as i64 }
+        }
+        0x0f => {
+            let len = usize::try_from(c.uleb()?).ok()?;
+            let at = c.at;
+            c.bytes(len)?;
+            Cfa::Expr { at, len }
+        }
+        0x12 => {
+            let (reg, off) = (c.uleb()?, c.sleb()?);
+            Cfa::Reg { reg, offset: factored(off) }
+        }
+        0x13 => {
+            let Cfa::Reg { reg, .. } = state.cfa else { return None };
+            Cfa::Reg { reg, offset: factored(c.sleb()?) }
+        }
+        _ => return None,
+    };
+    Some(())
+}
+
+/// The instructions that give a register a rule; None for an unknown one.
+fn register_rule(
+    op: u8,
+    c: &mut Cursor,
+    state: &mut State,
+    factored: impl Fn(i64) -> i64,
+) -> Option<()> {
+    match op {
+        0x05 => {
+            let (reg, off) = (c.uleb()?, c.uleb()? as i64);
+            set_reg(state, reg, Reg::Offset(factored(off)));
+        }
+        0x07 => set_reg(state, c.uleb()?, Reg::Undefined),
+        0x08 => set_reg(state, c.uleb()?, Reg::SameValue),
+        // register, val_offset, val_offset_sf: a rule a table cannot
+        // follow (a LEB128 is as long read signed or not).
+        0x09 | 0x14 | 0x15 => {
+            let reg = c.uleb()?;
+            c.uleb()?;
+            set_reg(state, reg, Reg::Other);
+        }
+        0x10 | 0x16 => {
+            let reg = c.uleb()?;
+            let len = usize::try_from(c.uleb()?).ok()?;
+            c.bytes(len)?;
+            set_reg(state, reg, Reg::Other);
+        }
+        0x11 => {
+            let (reg, off) = (c.uleb()?, c.sleb()?);
+            set_reg(state, reg, Reg::Offset(factored(off)));
+        }
+        0x2f => {
+            let (reg, off) = (c.uleb()?, c.uleb()? as i64);
+            set_reg(state, reg, Reg::Offset(factored(off.wrapping_neg())));
+        }
+        _ => return None,
+    }
+    Some(())
 }
 
 #[cfg(test)]

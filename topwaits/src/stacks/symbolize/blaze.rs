@@ -499,6 +499,78 @@ fn symbolize_each(blaze: &Blaze, src: &Source<'_>, addrs: &[u64]) -> Vec<Frame> 
     }
 }
 
+/// A process as blazesym reads it: its perf map too, its files through the
+/// process where `map_files` (see `user`), with debug files or not.
+fn process_source(tgid: u32, map_files: bool, debug_syms: bool) -> Source<'static> {
+    let mut proc_src = Process::new(tgid.into());
+    proc_src.perf_map = true;
+    // With cached maps, files are opened by path (the process may be gone); a
+    // container's paths are its own, so its files are opened through the
+    // process (`map_files`) while it lives.
+    proc_src.map_files = map_files;
+    proc_src.debug_syms = debug_syms;
+    Source::Process(proc_src)
+}
+
+impl BlazeSymbolizer {
+    /// The stripped addresses named from separate debug files, for modules
+    /// without a symbol table of their own only: for the others the debug
+    /// file adds nothing but DWARF to parse (a Rust binary's takes seconds).
+    fn named_from_debug_files(
+        &mut self,
+        root: &str,
+        maps: &[procfs::Mapping],
+        stripped: &[u64],
+        source: &Source,
+    ) -> Vec<Frame> {
+        let symtab = &mut self.symtab;
+        let debug: Vec<u64> = stripped
+            .iter()
+            .copied()
+            .filter(|&a| {
+                procfs::mapping_of(maps, a).is_some_and(|m| {
+                    let path = format!("{root}{}", m.path);
+                    !*symtab
+                        .entry(path.clone())
+                        .or_insert_with(|| crate::sys::elf::has_symtab(&path).unwrap_or(true))
+                })
+            })
+            .collect();
+        if debug.is_empty() {
+            return Vec::new();
+        }
+        from_debug_files(root, &self.inner, &mut self.debug_files, maps, &debug, source)
+    }
+
+    /// Frames of code still unnamed, as `module+0xoffset`; a stripped Go
+    /// program still names its functions in its own table.
+    fn name_by_module(
+        &mut self,
+        tgid: u32,
+        root: &str,
+        maps: &[procfs::Mapping],
+        frames: &mut [Frame],
+    ) {
+        let unnamed: Vec<usize> = (0..frames.len())
+            .filter(|&i| frames[i].symbol.is_none() && self.is_code(tgid, frames[i].addr))
+            .collect();
+        for i in unnamed {
+            let f = &mut frames[i];
+            let Some((module, off)) = procfs::locate(maps, f.addr) else { continue };
+            let path = procfs::mapping_of(maps, f.addr)
+                .map(|m| format!("{root}{}", m.path))
+                .unwrap_or_default();
+            let go = self
+                .go
+                .entry(path.clone())
+                .or_insert_with(|| GoFile::open(&path).map(std::sync::Arc::new));
+            f.symbol = go.as_ref().and_then(|g| g.name(off)).map(Into::into);
+            f.module = Some(module.into());
+            f.offset = Some(off);
+        }
+    }
+}
+
 impl Symbolizer for BlazeSymbolizer {
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame> {
         if let Some((tx, rx)) = &self.kernel_thread {
@@ -522,16 +594,7 @@ impl Symbolizer for BlazeSymbolizer {
         }
         let foreign = live && procfs::foreign_root(tgid);
         let root = if foreign { format!("/proc/{tgid}/root") } else { String::new() };
-        let source = |debug_syms: bool| {
-            let mut proc_src = Process::new(tgid.into());
-            proc_src.perf_map = true;
-            // With cached maps, files are opened by path (the process may be
-            // gone); a container's paths are its own, so its files are opened
-            // through the process (`map_files`) while it lives.
-            proc_src.map_files = !cached || foreign;
-            proc_src.debug_syms = debug_syms;
-            Source::Process(proc_src)
-        };
+        let source = |debug_syms: bool| process_source(tgid, !cached || foreign, debug_syms);
         self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
         if asked != tgid {
             // [`Symbolizer::is_code`] is asked about the process itself.
@@ -572,8 +635,10 @@ impl Symbolizer for BlazeSymbolizer {
         // Unresolved code needs the maps, read once here: for the debug-file pass
         // and for `module+0xoffset`. Kept maps were just refreshed if the process
         // lives; they are read only for a process never remembered.
+        // (Taken out of the kept ones while in use, and put back.)
+        let kept = if stripped.is_empty() { None } else { self.maps.remove(&tgid) };
         let read;
-        let maps: Option<&[procfs::Mapping]> = match (stripped.is_empty(), self.maps.get(&tgid)) {
+        let maps: Option<&[procfs::Mapping]> = match (stripped.is_empty(), &kept) {
             (true, _) => None,
             (false, Some(m)) => Some(m),
             (false, None) => {
@@ -581,62 +646,21 @@ impl Symbolizer for BlazeSymbolizer {
                 Some(&read)
             }
         };
-        if let Some(maps) = maps {
-            // Only modules without a symbol table of their own: for the others
-            // the debug file adds nothing but DWARF to parse (a Rust binary's
-            // takes seconds).
-            let symtab = &mut self.symtab;
-            let debug: Vec<u64> = stripped
-                .iter()
-                .copied()
-                .filter(|&a| {
-                    procfs::mapping_of(maps, a).is_some_and(|m| {
-                        let path = format!("{root}{}", m.path);
-                        !*symtab
-                            .entry(path.clone())
-                            .or_insert_with(|| crate::sys::elf::has_symtab(&path).unwrap_or(true))
-                    })
-                })
-                .collect();
-            // (Not for a container's exited process: they are found by path.)
-            if !debug.is_empty() && !dead_foreign {
-                for f in from_debug_files(
-                    &root,
-                    &self.inner,
-                    &mut self.debug_files,
-                    maps,
-                    &debug,
-                    &source(true),
-                ) {
-                    if f.symbol.is_some() {
-                        named.insert(f.addr, f);
-                    }
+        // (Not for a container's exited process: they are found by path.)
+        if let Some(maps) = maps.filter(|_| !dead_foreign) {
+            for f in self.named_from_debug_files(&root, maps, &stripped, &source(true)) {
+                if f.symbol.is_some() {
+                    named.insert(f.addr, f);
                 }
             }
         }
         let mut frames: Vec<Frame> =
             addrs.iter().map(|&a| named.remove(&a).unwrap_or_else(|| Frame::unknown(a))).collect();
         if let Some(maps) = maps {
-            let unnamed: Vec<usize> = (0..frames.len())
-                .filter(|&i| frames[i].symbol.is_none() && self.is_code(tgid, frames[i].addr))
-                .collect();
-            for i in unnamed {
-                let f = &mut frames[i];
-                if let Some((module, off)) = procfs::locate(maps, f.addr) {
-                    // A stripped Go program still names its functions in
-                    // its own table.
-                    let path = procfs::mapping_of(maps, f.addr)
-                        .map(|m| format!("{root}{}", m.path))
-                        .unwrap_or_default();
-                    let go = self
-                        .go
-                        .entry(path.clone())
-                        .or_insert_with(|| GoFile::open(&path).map(std::sync::Arc::new));
-                    f.symbol = go.as_ref().and_then(|g| g.name(off)).map(Into::into);
-                    f.module = Some(module.into());
-                    f.offset = Some(off);
-                }
-            }
+            self.name_by_module(tgid, &root, maps, &mut frames);
+        }
+        if let Some(k) = kept {
+            self.maps.insert(tgid, k);
         }
         frames
     }

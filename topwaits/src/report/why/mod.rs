@@ -21,369 +21,14 @@ use crate::settings::{By, Output};
 use crate::util::fasthash::FastMap;
 use crate::util::text::plural;
 
+mod input;
+use input::*;
+
 /// The `why` view of a report.
 pub struct Why {
     pub output: Output,
     pub for_tid: Option<Tid>,
     pub by: By,
-}
-
-/// A site as a process's waits repeat it: the process, its stacks' addresses
-/// and its label.
-type AddrKey = (u32, Vec<u64>, Vec<u64>, Option<String>);
-
-/// What threads that did alike share, as `--by` groups them.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Who {
-    Comm(String),
-    Process(u32, String),
-    Thread(Tid),
-    /// `--by cgroup`: the cgroup path of the thread's process.
-    Cgroup(String),
-}
-
-/// Where a wait or a wakeup happened: its kernel and user stacks.
-struct Site {
-    kernel: Stack,
-    user: Stack,
-}
-
-/// The trace's waits as the analysis takes them, and what names their ids.
-struct Input {
-    trace: Trace,
-    /// Site `i + 1` (0: none).
-    sites: Vec<Site>,
-    threads: HashMap<Tid, (u32, String)>,
-    waits: usize,
-    /// What the waits at a site were for (the first labelled one's label).
-    labels: HashMap<u64, String>,
-    /// The lock each thread waited on longest, where it waited on one.
-    locks: HashMap<Tid, String>,
-    /// Threads with a wait still open at the end.
-    open: HashSet<Tid>,
-    /// With on-CPU samples: each thread's sampled time by site.
-    running: HashMap<Tid, Vec<(u64, u64)>>,
-    /// With on-CPU samples sent one by one (as `why` traces): each thread's
-    /// samples in time order, as (time, ns, site).
-    timed: HashMap<Tid, Vec<(u64, u64, u64)>>,
-    by: By,
-    /// Each process's cgroup, where its records carry one (`--by cgroup`).
-    cgroups: HashMap<u32, String>,
-}
-
-impl Input {
-    fn of(report: &Report, by: By) -> Input {
-        let mut sites = Vec::new();
-        // Sites are told apart by what every view prints of them: the user
-        // stack's names and what the wait was for, where the thread has a user
-        // stack (how the kernel went about the wait, or about a wakeup, is no
-        // part of a cause: one fdatasync from the same caller on the same disk
-        // is one cause), else the kernel stack's names. The same code in two
-        // processes is one site; the stacks kept are the first wait's.
-        let mut index: HashMap<(Option<StackKey>, StackKey, Option<String>), u64> = HashMap::new();
-        // Names are fingerprinted once per process, addresses and label, which
-        // most waits repeat: a recording's frames are not shared, and hashing
-        // every name of every wait took seconds.
-        let mut seen: FastMap<AddrKey, u64> = FastMap::default();
-        let mut fp = Fingerprints::default();
-        let mut site = |tgid: u32, kernel: &Stack, user: &Stack, label: Option<String>| -> u64 {
-            let addrs = |s: &Stack| s.frames().iter().map(|f| f.addr).collect::<Vec<u64>>();
-            *seen.entry((tgid, addrs(kernel), addrs(user), label.clone())).or_insert_with(|| {
-                let kernel_key = user.frames().is_empty().then(|| fp.of(kernel));
-                *index.entry((kernel_key, fp.of(user), label)).or_insert_with(|| {
-                    sites.push(Site { kernel: kernel.clone(), user: user.clone() });
-                    sites.len() as u64
-                })
-            })
-        };
-        let mut threads = HashMap::new();
-        let mut waits = Vec::new();
-        let mut labels = HashMap::new();
-        let mut locked: HashMap<Tid, HashMap<String, u64>> = HashMap::new();
-        for e in &report.events {
-            let r = &e.record;
-            threads.insert(r.tid, (r.tgid, comm_text(&r.comm)));
-            let (start, end) = (e.start_mono(), e.end_mono());
-            let (waker, woken, waker_site) = match &r.wake {
-                Some(w) if w.kind == WakeKind::Preempted => (Waker::Preempted, None, 0),
-                Some(w) if w.kind == WakeKind::Woken && !w.hops.is_empty() => {
-                    let h = &w.hops[0];
-                    let by =
-                        if h.interrupt { Waker::Device(device(h)) } else { Waker::Thread(h.tid) };
-                    if !h.interrupt {
-                        threads.entry(h.tid).or_insert_with(|| (h.tgid, comm_text(&h.comm)));
-                    }
-                    (by, Some(start + w.blocked_ns), site(h.tgid, &h.kernel, &h.user, None))
-                }
-                _ => (Waker::Unknown, None, 0),
-            };
-            let own = site(r.tgid, &r.kernel, &r.user, r.waits_on.as_ref().map(WaitsOn::short));
-            if let Some(w) = &r.waits_on {
-                labels.entry(own).or_insert_with(|| w.short());
-            }
-            let released = r
-                .wake
-                .as_ref()
-                .and_then(|w| w.hops.first())
-                .filter(|h| !h.interrupt && waker != Waker::Preempted);
-            if let Some(lock) = crate::analysis::locks::lock_of(r, released) {
-                *locked.entry(r.tid).or_default().entry(lock.short()).or_default() += r.max_ns;
-            }
-            waits.push(Wait { tid: r.tid, start, woken, end, waker, site: own, waker_site });
-        }
-        // Waits still open at the end: a pool thread that waited all along.
-        let mut open = HashSet::new();
-        for r in report.records.iter().filter(|r| r.open.is_some()) {
-            let start = r.max_end_mono.saturating_sub(r.max_ns).max(report.info.start_mono);
-            threads.entry(r.tid).or_insert_with(|| (r.tgid, comm_text(&r.comm)));
-            open.insert(r.tid);
-            let s = site(r.tgid, &r.kernel, &r.user, r.waits_on.as_ref().map(WaitsOn::short));
-            waits.push(Wait {
-                tid: r.tid,
-                start,
-                woken: None,
-                end: report.info.end_mono,
-                waker: Waker::Unknown,
-                site: s,
-                waker_site: 0,
-            });
-        }
-        // On-CPU samples: what each thread ran, by site.
-        let mut running: HashMap<Tid, HashMap<u64, u64>> = HashMap::new();
-        for r in report.records.iter().filter(|r| r.on_cpu()) {
-            let s = site(r.tgid, &r.kernel, &r.user, None);
-            *running.entry(r.tid).or_default().entry(s).or_default() += r.total_ns;
-        }
-        let running = running
-            .into_iter()
-            .map(|(t, m)| (t, m.into_iter().map(|(s, ns)| (ns, s)).collect()))
-            .collect();
-        let mut timed: HashMap<Tid, Vec<(u64, u64, u64)>> = HashMap::new();
-        for r in &report.samples {
-            timed.entry(r.tid).or_default().push((
-                r.max_end_mono,
-                r.total_ns,
-                site(r.tgid, &r.kernel, &r.user, None),
-            ));
-        }
-        for v in timed.values_mut() {
-            v.sort_unstable();
-        }
-        let n = waits.len();
-        let locks = locked
-            .into_iter()
-            .filter_map(|(t, m)| Some((t, m.into_iter().max_by_key(|(l, ns)| (*ns, l.clone()))?.0)))
-            .collect();
-        let cgroups = report
-            .records
-            .iter()
-            .filter_map(|r| Some((r.tgid, r.cgroup.as_deref()?.to_string())))
-            .collect();
-        Input {
-            trace: Trace::new(waits),
-            sites,
-            threads,
-            waits: n,
-            labels,
-            locks,
-            open,
-            running,
-            timed,
-            by,
-            cgroups,
-        }
-    }
-
-    /// The key a thread's doings are grouped under.
-    fn who(&self, tid: Tid) -> Who {
-        match (self.by, self.threads.get(&tid)) {
-            (By::Cgroup, Some((tgid, _))) => Who::Cgroup(
-                self.cgroups
-                    .get(tgid)
-                    .cloned()
-                    .unwrap_or_else(|| crate::analysis::reduce::UNKNOWN_CGROUP.to_string()),
-            ),
-            (By::Comm | By::What, Some((_, comm))) => Who::Comm(comm.clone()),
-            (By::Process, Some((tgid, comm))) => Who::Process(*tgid, comm.clone()),
-            _ => Who::Thread(tid),
-        }
-    }
-
-    /// A group's key as a path shows it: `comm`, `comm (pid N)`, `comm (tid N)`.
-    fn who_name(&self, who: &Who) -> String {
-        match who {
-            Who::Comm(c) => c.clone(),
-            Who::Process(p, c) => format!("{c} (pid {p})"),
-            Who::Thread(t) => self.thread(*t),
-            Who::Cgroup(c) => format!("cgroup {c}"),
-        }
-    }
-
-    /// Threads that share a key, in words: `postgres (tid 5)`, `8 threads like
-    /// postgres (tid 5)`, `3 threads of nginx (pid 9)`.
-    fn members(&self, who: &Who, tids: &BTreeSet<Tid>) -> String {
-        let first = tids.iter().next().copied().unwrap_or(0);
-        match (who, tids.len()) {
-            (Who::Process(p, c), 1) => format!("{c} (pid {p}, tid {first})"),
-            (Who::Process(p, c), n) => format!("{n} threads of {c} (pid {p})"),
-            (Who::Cgroup(c), 1) => format!("{} in cgroup {c}", self.thread(first)),
-            (_, 1) | (Who::Thread(_), _) => self.thread(first),
-            (Who::Comm(_), n) => format!("{n} threads like {}", self.thread(first)),
-            (Who::Cgroup(c), n) => format!("{n} threads of cgroup {c} like {}", self.thread(first)),
-        }
-    }
-
-    /// Threads as groups of their keys: `postgres (8 threads), pgbench (tid 9)`,
-    /// at most `n` groups, most threads first.
-    fn groups_of(&self, tids: impl IntoIterator<Item = Tid>, n: usize) -> String {
-        let mut by: HashMap<Who, BTreeSet<Tid>> = HashMap::new();
-        for t in tids {
-            by.entry(self.who(t)).or_default().insert(t);
-        }
-        let mut groups: Vec<(Who, BTreeSet<Tid>)> = by.into_iter().collect();
-        groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
-        let shown: Vec<String> = groups
-            .iter()
-            .take(n)
-            .map(|(who, tids)| match (who, tids.len()) {
-                (Who::Thread(_), _) | (_, 1) => self.members(who, tids),
-                (_, k) => format!("{} ({k} threads)", self.who_name(who)),
-            })
-            .collect();
-        let more = if groups.len() > n {
-            format!(" and {} more", groups.len() - n)
-        } else {
-            String::new()
-        };
-        format!("{}{more}", shown.join(", "))
-    }
-
-    /// What `tids` ran, from their on-CPU samples: (time, site), most first.
-    fn sampled(&self, tids: &BTreeSet<Tid>) -> Vec<(u64, u64)> {
-        let mut by_site: HashMap<u64, u64> = HashMap::new();
-        for (ns, site) in tids.iter().filter_map(|t| self.running.get(t)).flatten() {
-            *by_site.entry(*site).or_default() += ns;
-        }
-        let mut v: Vec<(u64, u64)> = by_site.into_iter().map(|(s, ns)| (ns, s)).collect();
-        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        v
-    }
-
-    /// What a running cause's threads ran while others waited behind them:
-    /// the samples taken in those stretches (`spans`), where samples were taken
-    /// one by one; else their whole profile, said so. (time, site), most first.
-    fn sampled_holding(
-        &self,
-        tids: &BTreeSet<Tid>,
-        spans: &HashMap<Tid, Vec<(u64, u64)>>,
-    ) -> (Vec<(u64, u64)>, bool) {
-        if self.timed.is_empty() {
-            return (self.sampled(tids), false);
-        }
-        let mut by_site: HashMap<u64, u64> = HashMap::new();
-        for t in tids {
-            let (Some(samples), Some(spans)) = (self.timed.get(t), spans.get(t)) else { continue };
-            for &(start, end) in spans {
-                let first = samples.partition_point(|s| s.0 < start);
-                for &(_, ns, site) in samples[first..].iter().take_while(|s| s.0 < end) {
-                    *by_site.entry(site).or_default() += ns;
-                }
-            }
-        }
-        let mut v: Vec<(u64, u64)> = by_site.into_iter().map(|(s, ns)| (ns, s)).collect();
-        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        (v, true)
-    }
-
-    /// What `tids` ran in `spans` (when each ran on a critical path), from the
-    /// samples taken then: (time, site), most first.
-    fn sampled_in(
-        &self,
-        tids: &BTreeSet<Tid>,
-        site: u64,
-        spans: &BTreeMap<(Tid, u64), Vec<(u64, u64)>>,
-    ) -> Vec<(u64, u64)> {
-        let mut by_site: HashMap<u64, u64> = HashMap::new();
-        for t in tids {
-            let (Some(samples), Some(spans)) = (self.timed.get(t), spans.get(&(*t, site))) else {
-                continue;
-            };
-            for &(start, end) in spans {
-                let first = samples.partition_point(|s| s.0 < start);
-                for &(_, ns, site) in samples[first..].iter().take_while(|s| s.0 < end) {
-                    *by_site.entry(site).or_default() += ns;
-                }
-            }
-        }
-        let mut v: Vec<(u64, u64)> = by_site.into_iter().map(|(s, ns)| (ns, s)).collect();
-        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        v
-    }
-
-    /// For each running segment of `tid`'s path (by index), what its threads
-    /// ran in it, from the samples taken in its stretches.
-    fn path_samples(
-        &self,
-        report: &Report,
-        tid: Tid,
-        path: &[PathGroup<Who>],
-    ) -> Vec<Vec<(u64, u64)>> {
-        let running: BTreeSet<Tid> = path
-            .iter()
-            .filter(|s| matches!(s.what, What::Running { .. }))
-            .filter_map(|s| s.tids.last())
-            .flatten()
-            .copied()
-            .collect();
-        if running.is_empty() || self.timed.is_empty() {
-            return vec![Vec::new(); path.len()];
-        }
-        let spans =
-            running_spans(&self.trace, tid, report.info.start_mono, report.info.end_mono, &running);
-        path.iter()
-            .map(|s| match (&s.what, s.tids.last()) {
-                // The stretches in which these threads ran from this place.
-                (What::Running { site }, Some(tids)) => self.sampled_in(tids, *site, &spans),
-                _ => Vec::new(),
-            })
-            .collect()
-    }
-
-    fn site(&self, id: u64) -> Option<&Site> {
-        id.checked_sub(1).and_then(|i| self.sites.get(i as usize))
-    }
-
-    /// `comm (tid N)`.
-    fn thread(&self, tid: Tid) -> String {
-        match self.threads.get(&tid) {
-            Some((_, comm)) => format!("{comm} (tid {tid})"),
-            None => format!("tid {tid}"),
-        }
-    }
-
-    /// A site's innermost functions, user side first: `f <- g <- h`.
-    fn place(&self, id: u64) -> String {
-        let Some(s) = self.site(id) else { return "[no stack]".into() };
-        let user: Vec<_> = s.user.frames().iter().take(4).map(|f| f.name()).collect();
-        let kernel: Vec<_> = s.kernel.frames().iter().take(3).map(|f| f.name()).collect();
-        match (user.is_empty(), kernel.is_empty()) {
-            (false, _) => user.join(" <- "),
-            (true, false) => kernel.join(" <- "),
-            (true, true) => "[no stack]".into(),
-        }
-    }
-
-    fn json_site(&self, id: u64) -> (Value, Value) {
-        match self.site(id) {
-            Some(s) => (json_stack(&s.kernel).0, json_stack(&s.user).0),
-            None => (json!([]), json!([])),
-        }
-    }
-
-    fn json_thread(&self, tid: Tid) -> Value {
-        let (tgid, comm) = self.threads.get(&tid).cloned().unwrap_or((0, String::new()));
-        json!({"tid": tid, "tgid": tgid, "comm": comm})
-    }
 }
 
 /// What a device wakeup is called: its class (a timer, the disk, the
@@ -586,45 +231,7 @@ fn causes_text(
     }
     let shown = if limit == 0 { causes.len() } else { limit.min(causes.len()) };
     for (i, c) in causes.iter().take(shown).enumerate() {
-        writeln!(
-            out,
-            "{:>3}. {:>5.1}%  {:>11}  {}",
-            i + 1,
-            c.share * 100.0,
-            secs(c.ns),
-            describe(input, c)
-        )?;
-        if matches!(c.what, What::Running { .. }) {
-            let (sampled, holding) = input.sampled_holding(&c.tids, &f.running_spans);
-            let what = if holding {
-                "on the CPU while they held the waiters up (sampled)"
-            } else {
-                "on the CPU over the trace (sampled)"
-            };
-            sampled_line(input, &sampled, 26, what, out)?;
-        }
-        // One thread is not said to wait behind itself; a group's threads may
-        // well have waited behind each other.
-        let others: BTreeSet<Tid> =
-            c.waiters.iter().copied().filter(|t| c.tids.len() > 1 || !c.tids.contains(t)).collect();
-        if others.is_empty() {
-            continue;
-        }
-        // The lock they waited on, when they all waited on one the most.
-        let mut locks = others.iter().map(|t| input.locks.get(t));
-        let first = locks.next().flatten();
-        let on = match first {
-            Some(l) if locks.all(|x| x == Some(l)) => format!(" on {l}"),
-            _ => String::new(),
-        };
-        let pronoun = if c.tids.len() > 1 { "them" } else { "it" };
-        writeln!(
-            out,
-            "{:>26}{} waited behind {pronoun}{on}: {}",
-            "",
-            plural(others.len(), "thread"),
-            input.groups_of(others.iter().copied(), 4)
-        )?;
+        cause_text(input, f, i, c, out)?;
     }
     if shown < causes.len() {
         writeln!(
@@ -634,6 +241,62 @@ fn causes_text(
             causes.len()
         )?;
     }
+    apart_text(input, f, out)
+}
+
+/// One ranked cause: its share and what it was, what it ran (sampled) if it
+/// ran, and who waited behind it.
+fn cause_text(
+    input: &Input,
+    f: &Findings,
+    i: usize,
+    c: &Group<Who>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:>3}. {:>5.1}%  {:>11}  {}",
+        i + 1,
+        c.share * 100.0,
+        secs(c.ns),
+        describe(input, c)
+    )?;
+    if matches!(c.what, What::Running { .. }) {
+        let (sampled, holding) = input.sampled_holding(&c.tids, &f.running_spans);
+        let what = if holding {
+            "on the CPU while they held the waiters up (sampled)"
+        } else {
+            "on the CPU over the trace (sampled)"
+        };
+        sampled_line(input, &sampled, 26, what, out)?;
+    }
+    // One thread is not said to wait behind itself; a group's threads may
+    // well have waited behind each other.
+    let others: BTreeSet<Tid> =
+        c.waiters.iter().copied().filter(|t| c.tids.len() > 1 || !c.tids.contains(t)).collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    // The lock they waited on, when they all waited on one the most.
+    let mut locks = others.iter().map(|t| input.locks.get(t));
+    let first = locks.next().flatten();
+    let on = match first {
+        Some(l) if locks.all(|x| x == Some(l)) => format!(" on {l}"),
+        _ => String::new(),
+    };
+    let pronoun = if c.tids.len() > 1 { "them" } else { "it" };
+    writeln!(
+        out,
+        "{:>26}{} waited behind {pronoun}{on}: {}",
+        "",
+        plural(others.len(), "thread"),
+        input.groups_of(others.iter().copied(), 4)
+    )?;
+    Ok(())
+}
+
+/// What is not ranked: knots, waits no wakeup ended, idle threads.
+fn apart_text(input: &Input, f: &Findings, out: &mut dyn Write) -> io::Result<()> {
     if !f.knots.is_empty() {
         writeln!(out, "\nKnots (threads that waited only on each other):")?;
         for k in &f.knots {

@@ -174,34 +174,7 @@ impl Tracer {
         let mut records = Vec::new();
         let mut chains = HashMap::new();
         if self.waker {
-            batch::each(self.map(names::CHAINS)?, |&id: &u64, h: &Hops| {
-                chains.insert(id, *h);
-            })
-            .context("failed to read the waker chain map")?;
-            // Chains aged out since a row named them (`serve`).
-            chains.extend(self.aged_chains());
-            batch::each(self.map(names::WAKE_WAITS)?, |k: &WakeKey, v: &WakeVal| {
-                let mut r = raw_record(&k.target, v.total_ns, v.count, v.max_ns, v.max_end_ns);
-                let kind = match k.kind {
-                    topwaits_common::wake_kind::WOKEN => WakeKind::Woken,
-                    topwaits_common::wake_kind::PREEMPTED => WakeKind::Preempted,
-                    _ => WakeKind::NoWaker,
-                };
-                r.wake = Some(WakeInfo {
-                    kind,
-                    hops: if kind == WakeKind::Woken {
-                        hops_of(&chains, k.chain)
-                    } else {
-                        Vec::new()
-                    },
-                    blocked_ns: v.blocked_ns,
-                    runq_ns: v.runq_ns,
-                    max_blocked_ns: v.max_blocked_ns,
-                    max_runq_ns: v.max_runq_ns,
-                });
-                records.push(r);
-            })
-            .context("failed to read the aggregate map")?;
+            self.woken_rows(&mut chains, &mut records)?;
         } else if self.holds_rows {
             let mut rows = HashMap::new();
             batch::each(self.map(names::WAITS)?, |k: &WaitKey, v: &WaitVal| {
@@ -237,6 +210,50 @@ impl Tracer {
                 counters.unended += arrived;
             }
         }
+        let stacks = self.stacks_named(&records, extra)?;
+        Ok(Capture { records, stacks, counters, switched, ..Default::default() })
+    }
+
+    /// The rows of a trace with wakers, each with its waker chain's hops;
+    /// the chains read are kept in `chains` for the waits still open.
+    fn woken_rows(
+        &self,
+        chains: &mut HashMap<u64, Hops>,
+        records: &mut Vec<RawRecord>,
+    ) -> Result<()> {
+        batch::each(self.map(names::CHAINS)?, |&id: &u64, h: &Hops| {
+            chains.insert(id, *h);
+        })
+        .context("failed to read the waker chain map")?;
+        // Chains aged out since a row named them (`serve`).
+        chains.extend(self.aged_chains());
+        batch::each(self.map(names::WAKE_WAITS)?, |k: &WakeKey, v: &WakeVal| {
+            let mut r = raw_record(&k.target, v.total_ns, v.count, v.max_ns, v.max_end_ns);
+            let kind = match k.kind {
+                topwaits_common::wake_kind::WOKEN => WakeKind::Woken,
+                topwaits_common::wake_kind::PREEMPTED => WakeKind::Preempted,
+                _ => WakeKind::NoWaker,
+            };
+            r.wake = Some(WakeInfo {
+                kind,
+                hops: if kind == WakeKind::Woken { hops_of(&chains, k.chain) } else { Vec::new() },
+                blocked_ns: v.blocked_ns,
+                runq_ns: v.runq_ns,
+                max_blocked_ns: v.max_blocked_ns,
+                max_runq_ns: v.max_runq_ns,
+            });
+            records.push(r);
+        })
+        .context("failed to read the aggregate map")?;
+        Ok(())
+    }
+
+    /// The kernel and user stacks that `records` and `extra` name, by id.
+    fn stacks_named(
+        &self,
+        records: &[RawRecord],
+        extra: &[RawRecord],
+    ) -> Result<HashMap<u64, Vec<u64>>> {
         let mut stacks = HashMap::new();
         for (map, user) in [(names::KSTACKS, false), (names::USTACKS, true)] {
             let map = self.map(map)?;
@@ -286,7 +303,7 @@ impl Tracer {
                 }
             }
         }
-        Ok(Capture { records, stacks, counters, switched, ..Default::default() })
+        Ok(stacks)
     }
 }
 

@@ -236,7 +236,7 @@ impl Tracer {
             };
             r.wake = Some(WakeInfo {
                 kind,
-                hops: if kind == WakeKind::Woken { hops_of(&chains, k.chain) } else { Vec::new() },
+                hops: if kind == WakeKind::Woken { hops_of(chains, k.chain) } else { Vec::new() },
                 blocked_ns: v.blocked_ns,
                 runq_ns: v.runq_ns,
                 max_blocked_ns: v.max_blocked_ns,

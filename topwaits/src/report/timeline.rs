@@ -165,83 +165,109 @@ impl Format for Timeline {
                 hms_millis(t1, info.utc_offset_s)
             ))
         )?;
-        // Rows: alternating bands with the thread's name.
-        for (i, name) in names.iter().enumerate() {
-            let y = TOP + i as f64 * ROW_H;
-            let fill = if i % 2 == 0 { "#ffffff" } else { "#eef0f5" };
+        rows_and_axis(out, &names, (t0, t1), &x, info.utc_offset_s)?;
+        bars_svg(out, &bars, names.len(), &x)?;
+        writeln!(out, "</svg>")
+    }
+}
+
+/// The rows (alternating bands with the thread's name) and the time axis
+/// with "nice" ticks, from `t0` to `t1`.
+fn rows_and_axis(
+    out: &mut dyn Write,
+    names: &[String],
+    (t0, t1): (WallNs, WallNs),
+    x: &dyn Fn(WallNs) -> f64,
+    utc_offset_s: i32,
+) -> io::Result<()> {
+    let span = (t1 - t0).max(1);
+    // Rows: alternating bands with the thread's name.
+    for (i, name) in names.iter().enumerate() {
+        let y = TOP + i as f64 * ROW_H;
+        let fill = if i % 2 == 0 { "#ffffff" } else { "#eef0f5" };
+        writeln!(
+            out,
+            r#"<rect class="row" x="0" y="{y}" width="{WIDTH}" height="{ROW_H}" fill="{fill}"/>"#
+        )?;
+        writeln!(out, r#"<text class="thread" x="6" y="{}">{}</text>"#, y + 15.0, esc(name))?;
+    }
+    // Time axis with "nice" ticks.
+    let axis_y = TOP + names.len().max(1) as f64 * ROW_H;
+    let step = tick_step(span);
+    let mut t = (t0 / step + 1) * step;
+    while t < t1 {
+        let xt = x(t);
+        writeln!(
+            out,
+            r##"<line x1="{xt:.1}" y1="{TOP}" x2="{xt:.1}" y2="{axis_y}" stroke="#c8c8d0" stroke-width="0.5"/>"##
+        )?;
+        writeln!(
+            out,
+            r#"<text class="tick" x="{xt:.1}" y="{}" text-anchor="middle" font-size="10">{}</text>"#,
+            axis_y + 14.0,
+            hms_millis(t, utc_offset_s)
+        )?;
+        t += step;
+    }
+    Ok(())
+}
+
+/// The bars, in start order; a label outside its bar is drawn only where it
+/// does not run into the row's next bar or label.
+fn bars_svg(
+    out: &mut dyn Write,
+    bars: &[Bar],
+    rows: usize,
+    x: &dyn Fn(WallNs) -> f64,
+) -> io::Result<()> {
+    // Bars, in start order; a label outside its bar is drawn only where it does
+    // not run into the row's next bar or label.
+    let mut free_x = vec![0.0f64; rows];
+    let mut next_start = vec![f64::INFINITY; bars.len()];
+    for (i, b) in bars.iter().enumerate() {
+        next_start[i] =
+            bars[i + 1..].iter().find(|n| n.row == b.row).map_or(f64::INFINITY, |n| x(n.start));
+    }
+    for (i, b) in bars.iter().enumerate() {
+        let (x1, x2) = (x(b.start), x(b.end));
+        let w = (x2 - x1).max(1.0);
+        let y = TOP + b.row as f64 * ROW_H + 3.0;
+        writeln!(out, r#"<g class="wait"><title>{}</title>"#, esc(&b.tooltip))?;
+        writeln!(
+            out,
+            r#"<rect x="{x1:.2}" y="{y}" width="{w:.2}" height="{}" rx="2" fill="rgb(70,110,200)" data-start="{}" data-end="{}"/>"#,
+            ROW_H - 6.0,
+            b.start,
+            b.end
+        )?;
+        // The label inside the bar when it fits, else just after it.
+        let chars = (w / 7.0) as usize;
+        if chars >= 6 {
+            let text = truncate(&b.label, chars);
             writeln!(
                 out,
-                r#"<rect class="row" x="0" y="{y}" width="{WIDTH}" height="{ROW_H}" fill="{fill}"/>"#
+                r#"<text x="{:.2}" y="{}" fill="white" font-size="11">{}</text>"#,
+                x1 + 3.0,
+                y + 12.0,
+                esc(&text)
             )?;
-            writeln!(out, r#"<text class="thread" x="6" y="{}">{}</text>"#, y + 15.0, esc(name))?;
-        }
-        // Time axis with "nice" ticks.
-        let axis_y = TOP + names.len().max(1) as f64 * ROW_H;
-        let step = tick_step(span);
-        let mut t = (t0 / step + 1) * step;
-        while t < t1 {
-            let xt = x(t);
-            writeln!(
-                out,
-                r##"<line x1="{xt:.1}" y1="{TOP}" x2="{xt:.1}" y2="{axis_y}" stroke="#c8c8d0" stroke-width="0.5"/>"##
-            )?;
-            writeln!(
-                out,
-                r#"<text class="tick" x="{xt:.1}" y="{}" text-anchor="middle" font-size="10">{}</text>"#,
-                axis_y + 14.0,
-                hms_millis(t, info.utc_offset_s)
-            )?;
-            t += step;
-        }
-        // Bars, in start order; a label outside its bar is drawn only where it does
-        // not run into the row's next bar or label.
-        let mut free_x = vec![0.0f64; names.len()];
-        let mut next_start = vec![f64::INFINITY; bars.len()];
-        for (i, b) in bars.iter().enumerate() {
-            next_start[i] =
-                bars[i + 1..].iter().find(|n| n.row == b.row).map_or(f64::INFINITY, |n| x(n.start));
-        }
-        for (i, b) in bars.iter().enumerate() {
-            let (x1, x2) = (x(b.start), x(b.end));
-            let w = (x2 - x1).max(1.0);
-            let y = TOP + b.row as f64 * ROW_H + 3.0;
-            writeln!(out, r#"<g class="wait"><title>{}</title>"#, esc(&b.tooltip))?;
-            writeln!(
-                out,
-                r#"<rect x="{x1:.2}" y="{y}" width="{w:.2}" height="{}" rx="2" fill="rgb(70,110,200)" data-start="{}" data-end="{}"/>"#,
-                ROW_H - 6.0,
-                b.start,
-                b.end
-            )?;
-            // The label inside the bar when it fits, else just after it.
-            let chars = (w / 7.0) as usize;
-            if chars >= 6 {
-                let text = truncate(&b.label, chars);
+        } else {
+            let lx = (x2 + 3.0).max(free_x[b.row]);
+            let room = ((next_start[i] - lx) / 6.5).clamp(0.0, 40.0) as usize;
+            if room >= 4 {
+                let text = truncate(&b.label, room);
                 writeln!(
                     out,
-                    r#"<text x="{:.2}" y="{}" fill="white" font-size="11">{}</text>"#,
-                    x1 + 3.0,
+                    r##"<text x="{lx:.2}" y="{}" fill="#333" font-size="11">{}</text>"##,
                     y + 12.0,
                     esc(&text)
                 )?;
-            } else {
-                let lx = (x2 + 3.0).max(free_x[b.row]);
-                let room = ((next_start[i] - lx) / 6.5).clamp(0.0, 40.0) as usize;
-                if room >= 4 {
-                    let text = truncate(&b.label, room);
-                    writeln!(
-                        out,
-                        r##"<text x="{lx:.2}" y="{}" fill="#333" font-size="11">{}</text>"##,
-                        y + 12.0,
-                        esc(&text)
-                    )?;
-                    free_x[b.row] = lx + text.chars().count() as f64 * 6.5 + 4.0;
-                }
+                free_x[b.row] = lx + text.chars().count() as f64 * 6.5 + 4.0;
             }
-            writeln!(out, "</g>")?;
         }
-        writeln!(out, "</svg>")
+        writeln!(out, "</g>")?;
     }
+    Ok(())
 }
 
 fn truncate(s: &str, chars: usize) -> String {

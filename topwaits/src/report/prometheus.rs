@@ -64,6 +64,14 @@ fn num(v: f64) -> String {
 /// The whole exposition.
 pub fn text(m: &Metrics, own: &Own) -> String {
     let mut out = String::new();
+    wait_series(&mut out, m);
+    tracer_counters(&mut out, m, own);
+    process_metrics(&mut out, own);
+    out
+}
+
+/// The waiting, by comm, wait kind, cgroup and container.
+fn wait_series(out: &mut String, m: &Metrics) {
     let series = m.series();
     let labels = |l: &crate::analysis::metrics::Labels| {
         format!(
@@ -75,7 +83,7 @@ pub fn text(m: &Metrics, own: &Own) -> String {
         )
     };
     family(
-        &mut out,
+        out,
         "topwaits_offcpu_seconds_total",
         "counter",
         "Time threads spent off the CPU, by thread name, what they waited for (the kinds of --by what) and cgroup; a wait in progress counts as it goes.",
@@ -88,22 +96,26 @@ pub fn text(m: &Metrics, own: &Own) -> String {
             num(v.offcpu_ns as f64 / 1e9)
         );
     }
-    family(&mut out, "topwaits_waits_total", "counter", "Waits that ended, by the same labels.");
+    family(out, "topwaits_waits_total", "counter", "Waits that ended, by the same labels.");
     for (l, v) in &series {
         let _ = writeln!(out, "topwaits_waits_total{{{}}} {}", labels(l), v.waits);
     }
+}
+
+/// What the tracer kept, lost, aged and pushed.
+fn tracer_counters(out: &mut String, m: &Metrics, own: &Own) {
     family(
-        &mut out,
+        out,
         "topwaits_series_folded_total",
         "counter",
         "Label sets added to the series labelled \"other\" because --max-series was reached.",
     );
     let _ = writeln!(out, "topwaits_series_folded_total {}", m.folded);
     let c = &m.counters;
-    family(&mut out, "topwaits_switches_total", "counter", "Context switches the tracer saw.");
+    family(out, "topwaits_switches_total", "counter", "Context switches the tracer saw.");
     let _ = writeln!(out, "topwaits_switches_total {}", c.switches);
     family(
-        &mut out,
+        out,
         "topwaits_lost_total",
         "counter",
         "What the tracer could not keep, by reason: waits (the aggregate or the start map full), stacks, wakers, events.",
@@ -122,7 +134,7 @@ pub fn text(m: &Metrics, own: &Own) -> String {
         let _ = writeln!(out, "topwaits_lost_total{{reason=\"{reason}\"}} {n}");
     }
     family(
-        &mut out,
+        out,
         "topwaits_aged_total",
         "counter",
         "Stacks and waker chains aged out of the kernel's full maps (stored again when met again).",
@@ -130,7 +142,7 @@ pub fn text(m: &Metrics, own: &Own) -> String {
     let _ = writeln!(out, "topwaits_aged_total{{kind=\"stack\"}} {}", own.stacks_aged);
     let _ = writeln!(out, "topwaits_aged_total{{kind=\"chain\"}} {}", own.chains_aged);
     family(
-        &mut out,
+        out,
         "topwaits_drains_total",
         "counter",
         "Drains of the kernel's aggregate (one per --step).",
@@ -138,7 +150,7 @@ pub fn text(m: &Metrics, own: &Own) -> String {
     let _ = writeln!(out, "topwaits_drains_total {}", m.intervals);
     if let Some(o) = &own.otlp {
         family(
-            &mut out,
+            out,
             "topwaits_otlp_profiles_total",
             "counter",
             "OTLP profile pushes: sent, failed attempts (retried), dropped from the full queue.",
@@ -147,31 +159,29 @@ pub fn text(m: &Metrics, own: &Own) -> String {
             let _ = writeln!(out, "topwaits_otlp_profiles_total{{result=\"{result}\"}} {n}");
         }
     }
+}
+
+/// The process's own metrics, as every Prometheus client library exports them.
+fn process_metrics(out: &mut String, own: &Own) {
     family(
-        &mut out,
+        out,
         "process_cpu_seconds_total",
         "counter",
         "User and system CPU time topwaits spent, in seconds.",
     );
     let _ = writeln!(out, "process_cpu_seconds_total {}", num(own.cpu_seconds));
-    family(
-        &mut out,
-        "process_resident_memory_bytes",
-        "gauge",
-        "topwaits' resident memory, in bytes.",
-    );
+    family(out, "process_resident_memory_bytes", "gauge", "topwaits' resident memory, in bytes.");
     let _ = writeln!(out, "process_resident_memory_bytes {}", own.resident_bytes);
     family(
-        &mut out,
+        out,
         "process_start_time_seconds",
         "gauge",
         "When topwaits began serving, in seconds since the epoch.",
     );
     let _ = writeln!(out, "process_start_time_seconds {}", num(own.start_time_seconds));
-    family(&mut out, "topwaits_build_info", "gauge", "The topwaits release serving, as a label.");
+    family(out, "topwaits_build_info", "gauge", "The topwaits release serving, as a label.");
     let _ =
         writeln!(out, "topwaits_build_info{{version=\"{}\"}} 1", escape(env!("CARGO_PKG_VERSION")));
-    out
 }
 
 #[cfg(test)]

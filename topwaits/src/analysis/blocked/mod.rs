@@ -248,6 +248,46 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
     (Some((info, call)), wait)
 }
 
+/// Pipes and sockets: who else holds them (other processes than the waiter's).
+fn add_holders(threads: &mut [Blocked]) {
+    let inodes: BTreeSet<u64> = threads
+        .iter()
+        .filter_map(|t| match &t.wait {
+            WaitOn::Fd { target, .. } => thread::special_inode(target).map(|(_, i)| i),
+            _ => None,
+        })
+        .collect();
+    let holders = thread::holders_of(&inodes);
+    for t in threads {
+        if let WaitOn::Fd { target, holders: h, .. } = &mut t.wait {
+            if let Some((_, inode)) = thread::special_inode(target) {
+                *h = holders
+                    .get(&inode)
+                    .map(|v| v.iter().filter(|(p, ..)| *p != t.snap.tgid).cloned().collect())
+                    .unwrap_or_default();
+            }
+        }
+    }
+}
+
+/// The owners of the locks waited on that are not listed themselves (running,
+/// or in a state not asked for).
+fn unlisted_owners(edges: &[Edge], listed: &BTreeSet<u32>) -> BTreeMap<u32, Other> {
+    let mut others = BTreeMap::new();
+    for e in edges {
+        if listed.contains(&e.owner) || others.contains_key(&e.owner) {
+            continue;
+        }
+        if let Some(tgid) = procfs::tgid_of(e.owner) {
+            if let Some(st) = thread::stat(tgid, e.owner) {
+                others
+                    .insert(e.owner, Other { tgid, tid: e.owner, comm: st.comm, state: st.state });
+            }
+        }
+    }
+    others
+}
+
 /// Takes the snapshot the options ask for; `regs` are the threads' registers
 /// as the task iterator read them (their frame pointers), where it could.
 pub fn collect(
@@ -295,25 +335,7 @@ pub fn collect(
             Blocked { snap, kernel, user, syscall, wait }
         })
         .collect();
-    // Pipes and sockets: who else holds them.
-    let inodes: BTreeSet<u64> = threads
-        .iter()
-        .filter_map(|t| match &t.wait {
-            WaitOn::Fd { target, .. } => thread::special_inode(target).map(|(_, i)| i),
-            _ => None,
-        })
-        .collect();
-    let holders = thread::holders_of(&inodes);
-    for t in &mut threads {
-        if let WaitOn::Fd { target, holders: h, .. } = &mut t.wait {
-            if let Some((_, inode)) = thread::special_inode(target) {
-                *h = holders
-                    .get(&inode)
-                    .map(|v| v.iter().filter(|(p, ..)| *p != t.snap.tgid).cloned().collect())
-                    .unwrap_or_default();
-            }
-        }
-    }
+    add_holders(&mut threads);
     annotate_sockets(&mut threads);
     // Owner edges, and the owners that are not listed.
     let edges: Vec<Edge> = threads
@@ -326,18 +348,7 @@ pub fn collect(
         })
         .collect();
     let listed: BTreeSet<u32> = threads.iter().map(|t| t.snap.tid).collect();
-    let mut others = BTreeMap::new();
-    for e in &edges {
-        if listed.contains(&e.owner) || others.contains_key(&e.owner) {
-            continue;
-        }
-        if let Some(tgid) = procfs::tgid_of(e.owner) {
-            if let Some(st) = thread::stat(tgid, e.owner) {
-                others
-                    .insert(e.owner, Other { tgid, tid: e.owner, comm: st.comm, state: st.state });
-            }
-        }
-    }
+    let others = unlisted_owners(&edges, &listed);
     let alive: BTreeSet<u32> = listed.iter().chain(others.keys()).copied().collect();
     let graph = waitfor::analyze(&edges, &alive);
     threads.sort_by_key(|t| (t.snap.since.unwrap_or(u64::MAX), t.snap.tid));

@@ -520,58 +520,12 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     // a tracer (read before the medians below sort the samples); and the own-CPU
     // target, which holds for each run, not only the median: every round is
     // shown, the first (with the unwind table cache empty) included.
-    let mut rounds = String::new();
-    for (k, title) in [(0, "long messaging"), (1, "short messaging")] {
-        rounds.push_str(&format!("\nSlowdown of the {title} run in each round (against that round's run without a tracer):\n"));
-        for (t, s) in configs.iter().zip(&samples).skip(1) {
-            let each: Vec<String> = s.kinds[k]
-                .secs
-                .iter()
-                .zip(&samples[0].kinds[k].secs)
-                .map(|(t, b)| format!("{:.3}x", t / b))
-                .collect();
-            rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
-        }
-        rounds.push_str(&format!(
-            "\nThe tracer's own CPU over the {title} run in each round (% of a core; the first round starts with an empty unwind table cache):\n"
-        ));
-        for (t, s) in configs.iter().zip(&samples).filter(|(_, s)| !s.kinds[k].user_cpu.is_empty())
-        {
-            let each: Vec<String> =
-                s.kinds[k].user_cpu.iter().map(|c| format!("{c:.2}%")).collect();
-            rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
-        }
-    }
+    let rounds = each_round(&configs, &samples);
     out.push_str(&machine());
     out.push_str(
         "\n| tracer | ns/switch, messaging | vs offcputime | ns/switch, short messaging | vs offcputime | ns/switch, pipe | vs offcputime | messaging slowdown | short slowdown | pipe slowdown | own CPU, messaging (% of a core) | own CPU, short messaging | start-up (ms) | learners in place (ms) | verified insns | kernel maps (KiB) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
-    let fmt = |v: f64, f: &dyn Fn(f64) -> String| if v.is_nan() { "-".to_string() } else { f(v) };
-    for (t, s) in configs.iter().zip(samples.iter_mut()) {
-        let mut cells = vec![t.name.to_string()];
-        for (kind, peer) in s.kinds.iter_mut().zip(&peer_cost) {
-            let c = median(&mut kind.cost);
-            cells.push(fmt(c, &|v| format!("{v:.0}")));
-            cells.push(fmt(c / peer, &|v| format!("{v:.2}x")));
-        }
-        for (kind, base) in s.kinds.iter_mut().zip(&base) {
-            cells.push(format!("{:.2}x", median(&mut kind.secs) / base));
-        }
-        for kind in &mut s.kinds[..2] {
-            cells.push(fmt(median(&mut kind.user_cpu), &|v| format!("{v:.2}%")));
-        }
-        cells.push(fmt(median(&mut s.startup_ms), &|v| format!("{v:.0}")));
-        cells.push(fmt(median(&mut s.learners_ms), &|v| format!("{v:.0}")));
-        cells.push(fmt(median(&mut s.verified), &|v| {
-            if v > 0.0 {
-                format!("{v:.0}")
-            } else {
-                "-".to_string()
-            }
-        }));
-        cells.push(fmt(median(&mut s.map_kib), &|v| format!("{v:.0}")));
-        out.push_str(&format!("| {} |\n", cells.join(" | ")));
-    }
+    out.push_str(&table_rows(&configs, &mut samples, &peer_cost, &base));
     out.push_str(&format!(
         "\nMedians of {} interleaved rounds; workloads `perf bench sched messaging -g 5 -l 400` (baseline {:.3} s), the short `messaging -g 4 -l 300` (baseline {:.3} s) and `perf bench sched pipe -l 40000` (baseline {:.3} s). Per-switch cost is the run time of all of a tracer's BPF programs (kernel.bpf_stats_enabled) divided by its sched_switch program's runs. Verified insns: the instructions the kernel's verifier processed to load all of a tracer's programs (`verified_insns` in their fdinfo), the work most of its start-up goes to. Start-up: from exec to attached (topwaits: \"Tracing\", every stack walked from the unwind tables from then on); learners in place: to its last programs loaded (kernel stack reuse). Every round starts a new tracer; topwaits' unwind table cache starts empty in the first round.\n",
         opts.rounds, base[0], base[1], base[2]
@@ -593,6 +547,71 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
         out.push_str(&soak(bin, secs)?);
     }
     Ok(())
+}
+
+/// Each round's slowdown against that round's run without a tracer, and the
+/// tracer's own CPU in each round: read before the medians sort the samples.
+fn each_round(configs: &[Tracer], samples: &[Samples]) -> String {
+    let mut rounds = String::new();
+    for (k, title) in [(0, "long messaging"), (1, "short messaging")] {
+        rounds.push_str(&format!("\nSlowdown of the {title} run in each round (against that round's run without a tracer):\n"));
+        for (t, s) in configs.iter().zip(samples).skip(1) {
+            let each: Vec<String> = s.kinds[k]
+                .secs
+                .iter()
+                .zip(&samples[0].kinds[k].secs)
+                .map(|(t, b)| format!("{:.3}x", t / b))
+                .collect();
+            rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
+        }
+        rounds.push_str(&format!(
+            "\nThe tracer's own CPU over the {title} run in each round (% of a core; the first round starts with an empty unwind table cache):\n"
+        ));
+        for (t, s) in configs.iter().zip(samples).filter(|(_, s)| !s.kinds[k].user_cpu.is_empty()) {
+            let each: Vec<String> =
+                s.kinds[k].user_cpu.iter().map(|c| format!("{c:.2}%")).collect();
+            rounds.push_str(&format!("- {}: {}\n", t.name, each.join(", ")));
+        }
+    }
+    rounds
+}
+
+/// The summary table's rows: each tracer's medians, and its costs against the
+/// peer's.
+fn table_rows(
+    configs: &[Tracer],
+    samples: &mut [Samples],
+    peer_cost: &[f64],
+    base: &[f64],
+) -> String {
+    let mut out = String::new();
+    let fmt = |v: f64, f: &dyn Fn(f64) -> String| if v.is_nan() { "-".to_string() } else { f(v) };
+    for (t, s) in configs.iter().zip(samples.iter_mut()) {
+        let mut cells = vec![t.name.to_string()];
+        for (kind, peer) in s.kinds.iter_mut().zip(peer_cost) {
+            let c = median(&mut kind.cost);
+            cells.push(fmt(c, &|v| format!("{v:.0}")));
+            cells.push(fmt(c / peer, &|v| format!("{v:.2}x")));
+        }
+        for (kind, base) in s.kinds.iter_mut().zip(base) {
+            cells.push(format!("{:.2}x", median(&mut kind.secs) / base));
+        }
+        for kind in &mut s.kinds[..2] {
+            cells.push(fmt(median(&mut kind.user_cpu), &|v| format!("{v:.2}%")));
+        }
+        cells.push(fmt(median(&mut s.startup_ms), &|v| format!("{v:.0}")));
+        cells.push(fmt(median(&mut s.learners_ms), &|v| format!("{v:.0}")));
+        cells.push(fmt(median(&mut s.verified), &|v| {
+            if v > 0.0 {
+                format!("{v:.0}")
+            } else {
+                "-".to_string()
+            }
+        }));
+        cells.push(fmt(median(&mut s.map_kib), &|v| format!("{v:.0}")));
+        out.push_str(&format!("| {} |\n", cells.join(" | ")));
+    }
+    out
 }
 
 /// Start-up of `topwaits -p PID` on a Python server (Debian's python3, whose tables

@@ -384,6 +384,122 @@ fn by_frame_pointer(w: &mut Walk, why: u64) -> i64 {
     }
 }
 
+/// One step through the Python frames of the evaluator call at hand, or the
+/// switch into them at an evaluator's frame (they come from the interpreter's
+/// memory, not the stack). True when the step is done.
+#[inline(always)]
+fn python_step(w: &mut Walk, frames: &mut KernelStack, n: usize, py: &PyProc) -> bool {
+    if w.py_mode != 0 {
+        let (word, below, last) = pyframes::step(py, w.py, &mut w.pywin);
+        if let Some(word) = word {
+            frames[n] = word;
+            w.n = n as u64 + 1;
+        }
+        w.py = below;
+        if last || below == 0 {
+            w.py_mode = 0;
+        }
+        return true;
+    }
+    if w.skip == 0 && w.py != 0 && pyframes::in_evaluator(py, w.pc) {
+        w.reusable = 0;
+        w.py_mode = 1;
+        w.skip = 1;
+        return true;
+    }
+    false
+}
+
+/// A pc in no mapping the walker knows: user space is asked for the maps
+/// (once), CPython's perf trampoline is stepped over, else frame pointers.
+/// The loop's verdict.
+#[inline(always)]
+fn unmapped(w: &mut Walk, maps: &mut ProcMaps, at: u64) -> i64 {
+    if maps.missed == 0 && w.guessed == 0 {
+        maps.missed = 1;
+        proc_event(w.tgid as u32, proc_event::MAPS);
+    }
+    // CPython's perf trampoline (`-X perf`, 3.12 on): `sub $8,%rsp; call
+    // *%rcx` just before the return address, and no frame pointer.
+    if at != w.pc && user_word(w.pc - 6).is_some_and(|b| b & 0xffff_ffff_ffff == PERF_TRAMPOLINE) {
+        return match return_at(w, w.sp + 8) {
+            Some(pc) if pc != 0 => {
+                (w.pc, w.sp) = (pc, w.sp + 16);
+                0
+            }
+            _ => {
+                w.cut = cut::UNREADABLE;
+                1
+            }
+        };
+    }
+    w.guessed = 1;
+    by_frame_pointer(w, cut::UNMAPPED)
+}
+
+/// The caller's (pc, sp, bp) by a table's rule `word` for the frame at file
+/// address `addr`; Err with the loop's verdict where the walk ends.
+#[inline(always)]
+fn by_rule(w: &mut Walk, word: u32, addr: u64) -> Result<(u64, u64, u64), i64> {
+    let next = match word & 15 {
+        rule::CFA_SP | rule::CFA_BP => {
+            let base = if word & 15 == rule::CFA_SP { w.sp } else { w.bp };
+            let cfa = base + ((word >> 8) & 0xffff) as u64;
+            let bp_words = (word >> 24) as u8 as i8;
+            let bp = if bp_words == 0 {
+                Some(w.bp)
+            } else {
+                stack_word(w, cfa.wrapping_add_signed(bp_words as i64 * 8))
+            };
+            match (return_at(w, cfa - 8), bp) {
+                (Some(pc), Some(bp)) => (pc, cfa, bp),
+                _ => {
+                    w.cut = cut::UNREADABLE;
+                    return Err(1);
+                }
+            }
+        }
+        rule::PLT => {
+            let cfa = w.sp + if (addr & 15) as u32 >= (word >> 4) & 15 { 16 } else { 8 };
+            match return_at(w, cfa - 8) {
+                Some(pc) => (pc, cfa, w.bp),
+                None => {
+                    w.cut = cut::UNREADABLE;
+                    return Err(1);
+                }
+            }
+        }
+        rule::SIGNAL => {
+            match (user_word(w.sp + SIG_IP), user_word(w.sp + SIG_SP), user_word(w.sp + SIG_BP)) {
+                (Some(pc), Some(sp), Some(bp)) => {
+                    // The interrupted registers are not a stack slot's: never reused.
+                    w.exact = 1;
+                    w.reusable = 0;
+                    (pc, sp, bp)
+                }
+                _ => {
+                    w.cut = cut::UNREADABLE;
+                    return Err(1);
+                }
+            }
+        }
+        rule::END => return Err(1),
+        // STOP, in a file with no table: frame pointers are all there is.
+        _ if word & 1 << 31 != 0 => match fp_step(w) {
+            Some(next) => next,
+            None => {
+                w.cut = cut::NO_INFO;
+                return Err(1);
+            }
+        },
+        _ => {
+            w.cut = cut::NO_INFO;
+            return Err(1);
+        }
+    };
+    Ok(next)
+}
+
 /// `bpf_loop` body: writes the current frame and steps to its caller. Returns 1
 /// (stop) once the stack is whole or cut.
 unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
@@ -399,24 +515,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
         return 1;
     }
     if let Some(py) = py {
-        if w.py_mode != 0 {
-            // One Python frame of the evaluator call at hand.
-            let (word, below, last) = pyframes::step(py, w.py, &mut w.pywin);
-            if let Some(word) = word {
-                frames[n] = word;
-                w.n = n as u64 + 1;
-            }
-            w.py = below;
-            if last || below == 0 {
-                w.py_mode = 0;
-            }
-            return 0;
-        }
-        if w.skip == 0 && w.py != 0 && pyframes::in_evaluator(py, w.pc) {
-            // Python frames come from the interpreter's memory, not the stack.
-            w.reusable = 0;
-            w.py_mode = 1;
-            w.skip = 1;
+        if python_step(w, frames, n, py) {
             return 0;
         }
     }
@@ -430,28 +529,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     let at = w.pc - (w.exact == 0) as u64;
     w.exact = 0;
     let Some((bias, file)) = mapping_of(maps, at) else {
-        if maps.missed == 0 && w.guessed == 0 {
-            maps.missed = 1;
-            proc_event(w.tgid as u32, proc_event::MAPS);
-        }
-        // CPython's perf trampoline (`-X perf`, 3.12 on): `sub $8,%rsp; call
-        // *%rcx` just before the return address, and no frame pointer.
-        if at != w.pc
-            && user_word(w.pc - 6).is_some_and(|b| b & 0xffff_ffff_ffff == PERF_TRAMPOLINE)
-        {
-            return match return_at(w, w.sp + 8) {
-                Some(pc) if pc != 0 => {
-                    (w.pc, w.sp) = (pc, w.sp + 16);
-                    0
-                }
-                _ => {
-                    w.cut = cut::UNREADABLE;
-                    1
-                }
-            };
-        }
-        w.guessed = 1;
-        return by_frame_pointer(w, cut::UNMAPPED);
+        return unmapped(w, maps, at);
     };
     let addr = at.wrapping_sub(bias);
     let word = match cached_rule(&mut w.cache, file, addr, w.tgid, w.running, w.guessed == 0) {
@@ -467,61 +545,9 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
             return 1;
         }
     };
-    let (pc, sp, bp) = match word & 15 {
-        rule::CFA_SP | rule::CFA_BP => {
-            let base = if word & 15 == rule::CFA_SP { w.sp } else { w.bp };
-            let cfa = base + ((word >> 8) & 0xffff) as u64;
-            let bp_words = (word >> 24) as u8 as i8;
-            let bp = if bp_words == 0 {
-                Some(w.bp)
-            } else {
-                stack_word(w, cfa.wrapping_add_signed(bp_words as i64 * 8))
-            };
-            match (return_at(w, cfa - 8), bp) {
-                (Some(pc), Some(bp)) => (pc, cfa, bp),
-                _ => {
-                    w.cut = cut::UNREADABLE;
-                    return 1;
-                }
-            }
-        }
-        rule::PLT => {
-            let cfa = w.sp + if (addr & 15) as u32 >= (word >> 4) & 15 { 16 } else { 8 };
-            match return_at(w, cfa - 8) {
-                Some(pc) => (pc, cfa, w.bp),
-                None => {
-                    w.cut = cut::UNREADABLE;
-                    return 1;
-                }
-            }
-        }
-        rule::SIGNAL => {
-            match (user_word(w.sp + SIG_IP), user_word(w.sp + SIG_SP), user_word(w.sp + SIG_BP)) {
-                (Some(pc), Some(sp), Some(bp)) => {
-                    // The interrupted registers are not a stack slot's: never reused.
-                    w.exact = 1;
-                    w.reusable = 0;
-                    (pc, sp, bp)
-                }
-                _ => {
-                    w.cut = cut::UNREADABLE;
-                    return 1;
-                }
-            }
-        }
-        rule::END => return 1,
-        // STOP, in a file with no table: frame pointers are all there is.
-        _ if word & 1 << 31 != 0 => match fp_step(w) {
-            Some(next) => next,
-            None => {
-                w.cut = cut::NO_INFO;
-                return 1;
-            }
-        },
-        _ => {
-            w.cut = cut::NO_INFO;
-            return 1;
-        }
+    let (pc, sp, bp) = match by_rule(w, word, addr) {
+        Ok(next) => next,
+        Err(verdict) => return verdict,
     };
     if pc == 0 {
         // The outermost frame by convention: nothing called it.

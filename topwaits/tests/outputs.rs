@@ -161,3 +161,22 @@ fn dev_stdout_and_dev_null_are_written_in_place() {
         "/dev/stdout was replaced"
     );
 }
+
+/// The binary writes its own completions and man pages (`cargo xtask
+/// completions` runs this), with no privilege and no BPF: every visible
+/// subcommand has a page, the hidden `generate` none.
+#[test]
+fn the_binary_writes_its_completions_and_man_pages() {
+    let out = dir("generate", 0o755);
+    let done = std::process::Command::new(BIN).arg("generate").arg(&out).output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let man = fs::read_to_string(out.join("man/topwaits.1")).unwrap();
+    assert!(man.contains(".SH JSON OUTPUT") && man.contains("min\\-block\\-time"), "{man}");
+    for sub in ["threads", "blocked", "record", "report", "why", "locks", "diff", "serve"] {
+        assert!(out.join(format!("man/topwaits-{sub}.1")).exists(), "no page for {sub}");
+    }
+    assert!(!out.join("man/topwaits-generate.1").exists(), "the hidden subcommand has no page");
+    let bash = fs::read_to_string(out.join("completions/topwaits.bash")).unwrap();
+    assert!(bash.contains("--stack-storage-size") && bash.contains("ls /proc"), "{bash}");
+    let _ = fs::remove_dir_all(&out);
+}

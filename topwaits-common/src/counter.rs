@@ -68,5 +68,9 @@ pub const SEEDED_WALKED: u32 = 27;
 /// stack, left out, and their nanoseconds.
 pub const SEEDED_UNWALKED: u32 = 28;
 pub const SEEDED_UNWALKED_NS: u32 = 29;
+/// Goroutine waits recorded (Go programs), and the wakeups of parked
+/// goroutines whose waker was seen.
+pub const GO_WAITS: u32 = 30;
+pub const GO_WAKEUPS: u32 = 31;
 /// Number of counters (the size of the COUNTERS map).
-pub const COUNT: u32 = 30;
+pub const COUNT: u32 = 32;

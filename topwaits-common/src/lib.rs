@@ -2,6 +2,7 @@
 //! values (all `#[repr(C)]`, padding-free), map and program names, and counter indices.
 #![no_std]
 
+pub mod golang;
 pub mod python;
 pub mod walker;
 
@@ -267,6 +268,9 @@ pub mod what {
     /// [`super::What::obj`] is the time left at the switch, rounded up to 1, 2
     /// or 5 times a power of ten (what was asked is not known).
     pub const SLEEP_DEADLINE: u32 = 1 << 12;
+    /// A goroutine's wait (see `golang`): [`super::What::arg0`] is the
+    /// runtime's wait reason, [`super::What::obj`] the goid.
+    pub const GOROUTINE: u32 = 1 << 13;
     pub const FUTEX_OP_SHIFT: u32 = 16;
     /// `LCB_F_*`: spinning, a reader, a writer, a mutex.
     pub const LCB_SPIN: u32 = 1;
@@ -616,6 +620,7 @@ mod pod {
     unsafe impl aya::Pod for super::walker::ProcMaps {}
     unsafe impl aya::Pod for super::walker::FileInfo {}
     unsafe impl aya::Pod for super::python::PyProc {}
+    unsafe impl aya::Pod for super::golang::GoProc {}
 }
 
 #[cfg(test)]

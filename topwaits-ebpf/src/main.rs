@@ -1,7 +1,7 @@
 //! topwaits' eBPF object: one module per hook, plus the maps and the shared
-//! accounting they use. Dependencies run one way: hooks (and cpu_sample) → switch → events → wake →
-//! threads → task → what → kstack/ustack/kcache/klearn → uwalk/layouts → stackref → taskmap →
-//! maps.
+//! accounting they use. Dependencies run one way: hooks (and cpu_sample) → goroutines →
+//! switch → events → wake → threads → task → what → gostack/kstack/ustack/kcache/klearn →
+//! uwalk/layouts → stackref → taskmap → maps.
 // Built for the BPF target it is freestanding; on the host (clippy, `cargo check
 // --workspace`) it is checked as a plain program, with std's panic handler.
 #![cfg_attr(target_arch = "bpf", no_std)]
@@ -21,6 +21,11 @@ mod cpu_sample;
 mod events;
 mod finish_task_switch;
 mod futex;
+mod go_execute;
+mod go_park;
+mod go_ready;
+mod goroutines;
+mod gostack;
 mod itertask;
 mod kcache;
 mod klearn;

@@ -263,9 +263,7 @@ fn end_wait<C: StackIdContext, const CFI: bool>(
     }
     let delta = now - began;
     let s = settings();
-    let us = delta / 1000;
-    if us < s.min_us || us > s.max_us {
-        count(counter::OUTSIDE_BLOCK_TIME, 1);
+    if !in_block_time(delta) {
         return;
     }
     let (kstack, ustack) =
@@ -293,17 +291,49 @@ fn end_wait<C: StackIdContext, const CFI: bool>(
     } else {
         key.what = start.what;
     }
-    let key = &*key;
-    if s.events_over_us != 0 && us >= s.events_over_us as u64 {
-        crate::events::send(key, began, now, start.state, s.waker != 0, start.woken, start.chain);
+    let (state, woken, chain) = (start.state, start.woken, start.chain);
+    let held = if s.hold_rows != 0 { Some(start) } else { None };
+    finish(&*key, began, now, Ended { state, woken, chain }, held);
+}
+
+/// How a wait ended: the state it began in (0: preempted) and its task's last
+/// wakeup (time and chain).
+pub struct Ended {
+    pub state: u32,
+    pub woken: u64,
+    pub chain: u64,
+}
+
+/// Adds one wait under `key`, from `began` to `now`, to the aggregate the
+/// settings name, and sends it as an event if it is long enough; a thread that
+/// holds its row (`held`) adds it there. Shared with the goroutine hooks.
+#[inline(always)]
+pub fn finish(key: &WaitKey, began: u64, now: u64, e: Ended, held: Option<&mut SwitchOut>) {
+    let s = settings();
+    let delta = now - began;
+    if s.events_over_us != 0 && delta / 1000 >= s.events_over_us as u64 {
+        crate::events::send(key, began, now, e.state, s.waker != 0, e.woken, e.chain);
     }
     if s.waker != 0 {
-        wake::account(key, began, start.state, delta, now, start.woken, start.chain);
-    } else if s.hold_rows != 0 {
+        wake::account(key, began, e.state, delta, now, e.woken, e.chain);
+    } else if let Some(start) = held {
         hold(start, key, delta, now);
     } else {
         add(key, delta, now);
     }
+}
+
+/// Whether a wait of `delta` ns is inside `--min-block`/`--max-block`; one
+/// outside is counted.
+#[inline(always)]
+pub fn in_block_time(delta: u64) -> bool {
+    let s = settings();
+    let us = delta / 1000;
+    if us < s.min_us || us > s.max_us {
+        count(counter::OUTSIDE_BLOCK_TIME, 1);
+        return false;
+    }
+    true
 }
 
 /// The user stack of a wait that was in progress when the trace began (from

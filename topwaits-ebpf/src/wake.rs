@@ -24,7 +24,7 @@ const CHAIN_SEED: u64 = 0x4528_21e6_38d0_1377;
 
 /// The reference of the first `len` hops of `h`: a hash of their words.
 #[inline(always)]
-fn chain_ref(h: &Hops) -> u64 {
+pub fn chain_ref(h: &Hops) -> u64 {
     let mut x = CHAIN_SEED ^ h.len as u64;
     for (i, hop) in h.hops.iter().enumerate() {
         if i as u32 >= h.len {

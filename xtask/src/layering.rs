@@ -9,8 +9,24 @@ mod tests {
     /// The eBPF crate's shared modules from top to bottom: each may use only the
     /// ones after it. Hook files (one per tracepoint) sit above all of them.
     const ORDER: &[&str] = &[
-        "switch", "events", "wake", "threads", "task", "what", "kstack", "ustack", "kcache",
-        "uwalk", "pyframes", "uread", "stackref", "taskmap", "itertask", "maps",
+        "goroutines",
+        "switch",
+        "events",
+        "wake",
+        "threads",
+        "task",
+        "what",
+        "gostack",
+        "kstack",
+        "ustack",
+        "kcache",
+        "uwalk",
+        "pyframes",
+        "uread",
+        "stackref",
+        "taskmap",
+        "itertask",
+        "maps",
     ];
 
     /// Whether `text` holds `form` as a whole name (`crate::task` is not in

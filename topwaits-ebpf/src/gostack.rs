@@ -1,0 +1,99 @@
+//! Goroutine stacks for the Go hooks: a frame-pointer walk from a uprobe's
+//! registers at a function's first instruction (Go keeps frame pointers in all
+//! its code), kept in `USTACKS` as every user stack is.
+
+use aya_ebpf::{bindings::pt_regs, helpers::bpf_loop, macros::map, maps::PerCpuArray};
+use topwaits_common::{counter, KernelStack, KSTACK_DEPTH, STACK_NONE, STACK_STORED, USER_SEED};
+
+use crate::maps::{SCRATCH_USTACK, USTACKS};
+use crate::stackref::{self, mix};
+use crate::uread::user_word;
+
+/// A walked stack: its reference, and whether a frame lay outside
+/// `[lo, hi)` (the system stack's bounds, where the walk began).
+pub struct GoStack {
+    pub stack: u64,
+    pub left_bounds: bool,
+}
+
+/// A walk in progress, kept in a per-CPU map rather than on the stack: the
+/// verifier then knows none of its values exactly, so it checks the loop's
+/// body once rather than once per frame count (and what follows once per
+/// length). Its hash is taken as the frames are.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Walk {
+    n: u64,
+    bp: u64,
+    lo: u64,
+    hi: u64,
+    left: u64,
+    hash: u64,
+}
+
+#[map]
+static GO_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+
+/// Walks the stack of the goroutine (or system stack) the probe interrupted at
+/// a function's entry: its pc, the return address at the stack pointer (the
+/// caller has no frame of its own yet), then one frame per saved frame pointer.
+#[inline(always)]
+pub fn walk(regs: &pt_regs, bounds: (u64, u64)) -> GoStack {
+    let none = GoStack { stack: STACK_NONE, left_bounds: false };
+    let (Some(buf), Some(w)) = (SCRATCH_USTACK.get_ptr_mut(0), GO_WALK.get_ptr_mut(0)) else {
+        return none;
+    };
+    // SAFETY: this CPU's scratch slots, used by this program run alone.
+    let (frames, w): (&mut KernelStack, &mut Walk) = unsafe { (&mut *buf, &mut *w) };
+    // Zero-filled after the last frame, as every stored stack is.
+    for f in frames.iter_mut() {
+        // SAFETY: a write into the buffer; volatile, so that it stays a loop
+        // of stores rather than a call to memset.
+        unsafe { core::ptr::write_volatile(f, 0) };
+    }
+    frames[0] = regs.rip;
+    frames[1] = user_word(regs.rsp).unwrap_or(0);
+    *w = Walk {
+        n: 2,
+        bp: regs.rbp,
+        lo: bounds.0,
+        hi: bounds.1,
+        left: 0,
+        hash: mix(mix(USER_SEED, frames[0]), frames[1]),
+    };
+    if frames[1] != 0 {
+        // SAFETY: the callback takes no context; it finds the walk in its map.
+        unsafe {
+            bpf_loop(KSTACK_DEPTH as u32, step as *mut core::ffi::c_void, core::ptr::null_mut(), 0);
+        }
+    }
+    // Read again: the callback wrote it behind the compiler's back.
+    let Some(w) = GO_WALK.get(0).copied() else { return none };
+    let stack = stackref::keep(&USTACKS, w.hash | STACK_STORED, frames, counter::LOST_USER_STACK);
+    GoStack { stack, left_bounds: w.left != 0 }
+}
+
+/// `bpf_loop` body: takes one frame; 1 (stop) at the end of the chain.
+unsafe extern "C" fn step(_i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
+    let (Some(buf), Some(w)) = (SCRATCH_USTACK.get_ptr_mut(0), GO_WALK.get_ptr_mut(0)) else {
+        return 1;
+    };
+    // SAFETY: this CPU's scratch slots, used by this program run alone.
+    let (frames, w) = unsafe { (&mut *buf, &mut *w) };
+    let n = w.n as usize;
+    if n >= KSTACK_DEPTH || w.bp == 0 || w.bp & 7 != 0 {
+        return 1;
+    }
+    let Some(ret) = user_word(w.bp + 8) else { return 1 };
+    if ret == 0 {
+        return 1;
+    }
+    if w.bp < w.lo || w.bp >= w.hi {
+        w.left = 1;
+    }
+    frames[n] = ret;
+    w.n += 1;
+    w.hash = mix(w.hash, ret);
+    w.bp = user_word(w.bp).unwrap_or(0);
+    0
+}

@@ -23,6 +23,7 @@ const ORDER: &[&str] = &[
     "analysis/what",
     "analysis/reduce",
     "analysis/diff",
+    "analysis/goroutines",
     "analysis/metrics",
     "analysis/increments",
     "analysis",

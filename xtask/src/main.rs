@@ -153,6 +153,8 @@ fn main() -> ExitCode {
                     "locks",
                     "--test",
                     "containers",
+                    "--test",
+                    "goroutines",
                     "--",
                 ])
                 .arg("--test-threads=1")

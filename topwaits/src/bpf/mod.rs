@@ -8,6 +8,7 @@ mod attach;
 mod batch;
 mod drain;
 mod events;
+mod goroutines;
 mod load;
 mod regs;
 mod sample;
@@ -35,6 +36,7 @@ use crate::model::{AttachKind, Counters};
 use crate::settings::{AttachMode, Config, ThreadsConfig};
 use crate::sys::btf;
 use attach::{attach_futex, attach_raw_tp, attach_tp_btf, load_in_parallel, Plan};
+pub use goroutines::Goroutines;
 
 /// The eBPF object, built by build.rs and embedded so the binary is self-contained.
 pub(super) static OBJECT: &[u8] =
@@ -74,6 +76,8 @@ pub struct Tracer {
     /// Drains report the waits in progress since the start too, under the
     /// stacks walked for them (`serve`, whose every interval counts them).
     seeded_open: bool,
+    /// The Go programs whose goroutines are traced.
+    goroutines: Goroutines,
 }
 
 impl Tracer {
@@ -153,6 +157,11 @@ impl Tracer {
         let prepared = prepared.ok_or_else(|| anyhow!("the unwind tables were not prepared"))?;
         add_late_members(&mut ebpf, &config.threads)?;
         attach_extras(&mut ebpf, config, attach)?;
+        let goroutines = if config.goroutines {
+            goroutines::attach(&mut ebpf, &config.threads, config.waker)?
+        } else {
+            Goroutines::default()
+        };
         info!("attached with {}", attach.name());
         let tracer = Tracer {
             ebpf,
@@ -170,8 +179,14 @@ impl Tracer {
             capacity: (sizes.stacks, sizes.chains),
             aged: Default::default(),
             seeded_open: false,
+            goroutines,
         };
         Ok((tracer, prepared))
+    }
+
+    /// The Go programs whose goroutines are traced, and those that could not be.
+    pub fn goroutines(&self) -> &Goroutines {
+        &self.goroutines
     }
 
     /// Whether user stacks are walked from the unwind tables.
@@ -332,6 +347,7 @@ impl Tracer {
             block_us: (0, u64::MAX),
             wait_events: false,
             holds_rows: false,
+            goroutines: Goroutines::default(),
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
             walks: cfi,

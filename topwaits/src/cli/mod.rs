@@ -187,6 +187,13 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_labels: bool,
 
+    /// Do not trace goroutines. By default, a traced Go program's goroutine
+    /// waits (a sync.Mutex, a channel, a sleep, network I/O) are recorded from
+    /// uprobes on its runtime, each with its waker goroutine, and its threads'
+    /// idle in the Go scheduler is left out.
+    #[arg(long)]
+    pub no_goroutines: bool,
+
     /// Also sample each traced thread's stacks while it runs, HZ times a second
     /// (default 99), so that its whole time is accounted for: where it ran
     /// (samples scaled to time) beside where it waited.
@@ -417,6 +424,7 @@ impl Config {
                 (None, false) => Unwind::Cfi,
             },
             labels: !a.no_labels,
+            goroutines: !a.no_goroutines,
             cache: a.cache.dir(),
             on_cpu: a.on_cpu,
             no_on_cpu: a.no_on_cpu,

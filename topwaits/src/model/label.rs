@@ -45,6 +45,9 @@ pub enum WaitsOn {
     /// Another file descriptor (a terminal, an eventfd, ...), or one closed before
     /// it could be resolved (`target` none).
     File { fd: u64, target: Option<String>, syscall: String },
+    /// A goroutine's wait in the Go runtime: `reason` the runtime's wait reason,
+    /// or the lock its frames name (`sync.Mutex`, `sync.RWMutex (read)`).
+    Goroutine { reason: String },
     /// Anything else: the syscall's name, or the kernel function it waited in.
     Other { what: String },
     /// Not a wait: the thread was running on a CPU (`--on-cpu` samples).
@@ -89,6 +92,7 @@ impl WaitsOn {
             WaitsOn::Child { .. } => "child",
             WaitsOn::Signal { .. } => "signal",
             WaitsOn::File { .. } => "file",
+            WaitsOn::Goroutine { .. } => "goroutine",
             WaitsOn::Other { .. } => "other",
             WaitsOn::Running => "running",
         }
@@ -99,6 +103,9 @@ impl WaitsOn {
         match self {
             WaitsOn::Mutex { .. } | WaitsOn::KernelLock { .. } => true,
             WaitsOn::Futex { lock, .. } => lock == "rwlock",
+            WaitsOn::Goroutine { reason } => {
+                reason.starts_with("sync.") && reason.contains("Mutex")
+            }
             _ => false,
         }
     }
@@ -152,6 +159,7 @@ impl WaitsOn {
             WaitsOn::Signal { .. } => "signal".to_string(),
             WaitsOn::File { target: Some(t), .. } => format!("file {t}"),
             WaitsOn::File { target: None, syscall, .. } => format!("fd in {syscall}"),
+            WaitsOn::Goroutine { reason } => reason.clone(),
             WaitsOn::Other { what } => what.clone(),
             WaitsOn::Running => "running".to_string(),
         }
@@ -239,6 +247,7 @@ impl WaitsOn {
             WaitsOn::File { fd, target: None, syscall } => {
                 format!("fd {fd} (closed before it could be resolved), in {syscall}")
             }
+            WaitsOn::Goroutine { reason } => format!("{reason} (a goroutine's wait)"),
             WaitsOn::Other { what } => what.clone(),
             WaitsOn::Running => "running on a CPU".to_string(),
         }

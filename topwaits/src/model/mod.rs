@@ -229,6 +229,15 @@ pub struct Counters {
     pub seeded_unwalked: u64,
     #[serde(default)]
     pub seeded_unwalked_ns: u64,
+    /// Goroutine waits recorded (Go programs), and those whose waker was seen.
+    #[serde(default)]
+    pub goroutine_waits: u64,
+    #[serde(default)]
+    pub goroutine_wakeups: u64,
+    /// Time the threads of Go programs whose goroutines are traced spent idle
+    /// in the Go scheduler, left out (set per report; not a kernel counter).
+    #[serde(default)]
+    pub go_scheduler_idle_ns: u64,
 }
 
 impl Counters {
@@ -267,6 +276,9 @@ impl Counters {
             seeded_walked: at(c::SEEDED_WALKED),
             seeded_unwalked: at(c::SEEDED_UNWALKED),
             seeded_unwalked_ns: at(c::SEEDED_UNWALKED_NS),
+            goroutine_waits: at(c::GO_WAITS),
+            goroutine_wakeups: at(c::GO_WAKEUPS),
+            go_scheduler_idle_ns: 0,
         }
     }
 
@@ -303,6 +315,9 @@ impl Counters {
             seeded_walked: self.seeded_walked.saturating_sub(earlier.seeded_walked),
             seeded_unwalked: self.seeded_unwalked.saturating_sub(earlier.seeded_unwalked),
             seeded_unwalked_ns: self.seeded_unwalked_ns.saturating_sub(earlier.seeded_unwalked_ns),
+            goroutine_waits: self.goroutine_waits.saturating_sub(earlier.goroutine_waits),
+            goroutine_wakeups: self.goroutine_wakeups.saturating_sub(earlier.goroutine_wakeups),
+            go_scheduler_idle_ns: self.go_scheduler_idle_ns,
         }
     }
 
@@ -669,6 +684,34 @@ pub fn comm_text(comm: &[u8]) -> String {
         }
     }
     s
+}
+
+/// Records for tests of the layers above.
+#[cfg(test)]
+pub mod fixtures {
+    use super::{Record, Stack};
+
+    /// A record of `count` waits of `total_ns` by thread 1/2 named `comm`, with
+    /// no stacks, waker or label.
+    pub fn bare_record(comm: &str, total_ns: u64, count: u64) -> Record {
+        Record {
+            tgid: 1,
+            tid: 2,
+            comm: comm.as_bytes().to_vec(),
+            kernel: Stack::None,
+            user: Stack::None,
+            count,
+            total_ns,
+            max_ns: total_ns,
+            max_end_mono: 0,
+            wake: None,
+            open: None,
+            threads: 1,
+            waits_on: None,
+            ns_ids: None,
+            cgroup: None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -55,7 +55,7 @@ fn who(
     mode: Option<&String>,
 ) -> String {
     let threads = if tids.len() == 1 {
-        format!("tid {}", tids.iter().next().unwrap_or(&0))
+        crate::util::text::tid_text(*tids.iter().next().unwrap_or(&0))
     } else {
         plural(tids.len(), "thread")
     };

@@ -86,7 +86,7 @@ pub fn interrupt_handler(h: &Hop) -> Option<&str> {
 /// `comm  pid N` or `comm`.
 pub fn named(comm: &str, tgid: u32, tid: u32, by: By) -> String {
     match by {
-        By::Thread => format!("{comm}  pid {tgid}  tid {tid}"),
+        By::Thread => format!("{comm}  pid {tgid}  {}", crate::util::text::tid_text(tid)),
         By::Process => format!("{comm}  pid {tgid}"),
         By::Comm | By::What | By::Cgroup => comm.to_string(),
     }
@@ -192,27 +192,7 @@ pub(crate) mod fixtures {
         }
     }
 
-    /// A record of `count` waits of `total_ns` by thread 1/2 named `comm`, with
-    /// no stacks, waker or label.
-    pub fn bare_record(comm: &str, total_ns: u64, count: u64) -> Record {
-        Record {
-            tgid: 1,
-            tid: 2,
-            comm: comm.as_bytes().to_vec(),
-            kernel: Stack::None,
-            user: Stack::None,
-            count,
-            total_ns,
-            max_ns: total_ns,
-            max_end_mono: 0,
-            wake: None,
-            open: None,
-            threads: 1,
-            waits_on: None,
-            ns_ids: None,
-            cgroup: None,
-        }
-    }
+    pub use crate::model::fixtures::bare_record;
 
     pub fn hop(comm: &str, tid: u32, kernel: &[&str], user: &[&str]) -> Hop {
         Hop {

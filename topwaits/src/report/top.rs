@@ -120,7 +120,8 @@ fn write_hop(out: &mut dyn Write, depth: usize, h: &Hop, delimited: bool) -> io:
             interrupt_handler(h).unwrap_or("[unknown handler]")
         )?;
     } else {
-        writeln!(out, "    {lead} {}  pid {}  tid {}", hop_name(h), h.tgid, h.tid)?;
+        let tid = crate::util::text::tid_text(h.tid);
+        writeln!(out, "    {lead} {}  pid {}  {tid}", hop_name(h), h.tgid)?;
     }
     write_stack(out, &h.kernel, "kernel")?;
     if delimited && !matches!(h.kernel, Stack::None) && !matches!(h.user, Stack::None) {

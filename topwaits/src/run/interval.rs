@@ -30,7 +30,6 @@ pub fn report(
     res: Option<&mut dyn Resolve>,
 ) -> Report {
     // Events are symbolized and labelled with the records, then split off again.
-    let aggregate = capture.records.len();
     capture.records.extend(events.rows);
     let sampled = capture.records.len();
     capture.records.extend(events.samples);
@@ -40,10 +39,13 @@ pub fn report(
         crate::analysis::what::label(&mut resolved.records, &whats, res);
     }
     let samples = resolved.records.split_off(sampled);
-    let events =
-        crate::analysis::longwaits::events(resolved.records.split_off(aggregate), &events.states);
+    let (waits, states, idle_ns) = without_go_scheduler_idle(resolved.records, events.states);
+    resolved.records = waits;
+    let aggregate = resolved.records.len() - states.len();
+    let events = crate::analysis::longwaits::events(resolved.records.split_off(aggregate), &states);
     let mut counters = capture.counters.since(before);
     counters.user_stacks_cut = resolved.user_stacks_cut;
+    counters.go_scheduler_idle_ns = idle_ns;
     // Records alike in all a report shows are one; the graphs keep threads apart.
     let records = reduce::merge(resolved.records, By::Thread);
     Report {
@@ -54,6 +56,36 @@ pub fn report(
         events,
         samples,
     }
+}
+
+/// The waits (aggregate rows, then event rows with their `states`) without
+/// the Go scheduler's idle of the processes whose goroutines are traced; and
+/// the nanoseconds left out of the aggregate rows.
+fn without_go_scheduler_idle(
+    records: Vec<crate::model::Record>,
+    states: Vec<u32>,
+) -> (Vec<crate::model::Record>, Vec<u32>, u64) {
+    use crate::analysis::goroutines;
+    let go = goroutines::go_processes(&records);
+    if go.is_empty() {
+        return (records, states, 0);
+    }
+    let (keep, _) = goroutines::keep(&records, &go);
+    let first_event = records.len() - states.len();
+    let mut idle_ns = 0;
+    let (mut kept, mut kept_states) = (Vec::new(), Vec::new());
+    for (i, (r, k)) in records.into_iter().zip(keep).enumerate() {
+        match (k, i.checked_sub(first_event)) {
+            (true, Some(e)) => {
+                kept.push(r);
+                kept_states.push(states[e]);
+            }
+            (true, None) => kept.push(r),
+            (false, None) => idle_ns += r.total_ns,
+            (false, Some(_)) => {}
+        }
+    }
+    (kept, kept_states, idle_ns)
 }
 
 #[cfg(test)]

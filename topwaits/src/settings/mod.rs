@@ -93,6 +93,8 @@ pub struct Config {
     pub unwind: Unwind,
     /// Record what each wait was for (`--no-labels` turns it off).
     pub labels: bool,
+    /// Trace the goroutines of Go programs (`--no-goroutines` turns it off).
+    pub goroutines: bool,
     /// Where built unwind tables are kept between runs (None: `--no-cache`).
     pub cache: Option<PathBuf>,
     /// `--on-cpu`: sample running threads at this rate (Hz).

@@ -47,6 +47,10 @@ pub trait Resolve {
     fn process(&mut self, tgid: u32) -> Option<String>;
     /// The kernel symbol at exactly `addr` (a static lock), if any.
     fn kernel_symbol(&mut self, addr: u64) -> Option<String>;
+    /// The name of the Go runtime's wait reason `reason` in process `tgid`.
+    fn go_wait_reason(&mut self, _tgid: u32, _reason: u64) -> Option<String> {
+        None
+    }
 }
 
 /// Parts of the names of glibc's mutex lock path.
@@ -167,6 +171,39 @@ fn telling_kernel_frame(kernel: &[&str]) -> Option<String> {
         .map(|f| format!("in {f}"))
 }
 
+/// The locks of Go's `sync` package, by a frame of their slow path, with the
+/// name a goroutine's wait on them gets.
+const GO_LOCK_FRAMES: &[(&str, &str)] = &[
+    ("sync.(*Mutex).lockSlow", "sync.Mutex"),
+    ("sync.(*Mutex).Lock", "sync.Mutex"),
+    ("sync.(*RWMutex).RLock", "sync.RWMutex (read)"),
+    ("sync.(*RWMutex).Lock", "sync.RWMutex"),
+    ("sync.(*WaitGroup).Wait", "sync.WaitGroup"),
+    ("sync.(*Cond).Wait", "sync.Cond"),
+];
+
+/// A goroutine's wait for the runtime's wait `reason`: a sleep is a sleep; a
+/// semaphore wait is named by the `sync` lock its frames go through.
+pub fn goroutine(reason: &str, user: &[&str]) -> WaitsOn {
+    if reason == "sleep" {
+        return WaitsOn::Sleep {
+            requested_ns: None,
+            syscall: "time.Sleep".into(),
+            to_deadline: false,
+        };
+    }
+    let named = user
+        .iter()
+        .find_map(|f| GO_LOCK_FRAMES.iter().find(|(frame, _)| f.starts_with(frame)))
+        .map(|(_, name)| name.to_string());
+    let reason = match (reason, named) {
+        (_, Some(lock)) => lock,
+        ("IO wait", None) => "network I/O".to_string(),
+        (r, None) => r.to_string(),
+    };
+    WaitsOn::Goroutine { reason }
+}
+
 /// Classifies one wait. `kernel` and `user` are the frame names, leaf first.
 pub fn classify(
     w: &What,
@@ -175,6 +212,11 @@ pub fn classify(
     tgid: u32,
     r: &mut dyn Resolve,
 ) -> WaitsOn {
+    if w.flags & bits::GOROUTINE != 0 {
+        let reason =
+            r.go_wait_reason(tgid, w.arg0).unwrap_or_else(|| format!("wait reason {}", w.arg0));
+        return goroutine(&reason, user);
+    }
     if w.flags & bits::PREEMPTED != 0 {
         let ran_instead = (w.obj != 0)
             .then(|| r.process(w.obj as u32).unwrap_or_else(|| format!("pid {}", w.obj)));

@@ -19,6 +19,8 @@ pub struct ProcResolver {
     devices: HashMap<u64, Option<String>>,
     /// Data symbols of the kernel by address (read on first need).
     kallsyms: Option<HashMap<u64, String>>,
+    /// Go programs' wait reasons, by tgid (read on first need).
+    go_reasons: HashMap<u32, Vec<String>>,
 }
 
 /// The block device named by `dev` (`st_dev`), from `/sys/dev/block`.
@@ -72,6 +74,14 @@ impl ProcResolver {
 }
 
 impl Resolve for ProcResolver {
+    fn go_wait_reason(&mut self, tgid: u32, reason: u64) -> Option<String> {
+        let reasons = self.go_reasons.entry(tgid).or_insert_with(|| {
+            crate::stacks::golang::runtime::wait_reasons(&format!("/proc/{tgid}/exe"))
+                .unwrap_or_default()
+        });
+        reasons.get(usize::try_from(reason).ok()?).filter(|r| !r.is_empty()).cloned()
+    }
+
     fn fd(&mut self, tgid: u32, fd: u64) -> Option<Fd> {
         let target = thread::fd_target(tgid, fd)?;
         if let Some((kind, inode)) = thread::special_inode(&target) {

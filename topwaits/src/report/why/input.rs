@@ -3,6 +3,7 @@
 //! names of threads, sites and groups.
 
 use super::*;
+use crate::util::text::tid_text;
 
 /// A site as a process's waits repeat it: the process, its stacks' addresses
 /// and its label.
@@ -130,9 +131,13 @@ impl Input {
                 Some(w) if w.kind == WakeKind::Preempted => (Waker::Preempted, None, 0),
                 Some(w) if w.kind == WakeKind::Woken && !w.hops.is_empty() => {
                     let h = &w.hops[0];
-                    let by =
-                        if h.interrupt { Waker::Device(device(h)) } else { Waker::Thread(h.tid) };
-                    if !h.interrupt {
+                    let runtime = crate::analysis::goroutines::runtime_waker(r.tid, h);
+                    let by = match runtime {
+                        _ if h.interrupt => Waker::Device(device(h)),
+                        Some(what) => Waker::Device(what.to_string()),
+                        None => Waker::Thread(h.tid),
+                    };
+                    if !h.interrupt && runtime.is_none() {
                         threads.entry(h.tid).or_insert_with(|| (h.tgid, comm_text(&h.comm)));
                     }
                     (by, Some(start + w.blocked_ns), site(h.tgid, &h.kernel, &h.user, None))
@@ -225,13 +230,16 @@ impl Input {
     /// postgres (tid 5)`, `3 threads of nginx (pid 9)`.
     pub(super) fn members(&self, who: &Who, tids: &BTreeSet<Tid>) -> String {
         let first = tids.iter().next().copied().unwrap_or(0);
+        let noun = crate::util::text::thread_noun(tids);
         match (who, tids.len()) {
-            (Who::Process(p, c), 1) => format!("{c} (pid {p}, tid {first})"),
-            (Who::Process(p, c), n) => format!("{n} threads of {c} (pid {p})"),
+            (Who::Process(p, c), 1) => format!("{c} (pid {p}, {})", tid_text(first)),
+            (Who::Process(p, c), n) => format!("{n} {noun}s of {c} (pid {p})"),
             (Who::Cgroup(c), 1) => format!("{} in cgroup {c}", self.thread(first)),
             (_, 1) | (Who::Thread(_), _) => self.thread(first),
-            (Who::Comm(_), n) => format!("{n} threads like {}", self.thread(first)),
-            (Who::Cgroup(c), n) => format!("{n} threads of cgroup {c} like {}", self.thread(first)),
+            (Who::Comm(_), n) => format!("{n} {noun}s like {}", self.thread(first)),
+            (Who::Cgroup(c), n) => {
+                format!("{n} {noun}s of cgroup {c} like {}", self.thread(first))
+            }
         }
     }
 
@@ -249,7 +257,11 @@ impl Input {
             .take(n)
             .map(|(who, tids)| match (who, tids.len()) {
                 (Who::Thread(_), _) | (_, 1) => self.members(who, tids),
-                (_, k) => format!("{} ({k} threads)", self.who_name(who)),
+                (_, k) => format!(
+                    "{} ({k} {}s)",
+                    self.who_name(who),
+                    crate::util::text::thread_noun(tids)
+                ),
             })
             .collect();
         let more = if groups.len() > n {
@@ -358,8 +370,8 @@ impl Input {
     /// `comm (tid N)`.
     pub(super) fn thread(&self, tid: Tid) -> String {
         match self.threads.get(&tid) {
-            Some((_, comm)) => format!("{comm} (tid {tid})"),
-            None => format!("tid {tid}"),
+            Some((_, comm)) => format!("{comm} ({})", tid_text(tid)),
+            None => tid_text(tid),
         }
     }
 

@@ -289,7 +289,7 @@ fn cause_text(
         out,
         "{:>26}{} waited behind {pronoun}{on}: {}",
         "",
-        plural(others.len(), "thread"),
+        plural(others.len(), crate::util::text::thread_noun(others.iter())),
         input.groups_of(others.iter().copied(), 4)
     )?;
     Ok(())

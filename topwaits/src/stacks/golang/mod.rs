@@ -4,6 +4,7 @@
 //! a thread's stack; `cfi::gorows` makes the rules).
 
 pub mod pclntab;
+pub mod runtime;
 
 use std::io::{Read, Seek};
 

@@ -68,7 +68,7 @@ fn u64_at(d: &[u8], at: usize) -> Option<u64> {
 }
 
 /// A LEB128 varint at `p`: (value, bytes read).
-fn varint(p: &[u8]) -> Option<(u32, usize)> {
+pub(super) fn varint(p: &[u8]) -> Option<(u32, usize)> {
     let mut v = 0u32;
     for (i, &b) in p.iter().enumerate().take(5) {
         v |= u32::from(b & 0x7f) << (7 * i);

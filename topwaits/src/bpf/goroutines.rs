@@ -1,0 +1,136 @@
+//! Goroutine waits: the uprobes on each traced Go program's runtime (`gopark`,
+//! `ready` with `--waker`, `execute`), attached once per binary, and the layout
+//! each traced Go process's entry in `GO_PROCS` gives the hooks.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+
+use anyhow::{Context as _, Result};
+use aya::maps::HashMap as BpfHashMap;
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeScope};
+use aya::programs::UProbe;
+use aya::Ebpf;
+use topwaits_common::golang::GoProc;
+use topwaits_common::names;
+
+use super::attach::{loaded, program};
+use crate::settings::Threads;
+use crate::stacks::golang::runtime::{self, Runtime};
+
+/// The hooks' programs, in the order of `runtime::HOOKED`.
+const PROGRAMS: [&str; 3] = [names::PROG_GO_PARK, names::PROG_GO_READY, names::PROG_GO_EXECUTE];
+
+/// What goroutine tracing found at the start: the Go programs traced, by pid
+/// with their Go version, and those that could not be.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Goroutines {
+    pub traced: Vec<(u32, Option<String>)>,
+    pub failed: Vec<String>,
+}
+
+/// The processes whose goroutines may be traced for this selection.
+fn candidates(threads: &Threads) -> Vec<u32> {
+    match threads {
+        Threads::Pids(p) => p.clone(),
+        Threads::Tids(t) => {
+            let mut p: Vec<u32> =
+                t.iter().filter_map(|&t| crate::sys::procfs::tgid_of(t)).collect();
+            p.sort_unstable();
+            p.dedup();
+            p
+        }
+        Threads::KernelOnly => Vec::new(),
+        _ => {
+            let own = std::process::id();
+            let mut p: Vec<u32> = crate::sys::procfs::running()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|&p| p != own)
+                .collect();
+            p.sort_unstable();
+            p
+        }
+    }
+}
+
+/// Finds the Go programs among the traced processes and attaches the hooks to
+/// their binaries. A program that cannot be hooked is said in `failed`, and
+/// its threads are traced as any program's.
+pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<Goroutines> {
+    let mut found = Goroutines::default();
+    // Each binary once: whether it is a Go program, and whether it is hooked.
+    let mut binaries: HashMap<(u64, u64), Option<Runtime>> = HashMap::new();
+    let mut loaded_progs = false;
+    for pid in candidates(threads) {
+        let exe = format!("/proc/{pid}/exe");
+        let Ok(meta) = std::fs::metadata(&exe) else { continue };
+        let id = (meta.dev(), meta.ino());
+        let rt = match binaries.get(&id) {
+            Some(known) => known.clone(),
+            None => {
+                let rt = match runtime::read(&exe) {
+                    Ok(Some(rt)) => {
+                        if !loaded_progs {
+                            load(ebpf, waker)?;
+                            loaded_progs = true;
+                        }
+                        hook(ebpf, &exe, &rt, waker).map(|()| rt)
+                    }
+                    Ok(None) => {
+                        binaries.insert(id, None);
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                };
+                match rt {
+                    Ok(rt) => {
+                        binaries.insert(id, Some(rt.clone()));
+                        Some(rt)
+                    }
+                    Err(e) => {
+                        let e = crate::util::stderr::error_line(&e);
+                        found.failed.push(format!("pid {pid}: {e}"));
+                        binaries.insert(id, None);
+                        continue;
+                    }
+                }
+            }
+        };
+        let Some(rt) = rt else { continue };
+        let mut procs: BpfHashMap<_, u32, GoProc> = BpfHashMap::try_from(
+            ebpf.map_mut(names::GO_PROCS).context("map GO_PROCS missing from the eBPF object")?,
+        )?;
+        let layout = GoProc { goid_off: rt.goid_off.unwrap_or(0), _pad: 0 };
+        if procs.insert(pid, layout, 0).is_ok() {
+            found.traced.push((pid, rt.version.clone()));
+        } else {
+            found.failed.push(format!("pid {pid}: more Go programs than goroutines are traced in"));
+        }
+    }
+    Ok(found)
+}
+
+fn load(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
+    for (i, name) in PROGRAMS.into_iter().enumerate() {
+        if i == 1 && !waker {
+            continue;
+        }
+        let p: &mut UProbe = program(ebpf, name)?.try_into()?;
+        loaded(p.load(), || format!("the goroutine hook {name}"))?;
+    }
+    Ok(())
+}
+
+/// Probes the binary at `exe` (any process that runs it: the hooks keep to
+/// the processes in `GO_PROCS`).
+fn hook(ebpf: &mut Ebpf, exe: &str, rt: &Runtime, waker: bool) -> Result<()> {
+    for (i, name) in PROGRAMS.into_iter().enumerate() {
+        if i == 1 && !waker {
+            continue;
+        }
+        let p: &mut UProbe = program(ebpf, name)?.try_into()?;
+        p.attach(UProbeAttachLocation::AbsoluteOffset(rt.hooks[i]), exe, UProbeScope::AllProcesses)
+            .with_context(|| format!("failed to attach a uprobe on {}", runtime::HOOKED[i]))?;
+    }
+    Ok(())
+}

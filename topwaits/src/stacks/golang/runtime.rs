@@ -1,0 +1,217 @@
+//! What the goroutine hooks need from a Go binary: its Go version (from
+//! `.go.buildinfo`), where `runtime.g` keeps the goid in that version, the file
+//! offsets of the runtime functions the uprobes go on (from `pclntab`, which
+//! stripped binaries keep), and the names of the runtime's wait reasons.
+
+use std::io::{Read, Seek};
+
+use anyhow::{anyhow, Context, Result};
+
+use crate::sys::elf;
+
+/// The runtime functions the hooks probe, in the order of [`Runtime::hooks`].
+pub const HOOKED: [&str; 3] = ["runtime.gopark", "runtime.ready", "runtime.execute"];
+
+/// What the goroutine hooks need from one Go binary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runtime {
+    /// `go1.19.8`, where the binary says it.
+    pub version: Option<String>,
+    /// Offset of `runtime.g.goid`; None for a version whose layout is not known
+    /// (the hooks then tell goroutines apart by their `g`).
+    pub goid_off: Option<u32>,
+    /// File offsets of [`HOOKED`], in that order.
+    pub hooks: [u64; 3],
+    /// The runtime's wait reasons by number (empty where not known).
+    pub reasons: Vec<String>,
+}
+
+/// The wait reasons of Go 1.19 to 1.20 (`runtime.waitReasonStrings`), for
+/// binaries without a symbol table to read them from.
+const REASONS_GO119: &[&str] = &[
+    "",
+    "GC assist marking",
+    "IO wait",
+    "chan receive (nil chan)",
+    "chan send (nil chan)",
+    "dumping heap",
+    "garbage collection",
+    "garbage collection scan",
+    "panicwait",
+    "select",
+    "select (no cases)",
+    "GC assist wait",
+    "GC sweep wait",
+    "GC scavenge wait",
+    "chan receive",
+    "chan send",
+    "finalizer wait",
+    "force gc (idle)",
+    "semacquire",
+    "sleep",
+    "sync.Cond.Wait",
+    "timer goroutine (idle)",
+    "trace reader (blocked)",
+    "wait for GC cycle",
+    "GC worker (idle)",
+    "preempted",
+    "debug call",
+];
+
+/// `(major, minor)` of a `go1.21.3`-style version.
+pub fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let rest = version.strip_prefix("go")?;
+    let mut parts = rest.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Where `runtime.g` keeps `goid` on amd64: after `syscallbp` joined the struct
+/// in Go 1.23 it moved by a word.
+pub fn goid_offset(version: &str) -> Option<u32> {
+    match major_minor(version)? {
+        (1, 19..=22) => Some(152),
+        (1, 23..=25) => Some(160),
+        _ => None,
+    }
+}
+
+/// The Go version in a `.go.buildinfo` section (the layout of Go 1.18 on, whose
+/// strings are inline: a varint length, then the bytes).
+pub fn buildinfo_version(data: &[u8]) -> Option<String> {
+    const MAGIC: &[u8] = b"\xff Go buildinf:";
+    if !data.starts_with(MAGIC) || data.get(15)? & 2 == 0 {
+        return None;
+    }
+    let (len, n) = super::pclntab::varint(data.get(32..)?)?;
+    let len = len as usize;
+    let s = data.get(32 + n..32 + n + len)?;
+    String::from_utf8(s.to_vec()).ok()
+}
+
+/// The file offset that address `vaddr` is loaded from.
+fn file_offset(segments: &[elf::Segment], vaddr: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|s| s.vaddr <= vaddr && vaddr - s.vaddr < s.filesz)
+        .map(|s| vaddr - s.vaddr + s.offset)
+}
+
+/// Reads what the hooks need from the Go binary at `path`; None when it is no
+/// Go program.
+pub fn read(path: &str) -> Result<Option<Runtime>> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("failed to open {path}"))?;
+    let Some(tab) = super::pclntab_of(&mut f)? else { return Ok(None) };
+    let segments = elf::load_segments(&mut f)?;
+    let mut hooks = [0u64; 3];
+    for func in tab.funcs() {
+        if let Some(i) = tab.name(func).and_then(|n| HOOKED.iter().position(|h| *h == n)) {
+            hooks[i] = file_offset(&segments, func.entry)
+                .ok_or_else(|| anyhow!("{} of {path} is in no loaded segment", HOOKED[i]))?;
+        }
+    }
+    if let Some(i) = hooks.iter().position(|&h| h == 0) {
+        return Err(anyhow!("{path} is a Go program without {}", HOOKED[i]));
+    }
+    let (version, reasons) = version_and_reasons(&mut f, &segments)?;
+    let goid_off = version.as_deref().and_then(goid_offset);
+    Ok(Some(Runtime { version, goid_off, hooks, reasons }))
+}
+
+/// The wait reasons of the Go program at `path` (empty where not known).
+pub fn wait_reasons(path: &str) -> Result<Vec<String>> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("failed to open {path}"))?;
+    let segments = elf::load_segments(&mut f)?;
+    Ok(version_and_reasons(&mut f, &segments)?.1)
+}
+
+fn version_and_reasons<R: Read + Seek>(
+    f: &mut R,
+    segments: &[elf::Segment],
+) -> Result<(Option<String>, Vec<String>)> {
+    let version = elf::section_bytes(f, ".go.buildinfo")?.and_then(|d| buildinfo_version(&d));
+    let reasons = match reasons_from_symbols(f, segments) {
+        Some(r) => r,
+        None if version.as_deref().and_then(major_minor).is_some_and(|v| v.1 <= 20) => {
+            REASONS_GO119.iter().map(|s| s.to_string()).collect()
+        }
+        None => Vec::new(),
+    };
+    Ok((version, reasons))
+}
+
+/// `runtime.waitReasonStrings`, read from the file where its symbol table
+/// names it: an array of Go strings (pointer, length).
+fn reasons_from_symbols<R: Read + Seek>(
+    f: &mut R,
+    segments: &[elf::Segment],
+) -> Option<Vec<String>> {
+    let syms = elf::symbols(f, &["runtime.waitReasonStrings"], true).ok()?;
+    let &(_, addr, size) = syms.first()?;
+    let table = read_at(f, segments, addr, size.min(16 * 256))?;
+    table
+        .chunks_exact(16)
+        .map(|e| {
+            let ptr = u64::from_le_bytes(e[..8].try_into().ok()?);
+            let len = u64::from_le_bytes(e[8..].try_into().ok()?);
+            if len == 0 {
+                return Some(String::new());
+            }
+            let bytes = read_at(f, segments, ptr, len.min(256))?;
+            String::from_utf8(bytes).ok()
+        })
+        .collect()
+}
+
+fn read_at<R: Read + Seek>(
+    f: &mut R,
+    segments: &[elf::Segment],
+    addr: u64,
+    len: u64,
+) -> Option<Vec<u8>> {
+    let off = file_offset(segments, addr)?;
+    f.seek(std::io::SeekFrom::Start(off)).ok()?;
+    let mut buf = vec![0u8; len as usize];
+    f.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_give_the_goid_offset_of_their_layout() {
+        assert_eq!(major_minor("go1.19.8"), Some((1, 19)));
+        assert_eq!(major_minor("go1.22rc1"), Some((1, 22)));
+        assert_eq!(goid_offset("go1.19.8"), Some(152));
+        assert_eq!(goid_offset("go1.23.0"), Some(160));
+        assert_eq!(goid_offset("go1.18"), None);
+        assert_eq!(goid_offset("devel"), None);
+    }
+
+    #[test]
+    fn the_version_is_read_from_inline_buildinfo() {
+        let mut d = b"\xff Go buildinf:".to_vec();
+        d.extend([8, 2]);
+        d.resize(32, 0);
+        d.push(8);
+        d.extend(b"go1.19.8");
+        d.extend([0, 0]);
+        assert_eq!(buildinfo_version(&d).as_deref(), Some("go1.19.8"));
+        // Pointer-style buildinfo (before Go 1.18) is not read.
+        d[15] = 0;
+        assert_eq!(buildinfo_version(&d), None);
+        assert_eq!(buildinfo_version(b"short"), None);
+    }
+
+    #[test]
+    fn file_offsets_come_from_the_segment_holding_the_address() {
+        let segs = [
+            elf::Segment { offset: 0, vaddr: 0x400000, filesz: 0x1000 },
+            elf::Segment { offset: 0x1000, vaddr: 0x402000, filesz: 0x800 },
+        ];
+        assert_eq!(file_offset(&segs, 0x400010), Some(0x10));
+        assert_eq!(file_offset(&segs, 0x402010), Some(0x1010));
+        assert_eq!(file_offset(&segs, 0x401800), None);
+    }
+}

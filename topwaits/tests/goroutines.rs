@@ -1,0 +1,140 @@
+//! Kernel tests of goroutine waits (programs/turns.go, built with Debian's
+//! golang-go): goroutines taking turns on a sync.Mutex while one sleeps inside
+//! it have that sleep as `why`'s first cause, and their time blocked on the
+//! mutex agrees with the runtime's own execution trace of the same program; a
+//! goroutine waiting on a channel carries its sender's stack as its waker.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::programs::start_with;
+use common::*;
+use serde_json::Value;
+
+/// Whether `go` is here to build the program with.
+fn have_go() -> bool {
+    let have = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    present(
+        module_path!(),
+        "go (golang-go; cargo xtask setup installs it)",
+        (!have).then(|| "go is not installed".to_string()),
+    )
+}
+
+/// Builds programs/turns.go into the test's temporary directory.
+fn build() -> String {
+    let dir = format!("{}/turns-go", env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/turns.go");
+    std::fs::copy(src, format!("{dir}/turns.go")).unwrap();
+    std::fs::write(format!("{dir}/go.mod"), "module turns\n\ngo 1.19\n").unwrap();
+    let out = format!("{dir}/turns");
+    let status = Command::new("go")
+        .args(["build", "-o", &out, "."])
+        .current_dir(&dir)
+        .status()
+        .expect("go build runs");
+    assert!(status.success(), "go build of {src} failed");
+    out
+}
+
+/// Whether a record's (or a cause's) user stack passes through `f`.
+fn through(stack: &Value, f: &str) -> bool {
+    stack_names(stack).iter().any(|n| n.split(" (").next() == Some(f))
+}
+
+/// The milliseconds of `go tool pprof -top` on `file`'s header line
+/// ("... 100% of 41782.11ms total").
+fn pprof_total_ms(file: &str) -> f64 {
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-top", "-unit=ms", file])
+        .output()
+        .expect("go tool pprof runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.contains(" total")).unwrap_or_else(|| panic!("{text}"));
+    let total = line.rsplit(" of ").next().unwrap().trim_end_matches(" total");
+    total.trim_end_matches("ms").parse().unwrap_or_else(|_| panic!("{line}"))
+}
+
+/// Eight goroutines take turns on one sync.Mutex and sleep 2 ms holding it:
+/// the threads' own waits are the Go scheduler's idle, and the answer is the
+/// sleep inside the lock. The program traces itself with runtime/trace for
+/// its first 6 s; topwaits traces 3 s of them.
+#[test]
+fn goroutines_behind_a_sleep_in_a_mutex_agree_with_the_runtimes_own_trace() {
+    require_bpf!();
+    if !have_go() {
+        return;
+    }
+    let exe = build();
+    let trace = format!("{}/turns-go/trace.out", env!("CARGO_TARGET_TMPDIR"));
+    let _ = std::fs::remove_file(&trace);
+    let mut w = start_with(&exe, &["mutex", "8", "6", &trace]);
+    let pid = w.0.id().to_string();
+    let why = json(&run(&["why", "-p", &pid, "--json", "2"]));
+    let first = &why["causes"][0];
+    assert!(through(&first["user_stack"], "main.twSleepHoldingTheLock"), "{why:#}");
+    assert!(first["share"].as_f64().unwrap() >= 0.5, "under half of the waiting: {why:#}");
+    let text = serde_json::to_string(&why["causes"]).unwrap();
+    assert!(!text.contains("findRunnable") && !text.contains("epollwait"), "{why:#}");
+
+    let doc = json(&run(&["-w", "-p", &pid, "--json", "3"]));
+    assert_eq!(
+        doc["records_total"].as_u64(),
+        Some(doc["records"].as_array().unwrap().len() as u64)
+    );
+    let on_mutex = |r: &&Value| r["waits_on"]["reason"] == "sync.Mutex";
+    let records = doc["records"].as_array().unwrap();
+    let blocked_ms: f64 =
+        records.iter().filter(on_mutex).map(|r| r["blocked_us"].as_f64().unwrap() / 1e3).sum();
+    assert!(records.iter().filter(on_mutex).all(|r| through(&r["user_stack"], "main.twHandle")));
+    let ours = blocked_ms / doc["duration_s"].as_f64().unwrap();
+    assert!(doc["counters"]["go_scheduler_idle_ns"].as_u64().unwrap() > 0, "{}", doc["counters"]);
+
+    // The runtime's trace ends 6 s after the start.
+    let mut line = String::new();
+    BufReader::new(w.0.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "traced");
+    let sync = format!("{trace}.sync.pprof");
+    let out = Command::new("go")
+        .args(["tool", "trace", "-pprof=sync", &trace])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("go tool trace runs");
+    std::fs::write(&sync, &out.stdout).unwrap();
+    let theirs = pprof_total_ms(&sync) / 6.0;
+    let ratio = ours / theirs;
+    eprintln!("blocked on the mutex: topwaits {ours:.0} ms/s, runtime/trace {theirs:.0} ms/s");
+    assert!((0.8..=1.2).contains(&ratio), "topwaits {ours:.0} ms/s, the runtime {theirs:.0} ms/s");
+}
+
+/// A consumer waits on a channel for a producer that sleeps 2 ms between
+/// sends: its waits are "chan receive", woken by the producer's send.
+#[test]
+fn a_channel_wait_carries_its_sending_goroutines_stack() {
+    require_bpf!();
+    if !have_go() {
+        return;
+    }
+    let exe = build();
+    let w = start_with(&exe, &["chan"]);
+    let pid = w.0.id().to_string();
+    let doc = json(&run(&["-w", "-p", &pid, "--json", "2"]));
+    let recv = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["waits_on"]["reason"] == "chan receive" && through(&r["user_stack"], "main.twConsume")
+        })
+        .max_by_key(|r| r["total_ns"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no channel wait: {doc:#}"));
+    assert!(recv["count"].as_u64().unwrap() >= 100, "{recv:#}");
+    assert!(through(&recv["waker"]["user_stack"], "main.twProduce"), "{recv:#}");
+    assert!(through(&recv["waker"]["user_stack"], "runtime.chansend"), "{recv:#}");
+    let text = run(&["-p", &pid, "1"]);
+    assert!(text.stdout.contains("goroutine "), "{}", text.stdout);
+    drop(w);
+}

@@ -149,6 +149,7 @@ fn start(config: &Config, target: &str) -> Result<Started> {
     let unwinder = std::cell::RefCell::new(unwinder);
     seed_waits(&mut tracer, cache.clone());
     announce(config, target);
+    say_goroutines(tracer.goroutines());
     let (symbolizer, events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
     let mut snapshots = crate::analysis::snapshot::Snapshotter::default();
     snapshots.set_cache(cache);
@@ -366,6 +367,23 @@ fn announce(config: &Config, target: &str) {
             crate::util::stderr::say!("Tracing {what} of {target} for {:.1} s...", d.as_secs_f64())
         }
         None => crate::util::stderr::say!("Tracing {what} of {target}... Hit Ctrl-C to end."),
+    }
+}
+
+/// Which Go programs' goroutines are traced, and the ones that could not be.
+fn say_goroutines(g: &crate::bpf::Goroutines) {
+    if !g.traced.is_empty() {
+        let versions: std::collections::BTreeSet<&str> =
+            g.traced.iter().map(|(_, v)| v.as_deref().unwrap_or("Go version not known")).collect();
+        let n = crate::util::text::plural(g.traced.len(), "Go program");
+        let versions: Vec<&str> = versions.into_iter().collect();
+        crate::util::stderr::say!(
+            "Goroutines of {n} traced ({}); their threads' idle in the Go scheduler is left out (--no-goroutines: the threads only).",
+            versions.join(", ")
+        );
+    }
+    for f in &g.failed {
+        crate::util::stderr::say!("topwaits: warning: goroutines not traced in {f}");
     }
 }
 

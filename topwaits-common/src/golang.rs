@@ -12,8 +12,11 @@ pub const GOID_MASK: u32 = GOROUTINE_TID - 1;
 /// Most Go processes whose goroutines are traced at once.
 pub const MAX_GO_PROCS: u32 = 256;
 /// Most goroutines parked at once that are remembered; the oldest parked goes
-/// first (an LRU map: goroutines idle for the whole trace fall out).
-pub const MAX_GO_PARKED: u32 = 1 << 17;
+/// first (an LRU map, preallocated: goroutines idle for the whole trace fall
+/// out, and their waits, which would end after it, are not missed).
+pub const MAX_GO_PARKED: u32 = 16384;
+/// Most threads of traced Go programs whose running goroutine is kept.
+pub const MAX_GO_THREADS: u32 = 4096;
 
 /// A Go process's layout, written by user space (by tgid) from its binary: the
 /// hooks do nothing in a process without one.

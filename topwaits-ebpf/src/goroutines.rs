@@ -12,12 +12,14 @@ use aya_ebpf::{
 };
 use topwaits_common::{
     counter,
-    golang::{tid_of, GoKey, GoPark, GoProc, GoRunning, MAX_GO_PARKED, MAX_GO_PROCS},
-    limits, what, Hop, WaitKey, What, STACK_NONE,
+    golang::{
+        tid_of, GoKey, GoPark, GoProc, GoRunning, MAX_GO_PARKED, MAX_GO_PROCS, MAX_GO_THREADS,
+    },
+    what, Hop, WaitKey, What, STACK_NONE,
 };
 
 use crate::gostack;
-use crate::maps::{count, ended, thread_wanted, CHAINS, SCRATCH_HOPS};
+use crate::maps::{count, ended, settings, thread_wanted, CHAINS, SCRATCH_HOPS};
 use crate::stackref;
 use crate::switch::{finish, in_block_time, Ended};
 use crate::uread::user_word;
@@ -32,8 +34,7 @@ static GO_PARKED: LruHashMap<GoKey, GoPark> = LruHashMap::with_max_entries(MAX_G
 
 /// The goroutine each thread of a traced Go process runs (by tid).
 #[map]
-static GO_RUNNING: LruHashMap<u32, GoRunning> =
-    LruHashMap::with_max_entries(limits::START_ENTRIES, 0);
+static GO_RUNNING: LruHashMap<u32, GoRunning> = LruHashMap::with_max_entries(MAX_GO_THREADS, 0);
 
 /// A `sleep`-like state for a goroutine's wait: it blocked (it was not preempted).
 const PARKED_STATE: u32 = 1;
@@ -93,8 +94,10 @@ pub fn park(regs: &pt_regs) {
         comm: bpf_get_current_comm().unwrap_or_default(),
     };
     let _ = GO_PARKED.insert(&GoKey { g, tgid: cur.tgid, _pad: 0 }, &park, 0);
-    // The thread runs no goroutine until the scheduler picks the next.
-    let _ = GO_RUNNING.remove(&cur.tid);
+    if settings().waker != 0 {
+        // The thread runs no goroutine until the scheduler picks the next.
+        let _ = GO_RUNNING.remove(&cur.tid);
+    }
 }
 
 /// `runtime.ready(gp, ...)`, run on the system stack: `gp` is made runnable.
@@ -146,8 +149,11 @@ pub fn ready(regs: &pt_regs) {
 pub fn execute(regs: &pt_regs) {
     let Some(cur) = current() else { return };
     let g = regs.rax;
-    let goid = goid(g, &cur.proc);
-    let _ = GO_RUNNING.insert(&cur.tid, &GoRunning { g, goid }, 0);
+    if settings().waker != 0 {
+        // Who wakes others from this thread's goroutine stack (see `ready`).
+        let goid = goid(g, &cur.proc);
+        let _ = GO_RUNNING.insert(&cur.tid, &GoRunning { g, goid }, 0);
+    }
     let key = GoKey { g, tgid: cur.tgid, _pad: 0 };
     // SAFETY: a lookup of a plain value, copied out.
     let Some(p) = (unsafe { GO_PARKED.get(&key).copied() }) else { return };

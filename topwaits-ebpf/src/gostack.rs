@@ -2,7 +2,12 @@
 //! registers at a function's first instruction (Go keeps frame pointers in all
 //! its code), kept in `USTACKS` as every user stack is.
 
-use aya_ebpf::{bindings::pt_regs, helpers::bpf_loop, macros::map, maps::PerCpuArray};
+use aya_ebpf::{
+    bindings::pt_regs,
+    helpers::{bpf_loop, bpf_probe_read_user},
+    macros::map,
+    maps::PerCpuArray,
+};
 use topwaits_common::{counter, KernelStack, KSTACK_DEPTH, STACK_NONE, STACK_STORED, USER_SEED};
 
 use crate::maps::{SCRATCH_USTACK, USTACKS};
@@ -45,12 +50,8 @@ pub fn walk(regs: &pt_regs, bounds: (u64, u64)) -> GoStack {
     };
     // SAFETY: this CPU's scratch slots, used by this program run alone.
     let (frames, w): (&mut KernelStack, &mut Walk) = unsafe { (&mut *buf, &mut *w) };
-    // Zero-filled after the last frame, as every stored stack is.
-    for f in frames.iter_mut() {
-        // SAFETY: a write into the buffer; volatile, so that it stays a loop
-        // of stores rather than a call to memset.
-        unsafe { core::ptr::write_volatile(f, 0) };
-    }
+    // Ended by a zero after the last frame (written where the walk stops):
+    // user space reads a stack up to its first zero.
     frames[0] = regs.rip;
     frames[1] = user_word(regs.rsp).unwrap_or(0);
     *w = Walk {
@@ -61,6 +62,7 @@ pub fn walk(regs: &pt_regs, bounds: (u64, u64)) -> GoStack {
         left: 0,
         hash: mix(mix(USER_SEED, frames[0]), frames[1]),
     };
+    frames[2] = 0;
     if frames[1] != 0 {
         // SAFETY: the callback takes no context; it finds the walk in its map.
         unsafe {
@@ -81,19 +83,26 @@ unsafe extern "C" fn step(_i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: this CPU's scratch slots, used by this program run alone.
     let (frames, w) = unsafe { (&mut *buf, &mut *w) };
     let n = w.n as usize;
-    if n >= KSTACK_DEPTH || w.bp == 0 || w.bp & 7 != 0 {
+    if n >= KSTACK_DEPTH {
         return 1;
     }
-    let Some(ret) = user_word(w.bp + 8) else { return 1 };
-    if ret == 0 {
+    // The saved frame pointer and the return address above it, in one read.
+    let frame = if w.bp == 0 || w.bp & 7 != 0 {
+        None
+    } else {
+        // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
+        unsafe { bpf_probe_read_user(w.bp as *const [u64; 2]).ok() }
+    };
+    let Some([next, ret]) = frame.filter(|f| f[1] != 0) else {
+        frames[n] = 0;
         return 1;
-    }
+    };
     if w.bp < w.lo || w.bp >= w.hi {
         w.left = 1;
     }
     frames[n] = ret;
     w.n += 1;
     w.hash = mix(w.hash, ret);
-    w.bp = user_word(w.bp).unwrap_or(0);
+    w.bp = next;
     0
 }

@@ -31,6 +31,9 @@ pub struct Options {
     /// full-load check.
     #[arg(long)]
     stacks_only: bool,
+    /// Run only the Go server measurement (goroutine tracing's cost).
+    #[arg(long)]
+    go_only: bool,
 }
 
 const BPFTRACE_OFFCPU: &str = "tracepoint:sched:sched_switch { @start[args->prev_pid] = nsecs; \
@@ -474,6 +477,10 @@ pub fn bench(opts: &Options) -> Result<()> {
 }
 
 fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
+    if opts.go_only {
+        out.push_str(&crate::go_server_bench::go_server(bin, opts.rounds)?);
+        return Ok(());
+    }
     if opts.stacks_only {
         let (report_ms, rss_mib, records) = many_stacks(bin)?;
         out.push_str(&format!("Many stacks: {records} records; report {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"));
@@ -541,6 +548,7 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     out.push_str(&full_load(bin)?);
     out.push_str(&crate::blocked_bench::blocked_snapshot(bin)?);
     out.push_str(&crate::python_server_bench::user_stacks(bin)?);
+    out.push_str(&crate::go_server_bench::go_server(bin, opts.rounds)?);
     // serve's soak always runs, 90 s unless --soak sets its length.
     out.push_str(&crate::serve_bench::serve_soak(bin, opts.soak.unwrap_or(90))?);
     if let Some(secs) = opts.soak {

@@ -67,6 +67,17 @@ pub fn runtime_waker(woken_tid: u32, hop: &crate::model::Hop) -> Option<&'static
     Some(if timer { "timer" } else { "the Go runtime" })
 }
 
+/// What ended a goroutine's wait that no `runtime.ready` ended: the network
+/// poller hands a goroutine whose socket is ready back to the scheduler
+/// directly, as a network interrupt wakes a thread. None for other waits.
+pub fn unseen_waker(r: &Record) -> Option<&'static str> {
+    let network = matches!(
+        &r.waits_on,
+        Some(crate::model::label::WaitsOn::Goroutine { reason }) if reason == "network I/O"
+    );
+    (is_goroutine(r.tid) && network).then_some("network")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +130,16 @@ mod tests {
         let unlocker = topwaits_common::golang::tid_of(6);
         assert_eq!(runtime_waker(g, &hop(unlocker, &["runtime.ready", "main.handle"])), None);
         assert_eq!(runtime_waker(12, &timer), None);
+    }
+
+    #[test]
+    fn a_goroutines_network_wait_is_ended_by_the_network() {
+        use crate::model::label::WaitsOn;
+        let g = topwaits_common::golang::tid_of(5);
+        let mut r = record_with_user(10, g, &["runtime.gopark", "runtime.netpollblock"], 1);
+        r.waits_on = Some(WaitsOn::Goroutine { reason: "network I/O".into() });
+        assert_eq!(unseen_waker(&r), Some("network"));
+        r.waits_on = Some(WaitsOn::Goroutine { reason: "chan receive".into() });
+        assert_eq!(unseen_waker(&r), None);
     }
 }

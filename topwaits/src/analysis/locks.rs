@@ -535,6 +535,7 @@ mod tests {
             state_filter: None,
             on_cpu_hz: None,
             cgroup_target: false,
+            goroutines: None,
         }
     }
 

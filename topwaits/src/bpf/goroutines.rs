@@ -28,6 +28,23 @@ pub struct Goroutines {
     pub failed: Vec<String>,
 }
 
+impl Goroutines {
+    /// `2 Go programs (go1.19.8, go1.22.1)`, or None when none is traced.
+    pub fn describe(&self) -> Option<String> {
+        if self.traced.is_empty() {
+            return None;
+        }
+        let versions: std::collections::BTreeSet<&str> = self
+            .traced
+            .iter()
+            .map(|(_, v)| v.as_deref().unwrap_or("Go version not known"))
+            .collect();
+        let versions: Vec<&str> = versions.into_iter().collect();
+        let n = crate::util::text::plural(self.traced.len(), "Go program");
+        Some(format!("{n} ({})", versions.join(", ")))
+    }
+}
+
 /// The processes whose goroutines may be traced for this selection.
 fn candidates(threads: &Threads) -> Vec<u32> {
     match threads {

@@ -607,6 +607,10 @@ pub struct TraceInfo {
     /// lines and pprof samples then carry each record's cgroup by default.
     #[serde(default)]
     pub cgroup_target: bool,
+    /// The Go programs whose goroutines were traced (`1 Go program (go1.19.8)`),
+    /// or None.
+    #[serde(default)]
+    pub goroutines: Option<String>,
 }
 
 impl TraceInfo {

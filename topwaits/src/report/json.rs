@@ -325,6 +325,7 @@ fn head(report: &Report) -> Value {
         "duration_s": (info.duration_s() * 1000.0).round() / 1000.0,
         "attach": info.attach.name(),
         "target": info.target,
+        "goroutines": info.goroutines,
         "lost": lost(&report.counters),
         "waker_mode": info.waker,
         "by": info.by.name(),

@@ -189,6 +189,7 @@ pub(crate) mod fixtures {
             state_filter: None,
             on_cpu_hz: None,
             cgroup_target: false,
+            goroutines: None,
         }
     }
 

@@ -385,8 +385,14 @@ pub fn profile(report: &Report, cgroup: bool) -> proto::Profile {
             b.num_label("pid", r.tgid.into()),
             b.ns_label(MAX_WAIT, r.max_ns),
         ];
-        if r.threads <= 1 {
-            label.push(b.num_label("tid", r.tid.into()));
+        match (r.threads <= 1, topwaits_common::golang::is_goroutine(r.tid)) {
+            // A goroutine by its id, as Go's own profiles label it.
+            (true, true) => {
+                let goid = r.tid & topwaits_common::golang::GOID_MASK;
+                label.push(b.num_label("goroutine", goid.into()));
+            }
+            (true, false) => label.push(b.num_label("tid", r.tid.into())),
+            (false, _) => {}
         }
         if let Some(state) = state_of(report, r) {
             label.push(b.label("state", state));
@@ -486,6 +492,16 @@ mod tests {
             values.contains(&&vec![0, 0, 2_000_000_000, 200]),
             "the running record: {values:?}"
         );
+    }
+
+    #[test]
+    fn a_goroutines_sample_is_labelled_with_its_goroutine_not_a_tid() {
+        let mut r = report();
+        r.records[0].tid = topwaits_common::golang::tid_of(42);
+        let p = decoded(&r);
+        let smp = &p.sample[0];
+        assert_eq!(label(&p, smp, "goroutine").map(|l| l.1), Some(42));
+        assert_eq!(label(&p, smp, "tid"), None);
     }
 
     #[test]

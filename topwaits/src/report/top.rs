@@ -176,6 +176,9 @@ impl Format for Top {
                 "longest first"
             }
         )?;
+        if let Some(g) = &info.goroutines {
+            writeln!(out, "Goroutines of {g}: each goroutine's waits are its own records; their threads' idle in the Go scheduler is left out.")?;
+        }
         writeln!(out)?;
         if let Some(times) = crate::analysis::timeshare::of(report) {
             write_times(out, &times, info)?;

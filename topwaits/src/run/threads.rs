@@ -44,6 +44,7 @@ fn sampled_info(
         state_filter: None,
         on_cpu_hz: Some(hz),
         cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
+        goroutines: None,
     }
 }
 

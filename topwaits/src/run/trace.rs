@@ -231,6 +231,7 @@ pub fn run(config: &Config) -> Result<()> {
         }
         total = capture.counters;
         let mut info = trace_info(config, clock, tracer.attach_kind(), &target);
+        info.goroutines = tracer.goroutines().describe();
         (info.start_mono, info.end_mono) = (interval_start, end_mono);
         info.utc_offset_s = local_offset_s(clock.wall(start_mono));
         resolver.next_interval();
@@ -372,14 +373,9 @@ fn announce(config: &Config, target: &str) {
 
 /// Which Go programs' goroutines are traced, and the ones that could not be.
 fn say_goroutines(g: &crate::bpf::Goroutines) {
-    if !g.traced.is_empty() {
-        let versions: std::collections::BTreeSet<&str> =
-            g.traced.iter().map(|(_, v)| v.as_deref().unwrap_or("Go version not known")).collect();
-        let n = crate::util::text::plural(g.traced.len(), "Go program");
-        let versions: Vec<&str> = versions.into_iter().collect();
+    if let Some(traced) = g.describe() {
         crate::util::stderr::say!(
-            "Goroutines of {n} traced ({}); their threads' idle in the Go scheduler is left out (--no-goroutines: the threads only).",
-            versions.join(", ")
+            "Goroutines of {traced} traced, by uprobes costing a few us per goroutine switch; their threads' idle in the Go scheduler is left out (--no-goroutines: the threads only, at no such cost)."
         );
     }
     for f in &g.failed {
@@ -494,6 +490,7 @@ pub(super) fn trace_info(
         state_filter: config.state,
         on_cpu_hz: config.on_cpu,
         cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
+        goroutines: None,
     }
 }
 

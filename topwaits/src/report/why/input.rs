@@ -142,7 +142,10 @@ impl Input {
                     }
                     (by, Some(start + w.blocked_ns), site(h.tgid, &h.kernel, &h.user, None))
                 }
-                _ => (Waker::Unknown, None, 0),
+                _ => match crate::analysis::goroutines::unseen_waker(r) {
+                    Some(what) => (Waker::Device(what.to_string()), None, 0),
+                    None => (Waker::Unknown, None, 0),
+                },
             };
             let own = site(r.tgid, &r.kernel, &r.user, r.waits_on.as_ref().map(WaitsOn::short));
             if let Some(w) = &r.waits_on {

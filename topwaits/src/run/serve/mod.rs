@@ -183,6 +183,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
             increments.step(&mut capture.records);
             let total = capture.counters;
             let mut info = trace_info(config, clock, tracer.attach_kind(), &target);
+            info.goroutines = tracer.goroutines().describe();
             (info.start_mono, info.end_mono) = (interval_start, end_mono);
             (info.utc_offset_s, info.on_cpu_hz) = (local_offset_s(clock.wall(end_mono)), None);
             resolver.next_interval();

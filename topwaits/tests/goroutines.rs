@@ -23,8 +23,12 @@ fn have_go() -> bool {
     )
 }
 
-/// Builds programs/turns.go into the test's temporary directory.
-fn build() -> String {
+/// Builds programs/turns.go into the test's temporary directory; None
+/// (the test skips, with the reason printed) without go.
+fn build() -> Option<String> {
+    if !have_go() {
+        return None;
+    }
     let dir = format!("{}/turns-go", env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(&dir).unwrap();
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/turns.go");
@@ -37,7 +41,7 @@ fn build() -> String {
         .status()
         .expect("go build runs");
     assert!(status.success(), "go build of {src} failed");
-    out
+    Some(out)
 }
 
 /// Whether a record's (or a cause's) user stack passes through `f`.
@@ -65,10 +69,7 @@ fn pprof_total_ms(file: &str) -> f64 {
 #[test]
 fn goroutines_behind_a_sleep_in_a_mutex_agree_with_the_runtimes_own_trace() {
     require_bpf!();
-    if !have_go() {
-        return;
-    }
-    let exe = build();
+    let Some(exe) = build() else { return };
     let trace = format!("{}/turns-go/trace.out", env!("CARGO_TARGET_TMPDIR"));
     let _ = std::fs::remove_file(&trace);
     let mut w = start_with(&exe, &["mutex", "8", "6", &trace]);
@@ -115,10 +116,7 @@ fn goroutines_behind_a_sleep_in_a_mutex_agree_with_the_runtimes_own_trace() {
 #[test]
 fn a_channel_wait_carries_its_sending_goroutines_stack() {
     require_bpf!();
-    if !have_go() {
-        return;
-    }
-    let exe = build();
+    let Some(exe) = build() else { return };
     let w = start_with(&exe, &["chan"]);
     let pid = w.0.id().to_string();
     let doc = json(&run(&["-w", "-p", &pid, "--json", "2"]));

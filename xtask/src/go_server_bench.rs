@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::tracers::{median, progs};
+use crate::tracers::{median, progs, spent_counting};
 
 const PORT: &str = "18174";
 /// Client connections and seconds of load per run.
@@ -126,17 +126,7 @@ fn one(bin: &str, server: &str, mode: Mode) -> Result<(f64, u64, u64)> {
     drop(srv);
     let rate: f64 =
         String::from_utf8_lossy(&out.stdout).trim().parse().context("the load's rate")?;
-    let (mut ns, mut switches) = (0, 0);
-    for a in &after {
-        let b = before.iter().find(|b| b.id == a.id);
-        let (dt, dc) = b.map_or((a.run_time_ns, a.run_cnt), |b| {
-            (a.run_time_ns - b.run_time_ns, a.run_cnt - b.run_cnt)
-        });
-        ns += dt;
-        if a.name == "go_execute" {
-            switches += dc;
-        }
-    }
+    let (ns, switches) = spent_counting(&before, &after, "go_execute");
     let _ = std::fs::remove_file(&trace);
     Ok((rate, ns, switches))
 }

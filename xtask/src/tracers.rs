@@ -349,6 +349,12 @@ fn held_progs(fdinfo: &std::path::Path, names: &BTreeMap<u64, String>) -> Vec<Pr
 
 /// Run time of all programs between two snapshots, and the sched_switch runs.
 pub fn spent(before: &[Prog], after: &[Prog]) -> (u64, u64) {
+    spent_counting(before, after, "sched_switch")
+}
+
+/// Run time of all programs between two snapshots, and the runs of those
+/// whose name starts with `counted`.
+pub fn spent_counting(before: &[Prog], after: &[Prog], counted: &str) -> (u64, u64) {
     let (mut total_ns, mut switches) = (0u64, 0u64);
     for a in after {
         let b = before.iter().find(|b| b.id == a.id);
@@ -356,7 +362,7 @@ pub fn spent(before: &[Prog], after: &[Prog]) -> (u64, u64) {
             (a.run_time_ns - b.run_time_ns, a.run_cnt - b.run_cnt)
         });
         total_ns += dt;
-        if a.name.starts_with("sched_switch") {
+        if a.name.starts_with(counted) {
             switches += dc;
         }
     }

@@ -85,32 +85,22 @@ pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<Gorouti
         let rt = match binaries.get(&id) {
             Some(known) => known.clone(),
             None => {
-                let rt = match runtime::read(&exe) {
-                    Ok(Some(rt)) => {
-                        if !loaded_progs {
-                            load(ebpf, waker)?;
-                            loaded_progs = true;
-                        }
-                        hook(ebpf, &exe, &rt, waker).map(|()| rt)
-                    }
-                    Ok(None) => {
-                        binaries.insert(id, None);
-                        continue;
-                    }
-                    Err(e) => Err(e),
-                };
-                match rt {
-                    Ok(rt) => {
-                        binaries.insert(id, Some(rt.clone()));
-                        Some(rt)
-                    }
-                    Err(e) => {
-                        let e = crate::util::stderr::error_line(&e);
-                        found.failed.push(format!("pid {pid}: {e}"));
-                        binaries.insert(id, None);
-                        continue;
-                    }
+                let read = runtime::read(&exe);
+                if matches!(read, Ok(Some(_))) && !loaded_progs {
+                    load(ebpf, waker)?;
+                    loaded_progs = true;
                 }
+                let hooked = read.and_then(|rt| match rt {
+                    Some(rt) => hook(ebpf, &exe, &rt, waker).map(|()| Some(rt)),
+                    None => Ok(None),
+                });
+                let rt = hooked.unwrap_or_else(|e| {
+                    let e = crate::util::stderr::error_line(&e);
+                    found.failed.push(format!("pid {pid}: {e}"));
+                    None
+                });
+                binaries.insert(id, rt.clone());
+                rt
             }
         };
         let Some(rt) = rt else { continue };
@@ -127,11 +117,14 @@ pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<Gorouti
     Ok(found)
 }
 
+/// The hooks wanted, with their index in `runtime::HOOKED`: `ready` only
+/// with `--waker`, which its waker's stack is for.
+fn wanted(waker: bool) -> impl Iterator<Item = (usize, &'static str)> {
+    PROGRAMS.into_iter().enumerate().filter(move |&(i, _)| waker || i != 1)
+}
+
 fn load(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
-    for (i, name) in PROGRAMS.into_iter().enumerate() {
-        if i == 1 && !waker {
-            continue;
-        }
+    for (_, name) in wanted(waker) {
         let p: &mut UProbe = program(ebpf, name)?.try_into()?;
         loaded(p.load(), || format!("the goroutine hook {name}"))?;
     }
@@ -141,10 +134,7 @@ fn load(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
 /// Probes the binary at `exe` (any process that runs it: the hooks keep to
 /// the processes in `GO_PROCS`).
 fn hook(ebpf: &mut Ebpf, exe: &str, rt: &Runtime, waker: bool) -> Result<()> {
-    for (i, name) in PROGRAMS.into_iter().enumerate() {
-        if i == 1 && !waker {
-            continue;
-        }
+    for (i, name) in wanted(waker) {
         let p: &mut UProbe = program(ebpf, name)?.try_into()?;
         p.attach(UProbeAttachLocation::AbsoluteOffset(rt.hooks[i]), exe, UProbeScope::AllProcesses)
             .with_context(|| format!("failed to attach a uprobe on {}", runtime::HOOKED[i]))?;

@@ -166,6 +166,15 @@ pub fn vaddr_of(segments: &[Segment], off: u64) -> Option<u64> {
         .map(|s| off - s.offset + s.vaddr)
 }
 
+/// The file offset that address `vaddr` is loaded from, if a segment holds it
+/// (the inverse of [`vaddr_of`]).
+pub fn offset_of(segments: &[Segment], vaddr: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|s| s.vaddr <= vaddr && vaddr - s.vaddr < s.filesz)
+        .map(|s| vaddr - s.vaddr + s.offset)
+}
+
 /// The address and size of each of `wanted` that the file's dynamic symbol table
 /// (and, with `full`, its full symbol table) defines; the first definition wins.
 pub fn symbols<R: Read + Seek>(
@@ -216,6 +225,17 @@ pub fn has_symtab(path: &str) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_offsets_come_from_the_segment_holding_the_address() {
+        let segs = [
+            Segment { offset: 0, vaddr: 0x400000, filesz: 0x1000 },
+            Segment { offset: 0x1000, vaddr: 0x402000, filesz: 0x800 },
+        ];
+        assert_eq!(offset_of(&segs, 0x400010), Some(0x10));
+        assert_eq!(offset_of(&segs, 0x402010), Some(0x1010));
+        assert_eq!(offset_of(&segs, 0x401800), None);
+    }
 
     #[test]
     fn finds_a_functions_symbol_in_this_test_binary() {

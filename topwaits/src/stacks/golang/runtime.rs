@@ -88,14 +88,6 @@ pub fn buildinfo_version(data: &[u8]) -> Option<String> {
     String::from_utf8(s.to_vec()).ok()
 }
 
-/// The file offset that address `vaddr` is loaded from.
-fn file_offset(segments: &[elf::Segment], vaddr: u64) -> Option<u64> {
-    segments
-        .iter()
-        .find(|s| s.vaddr <= vaddr && vaddr - s.vaddr < s.filesz)
-        .map(|s| vaddr - s.vaddr + s.offset)
-}
-
 /// Reads what the hooks need from the Go binary at `path`; None when it is no
 /// Go program.
 pub fn read(path: &str) -> Result<Option<Runtime>> {
@@ -105,7 +97,7 @@ pub fn read(path: &str) -> Result<Option<Runtime>> {
     let mut hooks = [0u64; 3];
     for func in tab.funcs() {
         if let Some(i) = tab.name(func).and_then(|n| HOOKED.iter().position(|h| *h == n)) {
-            hooks[i] = file_offset(&segments, func.entry)
+            hooks[i] = elf::offset_of(&segments, func.entry)
                 .ok_or_else(|| anyhow!("{} of {path} is in no loaded segment", HOOKED[i]))?;
         }
     }
@@ -168,7 +160,7 @@ fn read_at<R: Read + Seek>(
     addr: u64,
     len: u64,
 ) -> Option<Vec<u8>> {
-    let off = file_offset(segments, addr)?;
+    let off = elf::offset_of(segments, addr)?;
     f.seek(std::io::SeekFrom::Start(off)).ok()?;
     let mut buf = vec![0u8; len as usize];
     f.read_exact(&mut buf).ok()?;
@@ -202,16 +194,5 @@ mod tests {
         d[15] = 0;
         assert_eq!(buildinfo_version(&d), None);
         assert_eq!(buildinfo_version(b"short"), None);
-    }
-
-    #[test]
-    fn file_offsets_come_from_the_segment_holding_the_address() {
-        let segs = [
-            elf::Segment { offset: 0, vaddr: 0x400000, filesz: 0x1000 },
-            elf::Segment { offset: 0x1000, vaddr: 0x402000, filesz: 0x800 },
-        ];
-        assert_eq!(file_offset(&segs, 0x400010), Some(0x10));
-        assert_eq!(file_offset(&segs, 0x402010), Some(0x1010));
-        assert_eq!(file_offset(&segs, 0x401800), None);
     }
 }

@@ -1,6 +1,6 @@
 //! Goroutine stacks for the Go hooks: a frame-pointer walk from a uprobe's
-//! registers at a function's first instruction (Go keeps frame pointers in all
-//! its code), kept in `USTACKS` as every user stack is.
+//! registers in a function's prologue, before it has moved the stack pointer
+//! (Go keeps frame pointers in all its code), kept in `USTACKS` as every user stack is.
 
 use aya_ebpf::{
     bindings::pt_regs,
@@ -39,8 +39,8 @@ pub struct Walk {
 #[map]
 static GO_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
-/// Walks the stack of the goroutine (or system stack) the probe interrupted at
-/// a function's entry: its pc, the return address at the stack pointer (the
+/// Walks the stack of the goroutine (or system stack) the probe interrupted in
+/// a function's prologue, before its frame is made: its pc, the return address at the stack pointer (the
 /// caller has no frame of its own yet), then one frame per saved frame pointer.
 #[inline(always)]
 pub fn walk(regs: &pt_regs, bounds: (u64, u64)) -> GoStack {

@@ -20,7 +20,9 @@ pub struct Runtime {
     /// Offset of `runtime.g.goid`; None for a version whose layout is not known
     /// (the hooks then tell goroutines apart by their `g`).
     pub goid_off: Option<u32>,
-    /// File offsets of [`HOOKED`], in that order.
+    /// File offsets of [`HOOKED`]'s probe points, in that order: each
+    /// function's stack-bound branch where its prologue has the usual form
+    /// (see [`probe_point`]), else its entry.
     pub hooks: [u64; 3],
     /// The runtime's wait reasons by number (empty where not known).
     pub reasons: Vec<String>,
@@ -104,9 +106,48 @@ pub fn read(path: &str) -> Result<Option<Runtime>> {
     if let Some(i) = hooks.iter().position(|&h| h == 0) {
         return Err(anyhow!("{path} is a Go program without {}", HOOKED[i]));
     }
+    for h in hooks.iter_mut() {
+        let mut code = [0u8; 16];
+        f.seek(std::io::SeekFrom::Start(*h))?;
+        if f.read_exact(&mut code).is_ok() {
+            *h += probe_point(&code) as u64;
+        }
+    }
     let (version, reasons) = version_and_reasons(&mut f, &segments)?;
     let goid_off = version.as_deref().and_then(goid_offset);
     Ok(Some(Runtime { version, goid_off, hooks, reasons }))
+}
+
+/// Where in a function whose code starts with `code` its probe goes: at the
+/// conditional branch of the amd64 stack-bound check that opens most Go
+/// functions (`CMPQ 0x10(R14), SP` or `LEAQ -n(SP), R12; CMPQ 0x10(R14), R12`,
+/// then `JBE`), else at the entry (0).
+///
+/// The kernel emulates a probed branch, where any other instruction is
+/// stepped out of line: a second trap into the kernel, which on a VM costs
+/// more than the probe's program. Up to the branch, the prologue has changed
+/// no register the hooks read (the stack pointer, the frame pointer, r14 and
+/// the argument registers).
+pub fn probe_point(code: &[u8]) -> usize {
+    const CMP_SP: [u8; 4] = [0x49, 0x3b, 0x66, 0x10];
+    const CMP_R12: [u8; 4] = [0x4d, 0x3b, 0x66, 0x10];
+    let branch = |at: usize| match code.get(at..) {
+        Some([0x76, ..]) | Some([0x0f, 0x86, ..]) => at,
+        _ => 0,
+    };
+    if code.starts_with(&CMP_SP) {
+        return branch(4);
+    }
+    // LEAQ disp8(SP), R12 or LEAQ disp32(SP), R12.
+    let lea = match code {
+        [0x4c, 0x8d, 0x64, 0x24, ..] => 5,
+        [0x4c, 0x8d, 0xa4, 0x24, ..] => 8,
+        _ => return 0,
+    };
+    match code.get(lea..lea + 4) {
+        Some(c) if c == CMP_R12 => branch(lea + 4),
+        _ => 0,
+    }
 }
 
 /// The wait reasons of the Go program at `path` (empty where not known).
@@ -170,6 +211,25 @@ fn read_at<R: Read + Seek>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probes_go_on_the_stack_check_branch_where_there_is_one() {
+        // CMPQ 0x10(R14), SP; JBE rel32 (runtime.execute, go1.19).
+        let cmp = [0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0x49, 0x01, 0, 0, 0x48, 0x83];
+        assert_eq!(probe_point(&cmp), 4);
+        // CMPQ 0x10(R14), SP; JBE rel8.
+        assert_eq!(probe_point(&[0x49, 0x3b, 0x66, 0x10, 0x76, 0x20, 0x48]), 4);
+        // LEAQ -0x20(SP), R12; CMPQ 0x10(R14), R12; JBE rel32.
+        let lea8 = [0x4c, 0x8d, 0x64, 0x24, 0xe0, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86, 1, 2, 3, 4];
+        assert_eq!(probe_point(&lea8), 9);
+        let lea32 = [0x4c, 0x8d, 0xa4, 0x24, 0, 0xfe, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x76, 9];
+        assert_eq!(probe_point(&lea32), 12);
+        // No check (a small frame), another branch, or too short: the entry.
+        assert_eq!(probe_point(&[0x48, 0x83, 0xec, 0x18, 0x48, 0x89]), 0);
+        assert_eq!(probe_point(&[0x49, 0x3b, 0x66, 0x10, 0x72, 0x20]), 0);
+        assert_eq!(probe_point(&[0x49, 0x3b, 0x66, 0x10]), 0);
+        assert_eq!(probe_point(&[0x4c, 0x8d, 0x64, 0x24, 0xe0, 0x4d, 0x3b]), 0);
+    }
 
     #[test]
     fn versions_give_the_goid_offset_of_their_layout() {

@@ -9,6 +9,11 @@ pub const GOROUTINE_TID: u32 = 1 << 30;
 /// The goid bits a goroutine's tid keeps; [`super::What::obj`] has the whole goid.
 pub const GOID_MASK: u32 = GOROUTINE_TID - 1;
 
+/// `runtime.g.atomicstatus` of a running goroutine (`_Grunning`) and of a
+/// parked one (`_Gwaiting`).
+pub const G_RUNNING: u32 = 2;
+pub const G_WAITING: u32 = 4;
+
 /// Most Go processes whose goroutines are traced at once.
 pub const MAX_GO_PROCS: u32 = 256;
 /// Most goroutines parked at once that are remembered; the oldest parked goes
@@ -23,7 +28,8 @@ pub const MAX_GO_THREADS: u32 = 4096;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GoProc {
-    /// Offset of `runtime.g.goid`.
+    /// Offset of `runtime.g.goid`; `atomicstatus` is 8 bytes before it, and
+    /// `waitreason` 24 after it, in every release where it is known.
     pub goid_off: u32,
     pub _pad: u32,
 }
@@ -37,7 +43,7 @@ pub struct GoKey {
     pub _pad: u32,
 }
 
-/// A parked goroutine, from `runtime.gopark` until `runtime.execute` runs it.
+/// A parked goroutine, from its park until `runtime.execute` runs it again.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GoPark {
@@ -45,8 +51,6 @@ pub struct GoPark {
     pub ts: u64,
     pub woken: u64,
     pub goid: u64,
-    /// Its user stack at the park (a stack reference).
-    pub ustack: u64,
     /// The waker's chain (one hop) in `CHAINS`, once woken.
     pub chain: u64,
     /// The runtime's `waitReason`.
@@ -55,8 +59,10 @@ pub struct GoPark {
     pub comm: [u8; super::TASK_COMM_LEN],
 }
 
-/// The goroutine a thread runs, from `runtime.execute` (by tid): who calls
-/// `runtime.ready` from that thread's goroutine stack.
+/// The goroutine a thread last started, from `runtime.execute` (by tid): the
+/// one whose park its next choice or sleep shows, and who calls
+/// `runtime.ready` from that thread's goroutine stack. `g` is 0 once its park
+/// is taken.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GoRunning {

@@ -1,11 +1,19 @@
-//! Goroutine waits (Go programs): a goroutine's park, its wakeup with its
-//! waker's stack, and its wait ended when the scheduler runs it again, added
-//! to the aggregate as a thread's wait is. The hooks are uprobes on the
-//! runtime's `gopark`, `ready` and `execute`, entered with Go's register ABI:
-//! the running `g` in r14, the first arguments in rax, rbx, rcx.
+//! Goroutine waits (Go programs): a goroutine's park, seen when its thread
+//! next runs the scheduler's choice or sleeps; its wakeup with its waker's
+//! stack; and its wait ended when the scheduler runs it again, added to the
+//! aggregate as a thread's wait is.
+//!
+//! One uprobe per goroutine switch: on the runtime's `execute`, where a thread
+//! starts the goroutine it chose. The goroutine the thread ran before has
+//! parked if its status says it waits; its wait began then, or when the
+//! thread went to sleep in the scheduler instead (`thread_leaves`, from the
+//! kernel's switch), whichever came first. Its stack is walked when it runs
+//! again, from what it saved at the park. `ready` (with `--waker`) gives the
+//! waker's stack. The uprobes enter with Go's register ABI: the running `g`
+//! in r14, the first arguments in rax, rbx, rcx.
 
 use aya_ebpf::{
-    bindings::pt_regs,
+    bindings::{pt_regs, BPF_NOEXIST},
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
     maps::{HashMap, LruHashMap},
@@ -13,13 +21,14 @@ use aya_ebpf::{
 use topwaits_common::{
     counter,
     golang::{
-        tid_of, GoKey, GoPark, GoProc, GoRunning, MAX_GO_PARKED, MAX_GO_PROCS, MAX_GO_THREADS,
+        tid_of, GoKey, GoPark, GoProc, GoRunning, G_RUNNING, G_WAITING, MAX_GO_PARKED,
+        MAX_GO_PROCS, MAX_GO_THREADS,
     },
     what, Hop, WaitKey, What, STACK_NONE,
 };
 
 use crate::gostack;
-use crate::maps::{count, ended, settings, thread_wanted, CHAINS, SCRATCH_HOPS};
+use crate::maps::{count, ended, thread_wanted, CHAINS, SCRATCH_HOPS};
 use crate::stackref;
 use crate::switch::{finish, in_block_time, Ended};
 use crate::uread::user_word;
@@ -32,7 +41,8 @@ pub static GO_PROCS: HashMap<u32, GoProc> = HashMap::with_max_entries(MAX_GO_PRO
 #[map]
 static GO_PARKED: LruHashMap<GoKey, GoPark> = LruHashMap::with_max_entries(MAX_GO_PARKED, 0);
 
-/// The goroutine each thread of a traced Go process runs (by tid).
+/// The goroutine each thread of a traced Go process last started (by tid); 0
+/// once its park is taken.
 #[map]
 static GO_RUNNING: LruHashMap<u32, GoRunning> = LruHashMap::with_max_entries(MAX_GO_THREADS, 0);
 
@@ -56,14 +66,10 @@ fn current() -> Option<Current> {
     thread_wanted(tgid, tid).then_some(Current { tgid, tid, proc })
 }
 
-/// A goroutine's id, from its `g`: where the layout is not known, its `g`
-/// tells it apart instead.
+/// A word of a goroutine's `g` at `off` from its goid.
 #[inline(always)]
-fn goid(g: u64, proc: &GoProc) -> u64 {
-    if proc.goid_off == 0 {
-        return g >> 3;
-    }
-    user_word(g + proc.goid_off as u64).unwrap_or(0)
+fn g_word(g: u64, proc: &GoProc, off: i64) -> u64 {
+    user_word((g as i64 + proc.goid_off as i64 + off) as u64).unwrap_or(0)
 }
 
 #[inline(always)]
@@ -72,31 +78,54 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// `runtime.gopark(unlockf, lock, reason, ...)`: the running goroutine parks.
+/// Takes the park of `prev`, the goroutine this thread ran last, if it now
+/// waits: its wait began no later than `now`. Whether it was taken.
 #[inline(always)]
-pub fn park(regs: &pt_regs) {
-    let Some(cur) = current() else { return };
-    let g = regs.r14;
-    let now = now();
-    if g == 0 || ended(now) {
-        return;
+fn take_park(prev: &GoRunning, cur: &Current, now: u64) -> bool {
+    // waitreason (a byte) is three words after the goid, past schedlink and
+    // waitsince.
+    if status(prev.g, &cur.proc) != G_WAITING {
+        return false;
     }
-    let goid = goid(g, &cur.proc);
-    let ustack = gostack::walk(regs, (0, u64::MAX)).stack;
     let park = GoPark {
         ts: now,
         woken: 0,
-        goid,
-        ustack,
+        goid: prev.goid,
         chain: 0,
-        reason: (regs.rcx & 0xff) as u32,
+        reason: (g_word(prev.g, &cur.proc, 24) & 0xff) as u32,
         _pad: 0,
         comm: bpf_get_current_comm().unwrap_or_default(),
     };
-    let _ = GO_PARKED.insert(&GoKey { g, tgid: cur.tgid, _pad: 0 }, &park, 0);
-    if settings().waker != 0 {
-        // The thread runs no goroutine until the scheduler picks the next.
-        let _ = GO_RUNNING.remove(&cur.tid);
+    let key = GoKey { g: prev.g, tgid: cur.tgid, _pad: 0 };
+    let _ = GO_PARKED.insert(&key, &park, BPF_NOEXIST as u64);
+    true
+}
+
+/// The `_Gscan` bit the garbage collector sets on a status while it scans.
+const G_SCAN: u32 = 0x1000;
+
+/// A goroutine's `atomicstatus` (the word before its goid, its low half),
+/// without the scan bit.
+#[inline(always)]
+fn status(g: u64, proc: &GoProc) -> u32 {
+    g_word(g, proc, -8) as u32 & !G_SCAN
+}
+
+/// The kernel switches a thread out: a thread of a traced Go process that
+/// leaves the processor with its last goroutine parked sleeps in the
+/// scheduler, and that goroutine's wait began no later than now.
+#[inline(always)]
+pub fn thread_leaves() {
+    let id = bpf_get_current_pid_tgid();
+    let Some(r) = GO_RUNNING.get_ptr_mut(&(id as u32)) else { return };
+    // SAFETY: a pointer from a map lookup; only this thread's events touch it.
+    let r = unsafe { &mut *r };
+    if r.g == 0 {
+        return;
+    }
+    let Some(cur) = current() else { return };
+    if take_park(r, &cur, now()) {
+        r.g = 0;
     }
 }
 
@@ -117,9 +146,13 @@ pub fn ready(regs: &pt_regs) {
     let g0 = regs.r14;
     let bounds = (user_word(g0).unwrap_or(0), user_word(g0 + 8).unwrap_or(u64::MAX));
     let walked = gostack::walk(regs, bounds);
-    let tid = match GO_RUNNING.get_ptr(&cur.tid) {
-        // SAFETY: a pointer from a map lookup, read once.
-        Some(r) if walked.left_bounds => tid_of(unsafe { (*r).goid }),
+    // The walk also leaves the system stack into a goroutine that parked
+    // (`mcall` keeps its frame pointer), so that goroutine must be running.
+    // SAFETY: a lookup of a plain value, copied out.
+    let tid = match unsafe { GO_RUNNING.get(&cur.tid).copied() } {
+        Some(r) if walked.left_bounds && r.g != 0 && status(r.g, &cur.proc) == G_RUNNING => {
+            tid_of(r.goid)
+        }
         _ => cur.tid,
     };
     let Some(hops) = SCRATCH_HOPS.get_ptr_mut(0) else { return };
@@ -143,28 +176,39 @@ pub fn ready(regs: &pt_regs) {
     count(counter::GO_WAKEUPS, 1);
 }
 
-/// `runtime.execute(gp, ...)`: the scheduler runs `gp` on this thread. A
-/// parked goroutine's wait ends here, and is added as a wait of the goroutine.
+/// `runtime.execute(gp, ...)`: the scheduler runs `gp` on this thread. The
+/// goroutine the thread ran before has parked if it waits now; `gp`'s own
+/// wait, if it was parked, ends here and is added as a wait of the goroutine.
 #[inline(always)]
 pub fn execute(regs: &pt_regs) {
     let Some(cur) = current() else { return };
     let g = regs.rax;
-    if settings().waker != 0 {
-        // Who wakes others from this thread's goroutine stack (see `ready`).
-        let goid = goid(g, &cur.proc);
-        let _ = GO_RUNNING.insert(&cur.tid, &GoRunning { g, goid }, 0);
+    let now = now();
+    let goid = g_word(g, &cur.proc, 0);
+    let running = GoRunning { g, goid };
+    match GO_RUNNING.get_ptr_mut(&cur.tid) {
+        Some(r) => {
+            // SAFETY: a pointer from a map lookup; only this thread's events touch it.
+            let r = unsafe { &mut *r };
+            if r.g != 0 && r.g != g {
+                take_park(r, &cur, now);
+            }
+            *r = running;
+        }
+        None => {
+            let _ = GO_RUNNING.insert(&cur.tid, &running, 0);
+        }
     }
     let key = GoKey { g, tgid: cur.tgid, _pad: 0 };
     // SAFETY: a lookup of a plain value, copied out.
     let Some(p) = (unsafe { GO_PARKED.get(&key).copied() }) else { return };
     let _ = GO_PARKED.remove(&key);
-    let now = now();
     if p.ts == 0 || now < p.ts || ended(now) || !in_block_time(now - p.ts) {
         return;
     }
     let row = WaitKey {
         kstack: STACK_NONE,
-        ustack: p.ustack,
+        ustack: gostack::walk_parked(g),
         tgid: cur.tgid,
         tid: tid_of(p.goid),
         comm: p.comm,

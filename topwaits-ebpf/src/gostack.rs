@@ -1,6 +1,7 @@
-//! Goroutine stacks for the Go hooks: a frame-pointer walk from a uprobe's
-//! registers in a function's prologue, before it has moved the stack pointer
-//! (Go keeps frame pointers in all its code), kept in `USTACKS` as every user stack is.
+//! Goroutine stacks for the Go hooks: a frame-pointer walk (Go keeps frame
+//! pointers in all its code) from a uprobe's registers in a function's
+//! prologue, or from what a parked goroutine saved when it left the
+//! processor; kept in `USTACKS` as every user stack is.
 
 use aya_ebpf::{
     bindings::pt_regs,
@@ -40,10 +41,41 @@ pub struct Walk {
 static GO_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
 /// Walks the stack of the goroutine (or system stack) the probe interrupted in
-/// a function's prologue, before its frame is made: its pc, the return address at the stack pointer (the
-/// caller has no frame of its own yet), then one frame per saved frame pointer.
+/// a function's prologue, before its frame is made: its pc, the return address
+/// at the stack pointer (the function has no frame of its own yet), then one
+/// frame per saved frame pointer.
 #[inline(always)]
 pub fn walk(regs: &pt_regs, bounds: (u64, u64)) -> GoStack {
+    walk_from(regs.rip, user_word(regs.rsp).unwrap_or(0), regs.rbp, bounds)
+}
+
+/// Walks a parked goroutine's stack from what it saved when it left the
+/// processor (`g.sched`, written by `mcall` in `gopark`: the pc it returns to
+/// in `gopark`, and `gopark`'s frame pointer).
+#[inline(always)]
+pub fn walk_parked(g: u64) -> u64 {
+    // runtime.g.sched (a gobuf) is at 56 in every Go release: its pc at 8, its
+    // bp at 48.
+    let pc = user_word(g + 56 + 8).unwrap_or(0);
+    let bp = user_word(g + 56 + 48).unwrap_or(0);
+    if pc == 0 {
+        return STACK_NONE;
+    }
+    // The caller of `gopark`, then the frames above it.
+    let frame = if bp == 0 || bp & 7 != 0 {
+        None
+    } else {
+        // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
+        unsafe { bpf_probe_read_user(bp as *const [u64; 2]).ok() }
+    };
+    let [next, ret] = frame.unwrap_or([0, 0]);
+    walk_from(pc, ret, next, (0, u64::MAX)).stack
+}
+
+/// Walks from a pc, its caller's return address (0: none) and that caller's
+/// frame pointer.
+#[inline(always)]
+fn walk_from(pc: u64, ret: u64, bp: u64, bounds: (u64, u64)) -> GoStack {
     let none = GoStack { stack: STACK_NONE, left_bounds: false };
     let (Some(buf), Some(w)) = (SCRATCH_USTACK.get_ptr_mut(0), GO_WALK.get_ptr_mut(0)) else {
         return none;
@@ -52,11 +84,11 @@ pub fn walk(regs: &pt_regs, bounds: (u64, u64)) -> GoStack {
     let (frames, w): (&mut KernelStack, &mut Walk) = unsafe { (&mut *buf, &mut *w) };
     // Ended by a zero after the last frame (written where the walk stops):
     // user space reads a stack up to its first zero.
-    frames[0] = regs.rip;
-    frames[1] = user_word(regs.rsp).unwrap_or(0);
+    frames[0] = pc;
+    frames[1] = ret;
     *w = Walk {
         n: 2,
-        bp: regs.rbp,
+        bp,
         lo: bounds.0,
         hi: bounds.1,
         left: 0,

@@ -1,6 +1,7 @@
-//! Goroutine waits: the uprobes on each traced Go program's runtime (`gopark`,
-//! `ready` with `--waker`, `execute`), attached once per binary, and the layout
-//! each traced Go process's entry in `GO_PROCS` gives the hooks.
+//! Goroutine waits: the uprobes on each traced Go program's runtime (`execute`,
+//! and `ready` with `--waker`), attached once per binary, the kernel switch
+//! hook that sees their threads sleep, and the layout each traced Go
+//! process's entry in `GO_PROCS` gives the hooks.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -13,12 +14,12 @@ use aya::Ebpf;
 use topwaits_common::golang::GoProc;
 use topwaits_common::names;
 
-use super::attach::{loaded, program};
+use super::attach::{attach_one_raw_tp, loaded, program};
 use crate::settings::Threads;
 use crate::stacks::golang::runtime::{self, Runtime};
 
 /// The hooks' programs, in the order of `runtime::HOOKED`.
-const PROGRAMS: [&str; 3] = [names::PROG_GO_PARK, names::PROG_GO_READY, names::PROG_GO_EXECUTE];
+const PROGRAMS: [&str; 2] = [names::PROG_GO_READY, names::PROG_GO_EXECUTE];
 
 /// What goroutine tracing found at the start: the Go programs traced, by pid
 /// with their Go version, and those that could not be.
@@ -85,7 +86,13 @@ pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<Gorouti
         let rt = match binaries.get(&id) {
             Some(known) => known.clone(),
             None => {
-                let read = runtime::read(&exe);
+                let read = runtime::read(&exe).and_then(|rt| match rt {
+                    Some(rt) if rt.goid_off.is_none() => Err(anyhow::anyhow!(
+                        "{}: the layout of its goroutines is not known to topwaits",
+                        rt.version.as_deref().unwrap_or("a Go version not named in the binary")
+                    )),
+                    rt => Ok(rt),
+                });
                 if matches!(read, Ok(Some(_))) && !loaded_progs {
                     load(ebpf, waker)?;
                     loaded_progs = true;
@@ -107,7 +114,8 @@ pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<Gorouti
         let mut procs: BpfHashMap<_, u32, GoProc> = BpfHashMap::try_from(
             ebpf.map_mut(names::GO_PROCS).context("map GO_PROCS missing from the eBPF object")?,
         )?;
-        let layout = GoProc { goid_off: rt.goid_off.unwrap_or(0), _pad: 0 };
+        let Some(goid_off) = rt.goid_off else { continue };
+        let layout = GoProc { goid_off, _pad: 0 };
         if procs.insert(pid, layout, 0).is_ok() {
             found.traced.push((pid, rt.version.clone()));
         } else {
@@ -120,15 +128,17 @@ pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<Gorouti
 /// The hooks wanted, with their index in `runtime::HOOKED`: `ready` only
 /// with `--waker`, which its waker's stack is for.
 fn wanted(waker: bool) -> impl Iterator<Item = (usize, &'static str)> {
-    PROGRAMS.into_iter().enumerate().filter(move |&(i, _)| waker || i != 1)
+    PROGRAMS.into_iter().enumerate().filter(move |&(i, _)| waker || i != 0)
 }
 
+/// Loads the uprobes, and loads and attaches the switch hook, which watches
+/// only the threads of the processes in `GO_PROCS`.
 fn load(ebpf: &mut Ebpf, waker: bool) -> Result<()> {
     for (_, name) in wanted(waker) {
         let p: &mut UProbe = program(ebpf, name)?.try_into()?;
         loaded(p.load(), || format!("the goroutine hook {name}"))?;
     }
-    Ok(())
+    attach_one_raw_tp(ebpf, names::PROG_GO_SWITCH, "sched_switch")
 }
 
 /// Probes the binary at `exe` (any process that runs it: the hooks keep to

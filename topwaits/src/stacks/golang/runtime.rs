@@ -10,20 +10,20 @@ use anyhow::{anyhow, Context, Result};
 use crate::sys::elf;
 
 /// The runtime functions the hooks probe, in the order of [`Runtime::hooks`].
-pub const HOOKED: [&str; 3] = ["runtime.gopark", "runtime.ready", "runtime.execute"];
+pub const HOOKED: [&str; 2] = ["runtime.ready", "runtime.execute"];
 
 /// What the goroutine hooks need from one Go binary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Runtime {
     /// `go1.19.8`, where the binary says it.
     pub version: Option<String>,
-    /// Offset of `runtime.g.goid`; None for a version whose layout is not known
-    /// (the hooks then tell goroutines apart by their `g`).
+    /// Offset of `runtime.g.goid`; None for a version whose layout is not
+    /// known (its goroutines are then not traced).
     pub goid_off: Option<u32>,
     /// File offsets of [`HOOKED`]'s probe points, in that order: each
     /// function's stack-bound branch where its prologue has the usual form
     /// (see [`probe_point`]), else its entry.
-    pub hooks: [u64; 3],
+    pub hooks: [u64; 2],
     /// The runtime's wait reasons by number (empty where not known).
     pub reasons: Vec<String>,
 }
@@ -68,7 +68,8 @@ pub fn major_minor(version: &str) -> Option<(u32, u32)> {
 }
 
 /// Where `runtime.g` keeps `goid` on amd64: after `syscallbp` joined the struct
-/// in Go 1.23 it moved by a word.
+/// in Go 1.23 it moved by a word. The hooks also read `atomicstatus` (the
+/// word before) and `waitreason` (three words after) by it.
 pub fn goid_offset(version: &str) -> Option<u32> {
     match major_minor(version)? {
         (1, 19..=22) => Some(152),
@@ -96,7 +97,7 @@ pub fn read(path: &str) -> Result<Option<Runtime>> {
     let mut f = std::fs::File::open(path).with_context(|| format!("failed to open {path}"))?;
     let Some(tab) = super::pclntab_of(&mut f)? else { return Ok(None) };
     let segments = elf::load_segments(&mut f)?;
-    let mut hooks = [0u64; 3];
+    let mut hooks = [0u64; 2];
     for func in tab.funcs() {
         if let Some(i) = tab.name(func).and_then(|n| HOOKED.iter().position(|h| *h == n)) {
             hooks[i] = elf::offset_of(&segments, func.entry)

@@ -136,3 +136,23 @@ fn a_channel_wait_carries_its_sending_goroutines_stack() {
     assert!(text.stdout.contains("goroutine "), "{}", text.stdout);
     drop(w);
 }
+
+/// The same mutex in `locks`: one sync.Mutex, held while its holders slept in
+/// the function that sleeps inside it, waited for by goroutines.
+#[test]
+fn locks_names_the_sync_mutex_and_what_its_holders_did() {
+    require_bpf!();
+    let Some(exe) = build() else { return };
+    let w = start_with(&exe, &["mutex", "8", "0", "-"]);
+    let pid = w.0.id().to_string();
+    let doc = json(&run(&["locks", "-p", &pid, "--json", "2"]));
+    let first = &doc["locks"][0];
+    assert_eq!(first["label"], "sync.Mutex", "{doc:#}");
+    assert!(first["share"].as_f64().unwrap_or(0.0) >= 0.9, "{doc:#}");
+    let held = first["held_while"].as_array().unwrap_or_else(|| panic!("{doc:#}"));
+    let sleeping = held.iter().find(|h| through(&h["user_stack"], "main.twSleepHoldingTheLock"));
+    assert!(sleeping.is_some(), "no holder slept inside the lock: {doc:#}");
+    let text = run(&["locks", "-p", &pid, "1"]).stdout;
+    assert!(text.contains("by 8 goroutines"), "{text}");
+    drop(w);
+}

@@ -96,6 +96,18 @@ fn debians_etcd_is_named_whole_and_its_wal_sync_agrees_with_its_own_metric() {
     std::thread::sleep(Duration::from_secs(4));
     let after = metric(&url, "etcd_disk_wal_fsync_duration_seconds_sum");
     let doc = json(&tracer.finish());
+    // Its goroutines parked now, read from its runtime with no symbol table:
+    // found, grouped, and named.
+    let blocked = json(&run(&["blocked", "-p", &pid, "--json"]));
+    let go = &blocked["go_processes"][0];
+    assert_eq!(go["pid"].to_string(), pid, "{blocked:#}");
+    assert!(go["parked"].as_u64().unwrap() >= 20, "{blocked:#}");
+    let groups = blocked["goroutines"].as_array().unwrap();
+    assert!(groups.iter().any(|g| g["waits_on"] == "select"), "{blocked:#}");
+    assert!(
+        groups.iter().all(|g| stack_names(&g["user_stack"])[0].starts_with("runtime.gopark")),
+        "{blocked:#}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let records = doc["records"].as_array().unwrap();
     // Named: every frame but the marks of stacks cut short.

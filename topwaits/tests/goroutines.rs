@@ -156,3 +156,28 @@ fn locks_names_the_sync_mutex_and_what_its_holders_did() {
     assert!(text.contains("by 8 goroutines"), "{text}");
     drop(w);
 }
+
+/// `blocked` on the same program: its goroutines parked right now, read from
+/// the runtime's list of all goroutines, most of them on the mutex.
+#[test]
+fn blocked_lists_the_goroutines_parked_on_the_mutex() {
+    require_bpf!();
+    let Some(exe) = build() else { return };
+    let w = start_with(&exe, &["mutex", "8", "0", "-"]);
+    let pid = w.0.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let doc = json(&run(&["blocked", "-p", &pid, "--json"]));
+    let go = &doc["go_processes"][0];
+    assert!(go["go_version"].as_str().is_some_and(|v| v.starts_with("go1.")), "{doc:#}");
+    let mutex = doc["goroutines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["waits_on"] == "sync.Mutex")
+        .unwrap_or_else(|| panic!("no goroutine on the mutex: {doc:#}"));
+    assert!(mutex["count"].as_u64().unwrap() >= 4, "{doc:#}");
+    assert!(through(&mutex["user_stack"], "main.twHandle"), "{doc:#}");
+    let text = run(&["blocked", "-p", &pid]).stdout;
+    assert!(text.contains("goroutines on sync.Mutex (goroutine "), "{text}");
+    drop(w);
+}

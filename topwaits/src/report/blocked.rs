@@ -172,6 +172,7 @@ fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         }
         writeln!(out)?;
     }
+    write_goroutines(out, report)?;
     if report.threads.is_empty() {
         writeln!(
             out,
@@ -182,6 +183,37 @@ fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
                 ""
             }
         )?;
+    }
+    Ok(())
+}
+
+/// Goroutines listed of a group before "and N more".
+const GOIDS_SHOWN: usize = 8;
+
+/// Each Go program's parked goroutines, by group: a line, then its stack.
+fn write_goroutines(out: &mut dyn Write, report: &Report) -> io::Result<()> {
+    for p in &report.go {
+        let version = p.version.as_deref().unwrap_or("Go version not known");
+        writeln!(
+            out,
+            "Goroutines of {} (pid {}, {version}): {} parked of {} listed, {} of them the runtime's own.",
+            comm_text(&p.comm),
+            p.tgid,
+            p.parked,
+            p.listed,
+            p.runtime_own
+        )?;
+        for g in report.goroutines.iter().filter(|g| g.tgid == p.tgid) {
+            let mut ids: Vec<String> =
+                g.goids.iter().take(GOIDS_SHOWN).map(|id| id.to_string()).collect();
+            if g.goids.len() > GOIDS_SHOWN {
+                ids.push(format!("and {} more", g.goids.len() - GOIDS_SHOWN));
+            }
+            let n = crate::util::text::plural(g.goids.len(), "goroutine");
+            writeln!(out, "  {n} on {} (goroutine {})", g.waits_on, ids.join(", "))?;
+            write_stack(out, "user stack", &g.user)?;
+        }
+        writeln!(out)?;
     }
     Ok(())
 }
@@ -274,6 +306,8 @@ fn write_json(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         "edges": report.edges.iter().map(|e| json!({"waiter": e.waiter, "owner": e.owner, "lock": e.lock})).collect::<Vec<_>>(),
         "chains": chains,
         "cycles": report.graph.cycles.iter().map(|c| json!({"threads": c.threads, "locks": c.locks})).collect::<Vec<_>>(),
+        "go_processes": report.go.iter().map(|p| json!({"pid": p.tgid, "comm": comm_text(&p.comm), "go_version": p.version, "goroutines": p.listed, "parked": p.parked, "runtime_own": p.runtime_own})).collect::<Vec<_>>(),
+        "goroutines": report.goroutines.iter().map(|g| json!({"pid": g.tgid, "waits_on": g.waits_on, "count": g.goids.len(), "goids": g.goids, "user_stack": super::json::stack(&g.user).0})).collect::<Vec<_>>(),
         "warnings": report.warnings,
     });
     serde_json::to_writer_pretty(&mut *out, &doc)?;
@@ -371,8 +405,50 @@ mod tests {
             others: Default::default(),
             edges,
             graph,
+            go: vec![],
+            goroutines: vec![],
             warnings: vec![],
         }
+    }
+
+    #[test]
+    fn a_go_programs_parked_goroutines_are_listed_by_group() {
+        use crate::analysis::blocked::goroutines::{GoProcess, Group};
+        use crate::model::Frame;
+        let mut r = abba();
+        r.go = vec![GoProcess {
+            tgid: 100,
+            comm: b"srv".to_vec(),
+            version: Some("go1.22.1".into()),
+            listed: 12,
+            parked: 10,
+            runtime_own: 4,
+        }];
+        let frames = vec![
+            Frame { symbol: Some("runtime.gopark".into()), ..Frame::unknown(1) },
+            Frame { symbol: Some("main.handle".into()), ..Frame::unknown(2) },
+        ];
+        let goids: Vec<u64> = (20..30).collect();
+        r.goroutines = vec![Group {
+            tgid: 100,
+            waits_on: "sync.Mutex".into(),
+            goids,
+            user: Stack::of(frames),
+        }];
+        let mut text = Vec::new();
+        Text.write(&r, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("Goroutines of srv (pid 100, go1.22.1): 10 parked of 12 listed"));
+        assert!(text.contains(
+            "10 goroutines on sync.Mutex (goroutine 20, 21, 22, 23, 24, 25, 26, 27, and 2 more)"
+        ));
+        assert!(text.contains("      main.handle"));
+        let mut doc = Vec::new();
+        Json.write(&r, &mut doc).unwrap();
+        let doc: Value = serde_json::from_slice(&doc).unwrap();
+        assert_eq!(doc["goroutines"][0]["count"], 10);
+        assert_eq!(doc["goroutines"][0]["user_stack"][1]["symbol"], "main.handle");
+        assert_eq!(doc["go_processes"][0]["runtime_own"], 4);
     }
 
     #[test]

@@ -127,10 +127,7 @@ fn text(report: &Report, found: &Analysis, limit: usize, out: &mut dyn Write) ->
             i + 1,
             l.id.short(),
             l.count,
-            plural(
-                l.waiter_threads(),
-                thread_noun(l.waiters.iter().flat_map(|s| s.tids.iter()))
-            ),
+            plural(l.waiter_threads(), thread_noun(l.waiters.iter().flat_map(|s| s.tids.iter()))),
             secs(l.total_ns),
             100.0 * l.total_ns as f64 / total.max(1) as f64,
             ms(l.max_ns)

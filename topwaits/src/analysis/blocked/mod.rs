@@ -2,9 +2,11 @@
 //! stopping or tracing anything: for each, how long it has waited (estimated),
 //! where (kernel and user stacks), in what syscall, and on what (see
 //! [`classify`]); then the wait-for graph of lock owners with its chains and
-//! deadlocks (see [`crate::analysis::waitfor`]).
+//! deadlocks (see [`crate::analysis::waitfor`]); and a Go program's parked
+//! goroutines (see [`goroutines`]).
 
 pub mod classify;
+pub mod goroutines;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -63,6 +65,10 @@ pub struct Report {
     pub others: BTreeMap<u32, Other>,
     pub edges: Vec<Edge>,
     pub graph: Graph,
+    /// The Go programs of the target (with `-S`, as with `-p`/`-t`), and
+    /// their goroutines parked now, grouped.
+    pub go: Vec<goroutines::GoProcess>,
+    pub goroutines: Vec<goroutines::Group>,
     pub warnings: Vec<String>,
 }
 
@@ -303,10 +309,12 @@ pub fn collect(
     snapper.set_cache(cache);
     let mut warnings = Vec::new();
     let mut snaps = Vec::new();
+    let mut tgids = BTreeSet::new();
     for (tgid, tid) in crate::analysis::snapshot::candidates(&config.threads) {
         if tgid == me {
             continue;
         }
+        tgids.insert(tgid);
         let wanted = |st: char| st == 'D' || (config.sleeping && st == 'S');
         if !thread::stat(tgid, tid).is_some_and(|st| wanted(st.state)) {
             continue;
@@ -323,6 +331,10 @@ pub fn collect(
     }
     let mut sym = BlazeSymbolizer::default();
     let users = user_stacks(&snaps, &mut sym);
+    let (go, goroutines) = match config.sleeping {
+        true => goroutines::collect(&tgids, &mut sym, &mut warnings),
+        false => Default::default(),
+    };
     let mut threads: Vec<Blocked> = snaps
         .into_iter()
         .zip(users)
@@ -361,6 +373,8 @@ pub fn collect(
         others,
         edges,
         graph,
+        go,
+        goroutines,
         warnings,
     })
 }

@@ -3,6 +3,7 @@
 //! (the frame size at every pc, and the functions that begin a goroutine's or
 //! a thread's stack; `cfi::gorows` makes the rules).
 
+pub mod parked;
 pub mod pclntab;
 pub mod runtime;
 

@@ -13,7 +13,7 @@ use crate::analysis::locks::{analyze, Analysis, HeldWhile, Lock, Site, Unclassif
 use crate::model::label::WaitsOn;
 use crate::model::{comm_text, Report, Stack};
 use crate::settings::{By, Output};
-use crate::util::text::{plural, thread_noun};
+use crate::util::text::{count_of, plural};
 
 /// The `locks` view of a report.
 pub struct Locks {
@@ -57,7 +57,7 @@ fn who(
     let threads = if tids.len() == 1 {
         crate::util::text::tid_text(*tids.iter().next().unwrap_or(&0))
     } else {
-        plural(tids.len(), thread_noun(tids))
+        count_of(tids.len(), tids)
     };
     let pid = match pids.iter().collect::<Vec<_>>()[..] {
         [p] if tids.len() > 1 => format!("pid {p}, "),
@@ -127,7 +127,7 @@ fn text(report: &Report, found: &Analysis, limit: usize, out: &mut dyn Write) ->
             i + 1,
             l.id.short(),
             l.count,
-            plural(l.waiter_threads(), thread_noun(l.waiters.iter().flat_map(|s| s.tids.iter()))),
+            count_of(l.waiter_threads(), l.waiters.iter().flat_map(|s| s.tids.iter())),
             secs(l.total_ns),
             100.0 * l.total_ns as f64 / total.max(1) as f64,
             ms(l.max_ns)
@@ -149,7 +149,7 @@ fn text(report: &Report, found: &Analysis, limit: usize, out: &mut dyn Write) ->
         }
         held.sort_by_key(|h| std::cmp::Reverse(h.3));
         for (line, stack, waiters, ns) in held.iter().take(3) {
-            let n = plural(waiters.len(), thread_noun(waiters));
+            let n = count_of(waiters.len(), waiters);
             writeln!(out, "   {line}: {n} waited {}", secs(*ns))?;
             if !stack.is_empty() {
                 writeln!(out, "       {stack}")?;

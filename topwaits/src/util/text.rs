@@ -20,28 +20,35 @@ pub fn tid_text(tid: u32) -> String {
     }
 }
 
-/// What a set of waiting ids is called: `goroutine` when all are goroutines,
-/// else `thread`.
-pub fn thread_noun<'a>(tids: impl IntoIterator<Item = &'a u32>) -> &'static str {
-    let mut tids = tids.into_iter().peekable();
-    let any = tids.peek().is_some();
-    if any && tids.all(|&t| topwaits_common::golang::is_goroutine(t)) {
-        "goroutine"
-    } else {
-        "thread"
+/// `n` waiting ids counted in words: `8 goroutines` when all are goroutines,
+/// `8 threads` when none is, `8 threads and goroutines` when both are.
+pub fn count_of<'a>(n: usize, tids: impl IntoIterator<Item = &'a u32>) -> String {
+    let (mut goroutines, mut threads) = (false, false);
+    for &t in tids {
+        match topwaits_common::golang::is_goroutine(t) {
+            true => goroutines = true,
+            false => threads = true,
+        }
+    }
+    match (goroutines, threads) {
+        (true, true) if n > 1 => format!("{n} threads and goroutines"),
+        (true, false) => plural(n, "goroutine"),
+        _ => plural(n, "thread"),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{plural, thread_noun, tid_text};
+    use super::{count_of, plural, tid_text};
 
     #[test]
-    fn only_goroutines_are_called_goroutines() {
+    fn goroutines_threads_and_both_are_counted_as_what_they_are() {
         let g = topwaits_common::golang::tid_of(3);
-        assert_eq!(thread_noun(&[g, g + 1]), "goroutine");
-        assert_eq!(thread_noun(&[g, 5]), "thread");
-        assert_eq!(thread_noun(&[]), "thread");
+        assert_eq!(count_of(2, &[g, g + 1]), "2 goroutines");
+        assert_eq!(count_of(1, &[g]), "1 goroutine");
+        assert_eq!(count_of(2, &[g, 5]), "2 threads and goroutines");
+        assert_eq!(count_of(2, &[4, 5]), "2 threads");
+        assert_eq!(count_of(0, &[]), "0 threads");
     }
 
     #[test]

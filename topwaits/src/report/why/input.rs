@@ -233,15 +233,15 @@ impl Input {
     /// postgres (tid 5)`, `3 threads of nginx (pid 9)`.
     pub(super) fn members(&self, who: &Who, tids: &BTreeSet<Tid>) -> String {
         let first = tids.iter().next().copied().unwrap_or(0);
-        let noun = crate::util::text::thread_noun(tids);
+        let count = crate::util::text::count_of(tids.len(), tids);
         match (who, tids.len()) {
             (Who::Process(p, c), 1) => format!("{c} (pid {p}, {})", tid_text(first)),
-            (Who::Process(p, c), n) => format!("{n} {noun}s of {c} (pid {p})"),
+            (Who::Process(p, c), _) => format!("{count} of {c} (pid {p})"),
             (Who::Cgroup(c), 1) => format!("{} in cgroup {c}", self.thread(first)),
             (_, 1) | (Who::Thread(_), _) => self.thread(first),
-            (Who::Comm(_), n) => format!("{n} {noun}s like {}", self.thread(first)),
-            (Who::Cgroup(c), n) => {
-                format!("{n} {noun}s of cgroup {c} like {}", self.thread(first))
+            (Who::Comm(_), _) => format!("{count} like {}", self.thread(first)),
+            (Who::Cgroup(c), _) => {
+                format!("{count} of cgroup {c} like {}", self.thread(first))
             }
         }
     }
@@ -260,11 +260,9 @@ impl Input {
             .take(n)
             .map(|(who, tids)| match (who, tids.len()) {
                 (Who::Thread(_), _) | (_, 1) => self.members(who, tids),
-                (_, k) => format!(
-                    "{} ({k} {}s)",
-                    self.who_name(who),
-                    crate::util::text::thread_noun(tids)
-                ),
+                (_, k) => {
+                    format!("{} ({})", self.who_name(who), crate::util::text::count_of(k, tids))
+                }
             })
             .collect();
         let more = if groups.len() > n {

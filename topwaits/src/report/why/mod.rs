@@ -19,7 +19,6 @@ use crate::model::label::WaitsOn;
 use crate::model::{comm_text, Hop, Report, Stack, WakeKind};
 use crate::settings::{By, Output};
 use crate::util::fasthash::FastMap;
-use crate::util::text::plural;
 
 mod input;
 use input::*;
@@ -289,7 +288,7 @@ fn cause_text(
         out,
         "{:>26}{} waited behind {pronoun}{on}: {}",
         "",
-        plural(others.len(), crate::util::text::thread_noun(others.iter())),
+        crate::util::text::count_of(others.len(), others.iter()),
         input.groups_of(others.iter().copied(), 4)
     )?;
     Ok(())

@@ -189,8 +189,8 @@ pub struct TraceArgs {
 
     /// Do not trace goroutines. By default, a traced Go program's goroutine
     /// waits (a sync.Mutex, a channel, a sleep, network I/O) are recorded from
-    /// uprobes on its runtime, each with its waker goroutine, and its threads'
-    /// idle in the Go scheduler is left out.
+    /// a uprobe on its runtime (a few µs per goroutine switch), with -w their
+    /// waker goroutines, and its threads' idle in the Go scheduler is left out.
     #[arg(long)]
     pub no_goroutines: bool,
 

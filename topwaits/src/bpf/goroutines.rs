@@ -87,11 +87,8 @@ pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<Gorouti
             Some(known) => known.clone(),
             None => {
                 let read = runtime::read(&exe).and_then(|rt| match rt {
-                    Some(rt) if rt.goid_off.is_none() => Err(anyhow::anyhow!(
-                        "{}: the layout of its goroutines is not known to topwaits",
-                        rt.version.as_deref().unwrap_or("a Go version not named in the binary")
-                    )),
-                    rt => Ok(rt),
+                    Some(rt) => rt.goid_layout().map(|_| Some(rt)),
+                    None => Ok(None),
                 });
                 if matches!(read, Ok(Some(_))) && !loaded_progs {
                     load(ebpf, waker)?;

@@ -4,8 +4,6 @@
 //! addresses of its stack, walked by frame pointers from what it saved when it
 //! parked (`g.sched`).
 
-use std::io::{Read, Seek, SeekFrom};
-
 use anyhow::{anyhow, Context as _, Result};
 
 use crate::sys::elf;
@@ -42,16 +40,11 @@ const G_SCAN: u32 = 0x1000;
 pub fn read(tgid: u32, mem: &dyn Memory) -> Result<Option<Goroutines>> {
     let exe = format!("/proc/{tgid}/exe");
     let Some(rt) = super::runtime::read(&exe)? else { return Ok(None) };
-    let goid_off = rt.goid_off.ok_or_else(|| {
-        anyhow!(
-            "{}: the layout of its goroutines is not known to topwaits",
-            rt.version.as_deref().unwrap_or("a Go version not named in the binary")
-        )
-    })? as u64;
+    let goid_off = rt.goid_layout()? as u64;
+    let allgs =
+        rt.allgs.ok_or_else(|| anyhow!("its list of goroutines (runtime.allgs) was not found"))?;
     let mut f = std::fs::File::open(&exe).with_context(|| format!("failed to open {exe}"))?;
     let segments = elf::load_segments(&mut f)?;
-    let allgs = allgs_of(&mut f, &segments)?
-        .ok_or_else(|| anyhow!("its list of goroutines (runtime.allgs) was not found"))?;
     let bias = load_bias(tgid, &segments).unwrap_or(0);
     let at = allgs.wrapping_add(bias);
     let (Some(ptr), Some(len)) = (mem.word(at), mem.word(at + 8)) else {
@@ -104,39 +97,6 @@ fn walk(mem: &dyn Memory, pc: u64, mut bp: u64) -> Vec<u64> {
     pcs
 }
 
-/// The address of `runtime.allgs` in the file: from its symbol table, or, in a
-/// stripped binary, from `runtime.forEachG`'s code, which loads the slice's
-/// pointer and length (see [`allgs_in_code`]).
-fn allgs_of<R: Read + Seek>(f: &mut R, segments: &[elf::Segment]) -> Result<Option<u64>> {
-    if let Some(&(_, addr, _)) = elf::symbols(f, &["runtime.allgs"], true)?.first() {
-        return Ok(Some(addr));
-    }
-    let Some(tab) = super::pclntab_of(f)? else { return Ok(None) };
-    let Some(func) = tab.funcs().find(|&fu| tab.name(fu) == Some("runtime.forEachG")) else {
-        return Ok(None);
-    };
-    let Some(off) = elf::offset_of(segments, func.entry) else { return Ok(None) };
-    let mut code = vec![0u8; (func.end.saturating_sub(func.entry)).min(512) as usize];
-    f.seek(SeekFrom::Start(off))?;
-    f.read_exact(&mut code)?;
-    Ok(allgs_in_code(&code, func.entry))
-}
-
-/// In amd64 code at `entry`, the first address that two pc-relative 8-byte
-/// loads read at it and 8 bytes on (`MOVQ runtime.allgs(SB)` and
-/// `MOVQ runtime.allgs+8(SB)`: a slice's pointer, then its length).
-pub fn allgs_in_code(code: &[u8], entry: u64) -> Option<u64> {
-    let mut loads = Vec::new();
-    for i in 0..code.len().saturating_sub(6) {
-        let [rex, op, modrm, d0, d1, d2, d3] = code[i..i + 7] else { break };
-        if (rex == 0x48 || rex == 0x4c) && op == 0x8b && modrm & 0xc7 == 0x05 {
-            let disp = i32::from_le_bytes([d0, d1, d2, d3]) as i64;
-            loads.push((entry + i as u64 + 7).wrapping_add(disp as u64));
-        }
-    }
-    loads.iter().copied().find(|&a| loads.contains(&(a + 8)))
-}
-
 /// How far the process at `tgid` loaded its executable from its file's
 /// addresses (0 for the usual, fixed-address Go program).
 fn load_bias(tgid: u32, segments: &[elf::Segment]) -> Option<u64> {
@@ -150,23 +110,6 @@ fn load_bias(tgid: u32, segments: &[elf::Segment]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn allgs_is_the_pair_of_loads_eight_bytes_apart() {
-        // runtime.forEachG of go1.19.8 at 0x439f00, from its lock call on:
-        // MOVQ runtime.allgs(SB), CX; MOVQ CX, 0x18(SP);
-        // MOVQ runtime.allgs+8(SB), DX.
-        let mut code = vec![0x90; 0x2a];
-        code.extend([0x48, 0x8b, 0x0d, 0xaf, 0x78, 0x48, 0x00]);
-        code.extend([0x48, 0x89, 0x4c, 0x24, 0x18]);
-        code.extend([0x48, 0x8b, 0x15, 0xab, 0x78, 0x48, 0x00]);
-        assert_eq!(allgs_in_code(&code, 0x439f00), Some(0x8c17e0));
-        // One load alone, or two that are not a slice's first words: none.
-        assert_eq!(allgs_in_code(&code[..0x36], 0x439f00), None);
-        let mut apart = code.clone();
-        apart[0x36 + 3] = 0xb3;
-        assert_eq!(allgs_in_code(&apart, 0x439f00), None);
-    }
 
     /// Memory of plain words.
     struct Words(Vec<(u64, u64)>);

@@ -1,7 +1,8 @@
 //! What the goroutine hooks need from a Go binary: its Go version (from
 //! `.go.buildinfo`), where `runtime.g` keeps the goid in that version, the file
 //! offsets of the runtime functions the uprobes go on (from `pclntab`, which
-//! stripped binaries keep), and the names of the runtime's wait reasons.
+//! stripped binaries keep), the names of the runtime's wait reasons, and where
+//! the runtime lists its goroutines (for `blocked`).
 
 use std::io::{Read, Seek};
 
@@ -26,6 +27,22 @@ pub struct Runtime {
     pub hooks: [u64; 2],
     /// The runtime's wait reasons by number (empty where not known).
     pub reasons: Vec<String>,
+    /// The address of `runtime.allgs`, the list of all goroutines: from the
+    /// symbol table, or in a stripped binary from `runtime.forEachG`'s code
+    /// (see [`allgs_in_code`]).
+    pub allgs: Option<u64>,
+}
+
+impl Runtime {
+    /// The goid's offset, or why its goroutines cannot be read.
+    pub fn goid_layout(&self) -> Result<u32> {
+        self.goid_off.ok_or_else(|| {
+            anyhow!(
+                "{}: the layout of its goroutines is not known to topwaits",
+                self.version.as_deref().unwrap_or("a Go version not named in the binary")
+            )
+        })
+    }
 }
 
 /// The wait reasons of Go 1.19 to 1.20 (`runtime.waitReasonStrings`), for
@@ -97,26 +114,52 @@ pub fn read(path: &str) -> Result<Option<Runtime>> {
     let mut f = std::fs::File::open(path).with_context(|| format!("failed to open {path}"))?;
     let Some(tab) = super::pclntab_of(&mut f)? else { return Ok(None) };
     let segments = elf::load_segments(&mut f)?;
-    let mut hooks = [0u64; 2];
+    let mut entries = [0u64; 2];
+    let mut for_each_g = None;
     for func in tab.funcs() {
-        if let Some(i) = tab.name(func).and_then(|n| HOOKED.iter().position(|h| *h == n)) {
-            hooks[i] = elf::offset_of(&segments, func.entry)
-                .ok_or_else(|| anyhow!("{} of {path} is in no loaded segment", HOOKED[i]))?;
+        match tab.name(func) {
+            Some("runtime.forEachG") => for_each_g = Some(func),
+            Some(n) => {
+                if let Some(i) = HOOKED.iter().position(|h| *h == n) {
+                    entries[i] = func.entry;
+                }
+            }
+            None => {}
         }
     }
-    if let Some(i) = hooks.iter().position(|&h| h == 0) {
+    if let Some(i) = entries.iter().position(|&e| e == 0) {
         return Err(anyhow!("{path} is a Go program without {}", HOOKED[i]));
     }
-    for h in hooks.iter_mut() {
-        let mut code = [0u8; 16];
-        f.seek(std::io::SeekFrom::Start(*h))?;
-        if f.read_exact(&mut code).is_ok() {
-            *h += probe_point(&code) as u64;
+    let mut hooks = [0u64; 2];
+    for (i, &entry) in entries.iter().enumerate() {
+        let off = elf::offset_of(&segments, entry)
+            .ok_or_else(|| anyhow!("{} of {path} is in no loaded segment", HOOKED[i]))?;
+        let code = read_at(&mut f, &segments, entry, 16).unwrap_or_default();
+        hooks[i] = off + probe_point(&code) as u64;
+    }
+    let (version, reasons, allgs) = from_binary(&mut f, &segments)?;
+    let allgs = allgs.or_else(|| {
+        let func = for_each_g?;
+        let code = read_at(&mut f, &segments, func.entry, (func.end - func.entry).min(512))?;
+        allgs_in_code(&code, func.entry)
+    });
+    let goid_off = version.as_deref().and_then(goid_offset);
+    Ok(Some(Runtime { version, goid_off, hooks, reasons, allgs }))
+}
+
+/// In amd64 code at `entry`, the first address that two pc-relative 8-byte
+/// loads read at it and 8 bytes on (`MOVQ runtime.allgs(SB)` and
+/// `MOVQ runtime.allgs+8(SB)`: a slice's pointer, then its length).
+pub fn allgs_in_code(code: &[u8], entry: u64) -> Option<u64> {
+    let mut loads = Vec::new();
+    for i in 0..code.len().saturating_sub(6) {
+        let [rex, op, modrm, d0, d1, d2, d3] = code[i..i + 7] else { break };
+        if (rex == 0x48 || rex == 0x4c) && op == 0x8b && modrm & 0xc7 == 0x05 {
+            let disp = i32::from_le_bytes([d0, d1, d2, d3]) as i64;
+            loads.push((entry + i as u64 + 7).wrapping_add(disp as u64));
         }
     }
-    let (version, reasons) = version_and_reasons(&mut f, &segments)?;
-    let goid_off = version.as_deref().and_then(goid_offset);
-    Ok(Some(Runtime { version, goid_off, hooks, reasons }))
+    loads.iter().copied().find(|&a| loads.contains(&(a + 8)))
 }
 
 /// Where in a function whose code starts with `code` its probe goes: at the
@@ -155,32 +198,37 @@ pub fn probe_point(code: &[u8]) -> usize {
 pub fn wait_reasons(path: &str) -> Result<Vec<String>> {
     let mut f = std::fs::File::open(path).with_context(|| format!("failed to open {path}"))?;
     let segments = elf::load_segments(&mut f)?;
-    Ok(version_and_reasons(&mut f, &segments)?.1)
+    Ok(from_binary(&mut f, &segments)?.1)
 }
 
-fn version_and_reasons<R: Read + Seek>(
+/// The Go version, the wait reasons, and `runtime.allgs` where the symbol
+/// table names it (one read of the table for both).
+fn from_binary<R: Read + Seek>(
     f: &mut R,
     segments: &[elf::Segment],
-) -> Result<(Option<String>, Vec<String>)> {
+) -> Result<(Option<String>, Vec<String>, Option<u64>)> {
     let version = elf::section_bytes(f, ".go.buildinfo")?.and_then(|d| buildinfo_version(&d));
-    let reasons = match reasons_from_symbols(f, segments) {
-        Some(r) => r,
-        None if version.as_deref().and_then(major_minor).is_some_and(|v| v.1 <= 20) => {
-            REASONS_GO119.iter().map(|s| s.to_string()).collect()
-        }
-        None => Vec::new(),
-    };
-    Ok((version, reasons))
+    let syms =
+        elf::symbols(f, &["runtime.waitReasonStrings", "runtime.allgs"], true).unwrap_or_default();
+    let addr_of = |name: &str| syms.iter().find(|s| s.0 == name).map(|s| (s.1, s.2));
+    let reasons =
+        match addr_of("runtime.waitReasonStrings").and_then(|t| reasons_at(f, segments, t)) {
+            Some(r) => r,
+            None if version.as_deref().and_then(major_minor).is_some_and(|v| v.1 <= 20) => {
+                REASONS_GO119.iter().map(|s| s.to_string()).collect()
+            }
+            None => Vec::new(),
+        };
+    Ok((version, reasons, addr_of("runtime.allgs").map(|s| s.0)))
 }
 
-/// `runtime.waitReasonStrings`, read from the file where its symbol table
-/// names it: an array of Go strings (pointer, length).
-fn reasons_from_symbols<R: Read + Seek>(
+/// `runtime.waitReasonStrings` at `(addr, size)` in the file: an array of Go
+/// strings (pointer, length).
+fn reasons_at<R: Read + Seek>(
     f: &mut R,
     segments: &[elf::Segment],
+    (addr, size): (u64, u64),
 ) -> Option<Vec<String>> {
-    let syms = elf::symbols(f, &["runtime.waitReasonStrings"], true).ok()?;
-    let &(_, addr, size) = syms.first()?;
     let table = read_at(f, segments, addr, size.min(16 * 256))?;
     table
         .chunks_exact(16)
@@ -212,6 +260,23 @@ fn read_at<R: Read + Seek>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allgs_is_the_pair_of_loads_eight_bytes_apart() {
+        // runtime.forEachG of go1.19.8 at 0x439f00, from its lock call on:
+        // MOVQ runtime.allgs(SB), CX; MOVQ CX, 0x18(SP);
+        // MOVQ runtime.allgs+8(SB), DX.
+        let mut code = vec![0x90; 0x2a];
+        code.extend([0x48, 0x8b, 0x0d, 0xaf, 0x78, 0x48, 0x00]);
+        code.extend([0x48, 0x89, 0x4c, 0x24, 0x18]);
+        code.extend([0x48, 0x8b, 0x15, 0xab, 0x78, 0x48, 0x00]);
+        assert_eq!(allgs_in_code(&code, 0x439f00), Some(0x8c17e0));
+        // One load alone, or two that are not a slice's first words: none.
+        assert_eq!(allgs_in_code(&code[..0x36], 0x439f00), None);
+        let mut apart = code.clone();
+        apart[0x36 + 3] = 0xb3;
+        assert_eq!(allgs_in_code(&apart, 0x439f00), None);
+    }
 
     #[test]
     fn probes_go_on_the_stack_check_branch_where_there_is_one() {

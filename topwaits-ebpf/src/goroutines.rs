@@ -82,8 +82,6 @@ fn now() -> u64 {
 /// waits: its wait began no later than `now`. Whether it was taken.
 #[inline(always)]
 fn take_park(prev: &GoRunning, cur: &Current, now: u64) -> bool {
-    // waitreason (a byte) is three words after the goid, past schedlink and
-    // waitsince.
     if status(prev.g, &cur.proc) != G_WAITING {
         return false;
     }
@@ -92,6 +90,8 @@ fn take_park(prev: &GoRunning, cur: &Current, now: u64) -> bool {
         woken: 0,
         goid: prev.goid,
         chain: 0,
+        // waitreason (a byte) is three words after the goid, past schedlink
+        // and waitsince.
         reason: (g_word(prev.g, &cur.proc, 24) & 0xff) as u32,
         _pad: 0,
         comm: bpf_get_current_comm().unwrap_or_default(),

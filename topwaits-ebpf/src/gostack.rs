@@ -62,14 +62,19 @@ pub fn walk_parked(g: u64) -> u64 {
         return STACK_NONE;
     }
     // The caller of `gopark`, then the frames above it.
-    let frame = if bp == 0 || bp & 7 != 0 {
-        None
-    } else {
-        // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
-        unsafe { bpf_probe_read_user(bp as *const [u64; 2]).ok() }
-    };
-    let [next, ret] = frame.unwrap_or([0, 0]);
+    let [next, ret] = frame_at(bp).unwrap_or([0, 0]);
     walk_from(pc, ret, next, (0, u64::MAX)).stack
+}
+
+/// The frame at frame pointer `bp`: the caller's saved frame pointer and the
+/// return address above it, in one read.
+#[inline(always)]
+fn frame_at(bp: u64) -> Option<[u64; 2]> {
+    if bp == 0 || bp & 7 != 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
+    unsafe { bpf_probe_read_user(bp as *const [u64; 2]).ok() }
 }
 
 /// Walks from a pc, its caller's return address (0: none) and that caller's
@@ -118,14 +123,7 @@ unsafe extern "C" fn step(_i: u64, _ctx: *mut core::ffi::c_void) -> i64 {
     if n >= KSTACK_DEPTH {
         return 1;
     }
-    // The saved frame pointer and the return address above it, in one read.
-    let frame = if w.bp == 0 || w.bp & 7 != 0 {
-        None
-    } else {
-        // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
-        unsafe { bpf_probe_read_user(w.bp as *const [u64; 2]).ok() }
-    };
-    let Some([next, ret]) = frame.filter(|f| f[1] != 0) else {
+    let Some([next, ret]) = frame_at(w.bp).filter(|f| f[1] != 0) else {
         frames[n] = 0;
         return 1;
     };

@@ -331,9 +331,10 @@ pub fn collect(
     }
     let mut sym = BlazeSymbolizer::default();
     let users = user_stacks(&snaps, &mut sym);
-    let (go, goroutines) = match config.sleeping {
-        true => goroutines::collect(&tgids, &mut sym, &mut warnings),
-        false => Default::default(),
+    let (go, goroutines) = if config.sleeping {
+        goroutines::collect(&tgids, &mut sym, &mut warnings)
+    } else {
+        Default::default()
     };
     let mut threads: Vec<Blocked> = snaps
         .into_iter()

@@ -4,6 +4,7 @@
 
 pub mod golang;
 pub mod python;
+pub mod v8;
 pub mod walker;
 
 pub mod counter;
@@ -40,6 +41,14 @@ pub const STACK_STORED: u64 = 1 << 63;
 /// keeps no frame pointer (libc's syscall wrappers), for user space to check.
 /// User addresses never have bit 63 set.
 pub const LEAF_WORD: u64 = 1 << 63;
+
+/// Whether a user stack's word is a frame of a language runtime (Python's or
+/// JavaScript's), named from the process's memory rather than looked up as an
+/// address.
+#[inline(always)]
+pub const fn is_runtime_frame(word: u64) -> bool {
+    python::is_py_frame(word) || v8::is_v8_frame(word)
+}
 
 /// Words at the user stack pointer taken with `--leaf-callers`: glibc's syscall
 /// wrappers, in a threaded process, keep their return address 6 words up.
@@ -620,6 +629,7 @@ mod pod {
     unsafe impl aya::Pod for super::walker::ProcMaps {}
     unsafe impl aya::Pod for super::walker::FileInfo {}
     unsafe impl aya::Pod for super::python::PyProc {}
+    unsafe impl aya::Pod for super::v8::V8Proc {}
     unsafe impl aya::Pod for super::golang::GoProc {}
 }
 

@@ -6,6 +6,7 @@ pub const UNWIND_FILES: &str = "UNWIND_FILES";
 pub const UNWIND_PROCS: &str = "UNWIND_PROCS";
 pub const PY_PROCS: &str = "PY_PROCS";
 pub const PY_EPOCH: &str = "PY_EPOCH";
+pub const V8_PROCS: &str = "V8_PROCS";
 pub const USTACKS: &str = "USTACKS";
 pub const KSTACKS: &str = "KSTACKS";
 pub const LAYOUTS: &str = "LAYOUTS";

@@ -3,14 +3,15 @@
 //! running interpreter first) and how it writes each Python frame as one stack
 //! word ([`py_word`]), resolved to a function, file and line in user space.
 
-/// The tag of a Python frame's word: bit 61, with bits 62 and 63 clear (user
-/// addresses have none of them; cut marks have bit 62).
+/// The tag of a Python frame's word: bit 61, with bits 60, 62 and 63 clear
+/// (user addresses have none of them; cut marks have bit 62; V8's frames,
+/// `crate::v8`, bits 61 and 60).
 pub const PY_FRAME: u64 = 1 << 61;
 
 /// A code object's address takes the low 47 bits of a Python frame's word; the
-/// instruction index (in code units, plus one, 0 before the first) the next 14.
+/// instruction index (in code units, plus one, 0 before the first) the next 13.
 pub const PY_CODE_BITS: u32 = 47;
-pub const PY_INSTR_MAX: u64 = (1 << 14) - 1;
+pub const PY_INSTR_MAX: u64 = (1 << 13) - 1;
 
 /// The word for a frame running `code` at instruction `index + 1` (saturated).
 #[inline(always)]
@@ -22,7 +23,7 @@ pub const fn py_word(code: u64, index_plus_one: u64) -> u64 {
 /// Whether a user stack's word is a Python frame.
 #[inline(always)]
 pub const fn is_py_frame(word: u64) -> bool {
-    word & (7 << 61) == PY_FRAME
+    word & (15 << 60) == PY_FRAME
 }
 
 /// The code object and instruction index (None: before the first) of a Python

@@ -27,6 +27,7 @@ mod go_switch;
 mod goroutines;
 mod gostack;
 mod itertask;
+mod jsframes;
 mod kcache;
 mod klearn;
 mod kstack;

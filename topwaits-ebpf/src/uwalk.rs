@@ -13,6 +13,7 @@ use aya_ebpf::{
 use topwaits_common::{
     proc_event,
     python::PyProc,
+    v8::V8Proc,
     walker::{
         cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS,
         NODE_ROWS, REUSE_SLOTS, SIG_BP, SIG_IP, SIG_SP, WALK_DEPTH,
@@ -20,6 +21,7 @@ use topwaits_common::{
     KernelStack, ProcEvent, KSTACK_DEPTH, STACK_STORED,
 };
 
+use crate::jsframes::{self, V8_PROCS};
 use crate::maps::{proc_event, send_proc_event, settings, GROWS, USTACKS};
 use crate::pyframes::{self, PY_PROCS};
 use crate::taskmap::{LastWalk, TaskState};
@@ -178,6 +180,8 @@ struct Ctx {
     frames: *mut KernelStack,
     /// The process's Python layout, or null.
     py: *const PyProc,
+    /// The process's V8 layout, or null.
+    v8: *const V8Proc,
 }
 
 /// Indexes of x86-64's registers in `struct pt_regs`.
@@ -505,9 +509,9 @@ fn by_rule(w: &mut Walk, word: u32, addr: u64) -> Result<(u64, u64, u64), i64> {
 unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `Ctx` that `walk` passed, on its stack; its pointers
     // are map values, alive for the whole program run.
-    let (w, maps, frames, py) = unsafe {
+    let (w, maps, frames, py, v8) = unsafe {
         let c = &*ctx.cast::<Ctx>();
-        (&mut *c.walk, &mut *c.maps, &mut *c.frames, c.py.as_ref())
+        (&mut *c.walk, &mut *c.maps, &mut *c.frames, c.py.as_ref(), c.v8.as_ref())
     };
     let n = w.n as usize;
     if n >= WALK_DEPTH as usize || n >= KSTACK_DEPTH {
@@ -519,6 +523,12 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
             return 0;
         }
     }
+    // A JavaScript function's frame (never the first: its frame pointer may
+    // not be set up yet) is looked for in V8's code, in builtins or in no file.
+    let js = match v8 {
+        Some(v8) if w.skip == 0 && w.exact == 0 => Some(v8),
+        _ => None,
+    };
     if w.skip == 0 {
         frames[n] = w.pc;
         w.n = n as u64 + 1;
@@ -528,7 +538,15 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // one byte back.
     let at = w.pc - (w.exact == 0) as u64;
     w.exact = 0;
+    if let Some(v8) = js {
+        if jsframes::in_builtins(v8, at) {
+            js_frame(w, frames, n, v8);
+        }
+    }
     let Some((bias, file)) = mapping_of(maps, at) else {
+        if let Some(v8) = js {
+            js_frame(w, frames, n, v8);
+        }
         return unmapped(w, maps, at);
     };
     let addr = at.wrapping_sub(bias);
@@ -555,6 +573,17 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     }
     (w.pc, w.sp, w.bp) = (pc, sp, bp);
     0
+}
+
+/// Writes frame `n` as the JavaScript function it runs, where its slots name
+/// one; such a walk is not reused (the interpreter's frames share their
+/// return addresses, whatever function they run).
+#[inline(always)]
+fn js_frame(w: &mut Walk, frames: &mut KernelStack, n: usize, v8: &V8Proc) {
+    if let Some(word) = jsframes::frame_word(v8, w.bp, &mut w.stack) {
+        frames[n] = word;
+        w.reusable = 0;
+    }
 }
 
 /// What [`walk`] did.
@@ -589,7 +618,8 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
     if let Some(p) = unsafe { py.as_ref() } {
         unsafe { (*w).py = pyframes::current_frame(p, bpf_get_current_pid_tgid() as u32) };
     }
-    let mut ctx = Ctx { walk: w, maps, frames, py };
+    let v8 = V8_PROCS.get_ptr(&tgid).unwrap_or(core::ptr::null());
+    let mut ctx = Ctx { walk: w, maps, frames, py, v8 };
     // SAFETY: the callback reads `ctx` through the pointer, for this call only.
     unsafe {
         // Python frames and stepped-over evaluator frames take turns of their own.
@@ -601,6 +631,7 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
                 maps: core::ptr::null_mut(),
                 frames: core::ptr::null_mut(),
                 py: core::ptr::null(),
+                v8: core::ptr::null(),
             },
         );
     }
@@ -622,7 +653,7 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
     Walked::Frames(n)
 }
 
-/// Gives a process just forked its parent's mappings and Python layout, which
+/// Gives a process just forked its parent's mappings and Python and V8 layouts, which
 /// it shares until it execs: its first stacks are walked whole, before user space
 /// has read the fork's event (sent without waking it, see `proc_event::BATCH_NS`).
 /// What user space set already stays; a full map leaves the child to user space.
@@ -645,6 +676,10 @@ pub fn inherit(parent: u32, child: u32) -> u32 {
     if let Some(py) = PY_PROCS.get_ptr(&parent) {
         // SAFETY: as above.
         let _ = PY_PROCS.insert(&child, unsafe { &*py }, NOEXIST);
+    }
+    if let Some(v8) = V8_PROCS.get_ptr(&parent) {
+        // SAFETY: as above.
+        let _ = V8_PROCS.insert(&child, unsafe { &*v8 }, NOEXIST);
     }
     version
 }

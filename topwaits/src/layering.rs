@@ -32,6 +32,7 @@ const ORDER: &[&str] = &[
     "stacks/symbolize",
     "stacks/interrupts",
     "stacks/cfi",
+    "stacks/v8",
     "stacks/python",
     "stacks/golang",
     "stacks/frame_scan",

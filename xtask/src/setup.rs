@@ -23,6 +23,7 @@ const PACKAGES: &[&str] = &[
     "sqlite3",       // tests: a distribution binary without frame pointers, unwound from its CFI
     "binutils",      // test: readelf checks the release binary's sections
     "python3",       // tests: Python frames named in the distribution's interpreter
+    "nodejs",        // tests: JavaScript frames named in the distribution's node
     "postgresql",    // tests: a real server whose own wait accounting checks topwaits'
     "etcd-server",   // tests: a stripped Go server, named and unwound from its own tables
     "apache2-utils", // tests: ab loads etcd's HTTP gateway

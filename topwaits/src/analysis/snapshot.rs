@@ -67,6 +67,10 @@ impl Snapshot {
 }
 
 /// Takes snapshots, keeping per-process mappings and the clock mapping.
+/// How many times a thread's stack is walked again when the thread was seen
+/// to move while it was read.
+const WALK_TRIES: usize = 3;
+
 #[derive(Default)]
 pub struct Snapshotter {
     clock: SchedClock,
@@ -76,6 +80,8 @@ pub struct Snapshotter {
     regs: HashMap<u32, TaskRegs>,
     /// Python processes' interpreters, for their Python frames.
     python: Interpreters,
+    /// V8 processes' layouts, for their JavaScript frames.
+    javascript: crate::stacks::v8::Procs,
 }
 
 /// Kernel frames from `/proc/TID/stack`, which names functions but hides addresses.
@@ -114,12 +120,19 @@ impl Snapshotter {
     pub fn take(&mut self, tgid: u32, tid: u32) -> Option<Snapshot> {
         let stat = thread::stat(tgid, tid)?;
         let since = thread::exec_start(tgid, tid).and_then(|t| self.clock.to_mono(t, stat.cpu));
-        let syscall = thread::syscall(tgid, tid).map_err(|e| e.to_string());
-        let user = match &syscall {
-            Ok(SyscallState::In(s)) => self.walk(tgid, tid, s.pc, s.sp),
-            Ok(SyscallState::Blocked { sp, pc }) => self.walk(tgid, tid, *pc, *sp),
-            _ => Vec::new(),
-        };
+        let mut syscall = thread::syscall(tgid, tid).map_err(|e| e.to_string());
+        let mut user = self.walk_at(tgid, tid, &syscall);
+        // A thread that woke while its stack was read left other frames
+        // there: walked again while it is blocked where it was, or not at all.
+        for _ in 0..WALK_TRIES {
+            let again = thread::syscall(tgid, tid).map_err(|e| e.to_string());
+            // Running now: what was read is all there is.
+            if again == syscall || matches!(again, Ok(SyscallState::Running) | Err(_)) {
+                break;
+            }
+            user = self.walk_at(tgid, tid, &again);
+            syscall = again;
+        }
         Some(Snapshot {
             tgid,
             tid,
@@ -132,6 +145,16 @@ impl Snapshotter {
             user,
             syscall,
         })
+    }
+
+    /// The user stack of a thread in state `syscall`: walked from its
+    /// registers where it is blocked.
+    fn walk_at(&mut self, tgid: u32, tid: u32, syscall: &Result<SyscallState, String>) -> Vec<u64> {
+        match syscall {
+            Ok(SyscallState::In(s)) => self.walk(tgid, tid, s.pc, s.sp),
+            Ok(SyscallState::Blocked { sp, pc }) => self.walk(tgid, tid, *pc, *sp),
+            _ => Vec::new(),
+        }
     }
 
     /// The user stack of thread `tid` of `tgid`, off its CPU with the user
@@ -156,7 +179,9 @@ impl Snapshotter {
                 let seen = crate::stacks::python::thread_id_seen(&proc, tgid, tid);
                 Python { groups: groups(&mem, &proc, seen), proc, next: 0 }
             });
-            return now::walk(&self.tables.code_of(tgid), regions, &mem, (pc, sp, bp), py);
+            let js = self.javascript.of(tgid);
+            let code = self.tables.code_of(tgid);
+            return now::walk(&code, regions, &mem, (pc, sp, bp), py, js.as_ref());
         }
         let mut frames = Walker::new(regions, &mem, Arch::native()).walk(pc, sp);
         frames.push(now::GUESSED);

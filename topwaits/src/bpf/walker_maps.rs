@@ -1,15 +1,17 @@
 //! The user stack walker's maps, taken out of the object so that the table loader
-//! (`cfi::loader`) and the Python tracker (`python::Tracker`) can fill them while
+//! (`cfi::loader`) and the Python and V8 trackers can fill them while
 //! the trace runs.
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::maps::{Array, HashMap, MapData};
 use topwaits_common::names;
 use topwaits_common::python::PyProc;
+use topwaits_common::v8::V8Proc;
 use topwaits_common::walker::{FileInfo, Node, ProcMaps};
 
 use crate::stacks::cfi::loader::Sink;
 use crate::stacks::python::PySink;
+use crate::stacks::v8::V8Sink;
 
 /// The maps the walker reads: per-process mappings, per-file state, tree nodes.
 pub struct UnwindMaps {
@@ -21,6 +23,7 @@ pub struct UnwindMaps {
     /// The node map's descriptor again, for batch updates, which aya lacks.
     nodes_fd: std::os::fd::OwnedFd,
     python: HashMap<MapData, u32, PyProc>,
+    javascript: HashMap<MapData, u32, V8Proc>,
     /// Bumped after each Python layout written (see the walker's `PY_EPOCH`).
     py_epoch: Array<MapData, u64>,
     py_layouts: u64,
@@ -46,6 +49,7 @@ impl UnwindMaps {
             },
             nodes_fd,
             python: HashMap::try_from(take(names::PY_PROCS)?)?,
+            javascript: HashMap::try_from(take(names::V8_PROCS)?)?,
             py_epoch: Array::try_from(take(names::PY_EPOCH)?)?,
             py_layouts: 0,
         })
@@ -101,14 +105,34 @@ impl Sink for UnwindMaps {
     }
 }
 
+impl UnwindMaps {
+    /// After a runtime's layout is written: a walk that sees the new epoch
+    /// sees the layout too, and none made before is reused.
+    fn new_epoch(&mut self) -> Result<()> {
+        self.py_layouts += 1;
+        self.py_epoch.set(0, self.py_layouts, 0).context("runtime layout epoch")
+    }
+}
+
+impl V8Sink for UnwindMaps {
+    fn put_v8(&mut self, tgid: u32, p: &V8Proc) -> Result<()> {
+        self.javascript
+            .insert(tgid, p, 0)
+            .with_context(|| format!("V8 layout of process {tgid}"))?;
+        self.new_epoch()
+    }
+
+    fn drop_v8(&mut self, tgid: u32) {
+        let _ = self.javascript.remove(&tgid);
+    }
+}
+
 impl PySink for UnwindMaps {
     fn put_python(&mut self, tgid: u32, p: &PyProc) -> Result<()> {
         self.python
             .insert(tgid, p, 0)
             .with_context(|| format!("Python layout of process {tgid}"))?;
-        // After the layout: a walk that sees the new epoch sees the layout too.
-        self.py_layouts += 1;
-        self.py_epoch.set(0, self.py_layouts, 0).context("Python layout epoch")
+        self.new_epoch()
     }
 
     fn drop_python(&mut self, tgid: u32) {

@@ -1,6 +1,6 @@
 //! The unwind tables while a trace runs: the loader (`cfi::loader`) fed with
 //! process events and writing into the walker's maps, and the Python
-//! interpreters found in the processes it reads (`python::Tracker`); nothing
+//! interpreters and V8s found in the processes it reads; nothing
 //! with `--unwind fp`.
 
 use std::time::Duration;
@@ -13,6 +13,7 @@ use crate::settings::Threads;
 use crate::stacks::cfi::cache::Cache;
 use crate::stacks::cfi::loader::{Loader, Stats};
 use crate::stacks::python::Tracker;
+use crate::stacks::v8;
 use crate::sys::procfs;
 
 use super::wait::{sooner, BEAT};
@@ -28,7 +29,22 @@ const TABLE_BEAT: Duration = Duration::from_millis(2);
 const TARGETS_SETTLE: Duration = Duration::from_secs(2);
 
 /// The loader and the maps it fills, when user stacks are walked from tables.
-pub struct Unwinder(Option<(Loader, Tracker, UnwindMaps)>);
+pub struct Unwinder(Option<(Loader, Trackers, UnwindMaps)>);
+
+/// The language runtimes found in the processes the loader reads.
+#[derive(Default)]
+struct Trackers {
+    python: Tracker,
+    javascript: v8::Tracker,
+}
+
+impl Trackers {
+    /// A process's mappings were read.
+    fn on_maps(&mut self, tgid: u32, code: &[procfs::Mapping], maps: &mut UnwindMaps) {
+        self.python.on_maps(tgid, code, maps);
+        self.javascript.on_maps(tgid, code, maps);
+    }
+}
 
 impl Unwinder {
     /// Fills the walker's maps (None with `--unwind fp`), given before the
@@ -42,7 +58,7 @@ impl Unwinder {
     ) -> Result<Unwinder> {
         let Some(mut maps) = maps else { return Ok(Unwinder(None)) };
         let mut loader = Loader::new(&mut maps, cache)?;
-        let mut python = Tracker::default();
+        let mut runtimes = Trackers::default();
         let tgids: Vec<u32> = match threads {
             Threads::Pids(p) => p.clone(),
             Threads::Tids(t) => t.iter().filter_map(|&t| procfs::tgid_of(t)).collect(),
@@ -65,26 +81,32 @@ impl Unwinder {
         }
         loader.settle(TARGETS_SETTLE, &mut maps);
         for (tgid, code) in loader.take_fresh() {
-            python.on_maps(tgid, &code, &mut maps);
+            runtimes.on_maps(tgid, &code, &mut maps);
         }
-        Ok(Unwinder(Some((loader, python, maps))))
+        Ok(Unwinder(Some((loader, runtimes, maps))))
     }
 
     /// Takes one process event (None: a beat); how soon it wants the next beat.
     pub fn on_event(&mut self, e: Option<ProcEvent>) -> Option<Duration> {
-        let (loader, python, maps) = self.0.as_mut()?;
+        let (loader, runtimes, maps) = self.0.as_mut()?;
         match e.map(|e| (e.kind, e)) {
-            Some((proc_event::EXEC, e)) => python.on_exec(e.tgid, maps),
-            Some((proc_event::FORK, e)) => python.on_fork(e.tgid, e.parent, maps),
+            Some((proc_event::EXEC, e)) => {
+                runtimes.python.on_exec(e.tgid, maps);
+                runtimes.javascript.forget(e.tgid, maps);
+            }
+            Some((proc_event::FORK, e)) => {
+                runtimes.python.on_fork(e.tgid, e.parent, maps);
+                runtimes.javascript.on_fork(e.tgid, e.parent);
+            }
             _ => {}
         }
         let tables = loader.on_event(e, maps);
         for (tgid, code) in loader.take_fresh() {
-            python.on_maps(tgid, &code, maps);
+            runtimes.on_maps(tgid, &code, maps);
         }
         // An interpreter not ready yet is looked at again when its retry is due,
         // not at every beat.
-        let interpreters = python.beat(maps);
+        let interpreters = runtimes.python.beat(maps);
         // A table being read or built is put in place soon after: the first
         // waits of a program just started are walked meanwhile.
         let beat = if loader.idle() { BEAT } else { TABLE_BEAT };
@@ -96,9 +118,10 @@ impl Unwinder {
     /// Forgets the processes that have exited (asked once a second; done when
     /// enough have come or time has passed).
     pub fn sweep(&mut self) {
-        if let Some((loader, python, maps)) = self.0.as_mut() {
+        if let Some((loader, runtimes, maps)) = self.0.as_mut() {
             for tgid in loader.sweep(maps) {
-                python.forget(tgid, maps);
+                runtimes.python.forget(tgid, maps);
+                runtimes.javascript.forget(tgid, maps);
             }
         }
     }
@@ -117,7 +140,7 @@ impl Unwinder {
     pub fn warnings(&self) -> Vec<String> {
         self.0
             .as_ref()
-            .map(|(l, p, _)| l.stats.warnings().into_iter().chain(p.warnings()).collect())
+            .map(|(l, p, _)| l.stats.warnings().into_iter().chain(p.python.warnings()).collect())
             .unwrap_or_default()
     }
 }

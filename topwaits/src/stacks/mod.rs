@@ -1,5 +1,5 @@
 //! Stacks and their names: the unwind tables the kernel walker reads (`cfi`),
-//! Python frames, walks of threads blocked now, symbolization, and the files
+//! Python and JavaScript frames, walks of threads blocked now, symbolization, and the files
 //! mapped into the traced processes.
 
 pub mod cfi;
@@ -9,3 +9,4 @@ pub mod interrupts;
 pub mod objects;
 pub mod python;
 pub mod symbolize;
+pub mod v8;

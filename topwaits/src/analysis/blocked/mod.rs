@@ -23,7 +23,7 @@ use crate::sys::procfs;
 use crate::sys::thread::{self, Syscall, SyscallState};
 use crate::util::clock::{monotonic_now, ClockPair};
 use classify::{SyscallInfo, WaitOn};
-use topwaits_common::python::is_py_frame;
+use topwaits_common::is_runtime_frame;
 
 /// One blocked thread, symbolized and classified.
 #[derive(Clone, Debug)]
@@ -106,7 +106,7 @@ fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
     for s in snaps {
         let batch = per_proc.entry(s.tgid).or_default();
         for (i, &a) in s.user.iter().enumerate().filter(|(_, &a)| cut_frame(a).is_none()) {
-            match is_py_frame(a) {
+            match is_runtime_frame(a) {
                 true => batch.1.push(a),
                 false => batch.0.push(lookup_addr(i, a)),
             }
@@ -136,7 +136,7 @@ fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
             // The walk's cut mark, if any, is its last word: shown as the
             // frame that says why. A Python frame's word is named as it is.
             let frame = |(i, &a): (usize, &u64)| {
-                cut_frame(a).unwrap_or_else(|| match is_py_frame(a) {
+                cut_frame(a).unwrap_or_else(|| match is_runtime_frame(a) {
                     true => frames.get(&(s.tgid, a)).cloned().unwrap_or_else(|| Frame::unknown(a)),
                     false => frame_at(i, a, frames.get(&(s.tgid, lookup_addr(i, a)))),
                 })

@@ -26,7 +26,7 @@ pub const DEFAULT_LIMIT: u64 = 256 << 20;
 /// The first bytes of every entry, and its format: raised whenever the rows'
 /// meaning or their encoding changes, so that an older entry is rebuilt.
 const MAGIC: &[u8; 8] = b"TWCFI\0\0\0";
-const FORMAT: u32 = 3;
+const FORMAT: u32 = 4;
 /// An entry's suffix.
 const SUFFIX: &str = ".cfi";
 

@@ -25,6 +25,7 @@ mod gorows;
 pub mod loader;
 pub mod now;
 pub mod tree;
+pub mod v8rows;
 
 /// The register a CFA is computed from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +118,8 @@ impl Table {
     /// The table of an ELF file, or None when it has neither `.eh_frame` nor,
     /// as a Go program, Go's own function table: a Go program's functions get
     /// their rows from that table (its `.eh_frame`, if any, covers only its C
-    /// parts), as `gorows` gives them.
+    /// parts), as `gorows` gives them; V8's embedded builtins get frame-pointer
+    /// rows (`v8rows`).
     pub fn from_elf<R: Read + Seek>(f: &mut R) -> Result<Option<Table>> {
         let eh = match elf::section_with_addr(f, ".eh_frame")? {
             Some((eh_addr, data)) => {
@@ -133,9 +135,17 @@ impl Table {
                 None
             }
         };
-        Ok(match (eh, go) {
+        let eh = match (eh, go) {
             (eh, Some(go)) => Some(eh.unwrap_or_default().with(gorows::rows(&go))),
             (eh, None) => eh,
+        };
+        Ok(match v8rows::rows(f) {
+            Ok(Some(blob)) => Some(eh.unwrap_or_default().with(blob)),
+            Ok(None) => eh,
+            Err(e) => {
+                log::debug!("V8's builtins not found: {e:#}");
+                eh
+            }
         })
     }
 

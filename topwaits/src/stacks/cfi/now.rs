@@ -14,12 +14,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use topwaits_common::python::PyProc;
+use topwaits_common::v8::V8Proc;
 use topwaits_common::walker::{cut, CUT_MARK};
 
 use super::cache::{self, Cache};
 use super::{step, Base, Regs, Rule, Step, Table};
 use crate::stacks::frame_scan::{Arch, Memory, Region, Walker, MAX_FRAMES};
 use crate::stacks::python;
+use crate::stacks::v8;
 use crate::sys::{elf, procfs};
 
 /// The last word of a stack whose frames below it were found by scanning the
@@ -53,6 +55,7 @@ pub fn walk(
     mem: &dyn Memory,
     (pc, sp, bp): (u64, u64, Option<u64>),
     mut py: Option<Python>,
+    js: Option<&V8Proc>,
 ) -> Vec<u64> {
     let mut frames = Vec::new();
     // A native frame of the evaluator stands for its call's Python frames, as
@@ -77,8 +80,18 @@ pub fn walk(
             return frames;
         }
         let Some(c) = code_at(code, regs.pc) else {
-            frames.push(CUT_MARK | cut::UNMAPPED);
-            return frames;
+            // V8's generated code, in no file, keeps frame pointers.
+            match js.filter(|_| bp_known).and_then(|_| by_frame_pointer(regs, read)) {
+                Some(r) => {
+                    (regs, leaf) = (r, false);
+                    push_js(&mut frames, (code, js), regs, mem, &mut push);
+                    continue;
+                }
+                None => {
+                    frames.push(CUT_MARK | cut::UNMAPPED);
+                    return frames;
+                }
+            }
         };
         let Some(table) = &c.table else {
             // No table: what a scan finds above here, marked as a guess.
@@ -97,6 +110,10 @@ pub fn walk(
                 bp_known |= matches!(rule, Rule::Cfa { bp_at: Some(_), .. });
                 regs = r;
                 leaf = false;
+                if bp_known {
+                    push_js(&mut frames, (code, js), regs, mem, &mut push);
+                    continue;
+                }
             }
             Step::Interrupted(r) => {
                 bp_known = true;
@@ -112,6 +129,33 @@ pub fn walk(
             }
         }
         push(&mut frames, regs.pc);
+    }
+}
+
+/// The caller's registers by the frame pointer, if it leads somewhere readable.
+fn by_frame_pointer(r: Regs, read: impl Fn(u64) -> Option<u64>) -> Option<Regs> {
+    let pc = read(r.bp.checked_add(8)?)?;
+    (r.bp != 0 && pc != 0).then_some(Regs { pc, sp: r.bp + 16, bp: read(r.bp)? })
+}
+
+/// Pushes the frame at `r` (a return address, its frame pointer known): as
+/// the JavaScript function it runs where V8's code and the frame's slots say
+/// so, as in the in-kernel walk; else as `push` does.
+fn push_js(
+    frames: &mut Vec<u64>,
+    (code, js): (&[Code], Option<&V8Proc>),
+    r: Regs,
+    mem: &dyn Memory,
+    push: &mut impl FnMut(&mut Vec<u64>, u64),
+) {
+    let word = js.and_then(|p| {
+        let at = r.pc.wrapping_sub(1);
+        let in_v8 = v8::in_builtins(p, at) || code_at(code, at).is_none();
+        in_v8.then(|| v8::frame_word(p, r.bp, mem)).flatten()
+    });
+    match word {
+        Some(w) => frames.push(w),
+        None => push(frames, r.pc),
     }
 }
 
@@ -234,7 +278,8 @@ mod tests {
         m.insert(0x1018, BIAS + 0x210); // stale: a call outer made long ago
         m.insert(0x1020, BIAS + 0x520); // stale
         m.insert(0x1038, BIAS + 0x150); // inner's return address, into entry
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), None);
+        let stack =
+            walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), None, None);
         assert_eq!(
             stack,
             vec![BIAS + 0x510, BIAS + 0x420, BIAS + 0x150],
@@ -248,7 +293,8 @@ mod tests {
     fn bp_is_used_only_once_a_frame_restored_it() {
         let mut m = BTreeMap::new();
         m.insert(0x1008, BIAS + 0x320); // leaf returns into uses_bp
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), None);
+        let stack =
+            walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), None, None);
         assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x320, CUT_MARK | cut::BP_UNKNOWN]);
         // Given the frame pointer (the task iterator reads it), the same walk
         // goes on: uses_bp's CFA is bp + 16.
@@ -256,8 +302,14 @@ mod tests {
         m.insert(0x1008, BIAS + 0x320);
         m.insert(0x2000, 0);
         m.insert(0x2008, BIAS + 0x150);
-        let stack =
-            walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, Some(0x2000)), None);
+        let stack = walk(
+            &code(Some(table())),
+            &[],
+            &Words(m),
+            (BIAS + 0x510, 0x1000, Some(0x2000)),
+            None,
+            None,
+        );
         assert_eq!(stack, vec![BIAS + 0x510, BIAS + 0x320, BIAS + 0x150]);
 
         // outer (sp 0x1000, CFA 0x1020) saves the caller's bp (0x1100) at
@@ -267,7 +319,8 @@ mod tests {
         m.insert(0x1018, BIAS + 0x320);
         m.insert(0x1108, BIAS + 0x150);
         m.insert(0x1100, 0);
-        let stack = walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x210, 0x1000, None), None);
+        let stack =
+            walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x210, 0x1000, None), None, None);
         assert_eq!(stack, vec![BIAS + 0x210, BIAS + 0x320, BIAS + 0x150]);
     }
 
@@ -280,20 +333,21 @@ mod tests {
                 &[],
                 &Words(BTreeMap::new()),
                 (BIAS + 0x510, 0x1000, None),
+                None,
                 None
             )
             .last(),
             Some(&(CUT_MARK | cut::UNREADABLE))
         );
         assert_eq!(
-            walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (0x42, 0x1000, None), None),
+            walk(&code(t.clone()), &[], &Words(BTreeMap::new()), (0x42, 0x1000, None), None, None),
             vec![0x42, CUT_MARK | cut::UNMAPPED]
         );
         let mut m = BTreeMap::new();
         m.insert(0x1008, BIAS + 0x650); // into the Stop row's range
         let c = vec![Code { start: BIAS + 0x100, end: BIAS + 0x700, bias: BIAS, table: t }];
         assert_eq!(
-            walk(&c, &[], &Words(m), (BIAS + 0x510, 0x1000, None), None).last(),
+            walk(&c, &[], &Words(m), (BIAS + 0x510, 0x1000, None), None, None).last(),
             Some(&(CUT_MARK | cut::NO_INFO))
         );
     }
@@ -312,16 +366,28 @@ mod tests {
         m.insert(0x1068, BIAS + 0x150);
         let proc = PyProc { eval: [BIAS + 0x400, BIAS + 0x500, 0, 0], ..PyProc::default() };
         let py = Python { proc, groups: vec![vec![0xa1], vec![0xb1, 0xb2]], next: 0 };
-        let stack =
-            walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), Some(py));
+        let stack = walk(
+            &code(Some(table())),
+            &[],
+            &Words(m),
+            (BIAS + 0x510, 0x1000, None),
+            Some(py),
+            None,
+        );
         assert_eq!(stack, vec![BIAS + 0x510, 0xa1, 0xb1, 0xb2, BIAS + 0x150]);
         let py = Python { proc, groups: vec![vec![0xa1]], next: 0 };
         let mut m = BTreeMap::new();
         m.insert(0x1008, BIAS + 0x420);
         m.insert(0x1038, BIAS + 0x420);
         m.insert(0x1068, BIAS + 0x150);
-        let stack =
-            walk(&code(Some(table())), &[], &Words(m), (BIAS + 0x510, 0x1000, None), Some(py));
+        let stack = walk(
+            &code(Some(table())),
+            &[],
+            &Words(m),
+            (BIAS + 0x510, 0x1000, None),
+            Some(py),
+            None,
+        );
         assert_eq!(
             stack,
             vec![BIAS + 0x510, 0xa1, BIAS + 0x420, BIAS + 0x150],
@@ -332,8 +398,14 @@ mod tests {
     /// A file without a table: what a scan finds, ending in the guess mark.
     #[test]
     fn code_without_a_table_is_scanned_and_marked_a_guess() {
-        let stack =
-            walk(&code(None), &[], &Words(BTreeMap::new()), (BIAS + 0x510, 0x1000, None), None);
+        let stack = walk(
+            &code(None),
+            &[],
+            &Words(BTreeMap::new()),
+            (BIAS + 0x510, 0x1000, None),
+            None,
+            None,
+        );
         assert_eq!(stack, vec![BIAS + 0x510, GUESSED]);
         assert!(topwaits_common::walker::is_cut_mark(GUESSED));
     }

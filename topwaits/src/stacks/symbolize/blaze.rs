@@ -9,6 +9,7 @@ use blazesym::symbolize::{
     Input, Symbolized, Symbolizer as Blaze,
 };
 use blazesym::MaybeDefault;
+use topwaits_common::v8::is_v8_frame;
 
 use crate::model::Frame;
 use crate::stacks::frame_scan::{self, Region};
@@ -44,6 +45,7 @@ pub struct BlazeSymbolizer {
     kernel_thread: Option<KernelThread>,
     /// Names Python frames from the interpreters' memory.
     python: crate::stacks::python::Resolver,
+    javascript: crate::stacks::v8::names::Resolver,
     /// Whether each process is in another PID namespace (a container's).
     pid_ns: FastMap<u32, bool>,
     /// Each remembered process's cgroup, read with its maps.
@@ -149,6 +151,7 @@ impl Default for BlazeSymbolizer {
             debug_files: HashMap::new(),
             kernel_thread: None,
             python: Default::default(),
+            javascript: Default::default(),
             regions: FastMap::default(),
             pid_ns: FastMap::default(),
             cgroups: FastMap::default(),
@@ -338,6 +341,7 @@ impl BlazeSymbolizer {
             self.foreign_roots.remove(&t);
             self.lineage.forget(t);
             self.python.forget(t);
+            self.javascript.forget(t);
             let _ = self.inner.evict(&blazesym::symbolize::evict::Evict::Process(
                 blazesym::symbolize::evict::Process::new(t.into()),
             ));
@@ -704,7 +708,13 @@ impl Symbolizer for BlazeSymbolizer {
         // A fork that has not exec'd runs its parent's code objects; but its own
         // memory is read first, as it may have loaded more since.
         let tgid = if procfs::alive(tgid) { tgid } else { self.source_of(tgid) };
-        words.iter().map(|&w| self.python.frame(tgid, w)).collect()
+        words
+            .iter()
+            .map(|&w| match is_v8_frame(w) {
+                true => self.javascript.frame(tgid, w),
+                false => self.python.frame(tgid, w),
+            })
+            .collect()
     }
 }
 

@@ -9,7 +9,7 @@ pub use blaze::{build_id_hex, BlazeSymbolizer};
 
 use std::sync::Arc;
 
-use topwaits_common::{python::is_py_frame, walker::CUT_MARK, LEAF_WORD};
+use topwaits_common::{is_runtime_frame, walker::CUT_MARK, LEAF_WORD};
 
 use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
 use crate::util::fasthash::{FastMap, FastSet};
@@ -52,6 +52,9 @@ pub trait Symbolizer {
         None
     }
 
+    /// Names the words of language runtimes' frames (Python's and
+    /// JavaScript's, `topwaits_common::is_runtime_frame`) from the process's
+    /// memory.
     fn python(&mut self, _tgid: u32, words: &[u64]) -> Vec<Frame> {
         words
             .iter()
@@ -324,10 +327,11 @@ impl Names {
             match space {
                 Space::Kernel => kset.extend(addrs.iter().enumerate().map(looked_up)),
                 Space::User(t) => {
-                    let native = |(_, &a): &(usize, &u64)| a & CUT_MARK == 0 && !is_py_frame(a);
+                    let native =
+                        |(_, &a): &(usize, &u64)| a & CUT_MARK == 0 && !is_runtime_frame(a);
                     let addresses = addrs.iter().enumerate().filter(native).map(looked_up);
                     per_proc.entry(*t).or_default().extend(addresses);
-                    let words = addrs.iter().copied().filter(|&a| is_py_frame(a));
+                    let words = addrs.iter().copied().filter(|&a| is_runtime_frame(a));
                     python.entry(*t).or_default().extend(words);
                 }
             }
@@ -493,7 +497,7 @@ fn frame_named(
     if let (Space::User(_), Some(cut)) = (&space, cut_frame(a)) {
         return (Arc::new(cut), true);
     }
-    if let (Space::User(t), true) = (&space, is_py_frame(a)) {
+    if let (Space::User(t), true) = (&space, is_runtime_frame(a)) {
         let f = names.python.get(&(*t, a)).cloned().unwrap_or_else(|| Frame::unknown(a));
         return (Arc::new(f), true);
     }

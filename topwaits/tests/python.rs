@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 use serde_json::Value;
@@ -50,36 +50,9 @@ fn at(names: &[String], prefix: &str) -> usize {
     names.iter().position(|n| starts(n)).unwrap_or_else(|| panic!("no {prefix} in {names:?}"))
 }
 
-/// A started interpreter, killed when dropped, so that a failing test leaves
-/// none running.
-struct Started(std::process::Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.0.id()));
-    }
-}
-
 /// Starts `python` on the test script with `flags`, once its threads run.
-fn start(python: &str, flags: &[&str]) -> Started {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py");
-    let mut child = Command::new(python)
-        .args(flags)
-        .arg(script)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python starts");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let started = Started(child);
-    assert!(line.starts_with("ready"), "{python}: {line:?}");
-    started
+fn start(python: &str, flags: &[&str]) -> Script {
+    start_script(python, flags, concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/waits.py"))
 }
 
 /// A 3.12+ interpreter run with `-X perf` calls each Python function through a

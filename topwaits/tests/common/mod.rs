@@ -74,6 +74,37 @@ pub fn with_attach(args: &[&str]) -> Vec<String> {
     v
 }
 
+/// A language runtime (python, node) running a test script, killed when
+/// dropped and its perf map removed, so that a failing test leaves none.
+pub struct Script(pub Child);
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.0.id()));
+    }
+}
+
+/// Runs `runtime` with `flags` on `script`, once it prints "ready".
+pub fn start_script(runtime: &str, flags: &[&str], script: &str) -> Script {
+    let mut child = Command::new(runtime)
+        .args(flags)
+        .arg(script)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{runtime} starts: {e}"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let started = Script(child);
+    assert!(line.starts_with("ready"), "{runtime}: {line:?}");
+    started
+}
+
 /// A process killed (and reaped) when dropped.
 pub struct Killed(pub Child);
 

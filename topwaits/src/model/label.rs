@@ -130,6 +130,7 @@ impl WaitsOn {
         match self {
             WaitsOn::Mutex { addr, pi: false } => format!("mutex {addr:#x}"),
             WaitsOn::Mutex { addr, pi: true } => format!("PI mutex {addr:#x}"),
+            WaitsOn::Futex { lock, addr: 0 } => lock.clone(),
             WaitsOn::Futex { lock, addr } => format!("{lock} {addr:#x}"),
             WaitsOn::KernelLock { lock, mode, name, addr } => {
                 let mut s = format!("kernel {lock}");
@@ -186,6 +187,7 @@ impl WaitsOn {
             WaitsOn::Futex { lock, addr } if lock == "futex" => {
                 format!("futex {addr:#x} (not a known lock: no owner)")
             }
+            WaitsOn::Futex { lock, addr: 0 } => lock.clone(),
             WaitsOn::Futex { lock, addr } => format!("{lock} {addr:#x}"),
             WaitsOn::KernelLock { .. } => self.short(),
             WaitsOn::Disk { device, file, syscall } => {

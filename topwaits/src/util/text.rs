@@ -37,9 +37,31 @@ pub fn count_of<'a>(n: usize, tids: impl IntoIterator<Item = &'a u32>) -> String
     }
 }
 
+/// The family of a thread name: each number that follows a separator
+/// written `#`, so that a pool's numbered threads (`worker-3`,
+/// `pool-1-thread-7`, `kworker/0:1`) share one name; `python3` stays as it is.
+pub fn thread_family(comm: &str) -> String {
+    let mut out = String::with_capacity(comm.len());
+    let mut after_separator = false;
+    let mut in_number = false;
+    for c in comm.chars() {
+        if c.is_ascii_digit() && (after_separator || in_number) {
+            if !in_number {
+                out.push('#');
+            }
+            in_number = true;
+            continue;
+        }
+        in_number = false;
+        after_separator = matches!(c, '-' | '_' | ' ' | '#' | '/' | ':');
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{count_of, plural, tid_text};
+    use super::{count_of, plural, thread_family, tid_text};
 
     #[test]
     fn goroutines_threads_and_both_are_counted_as_what_they_are() {
@@ -62,5 +84,16 @@ mod tests {
         assert_eq!(plural(1, "record"), "1 record");
         assert_eq!(plural(0, "record"), "0 records");
         assert_eq!(plural(2, "more record"), "2 more records");
+    }
+
+    #[test]
+    fn numbered_threads_of_a_pool_share_a_family() {
+        assert_eq!(thread_family("worker-3"), "worker-#");
+        assert_eq!(thread_family("pool-1-thread-12"), "pool-#-thread-#");
+        assert_eq!(thread_family("kworker/0:1"), "kworker/#:#");
+        assert_eq!(thread_family("G1 Conc#0"), "G1 Conc##");
+        assert_eq!(thread_family("python3"), "python3");
+        assert_eq!(thread_family("postgres"), "postgres");
+        assert_eq!(thread_family("x2-9"), "x2-#");
     }
 }

@@ -3,6 +3,7 @@
 //! with its kernel and user frames into a [`WaitsOn`]. Pure: file descriptors,
 //! sockets and processes are resolved through [`Resolve`] (`/proc` in [`procfs`]).
 
+mod jvm;
 pub mod procfs;
 
 use topwaits_common::{what as bits, What};
@@ -249,6 +250,9 @@ pub fn classify(
             let op = (w.flags >> bits::FUTEX_OP_SHIFT) & 0x7f;
             if w.flags & bits::FUTEX_OP != 0 && matches!(op, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
                 return WaitsOn::Mutex { addr: w.arg0, pi: true };
+            }
+            if let Some(jvm) = jvm::by_frames(user) {
+                return jvm;
             }
             match futex_by_frames(user) {
                 Some(None) => WaitsOn::Mutex { addr: w.arg0, pi: false },

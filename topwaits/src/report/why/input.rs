@@ -3,7 +3,7 @@
 //! names of threads, sites and groups.
 
 use super::*;
-use crate::util::text::tid_text;
+use crate::util::text::{thread_family, tid_text};
 
 /// A site as a process's waits repeat it: the process, its stacks' addresses
 /// and its label.
@@ -213,7 +213,7 @@ impl Input {
                     .cloned()
                     .unwrap_or_else(|| crate::analysis::reduce::UNKNOWN_CGROUP.to_string()),
             ),
-            (By::Comm | By::What, Some((_, comm))) => Who::Comm(comm.clone()),
+            (By::Comm | By::What, Some((_, comm))) => Who::Comm(thread_family(comm)),
             (By::Process, Some((tgid, comm))) => Who::Process(*tgid, comm.clone()),
             _ => Who::Thread(tid),
         }

@@ -1,0 +1,96 @@
+//! What a HotSpot JVM thread's futex wait was for, as a Java user names it:
+//! every Java wait ends in the same parking primitive (`PlatformEvent::park`,
+//! a condition variable of the thread's own), so its address says nothing;
+//! the JVM's frames above it tell a `Thread.sleep` from a contended
+//! `synchronized`, an `Object.wait`, a `LockSupport.park`, or the JVM's own
+//! GC and JIT threads waiting for work.
+
+use crate::model::label::WaitsOn;
+
+/// How many frames from the leaf are looked at: the JVM's function that
+/// decides sits a few frames above the futex wait.
+const LOOK: usize = 8;
+
+/// Parts of HotSpot's function names, and the wait each says (the first found
+/// from the leaf decides).
+const JVM_WAITS: &[(&str, Jvm)] = &[
+    ("JavaThread::sleep", Jvm::Sleep),
+    ("JVM_Sleep", Jvm::Sleep),
+    ("ObjectMonitor::EnterI", Jvm::Lock("Java monitor (synchronized)")),
+    ("ObjectMonitor::enter", Jvm::Lock("Java monitor (synchronized)")),
+    ("ObjectMonitor::wait", Jvm::Lock("Object.wait")),
+    ("Unsafe_Park", Jvm::Lock("LockSupport.park")),
+    ("CompileQueue::get", Jvm::Lock("JVM JIT compiler, waiting for work")),
+    ("CompileBroker::compiler_thread_loop", Jvm::Lock("JVM JIT compiler, waiting for work")),
+    ("GangWorker::loop", Jvm::Lock("JVM GC worker, waiting for work")),
+    ("WorkerThread::run", Jvm::Lock("JVM GC worker, waiting for work")),
+    ("ConcurrentRefineThread", Jvm::Lock("JVM GC worker, waiting for work")),
+    ("ConcurrentGCThread", Jvm::Lock("JVM GC worker, waiting for work")),
+    ("G1ServiceThread", Jvm::Lock("JVM GC worker, waiting for work")),
+];
+
+#[derive(Clone, Copy)]
+enum Jvm {
+    Sleep,
+    Lock(&'static str),
+}
+
+/// The wait a JVM thread's frames (leaf first) name, if they are HotSpot's.
+pub fn by_frames(user: &[&str]) -> Option<WaitsOn> {
+    let found = user
+        .iter()
+        .take(LOOK)
+        .find_map(|name| JVM_WAITS.iter().find(|(part, _)| name.contains(part)).map(|(_, w)| *w))?;
+    Some(match found {
+        Jvm::Sleep => WaitsOn::Sleep {
+            requested_ns: None,
+            syscall: "Thread.sleep".into(),
+            to_deadline: false,
+        },
+        // One label for every waiter of the kind: the futex is the waiting
+        // thread's own, not the object's.
+        Jvm::Lock(what) => WaitsOn::Futex { lock: what.into(), addr: 0 },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PARK: [&str; 3] =
+        ["__futex_abstimed_wait_common", "pthread_cond_wait", "os::PlatformEvent::park()"];
+
+    fn with(above: &[&'static str]) -> Vec<&'static str> {
+        PARK.iter().chain(above).copied().collect()
+    }
+
+    #[test]
+    fn a_java_sleep_is_a_sleep_whatever_thread_sleeps() {
+        let w = by_frames(&with(&["JavaThread::sleep(long)", "JVM_Sleep"])).unwrap();
+        assert!(matches!(&w, WaitsOn::Sleep { syscall, .. } if syscall == "Thread.sleep"));
+        assert_eq!(w.short(), "sleep");
+    }
+
+    #[test]
+    fn monitor_entry_wait_and_park_each_get_one_label_for_all_their_waiters() {
+        let enter =
+            with(&["ObjectMonitor::EnterI(JavaThread*)", "ObjectMonitor::enter(JavaThread*)"]);
+        assert_eq!(
+            by_frames(&enter),
+            Some(WaitsOn::Futex { lock: "Java monitor (synchronized)".into(), addr: 0 })
+        );
+        let wait = with(&["ObjectMonitor::wait(long, bool, JavaThread*)", "JVM_MonitorWait"]);
+        assert_eq!(by_frames(&wait), Some(WaitsOn::Futex { lock: "Object.wait".into(), addr: 0 }));
+        let park = with(&["Parker::park(bool, long)", "Unsafe_Park"]);
+        assert_eq!(by_frames(&park).unwrap().short(), "LockSupport.park");
+        let gc = ["__futex_abstimed_wait_common", "PosixSemaphore::wait()", "GangWorker::loop()"];
+        assert_eq!(by_frames(&gc).unwrap().short(), "JVM GC worker, waiting for work");
+    }
+
+    #[test]
+    fn frames_far_from_the_leaf_or_of_other_programs_decide_nothing() {
+        assert_eq!(by_frames(&["__futex_abstimed_wait_common", "pthread_cond_wait", "main"]), None);
+        let far: Vec<&str> = std::iter::repeat_n("f", LOOK).chain(["JVM_Sleep"]).collect();
+        assert_eq!(by_frames(&far), None);
+    }
+}

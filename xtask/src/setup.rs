@@ -10,24 +10,25 @@ use crate::run;
 
 /// Debian packages: LLVM for bpf-linker, and the tools the tests and benchmark use.
 const PACKAGES: &[&str] = &[
-    "llvm-22-dev",   // bpf-linker links against LLVM 22, nightly rustc's major
-    "bpftool",       // tests: nothing of ours stays loaded; bench: bpf_stats
-    "linux-perf",    // bench: perf bench sched messaging/pipe
-    "libbpf-tools",  // bench peer: offcputime
-    "bpftrace",      // bench peer: off-CPU one-liner
-    "util-linux",    // tests: setpriv for the unprivileged check
-    "rt-app",        // tests: the generated reproducer must run under rt-app 1.0
-    "chromium",      // tests: the SVGs render in headless Chromium
-    "libc6-dbg",     // tests, bench: libc's internal frames named from its debug file
-    "golang-go",     // tests: go tool pprof reads the pprof files as users will
-    "sqlite3",       // tests: a distribution binary without frame pointers, unwound from its CFI
-    "binutils",      // test: readelf checks the release binary's sections
-    "python3",       // tests: Python frames named in the distribution's interpreter
-    "nodejs",        // tests: JavaScript frames named in the distribution's node
-    "postgresql",    // tests: a real server whose own wait accounting checks topwaits'
-    "etcd-server",   // tests: a stripped Go server, named and unwound from its own tables
+    "llvm-22-dev",          // bpf-linker links against LLVM 22, nightly rustc's major
+    "bpftool",              // tests: nothing of ours stays loaded; bench: bpf_stats
+    "linux-perf",           // bench: perf bench sched messaging/pipe
+    "libbpf-tools",         // bench peer: offcputime
+    "bpftrace",             // bench peer: off-CPU one-liner
+    "util-linux",           // tests: setpriv for the unprivileged check
+    "rt-app",               // tests: the generated reproducer must run under rt-app 1.0
+    "chromium",             // tests: the SVGs render in headless Chromium
+    "libc6-dbg",            // tests, bench: libc's internal frames named from its debug file
+    "golang-go",            // tests: go tool pprof reads the pprof files as users will
+    "sqlite3",  // tests: a distribution binary without frame pointers, unwound from its CFI
+    "binutils", // test: readelf checks the release binary's sections
+    "python3",  // tests: Python frames named in the distribution's interpreter
+    "default-jdk-headless", // tests: a JVM, its Flight Recorder (jcmd, jfr) to check against
+    "nodejs",   // tests: JavaScript frames named in the distribution's node
+    "postgresql", // tests: a real server whose own wait accounting checks topwaits'
+    "etcd-server", // tests: a stripped Go server, named and unwound from its own tables
     "apache2-utils", // tests: ab loads etcd's HTTP gateway
-    "prometheus",    // tests: a real Prometheus scrapes `topwaits serve`
+    "prometheus", // tests: a real Prometheus scrapes `topwaits serve`
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

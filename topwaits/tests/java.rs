@@ -1,0 +1,191 @@
+//! Kernel tests of a HotSpot JVM's waits, labelled as a Java user names them:
+//! four threads of a program run without flags take turns on one monitor and
+//! sleep inside it. `why` gives the sleep inside the monitor as one cause for
+//! them all, `locks` the monitor and what its holders did, and the split of
+//! their blocked time between sleeping and entering the monitor agrees with
+//! the JVM's own Flight Recorder.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+/// Whether a JDK is here (setup installs one; elsewhere the test skips).
+fn jdk_here(test: &str) -> bool {
+    let missing = ["java", "javac", "jcmd", "jfr"]
+        .iter()
+        .find(|c| !installed(c))
+        .map(|c| format!("{c} is not installed (cargo xtask setup installs default-jdk-headless)"));
+    present(test, "a JDK", missing)
+}
+
+/// A directory of the test's own, removed when dropped.
+struct Dir(std::path::PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Compiles and starts the test program, past its JVM's start-up; `name`
+/// tells the tests' directories apart.
+fn start(name: &str) -> (Script, Dir) {
+    let dir = Dir(std::env::temp_dir().join(format!("topwaits-{name}-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/Turns.java");
+    let javac = Command::new("javac").arg("-d").arg(&dir.0).arg(source).output().unwrap();
+    assert!(javac.status.success(), "javac: {}", String::from_utf8_lossy(&javac.stderr));
+    let java = start_script("java", &["-cp", dir.0.to_str().unwrap()], "Turns");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    (java, dir)
+}
+
+#[test]
+fn why_gives_the_sleep_inside_the_monitor_as_one_cause_and_locks_the_monitor() {
+    require_bpf!();
+    if !jdk_here(module_path!()) {
+        return;
+    }
+    let (java, _dir) = start("java-why");
+    let pid = java.0.id().to_string();
+    let why = json(&run(&["why", "--json", "-p", &pid, "3"]));
+    let locks = run(&["locks", "-p", &pid, "2"]);
+    drop(java);
+    let first = &why["causes"][0];
+    assert!(first["share"].as_f64().unwrap() >= 0.6, "{first:#}");
+    assert_eq!(first["kind"], "blocked", "{first:#}");
+    assert!(first["on"].as_str().unwrap().starts_with("timer"), "{first:#}");
+    let text = first.to_string();
+    assert!(text.contains("JavaThread::sleep"), "{first:#}");
+    // One cause for the four workers, not one per thread.
+    let description = first["description"].as_str().unwrap();
+    assert!(description.contains("4 threads like worker-"), "{description}");
+    assert_eq!(first["waits_on"], "sleep", "{first:#}");
+    let out = &locks.stdout;
+    assert!(out.contains("1. Java monitor (synchronized)"), "{out}");
+    assert!(out.contains("held while sleeping by worker-"), "{out}");
+}
+
+/// An ISO-8601 duration as Flight Recorder writes it (`PT0.002088421S`,
+/// `PT1M2.5S`), in nanoseconds.
+fn iso_duration_ns(d: &str) -> i128 {
+    let body = d.strip_prefix("PT").unwrap_or_else(|| panic!("duration {d}"));
+    let (mut ns, mut num) = (0f64, String::new());
+    for c in body.chars() {
+        match c {
+            'H' | 'M' | 'S' => {
+                let v: f64 = num.parse().unwrap_or_else(|_| panic!("duration {d}"));
+                ns += v * match c {
+                    'H' => 3.6e12,
+                    'M' => 6e10,
+                    _ => 1e9,
+                };
+                num.clear();
+            }
+            c => num.push(c),
+        }
+    }
+    ns as i128
+}
+
+/// Flight Recorder's sleeping and monitor-entering time of the workers within
+/// [from, to) (ns since the epoch): each event clipped to the window.
+fn jfr_split(events: &Value, (from, to): (i128, i128)) -> (i128, i128) {
+    let (mut sleep, mut enter) = (0i128, 0i128);
+    for e in events["recording"]["events"].as_array().unwrap() {
+        let v = &e["values"];
+        if !v["eventThread"]["osName"].as_str().unwrap_or("").starts_with("worker-") {
+            continue;
+        }
+        let start = parse_rfc3339(v["startTime"].as_str().unwrap());
+        let end = start + iso_duration_ns(v["duration"].as_str().unwrap());
+        let ns = (end.min(to) - start.max(from)).max(0);
+        match e["type"].as_str().unwrap() {
+            "jdk.ThreadSleep" => sleep += ns,
+            "jdk.JavaMonitorEnter" => enter += ns,
+            _ => {}
+        }
+    }
+    (sleep, enter)
+}
+
+#[test]
+fn the_split_between_sleeping_and_entering_the_monitor_agrees_with_flight_recorder() {
+    require_bpf!();
+    if !jdk_here(module_path!()) {
+        return;
+    }
+    let (java, dir) = start("java-jfr");
+    let pid = java.0.id().to_string();
+    let settings = dir.0.join("waits.jfc");
+    std::fs::write(
+        &settings,
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<configuration version="2.0" label="topwaits test">
+  <event name="jdk.ThreadSleep"><setting name="enabled">true</setting>
+    <setting name="stackTrace">false</setting><setting name="threshold">0 ms</setting></event>
+  <event name="jdk.JavaMonitorEnter"><setting name="enabled">true</setting>
+    <setting name="stackTrace">false</setting><setting name="threshold">0 ms</setting></event>
+</configuration>
+"#,
+    )
+    .unwrap();
+    let recording = dir.0.join("waits.jfr");
+    let jcmd = |args: &[String]| {
+        let out = Command::new("jcmd").arg(&pid).args(args).output().unwrap();
+        assert!(out.status.success(), "jcmd {args:?}: {}", String::from_utf8_lossy(&out.stdout));
+    };
+    // Flight Recorder writes a wait when it ends: it records from before the
+    // trace to after it, and each event is clipped to the trace's window.
+    jcmd(&[
+        "JFR.start".into(),
+        "name=tw".into(),
+        format!("settings={}", settings.display()),
+        format!("filename={}", recording.display()),
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Its monitor events include the time a waiter spins: traced on the CPU too.
+    let doc = json(&run(&["--json", "--on-cpu", "-p", &pid, "3"]));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    jcmd(&["JFR.stop".into(), "name=tw".into()]);
+    drop(java);
+    let printed = Command::new("jfr")
+        .args(["print", "--json", "--events", "jdk.ThreadSleep,jdk.JavaMonitorEnter"])
+        .arg(&recording)
+        .output()
+        .unwrap();
+    assert!(printed.status.success(), "jfr print: {}", String::from_utf8_lossy(&printed.stderr));
+    let events: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    let window = (
+        parse_rfc3339(doc["started_at"].as_str().unwrap()),
+        parse_rfc3339(doc["ended_at"].as_str().unwrap()),
+    );
+    let (jfr_sleep, jfr_enter) = jfr_split(&events, window);
+    // topwaits: the workers' waits labelled a Java sleep or the monitor.
+    let (mut sleep, mut enter) = (0i128, 0i128);
+    for r in doc["records"].as_array().unwrap() {
+        if !r["comm"].as_str().unwrap_or("").starts_with("worker-") {
+            continue;
+        }
+        let ns = r["total_ns"].as_u64().unwrap() as i128;
+        let w = &r["waits_on"];
+        match (w["kind"].as_str(), w["syscall"].as_str(), w["lock"].as_str()) {
+            (Some("sleep"), Some("Thread.sleep"), _) => sleep += ns,
+            (Some("futex"), _, Some("Java monitor (synchronized)")) => enter += ns,
+            _ => {}
+        }
+    }
+    assert!(jfr_sleep + jfr_enter > 1_000_000_000, "JFR saw only {jfr_sleep} + {jfr_enter} ns");
+    assert!(sleep + enter > 1_000_000_000, "topwaits saw only {sleep} + {enter} ns");
+    let share = |a: i128, b: i128| a as f64 / (a + b) as f64;
+    let (ours, theirs) = (share(sleep, enter), share(jfr_sleep, jfr_enter));
+    assert!(
+        (ours - theirs).abs() <= 0.1,
+        "sleep's share of the blocked time: topwaits {ours:.3} ({sleep} + {enter} ns), \
+         Flight Recorder {theirs:.3} ({jfr_sleep} + {jfr_enter} ns)"
+    );
+    eprintln!("sleep's share: topwaits {ours:.3}, Flight Recorder {theirs:.3}");
+}

@@ -74,23 +74,31 @@ pub fn with_attach(args: &[&str]) -> Vec<String> {
     v
 }
 
-/// A language runtime (python, node) running a test script, killed when
-/// dropped and its perf map removed, so that a failing test leaves none.
-pub struct Script(pub Child);
+/// A language runtime (python, node, java) running a test script, killed
+/// when dropped, its perf map and the directory it ran in (where node leaves
+/// its logs) removed, so that a failing test leaves nothing.
+pub struct Script(pub Child, std::path::PathBuf);
 
 impl Drop for Script {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
         let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.0.id()));
+        let _ = std::fs::remove_dir_all(&self.1);
     }
 }
 
-/// Runs `runtime` with `flags` on `script`, once it prints "ready".
+/// Runs `runtime` with `flags` on `script`, in a directory of its own, once
+/// it prints "ready".
 pub fn start_script(runtime: &str, flags: &[&str], script: &str) -> Script {
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cwd = std::env::temp_dir().join(format!("topwaits-script-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&cwd).unwrap();
     let mut child = Command::new(runtime)
         .args(flags)
         .arg(script)
+        .current_dir(&cwd)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{runtime} starts: {e}"));
@@ -100,7 +108,7 @@ pub fn start_script(runtime: &str, flags: &[&str], script: &str) -> Script {
         &mut line,
     )
     .unwrap();
-    let started = Script(child);
+    let started = Script(child, cwd);
     assert!(line.starts_with("ready"), "{runtime}: {line:?}");
     started
 }

@@ -6,7 +6,7 @@
 use aya_ebpf::{macros::map, maps::HashMap};
 use topwaits_common::v8::{v8_word, V8Proc, MAX_V8_PROCS};
 
-use crate::uread::{user_word, StackWindow};
+use crate::uread::user_word;
 
 /// Each V8 process's builtins and frame layout, by tgid (from user space).
 #[map]
@@ -26,9 +26,11 @@ pub fn in_builtins(v8: &V8Proc, pc: u64) -> bool {
 /// frame, holds a Smi marker there) and its function slot a function whose
 /// `SharedFunctionInfo` can be read.
 #[inline(always)]
-pub fn frame_word(v8: &V8Proc, bp: u64, stack: &mut StackWindow) -> Option<u64> {
-    let context = stack.word(bp.wrapping_add_signed(v8.fp_context as i64))?;
-    let function = stack.word(bp.wrapping_add_signed(v8.fp_function as i64))?;
+pub fn frame_word(v8: &V8Proc, bp: u64) -> Option<u64> {
+    // Plain reads, not the walk's stack window: their few branches keep the
+    // verifier's work on the walker's loop body small.
+    let context = user_word(bp.wrapping_add_signed(v8.fp_context as i64))?;
+    let function = user_word(bp.wrapping_add_signed(v8.fp_function as i64))?;
     if context & 3 != HEAP_OBJECT || function & 3 != HEAP_OBJECT {
         return None;
     }

@@ -86,6 +86,8 @@ struct Walk {
     slots: [u64; REUSE_SLOTS],
     /// Interpreter memory read for Python frames.
     pywin: pyframes::FrameWindow,
+    /// The process's V8 layout (all zeros: none), copied at the walk's start.
+    v8: V8Proc,
     /// Rules this CPU looked up lately (kept from walk to walk).
     cache: RuleCache,
     /// Stack read at once.
@@ -180,8 +182,6 @@ struct Ctx {
     frames: *mut KernelStack,
     /// The process's Python layout, or null.
     py: *const PyProc,
-    /// The process's V8 layout, or null.
-    v8: *const V8Proc,
 }
 
 /// Indexes of x86-64's registers in `struct pt_regs`.
@@ -509,9 +509,9 @@ fn by_rule(w: &mut Walk, word: u32, addr: u64) -> Result<(u64, u64, u64), i64> {
 unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `Ctx` that `walk` passed, on its stack; its pointers
     // are map values, alive for the whole program run.
-    let (w, maps, frames, py, v8) = unsafe {
+    let (w, maps, frames, py) = unsafe {
         let c = &*ctx.cast::<Ctx>();
-        (&mut *c.walk, &mut *c.maps, &mut *c.frames, c.py.as_ref(), c.v8.as_ref())
+        (&mut *c.walk, &mut *c.maps, &mut *c.frames, c.py.as_ref())
     };
     let n = w.n as usize;
     if n >= WALK_DEPTH as usize || n >= KSTACK_DEPTH {
@@ -525,10 +525,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     }
     // A JavaScript function's frame (never the first: its frame pointer may
     // not be set up yet) is looked for in V8's code, in builtins or in no file.
-    let js = match v8 {
-        Some(v8) if w.skip == 0 && w.exact == 0 => Some(v8),
-        _ => None,
-    };
+    let js = w.v8.shared != 0 && w.skip == 0 && w.exact == 0;
     if w.skip == 0 {
         frames[n] = w.pc;
         w.n = n as u64 + 1;
@@ -538,15 +535,11 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // one byte back.
     let at = w.pc - (w.exact == 0) as u64;
     w.exact = 0;
-    if let Some(v8) = js {
-        if jsframes::in_builtins(v8, at) {
-            js_frame(w, frames, n, v8);
-        }
+    let mapping = mapping_of(maps, at);
+    if js && (mapping.is_none() || jsframes::in_builtins(&w.v8, at)) {
+        js_frame(w, frames, n);
     }
-    let Some((bias, file)) = mapping_of(maps, at) else {
-        if let Some(v8) = js {
-            js_frame(w, frames, n, v8);
-        }
+    let Some((bias, file)) = mapping else {
         return unmapped(w, maps, at);
     };
     let addr = at.wrapping_sub(bias);
@@ -579,8 +572,8 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
 /// one; such a walk is not reused (the interpreter's frames share their
 /// return addresses, whatever function they run).
 #[inline(always)]
-fn js_frame(w: &mut Walk, frames: &mut KernelStack, n: usize, v8: &V8Proc) {
-    if let Some(word) = jsframes::frame_word(v8, w.bp, &mut w.stack) {
+fn js_frame(w: &mut Walk, frames: &mut KernelStack, n: usize) {
+    if let Some(word) = jsframes::frame_word(&w.v8, w.bp) {
         frames[n] = word;
         w.reusable = 0;
     }
@@ -618,8 +611,15 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
     if let Some(p) = unsafe { py.as_ref() } {
         unsafe { (*w).py = pyframes::current_frame(p, bpf_get_current_pid_tgid() as u32) };
     }
-    let v8 = V8_PROCS.get_ptr(&tgid).unwrap_or(core::ptr::null());
-    let mut ctx = Ctx { walk: w, maps, frames, py, v8 };
+    // SAFETY: per-CPU scratch, as above; the layout is copied, so that the
+    // walk's steps branch on its values rather than on a pointer.
+    unsafe {
+        (*w).v8 = match V8_PROCS.get_ptr(&tgid) {
+            Some(v8) => *v8,
+            None => V8Proc::default(),
+        };
+    }
+    let mut ctx = Ctx { walk: w, maps, frames, py };
     // SAFETY: the callback reads `ctx` through the pointer, for this call only.
     unsafe {
         // Python frames and stepped-over evaluator frames take turns of their own.
@@ -631,7 +631,6 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
                 maps: core::ptr::null_mut(),
                 frames: core::ptr::null_mut(),
                 py: core::ptr::null(),
-                v8: core::ptr::null(),
             },
         );
     }

@@ -62,6 +62,7 @@ fn node_functions_are_named_in_whole_stacks_with_and_without_a_perf_map() {
             }
         }
         assert!(total > 1_000_000_000, "{flags:?}: the main thread waited only {total} ns");
+        eprintln!("{flags:?}: {named} of {total} ns in whole stacks naming the functions");
         assert!(
             named * 10 >= total * 9,
             "{flags:?}: only {named} of {total} ns in whole stacks naming the functions: {doc:#}"

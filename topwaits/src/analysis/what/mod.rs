@@ -3,8 +3,8 @@
 //! with its kernel and user frames into a [`WaitsOn`]. Pure: file descriptors,
 //! sockets and processes are resolved through [`Resolve`] (`/proc` in [`procfs`]).
 
-mod jvm;
 pub mod procfs;
+mod runtimes;
 
 use topwaits_common::{what as bits, What};
 
@@ -251,8 +251,8 @@ pub fn classify(
             if w.flags & bits::FUTEX_OP != 0 && matches!(op, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
                 return WaitsOn::Mutex { addr: w.arg0, pi: true };
             }
-            if let Some(jvm) = jvm::by_frames(user) {
-                return jvm;
+            if let Some(runtime) = runtimes::by_frames(user) {
+                return runtime;
             }
             match futex_by_frames(user) {
                 Some(None) => WaitsOn::Mutex { addr: w.arg0, pi: false },

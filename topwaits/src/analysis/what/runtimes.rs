@@ -1,9 +1,10 @@
-//! What a HotSpot JVM thread's futex wait was for, as a Java user names it:
-//! every Java wait ends in the same parking primitive (`PlatformEvent::park`,
-//! a condition variable of the thread's own), so its address says nothing;
-//! the JVM's frames above it tell a `Thread.sleep` from a contended
-//! `synchronized`, an `Object.wait`, a `LockSupport.park`, or the JVM's own
-//! GC and JIT threads waiting for work.
+//! What a language runtime's thread waited for, as its users name it, by the
+//! runtime's frames above a futex wait. A HotSpot JVM's waits all end in the
+//! same parking primitive (`PlatformEvent::park`, a condition variable of the
+//! thread's own), so its address says nothing; the JVM's frames above it tell
+//! a `Thread.sleep` from a contended `synchronized`, an `Object.wait`, a
+//! `LockSupport.park`, or the JVM's own GC and JIT threads waiting for work.
+//! node's libuv thread pool waits for work on one condition variable.
 
 use crate::model::label::WaitsOn;
 
@@ -35,8 +36,16 @@ enum Jvm {
     Lock(&'static str),
 }
 
-/// The wait a JVM thread's frames (leaf first) name, if they are HotSpot's.
+/// The wait a runtime's frames (leaf first) name: HotSpot's, or libuv's
+/// thread pool (`uv_cond_wait` called from its `worker`).
 pub fn by_frames(user: &[&str]) -> Option<WaitsOn> {
+    let near = &user[..user.len().min(LOOK)];
+    if near.windows(2).any(|w| w == ["uv_cond_wait", "worker"]) {
+        return Some(WaitsOn::Futex {
+            lock: "libuv thread pool, waiting for work".into(),
+            addr: 0,
+        });
+    }
     let found = user
         .iter()
         .take(LOOK)
@@ -85,6 +94,13 @@ mod tests {
         assert_eq!(by_frames(&park).unwrap().short(), "LockSupport.park");
         let gc = ["__futex_abstimed_wait_common", "PosixSemaphore::wait()", "GangWorker::loop()"];
         assert_eq!(by_frames(&gc).unwrap().short(), "JVM GC worker, waiting for work");
+    }
+
+    #[test]
+    fn node_s_thread_pool_waits_for_work_under_one_label() {
+        let pool = ["__futex_abstimed_wait_common", "pthread_cond_wait", "uv_cond_wait", "worker"];
+        assert_eq!(by_frames(&pool).unwrap().short(), "libuv thread pool, waiting for work");
+        assert_eq!(by_frames(&pool[..3]), None);
     }
 
     #[test]

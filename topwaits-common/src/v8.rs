@@ -45,6 +45,35 @@ pub struct V8Proc {
     pub _pad: u32,
 }
 
+/// A V8 heap object's tag in the low two bits of a pointer (a Smi has 0 in
+/// bit 0).
+const HEAP_OBJECT: u64 = 1;
+
+impl V8Proc {
+    /// Whether `pc` lies in the process's embedded builtins.
+    #[inline(always)]
+    pub fn in_builtins(&self, pc: u64) -> bool {
+        (self.blob[0] <= pc && pc < self.blob[1]) || (self.blob[2] <= pc && pc < self.blob[3])
+    }
+
+    /// The word of the JavaScript frame whose frame pointer is `bp`, with
+    /// `read` giving the process's words: if its context slot holds a heap
+    /// object (a typed frame, such as an exit or entry frame, holds a Smi
+    /// marker there) and its function slot a function whose
+    /// `SharedFunctionInfo` can be read. The in-kernel walker and the walks in
+    /// user space read frames alike through it.
+    #[inline(always)]
+    pub fn frame_word(&self, bp: u64, read: impl Fn(u64) -> Option<u64>) -> Option<u64> {
+        let context = read(bp.wrapping_add_signed(self.fp_context as i64))?;
+        let function = read(bp.wrapping_add_signed(self.fp_function as i64))?;
+        if context & 3 != HEAP_OBJECT || function & 3 != HEAP_OBJECT {
+            return None;
+        }
+        let shared = read(function - HEAP_OBJECT + self.shared as u64)?;
+        (shared & 3 == HEAP_OBJECT).then(|| v8_word(shared))
+    }
+}
+
 /// Most V8 processes the walker keeps.
 pub const MAX_V8_PROCS: u32 = 1024;
 
@@ -62,5 +91,32 @@ mod tests {
         assert!(!is_v8_frame(shared) && !is_v8_frame(crate::walker::CUT_MARK | 3));
         assert!(!is_v8_frame(u64::MAX) && !is_v8_frame(crate::LEAF_WORD | shared));
         assert_eq!(core::mem::size_of::<V8Proc>(), 48);
+    }
+
+    #[test]
+    fn a_frame_is_javascript_only_where_its_slots_say_so() {
+        let p = V8Proc {
+            blob: [0x1000, 0x2000, 0x7f00, 0x7f80],
+            fp_function: -16,
+            fp_context: -8,
+            shared: 24,
+            _pad: 0,
+        };
+        assert!(p.in_builtins(0x1000) && p.in_builtins(0x7f7f));
+        assert!(!p.in_builtins(0x2000) && !p.in_builtins(0x7f80) && !p.in_builtins(0xfff));
+        // Context 0x5001 and function 0x6001 are heap objects; the function's
+        // SharedFunctionInfo is at 0x6000 + 24.
+        let words = |ctx: u64| {
+            move |a: u64| match a {
+                0x8ff8 => Some(ctx),
+                0x8ff0 => Some(0x6001),
+                0x6018 => Some(0x3001),
+                _ => None,
+            }
+        };
+        assert_eq!(p.frame_word(0x9000, words(0x5001)), Some(v8_word(0x3001)));
+        // A typed frame's Smi marker where the context goes.
+        assert_eq!(p.frame_word(0x9000, words(4 << 1)), None);
+        assert_eq!(p.frame_word(0xa000, words(0x5001)), None);
     }
 }

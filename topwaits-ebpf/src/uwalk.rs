@@ -21,7 +21,7 @@ use topwaits_common::{
     KernelStack, ProcEvent, KSTACK_DEPTH, STACK_STORED,
 };
 
-use crate::jsframes::{self, V8_PROCS};
+use crate::jsframes::V8_PROCS;
 use crate::maps::{proc_event, send_proc_event, settings, GROWS, USTACKS};
 use crate::pyframes::{self, PY_PROCS};
 use crate::taskmap::{LastWalk, TaskState};
@@ -536,7 +536,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     let at = w.pc - (w.exact == 0) as u64;
     w.exact = 0;
     let mapping = mapping_of(maps, at);
-    if js && (mapping.is_none() || jsframes::in_builtins(&w.v8, at)) {
+    if js && (mapping.is_none() || w.v8.in_builtins(at)) {
         js_frame(w, frames, n);
     }
     let Some((bias, file)) = mapping else {
@@ -573,7 +573,9 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
 /// return addresses, whatever function they run).
 #[inline(always)]
 fn js_frame(w: &mut Walk, frames: &mut KernelStack, n: usize) {
-    if let Some(word) = jsframes::frame_word(&w.v8, w.bp) {
+    // Plain reads, not the walk's stack window: their few branches keep the
+    // verifier's work on the walker's loop body small.
+    if let Some(word) = w.v8.frame_word(w.bp, user_word) {
         frames[n] = word;
         w.reusable = 0;
     }

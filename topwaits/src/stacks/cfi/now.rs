@@ -21,7 +21,6 @@ use super::cache::{self, Cache};
 use super::{step, Base, Regs, Rule, Step, Table};
 use crate::stacks::frame_scan::{Arch, Memory, Region, Walker, MAX_FRAMES};
 use crate::stacks::python;
-use crate::stacks::v8;
 use crate::sys::{elf, procfs};
 
 /// The last word of a stack whose frames below it were found by scanning the
@@ -150,8 +149,8 @@ fn push_js(
 ) {
     let word = js.and_then(|p| {
         let at = r.pc.wrapping_sub(1);
-        let in_v8 = v8::in_builtins(p, at) || code_at(code, at).is_none();
-        in_v8.then(|| v8::frame_word(p, r.bp, mem)).flatten()
+        let in_v8 = p.in_builtins(at) || code_at(code, at).is_none();
+        in_v8.then(|| p.frame_word(r.bp, |a| mem.word(a))).flatten()
     });
     match word {
         Some(w) => frames.push(w),

@@ -10,10 +10,9 @@ use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
 use anyhow::{Context as _, Result};
-use topwaits_common::v8::{v8_word, V8Proc};
+use topwaits_common::v8::V8Proc;
 
 use crate::sys::elf;
-use crate::sys::memory::Memory;
 use crate::sys::procfs::{self, Mapping};
 
 /// A symbol every V8 build exports for debuggers (postmortem metadata): its
@@ -234,25 +233,6 @@ pub fn walker_for(file: &V8File, maps: &[&Mapping]) -> V8Proc {
         (p.blob[2], p.blob[3]) = (a, b);
     }
     p
-}
-
-/// Whether `pc` lies in the process's embedded builtins (as the in-kernel
-/// walker tells it).
-pub fn in_builtins(p: &V8Proc, pc: u64) -> bool {
-    (p.blob[0] <= pc && pc < p.blob[1]) || (p.blob[2] <= pc && pc < p.blob[3])
-}
-
-/// The word of the JavaScript frame whose frame pointer is `bp`, read as the
-/// in-kernel walker reads it: its context slot a heap object (not a typed
-/// frame's Smi marker), its function slot a function.
-pub fn frame_word(p: &V8Proc, bp: u64, mem: &dyn Memory) -> Option<u64> {
-    let context = mem.word(bp.wrapping_add_signed(p.fp_context as i64))?;
-    let function = mem.word(bp.wrapping_add_signed(p.fp_function as i64))?;
-    if context & 3 != 1 || function & 3 != 1 {
-        return None;
-    }
-    let shared = mem.word(function - 1 + p.shared as u64)?;
-    (shared & 3 == 1).then(|| v8_word(shared))
 }
 
 /// The walker's entry for process `tgid`, from its mappings now (for walks

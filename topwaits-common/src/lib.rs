@@ -3,8 +3,8 @@
 #![no_std]
 
 pub mod golang;
+pub mod jit;
 pub mod python;
-pub mod v8;
 pub mod walker;
 
 pub mod counter;
@@ -47,7 +47,7 @@ pub const LEAF_WORD: u64 = 1 << 63;
 /// address.
 #[inline(always)]
 pub const fn is_runtime_frame(word: u64) -> bool {
-    python::is_py_frame(word) || v8::is_v8_frame(word)
+    python::is_py_frame(word) || jit::is_v8_frame(word) || jit::is_jvm_frame(word)
 }
 
 /// Words at the user stack pointer taken with `--leaf-callers`: glibc's syscall
@@ -629,7 +629,8 @@ mod pod {
     unsafe impl aya::Pod for super::walker::ProcMaps {}
     unsafe impl aya::Pod for super::walker::FileInfo {}
     unsafe impl aya::Pod for super::python::PyProc {}
-    unsafe impl aya::Pod for super::v8::V8Proc {}
+    unsafe impl aya::Pod for super::jit::JitProc {}
+    unsafe impl aya::Pod for super::jit::JvmCode {}
     unsafe impl aya::Pod for super::golang::GoProc {}
 }
 

@@ -11,6 +11,20 @@ pub fn user_word(addr: u64) -> Option<u64> {
     unsafe { bpf_probe_read_user(addr as *const u64).ok() }
 }
 
+/// The 32-bit value at user address `addr`, if it can be read.
+#[inline(always)]
+pub fn user_u32(addr: u64) -> Option<u32> {
+    // SAFETY: as for `user_word`.
+    unsafe { bpf_probe_read_user(addr as *const u32).ok() }
+}
+
+/// The byte at user address `addr`, if it can be read.
+#[inline(always)]
+pub fn user_byte(addr: u64) -> Option<u8> {
+    // SAFETY: as for `user_word`.
+    unsafe { bpf_probe_read_user(addr as *const u8).ok() }
+}
+
 /// Words of stack a window holds.
 const WINDOW_WORDS: usize = 128;
 const WINDOW_BYTES: u64 = WINDOW_WORDS as u64 * 8;

@@ -11,9 +11,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use topwaits_common::{
+    jit::{JitProc, KIND_HOTSPOT},
     proc_event,
     python::PyProc,
-    v8::V8Proc,
     walker::{
         cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS,
         NODE_ROWS, REUSE_SLOTS, SIG_BP, SIG_IP, SIG_SP, WALK_DEPTH,
@@ -21,11 +21,11 @@ use topwaits_common::{
     KernelStack, ProcEvent, KSTACK_DEPTH, STACK_STORED,
 };
 
-use crate::jsframes::V8_PROCS;
+use crate::jsframes::{JIT_PROCS, JVM_CODE};
 use crate::maps::{proc_event, send_proc_event, settings, GROWS, USTACKS};
 use crate::pyframes::{self, PY_PROCS};
 use crate::taskmap::{LastWalk, TaskState};
-use crate::uread::{user_word, StackWindow};
+use crate::uread::{user_byte, user_u32, user_word, StackWindow};
 
 /// Unwind tree nodes of every file, by `node_key`; sized at load time.
 #[map]
@@ -87,7 +87,7 @@ struct Walk {
     /// Interpreter memory read for Python frames.
     pywin: pyframes::FrameWindow,
     /// The process's V8 layout (all zeros: none), copied at the walk's start.
-    v8: V8Proc,
+    v8: JitProc,
     /// Rules this CPU looked up lately (kept from walk to walk).
     cache: RuleCache,
     /// Stack read at once.
@@ -437,8 +437,32 @@ fn unmapped(w: &mut Walk, maps: &mut ProcMaps, at: u64) -> i64 {
             }
         };
     }
+    if w.v8.kind == KIND_HOTSPOT && !w.v8.in_builtins(at) && compiled_step(w, at) {
+        return 0;
+    }
     w.guessed = 1;
     by_frame_pointer(w, cut::UNMAPPED)
+}
+
+/// Steps over a JVM's compiled frame (or runtime stub) at `at` by the frame
+/// size its code blob gives: the return address and the saved frame pointer
+/// are the top two words of the frame. False where the code cache gives no
+/// size (the interpreter, the call stub), which keep frame pointers.
+#[inline(always)]
+fn compiled_step(w: &mut Walk, at: u64) -> bool {
+    let Some(code) = JVM_CODE.get_ptr(&(w.tgid as u32)) else { return false };
+    // SAFETY: a map value, alive for the program run.
+    let Some(words) = unsafe { &*code }.frame_words(at, user_byte, user_u32) else {
+        return false;
+    };
+    let cfa = w.sp + 8 * words;
+    match (return_at(w, cfa - 8), stack_word(w, cfa - 16)) {
+        (Some(pc), Some(bp)) if pc != 0 => {
+            (w.pc, w.sp, w.bp) = (pc, cfa, bp);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The caller's (pc, sp, bp) by a table's rule `word` for the frame at file
@@ -525,7 +549,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     }
     // A JavaScript function's frame (never the first: its frame pointer may
     // not be set up yet) is looked for in V8's code, in builtins or in no file.
-    let js = w.v8.shared != 0 && w.skip == 0 && w.exact == 0;
+    let js = w.v8.present() && w.skip == 0 && w.exact == 0;
     if w.skip == 0 {
         frames[n] = w.pc;
         w.n = n as u64 + 1;
@@ -536,7 +560,7 @@ unsafe extern "C" fn step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     let at = w.pc - (w.exact == 0) as u64;
     w.exact = 0;
     let mapping = mapping_of(maps, at);
-    if js && (mapping.is_none() || w.v8.in_builtins(at)) {
+    if js && w.v8.may_run_function(at, mapping.is_some()) {
         js_frame(w, frames, n);
     }
     let Some((bias, file)) = mapping else {
@@ -616,9 +640,9 @@ pub fn walk(tgid: u32, regs: Option<Regs>, frames: *mut KernelStack, running: bo
     // SAFETY: per-CPU scratch, as above; the layout is copied, so that the
     // walk's steps branch on its values rather than on a pointer.
     unsafe {
-        (*w).v8 = match V8_PROCS.get_ptr(&tgid) {
+        (*w).v8 = match JIT_PROCS.get_ptr(&tgid) {
             Some(v8) => *v8,
-            None => V8Proc::default(),
+            None => JitProc::default(),
         };
     }
     let mut ctx = Ctx { walk: w, maps, frames, py };
@@ -678,9 +702,9 @@ pub fn inherit(parent: u32, child: u32) -> u32 {
         // SAFETY: as above.
         let _ = PY_PROCS.insert(&child, unsafe { &*py }, NOEXIST);
     }
-    if let Some(v8) = V8_PROCS.get_ptr(&parent) {
+    if let Some(v8) = JIT_PROCS.get_ptr(&parent) {
         // SAFETY: as above.
-        let _ = V8_PROCS.insert(&child, unsafe { &*v8 }, NOEXIST);
+        let _ = JIT_PROCS.insert(&child, unsafe { &*v8 }, NOEXIST);
     }
     version
 }

@@ -69,6 +69,49 @@ fn why_gives_the_sleep_inside_the_monitor_as_one_cause_and_locks_the_monitor() {
     assert!(out.contains("held while sleeping by worker-"), "{out}");
 }
 
+/// The Java methods of a worker's wait, leaf first, as topwaits names them
+/// (`handle` and `sleepHoldingTheLock` are inlined once compiled: a compiled
+/// frame shows the method it was compiled for).
+const METHODS: [&str; 3] = ["Turns.lambda$main$0", "Turns$$Lambda$1.run", "java.lang.Thread.run"];
+
+#[test]
+fn java_methods_are_named_in_whole_stacks_without_flags() {
+    require_bpf!();
+    if !jdk_here(module_path!()) {
+        return;
+    }
+    let (java, _dir) = start("java-names");
+    let pid = java.0.id().to_string();
+    let doc = json(&run(&["--json", "-p", &pid, "3"]));
+    let blocked = run(&["blocked", "-p", &pid]);
+    drop(java);
+    let (mut total, mut named) = (0u64, 0u64);
+    for r in doc["records"].as_array().unwrap() {
+        if !r["comm"].as_str().unwrap_or("").starts_with("worker-") {
+            continue;
+        }
+        let names = stack_names(&r["user_stack"]);
+        let ns = r["total_ns"].as_u64().unwrap();
+        total += ns;
+        let whole = !names.iter().any(|n| n.starts_with("[cut:") || n == "[unknown]")
+            && names.last().is_some_and(|n| n == "__clone3");
+        // Each method in order, one frame apart: none is skipped.
+        let at = names.iter().position(|n| n == METHODS[0]);
+        let in_order = at.is_some_and(|i| names[i..].iter().take(3).eq(METHODS.iter()));
+        if whole && in_order {
+            named += ns;
+        }
+    }
+    assert!(total > 2_000_000_000, "the workers waited only {total} ns");
+    eprintln!("{named} of {total} ns in whole stacks naming the Java methods");
+    assert!(named * 10 >= total * 9, "only {named} of {total} ns named whole: {doc:#}");
+    // `blocked` walks the threads as they wait now, through the same frames.
+    let out = &blocked.stdout;
+    let worker =
+        out.split("\n\n").find(|t| t.starts_with("worker-")).unwrap_or_else(|| panic!("{out}"));
+    assert!(METHODS.iter().all(|m| worker.contains(m)), "{worker}");
+}
+
 /// An ISO-8601 duration as Flight Recorder writes it (`PT0.002088421S`,
 /// `PT1M2.5S`), in nanoseconds.
 fn iso_duration_ns(d: &str) -> i128 {

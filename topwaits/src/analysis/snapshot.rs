@@ -80,8 +80,8 @@ pub struct Snapshotter {
     regs: HashMap<u32, TaskRegs>,
     /// Python processes' interpreters, for their Python frames.
     python: Interpreters,
-    /// V8 processes' layouts, for their JavaScript frames.
-    javascript: crate::stacks::v8::Procs,
+    /// V8 and HotSpot processes' layouts, for their JavaScript and Java frames.
+    jit: crate::stacks::jit::Procs,
 }
 
 /// Kernel frames from `/proc/TID/stack`, which names functions but hides addresses.
@@ -179,9 +179,9 @@ impl Snapshotter {
                 let seen = crate::stacks::python::thread_id_seen(&proc, tgid, tid);
                 Python { groups: groups(&mem, &proc, seen), proc, next: 0 }
             });
-            let js = self.javascript.of(tgid);
+            let jit = self.jit.of(tgid);
             let code = self.tables.code_of(tgid);
-            return now::walk(&code, regions, &mem, (pc, sp, bp), py, js.as_ref());
+            return now::walk(&code, regions, &mem, (pc, sp, bp), py, jit.as_ref());
         }
         let mut frames = Walker::new(regions, &mem, Arch::native()).walk(pc, sp);
         frames.push(now::GUESSED);

@@ -4,14 +4,14 @@
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::maps::{Array, HashMap, MapData};
+use topwaits_common::jit::{JitProc, JvmCode};
 use topwaits_common::names;
 use topwaits_common::python::PyProc;
-use topwaits_common::v8::V8Proc;
 use topwaits_common::walker::{FileInfo, Node, ProcMaps};
 
 use crate::stacks::cfi::loader::Sink;
+use crate::stacks::jit::JitSink;
 use crate::stacks::python::PySink;
-use crate::stacks::v8::V8Sink;
 
 /// The maps the walker reads: per-process mappings, per-file state, tree nodes.
 pub struct UnwindMaps {
@@ -23,7 +23,8 @@ pub struct UnwindMaps {
     /// The node map's descriptor again, for batch updates, which aya lacks.
     nodes_fd: std::os::fd::OwnedFd,
     python: HashMap<MapData, u32, PyProc>,
-    javascript: HashMap<MapData, u32, V8Proc>,
+    jit: HashMap<MapData, u32, JitProc>,
+    jvm_code: HashMap<MapData, u32, JvmCode>,
     /// Bumped after each Python layout written (see the walker's `PY_EPOCH`).
     py_epoch: Array<MapData, u64>,
     py_layouts: u64,
@@ -49,7 +50,8 @@ impl UnwindMaps {
             },
             nodes_fd,
             python: HashMap::try_from(take(names::PY_PROCS)?)?,
-            javascript: HashMap::try_from(take(names::V8_PROCS)?)?,
+            jit: HashMap::try_from(take(names::JIT_PROCS)?)?,
+            jvm_code: HashMap::try_from(take(names::JVM_CODE)?)?,
             py_epoch: Array::try_from(take(names::PY_EPOCH)?)?,
             py_layouts: 0,
         })
@@ -114,16 +116,20 @@ impl UnwindMaps {
     }
 }
 
-impl V8Sink for UnwindMaps {
-    fn put_v8(&mut self, tgid: u32, p: &V8Proc) -> Result<()> {
-        self.javascript
-            .insert(tgid, p, 0)
-            .with_context(|| format!("V8 layout of process {tgid}"))?;
+impl JitSink for UnwindMaps {
+    fn put_jit(&mut self, tgid: u32, p: &JitProc, code: Option<&JvmCode>) -> Result<()> {
+        if let Some(code) = code {
+            self.jvm_code
+                .insert(tgid, code, 0)
+                .with_context(|| format!("code cache of JVM {tgid}"))?;
+        }
+        self.jit.insert(tgid, p, 0).with_context(|| format!("JIT layout of process {tgid}"))?;
         self.new_epoch()
     }
 
-    fn drop_v8(&mut self, tgid: u32) {
-        let _ = self.javascript.remove(&tgid);
+    fn drop_jit(&mut self, tgid: u32) {
+        let _ = self.jit.remove(&tgid);
+        let _ = self.jvm_code.remove(&tgid);
     }
 }
 

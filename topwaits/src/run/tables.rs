@@ -12,8 +12,8 @@ use crate::bpf::UnwindMaps;
 use crate::settings::Threads;
 use crate::stacks::cfi::cache::Cache;
 use crate::stacks::cfi::loader::{Loader, Stats};
+use crate::stacks::jit;
 use crate::stacks::python::Tracker;
-use crate::stacks::v8;
 use crate::sys::procfs;
 
 use super::wait::{sooner, BEAT};
@@ -35,14 +35,14 @@ pub struct Unwinder(Option<(Loader, Trackers, UnwindMaps)>);
 #[derive(Default)]
 struct Trackers {
     python: Tracker,
-    javascript: v8::Tracker,
+    jit: jit::Tracker,
 }
 
 impl Trackers {
     /// A process's mappings were read.
     fn on_maps(&mut self, tgid: u32, code: &[procfs::Mapping], maps: &mut UnwindMaps) {
         self.python.on_maps(tgid, code, maps);
-        self.javascript.on_maps(tgid, code, maps);
+        self.jit.on_maps(tgid, code, maps);
     }
 }
 
@@ -92,11 +92,11 @@ impl Unwinder {
         match e.map(|e| (e.kind, e)) {
             Some((proc_event::EXEC, e)) => {
                 runtimes.python.on_exec(e.tgid, maps);
-                runtimes.javascript.forget(e.tgid, maps);
+                runtimes.jit.forget(e.tgid, maps);
             }
             Some((proc_event::FORK, e)) => {
                 runtimes.python.on_fork(e.tgid, e.parent, maps);
-                runtimes.javascript.on_fork(e.tgid, e.parent);
+                runtimes.jit.on_fork(e.tgid, e.parent);
             }
             _ => {}
         }
@@ -121,7 +121,7 @@ impl Unwinder {
         if let Some((loader, runtimes, maps)) = self.0.as_mut() {
             for tgid in loader.sweep(maps) {
                 runtimes.python.forget(tgid, maps);
-                runtimes.javascript.forget(tgid, maps);
+                runtimes.jit.forget(tgid, maps);
             }
         }
     }

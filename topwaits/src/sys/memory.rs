@@ -42,6 +42,37 @@ impl Memory for ProcessMemory {
     }
 }
 
+/// Plain bytes at addresses, for tests' fabricated memory.
+#[cfg(test)]
+#[derive(Default)]
+pub struct Bytes(std::collections::BTreeMap<u64, u8>);
+
+#[cfg(test)]
+impl Bytes {
+    pub fn put(&mut self, at: u64, b: &[u8]) {
+        b.iter().enumerate().for_each(|(i, &v)| {
+            self.0.insert(at + i as u64, v);
+        });
+    }
+
+    pub fn put_word(&mut self, at: u64, w: u64) {
+        self.put(at, &w.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+impl Memory for Bytes {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        for (i, b) in buf.iter_mut().enumerate() {
+            match self.0.get(&(addr + i as u64)) {
+                Some(v) => *b = *v,
+                None => return i,
+            }
+        }
+        buf.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

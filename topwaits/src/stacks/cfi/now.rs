@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use topwaits_common::jit::{JitProc, JvmCode};
 use topwaits_common::python::PyProc;
-use topwaits_common::v8::V8Proc;
 use topwaits_common::walker::{cut, CUT_MARK};
 
 use super::cache::{self, Cache};
@@ -54,8 +54,10 @@ pub fn walk(
     mem: &dyn Memory,
     (pc, sp, bp): (u64, u64, Option<u64>),
     mut py: Option<Python>,
-    js: Option<&V8Proc>,
+    jit: Option<&(JitProc, Option<JvmCode>)>,
 ) -> Vec<u64> {
+    let js = jit.map(|j| &j.0);
+    let jvm_code = jit.and_then(|j| j.1.as_ref());
     let mut frames = Vec::new();
     // A native frame of the evaluator stands for its call's Python frames, as
     // in the in-kernel walk.
@@ -79,7 +81,23 @@ pub fn walk(
             return frames;
         }
         let Some(c) = code_at(code, regs.pc) else {
-            // V8's generated code, in no file, keeps frame pointers.
+            // A JVM's compiled code is stepped over by its frame size, as in
+            // the in-kernel walk; V8's generated code, in no file, and the
+            // JVM's interpreter keep frame pointers.
+            let sized = jvm_code.and_then(|c| {
+                let at = regs.pc.wrapping_sub(u64::from(!leaf));
+                let int =
+                    |a: u64| mem.bytes(a, 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                let words = c.frame_words(at, |a| mem.byte(a), int)?;
+                let cfa = regs.sp + 8 * words;
+                let pc = read(cfa - 8).filter(|&pc| pc != 0)?;
+                Some(Regs { pc, sp: cfa, bp: read(cfa - 16)? })
+            });
+            if let Some(r) = sized {
+                (regs, leaf, bp_known) = (r, false, true);
+                push_js(&mut frames, (code, js), regs, mem, &mut push);
+                continue;
+            }
             match js.filter(|_| bp_known).and_then(|_| by_frame_pointer(regs, read)) {
                 Some(r) => {
                     (regs, leaf) = (r, false);
@@ -138,19 +156,20 @@ fn by_frame_pointer(r: Regs, read: impl Fn(u64) -> Option<u64>) -> Option<Regs> 
 }
 
 /// Pushes the frame at `r` (a return address, its frame pointer known): as
-/// the JavaScript function it runs where V8's code and the frame's slots say
-/// so, as in the in-kernel walk; else as `push` does.
+/// the JavaScript function or Java method it runs where the runtime's code
+/// and the frame's slots say so, as in the in-kernel walk; else as `push`
+/// does.
 fn push_js(
     frames: &mut Vec<u64>,
-    (code, js): (&[Code], Option<&V8Proc>),
+    (code, js): (&[Code], Option<&JitProc>),
     r: Regs,
     mem: &dyn Memory,
     push: &mut impl FnMut(&mut Vec<u64>, u64),
 ) {
     let word = js.and_then(|p| {
         let at = r.pc.wrapping_sub(1);
-        let in_v8 = p.in_builtins(at) || code_at(code, at).is_none();
-        in_v8.then(|| p.frame_word(r.bp, |a| mem.word(a))).flatten()
+        let runs = p.may_run_function(at, code_at(code, at).is_some());
+        runs.then(|| p.frame_word(r.bp, |a| mem.word(a))).flatten()
     });
     match word {
         Some(w) => frames.push(w),

@@ -9,7 +9,7 @@ use blazesym::symbolize::{
     Input, Symbolized, Symbolizer as Blaze,
 };
 use blazesym::MaybeDefault;
-use topwaits_common::v8::is_v8_frame;
+use topwaits_common::jit::{is_jvm_frame, is_v8_frame};
 
 use crate::model::Frame;
 use crate::stacks::frame_scan::{self, Region};
@@ -46,6 +46,7 @@ pub struct BlazeSymbolizer {
     /// Names Python frames from the interpreters' memory.
     python: crate::stacks::python::Resolver,
     javascript: crate::stacks::v8::names::Resolver,
+    java: crate::stacks::hotspot::names::Resolver,
     /// Whether each process is in another PID namespace (a container's).
     pid_ns: FastMap<u32, bool>,
     /// Each remembered process's cgroup, read with its maps.
@@ -152,6 +153,7 @@ impl Default for BlazeSymbolizer {
             kernel_thread: None,
             python: Default::default(),
             javascript: Default::default(),
+            java: Default::default(),
             regions: FastMap::default(),
             pid_ns: FastMap::default(),
             cgroups: FastMap::default(),
@@ -342,6 +344,7 @@ impl BlazeSymbolizer {
             self.lineage.forget(t);
             self.python.forget(t);
             self.javascript.forget(t);
+            self.java.forget(t);
             let _ = self.inner.evict(&blazesym::symbolize::evict::Evict::Process(
                 blazesym::symbolize::evict::Process::new(t.into()),
             ));
@@ -662,6 +665,15 @@ impl Symbolizer for BlazeSymbolizer {
             addrs.iter().map(|&a| named.remove(&a).unwrap_or_else(|| Frame::unknown(a))).collect();
         if let Some(maps) = maps {
             self.name_by_module(tgid, &root, maps, &mut frames);
+            // Code in no file: a JVM's code cache names what it compiled.
+            for f in frames.iter_mut().filter(|f| f.symbol.is_none()) {
+                if procfs::mapping_of(maps, f.addr).is_none() && live {
+                    // A return address: the call is the byte before.
+                    if let Some(named) = self.java.code(tgid, f.addr.wrapping_sub(1)) {
+                        *f = Frame { addr: f.addr, ..named };
+                    }
+                }
+            }
         }
         if let Some(k) = kept {
             self.maps.insert(tgid, k);
@@ -710,9 +722,10 @@ impl Symbolizer for BlazeSymbolizer {
         let tgid = if procfs::alive(tgid) { tgid } else { self.source_of(tgid) };
         words
             .iter()
-            .map(|&w| match is_v8_frame(w) {
-                true => self.javascript.frame(tgid, w),
-                false => self.python.frame(tgid, w),
+            .map(|&w| match (is_v8_frame(w), is_jvm_frame(w)) {
+                (true, _) => self.javascript.frame(tgid, w),
+                (_, true) => self.java.frame(tgid, w),
+                _ => self.python.frame(tgid, w),
             })
             .collect()
     }

@@ -1,7 +1,7 @@
 //! JavaScript frames: finding V8 in traced processes (its builtins and the
 //! layout of its frames and objects, from the postmortem metadata, the
-//! `v8dbg_*` symbols every V8 build exports for debuggers) for the walker (the
-//! [`Tracker`]), and naming the walker's JavaScript frame words in the report
+//! `v8dbg_*` symbols every V8 build exports for debuggers) for the walker
+//! ([`proc_of`]), and naming the walker's JavaScript frame words in the report
 //! (`names::Resolver`).
 
 pub mod names;
@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
 use anyhow::{Context as _, Result};
-use topwaits_common::v8::V8Proc;
+use topwaits_common::jit::JitProc;
 
 use crate::sys::elf;
 use crate::sys::procfs::{self, Mapping};
@@ -41,12 +41,6 @@ pub fn blob_of<R: Read + Seek>(f: &mut R) -> Result<Option<(u64, u64)>> {
     f.seek(SeekFrom::Start(off))?;
     f.read_exact(&mut size)?;
     Ok(Some((start, u32::from_le_bytes(size) as u64)))
-}
-
-/// Where the walker's V8 layouts go.
-pub trait V8Sink {
-    fn put_v8(&mut self, tgid: u32, p: &V8Proc) -> Result<()>;
-    fn drop_v8(&mut self, tgid: u32);
 }
 
 /// The offsets and tags V8 describes itself by, each from its `v8dbg_` symbol.
@@ -213,8 +207,8 @@ fn v8_of<'a>(
 /// The walker's entry for a process mapping `file` at `maps`: the builtins'
 /// file bytes in each executable mapping that holds them (at most two: the
 /// binary's and V8's remapped copy).
-pub fn walker_for(file: &V8File, maps: &[&Mapping]) -> V8Proc {
-    let mut p = V8Proc {
+fn walker_for(file: &V8File, maps: &[&Mapping]) -> JitProc {
+    let mut p = JitProc {
         fp_function: file.layout.fp_function,
         fp_context: file.layout.fp_context,
         shared: file.layout.function_shared as u32,
@@ -235,62 +229,14 @@ pub fn walker_for(file: &V8File, maps: &[&Mapping]) -> V8Proc {
     p
 }
 
-/// The walker's entry for process `tgid`, from its mappings now (for walks
-/// made in user space), each V8 file read once.
-#[derive(Default)]
-pub struct Procs {
-    files: HashMap<(u64, u64), Option<V8File>>,
-    procs: HashMap<u32, Option<V8Proc>>,
-}
-
-impl Procs {
-    pub fn of(&mut self, tgid: u32) -> Option<V8Proc> {
-        let files = &mut self.files;
-        *self.procs.entry(tgid).or_insert_with(|| {
-            let maps = procfs::maps_of(tgid);
-            v8_of(files, tgid, &maps).map(|(f, mine)| walker_for(&f, &mine))
-        })
-    }
-}
-
-/// The traced processes' V8s, kept in the walker's map.
-#[derive(Default)]
-pub struct Tracker {
-    files: HashMap<(u64, u64), Option<V8File>>,
-    procs: HashMap<u32, V8Proc>,
-}
-
-impl Tracker {
-    /// A process's mappings were read (first seen, exec, or code met in no
-    /// mapping, as when V8 remaps its builtins).
-    pub fn on_maps(&mut self, tgid: u32, maps: &[Mapping], sink: &mut dyn V8Sink) {
-        let Some((file, mine)) = v8_of(&mut self.files, tgid, maps) else { return };
-        let p = walker_for(&file, &mine);
-        if self.procs.get(&tgid) == Some(&p) {
-            return;
-        }
-        match sink.put_v8(tgid, &p) {
-            Ok(()) => {
-                self.procs.insert(tgid, p);
-            }
-            Err(e) => log::debug!("V8 layout of {tgid} not kept: {e:#}"),
-        }
-    }
-
-    /// A process forked: the walker gave the child its parent's entry, which
-    /// is kept here too so that the child's exec drops it.
-    pub fn on_fork(&mut self, child: u32, parent: u32) {
-        if let Some(p) = self.procs.get(&parent).copied() {
-            self.procs.insert(child, p);
-        }
-    }
-
-    /// A process replaced its image, or exited.
-    pub fn forget(&mut self, tgid: u32, sink: &mut dyn V8Sink) {
-        if self.procs.remove(&tgid).is_some() {
-            sink.drop_v8(tgid);
-        }
-    }
+/// The walker's entry for a V8 process mapping `maps`, its files read once
+/// into `files`.
+pub fn proc_of(
+    files: &mut HashMap<(u64, u64), Option<V8File>>,
+    tgid: u32,
+    maps: &[Mapping],
+) -> Option<JitProc> {
+    v8_of(files, tgid, maps).map(|(f, mine)| walker_for(&f, &mine))
 }
 
 #[cfg(test)]

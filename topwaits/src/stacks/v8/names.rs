@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use topwaits_common::v8::v8_shared;
+use topwaits_common::jit::v8_shared;
 
 use super::{v8_of, Layout, V8File};
 use crate::model::Frame;
@@ -187,34 +187,7 @@ impl Resolver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
-    /// Plain bytes at addresses, for fabricated heaps.
-    #[derive(Default)]
-    struct Bytes(BTreeMap<u64, u8>);
-
-    impl Bytes {
-        fn put(&mut self, at: u64, b: &[u8]) {
-            b.iter().enumerate().for_each(|(i, &v)| {
-                self.0.insert(at + i as u64, v);
-            });
-        }
-        fn put_word(&mut self, at: u64, w: u64) {
-            self.put(at, &w.to_le_bytes());
-        }
-    }
-
-    impl Memory for Bytes {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
-            for (i, b) in buf.iter_mut().enumerate() {
-                match self.0.get(&(addr + i as u64)) {
-                    Some(v) => *b = *v,
-                    None => return i,
-                }
-            }
-            buf.len()
-        }
-    }
+    use crate::sys::memory::Bytes;
 
     /// node 20's values.
     fn layout() -> Layout {

@@ -1,0 +1,367 @@
+//! Java frames: finding HotSpot in traced processes (its template interpreter,
+//! and the layout of its metadata and code cache, from the vmStructs tables
+//! that libjvm.so exports for debuggers) for the walker ([`proc_of`]), and
+//! naming interpreted frames' methods and compiled code in the report
+//! (`names::Resolver`).
+
+pub mod names;
+
+use std::collections::HashMap;
+use std::io::{Read, Seek};
+
+use anyhow::{Context as _, Result};
+use topwaits_common::jit::{JitProc, JvmCode, JvmHeap, KIND_HOTSPOT};
+
+use crate::sys::elf;
+use crate::sys::memory::{Memory, ProcessMemory};
+use crate::sys::procfs::{self, Mapping};
+
+/// The slot of an interpreted frame that holds its `Method*`, from its frame
+/// pointer (x86-64's `interpreter_frame_method_offset`, -3 words).
+const FP_METHOD: i32 = -24;
+
+/// The exported variables that describe the vmStructs tables, in the order of
+/// [`Tables`]' fields.
+const SYMS: [&str; 10] = [
+    "gHotSpotVMStructs",
+    "gHotSpotVMStructEntryArrayStride",
+    "gHotSpotVMStructEntryTypeNameOffset",
+    "gHotSpotVMStructEntryFieldNameOffset",
+    "gHotSpotVMStructEntryIsStaticOffset",
+    "gHotSpotVMStructEntryOffsetOffset",
+    "gHotSpotVMStructEntryAddressOffset",
+    "gHotSpotVMTypes",
+    "gHotSpotVMTypeEntryArrayStride",
+    "gHotSpotVMTypeEntryTypeNameOffset",
+];
+const TYPE_SIZE_SYM: &str = "gHotSpotVMTypeEntrySizeOffset";
+
+/// Where a libjvm.so keeps the variables of [`SYMS`] (file addresses), and
+/// its segments to place them in a process.
+#[derive(Clone, Debug)]
+pub struct JvmFile {
+    syms: [u64; 11],
+    segments: Vec<elf::Segment>,
+}
+
+/// A file's HotSpot, or None where it exports no vmStructs.
+pub fn file_of<R: Read + Seek>(f: &mut R) -> Result<Option<JvmFile>> {
+    let mut wanted = SYMS.to_vec();
+    wanted.push(TYPE_SIZE_SYM);
+    let found = elf::symbols(f, &wanted, false)?;
+    if found.is_empty() {
+        return Ok(None);
+    }
+    let mut syms = [0u64; 11];
+    for (i, name) in wanted.iter().enumerate() {
+        syms[i] = found
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .with_context(|| format!("libjvm.so without its {name} symbol"))?
+            .1;
+    }
+    Ok(Some(JvmFile { syms, segments: elf::load_segments(f)? }))
+}
+
+/// The offsets (and, for static fields, addresses) HotSpot describes itself
+/// by, each read from its vmStructs entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    pub method_const: u64,
+    pub const_constants: u64,
+    pub const_name_index: u64,
+    pub cp_holder: u64,
+    /// `sizeof(ConstantPool)`: its entries follow it.
+    pub cp_size: u64,
+    pub klass_name: u64,
+    pub symbol_length: u64,
+    pub symbol_body: u64,
+    /// `&AbstractInterpreter::_code`, the interpreter's `StubQueue*`.
+    pub interpreter: u64,
+    pub queue_buffer: u64,
+    pub queue_limit: u64,
+    /// `&CodeCache::_heaps`, a `GrowableArray<CodeHeap*>*`.
+    pub code_heaps: u64,
+    pub array_len: u64,
+    pub array_data: u64,
+    pub heap_memory: u64,
+    pub heap_segmap: u64,
+    pub heap_log2_segment: u64,
+    pub space_low: u64,
+    pub space_high: u64,
+    pub space_low_boundary: u64,
+    pub space_high_boundary: u64,
+    pub blob_frame_size: u64,
+    /// `sizeof(HeapBlock)`, and where its header keeps whether it is in use.
+    pub block_size: u64,
+    pub block_used: u64,
+    pub blob_name: u64,
+    pub compiled_method: u64,
+}
+
+/// The (type, field) of each [`Layout`] field read from the struct table, in
+/// order; the two sizes come from the type table.
+const FIELDS: [(&str, &str); 24] = [
+    ("Method", "_constMethod"),
+    ("ConstMethod", "_constants"),
+    ("ConstMethod", "_name_index"),
+    ("ConstantPool", "_pool_holder"),
+    ("Klass", "_name"),
+    ("Symbol", "_length"),
+    ("Symbol", "_body"),
+    ("AbstractInterpreter", "_code"),
+    ("StubQueue", "_stub_buffer"),
+    ("StubQueue", "_buffer_limit"),
+    ("CodeCache", "_heaps"),
+    ("GrowableArrayBase", "_len"),
+    ("GrowableArray<int>", "_data"),
+    ("CodeHeap", "_memory"),
+    ("CodeHeap", "_segmap"),
+    ("CodeHeap", "_log2_segment_size"),
+    ("VirtualSpace", "_low"),
+    ("VirtualSpace", "_high"),
+    ("HeapBlock::Header", "_used"),
+    ("CodeBlob", "_name"),
+    ("CompiledMethod", "_method"),
+    ("VirtualSpace", "_low_boundary"),
+    ("VirtualSpace", "_high_boundary"),
+    ("CodeBlob", "_frame_size"),
+];
+
+/// Most entries read from either table: HotSpot's have under a thousand.
+const MAX_ENTRIES: u64 = 20_000;
+
+/// The NUL-terminated string at `at` (at most 256 bytes).
+fn c_string(mem: &dyn Memory, at: u64) -> Option<String> {
+    let mut buf = [0u8; 256];
+    let n = mem.read(at, &mut buf);
+    let end = buf[..n].iter().position(|&b| b == 0)?;
+    String::from_utf8(buf[..end].to_vec()).ok()
+}
+
+/// Each entry of a vmStructs table (`table`: the array, `stride` apart) whose
+/// type name is one of `types`: its field name (None for the type table) and
+/// the words at `words` within the entry.
+fn entries(
+    mem: &dyn Memory,
+    (table, stride, type_name): (u64, u64, u64),
+    field_name: Option<u64>,
+    words: &[u64],
+    types: &[&str],
+) -> Result<Vec<(String, String, Vec<u64>)>> {
+    anyhow::ensure!((8..=256).contains(&stride), "vmStructs entries of {stride} bytes");
+    let mut names: HashMap<u64, Option<String>> = HashMap::new();
+    let mut name = |p: u64| names.entry(p).or_insert_with(|| c_string(mem, p)).clone();
+    let mut out = Vec::new();
+    for i in 0..MAX_ENTRIES {
+        let e = table + i * stride;
+        let t = mem.word(e + type_name).context("vmStructs entry unreadable")?;
+        if t == 0 {
+            return Ok(out);
+        }
+        let Some(ty) = name(t).filter(|ty| types.contains(&ty.as_str())) else { continue };
+        let field = match field_name {
+            Some(f) => name(mem.word(e + f).unwrap_or(0)).unwrap_or_default(),
+            None => String::new(),
+        };
+        let values = words.iter().map(|&w| mem.word(e + w).unwrap_or(0)).collect();
+        out.push((ty, field, values));
+    }
+    anyhow::bail!("vmStructs table without its end")
+}
+
+/// HotSpot's layout, from the tables' variables as the process holds them
+/// (`vars`: the values of [`SYMS`] and [`TYPE_SIZE_SYM`]).
+pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
+    let [structs, stride, type_name, field_name, is_static, offset, address, types, t_stride, t_name, t_size] =
+        *vars;
+    let mut kinds: Vec<&str> = FIELDS.iter().map(|f| f.0).collect();
+    kinds.dedup();
+    let found = entries(
+        mem,
+        (structs, stride, type_name),
+        Some(field_name),
+        &[is_static, offset, address],
+        &kinds,
+    )?;
+    let mut values = [0u64; 24];
+    for (i, (ty, field)) in FIELDS.iter().enumerate() {
+        let (_, _, v) = found
+            .iter()
+            .find(|(t, f, _)| t == ty && f == field)
+            .with_context(|| format!("HotSpot without {ty}::{field} in its vmStructs"))?;
+        // A static field's address, else the field's offset in its type.
+        values[i] = if v[0] as u32 != 0 { v[2] } else { v[1] };
+    }
+    let sizes =
+        entries(mem, (types, t_stride, t_name), None, &[t_size], &["ConstantPool", "HeapBlock"])?;
+    let size_of = |ty: &str| {
+        sizes
+            .iter()
+            .find(|(t, _, _)| t == ty)
+            .map(|(_, _, v)| v[0])
+            .with_context(|| format!("HotSpot without the size of {ty} in its vmStructs"))
+    };
+    let v = values;
+    Ok(Layout {
+        method_const: v[0],
+        const_constants: v[1],
+        const_name_index: v[2],
+        cp_holder: v[3],
+        klass_name: v[4],
+        symbol_length: v[5],
+        symbol_body: v[6],
+        interpreter: v[7],
+        queue_buffer: v[8],
+        queue_limit: v[9],
+        code_heaps: v[10],
+        array_len: v[11],
+        array_data: v[12],
+        heap_memory: v[13],
+        heap_segmap: v[14],
+        heap_log2_segment: v[15],
+        space_low: v[16],
+        space_high: v[17],
+        block_used: v[18],
+        blob_name: v[19],
+        compiled_method: v[20],
+        space_low_boundary: v[21],
+        space_high_boundary: v[22],
+        blob_frame_size: v[23],
+        cp_size: size_of("ConstantPool")?,
+        block_size: size_of("HeapBlock")?,
+    })
+}
+
+/// The 32-bit value at `at`.
+fn u32_at(mem: &dyn Memory, at: u64) -> Option<u32> {
+    let b = mem.bytes(at, 4)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The template interpreter's code, [start, end), once HotSpot has generated it.
+pub fn interpreter(mem: &dyn Memory, l: &Layout) -> Option<(u64, u64)> {
+    let queue = mem.word(l.interpreter).filter(|&q| q != 0)?;
+    let start = mem.word(queue + l.queue_buffer).filter(|&s| s != 0)?;
+    let size = u32_at(mem, queue + l.queue_limit)? as u64;
+    (size > 0).then_some((start, start + size))
+}
+
+/// Most code heaps read (HotSpot has three with a segmented cache, else one).
+pub const MAX_HEAPS: usize = 3;
+
+/// The code cache's heaps, each as (its reserved range, its segment map),
+/// for the walker; None until HotSpot has set them up.
+pub fn code_of(mem: &dyn Memory, l: &Layout) -> Option<JvmCode> {
+    let heaps = mem.word(l.code_heaps).filter(|&p| p != 0)?;
+    let len = (u32_at(mem, heaps + l.array_len)? as i32).clamp(0, MAX_HEAPS as i32) as u64;
+    let data = mem.word(heaps + l.array_data)?;
+    let log2 = u32_at(mem, mem.word(data)? + l.heap_log2_segment)?;
+    let mut code = JvmCode {
+        log2_segment: log2,
+        block_size: l.block_size as u32,
+        frame_size: l.blob_frame_size as u32,
+        ..Default::default()
+    };
+    for (i, h) in code.heaps.iter_mut().enumerate().take(len as usize) {
+        let heap = mem.word(data + 8 * i as u64)?;
+        *h = JvmHeap {
+            low: mem.word(heap + l.heap_memory + l.space_low_boundary)?,
+            high: mem.word(heap + l.heap_memory + l.space_high_boundary)?,
+            segmap: mem.word(heap + l.heap_segmap + l.space_low)?,
+        };
+    }
+    (len > 0 && log2 < 32).then_some(code)
+}
+
+/// The mapping of a process's libjvm.so, if it maps one.
+fn jvm_mapping(maps: &[Mapping]) -> Option<&Mapping> {
+    maps.iter().find(|m| m.path.ends_with("/libjvm.so"))
+}
+
+/// Where a file address of `file`, mapped at `maps`, lies in the process: by
+/// the segment it falls in, whose memory is whole from its start (HotSpot's
+/// table variables are in .bss, past the segment's file bytes).
+fn placed(file: &JvmFile, maps: &[Mapping], of: &Mapping, vaddr: u64) -> Option<u64> {
+    let s = file.segments.iter().filter(|s| s.vaddr <= vaddr).max_by_key(|s| s.vaddr)?;
+    let m = maps
+        .iter()
+        .filter(|m| (m.dev, m.inode) == (of.dev, of.inode))
+        .find(|m| m.offset <= s.offset && s.offset - m.offset < m.end - m.start)?;
+    Some(m.start + (s.offset - m.offset) + (vaddr - s.vaddr))
+}
+
+/// The JVMs met: each libjvm.so read once, and each process's layout.
+#[derive(Default)]
+pub struct Jvms {
+    files: HashMap<(u64, u64), Option<JvmFile>>,
+    /// By process and where its libjvm.so is mapped (an exec maps it anew).
+    layouts: HashMap<(u32, u64), Option<Layout>>,
+}
+
+impl Jvms {
+    /// The layout of the JVM process `tgid` maps at `maps`; None where it
+    /// runs no HotSpot, or one that cannot be read.
+    pub fn layout(&mut self, tgid: u32, maps: &[Mapping]) -> Option<Layout> {
+        let m = jvm_mapping(maps)?;
+        let file = self
+            .files
+            .entry((m.dev, m.inode))
+            .or_insert_with(|| {
+                let mut r = std::io::BufReader::new(procfs::open_mapped(tgid, m)?);
+                file_of(&mut r).unwrap_or_else(|e| {
+                    log::debug!("HotSpot in {} not read: {e:#}", m.path);
+                    None
+                })
+            })
+            .as_ref()?;
+        *self.layouts.entry((tgid, m.start)).or_insert_with(|| layout_in(file, tgid, m))
+    }
+
+    /// Forgets process `tgid`.
+    pub fn forget(&mut self, tgid: u32) {
+        self.layouts.retain(|&(t, _), _| t != tgid);
+    }
+
+    /// The walker's entries for a JVM process mapping `maps`, once its
+    /// interpreter and code cache are in place.
+    pub fn proc_of(&mut self, tgid: u32, maps: &[Mapping]) -> Option<(JitProc, JvmCode)> {
+        let l = self.layout(tgid, maps)?;
+        let mem = ProcessMemory { pid: tgid };
+        let (Some((start, end)), Some(code)) = (interpreter(&mem, &l), code_of(&mem, &l)) else {
+            log::debug!("HotSpot of {tgid}: its interpreter or code cache is not in place yet");
+            return None;
+        };
+        let p = JitProc {
+            blob: [start, end, 0, 0],
+            fp_function: FP_METHOD,
+            kind: KIND_HOTSPOT,
+            ..Default::default()
+        };
+        Some((p, code))
+    }
+}
+
+/// The layout of JVM process `tgid`, whose libjvm.so `file` is mapped at `m`.
+fn layout_in(file: &JvmFile, tgid: u32, m: &Mapping) -> Option<Layout> {
+    let mem = ProcessMemory { pid: tgid };
+    // The variables are in the file's data, which code mappings leave out.
+    let all = procfs::maps_of(tgid);
+    let mut vars = [0u64; 11];
+    for (v, &sym) in vars.iter_mut().zip(&file.syms) {
+        let Some(w) = placed(file, &all, m, sym).and_then(|a| mem.word(a)) else {
+            log::debug!("HotSpot of {tgid}: its vmStructs variables do not read");
+            return None;
+        };
+        *v = w;
+    }
+    let l = layout_of(&mem, &vars);
+    match &l {
+        Ok(_) => log::debug!("HotSpot of {tgid}: layout read"),
+        Err(e) => log::debug!("HotSpot of {tgid} not read: {e:#}"),
+    }
+    l.ok()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,162 @@
+//! Names Java frames: an interpreted frame's `Method*` (the walker's word)
+//! gives its class and method through the method's constant pool; code in
+//! the JVM's code cache is found by the cache's segment map, and named as the
+//! method compiled there or the stub it is. What cannot be read is said so.
+
+use std::collections::HashMap;
+
+use topwaits_common::jit::jvm_method;
+
+use super::{Jvms, Layout};
+use crate::model::Frame;
+use crate::sys::memory::{Memory, ProcessMemory};
+use crate::sys::procfs;
+
+/// The longest name part kept (bytes).
+const MAX_NAME: usize = 300;
+/// Most steps back through the segment map to a block's start.
+const MAX_HOPS: u32 = 4096;
+
+/// A `Symbol`'s text, if it reads as one.
+fn symbol(mem: &dyn Memory, l: &Layout, sym: u64) -> Option<String> {
+    let len = mem.bytes(sym.checked_add(l.symbol_length)?, 2)?;
+    let len = u16::from_le_bytes([len[0], len[1]]) as usize;
+    if len == 0 || len > MAX_NAME {
+        return None;
+    }
+    let s = String::from_utf8(mem.bytes(sym + l.symbol_body, len)?).ok()?;
+    s.chars().all(|c| !c.is_control()).then_some(s)
+}
+
+/// `Class.method` of the `Method*` at `method`, the class with dots for its
+/// package's slashes.
+pub fn method_name(mem: &dyn Memory, l: &Layout, method: u64) -> Option<String> {
+    let cm = mem.word(method.checked_add(l.method_const)?).filter(|&p| p != 0)?;
+    let cp = mem.word(cm + l.const_constants).filter(|&p| p != 0)?;
+    let index = mem.bytes(cm + l.const_name_index, 2)?;
+    let index = u16::from_le_bytes([index[0], index[1]]) as u64;
+    let holder = mem.word(cp + l.cp_holder).filter(|&p| p != 0)?;
+    let class = symbol(mem, l, mem.word(holder + l.klass_name)?)?;
+    let name = symbol(mem, l, mem.word(cp + l.cp_size + 8 * index)?)?;
+    Some(format!("{}.{name}", class_name(&class)))
+}
+
+/// A class's name as Java writes it: dots between the package's parts, and
+/// without the address a hidden class (a lambda's) carries, which differs
+/// from run to run (`Turns$$Lambda$1+0x00007f420c000a08`).
+fn class_name(internal: &str) -> String {
+    let name = match internal.rfind("+0x") {
+        Some(i) if internal[i + 3..].chars().all(|c| c.is_ascii_hexdigit()) => &internal[..i],
+        _ => internal,
+    };
+    name.replace('/', ".")
+}
+
+/// What the code cache holds at a pc: the method compiled there, or the name
+/// of the stub (`Interpreter`, `StubRoutines (1)`, ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Code {
+    Method(String),
+    Stub(String),
+}
+
+/// The code blob in the cache that holds `pc`, named.
+pub fn code_at(mem: &dyn Memory, l: &Layout, pc: u64) -> Option<Code> {
+    let heaps = mem.word(l.code_heaps).filter(|&p| p != 0)?;
+    let len = mem.bytes(heaps + l.array_len, 4)?;
+    let len =
+        i32::from_le_bytes([len[0], len[1], len[2], len[3]]).clamp(0, super::MAX_HEAPS as i32);
+    let data = mem.word(heaps + l.array_data)?;
+    for i in 0..len as u64 {
+        let heap = mem.word(data + 8 * i)?;
+        let low = mem.word(heap + l.heap_memory + l.space_low_boundary)?;
+        let high = mem.word(heap + l.heap_memory + l.space_high_boundary)?;
+        if !(low <= pc && pc < high) {
+            continue;
+        }
+        let map = mem.word(heap + l.heap_segmap + l.space_low)?;
+        let log2 = mem.bytes(heap + l.heap_log2_segment, 4)?[0] as u32;
+        if log2 >= 32 {
+            return None;
+        }
+        // Each segment's byte says how far back its block begins (0: here;
+        // 0xff: free).
+        let mut seg = (pc - low) >> log2;
+        for _ in 0..MAX_HOPS {
+            match mem.byte(map + seg)? {
+                0 => break,
+                0xff => return None,
+                hop => seg = seg.checked_sub(hop as u64)?,
+            }
+        }
+        let block = low + (seg << log2);
+        if mem.byte(block + l.block_used)? == 0 {
+            return None;
+        }
+        let blob = block + l.block_size;
+        let name = super::c_string(mem, mem.word(blob + l.blob_name)?)?;
+        if name.contains("nmethod") {
+            let method = mem.word(blob + l.compiled_method)?;
+            return method_name(mem, l, method).map(Code::Method);
+        }
+        return Some(Code::Stub(name));
+    }
+    None
+}
+
+/// The frame shown for a Java method or stub, or for a word that did not read.
+fn frame_of(addr: u64, name: Option<String>) -> Frame {
+    Frame {
+        addr,
+        symbol: Some(name.unwrap_or_else(|| "[java:unreadable]".into()).into()),
+        module: None,
+        offset: None,
+    }
+}
+
+/// Names Java frame words and code cache addresses, caching each process's
+/// layout and each name read.
+#[derive(Default)]
+pub struct Resolver {
+    jvms: Jvms,
+    /// Each process's layout, None where it is no JVM.
+    layouts: HashMap<u32, Option<Layout>>,
+    names: HashMap<(u32, u64), Option<String>>,
+}
+
+impl Resolver {
+    /// Forgets what it read of `tgid`, gone for good.
+    pub fn forget(&mut self, tgid: u32) {
+        self.layouts.remove(&tgid);
+        self.jvms.forget(tgid);
+        self.names.retain(|&(t, _), _| t != tgid);
+    }
+
+    fn layout(&mut self, tgid: u32) -> Option<Layout> {
+        let jvms = &mut self.jvms;
+        *self.layouts.entry(tgid).or_insert_with(|| jvms.layout(tgid, &procfs::maps_of(tgid)))
+    }
+
+    /// The frame for interpreted-frame word `word` of process `tgid`.
+    pub fn frame(&mut self, tgid: u32, word: u64) -> Frame {
+        let method = jvm_method(word);
+        let layout = self.layout(tgid);
+        let name = self.names.entry((tgid, word)).or_insert_with(|| {
+            layout.and_then(|l| method_name(&ProcessMemory { pid: tgid }, &l, method))
+        });
+        frame_of(word, name.clone())
+    }
+
+    /// The frame for address `pc` of process `tgid`, in no file, if the
+    /// process is a JVM and its code cache holds the address.
+    pub fn code(&mut self, tgid: u32, pc: u64) -> Option<Frame> {
+        let l = self.layout(tgid)?;
+        let name = self.names.entry((tgid, pc)).or_insert_with(|| {
+            code_at(&ProcessMemory { pid: tgid }, &l, pc).map(|c| match c {
+                Code::Method(m) => m,
+                Code::Stub(s) => format!("[jvm:{s}]"),
+            })
+        });
+        name.clone().map(|n| frame_of(pc, Some(n)))
+    }
+}

@@ -137,8 +137,8 @@ pub struct JvmHeap {
 }
 
 /// The steps back through a segment map the walker takes: a block of up to
-/// 8 x 254 segments (254 KiB of 128-byte segments) is found.
-pub const JVM_HOPS: usize = 8;
+/// 32 x 254 segments (1 MiB of 128-byte segments) is found.
+pub const JVM_HOPS: usize = 32;
 
 /// A HotSpot JVM's code cache, for stepping over compiled frames, which keep
 /// no frame pointer: each code blob says how large its frames are. In
@@ -155,16 +155,38 @@ pub struct JvmCode {
     pub _pad: u32,
 }
 
+/// One step back through a segment map ([`jvm_hop`]).
+pub enum JvmHop {
+    /// The segment is its block's first.
+    Start,
+    /// The block begins at or before this segment.
+    Back(u64),
+    /// The segment is free, or the map unreadable.
+    Nothing,
+}
+
+/// One step back through a segment map, from segment `seg` whose byte is `byte`.
+#[inline(always)]
+pub fn jvm_hop(byte: Option<u8>, seg: u64) -> JvmHop {
+    match byte {
+        Some(0) => JvmHop::Start,
+        Some(0xff) | None => JvmHop::Nothing,
+        Some(hop) => seg.checked_sub(hop as u64).map_or(JvmHop::Nothing, JvmHop::Back),
+    }
+}
+
 impl JvmCode {
     /// The frame size in words (the return address and saved frame pointer
     /// included) of the code blob holding `pc`, where it has one: compiled
     /// methods and runtime stubs do; the interpreter and the call stub (0)
-    /// keep frame pointers instead.
+    /// keep frame pointers instead. `start` walks a segment map back from a
+    /// segment to its block's first ([`jvm_hop`] at a time, at most
+    /// [`JVM_HOPS`] steps); `int` reads a 32-bit value.
     #[inline(always)]
     pub fn frame_words(
         &self,
         pc: u64,
-        byte: impl Fn(u64) -> Option<u8>,
+        start: impl FnOnce(u64, u64) -> Option<u64>,
         int: impl Fn(u64) -> Option<u32>,
     ) -> Option<u64> {
         let mut heap = None;
@@ -175,16 +197,21 @@ impl JvmCode {
         }
         let h = heap?;
         let log2 = (self.log2_segment & 31) as u64;
-        let mut seg = (pc - h.low) >> log2;
+        let seg = start(h.segmap, (pc - h.low) >> log2)?;
+        let blob = h.low + (seg << log2) + self.block_size as u64;
+        let words = int(blob + self.frame_size as u64)?;
+        (2..8192).contains(&words).then_some(words as u64)
+    }
+}
+
+/// [`JvmCode::frame_words`]' `start` for plain code: the hops taken in a loop.
+pub fn jvm_block_start(byte: impl Fn(u64) -> Option<u8>) -> impl FnOnce(u64, u64) -> Option<u64> {
+    move |map, mut seg| {
         for _ in 0..JVM_HOPS {
-            match byte(h.segmap + seg)? {
-                0 => {
-                    let blob = h.low + (seg << log2) + self.block_size as u64;
-                    let words = int(blob + self.frame_size as u64)?;
-                    return (2..8192).contains(&words).then_some(words as u64);
-                }
-                0xff => return None,
-                hop => seg = seg.checked_sub(hop as u64)?,
+            match jvm_hop(byte(map + seg), seg) {
+                JvmHop::Start => return Some(seg),
+                JvmHop::Back(earlier) => seg = earlier,
+                JvmHop::Nothing => return None,
             }
         }
         None
@@ -257,16 +284,20 @@ mod tests {
             0x10_012c => Some(6),
             _ => None,
         };
-        assert_eq!(c.frame_words(0x10_0000 + 5 * 128 + 9, byte, int), Some(6));
-        assert_eq!(c.frame_words(0x10_0000 + 2 * 128, byte, int), Some(6));
+        assert_eq!(c.frame_words(0x10_0000 + 5 * 128 + 9, jvm_block_start(byte), int), Some(6));
+        assert_eq!(c.frame_words(0x10_0000 + 2 * 128, jvm_block_start(byte), int), Some(6));
         // The call stub's blob keeps a frame pointer instead: no size.
-        assert_eq!(c.frame_words(0x10_0000 + 100, byte, int), None);
-        assert_eq!(c.frame_words(0x10_0000 + 6 * 128, byte, int), None, "free");
-        assert_eq!(c.frame_words(0x20_0000, byte, int), None, "in no heap");
+        assert_eq!(c.frame_words(0x10_0000 + 100, jvm_block_start(byte), int), None);
+        assert_eq!(c.frame_words(0x10_0000 + 6 * 128, jvm_block_start(byte), int), None, "free");
+        assert_eq!(c.frame_words(0x20_0000, jvm_block_start(byte), int), None, "in no heap");
         // A chain of hops longer than the walker takes is not followed.
-        let long = [0u8, 1, 1, 1, 1, 1, 1, 1, 1, 1];
+        let mut long = [1u8; 40];
+        long[0] = 0;
         let byte = |a: u64| a.checked_sub(0x1000).and_then(|i| long.get(i as usize).copied());
-        assert_eq!(c.frame_words(0x10_0000 + 9 * 128, byte, int), None);
+        assert_eq!(c.frame_words(0x10_0000 + 39 * 128, jvm_block_start(byte), int), None);
+        assert_eq!(c.frame_words(0x10_0000 + 32 * 128, jvm_block_start(byte), int), None);
+        let int = |a: u64| (a == 0x10_002c).then_some(9);
+        assert_eq!(c.frame_words(0x10_0000 + 31 * 128, jvm_block_start(byte), int), Some(9));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use topwaits_common::{
-    jit::{JitProc, KIND_HOTSPOT},
+    jit::{jvm_hop, JitProc, JvmHop, JVM_HOPS, KIND_HOTSPOT},
     proc_event,
     python::PyProc,
     walker::{
@@ -444,6 +444,46 @@ fn unmapped(w: &mut Walk, maps: &mut ProcMaps, at: u64) -> i64 {
     by_frame_pointer(w, cut::UNMAPPED)
 }
 
+/// A segment map's walk back to its block's first segment (`Hops::seg`),
+/// shared with [`hop`].
+#[repr(C)]
+struct Hops {
+    map: u64,
+    seg: u64,
+    /// 0 while walking, 1 at the block's start, 2 where there is none.
+    end: u64,
+}
+
+/// `bpf_loop` body: one step back through a segment map. Its own loop keeps
+/// the walker's loop body, which the verifier walks through at each call
+/// site, to one step's instructions.
+unsafe extern "C" fn hop(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the `Hops` that `block_start` passed, on its stack.
+    let h = unsafe { &mut *ctx.cast::<Hops>() };
+    match jvm_hop(user_byte(h.map + h.seg), h.seg) {
+        JvmHop::Start => h.end = 1,
+        JvmHop::Back(earlier) => {
+            h.seg = earlier;
+            return 0;
+        }
+        JvmHop::Nothing => h.end = 2,
+    }
+    1
+}
+
+/// The first segment of the block holding segment `seg` of segment map `map`.
+#[inline(always)]
+fn block_start(map: u64, seg: u64) -> Option<u64> {
+    let mut h = Hops { map, seg, end: 0 };
+    // SAFETY: the callback writes `h` through the pointer, for this call only;
+    // it is read back as the callback left it.
+    let (end, seg) = unsafe {
+        bpf_loop(JVM_HOPS as u32, hop as *mut core::ffi::c_void, (&raw mut h).cast(), 0);
+        (core::ptr::read_volatile(&raw const h.end), core::ptr::read_volatile(&raw const h.seg))
+    };
+    (end == 1).then_some(seg)
+}
+
 /// Steps over a JVM's compiled frame (or runtime stub) at `at` by the frame
 /// size its code blob gives: the return address and the saved frame pointer
 /// are the top two words of the frame. False where the code cache gives no
@@ -452,7 +492,7 @@ fn unmapped(w: &mut Walk, maps: &mut ProcMaps, at: u64) -> i64 {
 fn compiled_step(w: &mut Walk, at: u64) -> bool {
     let Some(code) = JVM_CODE.get_ptr(&(w.tgid as u32)) else { return false };
     // SAFETY: a map value, alive for the program run.
-    let Some(words) = unsafe { &*code }.frame_words(at, user_byte, user_u32) else {
+    let Some(words) = unsafe { &*code }.frame_words(at, block_start, user_u32) else {
         return false;
     };
     let cfa = w.sp + 8 * words;

@@ -110,6 +110,14 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     let worker =
         out.split("\n\n").find(|t| t.starts_with("worker-")).unwrap_or_else(|| panic!("{out}"));
     assert!(METHODS.iter().all(|m| worker.contains(m)), "{worker}");
+    // ... and says what each worker waits on as the other views do.
+    let workers: Vec<&str> = out.split("\n\n").filter(|t| t.starts_with("worker-")).collect();
+    // (A worker on its way between the two may be running, and not listed.)
+    assert!(workers.len() >= 3, "{out}");
+    let told =
+        |t: &&str| t.contains("waits on Java monitor (synchronized)\n") || t.contains("sleeps for");
+    assert!(workers.iter().all(told), "{out}");
+    assert!(workers.iter().any(|t| t.contains("waits on Java monitor")), "{out}");
 }
 
 /// An ISO-8601 duration as Flight Recorder writes it (`PT0.002088421S`,

@@ -228,6 +228,7 @@ fn wait_json(w: &WaitOn) -> Value {
                 crate::analysis::blocked::classify::FutexKind::LikelyMutex => "mutex_by_layout",
                 crate::analysis::blocked::classify::FutexKind::PiLock => "pi_lock",
                 crate::analysis::blocked::classify::FutexKind::Named(n) => n,
+                crate::analysis::blocked::classify::FutexKind::Runtime(n) => n,
                 crate::analysis::blocked::classify::FutexKind::Join => "thread_join",
                 crate::analysis::blocked::classify::FutexKind::Unknown => "unknown",
             },

@@ -3,6 +3,7 @@
 //! (condition variable, semaphore, ...), a file descriptor, a sleep, or a child.
 //! Pure: memory comes in as a function.
 
+use crate::analysis::what::Runtime;
 use crate::sys::thread::Syscall;
 
 pub use crate::sys::syscalls::{syscall_info, syscall_info_by_name, SyscallInfo};
@@ -32,6 +33,9 @@ pub enum FutexKind {
     PiLock,
     /// A lock-free kind named by the user frames.
     Named(&'static str),
+    /// A language runtime's wait, named by its frames (a Java monitor): the
+    /// futex is the waiting thread's own, so its address says nothing.
+    Runtime(&'static str),
     /// `pthread_join`: the futex is the joined thread's tid field, which the kernel
     /// clears when that thread exits; the "owner" is that thread.
     Join,
@@ -71,13 +75,14 @@ impl WaitOn {
                     FutexKind::Mutex => "mutex".to_string(),
                     FutexKind::LikelyMutex => "mutex (by its layout)".to_string(),
                     FutexKind::PiLock => "PI lock".to_string(),
-                    FutexKind::Named(n) => n.to_string(),
+                    FutexKind::Named(n) | FutexKind::Runtime(n) => n.to_string(),
                     FutexKind::Join => "thread join".to_string(),
                     FutexKind::Unknown => "futex".to_string(),
                 };
                 match (kind, owner) {
                     (FutexKind::Join, Some(o)) => format!("the exit of tid {o} (thread join)"),
                     (FutexKind::Join, None) => "the exit of a thread (thread join)".to_string(),
+                    (FutexKind::Runtime(_), _) => what,
                     (_, Some(o)) => format!("{what} {addr:#x} held by tid {o}"),
                     (FutexKind::Mutex | FutexKind::PiLock, None) => {
                         format!("{what} {addr:#x}, owner not recorded")
@@ -104,6 +109,7 @@ impl WaitOn {
             WaitOn::Futex { owner: Some(o), kind: FutexKind::Join, .. } => {
                 format!("exit of tid {o}")
             }
+            WaitOn::Futex { kind: FutexKind::Runtime(n), .. } => n.to_string(),
             WaitOn::Futex { addr, .. } => format!("mutex {addr:#x}"),
             other => other.describe(),
         }
@@ -143,6 +149,13 @@ pub fn futex(
     let joined = u32::try_from(val)
         .ok()
         .filter(|&v| v > 2 && v != tid && read_u32(addr) == Some(v) && (threads.sibling)(v));
+    match crate::analysis::what::runtime_by_frames(frames) {
+        Some(Runtime::Sleep) => return WaitOn::Sleep,
+        Some(Runtime::Named(what)) => {
+            return WaitOn::Futex { addr, kind: FutexKind::Runtime(what), owner: None, private }
+        }
+        None => {}
+    }
     match crate::analysis::what::futex_by_frames(frames) {
         Some(None) => {
             let owner = read_u32(addr + GLIBC_MUTEX_OWNER_OFFSET).filter(|&o| o != 0 && o != tid);
@@ -243,6 +256,19 @@ mod tests {
             matches!(own, WaitOn::Futex { owner: None, .. }),
             "a thread never waits on itself: {own:?}"
         );
+    }
+
+    #[test]
+    fn a_jvms_waits_are_named_as_the_other_views_name_them() {
+        let park =
+            ["__futex_abstimed_wait_common", "pthread_cond_wait", "os::PlatformEvent::park()"];
+        let monitor =
+            [&park[..], &["ObjectMonitor::EnterI(JavaThread*)", "ObjectMonitor::enter"]].concat();
+        let w = futex(&call(137, 0), 7, &monitor, &mem(0, 0), &ANY);
+        assert_eq!(w.describe(), "Java monitor (synchronized)");
+        assert_eq!(w.lock_name(), "Java monitor (synchronized)");
+        let sleep = [&park[..], &["JavaThread::sleep(long)", "JVM_Sleep"]].concat();
+        assert_eq!(futex(&call(137, 0), 7, &sleep, &mem(0, 0), &ANY), WaitOn::Sleep);
     }
 
     #[test]

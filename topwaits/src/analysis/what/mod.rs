@@ -6,6 +6,8 @@
 pub mod procfs;
 mod runtimes;
 
+pub use runtimes::{kind_by_frames as runtime_by_frames, Runtime};
+
 use topwaits_common::{what as bits, What};
 
 use crate::model::label::WaitsOn;

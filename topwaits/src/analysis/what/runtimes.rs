@@ -14,51 +14,53 @@ const LOOK: usize = 8;
 
 /// Parts of HotSpot's function names, and the wait each says (the first found
 /// from the leaf decides).
-const JVM_WAITS: &[(&str, Jvm)] = &[
-    ("JavaThread::sleep", Jvm::Sleep),
-    ("JVM_Sleep", Jvm::Sleep),
-    ("ObjectMonitor::EnterI", Jvm::Lock("Java monitor (synchronized)")),
-    ("ObjectMonitor::enter", Jvm::Lock("Java monitor (synchronized)")),
-    ("ObjectMonitor::wait", Jvm::Lock("Object.wait")),
-    ("Unsafe_Park", Jvm::Lock("LockSupport.park")),
-    ("CompileQueue::get", Jvm::Lock("JVM JIT compiler, waiting for work")),
-    ("CompileBroker::compiler_thread_loop", Jvm::Lock("JVM JIT compiler, waiting for work")),
-    ("GangWorker::loop", Jvm::Lock("JVM GC worker, waiting for work")),
-    ("WorkerThread::run", Jvm::Lock("JVM GC worker, waiting for work")),
-    ("ConcurrentRefineThread", Jvm::Lock("JVM GC worker, waiting for work")),
-    ("ConcurrentGCThread", Jvm::Lock("JVM GC worker, waiting for work")),
-    ("G1ServiceThread", Jvm::Lock("JVM GC worker, waiting for work")),
+const JVM_WAITS: &[(&str, Runtime)] = &[
+    ("JavaThread::sleep", Runtime::Sleep),
+    ("JVM_Sleep", Runtime::Sleep),
+    ("ObjectMonitor::EnterI", Runtime::Named("Java monitor (synchronized)")),
+    ("ObjectMonitor::enter", Runtime::Named("Java monitor (synchronized)")),
+    ("ObjectMonitor::wait", Runtime::Named("Object.wait")),
+    ("Unsafe_Park", Runtime::Named("LockSupport.park")),
+    ("CompileQueue::get", Runtime::Named("JVM JIT compiler, waiting for work")),
+    ("CompileBroker::compiler_thread_loop", Runtime::Named("JVM JIT compiler, waiting for work")),
+    ("GangWorker::loop", Runtime::Named("JVM GC worker, waiting for work")),
+    ("WorkerThread::run", Runtime::Named("JVM GC worker, waiting for work")),
+    ("ConcurrentRefineThread", Runtime::Named("JVM GC worker, waiting for work")),
+    ("ConcurrentGCThread", Runtime::Named("JVM GC worker, waiting for work")),
+    ("G1ServiceThread", Runtime::Named("JVM GC worker, waiting for work")),
 ];
 
-#[derive(Clone, Copy)]
-enum Jvm {
+/// What a runtime's futex wait is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// `Thread.sleep`.
     Sleep,
-    Lock(&'static str),
+    /// A wait of this kind, one label for all its waiters.
+    Named(&'static str),
 }
 
-/// The wait a runtime's frames (leaf first) name: HotSpot's, or libuv's
-/// thread pool (`uv_cond_wait` called from its `worker`).
-pub fn by_frames(user: &[&str]) -> Option<WaitsOn> {
+/// What a runtime's frames (leaf first) say a futex wait is: a sleep, or a
+/// wait named for all its waiters (the futex is the waiting thread's own, not
+/// the object's, so its address says nothing). HotSpot's, or libuv's thread
+/// pool (`uv_cond_wait` called from its `worker`).
+pub fn kind_by_frames(user: &[&str]) -> Option<Runtime> {
     let near = &user[..user.len().min(LOOK)];
     if near.windows(2).any(|w| w == ["uv_cond_wait", "worker"]) {
-        return Some(WaitsOn::Futex {
-            lock: "libuv thread pool, waiting for work".into(),
-            addr: 0,
-        });
+        return Some(Runtime::Named("libuv thread pool, waiting for work"));
     }
-    let found = user
-        .iter()
-        .take(LOOK)
-        .find_map(|name| JVM_WAITS.iter().find(|(part, _)| name.contains(part)).map(|(_, w)| *w))?;
-    Some(match found {
-        Jvm::Sleep => WaitsOn::Sleep {
+    near.iter()
+        .find_map(|name| JVM_WAITS.iter().find(|(part, _)| name.contains(part)).map(|(_, w)| *w))
+}
+
+/// The wait a runtime's frames (leaf first) name, as a label.
+pub fn by_frames(user: &[&str]) -> Option<WaitsOn> {
+    Some(match kind_by_frames(user)? {
+        Runtime::Sleep => WaitsOn::Sleep {
             requested_ns: None,
             syscall: "Thread.sleep".into(),
             to_deadline: false,
         },
-        // One label for every waiter of the kind: the futex is the waiting
-        // thread's own, not the object's.
-        Jvm::Lock(what) => WaitsOn::Futex { lock: what.into(), addr: 0 },
+        Runtime::Named(what) => WaitsOn::Futex { lock: what.into(), addr: 0 },
     })
 }
 

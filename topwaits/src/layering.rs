@@ -52,6 +52,7 @@ const ORDER: &[&str] = &[
     "util/error",
     "util/http",
     "util/text",
+    "util/alone",
     "util",
 ];
 

@@ -131,7 +131,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         }
         None => crate::util::stderr::say!("Tracing threads of {target}... Hit Ctrl-C to end."),
     }
-    wait(
+    let end = wait(
         config.duration,
         &mut pidfds(&config.threads),
         &mut events,
@@ -139,7 +139,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         &mut |e| super::trace::on_event(&mut symbolizer, &unwinder, e),
         &mut || unwinder.borrow_mut().sweep(),
     )?;
-    second_interrupt_quits();
+    second_interrupt_quits(&end);
     // The window ends when the programs stop recording, not when detaching ends.
     let end_mono = window_end(monotonic_now(), deadline);
     tracer.end_threads_at(end_mono)?;

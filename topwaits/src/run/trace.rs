@@ -214,7 +214,7 @@ pub fn run(config: &Config) -> Result<()> {
             || deadline.is_some_and(|d| std::time::Instant::now() >= d);
         say_end(&end, &target);
         if finished {
-            second_interrupt_quits();
+            second_interrupt_quits(&end);
             // Events were recorded until the programs were detached.
             tracer.stop(config.open_waits);
         }

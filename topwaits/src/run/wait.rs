@@ -284,10 +284,33 @@ impl std::os::fd::AsRawFd for SignalFd {
     }
 }
 
-/// Lets a second Ctrl-C during the report end the process at once: SIGINT
-/// back to its default action, and no longer blocked on this thread (the only
-/// one then that takes it).
-pub fn second_interrupt_quits() {
+/// Lets a second Ctrl-C during the report end the process at once, once the
+/// wait ended as `end` says. A Ctrl-C ended it: SIGINT back to its default
+/// action, and no longer blocked on this thread (the only one then that takes
+/// it). The wait ended on its own (its duration, or the traced processes
+/// exited): a Ctrl-C that comes now is the first, the one that would have ended
+/// the trace, and the report goes on; a thread of its own waits for it, and
+/// lets the next one end the process.
+pub fn second_interrupt_quits(end: &End) {
+    if !matches!(end, End::Signal(_)) {
+        std::thread::spawn(|| {
+            // SAFETY: sigset operations on a local set; SIGINT is blocked on
+            // every thread (`hold_signals`), so sigwait takes it here.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGINT);
+                let mut signal = 0;
+                libc::sigwait(&set, &mut signal);
+                crate::util::stderr::say!("topwaits: finishing the report; Ctrl-C again to quit");
+                libc::sigwait(&set, &mut signal);
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                libc::raise(libc::SIGINT);
+            }
+        });
+        return;
+    }
     // SAFETY: restoring the default disposition of a signal is always allowed,
     // and a mask change of this thread.
     unsafe {
@@ -301,7 +324,7 @@ pub fn second_interrupt_quits() {
 
 #[cfg(test)]
 mod tests {
-    use super::TimedReads;
+    use super::{hold_signals, second_interrupt_quits, End, TimedReads};
     use std::time::Duration;
     use tokio::time::Instant;
 
@@ -331,5 +354,44 @@ mod tests {
         assert_eq!(r.next, Some(due + period));
         r.read(due + period, 0);
         assert_eq!(r.next, None, "no reads while nothing comes");
+    }
+
+    /// A trace that ended on its own: the first Ctrl-C during the report lets
+    /// it go on, the second ends the process. Signals are the process's, and
+    /// topwaits blocks them before any thread starts: the check runs in a
+    /// forked child, whose one thread is the one that blocks them.
+    #[test]
+    fn a_ctrl_c_after_a_trace_ended_on_its_own_lets_the_report_finish() {
+        let status = |second: bool| {
+            // SAFETY: the child runs only this test's code, then _exits.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                hold_signals();
+                second_interrupt_quits(&End::Duration);
+                // SAFETY: signals to this process, and its end.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGINT);
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    if second {
+                        libc::kill(libc::getpid(), libc::SIGINT);
+                        std::thread::sleep(std::time::Duration::from_secs(5));
+                        libc::_exit(3);
+                    }
+                    libc::_exit(0);
+                }
+            }
+            let mut status = 0;
+            // SAFETY: waits for the child just forked.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            status
+        };
+        let first = status(false);
+        assert!(libc::WIFEXITED(first) && libc::WEXITSTATUS(first) == 0, "status {first:#x}");
+        let second = status(true);
+        assert!(
+            libc::WIFSIGNALED(second) && libc::WTERMSIG(second) == libc::SIGINT,
+            "status {second:#x}"
+        );
     }
 }

@@ -73,9 +73,6 @@ mod tests {
         }
     }
 
-    /// The test's name, run again alone in a fresh process.
-    const CHILD: &str = "TOPWAITS_HEAP_TEST_ALONE";
-
     /// A table's megabyte comes from the heap while tracing; in the report, a
     /// block larger than any the trace freed gets a mapping of its own.
     ///
@@ -85,25 +82,16 @@ mod tests {
     /// that runs this test alone.
     #[test]
     fn tracing_keeps_large_blocks_in_the_heap_and_the_report_maps_them() {
-        if std::env::var_os(CHILD).is_some() {
+        let name =
+            "sys::heap::tests::tracing_keeps_large_blocks_in_the_heap_and_the_report_maps_them";
+        if crate::util::alone::is_alone(name) {
             for_tracing();
             assert!(!mmapped(1 << 20), "a block of 1 MiB was mapped while tracing");
             for_report();
             assert!(mmapped(8 << 20), "a block of 8 MiB came from the heap in the report");
             return;
         }
-        let name =
-            "sys::heap::tests::tracing_keeps_large_blocks_in_the_heap_and_the_report_maps_them";
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--test-threads=1"])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains("1 passed"),
-            "the test alone failed: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (status, out) = crate::util::alone::run_alone(name, &[]);
+        assert!(status.success() && out.contains("1 passed"), "the test alone failed: {out}");
     }
 }

@@ -176,19 +176,11 @@ pub fn jvm_hop(byte: Option<u8>, seg: u64) -> JvmHop {
 }
 
 impl JvmCode {
-    /// The frame size in words (the return address and saved frame pointer
-    /// included) of the code blob holding `pc`, where it has one: compiled
-    /// methods and runtime stubs do; the interpreter and the call stub (0)
-    /// keep frame pointers instead. `start` walks a segment map back from a
-    /// segment to its block's first ([`jvm_hop`] at a time, at most
-    /// [`JVM_HOPS`] steps); `int` reads a 32-bit value.
+    /// Where the code blob holding `pc` begins (past its block's header).
+    /// `start` walks a segment map back from a segment to its block's first
+    /// ([`jvm_hop`] at a time).
     #[inline(always)]
-    pub fn frame_words(
-        &self,
-        pc: u64,
-        start: impl FnOnce(u64, u64) -> Option<u64>,
-        int: impl Fn(u64) -> Option<u32>,
-    ) -> Option<u64> {
+    pub fn blob_at(&self, pc: u64, start: impl FnOnce(u64, u64) -> Option<u64>) -> Option<u64> {
         let mut heap = None;
         for h in &self.heaps {
             if h.low <= pc && pc < h.high {
@@ -198,16 +190,35 @@ impl JvmCode {
         let h = heap?;
         let log2 = (self.log2_segment & 31) as u64;
         let seg = start(h.segmap, (pc - h.low) >> log2)?;
-        let blob = h.low + (seg << log2) + self.block_size as u64;
+        Some(h.low + (seg << log2) + self.block_size as u64)
+    }
+
+    /// The frame size in words (the return address and saved frame pointer
+    /// included) of the code blob holding `pc` ([`JvmCode::blob_at`]), where
+    /// it has one: compiled methods and runtime stubs do; the interpreter and
+    /// the call stub (0) keep frame pointers instead. `int` reads a 32-bit
+    /// value.
+    #[inline(always)]
+    pub fn frame_words(
+        &self,
+        pc: u64,
+        start: impl FnOnce(u64, u64) -> Option<u64>,
+        int: impl Fn(u64) -> Option<u32>,
+    ) -> Option<u64> {
+        let blob = self.blob_at(pc, start)?;
         let words = int(blob + self.frame_size as u64)?;
         (2..8192).contains(&words).then_some(words as u64)
     }
 }
 
-/// [`JvmCode::frame_words`]' `start` for plain code: the hops taken in a loop.
-pub fn jvm_block_start(byte: impl Fn(u64) -> Option<u8>) -> impl FnOnce(u64, u64) -> Option<u64> {
+/// [`JvmCode::blob_at`]'s `start` for plain code: up to `hops` hops, taken in
+/// a loop (the walker takes [`JVM_HOPS`]).
+pub fn jvm_block_start(
+    byte: impl Fn(u64) -> Option<u8>,
+    hops: usize,
+) -> impl FnOnce(u64, u64) -> Option<u64> {
     move |map, mut seg| {
-        for _ in 0..JVM_HOPS {
+        for _ in 0..hops {
             match jvm_hop(byte(map + seg), seg) {
                 JvmHop::Start => return Some(seg),
                 JvmHop::Back(earlier) => seg = earlier,
@@ -284,20 +295,37 @@ mod tests {
             0x10_012c => Some(6),
             _ => None,
         };
-        assert_eq!(c.frame_words(0x10_0000 + 5 * 128 + 9, jvm_block_start(byte), int), Some(6));
-        assert_eq!(c.frame_words(0x10_0000 + 2 * 128, jvm_block_start(byte), int), Some(6));
+        assert_eq!(
+            c.frame_words(0x10_0000 + 5 * 128 + 9, jvm_block_start(byte, JVM_HOPS), int),
+            Some(6)
+        );
+        assert_eq!(
+            c.frame_words(0x10_0000 + 2 * 128, jvm_block_start(byte, JVM_HOPS), int),
+            Some(6)
+        );
         // The call stub's blob keeps a frame pointer instead: no size.
-        assert_eq!(c.frame_words(0x10_0000 + 100, jvm_block_start(byte), int), None);
-        assert_eq!(c.frame_words(0x10_0000 + 6 * 128, jvm_block_start(byte), int), None, "free");
-        assert_eq!(c.frame_words(0x20_0000, jvm_block_start(byte), int), None, "in no heap");
+        assert_eq!(c.frame_words(0x10_0000 + 100, jvm_block_start(byte, JVM_HOPS), int), None);
+        assert_eq!(
+            c.frame_words(0x10_0000 + 6 * 128, jvm_block_start(byte, JVM_HOPS), int),
+            None,
+            "free"
+        );
+        assert_eq!(
+            c.frame_words(0x20_0000, jvm_block_start(byte, JVM_HOPS), int),
+            None,
+            "in no heap"
+        );
         // A chain of hops longer than the walker takes is not followed.
         let mut long = [1u8; 40];
         long[0] = 0;
         let byte = |a: u64| a.checked_sub(0x1000).and_then(|i| long.get(i as usize).copied());
-        assert_eq!(c.frame_words(0x10_0000 + 39 * 128, jvm_block_start(byte), int), None);
-        assert_eq!(c.frame_words(0x10_0000 + 32 * 128, jvm_block_start(byte), int), None);
+        assert_eq!(c.frame_words(0x10_0000 + 39 * 128, jvm_block_start(byte, JVM_HOPS), int), None);
+        assert_eq!(c.frame_words(0x10_0000 + 32 * 128, jvm_block_start(byte, JVM_HOPS), int), None);
         let int = |a: u64| (a == 0x10_002c).then_some(9);
-        assert_eq!(c.frame_words(0x10_0000 + 31 * 128, jvm_block_start(byte), int), Some(9));
+        assert_eq!(
+            c.frame_words(0x10_0000 + 31 * 128, jvm_block_start(byte, JVM_HOPS), int),
+            Some(9)
+        );
     }
 
     #[test]

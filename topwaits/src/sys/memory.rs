@@ -18,6 +18,12 @@ pub trait Memory {
         (self.read(addr, &mut b) == 8).then(|| u64::from_le_bytes(b))
     }
 
+    /// The little-endian 32-bit value at `addr`, or None.
+    fn u32(&self, addr: u64) -> Option<u32> {
+        let mut b = [0u8; 4];
+        (self.read(addr, &mut b) == 4).then(|| u32::from_le_bytes(b))
+    }
+
     /// The byte at `addr`, or None.
     fn byte(&self, addr: u64) -> Option<u8> {
         let mut b = [0u8; 1];

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use topwaits_common::jit::{jvm_block_start, JitProc, JvmCode};
+use topwaits_common::jit::{jvm_block_start, JitProc, JvmCode, JVM_HOPS};
 use topwaits_common::python::PyProc;
 use topwaits_common::walker::{cut, CUT_MARK};
 
@@ -86,9 +86,8 @@ pub fn walk(
             // JVM's interpreter keep frame pointers.
             let sized = jvm_code.and_then(|c| {
                 let at = regs.pc.wrapping_sub(u64::from(!leaf));
-                let int =
-                    |a: u64| mem.bytes(a, 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-                let words = c.frame_words(at, jvm_block_start(|a| mem.byte(a)), int)?;
+                let start = jvm_block_start(|a| mem.byte(a), JVM_HOPS);
+                let words = c.frame_words(at, start, |a| mem.u32(a))?;
                 let cfa = regs.sp + 8 * words;
                 let pc = read(cfa - 8).filter(|&pc| pc != 0)?;
                 Some(Regs { pc, sp: cfa, bp: read(cfa - 16)? })

@@ -233,17 +233,11 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
     })
 }
 
-/// The 32-bit value at `at`.
-fn u32_at(mem: &dyn Memory, at: u64) -> Option<u32> {
-    let b = mem.bytes(at, 4)?;
-    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-}
-
 /// The template interpreter's code, [start, end), once HotSpot has generated it.
 pub fn interpreter(mem: &dyn Memory, l: &Layout) -> Option<(u64, u64)> {
     let queue = mem.word(l.interpreter).filter(|&q| q != 0)?;
     let start = mem.word(queue + l.queue_buffer).filter(|&s| s != 0)?;
-    let size = u32_at(mem, queue + l.queue_limit)? as u64;
+    let size = mem.u32(queue + l.queue_limit)? as u64;
     (size > 0).then_some((start, start + size))
 }
 
@@ -254,9 +248,9 @@ pub const MAX_HEAPS: usize = 3;
 /// for the walker; None until HotSpot has set them up.
 pub fn code_of(mem: &dyn Memory, l: &Layout) -> Option<JvmCode> {
     let heaps = mem.word(l.code_heaps).filter(|&p| p != 0)?;
-    let len = (u32_at(mem, heaps + l.array_len)? as i32).clamp(0, MAX_HEAPS as i32) as u64;
+    let len = (mem.u32(heaps + l.array_len)? as i32).clamp(0, MAX_HEAPS as i32) as u64;
     let data = mem.word(heaps + l.array_data)?;
-    let log2 = u32_at(mem, mem.word(data)? + l.heap_log2_segment)?;
+    let log2 = mem.u32(mem.word(data)? + l.heap_log2_segment)?;
     let mut code = JvmCode {
         log2_segment: log2,
         block_size: l.block_size as u32,

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use topwaits_common::jit::jvm_method;
+use topwaits_common::jit::{jvm_block_start, jvm_method};
 
 use super::{Jvms, Layout};
 use crate::model::Frame;
@@ -15,7 +15,7 @@ use crate::sys::procfs;
 /// The longest name part kept (bytes).
 const MAX_NAME: usize = 300;
 /// Most steps back through the segment map to a block's start.
-const MAX_HOPS: u32 = 4096;
+const MAX_HOPS: usize = 4096;
 
 /// A `Symbol`'s text, if it reads as one.
 fn symbol(mem: &dyn Memory, l: &Layout, sym: u64) -> Option<String> {
@@ -60,48 +60,20 @@ pub enum Code {
     Stub(String),
 }
 
-/// The code blob in the cache that holds `pc`, named.
+/// The code blob in the cache that holds `pc`, named: found as the walker
+/// finds it, with more hops allowed (user space has no verifier to please).
 pub fn code_at(mem: &dyn Memory, l: &Layout, pc: u64) -> Option<Code> {
-    let heaps = mem.word(l.code_heaps).filter(|&p| p != 0)?;
-    let len = mem.bytes(heaps + l.array_len, 4)?;
-    let len =
-        i32::from_le_bytes([len[0], len[1], len[2], len[3]]).clamp(0, super::MAX_HEAPS as i32);
-    let data = mem.word(heaps + l.array_data)?;
-    for i in 0..len as u64 {
-        let heap = mem.word(data + 8 * i)?;
-        let low = mem.word(heap + l.heap_memory + l.space_low_boundary)?;
-        let high = mem.word(heap + l.heap_memory + l.space_high_boundary)?;
-        if !(low <= pc && pc < high) {
-            continue;
-        }
-        let map = mem.word(heap + l.heap_segmap + l.space_low)?;
-        let log2 = mem.bytes(heap + l.heap_log2_segment, 4)?[0] as u32;
-        if log2 >= 32 {
-            return None;
-        }
-        // Each segment's byte says how far back its block begins (0: here;
-        // 0xff: free).
-        let mut seg = (pc - low) >> log2;
-        for _ in 0..MAX_HOPS {
-            match mem.byte(map + seg)? {
-                0 => break,
-                0xff => return None,
-                hop => seg = seg.checked_sub(hop as u64)?,
-            }
-        }
-        let block = low + (seg << log2);
-        if mem.byte(block + l.block_used)? == 0 {
-            return None;
-        }
-        let blob = block + l.block_size;
-        let name = super::c_string(mem, mem.word(blob + l.blob_name)?)?;
-        if name.contains("nmethod") {
-            let method = mem.word(blob + l.compiled_method)?;
-            return method_name(mem, l, method).map(Code::Method);
-        }
-        return Some(Code::Stub(name));
+    let code = super::code_of(mem, l)?;
+    let blob = code.blob_at(pc, jvm_block_start(|a| mem.byte(a), MAX_HOPS))?;
+    if mem.byte(blob - l.block_size + l.block_used)? == 0 {
+        return None;
     }
-    None
+    let name = super::c_string(mem, mem.word(blob + l.blob_name)?)?;
+    if name.contains("nmethod") {
+        let method = mem.word(blob + l.compiled_method)?;
+        return method_name(mem, l, method).map(Code::Method);
+    }
+    Some(Code::Stub(name))
 }
 
 /// The frame shown for a Java method or stub, or for a word that did not read.

@@ -1,7 +1,7 @@
 use super::names::{code_at, method_name, Code};
 use super::*;
 use crate::sys::memory::Bytes;
-use topwaits_common::jit::jvm_block_start;
+use topwaits_common::jit::{jvm_block_start, JVM_HOPS};
 
 /// OpenJDK 17's offsets, as its vmStructs give them.
 const OFFSETS: [u64; 24] =
@@ -149,8 +149,8 @@ fn code_is_found_through_the_segment_map_and_named() {
     assert_eq!(code.heaps[0], JvmHeap { low, high: low + 0x1_0000, segmap: map });
     assert_eq!((code.log2_segment, code.block_size, code.frame_size), (7, 16, 28));
     m.put(nm + 28, &6u32.to_le_bytes());
-    let int = |a: u64| m.bytes(a, 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    assert_eq!(code.frame_words(low + 5 * 128, jvm_block_start(|a| m.byte(a)), int), Some(6));
+    let start = jvm_block_start(|a| m.byte(a), JVM_HOPS);
+    assert_eq!(code.frame_words(low + 5 * 128, start, |a| m.u32(a)), Some(6));
     // A block not in use.
     m.put(low + 8, &[0]);
     assert_eq!(code_at(&m, &l, low + 100), None);

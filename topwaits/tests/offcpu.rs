@@ -230,11 +230,16 @@ fn state_filter_matches_the_switch_out_state() {
     let doc = mixed_sleeps(&["--state", "2"]);
     assert!(calls_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
     assert!(records_in(&doc, "tw_known_short_sleeps").is_empty(), "{doc:#}");
+    // Preempted only: the 300 ms sleep is gone. The thread may still be
+    // preempted inside the sleeping function on its way in or out, so
+    // short waits with that frame are allowed; a sleep-length one is not.
     let doc = mixed_sleeps(&["--state", "0"]);
-    assert!(
-        calls_in(&doc, "tw_known_long_sleep").is_empty(),
-        "preempted-only must exclude sleeps: {doc:#}"
-    );
+    for r in calls_in(&doc, "tw_known_long_sleep") {
+        assert!(
+            r["max_us"].as_u64().unwrap() < 100_000,
+            "preempted-only must exclude sleeps: {doc:#}"
+        );
+    }
 }
 
 #[test]

@@ -213,7 +213,10 @@ fn min_block_time_drops_short_waits() {
 fn max_block_time_drops_long_waits() {
     require_bpf!();
     let doc = mixed_sleeps(&["-M", "50000"]);
-    assert!(calls_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
+    // The 300 ms sleep is gone; a short preemption inside it may stay.
+    for r in calls_in(&doc, "tw_known_long_sleep") {
+        assert!(r["max_us"].as_u64().unwrap() < 50_000, "{doc:#}");
+    }
     let short: u64 = records_in(&doc, "tw_known_short_sleeps")
         .iter()
         .map(|r| r["count"].as_u64().unwrap())

@@ -30,15 +30,21 @@ impl Drop for Dir {
     }
 }
 
-/// Compiles and starts the test program, past its JVM's start-up; `name`
-/// tells the tests' directories apart.
+/// Compiles and starts the test program Turns, past its JVM's start-up;
+/// `name` tells the tests' directories apart.
 fn start(name: &str) -> (Script, Dir) {
+    start_program("Turns", name)
+}
+
+/// Compiles and starts tests/programs/`program`.java, past its JVM's
+/// start-up; `name` tells the tests' directories apart.
+fn start_program(program: &str, name: &str) -> (Script, Dir) {
     let dir = Dir(std::env::temp_dir().join(format!("topwaits-{name}-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/Turns.java");
+    let source = format!("{}/tests/programs/{program}.java", env!("CARGO_MANIFEST_DIR"));
     let javac = Command::new("javac").arg("-d").arg(&dir.0).arg(source).output().unwrap();
     assert!(javac.status.success(), "javac: {}", String::from_utf8_lossy(&javac.stderr));
-    let java = start_script("java", &["-cp", dir.0.to_str().unwrap()], "Turns");
+    let java = start_script("java", &["-cp", dir.0.to_str().unwrap()], program);
     std::thread::sleep(std::time::Duration::from_millis(500));
     (java, dir)
 }
@@ -114,8 +120,7 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     let workers: Vec<&str> = out.split("\n\n").filter(|t| t.starts_with("worker-")).collect();
     // (A worker on its way between the two may be running, and not listed.)
     assert!(workers.len() >= 3, "{out}");
-    let told =
-        |t: &&str| t.contains("waits on Java monitor (synchronized)\n") || t.contains("sleeps for");
+    let told = |t: &&str| t.contains("waits on Java monitor") || t.contains("sleeps for");
     assert!(workers.iter().all(told), "{out}");
     assert!(workers.iter().any(|t| t.contains("waits on Java monitor")), "{out}");
 }
@@ -239,4 +244,71 @@ fn the_split_between_sleeping_and_entering_the_monitor_agrees_with_flight_record
          Flight Recorder {theirs:.3} ({jfr_sleep} + {jfr_enter} ns)"
     );
     eprintln!("sleep's share: topwaits {ours:.3}, Flight Recorder {theirs:.3}");
+}
+
+/// The objects whose monitors jstack (`jcmd PID Thread.print`) says each
+/// thread waits to lock: (thread name, `<0x...> (a Class)`).
+fn jstack_waits(pid: &str) -> Vec<(String, String)> {
+    let out = Command::new("jcmd").args([pid, "Thread.print"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut waits = Vec::new();
+    let mut thread = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix('"') {
+            thread = rest.split('"').next().unwrap_or("").to_string();
+        } else if let Some(object) = line.trim().strip_prefix("- waiting to lock ") {
+            waits.push((thread.clone(), object.to_string()));
+        }
+    }
+    // Its deadlock section repeats the threads' waits.
+    waits.sort();
+    waits.dedup();
+    waits
+}
+
+#[test]
+fn a_java_deadlock_is_found_with_its_monitors_as_jstack_names_them() {
+    require_bpf!();
+    if !jdk_here(module_path!()) {
+        return;
+    }
+    let (java, _dir) = start_program("Deadlock", "java-deadlock");
+    let pid = java.0.id().to_string();
+    let doc = json(&run(&["blocked", "--json", "-p", &pid]));
+    let text = run(&["blocked", "-p", &pid]).stdout;
+    let jstack = jstack_waits(&pid);
+    drop(java);
+    // The JVM's own view: each taker waits to lock the other's object.
+    assert_eq!(jstack.len(), 2, "{jstack:?}");
+    let takers: Vec<&Value> = doc["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["comm"].as_str().unwrap_or("").starts_with("taker-"))
+        .collect();
+    assert_eq!(takers.len(), 2, "{doc:#}");
+    for t in &takers {
+        let w = &t["waits_on"];
+        assert_eq!(w["lock"], "java_monitor", "{doc:#}");
+        // The same object as jstack's, by address and class.
+        let mine = (t["comm"].as_str().unwrap().to_string(), w["object"].as_str().unwrap().into());
+        assert!(jstack.contains(&mine), "topwaits {mine:?}, jstack {jstack:?}");
+        let other = takers.iter().find(|o| o["tid"] != t["tid"]).unwrap();
+        assert_eq!(w["owner_tid"], other["tid"], "{doc:#}");
+    }
+    let classes: Vec<&str> =
+        takers.iter().map(|t| t["waits_on"]["object"].as_str().unwrap()).collect();
+    assert!(classes.iter().any(|c| c.ends_with("(a Deadlock$First)")), "{classes:?}");
+    assert!(classes.iter().any(|c| c.ends_with("(a Deadlock$Second)")), "{classes:?}");
+    // One deadlock, of the two takers.
+    let cycles = doc["cycles"].as_array().unwrap();
+    assert_eq!(cycles.len(), 1, "{doc:#}");
+    let mut in_cycle: Vec<u64> =
+        cycles[0]["threads"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
+    let mut tids: Vec<u64> = takers.iter().map(|t| t["tid"].as_u64().unwrap()).collect();
+    in_cycle.sort_unstable();
+    tids.sort_unstable();
+    assert_eq!(in_cycle, tids, "{doc:#}");
+    assert!(text.contains(", 1 deadlock."), "{text}");
+    assert!(text.contains("(a Deadlock$First) (synchronized) held by tid"), "{text}");
 }

@@ -220,21 +220,30 @@ fn write_goroutines(out: &mut dyn Write, report: &Report) -> io::Result<()> {
 
 fn wait_json(w: &WaitOn) -> Value {
     let mut v = match w {
-        WaitOn::Futex { addr, kind, owner, private } => json!({
-            "kind": "futex",
-            "futex": format!("{addr:#x}"),
-            "lock": match kind {
-                crate::analysis::blocked::classify::FutexKind::Mutex => "mutex",
-                crate::analysis::blocked::classify::FutexKind::LikelyMutex => "mutex_by_layout",
-                crate::analysis::blocked::classify::FutexKind::PiLock => "pi_lock",
-                crate::analysis::blocked::classify::FutexKind::Named(n) => n,
-                crate::analysis::blocked::classify::FutexKind::Runtime(n) => n,
-                crate::analysis::blocked::classify::FutexKind::Join => "thread_join",
-                crate::analysis::blocked::classify::FutexKind::Unknown => "unknown",
-            },
-            "owner_tid": owner,
-            "private": private,
-        }),
+        WaitOn::Futex { addr, kind, owner, private } => {
+            use crate::analysis::blocked::classify::FutexKind;
+            let mut v = json!({
+                "kind": "futex",
+                "futex": format!("{addr:#x}"),
+                "lock": match kind {
+                    FutexKind::Mutex => "mutex",
+                    FutexKind::LikelyMutex => "mutex_by_layout",
+                    FutexKind::PiLock => "pi_lock",
+                    FutexKind::Named(n) => n,
+                    FutexKind::Runtime(n) => n,
+                    FutexKind::JavaMonitor { entering: true, .. } => "java_monitor",
+                    FutexKind::JavaMonitor { entering: false, .. } => "java_object_wait",
+                    FutexKind::Join => "thread_join",
+                    FutexKind::Unknown => "unknown",
+                },
+                "owner_tid": owner,
+                "private": private,
+            });
+            if let FutexKind::JavaMonitor { object, .. } = kind {
+                v["object"] = json!(object);
+            }
+            v
+        }
         WaitOn::Fd { fd, target, holders } => json!({
             "kind": "fd",
             "fd": fd,

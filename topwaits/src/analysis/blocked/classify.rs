@@ -3,7 +3,8 @@
 //! (condition variable, semaphore, ...), a file descriptor, a sleep, or a child.
 //! Pure: memory comes in as a function.
 
-use crate::analysis::what::Runtime;
+use crate::analysis::what::{Runtime, JAVA_MONITOR, OBJECT_WAIT};
+use crate::stacks::hotspot::monitors::MonitorWait;
 use crate::sys::thread::Syscall;
 
 pub use crate::sys::syscalls::{syscall_info, syscall_info_by_name, SyscallInfo};
@@ -36,6 +37,10 @@ pub enum FutexKind {
     /// A language runtime's wait, named by its frames (a Java monitor): the
     /// futex is the waiting thread's own, so its address says nothing.
     Runtime(&'static str),
+    /// A Java monitor read from the JVM: `addr` is the `ObjectMonitor`,
+    /// `object` names what it locks; entering a `synchronized`, or waiting in
+    /// `Object.wait` for a notify.
+    JavaMonitor { object: String, entering: bool },
     /// `pthread_join`: the futex is the joined thread's tid field, which the kernel
     /// clears when that thread exits; the "owner" is that thread.
     Join,
@@ -76,13 +81,20 @@ impl WaitOn {
                     FutexKind::LikelyMutex => "mutex (by its layout)".to_string(),
                     FutexKind::PiLock => "PI lock".to_string(),
                     FutexKind::Named(n) | FutexKind::Runtime(n) => n.to_string(),
+                    FutexKind::JavaMonitor { object, entering: true } => {
+                        format!("Java monitor {object} (synchronized)")
+                    }
+                    FutexKind::JavaMonitor { object, entering: false } => {
+                        format!("a notify of {object} (Object.wait)")
+                    }
                     FutexKind::Join => "thread join".to_string(),
                     FutexKind::Unknown => "futex".to_string(),
                 };
                 match (kind, owner) {
                     (FutexKind::Join, Some(o)) => format!("the exit of tid {o} (thread join)"),
                     (FutexKind::Join, None) => "the exit of a thread (thread join)".to_string(),
-                    (FutexKind::Runtime(_), _) => what,
+                    (FutexKind::Runtime(_), _) | (FutexKind::JavaMonitor { .. }, None) => what,
+                    (FutexKind::JavaMonitor { .. }, Some(o)) => format!("{what} held by tid {o}"),
                     (_, Some(o)) => format!("{what} {addr:#x} held by tid {o}"),
                     (FutexKind::Mutex | FutexKind::PiLock, None) => {
                         format!("{what} {addr:#x}, owner not recorded")
@@ -110,6 +122,9 @@ impl WaitOn {
                 format!("exit of tid {o}")
             }
             WaitOn::Futex { kind: FutexKind::Runtime(n), .. } => n.to_string(),
+            WaitOn::Futex { kind: FutexKind::JavaMonitor { object, .. }, .. } => {
+                format!("Java monitor {object}")
+            }
             WaitOn::Futex { addr, .. } => format!("mutex {addr:#x}"),
             other => other.describe(),
         }
@@ -189,6 +204,23 @@ pub fn futex(
         }
     }
     WaitOn::Futex { addr, kind: FutexKind::Unknown, owner: None, private }
+}
+
+/// A JVM thread's monitor wait, named by its runtime's frames, made the
+/// monitor itself where the JVM says which (read by `stacks::hotspot`): its
+/// object, and for a contended `synchronized` its owner. A wait the JVM does
+/// not confirm (the thread has moved on since its frames were read) stays as
+/// it was.
+pub fn java_monitor(wait: &mut WaitOn, m: &MonitorWait) {
+    let WaitOn::Futex { addr, kind, owner, .. } = wait else { return };
+    let FutexKind::Runtime(what) = kind else { return };
+    let agrees = if m.entering { *what == JAVA_MONITOR } else { *what == OBJECT_WAIT };
+    if !agrees {
+        return;
+    }
+    *addr = m.monitor;
+    *kind = FutexKind::JavaMonitor { object: m.name(), entering: m.entering };
+    *owner = m.owner;
 }
 
 /// Classifies a wait that is not on a futex, from the syscall alone.
@@ -361,6 +393,47 @@ mod tests {
             &Threads { live: &|_| true, sibling: &|_| true },
         );
         assert!(matches!(m, WaitOn::Futex { kind: FutexKind::LikelyMutex, .. }), "{m:?}");
+    }
+
+    #[test]
+    fn a_jvm_monitor_wait_becomes_the_monitor_with_its_object_and_owner() {
+        let runtime = |what| WaitOn::Futex {
+            addr: 0x7f00,
+            kind: FutexKind::Runtime(what),
+            owner: None,
+            private: true,
+        };
+        let m = MonitorWait {
+            monitor: 0x5000,
+            object: Some(0x7_0000_0000),
+            class: Some("Deadlock$First".into()),
+            owner: Some(42),
+            entering: true,
+        };
+        let mut w = runtime(JAVA_MONITOR);
+        java_monitor(&mut w, &m);
+        assert_eq!(
+            w.describe(),
+            "Java monitor <0x0000000700000000> (a Deadlock$First) (synchronized) held by tid 42"
+        );
+        assert_eq!(w.lock_name(), "Java monitor <0x0000000700000000> (a Deadlock$First)");
+        assert!(matches!(w, WaitOn::Futex { addr: 0x5000, owner: Some(42), .. }), "{w:?}");
+        // The JVM says Object.wait while the frames said entering (the thread
+        // moved on between the two reads): the wait stays as the frames said.
+        let waiting = MonitorWait { entering: false, owner: None, ..m.clone() };
+        let mut w = runtime(JAVA_MONITOR);
+        java_monitor(&mut w, &waiting);
+        assert_eq!(w, runtime(JAVA_MONITOR));
+        let mut w = runtime(OBJECT_WAIT);
+        java_monitor(&mut w, &waiting);
+        assert_eq!(
+            w.describe(),
+            "a notify of <0x0000000700000000> (a Deadlock$First) (Object.wait)"
+        );
+        // Other waits are left alone.
+        let mut sleep = WaitOn::Sleep;
+        java_monitor(&mut sleep, &m);
+        assert_eq!(sleep, WaitOn::Sleep);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::analysis::waitfor::{self, Edge, Graph};
 use crate::model::{Frame, Stack};
 use crate::settings::BlockedConfig;
 use crate::stacks::frame_scan::Memory as _;
+use crate::stacks::hotspot::monitors::MonitorWait;
 use crate::stacks::symbolize::{cut_frame, frame_at, lookup_addr, BlazeSymbolizer, Symbolizer};
 use crate::sys::memory::ProcessMemory;
 use crate::sys::procfs;
@@ -254,6 +255,19 @@ fn classify_wait(s: &Snapshot, user: &Stack) -> (Option<(Option<SyscallInfo>, Sy
     (Some((info, call)), wait)
 }
 
+/// The monitor each Java thread of the JVMs among `tgids` waits for, read
+/// right after the snapshots so that owners match what the stacks show.
+fn java_monitors(tgids: &BTreeSet<u32>) -> HashMap<u32, MonitorWait> {
+    let mut jvms = crate::stacks::hotspot::Jvms::default();
+    let mut out = HashMap::new();
+    for &tgid in tgids {
+        if let Some(waits) = jvms.monitor_waits(tgid, &procfs::maps_of(tgid)) {
+            out.extend(waits);
+        }
+    }
+    out
+}
+
 /// Pipes and sockets: who else holds them (other processes than the waiter's).
 fn add_holders(threads: &mut [Blocked]) {
     let inodes: BTreeSet<u64> = threads
@@ -325,6 +339,7 @@ pub fn collect(
         }
     }
     let taken_mono = monotonic_now();
+    let monitors = java_monitors(&tgids);
     if snaps.iter().any(|s| s.kernel.is_err()) {
         warnings
             .push("some kernel stacks could not be read (/proc/TID/stack needs root)".to_string());
@@ -349,6 +364,13 @@ pub fn collect(
         })
         .collect();
     add_holders(&mut threads);
+    // JVM threads waiting on a monitor: which monitor, and who owns it, so
+    // that a Java deadlock is found as a C one is.
+    for t in threads.iter_mut() {
+        if let Some(m) = monitors.get(&t.snap.tid) {
+            classify::java_monitor(&mut t.wait, m);
+        }
+    }
     annotate_sockets(&mut threads);
     // Owner edges, and the owners that are not listed.
     let edges: Vec<Edge> = threads

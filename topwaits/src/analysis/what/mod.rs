@@ -6,7 +6,7 @@
 pub mod procfs;
 mod runtimes;
 
-pub use runtimes::{kind_by_frames as runtime_by_frames, Runtime};
+pub use runtimes::{kind_by_frames as runtime_by_frames, Runtime, JAVA_MONITOR, OBJECT_WAIT};
 
 use topwaits_common::{what as bits, What};
 

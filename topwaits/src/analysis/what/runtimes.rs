@@ -12,14 +12,19 @@ use crate::model::label::WaitsOn;
 /// decides sits a few frames above the futex wait.
 const LOOK: usize = 8;
 
+/// A thread entering a contended `synchronized`.
+pub const JAVA_MONITOR: &str = "Java monitor (synchronized)";
+/// A thread in `Object.wait`, waiting for a notify.
+pub const OBJECT_WAIT: &str = "Object.wait";
+
 /// Parts of HotSpot's function names, and the wait each says (the first found
 /// from the leaf decides).
 const JVM_WAITS: &[(&str, Runtime)] = &[
     ("JavaThread::sleep", Runtime::Sleep),
     ("JVM_Sleep", Runtime::Sleep),
-    ("ObjectMonitor::EnterI", Runtime::Named("Java monitor (synchronized)")),
-    ("ObjectMonitor::enter", Runtime::Named("Java monitor (synchronized)")),
-    ("ObjectMonitor::wait", Runtime::Named("Object.wait")),
+    ("ObjectMonitor::EnterI", Runtime::Named(JAVA_MONITOR)),
+    ("ObjectMonitor::enter", Runtime::Named(JAVA_MONITOR)),
+    ("ObjectMonitor::wait", Runtime::Named(OBJECT_WAIT)),
     ("Unsafe_Park", Runtime::Named("LockSupport.park")),
     ("CompileQueue::get", Runtime::Named("JVM JIT compiler, waiting for work")),
     ("CompileBroker::compiler_thread_loop", Runtime::Named("JVM JIT compiler, waiting for work")),

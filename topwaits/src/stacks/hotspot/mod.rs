@@ -2,8 +2,10 @@
 //! and the layout of its metadata and code cache, from the vmStructs tables
 //! that libjvm.so exports for debuggers) for the walker ([`proc_of`]), and
 //! naming interpreted frames' methods and compiled code in the report
-//! (`names::Resolver`).
+//! (`names::Resolver`); and what monitor each Java thread waits for
+//! (`monitors`).
 
+pub mod monitors;
 pub mod names;
 
 use std::collections::HashMap;
@@ -128,6 +130,13 @@ const FIELDS: [(&str, &str); 24] = [
     ("CodeBlob", "_frame_size"),
 ];
 
+/// A vmStructs field: its type's name and its own.
+type Field = (&'static str, &'static str);
+
+/// Where a field of [`FIELDS`] moved in later releases: JDK 23 merged
+/// `CompiledMethod` into `nmethod`.
+const MOVED: [(Field, Field); 1] = [(("CompiledMethod", "_method"), ("nmethod", "_method"))];
+
 /// Most entries read from either table: HotSpot's have under a thousand.
 const MAX_ENTRIES: u64 = 20_000;
 
@@ -175,7 +184,8 @@ fn entries(
 pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
     let [structs, stride, type_name, field_name, is_static, offset, address, types, t_stride, t_name, t_size] =
         *vars;
-    let mut kinds: Vec<&str> = FIELDS.iter().map(|f| f.0).collect();
+    let mut kinds: Vec<&str> =
+        FIELDS.iter().chain(MOVED.iter().map(|m| &m.1)).map(|f| f.0).collect();
     kinds.dedup();
     let found = entries(
         mem,
@@ -186,9 +196,14 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
     )?;
     let mut values = [0u64; 24];
     for (i, (ty, field)) in FIELDS.iter().enumerate() {
+        let moved = MOVED.iter().find(|(from, _)| *from == (*ty, *field)).map(|m| m.1);
         let (_, _, v) = found
             .iter()
             .find(|(t, f, _)| t == ty && f == field)
+            .or_else(|| {
+                let (ty, field) = moved?;
+                found.iter().find(|(t, f, _)| t == ty && f == field)
+            })
             .with_context(|| format!("HotSpot without {ty}::{field} in its vmStructs"))?;
         // A static field's address, else the field's offset in its type.
         values[i] = if v[0] as u32 != 0 { v[2] } else { v[1] };
@@ -312,6 +327,23 @@ impl Jvms {
         *self.layouts.entry((tgid, m.start)).or_insert_with(|| layout_in(file, tgid, m))
     }
 
+    /// The monitor each Java thread of process `tgid` (mapping `maps`) waits
+    /// for now, by tid; None where it runs no HotSpot that reads.
+    pub fn monitor_waits(
+        &mut self,
+        tgid: u32,
+        maps: &[Mapping],
+    ) -> Option<HashMap<u32, monitors::MonitorWait>> {
+        let l = self.layout(tgid, maps)?;
+        let m = jvm_mapping(maps)?;
+        let file = self.files.get(&(m.dev, m.inode))?.as_ref()?;
+        let mem = ProcessMemory { pid: tgid };
+        let t = monitors::thread_layout_of(&mem, &vars_in(file, tgid, m)?)
+            .map_err(|e| log::debug!("HotSpot of {tgid}: its threads not read: {e:#}"))
+            .ok()?;
+        Some(monitors::monitor_waits(&mem, &t, &l))
+    }
+
     /// Forgets process `tgid`.
     pub fn forget(&mut self, tgid: u32) {
         self.layouts.retain(|&(t, _), _| t != tgid);
@@ -336,8 +368,9 @@ impl Jvms {
     }
 }
 
-/// The layout of JVM process `tgid`, whose libjvm.so `file` is mapped at `m`.
-fn layout_in(file: &JvmFile, tgid: u32, m: &Mapping) -> Option<Layout> {
+/// The values of [`SYMS`] and [`TYPE_SIZE_SYM`] in JVM process `tgid`, whose
+/// libjvm.so `file` is mapped at `m`.
+fn vars_in(file: &JvmFile, tgid: u32, m: &Mapping) -> Option<[u64; 11]> {
     let mem = ProcessMemory { pid: tgid };
     // The variables are in the file's data, which code mappings leave out.
     let all = procfs::maps_of(tgid);
@@ -349,7 +382,13 @@ fn layout_in(file: &JvmFile, tgid: u32, m: &Mapping) -> Option<Layout> {
         };
         *v = w;
     }
-    let l = layout_of(&mem, &vars);
+    Some(vars)
+}
+
+/// The layout of JVM process `tgid`, whose libjvm.so `file` is mapped at `m`.
+fn layout_in(file: &JvmFile, tgid: u32, m: &Mapping) -> Option<Layout> {
+    let vars = vars_in(file, tgid, m)?;
+    let l = layout_of(&ProcessMemory { pid: tgid }, &vars);
     match &l {
         Ok(_) => log::debug!("HotSpot of {tgid}: layout read"),
         Err(e) => log::debug!("HotSpot of {tgid} not read: {e:#}"),

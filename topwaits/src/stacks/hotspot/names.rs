@@ -18,7 +18,7 @@ const MAX_NAME: usize = 300;
 const MAX_HOPS: usize = 4096;
 
 /// A `Symbol`'s text, if it reads as one.
-fn symbol(mem: &dyn Memory, l: &Layout, sym: u64) -> Option<String> {
+pub(super) fn symbol(mem: &dyn Memory, l: &Layout, sym: u64) -> Option<String> {
     let len = mem.bytes(sym.checked_add(l.symbol_length)?, 2)?;
     let len = u16::from_le_bytes([len[0], len[1]]) as usize;
     if len == 0 || len > MAX_NAME {
@@ -44,7 +44,7 @@ pub fn method_name(mem: &dyn Memory, l: &Layout, method: u64) -> Option<String> 
 /// A class's name as Java writes it: dots between the package's parts, and
 /// without the address a hidden class (a lambda's) carries, which differs
 /// from run to run (`Turns$$Lambda$1+0x00007f420c000a08`).
-fn class_name(internal: &str) -> String {
+pub(super) fn class_name(internal: &str) -> String {
     let name = match internal.rfind("+0x") {
         Some(i) if internal[i + 3..].chars().all(|c| c.is_ascii_hexdigit()) => &internal[..i],
         _ => internal,

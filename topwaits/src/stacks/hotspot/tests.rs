@@ -11,8 +11,17 @@ const OFFSETS: [u64; 24] =
 const INTERPRETER_AT: u64 = 0x9_0000;
 const HEAPS_AT: u64 = 0x9_0100;
 
+/// A vmStructs row: type, field, offset, and a static field's address (0
+/// for an instance field).
+type Row = (&'static str, &'static str, u64, u64);
+
 /// A fabricated process with both vmStructs tables; the variables' values.
 fn tables(m: &mut Bytes) -> [u64; 11] {
+    tables_with(m, |_| {})
+}
+
+/// [`tables`], its struct rows changed by `change` first.
+fn tables_with(m: &mut Bytes, change: impl FnOnce(&mut Vec<Row>)) -> [u64; 11] {
     let mut strings = 0x2_0000u64;
     let mut string = |m: &mut Bytes, s: &str| {
         let at = strings;
@@ -24,21 +33,24 @@ fn tables(m: &mut Bytes) -> [u64; 11] {
     // Entries: type name, field name, type string, is static, offset, address.
     let structs = 0x1_0000u64;
     // One entry of a type no field is wanted from comes first.
-    let mut rows = vec![("JavaThread", "_threadObj", 0u64)];
-    rows.extend(FIELDS.iter().zip(OFFSETS).map(|(&(t, f), o)| (t, f, o)));
-    for (i, (ty, field, off)) in rows.iter().enumerate() {
-        let e = structs + 48 * i as u64;
-        let (t, f) = (string(m, ty), string(m, field));
-        m.put_word(e, t);
-        m.put_word(e + 8, f);
-        let address = match (*ty, *field) {
+    let mut rows: Vec<Row> = vec![("JavaThread", "_threadObj", 0, 0)];
+    rows.extend(FIELDS.iter().zip(OFFSETS).map(|(&(t, f), o)| {
+        let address = match (t, f) {
             ("AbstractInterpreter", "_code") => INTERPRETER_AT,
             ("CodeCache", "_heaps") => HEAPS_AT,
             _ => 0,
         };
-        m.put_word(e + 24, (address != 0) as u64);
+        (t, f, o, address)
+    }));
+    change(&mut rows);
+    for (i, (ty, field, off, address)) in rows.iter().enumerate() {
+        let e = structs + 48 * i as u64;
+        let (t, f) = (string(m, ty), string(m, field));
+        m.put_word(e, t);
+        m.put_word(e + 8, f);
+        m.put_word(e + 24, (*address != 0) as u64);
         m.put_word(e + 32, *off);
-        m.put_word(e + 40, address);
+        m.put_word(e + 40, *address);
     }
     m.put_word(structs + 48 * rows.len() as u64, 0);
     let types = 0x3_0000u64;
@@ -154,4 +166,176 @@ fn code_is_found_through_the_segment_map_and_named() {
     // A block not in use.
     m.put(low + 8, &[0]);
     assert_eq!(code_at(&m, &l, low + 100), None);
+}
+
+#[test]
+fn a_field_that_moved_in_a_later_release_is_read_where_it_moved() {
+    let mut m = Bytes::default();
+    let vars = tables_with(&mut m, |rows| {
+        let at = rows.iter().position(|r| (r.0, r.1) == ("CompiledMethod", "_method")).unwrap();
+        rows[at] = ("nmethod", "_method", 80, 0);
+    });
+    assert_eq!(layout_of(&m, &vars).unwrap().compiled_method, 80);
+}
+
+mod monitors {
+    use super::*;
+    use crate::stacks::hotspot::monitors::{monitor_waits, thread_layout_of, MonitorWait};
+
+    const LIST_AT: u64 = 0x9_0200;
+    const NARROW_BASE_AT: u64 = 0x9_0300;
+    const NARROW_SHIFT_AT: u64 = 0x9_0308;
+
+    /// JDK 17's rows for threads and monitors; `owner_ids` adds JDK 24's
+    /// owner ids, and a lock stack.
+    fn rows(owner_ids: bool) -> impl FnOnce(&mut Vec<Row>) {
+        move |rows| {
+            rows.extend([
+                ("ThreadsSMRSupport", "_java_thread_list", 0, LIST_AT),
+                ("ThreadsList", "_length", 4, 0),
+                ("ThreadsList", "_threads", 16, 0),
+                ("JavaThread", "_current_pending_monitor", 776, 0),
+                ("JavaThread", "_current_waiting_monitor", 792, 0),
+                ("JavaThread", "_stack_base", 592, 0),
+                ("JavaThread", "_stack_size", 600, 0),
+                ("OSThread", "_thread_id", 208, 0),
+                ("ObjectMonitor", "_object", 8, 0),
+                ("ObjectMonitor", "_owner", 64, 0),
+                ("oopDesc", "_metadata._klass", 8, 0),
+            ]);
+            if owner_ids {
+                rows.extend([
+                    ("Thread", "_osthread", 1016, 0),
+                    ("JavaThread", "_monitor_owner_id", 1312, 0),
+                    ("JavaThread", "_lock_stack", 2000, 0),
+                    ("LockStack", "_top", 0, 0),
+                    ("LockStack", "_base[0]", 16, 0),
+                    ("CompressedKlassPointers", "_base", 0, NARROW_BASE_AT),
+                    ("CompressedKlassPointers", "_shift", 0, NARROW_SHIFT_AT),
+                ]);
+            } else {
+                rows.extend([
+                    ("JavaThread", "_osthread", 560, 0),
+                    ("CompressedKlassPointers", "_narrow_klass._base", 0, NARROW_BASE_AT),
+                    ("CompressedKlassPointers", "_narrow_klass._shift", 0, NARROW_SHIFT_AT),
+                ]);
+            }
+        }
+    }
+
+    /// A Java thread at `at` with tid `tid`, its stack just below `at`.
+    fn thread(m: &mut Bytes, at: u64, tid: u32, osthread_off: u64) {
+        let os = at + 0x3000;
+        m.put_word(at + osthread_off, os);
+        m.put(os + 208, &tid.to_le_bytes());
+        m.put_word(at + 592, at - 0x1000);
+        m.put_word(at + 600, 0x1_0000);
+    }
+
+    /// An object of class `class` at `oop` with a compressed class pointer
+    /// (base 0x40_0000, shift 3), and a monitor at `monitor` locking it.
+    fn locked(m: &mut Bytes, monitor: u64, oop: u64, class: &str) {
+        m.put_word(NARROW_BASE_AT, 0x40_0000);
+        m.put(NARROW_SHIFT_AT, &3u32.to_le_bytes());
+        let klass = 0x40_0000 + 0x800 * (class.len() as u64);
+        m.put(oop + 8, &(((klass - 0x40_0000) >> 3) as u32).to_le_bytes());
+        let name = symbol(m, klass + 0x100, class);
+        m.put_word(klass + 24, name);
+        m.put_word(monitor + 8, monitor + 0x100);
+        m.put_word(monitor + 0x100, oop);
+    }
+
+    fn list(m: &mut Bytes, threads: &[u64]) {
+        m.put_word(LIST_AT, 0xd_0000);
+        m.put(0xd_0000 + 4, &(threads.len() as u32).to_le_bytes());
+        m.put_word(0xd_0000 + 16, 0xd_1000);
+        for (i, t) in threads.iter().enumerate() {
+            m.put_word(0xd_1000 + 8 * i as u64, *t);
+        }
+    }
+
+    #[test]
+    fn jdk17_owners_are_thread_pointers_or_stack_locks_on_their_stacks() {
+        let mut m = Bytes::default();
+        let vars = tables_with(&mut m, rows(false));
+        let l = layout_of(&m, &vars).unwrap();
+        let t = thread_layout_of(&m, &vars).unwrap();
+        let (a, b, c) = (0x100_0000u64, 0x200_0000u64, 0x300_0000u64);
+        for (at, tid) in [(a, 11), (b, 12), (c, 13)] {
+            thread(&mut m, at, tid, 560);
+        }
+        list(&mut m, &[a, b, c]);
+        // a enters a monitor that b owns; c waits in Object.wait on another,
+        // stack-locked by a (its BasicLock on a's stack).
+        let (m1, m2) = (0x50_0000u64, 0x60_0000u64);
+        locked(&mut m, m1, 0x7_0000_0000, "java/lang/Object");
+        locked(&mut m, m2, 0x7_0000_1000, "app/Queue$Lock");
+        m.put_word(a + 776, m1);
+        m.put_word(m1 + 64, b);
+        m.put_word(c + 792, m2);
+        m.put_word(m2 + 64, a - 0x2000);
+        let waits = monitor_waits(&m, &t, &l);
+        assert_eq!(waits.len(), 2, "{waits:?}");
+        let entering = &waits[&11];
+        assert_eq!(
+            *entering,
+            MonitorWait {
+                monitor: m1,
+                object: Some(0x7_0000_0000),
+                class: Some("java.lang.Object".into()),
+                owner: Some(12),
+                entering: true,
+            }
+        );
+        assert_eq!(entering.name(), "<0x0000000700000000> (a java.lang.Object)");
+        // Object.wait waits for a notify: no owner is named.
+        assert_eq!((waits[&13].owner, waits[&13].entering), (None, false));
+        assert_eq!(waits[&13].class.as_deref(), Some("app.Queue$Lock"));
+        // Stack-locked: the owner is the thread whose stack holds the lock.
+        m.put_word(b + 776, m2);
+        assert_eq!(monitor_waits(&m, &t, &l)[&12].owner, Some(11));
+        // An owner that is no thread, and an unreadable object.
+        m.put_word(m1 + 64, 0xdead_0000);
+        m.put_word(m1 + 0x100, 0);
+        let w = &monitor_waits(&m, &t, &l)[&11];
+        assert_eq!((w.owner, w.object, w.name()), (None, None, "<0x0000000000500000>".into()));
+    }
+
+    #[test]
+    fn jdk24_owners_are_owner_ids_or_the_lock_stack_holding_the_object() {
+        let mut m = Bytes::default();
+        let vars = tables_with(&mut m, rows(true));
+        let l = layout_of(&m, &vars).unwrap();
+        let t = thread_layout_of(&m, &vars).unwrap();
+        let (a, b) = (0x100_0000u64, 0x200_0000u64);
+        thread(&mut m, a, 21, 1016);
+        thread(&mut m, b, 22, 1016);
+        m.put_word(a + 1312, 5);
+        m.put_word(b + 1312, 6);
+        list(&mut m, &[a, b]);
+        let (monitor, oop) = (0x50_0000u64, 0x7_0000_0000u64);
+        locked(&mut m, monitor, oop, "Turns");
+        m.put_word(a + 776, monitor);
+        m.put_word(monitor + 64, 6);
+        assert_eq!(monitor_waits(&m, &t, &l)[&21].owner, Some(22));
+        // Anonymous: b's lock stack (two entries in use) holds the object.
+        m.put_word(monitor + 64, 1);
+        m.put(b + 2000, &(2000u32 + 16 + 16).to_le_bytes());
+        m.put_word(b + 2000 + 16, 0x7_0000_0100);
+        m.put_word(b + 2000 + 24, oop);
+        m.put(a + 2000, &(2000u32 + 16).to_le_bytes());
+        let w = &monitor_waits(&m, &t, &l)[&21];
+        assert_eq!((w.owner, w.class.as_deref()), (Some(22), Some("Turns")));
+        // Past the top of the stack does not count.
+        m.put(b + 2000, &(2000u32 + 16 + 8).to_le_bytes());
+        assert_eq!(monitor_waits(&m, &t, &l)[&21].owner, None);
+    }
+
+    #[test]
+    fn a_jvm_without_the_thread_fields_says_which() {
+        let mut m = Bytes::default();
+        let vars = tables(&mut m);
+        let e = thread_layout_of(&m, &vars).unwrap_err().to_string();
+        assert!(e.contains("ThreadsSMRSupport::_java_thread_list"), "{e}");
+    }
 }

@@ -181,3 +181,31 @@ fn blocked_lists_the_goroutines_parked_on_the_mutex() {
     assert!(text.contains("goroutines on sync.Mutex (goroutine "), "{text}");
     drop(w);
 }
+
+/// A Go program started after a system-wide trace began (as under `serve`,
+/// which runs for days) has its goroutines traced from its exec on: its
+/// goroutines' waits on the mutex are records of their own.
+#[test]
+fn a_go_program_started_during_the_trace_has_its_goroutines_traced() {
+    require_bpf!();
+    let Some(exe) = build() else { return };
+    let tracer = Tracer::start(&["--json", "4"]);
+    let w = start_with(&exe, &["mutex", "8", "6", "-"]);
+    let pid = u64::from(w.0.id());
+    let done = tracer.finish();
+    drop(w);
+    assert!(done.status.success(), "{}", done.stderr);
+    let doc = json(&done);
+    let on_mutex: u64 = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["tgid"].as_u64() == Some(pid) && r["waits_on"]["reason"] == "sync.Mutex")
+        .filter(|r| through(&r["user_stack"], "main.twHandle"))
+        .map(|r| r["total_ns"].as_u64().unwrap())
+        .sum();
+    // Seven goroutines wait while one sleeps 2 ms holding it: about 7 s a
+    // second of goroutine blocking, for the 3 s or more the program ran.
+    assert!(on_mutex > 3_000_000_000, "{on_mutex} ns on the mutex: {doc:#}");
+    assert!(doc["goroutines"].as_str().is_some_and(|g| g.contains("Go program")), "{doc:#}");
+}

@@ -73,53 +73,110 @@ fn candidates(threads: &Threads) -> Vec<u32> {
 
 /// Finds the Go programs among the traced processes and attaches the hooks to
 /// their binaries. A program that cannot be hooked is said in `failed`, and
-/// its threads are traced as any program's.
-pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<Goroutines> {
-    let mut found = Goroutines::default();
-    // Each binary once: whether it is a Go program, and whether it is hooked.
-    let mut binaries: HashMap<(u64, u64), Option<Runtime>> = HashMap::new();
-    let mut loaded_progs = false;
+/// its threads are traced as any program's. With a selection that takes in
+/// new processes (not `-p` or `-t`), the hooks are kept to hook the Go
+/// programs started during the trace too (see [`GoHooks::exec`]).
+pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<GoHooks> {
+    let mut hooks = GoHooks {
+        binaries: HashMap::new(),
+        loaded: false,
+        waker,
+        found: Goroutines::default(),
+        late: !matches!(threads, Threads::Pids(_) | Threads::Tids(_) | Threads::KernelOnly),
+    };
     for pid in candidates(threads) {
+        if let Err(e) = hooks.add(ebpf, pid) {
+            hooks.found.failed.push(format!("pid {pid}: {}", crate::util::stderr::error_line(&e)));
+        }
+    }
+    Ok(hooks)
+}
+
+/// The goroutine hooks of a trace: the binaries met (each a Go program with
+/// its runtime, or not one), and the Go processes traced.
+#[derive(Default)]
+pub struct GoHooks {
+    binaries: HashMap<(u64, u64), Option<Runtime>>,
+    loaded: bool,
+    waker: bool,
+    found: Goroutines,
+    /// Whether programs started during the trace are hooked at their exec.
+    late: bool,
+}
+
+impl GoHooks {
+    /// What goroutine tracing covers.
+    pub fn found(&self) -> &Goroutines {
+        &self.found
+    }
+
+    /// Process `pid` exec'd: if it runs a Go program, its goroutines are
+    /// traced from now on. Says why not where it is a Go program that
+    /// cannot be hooked (once per binary).
+    pub fn exec(&mut self, ebpf: &mut Ebpf, pid: u32) -> Option<String> {
+        if !self.late {
+            return None;
+        }
+        let failed = self.found.failed.len();
+        if let Err(e) = self.add(ebpf, pid) {
+            self.found.failed.push(format!("pid {pid}: {}", crate::util::stderr::error_line(&e)));
+        }
+        self.found.failed.get(failed).cloned()
+    }
+
+    /// Hooks process `pid`'s binary if it is a Go program not hooked yet,
+    /// and has the hooks watch the process.
+    fn add(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<()> {
         let exe = format!("/proc/{pid}/exe");
-        let Ok(meta) = std::fs::metadata(&exe) else { continue };
+        let Ok(meta) = std::fs::metadata(&exe) else { return Ok(()) };
         let id = (meta.dev(), meta.ino());
-        let rt = match binaries.get(&id) {
+        let rt = match self.binaries.get(&id) {
             Some(known) => known.clone(),
             None => {
-                let read = runtime::read(&exe).and_then(|rt| match rt {
-                    Some(rt) => rt.goid_layout().map(|_| Some(rt)),
-                    None => Ok(None),
-                });
-                if matches!(read, Ok(Some(_))) && !loaded_progs {
-                    load(ebpf, waker)?;
-                    loaded_progs = true;
+                // Known from here on, hooked or not: a binary that fails is
+                // said once.
+                self.binaries.insert(id, None);
+                let rt = runtime::read(&exe)?;
+                let Some(rt) = rt else { return Ok(()) };
+                rt.goid_layout()?;
+                if !self.loaded {
+                    load(ebpf, self.waker)?;
+                    self.loaded = true;
                 }
-                let hooked = read.and_then(|rt| match rt {
-                    Some(rt) => hook(ebpf, &exe, &rt, waker).map(|()| Some(rt)),
-                    None => Ok(None),
-                });
-                let rt = hooked.unwrap_or_else(|e| {
-                    let e = crate::util::stderr::error_line(&e);
-                    found.failed.push(format!("pid {pid}: {e}"));
-                    None
-                });
-                binaries.insert(id, rt.clone());
-                rt
+                hook(ebpf, &exe, &rt, self.waker)?;
+                self.binaries.insert(id, Some(rt.clone()));
+                Some(rt)
             }
         };
-        let Some(rt) = rt else { continue };
         let mut procs: BpfHashMap<_, u32, GoProc> = BpfHashMap::try_from(
             ebpf.map_mut(names::GO_PROCS).context("map GO_PROCS missing from the eBPF object")?,
         )?;
-        let Some(goid_off) = rt.goid_off else { continue };
+        let Some(goid_off) = rt.as_ref().and_then(|rt| rt.goid_off) else {
+            // A Go program's pid that now runs something else (it exec'd,
+            // or the pid was reused) is no longer watched.
+            let _ = procs.remove(&pid);
+            return Ok(());
+        };
+        let version = rt.and_then(|rt| rt.version);
         let layout = GoProc { goid_off, _pad: 0 };
-        if procs.insert(pid, layout, 0).is_ok() {
-            found.traced.push((pid, rt.version.clone()));
-        } else {
-            found.failed.push(format!("pid {pid}: more Go programs than goroutines are traced in"));
+        if procs.insert(pid, layout, 0).is_err() {
+            // Full: the processes gone make room.
+            let gone: Vec<u32> = procs
+                .keys()
+                .filter_map(|k| k.ok())
+                .filter(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+                .collect();
+            for p in gone {
+                let _ = procs.remove(&p);
+            }
+            procs
+                .insert(pid, layout, 0)
+                .map_err(|_| anyhow::anyhow!("more Go programs than goroutines are traced in"))?;
         }
+        self.found.traced.retain(|(p, _)| *p != pid);
+        self.found.traced.push((pid, version));
+        Ok(())
     }
-    Ok(found)
 }
 
 /// The hooks wanted, with their index in `runtime::HOOKED`: `ready` only

@@ -76,8 +76,8 @@ pub struct Tracer {
     /// Drains report the waits in progress since the start too, under the
     /// stacks walked for them (`serve`, whose every interval counts them).
     seeded_open: bool,
-    /// The Go programs whose goroutines are traced.
-    goroutines: Goroutines,
+    /// The goroutine hooks, and the Go programs whose goroutines are traced.
+    goroutines: goroutines::GoHooks,
 }
 
 impl Tracer {
@@ -160,7 +160,7 @@ impl Tracer {
         let goroutines = if config.goroutines {
             goroutines::attach(&mut ebpf, &config.threads, config.waker)?
         } else {
-            Goroutines::default()
+            goroutines::GoHooks::default()
         };
         info!("attached with {}", attach.name());
         let tracer = Tracer {
@@ -186,7 +186,14 @@ impl Tracer {
 
     /// The Go programs whose goroutines are traced, and those that could not be.
     pub fn goroutines(&self) -> &Goroutines {
-        &self.goroutines
+        self.goroutines.found()
+    }
+
+    /// Process `pid` exec'd: a Go program's goroutines are traced from now on
+    /// where the selection takes in new processes. Says why not, once per
+    /// binary, where it is a Go program that cannot be hooked.
+    pub fn exec(&mut self, pid: u32) -> Option<String> {
+        self.goroutines.exec(&mut self.ebpf, pid)
     }
 
     /// Whether user stacks are walked from the unwind tables.
@@ -347,7 +354,7 @@ impl Tracer {
             block_us: (0, u64::MAX),
             wait_events: false,
             holds_rows: false,
-            goroutines: Goroutines::default(),
+            goroutines: Default::default(),
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
             walks: cfi,

@@ -31,6 +31,9 @@ fn load_learners(
 ) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let done = AtomicBool::new(false);
+    // Processes that exec'd meanwhile, for the goroutine hooks once the
+    // tracer is free again.
+    let mut execs = Vec::new();
     let loaded = std::thread::scope(|s| {
         let loading = s.spawn(|| {
             let r = tracer.load_after_start();
@@ -40,6 +43,9 @@ fn load_learners(
         while !done.load(Ordering::Acquire) {
             if let Some(e) = events.as_mut() {
                 e.drain(|ev| {
+                    if ev.kind == topwaits_common::proc_event::EXEC {
+                        execs.push(ev);
+                    }
                     remember(Some(ev));
                 });
             }
@@ -54,6 +60,9 @@ fn load_learners(
             log::warn!("kernel stacks will not be reused: {}", crate::util::stderr::error_line(&e))
         }
         Err(_) => log::warn!("kernel stacks will not be reused: the loading thread panicked"),
+    }
+    for e in execs {
+        hook_goroutines(tracer, Some(e));
     }
 }
 
@@ -109,6 +118,15 @@ pub(super) fn on_event(
 ) -> Option<Duration> {
     let named = symbolizer.on_event(e).then_some(super::wait::BEAT);
     super::wait::sooner(unwinder.borrow_mut().on_event(e), named)
+}
+
+/// A process that exec'd during the trace: a Go program has its goroutines
+/// traced from now on (said once per binary where it cannot be).
+pub(super) fn hook_goroutines(tracer: &mut Tracer, e: Option<topwaits_common::ProcEvent>) {
+    let Some(e) = e.filter(|e| e.kind == topwaits_common::proc_event::EXEC) else { return };
+    if let Some(failed) = tracer.exec(e.tgid) {
+        crate::util::stderr::say!("topwaits: warning: goroutines not traced in {failed}");
+    }
 }
 
 /// Once attached: the symbolizer (the kernel's symbols read on a thread of
@@ -192,15 +210,18 @@ pub fn run(config: &Config) -> Result<()> {
         let slice = next_slice(t0, round, config.interval, deadline);
         crate::sys::heap::for_tracing();
         let end = {
-            let tracer = &tracer;
+            let tracer = std::cell::RefCell::new(&mut tracer);
             wait(
                 slice,
                 &mut targets,
                 &mut events,
                 &mut long,
-                &mut |e| on_event(&mut symbolizer, &unwinder, e),
+                &mut |e| {
+                    hook_goroutines(&mut tracer.borrow_mut(), e);
+                    on_event(&mut symbolizer, &unwinder, e)
+                },
                 &mut || {
-                    if let Ok(c) = tracer.counters() {
+                    if let Ok(c) = tracer.borrow().counters() {
                         status.show(&c);
                     }
                     unwinder.borrow_mut().sweep();

@@ -16,7 +16,7 @@ use anyhow::{anyhow, Result};
 
 use super::interval;
 use super::tables::Unwinder;
-use super::trace::{on_event, seed_waits, symbolizer_and_learners, trace_info};
+use super::trace::{hook_goroutines, on_event, seed_waits, symbolizer_and_learners, trace_info};
 use super::wait::{hold_signals, pidfds, wait, End};
 use crate::analysis::increments::Increments;
 use crate::analysis::metrics::Metrics;
@@ -168,7 +168,10 @@ pub fn run(c: &ServeConfig) -> Result<()> {
                 &mut targets,
                 &mut events,
                 &mut long,
-                &mut |e| on_event(&mut symbolizer, &unwinder, e),
+                &mut |e| {
+                    hook_goroutines(&mut tracer, e);
+                    on_event(&mut symbolizer, &unwinder, e)
+                },
                 &mut || {
                     unwinder.borrow_mut().sweep();
                 },

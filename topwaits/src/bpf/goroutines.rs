@@ -85,9 +85,7 @@ pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<GoHooks
         late: !matches!(threads, Threads::Pids(_) | Threads::Tids(_) | Threads::KernelOnly),
     };
     for pid in candidates(threads) {
-        if let Err(e) = hooks.add(ebpf, pid) {
-            hooks.found.failed.push(format!("pid {pid}: {}", crate::util::stderr::error_line(&e)));
-        }
+        hooks.try_add(ebpf, pid);
     }
     Ok(hooks)
 }
@@ -118,10 +116,15 @@ impl GoHooks {
             return None;
         }
         let failed = self.found.failed.len();
+        self.try_add(ebpf, pid);
+        self.found.failed.get(failed).cloned()
+    }
+
+    /// [`GoHooks::add`], a failure kept in `failed` with its pid.
+    fn try_add(&mut self, ebpf: &mut Ebpf, pid: u32) {
         if let Err(e) = self.add(ebpf, pid) {
             self.found.failed.push(format!("pid {pid}: {}", crate::util::stderr::error_line(&e)));
         }
-        self.found.failed.get(failed).cloned()
     }
 
     /// Hooks process `pid`'s binary if it is a Go program not hooked yet,
@@ -153,8 +156,11 @@ impl GoHooks {
         )?;
         let Some(goid_off) = rt.as_ref().and_then(|rt| rt.goid_off) else {
             // A Go program's pid that now runs something else (it exec'd,
-            // or the pid was reused) is no longer watched.
-            let _ = procs.remove(&pid);
+            // or the pid was reused) is no longer watched. Other processes
+            // were never in the map: no call into the kernel for them.
+            if self.found.traced.iter().any(|(p, _)| *p == pid) {
+                let _ = procs.remove(&pid);
+            }
             return Ok(());
         };
         let version = rt.and_then(|rt| rt.version);

@@ -72,5 +72,8 @@ pub const SEEDED_UNWALKED_NS: u32 = 29;
 /// goroutines whose waker was seen.
 pub const GO_WAITS: u32 = 30;
 pub const GO_WAKEUPS: u32 = 31;
+/// Goroutine waits kept by stack rather than by goroutine (see
+/// `Settings::go_merge_rows`).
+pub const GO_MERGED: u32 = 32;
 /// Number of counters (the size of the COUNTERS map).
-pub const COUNT: u32 = 32;
+pub const COUNT: u32 = 33;

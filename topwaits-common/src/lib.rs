@@ -667,7 +667,7 @@ mod tests {
     fn shared_types_have_no_padding() {
         assert_eq!(
             size_of::<Settings>(),
-            8 * 2 + 4 * 18 + size_of::<TaskOffsets>() + size_of::<CgroupFilter>()
+            8 * 2 + 4 * 20 + size_of::<TaskOffsets>() + size_of::<CgroupFilter>()
         );
         assert_eq!(size_of::<CgroupFilter>(), 8 + 4 * 12);
         assert_eq!(size_of::<walker::ExecMap>(), 8 * 4);

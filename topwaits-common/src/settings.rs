@@ -5,6 +5,17 @@
 use crate::{CAPTURE_KERNEL, CAPTURE_USER};
 
 /// Values of [`Settings::thread_filter`].
+/// The slots of the `CONTROL` array, which user space writes while the
+/// programs run (unlike the settings, fixed at load).
+pub mod control {
+    /// When the trace ends (CLOCK_MONOTONIC ns; 0 while open-ended).
+    pub const END: u32 = 0;
+    /// Rows inserted into the aggregate since it was last cleared.
+    pub const ROWS: u32 = 1;
+    /// The array's size.
+    pub const SLOTS: u32 = 2;
+}
+
 pub mod thread_filter {
     /// Every thread.
     pub const ALL: u32 = 0;
@@ -146,6 +157,12 @@ pub struct Settings {
     /// Bits of [`on_cpu`]: `--on-cpu` samples counted in [`names::SAMPLES`], and
     /// each also sent through [`names::WAIT_EVENTS`] when their times are wanted.
     pub on_cpu: u32,
+    /// Goroutine waits (and goroutine wakers) are kept by stack rather than by
+    /// goroutine once the aggregate has this many rows since it was last
+    /// cleared (see [`control::ROWS`]): a server that starts goroutines per
+    /// request then still fits. 0: never.
+    pub go_merge_rows: u32,
+    pub _pad: u32,
     /// Where the `task_struct` fields the programs read lie.
     pub task: TaskOffsets,
     /// With [`thread_filter::CGROUP`]: the cgroup, and where the fields that
@@ -229,6 +246,8 @@ impl Settings {
             cfi: 0,
             labels: 1,
             on_cpu: 0,
+            go_merge_rows: 0,
+            _pad: 0,
             task: TaskOffsets::UNKNOWN,
             cgroup: CgroupFilter::NONE,
         }

@@ -23,7 +23,7 @@ use topwaits_common::{
     CAPTURE_USER, PF_KTHREAD, STACK_NONE,
 };
 
-use crate::maps::{count, ended, fold_or_insert, settings, task_u32, thread_wanted, GROWS};
+use crate::maps::{count, ended, fold_or_insert, settings, task_u32, thread_wanted, Kept, GROWS};
 
 /// Samples per thread and stacks, sized like the aggregate at load time (to 1
 /// without `--on-cpu`).
@@ -115,7 +115,7 @@ fn sample<const CFI: bool>(ctx: &PerfEventContext) {
         (*v).count += 1;
         (*v).last_ns = now;
     });
-    if !kept {
+    if kept == Kept::Full {
         count(counter::LOST_SAMPLES_FULL, 1);
     }
     if s.on_cpu & on_cpu::EVENTS != 0 {

@@ -28,7 +28,7 @@ use topwaits_common::{
 };
 
 use crate::gostack;
-use crate::maps::{count, ended, thread_wanted, CHAINS, SCRATCH_HOPS};
+use crate::maps::{aggregate_rows, count, ended, settings, thread_wanted, CHAINS, SCRATCH_HOPS};
 use crate::stackref;
 use crate::switch::{finish, in_block_time, Ended};
 use crate::uread::user_word;
@@ -101,6 +101,15 @@ fn take_park(prev: &GoRunning, cur: &Current, now: u64) -> bool {
     true
 }
 
+/// Whether goroutine rows are kept by stack alone (goid 0: "goroutines") rather
+/// than one per goroutine: once the aggregate holds `go_merge_rows` rows, so
+/// that a program starting goroutines by the thousand still fits.
+#[inline(always)]
+fn by_stack() -> bool {
+    let at = settings().go_merge_rows;
+    at != 0 && aggregate_rows() >= at as u64
+}
+
 /// The `_Gscan` bit the garbage collector sets on a status while it scans.
 const G_SCAN: u32 = 0x1000;
 
@@ -151,7 +160,7 @@ pub fn ready(regs: &pt_regs) {
     // SAFETY: a lookup of a plain value, copied out.
     let tid = match unsafe { GO_RUNNING.get(&cur.tid).copied() } {
         Some(r) if walked.left_bounds && r.g != 0 && status(r.g, &cur.proc) == G_RUNNING => {
-            tid_of(r.goid)
+            tid_of(if by_stack() { 0 } else { r.goid })
         }
         _ => cur.tid,
     };
@@ -206,13 +215,19 @@ pub fn execute(regs: &pt_regs) {
     if p.ts == 0 || now < p.ts || ended(now) || !in_block_time(now - p.ts) {
         return;
     }
+    let goid = if by_stack() {
+        count(counter::GO_MERGED, 1);
+        0
+    } else {
+        p.goid
+    };
     let row = WaitKey {
         kstack: STACK_NONE,
         ustack: gostack::walk_parked(g),
         tgid: cur.tgid,
-        tid: tid_of(p.goid),
+        tid: tid_of(goid),
         comm: p.comm,
-        what: What { nr: 0, flags: what::GOROUTINE, arg0: p.reason as u64, obj: p.goid },
+        what: What { nr: 0, flags: what::GOROUTINE, arg0: p.reason as u64, obj: goid },
     };
     count(counter::GO_WAITS, 1);
     finish(&row, p.ts, now, Ended { state: PARKED_STATE, woken: p.woken, chain: p.chain }, None);

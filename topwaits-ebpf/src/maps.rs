@@ -7,8 +7,8 @@ use aya_ebpf::{
     Global,
 };
 use topwaits_common::{
-    counter, limits, Chain, DepKey, Hops, KernelStack, ProcEvent, Settings, SwitchOut, ThreadStats,
-    WaitKey, WaitVal, WakeKey, WakeVal,
+    control, counter, limits, Chain, DepKey, Hops, KernelStack, ProcEvent, Settings, SwitchOut,
+    ThreadStats, WaitKey, WaitVal, WakeKey, WakeVal,
 };
 
 /// Options from user space; overridden at load time.
@@ -143,18 +143,36 @@ pub static WAKE_LEARNERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 #[map]
 pub static PIDS: Array<u64> = Array::with_max_entries(1, 0);
 
-/// Slot 0: when the trace ends (CLOCK_MONOTONIC ns; 0 while open-ended). From then
+/// What user space changes while the programs run (see
+/// `topwaits_common::control`). [`control::END`]: when the trace ends. From then
 /// on the threads hooks record nothing more, so that every thread's open state
 /// closes at one known instant: the end of the requested duration, even when
 /// topwaits itself cannot run then (SCHED_FIFO hogs), and however long detaching
-/// takes (hundreds of ms on a busy VM).
+/// takes (hundreds of ms on a busy VM). [`control::ROWS`]: the aggregate's rows,
+/// counted as they are inserted and reset by user space when it clears them.
 #[map]
-pub static CONTROL: Array<u64> = Array::with_max_entries(1, 0);
+pub static CONTROL: Array<u64> = Array::with_max_entries(control::SLOTS, 0);
 
 /// Whether the trace has ended by `now` (see [`CONTROL`]).
 #[inline(always)]
 pub fn ended(now: u64) -> bool {
-    CONTROL.get(0).is_some_and(|&end| end != 0 && now >= end)
+    CONTROL.get(control::END).is_some_and(|&end| end != 0 && now >= end)
+}
+
+/// The rows inserted into the aggregate since user space last cleared it.
+#[inline(always)]
+pub fn aggregate_rows() -> u64 {
+    CONTROL.get(control::ROWS).copied().unwrap_or(0)
+}
+
+/// Counts a row inserted into the aggregate.
+#[inline(always)]
+fn row_inserted() {
+    if let Some(rows) = CONTROL.get_ptr_mut(control::ROWS) {
+        // SAFETY: a pointer from an array lookup, valid for the program's run; the
+        // add is atomic.
+        unsafe { atomic_add(rows, 1) };
+    }
 }
 
 /// Each task's last wakeup, keyed by `task_struct` address (sized to 1 unless
@@ -290,29 +308,55 @@ pub fn count(index: u32, n: u64) {
 
 const EEXIST: i32 = 17;
 
-/// Folds into `key`'s value in an aggregate map, or inserts `fresh`; false when
-/// the map is full.
+/// What [`fold_or_insert`] did.
+#[derive(PartialEq, Eq)]
+pub enum Kept {
+    Folded,
+    Inserted,
+    Full,
+}
+
+/// Folds into `key`'s value in an aggregate map, or inserts `fresh`.
 #[inline(always)]
 pub fn fold_or_insert<K, V>(
     map: &HashMap<K, V>,
     key: &K,
     fresh: &V,
     fold: impl Fn(*mut V),
-) -> bool {
+) -> Kept {
     if let Some(v) = map.get_ptr_mut(key) {
         fold(v);
-        return true;
+        return Kept::Folded;
     }
     match map.insert(key, fresh, BPF_NOEXIST as u64) {
-        Ok(()) => true,
+        Ok(()) => Kept::Inserted,
         // Created on another CPU in between: fold into that one.
         Err(e) if e == -EEXIST => {
             if let Some(v) = map.get_ptr_mut(key) {
                 fold(v);
             }
+            Kept::Folded
+        }
+        Err(_) => Kept::Full,
+    }
+}
+
+/// Adds a row to the wait aggregate (`WAITS` or `WAKE_WAITS`) as
+/// [`fold_or_insert`] does, counting the rows it inserts; false when the map is full.
+#[inline(always)]
+pub fn fold_or_insert_row<K, V>(
+    map: &HashMap<K, V>,
+    key: &K,
+    fresh: &V,
+    fold: impl Fn(*mut V),
+) -> bool {
+    match fold_or_insert(map, key, fresh, fold) {
+        Kept::Folded => true,
+        Kept::Inserted => {
+            row_inserted();
             true
         }
-        Err(_) => false,
+        Kept::Full => false,
     }
 }
 
@@ -320,7 +364,7 @@ pub fn fold_or_insert<K, V>(
 /// `fresh`. A full map counts the wait and its `delta_ns` as lost.
 #[inline(always)]
 pub fn upsert<K, V>(map: &HashMap<K, V>, key: &K, fresh: &V, delta_ns: u64, fold: impl Fn(*mut V)) {
-    if fold_or_insert(map, key, fresh, fold) {
+    if fold_or_insert_row(map, key, fresh, fold) {
         count(counter::RECORDED, 1);
     } else {
         count(counter::LOST_AGG_FULL, 1);

@@ -13,7 +13,7 @@ use topwaits_common::{
 
 use crate::kcache::Hook;
 use crate::maps::{
-    ask_for_maps, count, fold_or_insert, mark_started, maybe_started, set_member, settings,
+    ask_for_maps, count, fold_or_insert_row, mark_started, maybe_started, set_member, settings,
     task_u32, thread_wanted, upsert, LAST_WAKE, REWALKS, STARTS, WAITS,
 };
 use crate::task::{capture_stacks, Outgoing};
@@ -410,7 +410,7 @@ fn write_held(start: &mut SwitchOut) {
     start.held.count = 0;
     // SAFETY: a pointer from a map lookup; the row names this thread, whose
     // switches run on one CPU at a time.
-    if !fold_or_insert(&WAITS, &start.row, &held, |v| unsafe { (*v).absorb(&held) }) {
+    if !fold_or_insert_row(&WAITS, &start.row, &held, |v| unsafe { (*v).absorb(&held) }) {
         count(counter::LOST_AGG_FULL, held.count);
         count(counter::LOST_AGG_FULL_NS, held.total_ns);
         count(counter::HELD_LOST, held.count);

@@ -209,3 +209,43 @@ fn a_go_program_started_during_the_trace_has_its_goroutines_traced() {
     assert!(on_mutex > 3_000_000_000, "{on_mutex} ns on the mutex: {doc:#}");
     assert!(doc["goroutines"].as_str().is_some_and(|g| g.contains("Go program")), "{doc:#}");
 }
+
+/// A server's way: a goroutine per request, each with a new id. With a small
+/// aggregate (`--max-entries 256`), rows one per goroutine would overflow it
+/// within the trace; past half of it, goroutine waits are kept by stack
+/// ("goroutines"), so that nothing is lost, the request's sleep keeps its
+/// stack, and the consumer's channel wait keeps its waker's.
+#[test]
+fn goroutines_by_the_thousand_are_kept_by_stack_once_the_aggregate_is_half_full() {
+    require_bpf!();
+    let Some(exe) = build() else { return };
+    let w = start_with(&exe, &["spawn"]);
+    let pid = w.0.id().to_string();
+    let done = run(&["-w", "-p", &pid, "--max-entries", "256", "--json", "2"]);
+    let doc = json(&done);
+    drop(w);
+    assert_eq!(doc["lost"]["aggregate_full"], 0, "{:#}", doc["lost"]);
+    assert_eq!(doc["lost"]["chain_map_full"], 0, "{:#}", doc["lost"]);
+    let counters = &doc["counters"];
+    let merged = counters["goroutine_waits_by_stack"].as_u64().unwrap();
+    assert!(merged > 0 && merged <= counters["goroutine_waits"].as_u64().unwrap(), "{counters}");
+    assert!(done.stderr.contains("kept by stack"), "{}", done.stderr);
+    let records = doc["records"].as_array().unwrap();
+    let by_stack = |f: &str| {
+        records
+            .iter()
+            .filter(|r| r["tid"].as_u64() == Some(1 << 30) && through(&r["user_stack"], f))
+            .collect::<Vec<_>>()
+    };
+    // About a thousand requests a second: most of them after the switch.
+    let sleeps: u64 = by_stack("main.twRequest")
+        .iter()
+        .filter(|r| r["waits_on"]["label"] == "sleep")
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert!(sleeps >= 500, "{sleeps} request sleeps kept by stack: {doc:#}");
+    let received = by_stack("main.twConsume");
+    let woken = received.iter().find(|r| through(&r["waker"]["user_stack"], "main.twRequest"));
+    assert!(woken.is_some_and(|r| r["count"].as_u64().unwrap() >= 500), "{doc:#}");
+    assert!(records.len() <= 256, "{} records", records.len());
+}

@@ -97,6 +97,10 @@ impl Tracer {
         if self.sample_period.is_some() {
             super::sample::clear(self.map_mut(names::SAMPLES)?)?;
         }
+        // Goroutines get rows of their own again (see `Settings::go_merge_rows`).
+        let mut control: aya::maps::Array<&mut MapData, u64> =
+            aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
+        control.set(topwaits_common::control::ROWS, 0, 0)?;
         Ok(capture)
     }
 

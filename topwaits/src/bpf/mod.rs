@@ -420,9 +420,10 @@ impl Tracer {
     /// on: set ahead to the end of the duration, or to now on Ctrl-C. Detaching
     /// (see [`Tracer::stop`]) can take hundreds of ms, during which they still run.
     pub fn end_threads_at(&mut self, end_mono: u64) -> Result<()> {
+        use topwaits_common::control;
         let mut control: aya::maps::Array<&mut MapData, u64> =
             aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
-        control.set(0, end_mono, 0).context("failed to set the end of the trace")
+        control.set(control::END, end_mono, 0).context("failed to set the end of the trace")
     }
 
     /// Detaches and unloads the programs, so that what is drained next is final.

@@ -234,6 +234,10 @@ pub struct Counters {
     pub goroutine_waits: u64,
     #[serde(default)]
     pub goroutine_wakeups: u64,
+    /// Of the goroutine waits, those kept by stack rather than by goroutine,
+    /// after the aggregate was half full (see `Settings::go_merge_rows`).
+    #[serde(default)]
+    pub goroutine_waits_by_stack: u64,
     /// Time the threads of Go programs whose goroutines are traced spent idle
     /// in the Go scheduler, left out (set per report; not a kernel counter).
     #[serde(default)]
@@ -278,6 +282,7 @@ impl Counters {
             seeded_unwalked_ns: at(c::SEEDED_UNWALKED_NS),
             goroutine_waits: at(c::GO_WAITS),
             goroutine_wakeups: at(c::GO_WAKEUPS),
+            goroutine_waits_by_stack: at(c::GO_MERGED),
             go_scheduler_idle_ns: 0,
         }
     }
@@ -317,6 +322,9 @@ impl Counters {
             seeded_unwalked_ns: self.seeded_unwalked_ns.saturating_sub(earlier.seeded_unwalked_ns),
             goroutine_waits: self.goroutine_waits.saturating_sub(earlier.goroutine_waits),
             goroutine_wakeups: self.goroutine_wakeups.saturating_sub(earlier.goroutine_wakeups),
+            goroutine_waits_by_stack: self
+                .goroutine_waits_by_stack
+                .saturating_sub(earlier.goroutine_waits_by_stack),
             go_scheduler_idle_ns: self.go_scheduler_idle_ns,
         }
     }
@@ -414,6 +422,15 @@ impl Counters {
             w.push(format!(
                 "{} waits ended before they began and were dropped (clock skew)",
                 self.negative_deltas
+            ));
+        }
+        // Not a loss: their time is all there, under "goroutines" rows.
+        if self.goroutine_waits_by_stack > 0 {
+            w.push(format!(
+                "{} of the {} goroutine waits came after the aggregate map was half full and are kept by \
+                 stack rather than by goroutine (their rows say \"goroutines\"); raise --max-entries to \
+                 keep every goroutine's own rows",
+                self.goroutine_waits_by_stack, self.goroutine_waits
             ));
         }
         // Each such wait lasted into the trace no longer than the walks at its
@@ -771,6 +788,11 @@ mod tests {
             "{w:?}"
         );
         assert_eq!(unseen.lost_total(), 5);
+        let merged =
+            Counters { goroutine_waits: 9, goroutine_waits_by_stack: 4, ..Default::default() };
+        let w = merged.warnings();
+        assert!(w.len() == 1 && w[0].starts_with("4 of the 9 goroutine waits"), "{w:?}");
+        assert!(w[0].contains("--max-entries") && !merged.any_loss(), "{w:?}");
     }
 
     #[test]

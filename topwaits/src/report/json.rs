@@ -348,6 +348,7 @@ fn head(report: &Report) -> Value {
             "waits_in_progress_at_start_unwalked_ns": report.counters.seeded_unwalked_ns,
             "goroutine_waits": report.counters.goroutine_waits,
             "goroutine_wakeups": report.counters.goroutine_wakeups,
+            "goroutine_waits_by_stack": report.counters.goroutine_waits_by_stack,
             "go_scheduler_idle_ns": report.counters.go_scheduler_idle_ns,
         },
         "on_cpu_hz": info.on_cpu_hz,

@@ -386,6 +386,8 @@ pub fn profile(report: &Report, cgroup: bool) -> proto::Profile {
             b.ns_label(MAX_WAIT, r.max_ns),
         ];
         match (r.threads <= 1, topwaits_common::golang::is_goroutine(r.tid)) {
+            // Goroutines kept by stack have no one id.
+            (true, true) if r.tid == topwaits_common::golang::GOROUTINE_TID => {}
             // A goroutine by its id, as Go's own profiles label it.
             (true, true) => {
                 let goid = r.tid & topwaits_common::golang::GOID_MASK;

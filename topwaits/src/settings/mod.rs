@@ -189,6 +189,8 @@ impl Config {
         // intervals, which drain and clear the aggregate while tracing.
         s.hold_rows = u32::from(self.interval.is_none() && !self.waker);
         s.labels = u32::from(self.labels);
+        // Half the aggregate stays for goroutine rows kept by stack.
+        s.go_merge_rows = (self.max_entries / 2).max(1);
         if self.on_cpu.is_some() {
             use topwaits_common::on_cpu;
             let timed = self.timed_samples || self.shown.perfetto.is_some();

@@ -10,30 +10,40 @@ pub fn plural(n: usize, word: &str) -> String {
 }
 
 /// `tid N`, or `goroutine N` for a goroutine's wait (see
-/// `topwaits_common::golang`).
+/// `topwaits_common::golang`), or `goroutines` for goroutine waits kept by
+/// stack (goid 0, see `Settings::go_merge_rows`).
 pub fn tid_text(tid: u32) -> String {
-    use topwaits_common::golang::{is_goroutine, GOID_MASK};
-    if is_goroutine(tid) {
-        format!("goroutine {}", tid & GOID_MASK)
-    } else {
-        format!("tid {tid}")
+    use topwaits_common::golang::{is_goroutine, GOID_MASK, GOROUTINE_TID};
+    match tid {
+        GOROUTINE_TID => "goroutines".to_string(),
+        t if is_goroutine(t) => format!("goroutine {}", t & GOID_MASK),
+        t => format!("tid {t}"),
     }
 }
 
 /// `n` waiting ids counted in words: `8 goroutines` when all are goroutines,
-/// `8 threads` when none is, `8 threads and goroutines` when both are.
+/// `8 threads` when none is, `8 threads and goroutines` when both are; `at
+/// least` where goroutines kept by stack are among them (each such id stands
+/// for one goroutine or more).
 pub fn count_of<'a>(n: usize, tids: impl IntoIterator<Item = &'a u32>) -> String {
-    let (mut goroutines, mut threads) = (false, false);
+    use topwaits_common::golang::{is_goroutine, GOROUTINE_TID};
+    let (mut goroutines, mut threads, mut merged) = (false, false, false);
     for &t in tids {
-        match topwaits_common::golang::is_goroutine(t) {
+        match is_goroutine(t) {
             true => goroutines = true,
             false => threads = true,
         }
+        merged |= t == GOROUTINE_TID;
     }
-    match (goroutines, threads) {
+    let counted = match (goroutines, threads) {
+        (true, false) if merged && n == 1 => return "goroutines".to_string(),
         (true, true) if n > 1 => format!("{n} threads and goroutines"),
         (true, false) => plural(n, "goroutine"),
         _ => plural(n, "thread"),
+    };
+    match merged {
+        true => format!("at least {counted}"),
+        false => counted,
     }
 }
 
@@ -71,12 +81,18 @@ mod tests {
         assert_eq!(count_of(2, &[g, 5]), "2 threads and goroutines");
         assert_eq!(count_of(2, &[4, 5]), "2 threads");
         assert_eq!(count_of(0, &[]), "0 threads");
+        // Goroutines kept by stack are one id for many.
+        let m = topwaits_common::golang::tid_of(0);
+        assert_eq!(count_of(3, &[g, g + 1, m]), "at least 3 goroutines");
+        assert_eq!(count_of(2, &[5, m]), "at least 2 threads and goroutines");
+        assert_eq!(count_of(1, &[m]), "goroutines");
     }
 
     #[test]
     fn goroutines_are_named_as_goroutines_and_threads_by_tid() {
         assert_eq!(tid_text(42), "tid 42");
         assert_eq!(tid_text(topwaits_common::golang::tid_of(7)), "goroutine 7");
+        assert_eq!(tid_text(topwaits_common::golang::tid_of(0)), "goroutines");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 // turns on one sync.Mutex and sleep 2 ms while they hold it, with the
 // runtime's own execution trace written to TRACE over the first SECS seconds
 // (none when TRACE is "-"). "chan": a producer hands a value to a consumer
-// over a channel every 2 ms, from a function of its own.
+// over a channel every 2 ms, from a function of its own. "spawn": a server's
+// way, a goroutine per request: each sleeps 1 ms and hands its answer back
+// over a channel, thousands a second, every one with a new goroutine id.
 package main
 
 import (
@@ -34,6 +36,12 @@ func twProduce(c chan<- int, i int) {
 
 //go:noinline
 func twConsume(c <-chan int) int { return <-c }
+
+//go:noinline
+func twRequest(c chan<- int, i int) {
+	time.Sleep(time.Millisecond)
+	c <- i
+}
 
 func main() {
 	switch os.Args[1] {
@@ -71,6 +79,14 @@ func main() {
 		}()
 		go func() {
 			for {
+				twConsume(c)
+			}
+		}()
+	case "spawn":
+		go func() {
+			for i := 0; ; i++ {
+				c := make(chan int)
+				go twRequest(c, i)
 				twConsume(c)
 			}
 		}()

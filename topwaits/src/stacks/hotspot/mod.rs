@@ -148,6 +148,26 @@ fn c_string(mem: &dyn Memory, at: u64) -> Option<String> {
     String::from_utf8(buf[..end].to_vec()).ok()
 }
 
+/// The fields of `types` in the vmStructs table (`vars`, see [`layout_of`]):
+/// each one's type, name and value, a static field's address or else the
+/// field's offset in its type.
+pub(super) fn fields_of(
+    mem: &dyn Memory,
+    vars: &[u64; 11],
+    types: &[&str],
+) -> Result<Vec<(String, String, u64)>> {
+    let [structs, stride, type_name, field_name, is_static, offset, address, ..] = *vars;
+    let found = entries(
+        mem,
+        (structs, stride, type_name),
+        Some(field_name),
+        &[is_static, offset, address],
+        types,
+    )?;
+    let value = |v: &[u64]| if v[0] as u32 != 0 { v[2] } else { v[1] };
+    Ok(found.into_iter().map(|(t, f, v)| (t, f, value(&v))).collect())
+}
+
 /// Each entry of a vmStructs table (`table`: the array, `stride` apart) whose
 /// type name is one of `types`: its field name (None for the type table) and
 /// the words at `words` within the entry.
@@ -182,18 +202,11 @@ fn entries(
 /// HotSpot's layout, from the tables' variables as the process holds them
 /// (`vars`: the values of [`SYMS`] and [`TYPE_SIZE_SYM`]).
 pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
-    let [structs, stride, type_name, field_name, is_static, offset, address, types, t_stride, t_name, t_size] =
-        *vars;
+    let [.., types, t_stride, t_name, t_size] = *vars;
     let mut kinds: Vec<&str> =
         FIELDS.iter().chain(MOVED.iter().map(|m| &m.1)).map(|f| f.0).collect();
     kinds.dedup();
-    let found = entries(
-        mem,
-        (structs, stride, type_name),
-        Some(field_name),
-        &[is_static, offset, address],
-        &kinds,
-    )?;
+    let found = fields_of(mem, vars, &kinds)?;
     let mut values = [0u64; 24];
     for (i, (ty, field)) in FIELDS.iter().enumerate() {
         let moved = MOVED.iter().find(|(from, _)| *from == (*ty, *field)).map(|m| m.1);
@@ -205,8 +218,7 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
                 found.iter().find(|(t, f, _)| t == ty && f == field)
             })
             .with_context(|| format!("HotSpot without {ty}::{field} in its vmStructs"))?;
-        // A static field's address, else the field's offset in its type.
-        values[i] = if v[0] as u32 != 0 { v[2] } else { v[1] };
+        values[i] = *v;
     }
     let sizes =
         entries(mem, (types, t_stride, t_name), None, &[t_size], &["ConstantPool", "HeapBlock"])?;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use anyhow::{Context as _, Result};
 
-use super::{entries, names, Layout};
+use super::{names, Layout};
 use crate::sys::memory::Memory;
 
 /// Most Java threads read from the list.
@@ -72,7 +72,6 @@ impl MonitorWait {
 /// The thread layout from the vmStructs table (`vars` as for
 /// [`super::layout_of`]).
 pub fn thread_layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<ThreadLayout> {
-    let [structs, stride, type_name, field_name, is_static, offset, address, ..] = *vars;
     let types = [
         "ThreadsSMRSupport",
         "ThreadsList",
@@ -84,20 +83,10 @@ pub fn thread_layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<ThreadLayo
         "CompressedKlassPointers",
         "LockStack",
     ];
-    let found = entries(
-        mem,
-        (structs, stride, type_name),
-        Some(field_name),
-        &[is_static, offset, address],
-        &types,
-    )?;
-    let get =
-        |tys: &[&str], field: &str| {
-            found
-                .iter()
-                .find(|(t, f, _)| tys.contains(&t.as_str()) && f == field)
-                .map(|(_, _, v)| if v[0] as u32 != 0 { v[2] } else { v[1] })
-        };
+    let found = super::fields_of(mem, vars, &types)?;
+    let get = |tys: &[&str], field: &str| {
+        found.iter().find(|(t, f, _)| tys.contains(&t.as_str()) && f == field).map(|(_, _, v)| *v)
+    };
     let need = |ty: &str, field: &str| {
         get(&[ty], field).with_context(|| format!("HotSpot without {ty}::{field} in its vmStructs"))
     };

@@ -209,17 +209,8 @@ fn a_full_aggregate_map_is_counted_with_its_time() {
     // start map, not from the aggregate, and are not in its counters).
     let closed: Vec<&Value> =
         doc["records"].as_array().unwrap().iter().filter(|r| r["open"] == false).collect();
-    // At most the map's 4 rows, plus the one row each thread still held in its
-    // start entry at the end (never written to the full map, so not lost).
-    let threads: std::collections::HashSet<u64> =
-        closed.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
-    assert!(
-        closed.len() <= 4 + threads.len(),
-        "{} records of {} threads",
-        closed.len(),
-        threads.len()
-    );
-    assert_eq!(warning_lines(&out.stderr, "--max-entries").len(), 1, "{}", out.stderr);
+    let full = warning_lines(&out.stderr, "did not fit into the full aggregate map");
+    assert!(full.len() == 1 && full[0].contains("--max-entries"), "{}", out.stderr);
     // Everything recorded is in the records: nothing vanished silently.
     let counted: u64 = closed.iter().map(|r| r["count"].as_u64().unwrap()).sum();
     assert_eq!(counted, doc["counters"]["recorded"].as_u64().unwrap());

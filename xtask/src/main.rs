@@ -141,6 +141,8 @@ fn main() -> ExitCode {
                     "--test",
                     "robust",
                     "--test",
+                    "manyrows",
+                    "--test",
                     "stuck",
                     "--test",
                     "stacks",

@@ -10,6 +10,7 @@ use aya::maps::{HashMap, Map, MapData};
 use aya::Pod;
 
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_long = 25;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 /// Entries asked for per call; doubled when one hash bucket holds more.
@@ -33,9 +34,27 @@ struct BatchAttr {
 
 /// Calls `f` with every entry of the hash map `map`, a batch at a time. `Ok(false)`
 /// when the map or the kernel has no batch lookups: the caller then iterates.
-pub fn for_each<K: Pod, V: Pod>(map: &Map, mut f: impl FnMut(&K, &V)) -> io::Result<bool> {
+pub fn for_each<K: Pod, V: Pod>(map: &Map, f: impl FnMut(&K, &V)) -> io::Result<bool> {
     let Map::HashMap(data) = map else { return Ok(false) };
-    let fd = data.fd().as_fd().as_raw_fd();
+    batches(data.fd().as_fd().as_raw_fd(), BPF_MAP_LOOKUP_BATCH, f)
+}
+
+/// Takes every entry out of the hash map `map`, a batch at a time, calling `f`
+/// with each: the kernel copies and deletes a bucket's entries under its lock,
+/// so a program adding to an entry never adds to one already read. `Ok(false)`
+/// when the map or the kernel has no such batches (nothing was taken).
+pub fn take_each<K: Pod, V: Pod>(map: &Map, f: impl FnMut(&K, &V)) -> io::Result<bool> {
+    let Map::HashMap(data) = map else { return Ok(false) };
+    batches(data.fd().as_fd().as_raw_fd(), BPF_MAP_LOOKUP_AND_DELETE_BATCH, f)
+}
+
+/// [`for_each`] and [`take_each`]: the batch command `cmd` over the whole hash
+/// map whose descriptor is `fd`.
+fn batches<K: Pod, V: Pod>(
+    fd: std::os::fd::RawFd,
+    cmd: libc::c_long,
+    mut f: impl FnMut(&K, &V),
+) -> io::Result<bool> {
     let mut chunk = CHUNK;
     // SAFETY: Pod types are plain data, valid when zeroed.
     let zeroed = || unsafe { std::mem::zeroed::<(K, V)>() };
@@ -57,12 +76,7 @@ pub fn for_each<K: Pod, V: Pod>(map: &Map, mut f: impl FnMut(&K, &V)) -> io::Res
         // SAFETY: the attribute points at buffers of `chunk` keys and values and at
         // the two position words, all live across the call.
         let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                &mut attr as *mut BatchAttr,
-                size_of::<BatchAttr>(),
-            )
+            libc::syscall(libc::SYS_bpf, cmd, &mut attr as *mut BatchAttr, size_of::<BatchAttr>())
         };
         let err = (ret < 0).then(|| io::Error::last_os_error().raw_os_error().unwrap_or(0));
         let got = (attr.count as usize).min(chunk);
@@ -266,5 +280,22 @@ mod tests {
         let left: Vec<u32> = keys.iter().copied().filter(|&k| present(&fd, k)).collect();
         assert_eq!(left, [4, 6, 7, 8, 10]);
         assert!(super::delete(fd.as_fd(), &[] as &[u32]).unwrap());
+    }
+
+    /// Taking a map's entries reads each once and leaves the map empty, across
+    /// more calls than one (a chunk is 1,024 entries).
+    #[test]
+    fn taking_the_entries_reads_each_once_and_empties_the_map() {
+        let Some(fd) = hash_map(4096) else { return };
+        let keys: Vec<u32> = (1..=3000).collect();
+        let values: Vec<u64> = keys.iter().map(|&k| u64::from(k) * 7).collect();
+        assert!(super::update(fd.as_fd(), &keys, &values).unwrap());
+        let mut got = Vec::new();
+        let cmd = super::BPF_MAP_LOOKUP_AND_DELETE_BATCH;
+        let taken = super::batches(fd.as_raw_fd(), cmd, |&k: &u32, &v: &u64| got.push((k, v)));
+        assert!(taken.unwrap());
+        got.sort_unstable();
+        assert_eq!(got, keys.iter().zip(&values).map(|(&k, &v)| (k, v)).collect::<Vec<_>>());
+        assert!(!keys.iter().any(|&k| present(&fd, k)));
     }
 }

@@ -54,6 +54,33 @@ fn add_held(
     }
 }
 
+/// The kernel has no batch lookup-and-delete for a map (before Linux 5.6).
+#[derive(Debug)]
+struct NoTake;
+
+impl std::fmt::Display for NoTake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no batch lookup-and-delete for this map")
+    }
+}
+
+impl std::error::Error for NoTake {}
+
+/// Calls `f` with each row of an aggregate map: read, or with `take` taken out.
+fn rows_of<K: aya::Pod, V: aya::Pod>(
+    map: &aya::maps::Map,
+    take: bool,
+    f: impl FnMut(&K, &V),
+) -> Result<()> {
+    if !take {
+        return batch::each(map, f);
+    }
+    match batch::take_each(map, f)? {
+        true => Ok(()),
+        false => Err(NoTake.into()),
+    }
+}
+
 impl Tracer {
     /// Reads the thread profiles, closing open states at `end_mono`, and the edges.
     pub fn drain_threads(&self, end_mono: u64) -> Result<ThreadsCapture> {
@@ -71,6 +98,49 @@ impl Tracer {
         out.lost_threads = arr.get(&counter::LOST_THREADS_FULL, 0)?.iter().sum();
         out.lost_deps = arr.get(&counter::LOST_DEPS_FULL, 0)?.iter().sum();
         Ok(out)
+    }
+
+    /// Whether the aggregate is half full: rows inserted since it was last
+    /// cleared, less those [`Tracer::spill`] took out.
+    pub fn aggregate_half_full(&self) -> Result<bool> {
+        let (size, taken) = self.aggregate;
+        let control: aya::maps::Array<&MapData, u64> =
+            aya::maps::Array::try_from(self.map(names::CONTROL)?)?;
+        let rows = control.get(&topwaits_common::control::ROWS, 0)?;
+        Ok(size > 1 && rows.saturating_sub(taken) >= u64::from(size / 2))
+    }
+
+    /// Takes every row out of the aggregate while the programs run, with the
+    /// stacks they name, so that a trace with more distinct rows than the map
+    /// holds loses none: called when it is half full, the rows taken join the
+    /// next drain's. Each row is read and deleted in one step (a batch
+    /// lookup-and-delete, under its bucket's lock), so no wait is added to a row
+    /// already read. Rows threads hold (`Settings::hold_rows`) stay with them
+    /// for the final drain. `Ok(None)` where the kernel cannot take them so.
+    pub fn spill(&mut self) -> Result<Option<Capture>> {
+        let mut records = Vec::new();
+        let mut chains = HashMap::new();
+        let taken = if self.waker {
+            self.read_woken_rows(&mut chains, &mut records, true)
+        } else {
+            rows_of(self.map(names::WAITS)?, true, |k: &WaitKey, v: &WaitVal| {
+                records.push(raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
+            })
+        };
+        match taken {
+            Ok(()) => {}
+            Err(e) if e.downcast_ref::<NoTake>().is_some() => return Ok(None),
+            Err(e) => return Err(e.context("failed to take rows out of the aggregate map")),
+        }
+        self.aggregate.1 += records.len() as u64;
+        let stacks = self.stacks_named(&records, &[])?;
+        log::debug!("took {} rows out of the aggregate", records.len());
+        // Rows name stacks and chains that nothing in the kernel may name again:
+        // over half full, those maps would fill next.
+        if let Err(e) = self.age_stacks() {
+            log::warn!("{e:#}");
+        }
+        Ok(Some(Capture { records, stacks, ..Default::default() }))
     }
 
     /// Reads the aggregate like [`Tracer::drain`], then deletes the rows it read, so
@@ -101,6 +171,7 @@ impl Tracer {
         let mut control: aya::maps::Array<&mut MapData, u64> =
             aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
         control.set(topwaits_common::control::ROWS, 0, 0)?;
+        self.aggregate.1 = 0;
         Ok(capture)
     }
 
@@ -225,13 +296,24 @@ impl Tracer {
         chains: &mut HashMap<u64, Hops>,
         records: &mut Vec<RawRecord>,
     ) -> Result<()> {
+        self.read_woken_rows(chains, records, false)
+    }
+
+    /// [`Tracer::woken_rows`], taking the rows out of the map with `take`.
+    fn read_woken_rows(
+        &self,
+        chains: &mut HashMap<u64, Hops>,
+        records: &mut Vec<RawRecord>,
+        take: bool,
+    ) -> Result<()> {
         batch::each(self.map(names::CHAINS)?, |&id: &u64, h: &Hops| {
             chains.insert(id, *h);
         })
         .context("failed to read the waker chain map")?;
         // Chains aged out since a row named them (`serve`).
         chains.extend(self.aged_chains());
-        batch::each(self.map(names::WAKE_WAITS)?, |k: &WakeKey, v: &WakeVal| {
+        let rows = self.map(names::WAKE_WAITS)?;
+        rows_of(rows, take, |k: &WakeKey, v: &WakeVal| {
             let mut r = raw_record(&k.target, v.total_ns, v.count, v.max_ns, v.max_end_ns);
             let kind = match k.kind {
                 topwaits_common::wake_kind::WOKEN => WakeKind::Woken,

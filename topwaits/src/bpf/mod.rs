@@ -78,6 +78,9 @@ pub struct Tracer {
     seeded_open: bool,
     /// The goroutine hooks, and the Go programs whose goroutines are traced.
     goroutines: goroutines::GoHooks,
+    /// The aggregate's size, and the rows taken out of it since it was last
+    /// cleared (see [`Tracer::spill`]).
+    aggregate: (u32, u64),
 }
 
 impl Tracer {
@@ -180,6 +183,7 @@ impl Tracer {
             aged: Default::default(),
             seeded_open: false,
             goroutines,
+            aggregate: (sizes.waits.max(sizes.wake_waits), 0),
         };
         Ok((tracer, prepared))
     }
@@ -361,6 +365,7 @@ impl Tracer {
             capacity: (sizes.stacks, sizes.chains),
             aged: Default::default(),
             seeded_open: false,
+            aggregate: (0, 0),
         };
         Ok((tracer, prepared))
     }

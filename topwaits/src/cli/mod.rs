@@ -157,7 +157,8 @@ pub struct TraceArgs {
 
     /// Number of unique (thread, stack) records the kernel aggregate can hold (the
     /// row each thread is still adding to at the end is kept apart, on top); with
-    /// --waker, also the number of distinct waker chains kept.
+    /// --waker, also the number of distinct waker chains kept. A trace with more is
+    /// emptied into topwaits whenever the aggregate is half full.
     #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_MAX_ENTRIES,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_entries: u32,

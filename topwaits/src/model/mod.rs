@@ -480,6 +480,17 @@ pub struct Capture {
     pub switched: std::collections::HashSet<u32>,
 }
 
+impl Capture {
+    /// Adds the rows and stacks of `other`, drained earlier from the same
+    /// trace (rows alike are merged when the report is made); the counters
+    /// and threads seen stay this capture's, the later.
+    pub fn absorb(&mut self, other: Capture) {
+        self.records.extend(other.records);
+        self.stacks.extend(other.stacks);
+        self.named.extend(other.named);
+    }
+}
+
 /// One symbolized frame. Names are shared: a report can hold hundreds of
 /// thousands of frames naming the same few thousand functions.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -138,6 +138,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         &mut None,
         &mut |e| super::trace::on_event(&mut symbolizer, &unwinder, e),
         &mut || unwinder.borrow_mut().sweep(),
+        std::time::Duration::from_secs(1),
     )?;
     second_interrupt_quits(&end);
     // The window ends when the programs stop recording, not when detaching ends.

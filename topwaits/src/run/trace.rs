@@ -202,6 +202,9 @@ pub fn run(config: &Config) -> Result<()> {
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
     let mut total = crate::model::Counters::default();
     let mut last_sweep = std::time::Instant::now();
+    // Rows taken out of a half-full aggregate while tracing, for the next drain.
+    let mut spilled = Vec::new();
+    let mut last_status: Option<std::time::Instant> = None;
     // Kept across intervals: it reads the kernel's symbols once.
     let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
     for round in 0usize.. {
@@ -221,11 +224,18 @@ pub fn run(config: &Config) -> Result<()> {
                     on_event(&mut symbolizer, &unwinder, e)
                 },
                 &mut || {
+                    spill(&mut tracer.borrow_mut(), &mut spilled);
+                    // The rest once a second, from the first check on.
+                    if last_status.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                        return;
+                    }
+                    last_status = Some(std::time::Instant::now());
                     if let Ok(c) = tracer.borrow().counters() {
                         status.show(&c);
                     }
                     unwinder.borrow_mut().sweep();
                 },
+                SPILL_CHECKS,
             )?
         };
         status.clear();
@@ -242,6 +252,9 @@ pub fn run(config: &Config) -> Result<()> {
         let end_mono = monotonic_now();
         let open_at = config.open_waits.then_some(end_mono);
         let (mut capture, sent) = drained(config, &mut tracer, long.as_mut(), finished, open_at)?;
+        for taken in spilled.drain(..) {
+            capture.absorb(taken);
+        }
         if config.open_waits {
             let span = crate::analysis::open::Span {
                 start: start_mono,
@@ -418,6 +431,25 @@ fn next_slice(
     match (next, left) {
         (Some(i), Some(l)) => Some(i.min(l)),
         (i, l) => i.or(l),
+    }
+}
+
+/// How often the aggregate is checked for being half full: a busy trace adds
+/// thousands of rows a second (a thread per request, each a row), and the
+/// other half must hold what comes until the next check.
+const SPILL_CHECKS: Duration = Duration::from_millis(200);
+
+/// Takes the rows out of the aggregate into `spilled` once it is half full
+/// (see [`Tracer::spill`]); where that fails, the map fills and what does not
+/// fit is counted as before.
+fn spill(tracer: &mut Tracer, spilled: &mut Vec<crate::model::Capture>) {
+    match tracer.aggregate_half_full().and_then(|half| match half {
+        true => tracer.spill(),
+        false => Ok(None),
+    }) {
+        Ok(Some(taken)) => spilled.push(taken),
+        Ok(None) => {}
+        Err(e) => log::warn!("{e:#}"),
     }
 }
 

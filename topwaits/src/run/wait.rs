@@ -54,7 +54,7 @@ fn first_ready(
 
 /// Waits for the duration, or SIGINT, SIGTERM or SIGHUP, or (with `targets`, the
 /// pidfds of `-p`) until every target process has exited, handing process events
-/// to `on_event` as they arrive and calling `tick` once a second. `on_event` says
+/// to `on_event` as they arrive and calling `tick` every `tick_every`. `on_event` says
 /// how soon it wants a beat (it is called with `None` then, until it says None):
 /// a process read at its exec is read again once its loader is done.
 pub fn wait(
@@ -64,6 +64,7 @@ pub fn wait(
     waits_slot: &mut Option<WaitEvents>,
     on_event: &mut dyn FnMut(Option<topwaits_common::ProcEvent>) -> Option<Duration>,
     tick: &mut dyn FnMut(),
+    tick_every: Duration,
 ) -> Result<End> {
     use tokio::io::unix::AsyncFd;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -82,7 +83,7 @@ pub fn wait(
         let mut next_beat: Option<tokio::time::Instant> = Some(tokio::time::Instant::now());
         let mut reads = TimedReads::new(tokio::time::Instant::now());
         let after = |d: Option<Duration>| d.map(|d| tokio::time::Instant::now() + d);
-        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        let mut ticker = tokio::time::interval(tick_every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let sleep = async {
             match duration {

@@ -175,6 +175,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
                 &mut || {
                     unwinder.borrow_mut().sweep();
                 },
+                Duration::from_secs(1),
             )?;
             match end {
                 End::Signal(s) => break 'serve s.to_string(),

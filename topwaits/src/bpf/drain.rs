@@ -121,7 +121,7 @@ impl Tracer {
         let mut records = Vec::new();
         let mut chains = HashMap::new();
         let taken = if self.waker {
-            self.read_woken_rows(&mut chains, &mut records, true)
+            self.woken_rows(&mut chains, &mut records, true)
         } else {
             rows_of(self.map(names::WAITS)?, true, |k: &WaitKey, v: &WaitVal| {
                 records.push(raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
@@ -143,12 +143,33 @@ impl Tracer {
         Ok(Some(Capture { records, stacks, ..Default::default() }))
     }
 
-    /// Reads the aggregate like [`Tracer::drain`], then deletes the rows it read, so
-    /// that the next drain holds only what came after. Stack traces are kept: new
-    /// rows may name them. A wait added to a row between its read and its deletion
-    /// is lost; the window is a few microseconds per row.
+    /// Reads the aggregate like [`Tracer::drain`], taking its rows out as it reads
+    /// them (see [`Tracer::spill`]), so that the next drain holds only what came
+    /// after and no wait is added to a row already read. Stack traces are kept:
+    /// new rows may name them. Where the kernel cannot take rows so, they are
+    /// read and then deleted, and a wait added to a row in between is lost.
     pub fn drain_and_clear(&mut self, open_at: Option<u64>) -> Result<Capture> {
-        let capture = self.drain(open_at, &[])?;
+        let capture = match self.read_rows(open_at, &[], true) {
+            Err(e) if e.downcast_ref::<NoTake>().is_some() => {
+                let capture = self.drain(open_at, &[])?;
+                self.delete_rows()?;
+                capture
+            }
+            taken => taken?,
+        };
+        if self.sample_period.is_some() {
+            super::sample::clear(self.map_mut(names::SAMPLES)?)?;
+        }
+        // Goroutines get rows of their own again (see `Settings::go_merge_rows`).
+        let mut control: aya::maps::Array<&mut MapData, u64> =
+            aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
+        control.set(topwaits_common::control::ROWS, 0, 0)?;
+        self.aggregate.1 = 0;
+        Ok(capture)
+    }
+
+    /// Deletes every row of the aggregate, one at a time.
+    fn delete_rows(&mut self) -> Result<()> {
         let waker = self.waker;
         let map = self.map_mut(if waker { names::WAKE_WAITS } else { names::WAITS })?;
         if waker {
@@ -164,15 +185,7 @@ impl Tracer {
                 let _ = m.remove(&k);
             }
         }
-        if self.sample_period.is_some() {
-            super::sample::clear(self.map_mut(names::SAMPLES)?)?;
-        }
-        // Goroutines get rows of their own again (see `Settings::go_merge_rows`).
-        let mut control: aya::maps::Array<&mut MapData, u64> =
-            aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
-        control.set(topwaits_common::control::ROWS, 0, 0)?;
-        self.aggregate.1 = 0;
-        Ok(capture)
+        Ok(())
     }
 
     /// The waits still in progress at `end_mono` (switched out during the trace and
@@ -246,13 +259,18 @@ impl Tracer {
     /// also the waits still in progress at that CLOCK_MONOTONIC time.
     /// `extra`: more records whose stacks to read (long-wait events).
     pub fn drain(&self, open_at: Option<u64>, extra: &[RawRecord]) -> Result<Capture> {
+        self.read_rows(open_at, extra, false)
+    }
+
+    /// [`Tracer::drain`], taking the aggregate's rows out with `take`.
+    fn read_rows(&self, open_at: Option<u64>, extra: &[RawRecord], take: bool) -> Result<Capture> {
         let mut records = Vec::new();
         let mut chains = HashMap::new();
         if self.waker {
-            self.woken_rows(&mut chains, &mut records)?;
+            self.woken_rows(&mut chains, &mut records, take)?;
         } else if self.holds_rows {
             let mut rows = HashMap::new();
-            batch::each(self.map(names::WAITS)?, |k: &WaitKey, v: &WaitVal| {
+            rows_of(self.map(names::WAITS)?, take, |k: &WaitKey, v: &WaitVal| {
                 rows.insert(*k, *v);
             })
             .context("failed to read the aggregate map")?;
@@ -267,7 +285,7 @@ impl Tracer {
                     .map(|(k, v)| raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns)),
             );
         } else {
-            batch::each(self.map(names::WAITS)?, |k: &WaitKey, v: &WaitVal| {
+            rows_of(self.map(names::WAITS)?, take, |k: &WaitKey, v: &WaitVal| {
                 records.push(raw_record(k, v.total_ns, v.count, v.max_ns, v.max_end_ns));
             })
             .context("failed to read the aggregate map")?;
@@ -289,18 +307,10 @@ impl Tracer {
         Ok(Capture { records, stacks, counters, switched, ..Default::default() })
     }
 
-    /// The rows of a trace with wakers, each with its waker chain's hops;
-    /// the chains read are kept in `chains` for the waits still open.
+    /// The rows of a trace with wakers, each with its waker chain's hops (taken
+    /// out of the map with `take`); the chains read are kept in `chains` for the
+    /// waits still open.
     fn woken_rows(
-        &self,
-        chains: &mut HashMap<u64, Hops>,
-        records: &mut Vec<RawRecord>,
-    ) -> Result<()> {
-        self.read_woken_rows(chains, records, false)
-    }
-
-    /// [`Tracer::woken_rows`], taking the rows out of the map with `take`.
-    fn read_woken_rows(
         &self,
         chains: &mut HashMap<u64, Hops>,
         records: &mut Vec<RawRecord>,

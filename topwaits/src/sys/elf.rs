@@ -166,6 +166,23 @@ pub fn vaddr_of(segments: &[Segment], off: u64) -> Option<u64> {
         .map(|s| off - s.offset + s.vaddr)
 }
 
+/// The address at which a mapping of the file that begins at file offset `off`
+/// (a page boundary, as `/proc/PID/maps` gives it) begins: the load bias of
+/// that mapping is its start less this. The kernel maps each segment from the
+/// page that holds its first byte, so where two segments share a page (lld
+/// puts a segment's first byte right after the last one's, at an address a
+/// page further on), that page begins the later segment's mapping: the
+/// segment whose first page is `off` is taken before one that merely holds
+/// it (which [`vaddr_of`] would take, a page off).
+pub fn mapping_vaddr(segments: &[Segment], off: u64) -> Option<u64> {
+    const PAGE: u64 = 4096;
+    segments
+        .iter()
+        .find(|s| s.offset & !(PAGE - 1) == off)
+        .map(|s| s.vaddr.wrapping_sub(s.offset - off))
+        .or_else(|| vaddr_of(segments, off))
+}
+
 /// The file offset that address `vaddr` is loaded from, if a segment holds it
 /// (the inverse of [`vaddr_of`]).
 pub fn offset_of(segments: &[Segment], vaddr: u64) -> Option<u64> {
@@ -320,5 +337,48 @@ mod tests {
         assert_eq!(vaddr_of(&fake, 0x1100), None, "past the segment's file bytes");
         assert_eq!(vaddr_of(&fake, 0x2008), Some(0x603008));
         assert!(load_segments(&mut io::Cursor::new(b"junk".repeat(20))).is_err());
+    }
+
+    /// lld's layout: the text segment's first byte shares a page with the
+    /// read-only segment before it, and is loaded a page further on than its
+    /// offset. A mapping of that page is the text's.
+    #[test]
+    fn a_mapping_of_a_shared_page_belongs_to_the_segment_it_begins() {
+        let lld = [
+            Segment { offset: 0, vaddr: 0, filesz: 0x458b4 },
+            Segment { offset: 0x458c0, vaddr: 0x468c0, filesz: 0xcc4e0 },
+            Segment { offset: 0x111da0, vaddr: 0x113da0, filesz: 0xba38 },
+        ];
+        assert_eq!(mapping_vaddr(&lld, 0x45000), Some(0x46000));
+        assert_eq!(mapping_vaddr(&lld, 0), Some(0));
+        assert_eq!(mapping_vaddr(&lld, 0x111000), Some(0x113000));
+        // A mapping that begins inside a segment (split by mprotect).
+        assert_eq!(mapping_vaddr(&lld, 0x50000), Some(0x51000));
+        assert_eq!(mapping_vaddr(&lld, 0x200000), None);
+    }
+
+    /// A function of this test program, named in its symbol table as is.
+    #[no_mangle]
+    #[inline(never)]
+    extern "C" fn tw_elf_placed_function() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// This test program's own code: the address of one of its functions,
+    /// less the load bias of the mapping that holds it, is that function's
+    /// address in the file's symbol table, whichever linker laid it out.
+    #[test]
+    fn this_programs_load_bias_places_its_own_functions() {
+        assert_eq!(tw_elf_placed_function(), 7);
+        let me = std::env::current_exe().unwrap();
+        let mut f = std::fs::File::open(&me).unwrap();
+        let segs = load_segments(&mut f).unwrap();
+        let here = tw_elf_placed_function as *const () as u64;
+        let maps = crate::sys::procfs::maps_of(std::process::id());
+        let m = maps.iter().find(|m| m.start <= here && here < m.end).expect("mapped");
+        let bias = m.start.wrapping_sub(mapping_vaddr(&segs, m.offset).unwrap());
+        let syms = symbols(&mut f, &["tw_elf_placed_function"], true).unwrap();
+        assert_eq!(syms.len(), 1, "{syms:?}");
+        assert_eq!(here.wrapping_sub(bias), syms[0].1, "mapping {m:?}, segments {segs:x?}");
     }
 }

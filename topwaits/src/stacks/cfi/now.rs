@@ -219,7 +219,7 @@ impl Tables {
     /// One mapping with its file's table; None when the file cannot be read.
     fn code(&mut self, tgid: u32, m: &procfs::Mapping) -> Option<Code> {
         let file = procfs::open_mapped(tgid, m)?;
-        let vaddr = elf::vaddr_of(
+        let vaddr = elf::mapping_vaddr(
             &elf::load_segments(&mut std::io::BufReader::new(&file)).ok()?,
             m.offset,
         )?;

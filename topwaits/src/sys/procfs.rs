@@ -186,6 +186,19 @@ pub fn foreign_root(pid: u32) -> bool {
         || std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r != Path::new("/"))
 }
 
+/// Whether this process may open other processes' files through
+/// `/proc/PID/map_files`, read once: the kernel asks for CAP_SYS_ADMIN (or
+/// CAP_CHECKPOINT_RESTORE) there, which a tracer deployed with only the
+/// capabilities it needs (docs/SERVE.md) lacks. Its own entries are asked
+/// under the same check.
+pub fn map_files_usable() -> bool {
+    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(|| {
+        let Ok(mut dir) = std::fs::read_dir("/proc/self/map_files") else { return false };
+        dir.next().and_then(Result::ok).is_some_and(|e| std::fs::metadata(e.path()).is_ok())
+    })
+}
+
 /// Whether process `pid` is in another namespace of `kind` (`mnt`, `pid`) than
 /// this process; false when either cannot be read.
 fn other_namespace(pid: u32, kind: &str) -> bool {

@@ -601,7 +601,11 @@ impl Symbolizer for BlazeSymbolizer {
         }
         let foreign = live && procfs::foreign_root(tgid);
         let root = if foreign { format!("/proc/{tgid}/root") } else { String::new() };
-        let source = |debug_syms: bool| process_source(tgid, !cached || foreign, debug_syms);
+        // Through `map_files` where the tracer may (a file replaced since it
+        // was mapped is still the one mapped); else by path, which serves every
+        // process that sees the files this one does.
+        let map_files = (!cached || foreign) && procfs::map_files_usable();
+        let source = |debug_syms: bool| process_source(tgid, map_files, debug_syms);
         self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
         if asked != tgid {
             // [`Symbolizer::is_code`] is asked about the process itself.

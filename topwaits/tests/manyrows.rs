@@ -49,3 +49,58 @@ fn more_rows_than_the_aggregate_holds_are_all_kept() {
         );
     }
 }
+
+/// The same under `serve`: a step of 4 s makes more distinct rows than the
+/// aggregate holds, and they are taken out during the step, so /metrics
+/// counts none lost and every wait is served.
+#[test]
+fn serve_keeps_more_rows_a_step_than_the_aggregate_holds() {
+    require_bpf!();
+    if !present(module_path!(), "curl", (!installed("curl")).then(|| "no curl".to_string())) {
+        return;
+    }
+    let w = start_with("python3", &["-c", THREAD_PER_SLEEP]);
+    let pid = w.0.id().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let t = Tracer::start_until(
+        &[
+            "serve",
+            "--listen",
+            &port.to_string(),
+            "-p",
+            &pid,
+            "--max-entries",
+            "2048",
+            "--step",
+            "4",
+        ],
+        &[],
+        "Serving",
+    );
+    // Two whole steps.
+    std::thread::sleep(std::time::Duration::from_secs(9));
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "10", &format!("http://127.0.0.1:{port}/metrics")])
+        .output()
+        .expect("curl");
+    let page = String::from_utf8_lossy(&out.stdout).into_owned();
+    t.signal(libc::SIGTERM);
+    let f = t.finish();
+    drop(w);
+    assert!(f.status.success(), "{}", f.stderr);
+    let value = |line: &str| -> f64 {
+        page.lines()
+            .filter(|l| l.starts_with(line))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        value("topwaits_lost_total{reason=\"aggregate_full\"}"),
+        0.0,
+        "{}",
+        page.lines().filter(|l| l.starts_with("topwaits_lost")).collect::<Vec<_>>().join("\n")
+    );
+    // A thread per 1 ms sleep: thousands of waits a step, far more rows than 2,048.
+    let waits = value("topwaits_waits_total");
+    assert!(waits > 4096.0, "{waits} waits served:\n{page}");
+}

@@ -437,12 +437,12 @@ fn next_slice(
 /// How often the aggregate is checked for being half full: a busy trace adds
 /// thousands of rows a second (a thread per request, each a row), and the
 /// other half must hold what comes until the next check.
-const SPILL_CHECKS: Duration = Duration::from_millis(200);
+pub(super) const SPILL_CHECKS: Duration = Duration::from_millis(200);
 
 /// Takes the rows out of the aggregate into `spilled` once it is half full
 /// (see [`Tracer::spill`]); where that fails, the map fills and what does not
 /// fit is counted as before.
-fn spill(tracer: &mut Tracer, spilled: &mut Vec<crate::model::Capture>) {
+pub(super) fn spill(tracer: &mut Tracer, spilled: &mut Vec<crate::model::Capture>) {
     match tracer.aggregate_half_full().and_then(|half| match half {
         true => tracer.spill(),
         false => Ok(None),

@@ -158,25 +158,36 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     let t0 = Instant::now();
     let mut long = None;
     let mut last_sweep = Instant::now();
+    // Rows taken out of a half-full aggregate during a step, for its drain.
+    let mut spilled = Vec::new();
+    let mut last_tick: Option<Instant> = None;
     // Kept across steps: it reads the kernel's symbols once.
     let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
     let ended = 'serve: {
         for round in 1u64.. {
             let next = (t0 + c.step * round as u32).saturating_duration_since(Instant::now());
-            let end = wait(
-                Some(next),
-                &mut targets,
-                &mut events,
-                &mut long,
-                &mut |e| {
-                    hook_goroutines(&mut tracer, e);
-                    on_event(&mut symbolizer, &unwinder, e)
-                },
-                &mut || {
-                    unwinder.borrow_mut().sweep();
-                },
-                Duration::from_secs(1),
-            )?;
+            let end = {
+                let tracer = std::cell::RefCell::new(&mut tracer);
+                wait(
+                    Some(next),
+                    &mut targets,
+                    &mut events,
+                    &mut long,
+                    &mut |e| {
+                        hook_goroutines(&mut tracer.borrow_mut(), e);
+                        on_event(&mut symbolizer, &unwinder, e)
+                    },
+                    &mut || {
+                        super::trace::spill(&mut tracer.borrow_mut(), &mut spilled);
+                        // The table sweep once a second.
+                        if last_tick.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                            last_tick = Some(Instant::now());
+                            unwinder.borrow_mut().sweep();
+                        }
+                    },
+                    super::trace::SPILL_CHECKS,
+                )?
+            };
             match end {
                 End::Signal(s) => break 'serve s.to_string(),
                 End::TargetsExited => break 'serve format!("every process of {target} has exited"),
@@ -184,6 +195,9 @@ pub fn run(c: &ServeConfig) -> Result<()> {
             }
             let end_mono = monotonic_now();
             let mut capture = tracer.drain_and_clear(Some(end_mono))?;
+            for taken in spilled.drain(..) {
+                capture.absorb(taken);
+            }
             increments.step(&mut capture.records);
             let total = capture.counters;
             let mut info = trace_info(config, clock, tracer.attach_kind(), &target);

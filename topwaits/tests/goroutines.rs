@@ -210,6 +210,30 @@ fn a_go_program_started_during_the_trace_has_its_goroutines_traced() {
     assert!(doc["goroutines"].as_str().is_some_and(|g| g.contains("Go program")), "{doc:#}");
 }
 
+/// Under `-p`, a selected process that execs a Go program (a wrapper's
+/// `exec server`) has its goroutines traced from the exec on.
+#[test]
+fn a_selected_process_that_execs_a_go_program_has_its_goroutines_traced() {
+    require_bpf!();
+    let Some(exe) = build() else { return };
+    let script = format!("echo ready; sleep 2; exec {exe} mutex 8 6 -");
+    let w = start_with("sh", &["-c", &script]);
+    let pid = w.0.id().to_string();
+    let done = run(&["-p", &pid, "--json", "5"]);
+    drop(w);
+    assert!(done.status.success(), "{}", done.stderr);
+    let doc = json(&done);
+    let on_mutex: u64 = records_in(&doc, "main.twHandle")
+        .iter()
+        .filter(|r| r["waits_on"]["reason"] == "sync.Mutex" && r["tid"].as_u64() > Some(1 << 30))
+        .map(|r| r["total_ns"].as_u64().unwrap())
+        .sum();
+    // Seven goroutines wait while one holds it, for the 3 s the program ran
+    // within the trace.
+    assert!(on_mutex > 3_000_000_000, "{on_mutex} ns on the mutex: {doc:#}");
+    assert!(doc["goroutines"].as_str().is_some_and(|g| g.contains("Go program")), "{doc:#}");
+}
+
 /// A server's way: a goroutine per request, each with a new id. With a small
 /// aggregate (`--max-entries 256`), rows one per goroutine would overflow it
 /// within the trace; past half of it, goroutine waits are kept by stack

@@ -73,16 +73,21 @@ fn candidates(threads: &Threads) -> Vec<u32> {
 
 /// Finds the Go programs among the traced processes and attaches the hooks to
 /// their binaries. A program that cannot be hooked is said in `failed`, and
-/// its threads are traced as any program's. With a selection that takes in
-/// new processes (not `-p` or `-t`), the hooks are kept to hook the Go
-/// programs started during the trace too (see [`GoHooks::exec`]).
+/// its threads are traced as any program's. The hooks are kept to hook the
+/// Go programs started during the trace too (see [`GoHooks::exec`]): any
+/// that the selection takes in, or under `-p`, a selected process that execs
+/// a Go program (a wrapper's `exec server`).
 pub fn attach(ebpf: &mut Ebpf, threads: &Threads, waker: bool) -> Result<GoHooks> {
     let mut hooks = GoHooks {
         binaries: HashMap::new(),
         loaded: false,
         waker,
         found: Goroutines::default(),
-        late: !matches!(threads, Threads::Pids(_) | Threads::Tids(_) | Threads::KernelOnly),
+        late: match threads {
+            Threads::Tids(_) | Threads::KernelOnly => Late::Never,
+            Threads::Pids(p) => Late::Only(p.clone()),
+            _ => Late::Any,
+        },
     };
     for pid in candidates(threads) {
         hooks.try_add(ebpf, pid);
@@ -98,8 +103,20 @@ pub struct GoHooks {
     loaded: bool,
     waker: bool,
     found: Goroutines,
-    /// Whether programs started during the trace are hooked at their exec.
-    late: bool,
+    /// Which programs started during the trace are hooked at their exec.
+    late: Late,
+}
+
+/// The execs during a trace whose Go programs are hooked.
+#[derive(Default)]
+enum Late {
+    /// None (`-t`, kernel threads only).
+    #[default]
+    Never,
+    /// Those of these processes (`-p`: a selected process that execs).
+    Only(Vec<u32>),
+    /// Every one the selection takes in.
+    Any,
 }
 
 impl GoHooks {
@@ -112,8 +129,10 @@ impl GoHooks {
     /// traced from now on. Says why not where it is a Go program that
     /// cannot be hooked (once per binary).
     pub fn exec(&mut self, ebpf: &mut Ebpf, pid: u32) -> Option<String> {
-        if !self.late {
-            return None;
+        match &self.late {
+            Late::Any => {}
+            Late::Only(pids) if pids.contains(&pid) => {}
+            _ => return None,
         }
         let failed = self.found.failed.len();
         self.try_add(ebpf, pid);

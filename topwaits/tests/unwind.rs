@@ -49,6 +49,29 @@ fn nofp_binary(name: &str) -> String {
     out
 }
 
+/// Compiles `tests/programs/NAME.c` without frame pointers and links it with
+/// lld (the one Rust ships, through `cc -fuse-ld=lld`): lld begins the text
+/// segment on the page where the read-only segment ends, loaded a page
+/// further on. None where the toolchain has no lld, with the reason.
+fn nofp_lld_binary(name: &str) -> Result<String, String> {
+    let sysroot = Command::new("rustc").args(["--print", "sysroot"]).output();
+    let sysroot = sysroot.map_err(|e| format!("rustc: {e}"))?;
+    let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
+    let gcc_ld = format!("{sysroot}/lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld");
+    if !std::path::Path::new(&gcc_ld).join("ld.lld").exists() {
+        return Err(format!("no ld.lld in {gcc_ld}"));
+    }
+    let out = format!("{}/{name}-nofp-lld", env!("CARGO_TARGET_TMPDIR"));
+    let src = format!("{}/tests/programs/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new("cc")
+        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-fuse-ld=lld", "-B", &gcc_ld])
+        .args(["-o", &out, &src])
+        .status()
+        .expect("a C compiler (cc) is needed");
+    assert!(status.success(), "compiling {src} with lld failed");
+    Ok(out)
+}
+
 /// Whether a record's user stack is cut because topwaits was starting.
 fn cut_while_starting(r: &Value) -> bool {
     stack_names(&r["user_stack"]).iter().any(|n| n == "[cut:walker-starting]")
@@ -68,6 +91,38 @@ fn start_ready(program: &str, args: &[&str]) -> std::process::Child {
     .unwrap();
     assert!(line.starts_with("ready"), "{line:?}");
     child
+}
+
+/// The same program linked by lld, whose text is loaded a page further on
+/// than its file offset: its rules are found where the code is, and its
+/// stacks are whole through the marker functions.
+#[test]
+fn a_program_linked_by_lld_is_unwound_by_its_own_rules() {
+    require_bpf!();
+    let exe = nofp_lld_binary("deep");
+    let missing = exe.as_ref().err().cloned();
+    if !present(module_path!(), "Rust's lld (rustup installs it)", missing) {
+        return;
+    }
+    let exe = exe.unwrap();
+    let segments = Command::new("readelf").args(["-lW", &exe]).output().expect("readelf");
+    let segments = String::from_utf8_lossy(&segments.stdout).into_owned();
+    let text = segments.lines().find(|l| l.contains("LOAD") && l.contains("R E")).unwrap();
+    let hex = |f: &str| u64::from_str_radix(f.trim_start_matches("0x"), 16).unwrap();
+    let f: Vec<u64> = text.split_whitespace().skip(1).take(2).map(hex).collect();
+    assert_ne!(f[0], f[1], "not lld's layout (offset and address apart): {text}");
+    let mut child = start_ready(&exe, &["4"]);
+    let pid = child.id().to_string();
+    let doc = json(&run_walked(&["--json", "-U", "-p", &pid], 2.0));
+    let _ = child.kill();
+    let _ = child.wait();
+    let sleep = stack_names(&heaviest_with(&doc, "tw_sleep_leaf")["user_stack"]);
+    let want = ["tw_sleep_leaf", "tw_sleep_5", "tw_sleep_4", "tw_sleep_3", "tw_sleep_2"];
+    let at = sleep.iter().position(|n| n == "tw_sleep_leaf").unwrap_or_else(|| panic!("{sleep:?}"));
+    assert_eq!(&sleep[at..at + want.len()], want, "{sleep:?}");
+    assert!(sleep.iter().any(|n| n == "__libc_start_call_main"), "{sleep:?}");
+    let share = whole_share(&doc);
+    assert!(share >= 0.9, "{:.0}% of wait time in whole stacks: {doc:#}", share * 100.0);
 }
 
 #[test]

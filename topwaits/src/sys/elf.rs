@@ -132,6 +132,8 @@ pub struct Segment {
     pub offset: u64,
     pub vaddr: u64,
     pub filesz: u64,
+    /// Whether it is executable (`PF_X`).
+    pub exec: bool,
 }
 
 /// The loaded segments of a little-endian ELF64 file.
@@ -146,6 +148,7 @@ pub fn load_segments<R: Read + Seek>(f: &mut R) -> io::Result<Vec<Segment>> {
     f.seek(SeekFrom::Start(phoff))?;
     f.read_exact(&mut table)?;
     const PT_LOAD: u64 = 1;
+    const PF_X: u64 = 1;
     Ok(table
         .chunks_exact(phentsize as usize)
         .filter(|h| u32_at(h, 0) == PT_LOAD)
@@ -153,6 +156,7 @@ pub fn load_segments<R: Read + Seek>(f: &mut R) -> io::Result<Vec<Segment>> {
             offset: u64_at(h, 0x08),
             vaddr: u64_at(h, 0x10),
             filesz: u64_at(h, 0x20),
+            exec: u32_at(h, 4) & PF_X != 0,
         })
         .collect())
 }
@@ -167,19 +171,23 @@ pub fn vaddr_of(segments: &[Segment], off: u64) -> Option<u64> {
 }
 
 /// The address at which a mapping of the file that begins at file offset `off`
-/// (a page boundary, as `/proc/PID/maps` gives it) begins: the load bias of
-/// that mapping is its start less this. The kernel maps each segment from the
-/// page that holds its first byte, so where two segments share a page (lld
-/// puts a segment's first byte right after the last one's, at an address a
-/// page further on), that page begins the later segment's mapping: the
-/// segment whose first page is `off` is taken before one that merely holds
-/// it (which [`vaddr_of`] would take, a page off).
-pub fn mapping_vaddr(segments: &[Segment], off: u64) -> Option<u64> {
+/// (a page boundary, as `/proc/PID/maps` gives it) begins, `exec` when the
+/// mapping is executable: the load bias of that mapping is its start less
+/// this. The kernel maps each segment from the page that holds its first
+/// byte, and lld begins a segment on the page where the one before it ends,
+/// loaded a page further on: two mappings of different addresses then begin
+/// at one offset, told apart by their permissions. The segment the mapping
+/// was made for comes first; [`vaddr_of`] alone would take the earlier one.
+pub fn mapping_vaddr(segments: &[Segment], off: u64, exec: bool) -> Option<u64> {
     const PAGE: u64 = 4096;
+    let begins = |s: &&Segment| s.offset & !(PAGE - 1) == off;
     segments
         .iter()
-        .find(|s| s.offset & !(PAGE - 1) == off)
+        .filter(begins)
+        .find(|s| s.exec == exec)
+        .or_else(|| segments.iter().find(begins))
         .map(|s| s.vaddr.wrapping_sub(s.offset - off))
+        // A mapping that begins inside a segment (split by mprotect).
         .or_else(|| vaddr_of(segments, off))
 }
 
@@ -246,8 +254,8 @@ mod tests {
     #[test]
     fn file_offsets_come_from_the_segment_holding_the_address() {
         let segs = [
-            Segment { offset: 0, vaddr: 0x400000, filesz: 0x1000 },
-            Segment { offset: 0x1000, vaddr: 0x402000, filesz: 0x800 },
+            Segment { offset: 0, vaddr: 0x400000, filesz: 0x1000, exec: false },
+            Segment { offset: 0x1000, vaddr: 0x402000, filesz: 0x800, exec: false },
         ];
         assert_eq!(offset_of(&segs, 0x400010), Some(0x10));
         assert_eq!(offset_of(&segs, 0x402010), Some(0x1010));
@@ -330,8 +338,8 @@ mod tests {
         let text = segs[1];
         assert_eq!(vaddr_of(&segs, text.offset + 5), Some(text.vaddr + 5));
         let fake = [
-            Segment { offset: 0x1000, vaddr: 0x401000, filesz: 0x100 },
-            Segment { offset: 0x2000, vaddr: 0x603000, filesz: 0x10 },
+            Segment { offset: 0x1000, vaddr: 0x401000, filesz: 0x100, exec: false },
+            Segment { offset: 0x2000, vaddr: 0x603000, filesz: 0x10, exec: false },
         ];
         assert_eq!(vaddr_of(&fake, 0x10ff), Some(0x4010ff));
         assert_eq!(vaddr_of(&fake, 0x1100), None, "past the segment's file bytes");
@@ -345,16 +353,24 @@ mod tests {
     #[test]
     fn a_mapping_of_a_shared_page_belongs_to_the_segment_it_begins() {
         let lld = [
-            Segment { offset: 0, vaddr: 0, filesz: 0x458b4 },
-            Segment { offset: 0x458c0, vaddr: 0x468c0, filesz: 0xcc4e0 },
-            Segment { offset: 0x111da0, vaddr: 0x113da0, filesz: 0xba38 },
+            Segment { offset: 0, vaddr: 0, filesz: 0x458b4, exec: false },
+            Segment { offset: 0x458c0, vaddr: 0x468c0, filesz: 0xcc4e0, exec: true },
+            Segment { offset: 0x111da0, vaddr: 0x113da0, filesz: 0xba38, exec: false },
         ];
-        assert_eq!(mapping_vaddr(&lld, 0x45000), Some(0x46000));
-        assert_eq!(mapping_vaddr(&lld, 0), Some(0));
-        assert_eq!(mapping_vaddr(&lld, 0x111000), Some(0x113000));
+        assert_eq!(mapping_vaddr(&lld, 0x45000, true), Some(0x46000));
+        assert_eq!(mapping_vaddr(&lld, 0, false), Some(0));
+        assert_eq!(mapping_vaddr(&lld, 0x111000, false), Some(0x113000));
         // A mapping that begins inside a segment (split by mprotect).
-        assert_eq!(mapping_vaddr(&lld, 0x50000), Some(0x51000));
-        assert_eq!(mapping_vaddr(&lld, 0x200000), None);
+        assert_eq!(mapping_vaddr(&lld, 0x50000, true), Some(0x51000));
+        assert_eq!(mapping_vaddr(&lld, 0x200000, true), None);
+        // A small program: the text's first byte is on the file's first page,
+        // so both mappings begin at offset 0, the text's a page further on.
+        let small = [
+            Segment { offset: 0, vaddr: 0, filesz: 0xb00, exec: false },
+            Segment { offset: 0xb00, vaddr: 0x1b00, filesz: 0x730, exec: true },
+        ];
+        assert_eq!(mapping_vaddr(&small, 0, true), Some(0x1000));
+        assert_eq!(mapping_vaddr(&small, 0, false), Some(0));
     }
 
     /// A function of this test program, named in its symbol table as is.
@@ -376,7 +392,7 @@ mod tests {
         let here = tw_elf_placed_function as *const () as u64;
         let maps = crate::sys::procfs::maps_of(std::process::id());
         let m = maps.iter().find(|m| m.start <= here && here < m.end).expect("mapped");
-        let bias = m.start.wrapping_sub(mapping_vaddr(&segs, m.offset).unwrap());
+        let bias = m.start.wrapping_sub(mapping_vaddr(&segs, m.offset, m.exec).unwrap());
         let syms = symbols(&mut f, &["tw_elf_placed_function"], true).unwrap();
         assert_eq!(syms.len(), 1, "{syms:?}");
         assert_eq!(here.wrapping_sub(bias), syms[0].1, "mapping {m:?}, segments {segs:x?}");

@@ -453,7 +453,7 @@ impl Loader {
     ) -> Option<(u32, Option<u64>)> {
         let key = (m.dev, m.inode);
         if let Some(f) = self.files.get(&key) {
-            return Some((f.id, elf::mapping_vaddr(&f.segments, m.offset)));
+            return Some((f.id, elf::mapping_vaddr(&f.segments, m.offset, m.exec)));
         }
         let opened = procfs::open_mapped(tgid, m)?;
         let segments = elf::load_segments(&mut std::io::BufReader::new(&opened)).ok()?;
@@ -477,7 +477,7 @@ impl Loader {
             self.stats.files_not_fitting += 1;
             OVERFLOW_FILE
         };
-        let vaddr = elf::mapping_vaddr(&segments, m.offset);
+        let vaddr = elf::mapping_vaddr(&segments, m.offset, m.exec);
         self.files.insert(key, File { id, segments });
         Some((id, vaddr))
     }

@@ -222,6 +222,7 @@ impl Tables {
         let vaddr = elf::mapping_vaddr(
             &elf::load_segments(&mut std::io::BufReader::new(&file)).ok()?,
             m.offset,
+            m.exec,
         )?;
         let cache = self.cache.as_ref();
         let table = self

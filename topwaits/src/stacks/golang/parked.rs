@@ -104,7 +104,7 @@ fn load_bias(tgid: u32, segments: &[elf::Segment]) -> Option<u64> {
     let exe = exe.to_str()?;
     let maps = crate::sys::procfs::maps_of(tgid);
     let m = maps.iter().find(|m| m.path == exe)?;
-    Some(m.start.wrapping_sub(elf::mapping_vaddr(segments, m.offset)?))
+    Some(m.start.wrapping_sub(elf::mapping_vaddr(segments, m.offset, m.exec)?))
 }
 
 #[cfg(test)]

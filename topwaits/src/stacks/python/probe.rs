@@ -76,7 +76,7 @@ pub fn file_symbols<R: std::io::Read + std::io::Seek>(f: &mut R) -> Option<PyFil
 impl PyFile {
     /// The load bias of the file in a process that maps it at `m`.
     pub fn bias(&self, m: &Mapping) -> Option<u64> {
-        Some(m.start.wrapping_sub(elf::mapping_vaddr(&self.segments, m.offset)?))
+        Some(m.start.wrapping_sub(elf::mapping_vaddr(&self.segments, m.offset, m.exec)?))
     }
 }
 

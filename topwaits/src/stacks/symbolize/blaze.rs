@@ -439,7 +439,7 @@ fn from_files(
             .iter()
             .filter_map(|&a| {
                 let m = procfs::mapping_of(maps, a)?;
-                Some((a, elf::mapping_vaddr(&segments, m.offset)? + (a - m.start)))
+                Some((a, elf::mapping_vaddr(&segments, m.offset, m.exec)? + (a - m.start)))
             })
             .collect();
         let vaddrs: Vec<u64> = placed.iter().map(|p| p.1).collect();

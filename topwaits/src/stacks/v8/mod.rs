@@ -256,7 +256,12 @@ mod tests {
                 function_shared: 24,
                 ..Default::default()
             },
-            segments: vec![elf::Segment { offset: 0x772000, vaddr: 0xb72000, filesz: 0x1a8c000 }],
+            segments: vec![elf::Segment {
+                offset: 0x772000,
+                vaddr: 0xb72000,
+                filesz: 0x1a8c000,
+                exec: false,
+            }],
         }
     }
 

@@ -91,7 +91,7 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     let doc = json(&run(&["--json", "-p", &pid, "3"]));
     let blocked = run(&["blocked", "-p", &pid]);
     drop(java);
-    let (mut total, mut named) = (0u64, 0u64);
+    let (mut total, mut named, mut entered) = (0u64, 0u64, 0u64);
     for r in doc["records"].as_array().unwrap() {
         if !r["comm"].as_str().unwrap_or("").starts_with("worker-") {
             continue;
@@ -107,10 +107,16 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
         if whole && in_order {
             named += ns;
         }
+        // Each worker's Java code was entered from the JVM's C++ through the
+        // call stub, named as HotSpot names it.
+        if whole && names.iter().any(|n| n == "[jvm:StubRoutines::call_stub]") {
+            entered += ns;
+        }
     }
     assert!(total > 2_000_000_000, "the workers waited only {total} ns");
     eprintln!("{named} of {total} ns in whole stacks naming the Java methods");
     assert!(named * 10 >= total * 9, "only {named} of {total} ns named whole: {doc:#}");
+    assert!(entered * 10 >= total * 9, "only {entered} of {total} ns through the call stub");
     // `blocked` walks the threads as they wait now, through the same frames.
     let out = &blocked.stdout;
     let worker =

@@ -99,7 +99,13 @@ pub struct Layout {
     pub block_used: u64,
     pub blob_name: u64,
     pub compiled_method: u64,
+    /// `&StubRoutines::_call_stub_return_address`, where the JVM's calls from
+    /// C++ into Java return; 0 where vmStructs does not give it.
+    pub call_stub_return: u64,
 }
+
+/// The static field [`Layout::call_stub_return`] is read from, if there.
+const CALL_STUB_RETURN: Field = ("StubRoutines", "_call_stub_return_address");
 
 /// The (type, field) of each [`Layout`] field read from the struct table, in
 /// order; the two sizes come from the type table.
@@ -203,8 +209,12 @@ fn entries(
 /// (`vars`: the values of [`SYMS`] and [`TYPE_SIZE_SYM`]).
 pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
     let [.., types, t_stride, t_name, t_size] = *vars;
-    let mut kinds: Vec<&str> =
-        FIELDS.iter().chain(MOVED.iter().map(|m| &m.1)).map(|f| f.0).collect();
+    let mut kinds: Vec<&str> = FIELDS
+        .iter()
+        .chain(MOVED.iter().map(|m| &m.1))
+        .chain([&CALL_STUB_RETURN])
+        .map(|f| f.0)
+        .collect();
     kinds.dedup();
     let found = fields_of(mem, vars, &kinds)?;
     let mut values = [0u64; 24];
@@ -255,6 +265,10 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
         space_low_boundary: v[21],
         space_high_boundary: v[22],
         blob_frame_size: v[23],
+        call_stub_return: found
+            .iter()
+            .find(|(t, f, _)| (t.as_str(), f.as_str()) == CALL_STUB_RETURN)
+            .map_or(0, |(_, _, v)| *v),
         cp_size: size_of("ConstantPool")?,
         block_size: size_of("HeapBlock")?,
     })

@@ -69,6 +69,13 @@ pub fn code_at(mem: &dyn Memory, l: &Layout, pc: u64) -> Option<Code> {
         return None;
     }
     let name = super::c_string(mem, mem.word(blob + l.blob_name)?)?;
+    // The stubs' blob holds many; the one a stack meets is where a call from
+    // the JVM's C++ into Java returns, named as HotSpot's own stack dumps do.
+    // Its frame's address is the call's, a few bytes before the return.
+    let returns = l.call_stub_return != 0;
+    if returns && mem.word(l.call_stub_return).is_some_and(|r| r >= pc && r - pc < 8) {
+        return Some(Code::Stub("StubRoutines::call_stub".into()));
+    }
     if name.contains("nmethod") {
         let method = mem.word(blob + l.compiled_method)?;
         return method_name(mem, l, method).map(Code::Method);

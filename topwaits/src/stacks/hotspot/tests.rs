@@ -10,6 +10,7 @@ const OFFSETS: [u64; 24] =
 /// code heaps' array pointer.
 const INTERPRETER_AT: u64 = 0x9_0000;
 const HEAPS_AT: u64 = 0x9_0100;
+const CALL_STUB_AT: u64 = 0x9_0200;
 
 /// A vmStructs row: type, field, offset, and a static field's address (0
 /// for an instance field).
@@ -42,6 +43,7 @@ fn tables_with(m: &mut Bytes, change: impl FnOnce(&mut Vec<Row>)) -> [u64; 11] {
         };
         (t, f, o, address)
     }));
+    rows.push(("StubRoutines", "_call_stub_return_address", 0, CALL_STUB_AT));
     change(&mut rows);
     for (i, (ty, field, off, address)) in rows.iter().enumerate() {
         let e = structs + 48 * i as u64;
@@ -153,6 +155,14 @@ fn code_is_found_through_the_segment_map_and_named() {
     let at = method(&mut m, 0x5_0000, "Turns", "handle");
     m.put_word(nm + 112, at);
     assert_eq!(code_at(&m, &l, low + 200), Some(Code::Stub("StubRoutines (1)".into())));
+    // Where calls into Java return, in that blob: the call stub, by name.
+    assert_eq!(l.call_stub_return, CALL_STUB_AT);
+    m.put_word(CALL_STUB_AT, low + 150);
+    let call_stub = Some(Code::Stub("StubRoutines::call_stub".into()));
+    assert_eq!(code_at(&m, &l, low + 150), call_stub);
+    assert_eq!(code_at(&m, &l, low + 148), call_stub, "the call's own address");
+    assert_eq!(code_at(&m, &l, low + 151), Some(Code::Stub("StubRoutines (1)".into())));
+    assert_eq!(code_at(&m, &l, low + 140), Some(Code::Stub("StubRoutines (1)".into())));
     assert_eq!(code_at(&m, &l, low + 5 * 128 + 3), Some(Code::Method("Turns.handle".into())));
     assert_eq!(code_at(&m, &l, low + 6 * 128), None, "a free segment");
     assert_eq!(code_at(&m, &l, low + 0x1_0000), None, "past the heap");

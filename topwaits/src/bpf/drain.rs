@@ -103,7 +103,7 @@ impl Tracer {
     /// Whether the aggregate is half full: rows inserted since it was last
     /// cleared, less those [`Tracer::spill`] took out.
     pub fn aggregate_half_full(&self) -> Result<bool> {
-        let (size, taken) = self.aggregate;
+        let super::Aggregate { size, taken } = self.aggregate;
         let control: aya::maps::Array<&MapData, u64> =
             aya::maps::Array::try_from(self.map(names::CONTROL)?)?;
         let rows = control.get(&topwaits_common::control::ROWS, 0)?;
@@ -132,7 +132,7 @@ impl Tracer {
             Err(e) if e.downcast_ref::<NoTake>().is_some() => return Ok(None),
             Err(e) => return Err(e.context("failed to take rows out of the aggregate map")),
         }
-        self.aggregate.1 += records.len() as u64;
+        self.aggregate.taken += records.len() as u64;
         let stacks = self.stacks_named(&records, &[])?;
         log::debug!("took {} rows out of the aggregate", records.len());
         // Rows name stacks and chains that nothing in the kernel may name again:
@@ -161,10 +161,8 @@ impl Tracer {
             super::sample::clear(self.map_mut(names::SAMPLES)?)?;
         }
         // Goroutines get rows of their own again (see `Settings::go_merge_rows`).
-        let mut control: aya::maps::Array<&mut MapData, u64> =
-            aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
-        control.set(topwaits_common::control::ROWS, 0, 0)?;
-        self.aggregate.1 = 0;
+        self.set_control(topwaits_common::control::ROWS, 0)?;
+        self.aggregate.taken = 0;
         Ok(capture)
     }
 

@@ -78,9 +78,16 @@ pub struct Tracer {
     seeded_open: bool,
     /// The goroutine hooks, and the Go programs whose goroutines are traced.
     goroutines: goroutines::GoHooks,
-    /// The aggregate's size, and the rows taken out of it since it was last
-    /// cleared (see [`Tracer::spill`]).
-    aggregate: (u32, u64),
+    /// How full the aggregate map is, as user space knows it.
+    aggregate: Aggregate,
+}
+
+/// The aggregate map's size, and the rows taken out of it since it was last
+/// cleared (see [`Tracer::spill`]); the programs count the rows they insert.
+#[derive(Clone, Copy, Debug, Default)]
+struct Aggregate {
+    size: u32,
+    taken: u64,
 }
 
 impl Tracer {
@@ -183,7 +190,7 @@ impl Tracer {
             aged: Default::default(),
             seeded_open: false,
             goroutines,
-            aggregate: (sizes.waits.max(sizes.wake_waits), 0),
+            aggregate: Aggregate { size: sizes.waits.max(sizes.wake_waits), taken: 0 },
         };
         Ok((tracer, prepared))
     }
@@ -365,7 +372,7 @@ impl Tracer {
             capacity: (sizes.stacks, sizes.chains),
             aged: Default::default(),
             seeded_open: false,
-            aggregate: (0, 0),
+            aggregate: Aggregate::default(),
         };
         Ok((tracer, prepared))
     }
@@ -425,10 +432,15 @@ impl Tracer {
     /// on: set ahead to the end of the duration, or to now on Ctrl-C. Detaching
     /// (see [`Tracer::stop`]) can take hundreds of ms, during which they still run.
     pub fn end_threads_at(&mut self, end_mono: u64) -> Result<()> {
-        use topwaits_common::control;
+        self.set_control(topwaits_common::control::END, end_mono)
+            .context("failed to set the end of the trace")
+    }
+
+    /// Writes slot `slot` of the programs' `CONTROL` array.
+    fn set_control(&mut self, slot: u32, value: u64) -> Result<()> {
         let mut control: aya::maps::Array<&mut MapData, u64> =
             aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
-        control.set(control::END, end_mono, 0).context("failed to set the end of the trace")
+        Ok(control.set(slot, value, 0)?)
     }
 
     /// Detaches and unloads the programs, so that what is drained next is final.

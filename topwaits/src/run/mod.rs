@@ -4,6 +4,7 @@
 //! `report` and `why` their own; what they share (checks before loading, waiting,
 //! the status line, the files beside stdout, the unwind tables, stdout itself) is here.
 
+mod between;
 pub mod blocked;
 pub mod diff;
 mod files;

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use super::between::{hook_goroutines, on_event, Waiting};
 use super::files::ViewFiles;
 use super::interval;
 use super::status::Status;
 use super::tables::Unwinder;
-use super::wait::{hold_signals, pidfds, second_interrupt_quits, wait, End};
+use super::wait::{hold_signals, pidfds, second_interrupt_quits, End};
 use super::{preflight, write_quietly};
 use crate::analysis::reduce::By;
 use crate::bpf::{ProcEvents, Tracer};
@@ -109,26 +110,6 @@ pub(super) fn seed_waits(tracer: &mut Tracer, cache: Option<crate::stacks::cfi::
     );
 }
 
-/// Hands a process event (None: a beat) to the symbolizer and the unwinder;
-/// how soon either wants the next beat.
-pub(super) fn on_event(
-    symbolizer: &mut BlazeSymbolizer,
-    unwinder: &std::cell::RefCell<Unwinder>,
-    e: Option<topwaits_common::ProcEvent>,
-) -> Option<Duration> {
-    let named = symbolizer.on_event(e).then_some(super::wait::BEAT);
-    super::wait::sooner(unwinder.borrow_mut().on_event(e), named)
-}
-
-/// A process that exec'd during the trace: a Go program has its goroutines
-/// traced from now on (said once per binary where it cannot be).
-pub(super) fn hook_goroutines(tracer: &mut Tracer, e: Option<topwaits_common::ProcEvent>) {
-    let Some(e) = e.filter(|e| e.kind == topwaits_common::proc_event::EXEC) else { return };
-    if let Some(failed) = tracer.exec(e.tgid) {
-        crate::util::stderr::say!("topwaits: warning: goroutines not traced in {failed}");
-    }
-}
-
 /// Once attached: the symbolizer (the kernel's symbols read on a thread of
 /// their own), the process events taken, and the learners loaded while they
 /// are handed on.
@@ -182,18 +163,19 @@ pub fn run(config: &Config) -> Result<()> {
     hold_signals();
     preflight(&config.threads)?;
     // Watched from before attaching: a process that exits meanwhile ends the trace.
-    let mut targets = pidfds(&config.threads);
+    let targets = pidfds(&config.threads);
     let mut files =
         Some(ViewFiles::create(&config.shown, config.record.as_deref())?.shown(config.view));
     warn_if_kernel_symbols_hidden(config);
     let clock = ClockPair::sample();
     let target = config.target();
-    let Started { mut tracer, unwinder, mut symbolizer, mut events, mut snapshots } =
+    let Started { mut tracer, unwinder, mut symbolizer, events, mut snapshots } =
         start(config, &target)?;
     let start_mono = tracer.attached_mono();
     let lost_at_start =
         if config.open_waits { crate::sys::schedclock::lost_ns() } else { Default::default() };
-    let mut long = tracer.take_wait_events()?;
+    let long = tracer.take_wait_events()?;
+    let mut waiting = Waiting::new(targets, events, long);
     let status = Status::new(config.duration);
     // An interval is as long as asked and the trace as its duration.
     let t0 = instant_of(start_mono);
@@ -202,9 +184,6 @@ pub fn run(config: &Config) -> Result<()> {
     let (mut interval_start, mut before) = (start_mono, crate::model::Counters::default());
     let mut total = crate::model::Counters::default();
     let mut last_sweep = std::time::Instant::now();
-    // Rows taken out of a half-full aggregate while tracing, for the next drain.
-    let mut spilled = Vec::new();
-    let mut last_status: Option<std::time::Instant> = None;
     // Kept across intervals: it reads the kernel's symbols once.
     let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
     for round in 0usize.. {
@@ -212,32 +191,11 @@ pub fn run(config: &Config) -> Result<()> {
         // reporting one interval does not delay the next.
         let slice = next_slice(t0, round, config.interval, deadline);
         crate::sys::heap::for_tracing();
-        let end = {
-            let tracer = std::cell::RefCell::new(&mut tracer);
-            wait(
-                slice,
-                &mut targets,
-                &mut events,
-                &mut long,
-                &mut |e| {
-                    hook_goroutines(&mut tracer.borrow_mut(), e);
-                    on_event(&mut symbolizer, &unwinder, e)
-                },
-                &mut || {
-                    spill(&mut tracer.borrow_mut(), &mut spilled);
-                    // The rest once a second, from the first check on.
-                    if last_status.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
-                        return;
-                    }
-                    last_status = Some(std::time::Instant::now());
-                    if let Ok(c) = tracer.borrow().counters() {
-                        status.show(&c);
-                    }
-                    unwinder.borrow_mut().sweep();
-                },
-                SPILL_CHECKS,
-            )?
-        };
+        let end = waiting.wait(slice, &mut tracer, &mut symbolizer, &unwinder, &mut |tracer| {
+            if let Ok(c) = tracer.counters() {
+                status.show(&c);
+            }
+        })?;
         status.clear();
         crate::sys::heap::for_report();
         let finished = config.interval.is_none()
@@ -251,10 +209,9 @@ pub fn run(config: &Config) -> Result<()> {
         }
         let end_mono = monotonic_now();
         let open_at = config.open_waits.then_some(end_mono);
-        let (mut capture, sent) = drained(config, &mut tracer, long.as_mut(), finished, open_at)?;
-        for taken in spilled.drain(..) {
-            capture.absorb(taken);
-        }
+        let (mut capture, sent) =
+            drained(config, &mut tracer, waiting.long.as_mut(), finished, open_at)?;
+        waiting.absorb_spilled(&mut capture);
         if config.open_waits {
             let span = crate::analysis::open::Span {
                 start: start_mono,
@@ -291,7 +248,7 @@ pub fn run(config: &Config) -> Result<()> {
         break;
     }
     drop(tracer);
-    say_losses(&unwinder.borrow(), long.as_ref(), &total);
+    say_losses(&unwinder.borrow(), waiting.long.as_ref(), &total);
     Ok(())
 }
 
@@ -431,25 +388,6 @@ fn next_slice(
     match (next, left) {
         (Some(i), Some(l)) => Some(i.min(l)),
         (i, l) => i.or(l),
-    }
-}
-
-/// How often the aggregate is checked for being half full: a busy trace adds
-/// thousands of rows a second (a thread per request, each a row), and the
-/// other half must hold what comes until the next check.
-pub(super) const SPILL_CHECKS: Duration = Duration::from_millis(200);
-
-/// Takes the rows out of the aggregate into `spilled` once it is half full
-/// (see [`Tracer::spill`]); where that fails, the map fills and what does not
-/// fit is counted as before.
-pub(super) fn spill(tracer: &mut Tracer, spilled: &mut Vec<crate::model::Capture>) {
-    match tracer.aggregate_half_full().and_then(|half| match half {
-        true => tracer.spill(),
-        false => Ok(None),
-    }) {
-        Ok(Some(taken)) => spilled.push(taken),
-        Ok(None) => {}
-        Err(e) => log::warn!("{e:#}"),
     }
 }
 

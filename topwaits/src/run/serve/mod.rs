@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
+use super::between::Waiting;
 use super::interval;
 use super::tables::Unwinder;
-use super::trace::{hook_goroutines, on_event, seed_waits, symbolizer_and_learners, trace_info};
-use super::wait::{hold_signals, pidfds, wait, End};
+use super::trace::{seed_waits, symbolizer_and_learners, trace_info};
+use super::wait::{hold_signals, pidfds, End};
 use crate::analysis::increments::Increments;
 use crate::analysis::metrics::Metrics;
 use crate::analysis::reduce::By;
@@ -137,7 +138,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     hold_signals();
     super::preflight(&config.threads)?;
     let listener = listen(c)?;
-    let mut targets = pidfds(&config.threads);
+    let targets = pidfds(&config.threads);
     let clock = ClockPair::sample();
     let cache = super::tables::open_cache(config.cache.as_deref());
     let (mut tracer, unwinder) =
@@ -145,7 +146,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     let unwinder = std::cell::RefCell::new(unwinder);
     tracer.count_seeded_open();
     seed_waits(&mut tracer, cache);
-    let (mut symbolizer, mut events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
+    let (mut symbolizer, events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
     let shared = Arc::new(Shared::new(c, clock));
     // Started while the signals are held, so that they block them too.
     let server = http::Server::start(listener, shared.clone())?;
@@ -156,38 +157,15 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     let (mut interval_start, mut before) = (tracer.attached_mono(), Counters::default());
     let mut lost_stacks = 0;
     let t0 = Instant::now();
-    let mut long = None;
+    let mut waiting = Waiting::new(targets, events, None);
     let mut last_sweep = Instant::now();
-    // Rows taken out of a half-full aggregate during a step, for its drain.
-    let mut spilled = Vec::new();
-    let mut last_tick: Option<Instant> = None;
     // Kept across steps: it reads the kernel's symbols once.
     let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
     let ended = 'serve: {
         for round in 1u64.. {
             let next = (t0 + c.step * round as u32).saturating_duration_since(Instant::now());
-            let end = {
-                let tracer = std::cell::RefCell::new(&mut tracer);
-                wait(
-                    Some(next),
-                    &mut targets,
-                    &mut events,
-                    &mut long,
-                    &mut |e| {
-                        hook_goroutines(&mut tracer.borrow_mut(), e);
-                        on_event(&mut symbolizer, &unwinder, e)
-                    },
-                    &mut || {
-                        super::trace::spill(&mut tracer.borrow_mut(), &mut spilled);
-                        // The table sweep once a second.
-                        if last_tick.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                            last_tick = Some(Instant::now());
-                            unwinder.borrow_mut().sweep();
-                        }
-                    },
-                    super::trace::SPILL_CHECKS,
-                )?
-            };
+            let end =
+                waiting.wait(Some(next), &mut tracer, &mut symbolizer, &unwinder, &mut |_| {})?;
             match end {
                 End::Signal(s) => break 'serve s.to_string(),
                 End::TargetsExited => break 'serve format!("every process of {target} has exited"),
@@ -195,9 +173,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
             }
             let end_mono = monotonic_now();
             let mut capture = tracer.drain_and_clear(Some(end_mono))?;
-            for taken in spilled.drain(..) {
-                capture.absorb(taken);
-            }
+            waiting.absorb_spilled(&mut capture);
             increments.step(&mut capture.records);
             let total = capture.counters;
             let mut info = trace_info(config, clock, tracer.attach_kind(), &target);

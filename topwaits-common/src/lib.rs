@@ -242,7 +242,8 @@ pub struct What {
     /// The syscall's first argument, for those [`label_syscalls`] marks.
     pub arg0: u64,
     /// Per flag: the kernel lock's address ([`what::KLOCK`]), the sleep asked for
-    /// in ns ([`what::SLEEP`]), or the process that ran instead ([`what::PREEMPTED`]).
+    /// in ns ([`what::SLEEP`]), a `Thread.sleep`'s asked time ([`what::ASKED`]),
+    /// or the process that ran instead ([`what::PREEMPTED`]).
     pub obj: u64,
 }
 
@@ -258,6 +259,17 @@ pub mod label_syscalls {
     pub const NANOSLEEP: u32 = 8;
     pub const CLOCK_NANOSLEEP: u32 = 9;
     pub const LEN: u32 = 10;
+}
+
+/// A HotSpot thread's latest call to `JVM_Sleep`, kept by its uprobe: the
+/// argument (milliseconds before JDK 21, nanoseconds since) and when it was
+/// made (CLOCK_MONOTONIC ns). The switch takes the time a `Thread.sleep` asked
+/// for from it where the futex wait's deadline is this call's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JvmSleep {
+    pub arg: u64,
+    pub at: u64,
 }
 
 /// Bits of [`What::flags`].
@@ -280,6 +292,10 @@ pub mod what {
     /// A goroutine's wait (see `golang`): [`super::What::arg0`] is the
     /// runtime's wait reason, [`super::What::obj`] the goid.
     pub const GOROUTINE: u32 = 1 << 13;
+    /// A futex wait to the deadline of the `JVM_Sleep` call its thread made
+    /// last (a HotSpot `Thread.sleep`): [`super::What::obj`] is the time that
+    /// call asked for, in ns.
+    pub const ASKED: u32 = 1 << 14;
     pub const FUTEX_OP_SHIFT: u32 = 16;
     /// `LCB_F_*`: spinning, a reader, a writer, a mutex.
     pub const LCB_SPIN: u32 = 1;

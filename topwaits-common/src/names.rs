@@ -72,3 +72,4 @@ pub const GO_PROCS: &str = "GO_PROCS";
 pub const PROG_GO_SWITCH: &str = "go_switch";
 pub const PROG_GO_READY: &str = "go_ready";
 pub const PROG_GO_EXECUTE: &str = "go_execute";
+pub const PROG_JVM_SLEEP: &str = "jvm_sleep";

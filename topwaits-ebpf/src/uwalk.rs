@@ -186,6 +186,7 @@ struct Ctx {
 
 /// Indexes of x86-64's registers in `struct pt_regs`.
 pub const REGS_BP: usize = 4;
+pub const REGS_R10: usize = 7;
 pub const REGS_AX: usize = 10;
 pub const REGS_DX: usize = 12;
 pub const REGS_SI: usize = 13;

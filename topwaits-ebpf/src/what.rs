@@ -3,17 +3,23 @@
 //! stack), the time a sleep asked for, and the kernel lock it contends for (left by
 //! the `lock_contention` hooks on this CPU).
 
-use aya_ebpf::maps::Array;
+use aya_ebpf::bindings::pt_regs;
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
+use aya_ebpf::maps::{Array, LruHashMap};
 use aya_ebpf::{cty::c_void, helpers::generated as gen, macros::map, maps::PerCpuArray};
-use topwaits_common::{label_syscalls, what, What};
+use topwaits_common::{label_syscalls, what, JvmSleep, What};
 
-use crate::uwalk::{PtRegs, REGS_CS, REGS_DI, REGS_DX, REGS_ORIG_AX, REGS_SI, USER_CS};
+use crate::uwalk::{PtRegs, REGS_CS, REGS_DI, REGS_DX, REGS_ORIG_AX, REGS_R10, REGS_SI, USER_CS};
 
 /// Syscall numbers are below this; `orig_ax` holds a negated vector for interrupts.
 const MAX_NR: u64 = 512;
 /// `TIMER_ABSTIME` in `clock_nanosleep`'s flags, and `CLOCK_MONOTONIC`.
 const TIMER_ABSTIME: u64 = 1;
 const CLOCK_MONOTONIC: u64 = 1;
+/// A futex op's command and its `FUTEX_CLOCK_REALTIME` bit, and the command
+/// that waits to an absolute deadline (on the monotonic clock without that bit).
+const FUTEX_CMD_AND_CLOCK: u64 = 0x7f | 256;
+const FUTEX_WAIT_BITSET: u64 = 9;
 
 /// The kernel lock a task on this CPU contends for, until it gets it.
 #[repr(C)]
@@ -30,6 +36,44 @@ pub static LABEL_SYSCALLS: Array<u64> = Array::with_max_entries(label_syscalls::
 
 #[map]
 pub static CONTENTION: PerCpuArray<Contention> = PerCpuArray::with_max_entries(1, 0);
+
+/// Each HotSpot thread's latest `JVM_Sleep`, by tid (see [`jvm_sleep`]).
+#[map]
+static JVM_SLEEPS: LruHashMap<u32, JvmSleep> = LruHashMap::with_max_entries(4096, 0);
+
+/// At HotSpot's `JVM_Sleep(env, class, time)` (a `Thread.sleep`): the time
+/// asked for, and when.
+#[inline(always)]
+pub fn jvm_sleep(regs: &pt_regs) {
+    // SAFETY: helper calls without arguments.
+    let (tid, at) = unsafe { (bpf_get_current_pid_tgid() as u32, bpf_ktime_get_ns()) };
+    let _ = JVM_SLEEPS.insert(&tid, &JvmSleep { arg: regs.rdx, at }, 0);
+}
+
+/// The time a `Thread.sleep` asked for, where the futex wait to `deadline`
+/// (CLOCK_MONOTONIC ns) is the one its `JVM_Sleep` made: the deadline is the
+/// call's time plus what it asked, a little later for the JVM's own steps (a
+/// sleep woken early sleeps again to the same deadline, from a millisecond
+/// count before JDK 21). The argument is in ms or ns by the JDK; the deadline
+/// tells which.
+#[inline(always)]
+fn asked_of(tid: u32, deadline: u64) -> Option<u64> {
+    // SAFETY: a copy out of a map value.
+    let s = unsafe { *JVM_SLEEPS.get(&tid)? };
+    let span = deadline.checked_sub(s.at)?;
+    let close = |asked: u64| span >= asked && span - asked < JVM_SLEEP_SLACK;
+    // Below 2^40 ms (35 years), so that the product does not wrap.
+    if s.arg < 1 << 40 && close(s.arg * 1_000_000) {
+        Some(s.arg * 1_000_000)
+    } else if close(s.arg) {
+        Some(s.arg)
+    } else {
+        None
+    }
+}
+
+/// How much later than the call plus its asked time a sleep's deadline may be.
+const JVM_SLEEP_SLACK: u64 = 20_000_000;
 
 /// Writes into `w` what the current task, `tid`, leaving the CPU in `state` (0:
 /// preempted) for `next_tgid`'s task (0: not known), waits for. `now` is the
@@ -55,7 +99,7 @@ pub fn fill(w: &mut What, tid: u32, state: u32, next_tgid: u32, now: u64) {
             c.tid = 0;
         }
     }
-    syscall(w, now);
+    syscall(w, tid, now);
 }
 
 /// Per-CPU: a sleep's timespec, read for [`fill`].
@@ -102,7 +146,7 @@ pub fn fill_other(w: &mut What, regs: Option<PtRegs>, state: u32) {
 
 /// Fills in the syscall the current task is in, if it came from user mode by one.
 #[inline(always)]
-fn syscall(w: &mut What, now: u64) {
+fn syscall(w: &mut What, tid: u32, now: u64) {
     let Some(regs) = PtRegs::current() else { return };
     if !syscall_of(w, &regs) || w.flags & what::KLOCK != 0 {
         return;
@@ -110,6 +154,13 @@ fn syscall(w: &mut What, now: u64) {
     let nr1 = w.nr as u64;
     let (ptr, abs) = if LABEL_SYSCALLS.get(label_syscalls::NANOSLEEP).is_some_and(|&n| n == nr1) {
         (regs.word(REGS_DI), false)
+    } else if is_futex(nr1 - 1) {
+        // A wait to a deadline on the monotonic clock, as a HotSpot
+        // `Thread.sleep`'s is.
+        if regs.word(REGS_SI) & FUTEX_CMD_AND_CLOCK != FUTEX_WAIT_BITSET {
+            return;
+        }
+        (regs.word(REGS_R10), true)
     } else if LABEL_SYSCALLS.get(label_syscalls::CLOCK_NANOSLEEP).is_some_and(|&n| n == nr1) {
         let abs = regs.word(REGS_SI) & TIMER_ABSTIME != 0;
         if abs && regs.word(REGS_DI) != CLOCK_MONOTONIC {
@@ -119,6 +170,10 @@ fn syscall(w: &mut What, now: u64) {
     } else {
         return;
     };
+    if ptr == 0 {
+        // No timeout: most futex waits.
+        return;
+    }
     let Some(ts) = SCRATCH_TIMESPEC.get_ptr_mut(0) else { return };
     // SAFETY: the helper checks the user address; the scratch is 16 bytes of map value.
     if unsafe { gen::bpf_probe_read_user(ts.cast(), 16, ptr as *const c_void) } != 0 {
@@ -127,7 +182,12 @@ fn syscall(w: &mut What, now: u64) {
     // SAFETY: this CPU's scratch slot, just filled, used by this program run alone.
     let ts = unsafe { &*ts };
     let ns = ts[0].wrapping_mul(1_000_000_000).wrapping_add(ts[1]);
-    if abs {
+    if is_futex(nr1 - 1) {
+        if let Some(asked) = asked_of(tid, ns) {
+            w.obj = asked;
+            w.flags |= what::ASKED;
+        }
+    } else if abs {
         w.obj = up_to_125(ns.saturating_sub(now));
         w.flags |= what::SLEEP | what::SLEEP_DEADLINE;
     } else {

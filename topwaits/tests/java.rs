@@ -92,6 +92,7 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     let blocked = run(&["blocked", "-p", &pid]);
     drop(java);
     let (mut total, mut named, mut entered) = (0u64, 0u64, 0u64);
+    let (mut slept, mut asked) = (0u64, 0u64);
     for r in doc["records"].as_array().unwrap() {
         if !r["comm"].as_str().unwrap_or("").starts_with("worker-") {
             continue;
@@ -99,6 +100,14 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
         let names = stack_names(&r["user_stack"]);
         let ns = r["total_ns"].as_u64().unwrap();
         total += ns;
+        // A Thread.sleep is a sleep, with the 2 ms it asked for.
+        let on = &r["waits_on"];
+        if on["kind"] == "sleep" {
+            slept += ns;
+            if on["requested_ns"] == 2_000_000 && on["syscall"] == "Thread.sleep" {
+                asked += ns;
+            }
+        }
         let whole = !names.iter().any(|n| n.starts_with("[cut:") || n == "[unknown]")
             && names.last().is_some_and(|n| n == "__clone3");
         // Each method in order, one frame apart: none is skipped.
@@ -117,6 +126,8 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     eprintln!("{named} of {total} ns in whole stacks naming the Java methods");
     assert!(named * 10 >= total * 9, "only {named} of {total} ns named whole: {doc:#}");
     assert!(entered * 10 >= total * 9, "only {entered} of {total} ns through the call stub");
+    assert!(slept > 500_000_000, "the workers slept only {slept} ns: {doc:#}");
+    assert!(asked * 10 >= slept * 9, "only {asked} of {slept} ns of sleep with its 2 ms");
     // `blocked` walks the threads as they wait now, through the same frames.
     let out = &blocked.stdout;
     let worker =

@@ -46,8 +46,9 @@ impl Goroutines {
     }
 }
 
-/// The processes whose goroutines may be traced for this selection.
-fn candidates(threads: &Threads) -> Vec<u32> {
+/// The processes whose goroutines (or JVM sleeps) may be traced for this
+/// selection.
+pub(super) fn candidates(threads: &Threads) -> Vec<u32> {
     match threads {
         Threads::Pids(p) => p.clone(),
         Threads::Tids(t) => {

@@ -9,6 +9,7 @@ mod batch;
 mod drain;
 mod events;
 mod goroutines;
+mod jvm_sleep;
 mod load;
 mod regs;
 mod sample;
@@ -172,6 +173,10 @@ impl Tracer {
         } else {
             goroutines::GoHooks::default()
         };
+        if config.labels {
+            let jvms = jvm_sleep::attach(&mut ebpf, &goroutines::candidates(&config.threads));
+            log::debug!("JVM_Sleep hooked in {jvms} libjvm.so");
+        }
         info!("attached with {}", attach.name());
         let tracer = Tracer {
             ebpf,

@@ -253,7 +253,8 @@ pub fn classify(
             if w.flags & bits::FUTEX_OP != 0 && matches!(op, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
                 return WaitsOn::Mutex { addr: w.arg0, pi: true };
             }
-            if let Some(runtime) = runtimes::by_frames(user) {
+            let asked = (w.flags & bits::ASKED != 0).then_some(w.obj);
+            if let Some(runtime) = runtimes::by_frames(user, asked) {
                 return runtime;
             }
             match futex_by_frames(user) {

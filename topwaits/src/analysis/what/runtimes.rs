@@ -57,11 +57,12 @@ pub fn kind_by_frames(user: &[&str]) -> Option<Runtime> {
         .find_map(|name| JVM_WAITS.iter().find(|(part, _)| name.contains(part)).map(|(_, w)| *w))
 }
 
-/// The wait a runtime's frames (leaf first) name, as a label.
-pub fn by_frames(user: &[&str]) -> Option<WaitsOn> {
+/// The wait a runtime's frames (leaf first) name, as a label; `asked`, the
+/// time the runtime's sleep call asked for, where the hooks read it.
+pub fn by_frames(user: &[&str], asked: Option<u64>) -> Option<WaitsOn> {
     Some(match kind_by_frames(user)? {
         Runtime::Sleep => WaitsOn::Sleep {
-            requested_ns: None,
+            requested_ns: asked,
             syscall: "Thread.sleep".into(),
             to_deadline: false,
         },
@@ -82,9 +83,16 @@ mod tests {
 
     #[test]
     fn a_java_sleep_is_a_sleep_whatever_thread_sleeps() {
-        let w = by_frames(&with(&["JavaThread::sleep(long)", "JVM_Sleep"])).unwrap();
+        let sleep = with(&["JavaThread::sleep(long)", "JVM_Sleep"]);
+        let w = by_frames(&sleep, None).unwrap();
         assert!(matches!(&w, WaitsOn::Sleep { syscall, .. } if syscall == "Thread.sleep"));
         assert_eq!(w.short(), "sleep");
+        // With the time its call asked for, where the hooks read it.
+        let w = by_frames(&sleep, Some(250_000_000)).unwrap();
+        assert_eq!(
+            w.describe(250_400_000),
+            "sleep of 250 ms asked, 250.4 ms on average, in Thread.sleep"
+        );
     }
 
     #[test]
@@ -92,28 +100,34 @@ mod tests {
         let enter =
             with(&["ObjectMonitor::EnterI(JavaThread*)", "ObjectMonitor::enter(JavaThread*)"]);
         assert_eq!(
-            by_frames(&enter),
+            by_frames(&enter, None),
             Some(WaitsOn::Futex { lock: "Java monitor (synchronized)".into(), addr: 0 })
         );
         let wait = with(&["ObjectMonitor::wait(long, bool, JavaThread*)", "JVM_MonitorWait"]);
-        assert_eq!(by_frames(&wait), Some(WaitsOn::Futex { lock: "Object.wait".into(), addr: 0 }));
+        assert_eq!(
+            by_frames(&wait, None),
+            Some(WaitsOn::Futex { lock: "Object.wait".into(), addr: 0 })
+        );
         let park = with(&["Parker::park(bool, long)", "Unsafe_Park"]);
-        assert_eq!(by_frames(&park).unwrap().short(), "LockSupport.park");
+        assert_eq!(by_frames(&park, None).unwrap().short(), "LockSupport.park");
         let gc = ["__futex_abstimed_wait_common", "PosixSemaphore::wait()", "GangWorker::loop()"];
-        assert_eq!(by_frames(&gc).unwrap().short(), "JVM GC worker, waiting for work");
+        assert_eq!(by_frames(&gc, None).unwrap().short(), "JVM GC worker, waiting for work");
     }
 
     #[test]
     fn node_s_thread_pool_waits_for_work_under_one_label() {
         let pool = ["__futex_abstimed_wait_common", "pthread_cond_wait", "uv_cond_wait", "worker"];
-        assert_eq!(by_frames(&pool).unwrap().short(), "libuv thread pool, waiting for work");
-        assert_eq!(by_frames(&pool[..3]), None);
+        assert_eq!(by_frames(&pool, None).unwrap().short(), "libuv thread pool, waiting for work");
+        assert_eq!(by_frames(&pool[..3], None), None);
     }
 
     #[test]
     fn frames_far_from_the_leaf_or_of_other_programs_decide_nothing() {
-        assert_eq!(by_frames(&["__futex_abstimed_wait_common", "pthread_cond_wait", "main"]), None);
+        assert_eq!(
+            by_frames(&["__futex_abstimed_wait_common", "pthread_cond_wait", "main"], None),
+            None
+        );
         let far: Vec<&str> = std::iter::repeat_n("f", LOOK).chain(["JVM_Sleep"]).collect();
-        assert_eq!(by_frames(&far), None);
+        assert_eq!(by_frames(&far, None), None);
     }
 }

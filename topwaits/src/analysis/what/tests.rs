@@ -121,6 +121,16 @@ fn futex_waits_by_their_frames() {
     let unknown = classify(&futex(128), &k, &["libc.so.6+0x1234"], 1, &mut r);
     assert_eq!(unknown, WaitsOn::Futex { lock: "futex".into(), addr: 0x1000 });
     assert!(unknown.describe(0).contains("no owner"));
+    // The time a Java sleep asked for, where the hooks read it; it changes no
+    // other label.
+    let timed = What { flags: futex(137).flags | bits::ASKED, obj: 50_000_000, ..futex(137) };
+    let sleep = ["__futex_abstimed_wait_common", "os::PlatformEvent::park(long)", "JVM_Sleep"];
+    assert_eq!(
+        classify(&timed, &k, &sleep, 1, &mut r).describe(50_100_000),
+        "sleep of 50 ms asked, 50.1 ms on average, in Thread.sleep"
+    );
+    let cond = ["__futex_abstimed_wait_common", "___pthread_cond_timedwait", "pool"];
+    assert_eq!(classify(&timed, &k, &cond, 1, &mut r), c);
 }
 
 #[test]

@@ -65,6 +65,15 @@ pub fn file_of<R: Read + Seek>(f: &mut R) -> Result<Option<JvmFile>> {
     Ok(Some(JvmFile { syms, segments: elf::load_segments(f)? }))
 }
 
+/// The file offset of a libjvm.so's `JVM_Sleep` (`JVM_SleepNanos` since JDK
+/// 21), where `Thread.sleep` enters the JVM, for a uprobe; None where it
+/// exports neither.
+pub fn sleep_offset<R: Read + Seek>(f: &mut R) -> Result<Option<u64>> {
+    let found = elf::symbols(f, &["JVM_Sleep", "JVM_SleepNanos"], false)?;
+    let Some(&(_, vaddr, _)) = found.first() else { return Ok(None) };
+    Ok(elf::offset_of(&elf::load_segments(f)?, vaddr))
+}
+
 /// The offsets (and, for static fields, addresses) HotSpot describes itself
 /// by, each read from its vmStructs entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

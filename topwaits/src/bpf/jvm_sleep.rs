@@ -14,6 +14,9 @@ use topwaits_common::names;
 use super::attach::{loaded, program};
 use crate::sys::procfs;
 
+/// How a JVM's mapping of its library ends in `/proc/PID/maps`.
+const JVM: &[u8] = b"/libjvm.so\n";
+
 /// Hooks the libjvm.so files that `pids` map; how many were hooked. A file
 /// that cannot be is a warning, and its sleeps are labelled without the time
 /// asked; JVMs started later are too.
@@ -22,7 +25,12 @@ pub fn attach(ebpf: &mut Ebpf, pids: &[u32]) -> usize {
     let mut hooked = 0;
     let mut is_loaded = false;
     for &pid in pids {
-        let maps = procfs::maps_of(pid);
+        // Most processes map no JVM: their maps are scanned, not parsed.
+        let Ok(text) = std::fs::read(format!("/proc/{pid}/maps")) else { continue };
+        if !text.windows(JVM.len()).any(|w| w == JVM) {
+            continue;
+        }
+        let maps = procfs::parse_maps(&text[..]);
         let Some(m) = maps.iter().find(|m| m.path.ends_with("/libjvm.so")) else { continue };
         if !seen.insert((m.dev, m.inode)) {
             continue;

@@ -169,6 +169,9 @@ pub fn futex(
         Some(Runtime::Named(what)) => {
             return WaitOn::Futex { addr, kind: FutexKind::Runtime(what), owner: None, private }
         }
+        Some(Runtime::Own(what)) => {
+            return WaitOn::Futex { addr, kind: FutexKind::Named(what), owner: None, private }
+        }
         None => {}
     }
     match crate::analysis::what::futex_by_frames(frames) {

@@ -254,7 +254,7 @@ pub fn classify(
                 return WaitsOn::Mutex { addr: w.arg0, pi: true };
             }
             let asked = (w.flags & bits::ASKED != 0).then_some(w.obj);
-            if let Some(runtime) = runtimes::by_frames(user, asked) {
+            if let Some(runtime) = runtimes::by_frames(user, asked, w.arg0) {
                 return runtime;
             }
             match futex_by_frames(user) {

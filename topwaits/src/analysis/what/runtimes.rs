@@ -16,6 +16,10 @@ const LOOK: usize = 8;
 pub const JAVA_MONITOR: &str = "Java monitor (synchronized)";
 /// A thread in `Object.wait`, waiting for a notify.
 pub const OBJECT_WAIT: &str = "Object.wait";
+/// One of the JVM's own threads (the VM thread, the service, notification
+/// and sweeper threads, the reference handler) waiting on one of HotSpot's
+/// internal monitors, whose condition variable is the monitor's own.
+pub const JVM_INTERNAL_MONITOR: &str = "JVM internal monitor";
 
 /// Parts of HotSpot's function names, and the wait each says (the first found
 /// from the leaf decides).
@@ -35,6 +39,13 @@ const JVM_WAITS: &[(&str, Runtime)] = &[
     ("G1ServiceThread", Runtime::Named("JVM GC worker, waiting for work")),
 ];
 
+/// HotSpot's internal monitors, which many of its threads wait on for work of
+/// their own kind: said only where no frame of [`JVM_WAITS`] says what the
+/// work is (the JIT's queue, the GC's), and never for an `ObjectMonitor`.
+fn jvm_internal(name: &str) -> bool {
+    name.starts_with("Monitor::wait")
+}
+
 /// What a runtime's futex wait is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runtime {
@@ -42,6 +53,9 @@ pub enum Runtime {
     Sleep,
     /// A wait of this kind, one label for all its waiters.
     Named(&'static str),
+    /// A wait of this kind on a futex word of the object waited on: one
+    /// label per object, by its address.
+    Own(&'static str),
 }
 
 /// What a runtime's frames (leaf first) say a futex wait is: a sleep, or a
@@ -55,11 +69,15 @@ pub fn kind_by_frames(user: &[&str]) -> Option<Runtime> {
     }
     near.iter()
         .find_map(|name| JVM_WAITS.iter().find(|(part, _)| name.contains(part)).map(|(_, w)| *w))
+        .or_else(|| {
+            near.iter().any(|n| jvm_internal(n)).then_some(Runtime::Own(JVM_INTERNAL_MONITOR))
+        })
 }
 
 /// The wait a runtime's frames (leaf first) name, as a label; `asked`, the
-/// time the runtime's sleep call asked for, where the hooks read it.
-pub fn by_frames(user: &[&str], asked: Option<u64>) -> Option<WaitsOn> {
+/// time the runtime's sleep call asked for, where the hooks read it, and
+/// `addr` the futex word.
+pub fn by_frames(user: &[&str], asked: Option<u64>, addr: u64) -> Option<WaitsOn> {
     Some(match kind_by_frames(user)? {
         Runtime::Sleep => WaitsOn::Sleep {
             requested_ns: asked,
@@ -67,6 +85,9 @@ pub fn by_frames(user: &[&str], asked: Option<u64>) -> Option<WaitsOn> {
             to_deadline: false,
         },
         Runtime::Named(what) => WaitsOn::Futex { lock: what.into(), addr: 0 },
+        // glibc's condition variable waits on either of two words side by
+        // side (8-aligned): one object, one label.
+        Runtime::Own(what) => WaitsOn::Futex { lock: what.into(), addr: addr & !7 },
     })
 }
 
@@ -84,11 +105,11 @@ mod tests {
     #[test]
     fn a_java_sleep_is_a_sleep_whatever_thread_sleeps() {
         let sleep = with(&["JavaThread::sleep(long)", "JVM_Sleep"]);
-        let w = by_frames(&sleep, None).unwrap();
+        let w = by_frames(&sleep, None, 0x10).unwrap();
         assert!(matches!(&w, WaitsOn::Sleep { syscall, .. } if syscall == "Thread.sleep"));
         assert_eq!(w.short(), "sleep");
         // With the time its call asked for, where the hooks read it.
-        let w = by_frames(&sleep, Some(250_000_000)).unwrap();
+        let w = by_frames(&sleep, Some(250_000_000), 0x10).unwrap();
         assert_eq!(
             w.describe(250_400_000),
             "sleep of 250 ms asked, 250.4 ms on average, in Thread.sleep"
@@ -100,34 +121,51 @@ mod tests {
         let enter =
             with(&["ObjectMonitor::EnterI(JavaThread*)", "ObjectMonitor::enter(JavaThread*)"]);
         assert_eq!(
-            by_frames(&enter, None),
+            by_frames(&enter, None, 0x10),
             Some(WaitsOn::Futex { lock: "Java monitor (synchronized)".into(), addr: 0 })
         );
         let wait = with(&["ObjectMonitor::wait(long, bool, JavaThread*)", "JVM_MonitorWait"]);
         assert_eq!(
-            by_frames(&wait, None),
+            by_frames(&wait, None, 0x10),
             Some(WaitsOn::Futex { lock: "Object.wait".into(), addr: 0 })
         );
         let park = with(&["Parker::park(bool, long)", "Unsafe_Park"]);
-        assert_eq!(by_frames(&park, None).unwrap().short(), "LockSupport.park");
+        assert_eq!(by_frames(&park, None, 0x10).unwrap().short(), "LockSupport.park");
+        // HotSpot's own monitors: one label per monitor where no frame says
+        // more (the JIT's queue), and Object.wait is not one.
+        let vm = with(&[
+            "Monitor::wait_without_safepoint_check(long)",
+            "VMThread::wait_for_operation()",
+        ]);
+        assert_eq!(by_frames(&vm, None, 0x10).unwrap().describe(0), "JVM internal monitor 0x10");
+        let reference = with(&["Monitor::wait(long)", "JVM_WaitForReferencePendingList"]);
+        assert_eq!(by_frames(&reference, None, 0x1c).unwrap().short(), "JVM internal monitor 0x18");
+        let jit = with(&["Monitor::wait(long)", "CompileQueue::get(CompilerThread*)"]);
+        assert_eq!(
+            by_frames(&jit, None, 0x10).unwrap().short(),
+            "JVM JIT compiler, waiting for work"
+        );
         let gc = ["__futex_abstimed_wait_common", "PosixSemaphore::wait()", "GangWorker::loop()"];
-        assert_eq!(by_frames(&gc, None).unwrap().short(), "JVM GC worker, waiting for work");
+        assert_eq!(by_frames(&gc, None, 0x10).unwrap().short(), "JVM GC worker, waiting for work");
     }
 
     #[test]
     fn node_s_thread_pool_waits_for_work_under_one_label() {
         let pool = ["__futex_abstimed_wait_common", "pthread_cond_wait", "uv_cond_wait", "worker"];
-        assert_eq!(by_frames(&pool, None).unwrap().short(), "libuv thread pool, waiting for work");
-        assert_eq!(by_frames(&pool[..3], None), None);
+        assert_eq!(
+            by_frames(&pool, None, 0x10).unwrap().short(),
+            "libuv thread pool, waiting for work"
+        );
+        assert_eq!(by_frames(&pool[..3], None, 0x10), None);
     }
 
     #[test]
     fn frames_far_from_the_leaf_or_of_other_programs_decide_nothing() {
         assert_eq!(
-            by_frames(&["__futex_abstimed_wait_common", "pthread_cond_wait", "main"], None),
+            by_frames(&["__futex_abstimed_wait_common", "pthread_cond_wait", "main"], None, 0x10),
             None
         );
         let far: Vec<&str> = std::iter::repeat_n("f", LOOK).chain(["JVM_Sleep"]).collect();
-        assert_eq!(by_frames(&far, None), None);
+        assert_eq!(by_frames(&far, None, 0x10), None);
     }
 }

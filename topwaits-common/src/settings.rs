@@ -12,8 +12,11 @@ pub mod control {
     pub const END: u32 = 0;
     /// Rows inserted into the aggregate since it was last cleared.
     pub const ROWS: u32 = 1;
+    /// Non-zero once a `JVM_Sleep` is hooked: only then does the switch read
+    /// a futex wait's deadline (for the time a `Thread.sleep` asked for).
+    pub const JVM_SLEEPS: u32 = 2;
     /// The array's size.
-    pub const SLOTS: u32 = 2;
+    pub const SLOTS: u32 = 3;
 }
 
 pub mod thread_filter {

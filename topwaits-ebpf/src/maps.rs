@@ -150,6 +150,7 @@ pub static PIDS: Array<u64> = Array::with_max_entries(1, 0);
 /// topwaits itself cannot run then (SCHED_FIFO hogs), and however long detaching
 /// takes (hundreds of ms on a busy VM). [`control::ROWS`]: the aggregate's rows,
 /// counted as they are inserted and reset by user space when it clears them.
+/// [`control::JVM_SLEEPS`]: set once a JVM's sleep call is hooked.
 #[map]
 pub static CONTROL: Array<u64> = Array::with_max_entries(control::SLOTS, 0);
 
@@ -157,6 +158,12 @@ pub static CONTROL: Array<u64> = Array::with_max_entries(control::SLOTS, 0);
 #[inline(always)]
 pub fn ended(now: u64) -> bool {
     CONTROL.get(control::END).is_some_and(|&end| end != 0 && now >= end)
+}
+
+/// Whether a JVM's `JVM_Sleep` is hooked (see [`control::JVM_SLEEPS`]).
+#[inline(always)]
+pub fn jvm_sleeps_hooked() -> bool {
+    CONTROL.get(control::JVM_SLEEPS).is_some_and(|&n| n != 0)
 }
 
 /// The rows inserted into the aggregate since user space last cleared it.

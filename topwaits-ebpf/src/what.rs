@@ -156,8 +156,10 @@ fn syscall(w: &mut What, tid: u32, now: u64) {
         (regs.word(REGS_DI), false)
     } else if is_futex(nr1 - 1) {
         // A wait to a deadline on the monotonic clock, as a HotSpot
-        // `Thread.sleep`'s is.
-        if regs.word(REGS_SI) & FUTEX_CMD_AND_CLOCK != FUTEX_WAIT_BITSET {
+        // `Thread.sleep`'s is; read only where a JVM is hooked.
+        if regs.word(REGS_SI) & FUTEX_CMD_AND_CLOCK != FUTEX_WAIT_BITSET
+            || !crate::maps::jvm_sleeps_hooked()
+        {
             return;
         }
         (regs.word(REGS_R10), true)

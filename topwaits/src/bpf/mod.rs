@@ -173,12 +173,13 @@ impl Tracer {
         } else {
             goroutines::GoHooks::default()
         };
-        if config.labels {
-            let jvms = jvm_sleep::attach(&mut ebpf, &goroutines::candidates(&config.threads));
-            log::debug!("JVM_Sleep hooked in {jvms} libjvm.so");
-        }
+        let jvms = match config.labels {
+            true => jvm_sleep::attach(&mut ebpf, &goroutines::candidates(&config.threads)),
+            false => 0,
+        };
+        log::debug!("JVM_Sleep hooked in {jvms} libjvm.so");
         info!("attached with {}", attach.name());
-        let tracer = Tracer {
+        let mut tracer = Tracer {
             ebpf,
             attach,
             waker: config.waker,
@@ -197,6 +198,9 @@ impl Tracer {
             goroutines,
             aggregate: Aggregate { size: sizes.waits.max(sizes.wake_waits), taken: 0 },
         };
+        if jvms > 0 {
+            tracer.set_control(topwaits_common::control::JVM_SLEEPS, 1)?;
+        }
         Ok((tracer, prepared))
     }
 

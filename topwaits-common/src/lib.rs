@@ -272,6 +272,26 @@ pub struct JvmSleep {
     pub at: u64,
 }
 
+/// A HotSpot thread in a Java monitor, kept by the uprobe on the monitor's
+/// contended entry (`ObjectMonitor::EnterI`) or its `Object.wait`: the
+/// `ObjectMonitor`, the thread's `JavaThread`, and where in that `JavaThread`
+/// the JVM keeps the monitor the thread is in (`_current_pending_monitor` or
+/// `_current_waiting_monitor`), which is this monitor only while it is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JvmMonitor {
+    pub monitor: u64,
+    pub thread: u64,
+    pub field: u64,
+}
+
+/// The cookie of a HotSpot monitor uprobe: the offset of the `JavaThread`'s
+/// field that holds the monitor, and with [`JVM_MONITOR_THREAD_IN_RCX`] set,
+/// that the `JavaThread*` is the fourth argument (`ObjectMonitor::wait(long,
+/// bool, JavaThread*)`) rather than the second (`EnterI(JavaThread*)`).
+pub const JVM_MONITOR_FIELD: u64 = 0xffff_ffff;
+pub const JVM_MONITOR_THREAD_IN_RCX: u64 = 1 << 32;
+
 /// Bits of [`What::flags`].
 pub mod what {
     /// The low byte holds the `LCB_F_*` flags of `lock:contention_begin`.
@@ -296,6 +316,9 @@ pub mod what {
     /// last (a HotSpot `Thread.sleep`): [`super::What::obj`] is the time that
     /// call asked for, in ns.
     pub const ASKED: u32 = 1 << 14;
+    /// A futex wait of a HotSpot thread in a Java monitor (entering it, or in
+    /// its `Object.wait`): [`super::What::obj`] is the `ObjectMonitor`.
+    pub const JMONITOR: u32 = 1 << 15;
     pub const FUTEX_OP_SHIFT: u32 = 16;
     /// `LCB_F_*`: spinning, a reader, a writer, a mutex.
     pub const LCB_SPIN: u32 = 1;

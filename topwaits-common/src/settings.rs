@@ -15,8 +15,12 @@ pub mod control {
     /// Non-zero once a `JVM_Sleep` is hooked: only then does the switch read
     /// a futex wait's deadline (for the time a `Thread.sleep` asked for).
     pub const JVM_SLEEPS: u32 = 2;
+    /// Non-zero once a HotSpot monitor's entry or `Object.wait` is hooked:
+    /// only then does the switch look a futex waiter up among the threads in
+    /// a monitor.
+    pub const JVM_MONITORS: u32 = 3;
     /// The array's size.
-    pub const SLOTS: u32 = 3;
+    pub const SLOTS: u32 = 4;
 }
 
 pub mod thread_filter {

@@ -28,6 +28,7 @@ mod goroutines;
 mod gostack;
 mod itertask;
 mod jsframes;
+mod jvm_monitor;
 mod jvm_sleep;
 mod kcache;
 mod klearn;

@@ -166,6 +166,12 @@ pub fn jvm_sleeps_hooked() -> bool {
     CONTROL.get(control::JVM_SLEEPS).is_some_and(|&n| n != 0)
 }
 
+/// Whether a JVM's monitors are hooked (see [`control::JVM_MONITORS`]).
+#[inline(always)]
+pub fn jvm_monitors_hooked() -> bool {
+    CONTROL.get(control::JVM_MONITORS).is_some_and(|&n| n != 0)
+}
+
 /// The rows inserted into the aggregate since user space last cleared it.
 #[inline(always)]
 pub fn aggregate_rows() -> u64 {

@@ -7,7 +7,9 @@ use aya_ebpf::bindings::pt_regs;
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::maps::{Array, LruHashMap};
 use aya_ebpf::{cty::c_void, helpers::generated as gen, macros::map, maps::PerCpuArray};
-use topwaits_common::{label_syscalls, what, JvmSleep, What};
+use topwaits_common::{
+    label_syscalls, what, JvmMonitor, JvmSleep, What, JVM_MONITOR_FIELD, JVM_MONITOR_THREAD_IN_RCX,
+};
 
 use crate::uwalk::{PtRegs, REGS_CS, REGS_DI, REGS_DX, REGS_ORIG_AX, REGS_R10, REGS_SI, USER_CS};
 
@@ -48,6 +50,45 @@ pub fn jvm_sleep(regs: &pt_regs) {
     // SAFETY: helper calls without arguments.
     let (tid, at) = unsafe { (bpf_get_current_pid_tgid() as u32, bpf_ktime_get_ns()) };
     let _ = JVM_SLEEPS.insert(&tid, &JvmSleep { arg: regs.rdx, at }, 0);
+}
+
+/// Each HotSpot thread's latest contended monitor entry or `Object.wait`, by
+/// tid (see [`jvm_monitor`]).
+#[map]
+static JVM_MONITORS: LruHashMap<u32, JvmMonitor> = LruHashMap::with_max_entries(4096, 0);
+
+/// At HotSpot's `ObjectMonitor::EnterI(this, current)` or
+/// `ObjectMonitor::wait(this, millis, interruptible, current)`: the monitor,
+/// the thread, and (from the probe's cookie) the thread's field that names the
+/// monitor while the thread is in it.
+#[inline(always)]
+pub fn jvm_monitor(regs: &pt_regs, cookie: u64) {
+    // Both read, each at its fixed offset: the verifier takes no computed
+    // offset into the context.
+    // SAFETY: fields of a valid reference.
+    let (rcx, rsi) =
+        unsafe { (core::ptr::read_volatile(&regs.rcx), core::ptr::read_volatile(&regs.rsi)) };
+    let thread = if cookie & JVM_MONITOR_THREAD_IN_RCX != 0 { rcx } else { rsi };
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let m = JvmMonitor { monitor: regs.rdi, thread, field: cookie & JVM_MONITOR_FIELD };
+    let _ = JVM_MONITORS.insert(&tid, &m, 0);
+}
+
+/// The Java monitor thread `tid` waits in, if it is in one now: the monitor its
+/// hook kept, while its `JavaThread` still names that monitor (the field is
+/// cleared once the thread has entered it, or been notified). `scratch` is
+/// 8 bytes of map value to read into.
+#[inline(always)]
+fn monitor_of(tid: u32, scratch: *mut u64) -> Option<u64> {
+    // SAFETY: a copy out of a map value.
+    let m = unsafe { *JVM_MONITORS.get(&tid)? };
+    let at = m.thread.checked_add(m.field)?;
+    // SAFETY: the helper checks the user address; `scratch` is map memory.
+    if unsafe { gen::bpf_probe_read_user(scratch.cast(), 8, at as *const c_void) } != 0 {
+        return None;
+    }
+    // SAFETY: just filled.
+    (unsafe { *scratch } == m.monitor && m.monitor != 0).then_some(m.monitor)
 }
 
 /// The time a `Thread.sleep` asked for, where the futex wait to `deadline`
@@ -155,6 +196,14 @@ fn syscall(w: &mut What, tid: u32, now: u64) {
     let (ptr, abs) = if LABEL_SYSCALLS.get(label_syscalls::NANOSLEEP).is_some_and(|&n| n == nr1) {
         (regs.word(REGS_DI), false)
     } else if is_futex(nr1 - 1) {
+        if crate::maps::jvm_monitors_hooked() {
+            let Some(scratch) = SCRATCH_TIMESPEC.get_ptr_mut(0) else { return };
+            if let Some(monitor) = monitor_of(tid, scratch.cast()) {
+                w.obj = monitor;
+                w.flags |= what::JMONITOR;
+                return;
+            }
+        }
         // A wait to a deadline on the monotonic clock, as a HotSpot
         // `Thread.sleep`'s is; read only where a JVM is hooked.
         if regs.word(REGS_SI) & FUTEX_CMD_AND_CLOCK != FUTEX_WAIT_BITSET

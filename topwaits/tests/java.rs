@@ -71,7 +71,9 @@ fn why_gives_the_sleep_inside_the_monitor_as_one_cause_and_locks_the_monitor() {
     assert!(description.contains("4 threads like worker-"), "{description}");
     assert_eq!(first["waits_on"], "sleep", "{first:#}");
     let out = &locks.stdout;
-    assert!(out.contains("1. Java monitor (synchronized)"), "{out}");
+    // One lock: the monitor, named by its object.
+    assert!(out.contains("1. Java monitor <0x"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("1. ") && l.contains(MONITOR)), "{out}");
     assert!(out.contains("held while sleeping by worker-"), "{out}");
 }
 
@@ -79,6 +81,10 @@ fn why_gives_the_sleep_inside_the_monitor_as_one_cause_and_locks_the_monitor() {
 /// (`handle` and `sleepHoldingTheLock` are inlined once compiled: a compiled
 /// frame shows the method it was compiled for).
 const METHODS: [&str; 3] = ["Turns.lambda$main$0", "Turns$$Lambda$1.run", "java.lang.Thread.run"];
+
+/// How the trace views end the label of Turns's monitor, after jstack's
+/// `<0x...>` for the object.
+const MONITOR: &str = "> (a java.lang.Object) (synchronized)";
 
 #[test]
 fn java_methods_are_named_in_whole_stacks_without_flags() {
@@ -93,6 +99,8 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     drop(java);
     let (mut total, mut named, mut entered) = (0u64, 0u64, 0u64);
     let (mut slept, mut asked) = (0u64, 0u64);
+    let (mut entering, mut in_monitor) = (0u64, 0u64);
+    let mut monitors = std::collections::BTreeSet::new();
     for r in doc["records"].as_array().unwrap() {
         if !r["comm"].as_str().unwrap_or("").starts_with("worker-") {
             continue;
@@ -106,6 +114,16 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
             slept += ns;
             if on["requested_ns"] == 2_000_000 && on["syscall"] == "Thread.sleep" {
                 asked += ns;
+            }
+        }
+        // Entering the monitor: labelled by the object it locks, as jstack
+        // names it, one label for all the workers.
+        let lock = on["lock"].as_str().unwrap_or("");
+        if lock.starts_with("Java monitor") {
+            entering += ns;
+            if lock.starts_with("Java monitor <0x") && lock.ends_with(MONITOR) {
+                in_monitor += ns;
+                monitors.insert(lock.to_string());
             }
         }
         let whole = !names.iter().any(|n| n.starts_with("[cut:") || n == "[unknown]")
@@ -140,6 +158,11 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     assert!(vm_monitor * 10 >= vm_total * 9 && vm_total > 0, "{vm_monitor} of {vm_total} ns");
     assert!(slept > 500_000_000, "the workers slept only {slept} ns: {doc:#}");
     assert!(asked * 10 >= slept * 9, "only {asked} of {slept} ns of sleep with its 2 ms");
+    // Waits already in progress when the trace began keep the frames' label.
+    eprintln!("{in_monitor} of {entering} ns entering the monitor named by its object");
+    assert!(entering > 200_000_000, "the workers entered the monitor for only {entering} ns");
+    assert!(in_monitor * 10 >= entering * 8, "only {in_monitor} of {entering} ns named");
+    assert_eq!(monitors.len(), 1, "one monitor, one label: {monitors:?}");
     // `blocked` walks the threads as they wait now, through the same frames.
     let out = &blocked.stdout;
     let worker =
@@ -259,7 +282,7 @@ fn the_split_between_sleeping_and_entering_the_monitor_agrees_with_flight_record
         let w = &r["waits_on"];
         match (w["kind"].as_str(), w["syscall"].as_str(), w["lock"].as_str()) {
             (Some("sleep"), Some("Thread.sleep"), _) => sleep += ns,
-            (Some("futex"), _, Some("Java monitor (synchronized)")) => enter += ns,
+            (Some("futex"), _, Some(lock)) if lock.starts_with("Java monitor") => enter += ns,
             _ => {}
         }
     }
@@ -340,4 +363,36 @@ fn a_java_deadlock_is_found_with_its_monitors_as_jstack_names_them() {
     assert_eq!(in_cycle, tids, "{doc:#}");
     assert!(text.contains(", 1 deadlock."), "{text}");
     assert!(text.contains("(a Deadlock$First) (synchronized) held by tid"), "{text}");
+}
+
+#[test]
+fn object_wait_is_labelled_by_the_object_notified() {
+    require_bpf!();
+    if !jdk_here(module_path!()) {
+        return;
+    }
+    let (java, _dir) = start_program("Handoff", "java-handoff");
+    let pid = java.0.id().to_string();
+    let doc = json(&run(&["--json", "-p", &pid, "2"]));
+    drop(java);
+    // The consumer's waits for each item, one label naming the object.
+    let (mut waited, mut named) = (0u64, 0u64);
+    let mut labels = std::collections::BTreeSet::new();
+    for r in doc["records"].as_array().unwrap().iter().filter(|r| r["comm"] == "consumer") {
+        let ns = r["total_ns"].as_u64().unwrap();
+        let lock = r["waits_on"]["lock"].as_str().unwrap_or("");
+        if lock.contains("Object.wait") {
+            waited += ns;
+            if lock.starts_with("a notify of <0x")
+                && lock.ends_with("(a java.lang.Object) (Object.wait)")
+            {
+                named += ns;
+                labels.insert(lock.to_string());
+            }
+        }
+    }
+    eprintln!("{named} of {waited} ns in Object.wait named by the object");
+    assert!(waited > 1_000_000_000, "the consumer waited only {waited} ns: {doc:#}");
+    assert!(named * 10 >= waited * 9, "only {named} of {waited} ns named: {doc:#}");
+    assert_eq!(labels.len(), 1, "{labels:?}");
 }

@@ -23,7 +23,10 @@ const KNOWN_LOCKS: &[(&str, &[&str])] = &[
     ("PostgreSQL heavyweight lock", &["ProcSleep"]),
     ("PostgreSQL LWLock", &["LWLockAcquire", "LWLockAcquireOrWait", "LWLockWaitForVar"]),
     ("PostgreSQL buffer pin", &["LockBufferForCleanup"]),
-    ("Java monitor (synchronized)", &["ObjectMonitor::EnterI(JavaThread*)"]),
+    (
+        "Java monitor (synchronized)",
+        &["ObjectMonitor::EnterI(JavaThread*)", "ObjectMonitor::enter_internal(JavaThread*)"],
+    ),
 ];
 
 /// Functions that send a signal: a releaser that woke its waiter from one set

@@ -9,7 +9,7 @@ mod batch;
 mod drain;
 mod events;
 mod goroutines;
-mod jvm_sleep;
+mod jvm;
 mod load;
 mod regs;
 mod sample;
@@ -174,10 +174,10 @@ impl Tracer {
             goroutines::GoHooks::default()
         };
         let jvms = match config.labels {
-            true => jvm_sleep::attach(&mut ebpf, &goroutines::candidates(&config.threads)),
-            false => 0,
+            true => jvm::attach(&mut ebpf, &goroutines::candidates(&config.threads)),
+            false => jvm::Hooked::default(),
         };
-        log::debug!("JVM_Sleep hooked in {jvms} libjvm.so");
+        log::debug!("HotSpot hooked: {jvms:?} libjvm.so");
         info!("attached with {}", attach.name());
         let mut tracer = Tracer {
             ebpf,
@@ -198,8 +198,11 @@ impl Tracer {
             goroutines,
             aggregate: Aggregate { size: sizes.waits.max(sizes.wake_waits), taken: 0 },
         };
-        if jvms > 0 {
+        if jvms.sleeps > 0 {
             tracer.set_control(topwaits_common::control::JVM_SLEEPS, 1)?;
+        }
+        if jvms.monitors > 0 {
+            tracer.set_control(topwaits_common::control::JVM_MONITORS, 1)?;
         }
         Ok((tracer, prepared))
     }

@@ -102,7 +102,11 @@ impl WaitsOn {
     pub fn is_lock(&self) -> bool {
         match self {
             WaitsOn::Mutex { .. } | WaitsOn::KernelLock { .. } => true,
-            WaitsOn::Futex { lock, .. } => lock == "rwlock",
+            // A Java monitor that its hooks told apart from the others.
+            WaitsOn::Futex { lock, addr } => {
+                lock == "rwlock"
+                    || (lock.starts_with("Java monitor ") && (lock.contains("<0x") || *addr != 0))
+            }
             WaitsOn::Goroutine { reason } => {
                 reason.starts_with("sync.") && reason.contains("Mutex")
             }

@@ -54,6 +54,11 @@ pub trait Resolve {
     fn go_wait_reason(&mut self, _tgid: u32, _reason: u64) -> Option<String> {
         None
     }
+    /// The object Java monitor `monitor` (an `ObjectMonitor*`) of process
+    /// `tgid` locks, as jstack names it: `<0x...> (a java.lang.Object)`.
+    fn java_monitor(&mut self, _tgid: u32, _monitor: u64) -> Option<String> {
+        None
+    }
 }
 
 /// Parts of the names of glibc's mutex lock path.
@@ -255,6 +260,9 @@ pub fn classify(
             }
             let asked = (w.flags & bits::ASKED != 0).then_some(w.obj);
             if let Some(runtime) = runtimes::by_frames(user, asked, w.arg0) {
+                if w.flags & bits::JMONITOR != 0 {
+                    return runtimes::in_monitor(runtime, w.obj, r.java_monitor(tgid, w.obj));
+                }
                 return runtime;
             }
             match futex_by_frames(user) {

@@ -1,6 +1,7 @@
 //! [`Resolve`] from `/proc` and `/sys`: a descriptor's link and file type, the
 //! block device a file lives on, a process's sockets, a pipe's holders, an epoll
-//! set's descriptors, and static kernel locks by their `/proc/kallsyms` symbol.
+//! set's descriptors, static kernel locks by their `/proc/kallsyms` symbol, and
+//! Java monitors by the object they lock, read from the JVM's memory.
 //! Each table is read once per report.
 
 use std::collections::{BTreeSet, HashMap};
@@ -21,6 +22,9 @@ pub struct ProcResolver {
     kallsyms: Option<HashMap<u64, String>>,
     /// Go programs' wait reasons, by tgid (read on first need).
     go_reasons: HashMap<u32, Vec<String>>,
+    /// The JVMs met, and their monitors' names by process and monitor.
+    jvms: crate::stacks::hotspot::Jvms,
+    monitors: HashMap<(u32, u64), Option<String>>,
 }
 
 /// The block device named by `dev` (`st_dev`), from `/sys/dev/block`.
@@ -66,6 +70,8 @@ impl ProcResolver {
         self.sockets.clear();
         self.holders = None;
         self.pipes.clear();
+        // A monitor deflated since may be another object's now.
+        self.monitors.clear();
     }
 
     fn device_of(&mut self, dev: u64) -> Option<String> {
@@ -74,6 +80,14 @@ impl ProcResolver {
 }
 
 impl Resolve for ProcResolver {
+    fn java_monitor(&mut self, tgid: u32, monitor: u64) -> Option<String> {
+        let jvms = &mut self.jvms;
+        self.monitors
+            .entry((tgid, monitor))
+            .or_insert_with(|| jvms.monitor_name(tgid, &crate::sys::procfs::maps_of(tgid), monitor))
+            .clone()
+    }
+
     fn go_wait_reason(&mut self, tgid: u32, reason: u64) -> Option<String> {
         let reasons = self.go_reasons.entry(tgid).or_insert_with(|| {
             crate::stacks::golang::runtime::wait_reasons(&format!("/proc/{tgid}/exe"))

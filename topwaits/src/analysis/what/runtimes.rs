@@ -91,6 +91,23 @@ pub fn by_frames(user: &[&str], asked: Option<u64>, addr: u64) -> Option<WaitsOn
     })
 }
 
+/// A JVM monitor wait labelled by its frames (`label`), told apart by the
+/// monitor its thread was in (`monitor`, read by the hooks), named by the
+/// object it locks where that reads: one label per monitor, the same for all
+/// its waiters, as jstack names it.
+pub fn in_monitor(label: WaitsOn, monitor: u64, object: Option<String>) -> WaitsOn {
+    let WaitsOn::Futex { lock, .. } = &label else { return label };
+    let lock = match (lock.as_str(), object) {
+        (JAVA_MONITOR, Some(o)) => format!("Java monitor {o} (synchronized)"),
+        (OBJECT_WAIT, Some(o)) => format!("a notify of {o} (Object.wait)"),
+        (JAVA_MONITOR | OBJECT_WAIT, None) => {
+            return WaitsOn::Futex { lock: lock.clone(), addr: monitor };
+        }
+        _ => return label,
+    };
+    WaitsOn::Futex { lock, addr: 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

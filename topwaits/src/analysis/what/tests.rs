@@ -61,6 +61,10 @@ impl Resolve for Fake {
     fn kernel_symbol(&mut self, addr: u64) -> Option<String> {
         (addr == 0xffff_ffff_8200_0000).then(|| "rtnl_mutex".into())
     }
+    fn java_monitor(&mut self, tgid: u32, monitor: u64) -> Option<String> {
+        (tgid == 10 && monitor == 0x7f00_0000_1000)
+            .then(|| "<0x000000069ec19408> (a java.lang.Object)".into())
+    }
 }
 
 fn fake() -> Fake {
@@ -131,6 +135,49 @@ fn futex_waits_by_their_frames() {
     );
     let cond = ["__futex_abstimed_wait_common", "___pthread_cond_timedwait", "pool"];
     assert_eq!(classify(&timed, &k, &cond, 1, &mut r), c);
+}
+
+#[test]
+fn a_java_monitor_the_hooks_saw_is_named_by_the_object_it_locks() {
+    let k = ["futex_wait", "do_futex"];
+    let enter = [
+        "__futex_abstimed_wait_common",
+        "os::PlatformEvent::park()",
+        "ObjectMonitor::EnterI(JavaThread*)",
+    ];
+    let wait = [
+        "__futex_abstimed_wait_common",
+        "os::PlatformEvent::park(long)",
+        "ObjectMonitor::wait(long, bool, JavaThread*)",
+    ];
+    let mut r = fake();
+    let in_monitor = |monitor: u64| What {
+        flags: futex(137).flags | bits::JMONITOR,
+        obj: monitor,
+        ..futex(137)
+    };
+    // One label for every waiter of one monitor, whatever its own futex.
+    let named = classify(&in_monitor(0x7f00_0000_1000), &k, &enter, 10, &mut r);
+    let lock = "Java monitor <0x000000069ec19408> (a java.lang.Object) (synchronized)";
+    assert_eq!(named, WaitsOn::Futex { lock: lock.into(), addr: 0 });
+    assert!(named.is_lock());
+    let notify = classify(&in_monitor(0x7f00_0000_1000), &k, &wait, 10, &mut r);
+    assert_eq!(
+        notify.describe(0),
+        "a notify of <0x000000069ec19408> (a java.lang.Object) (Object.wait)"
+    );
+    // A monitor that no longer reads keeps its address, still one per monitor.
+    let gone = classify(&in_monitor(0x7f00_0000_2000), &k, &enter, 10, &mut r);
+    assert_eq!(gone.describe(0), "Java monitor (synchronized) 0x7f0000002000");
+    assert!(gone.is_lock());
+    // Without the hooks, the frames alone: one label for all monitors.
+    let plain = classify(&futex(137), &k, &enter, 10, &mut r);
+    assert_eq!(plain, WaitsOn::Futex { lock: "Java monitor (synchronized)".into(), addr: 0 });
+    assert!(!plain.is_lock());
+    // A monitor on frames that name no monitor wait changes nothing.
+    let cond = ["__futex_abstimed_wait_common", "___pthread_cond_wait", "pool"];
+    let c = classify(&in_monitor(0x7f00_0000_1000), &k, &cond, 10, &mut r);
+    assert!(matches!(c, WaitsOn::Futex { ref lock, .. } if lock == "condition variable"), "{c:?}");
 }
 
 #[test]

@@ -74,6 +74,26 @@ pub fn sleep_offset<R: Read + Seek>(f: &mut R) -> Result<Option<u64>> {
     Ok(elf::offset_of(&elf::load_segments(f)?, vaddr))
 }
 
+/// Where a HotSpot thread enters a contended monitor to park, and where it
+/// waits in `Object.wait`: the file offsets of those `ObjectMonitor` methods,
+/// for uprobes; each with whether its `JavaThread*` is its fourth argument
+/// (`wait(long, bool, JavaThread*)`) rather than its second.
+pub fn monitor_offsets<R: Read + Seek>(f: &mut R) -> Result<Vec<(u64, bool)>> {
+    /// `EnterI(JavaThread*)` up to JDK 23, `enter_internal` since; `wait`.
+    const ENTER: [&str; 2] = [
+        "_ZN13ObjectMonitor6EnterIEP10JavaThread",
+        "_ZN13ObjectMonitor14enter_internalEP10JavaThread",
+    ];
+    const WAIT: &str = "_ZN13ObjectMonitor4waitElbP10JavaThread";
+    let wanted: Vec<&str> = ENTER.iter().copied().chain([WAIT]).collect();
+    let found = elf::symbols(f, &wanted, true)?;
+    let segments = elf::load_segments(f)?;
+    Ok(found
+        .iter()
+        .filter_map(|(name, vaddr, _)| Some((elf::offset_of(&segments, *vaddr)?, name == WAIT)))
+        .collect())
+}
+
 /// The offsets (and, for static fields, addresses) HotSpot describes itself
 /// by, each read from its vmStructs entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -319,7 +339,7 @@ pub fn code_of(mem: &dyn Memory, l: &Layout) -> Option<JvmCode> {
 }
 
 /// The mapping of a process's libjvm.so, if it maps one.
-fn jvm_mapping(maps: &[Mapping]) -> Option<&Mapping> {
+pub(crate) fn jvm_mapping(maps: &[Mapping]) -> Option<&Mapping> {
     maps.iter().find(|m| m.path.ends_with("/libjvm.so"))
 }
 
@@ -370,13 +390,31 @@ impl Jvms {
         maps: &[Mapping],
     ) -> Option<HashMap<u32, monitors::MonitorWait>> {
         let l = self.layout(tgid, maps)?;
+        let t = self.thread_layout(tgid, maps)?;
+        Some(monitors::monitor_waits(&ProcessMemory { pid: tgid }, &t, &l))
+    }
+
+    /// Where HotSpot keeps the threads and monitors of JVM process `tgid`
+    /// (mapping `maps`); None where it runs no HotSpot that reads.
+    pub fn thread_layout(&mut self, tgid: u32, maps: &[Mapping]) -> Option<monitors::ThreadLayout> {
+        self.layout(tgid, maps)?;
         let m = jvm_mapping(maps)?;
         let file = self.files.get(&(m.dev, m.inode))?.as_ref()?;
         let mem = ProcessMemory { pid: tgid };
-        let t = monitors::thread_layout_of(&mem, &vars_in(file, tgid, m)?)
+        monitors::thread_layout_of(&mem, &vars_in(file, tgid, m)?)
             .map_err(|e| log::debug!("HotSpot of {tgid}: its threads not read: {e:#}"))
-            .ok()?;
-        Some(monitors::monitor_waits(&mem, &t, &l))
+            .ok()
+    }
+
+    /// The object Java monitor `monitor` of process `tgid` (mapping `maps`)
+    /// locks, as jstack names it (`<0x...> (a java.lang.Object)`); None where
+    /// it no longer reads (the monitor was deflated, or the process is gone).
+    pub fn monitor_name(&mut self, tgid: u32, maps: &[Mapping], monitor: u64) -> Option<String> {
+        let l = self.layout(tgid, maps)?;
+        let t = self.thread_layout(tgid, maps)?;
+        let mem = ProcessMemory { pid: tgid };
+        let (object, class) = monitors::object_of(&mem, &t, &l, monitor);
+        object.map(|object| monitors::named(object, class.as_deref()))
     }
 
     /// Forgets process `tgid`.

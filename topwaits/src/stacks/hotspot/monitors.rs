@@ -61,12 +61,33 @@ pub struct MonitorWait {
 impl MonitorWait {
     /// The monitor as jstack names it: `<0x...> (a java.lang.Object)`.
     pub fn name(&self) -> String {
-        let at = format!("<{:#018x}>", self.object.unwrap_or(self.monitor));
-        match &self.class {
-            Some(c) => format!("{at} (a {c})"),
-            None => at,
-        }
+        named(self.object.unwrap_or(self.monitor), self.class.as_deref())
     }
+}
+
+/// An object as jstack names it: `<0x...> (a java.lang.Object)`.
+pub fn named(object: u64, class: Option<&str>) -> String {
+    let at = format!("<{object:#018x}>");
+    match class {
+        Some(c) => format!("{at} (a {c})"),
+        None => at,
+    }
+}
+
+/// The object `monitor` locks (through its weak handle) and that object's
+/// class, where they read.
+pub fn object_of(
+    mem: &dyn Memory,
+    t: &ThreadLayout,
+    l: &Layout,
+    monitor: u64,
+) -> (Option<u64>, Option<String>) {
+    let object = mem
+        .word(monitor + t.monitor_object)
+        .filter(|&h| h != 0)
+        .and_then(|h| mem.word(h))
+        .filter(|&o| o != 0);
+    (object, object.and_then(|o| class_of(mem, t, l, o)))
 }
 
 /// The thread layout from the vmStructs table (`vars` as for
@@ -221,13 +242,7 @@ pub fn monitor_waits(mem: &dyn Memory, t: &ThreadLayout, l: &Layout) -> HashMap<
                 None => continue,
             },
         };
-        // The object, through the monitor's weak handle.
-        let object = mem
-            .word(monitor + t.monitor_object)
-            .filter(|&h| h != 0)
-            .and_then(|h| mem.word(h))
-            .filter(|&o| o != 0);
-        let class = object.and_then(|o| class_of(mem, t, l, o));
+        let (object, class) = object_of(mem, t, l, monitor);
         let owner = if entering {
             mem.word(monitor + t.monitor_owner)
                 .and_then(|o| owner_of(t, &threads, o, object))

@@ -360,7 +360,7 @@ fn placed(file: &JvmFile, maps: &[Mapping], of: &Mapping, vaddr: u64) -> Option<
 pub struct Jvms {
     files: HashMap<(u64, u64), Option<JvmFile>>,
     /// By process and where its libjvm.so is mapped (an exec maps it anew).
-    layouts: HashMap<(u32, u64), Option<Layout>>,
+    layouts: HashMap<(u32, u64), Layout>,
 }
 
 impl Jvms {
@@ -379,7 +379,15 @@ impl Jvms {
                 })
             })
             .as_ref()?;
-        *self.layouts.entry((tgid, m.start)).or_insert_with(|| layout_in(file, tgid, m))
+        // A JVM just started fills its tables in as it starts: a layout that
+        // did not read is read again when next asked.
+        let key = (tgid, m.start);
+        if let Some(&l) = self.layouts.get(&key) {
+            return Some(l);
+        }
+        let l = layout_in(file, tgid, m)?;
+        self.layouts.insert(key, l);
+        Some(l)
     }
 
     /// The monitor each Java thread of process `tgid` (mapping `maps`) waits

@@ -396,3 +396,44 @@ fn object_wait_is_labelled_by_the_object_notified() {
     assert!(named * 10 >= waited * 9, "only {named} of {waited} ns named: {doc:#}");
     assert_eq!(labels.len(), 1, "{labels:?}");
 }
+
+#[test]
+fn a_jvm_started_during_the_trace_has_its_sleeps_and_monitors_labelled() {
+    require_bpf!();
+    if !jdk_here(module_path!()) {
+        return;
+    }
+    // Every thread, so that the JVM is traced from its exec on.
+    let tracer = Tracer::start(&["--json", "6"]);
+    let (java, _dir) = start("java-late");
+    let pid = java.0.id() as u64;
+    let doc = json(&tracer.finish());
+    drop(java);
+    let (mut slept, mut asked, mut entering, mut named) = (0u64, 0u64, 0u64, 0u64);
+    let (mut total, mut methods) = (0u64, 0u64);
+    for r in doc["records"].as_array().unwrap() {
+        if r["tgid"] != pid || !r["comm"].as_str().unwrap_or("").starts_with("worker-") {
+            continue;
+        }
+        let (ns, on) = (r["total_ns"].as_u64().unwrap(), &r["waits_on"]);
+        total += ns;
+        methods +=
+            if stack_names(&r["user_stack"]).contains(&METHODS[0].to_string()) { ns } else { 0 };
+        if on["syscall"] == "Thread.sleep" {
+            slept += ns;
+            asked += if on["requested_ns"] == 2_000_000 { ns } else { 0 };
+        }
+        let lock = on["lock"].as_str().unwrap_or("");
+        if lock.starts_with("Java monitor") {
+            entering += ns;
+            named += if lock.ends_with(MONITOR) { ns } else { 0 };
+        }
+    }
+    // Its libjvm.so was hooked once its Java ran, a moment after its start.
+    eprintln!("asked {asked} of {slept} ns, named {named} of {entering} ns");
+    // ... and its Java methods named, its layout read once its tables were.
+    assert!(methods * 10 >= total * 8, "only {methods} of {total} ns in stacks naming Java");
+    assert!(slept > 500_000_000 && entering > 500_000_000, "{slept} and {entering} ns: {doc:#}");
+    assert!(asked * 10 >= slept * 8, "only {asked} of {slept} ns of sleep with its 2 ms");
+    assert!(named * 10 >= entering * 8, "only {named} of {entering} ns with the monitor named");
+}

@@ -1,5 +1,5 @@
-//! The uprobes on each libjvm.so the traced processes map at the start,
-//! attached once per file: on `JVM_Sleep` (`JVM_SleepNanos` since JDK 21), for
+//! The uprobes on each libjvm.so the traced processes map, at the start and
+//! as JVMs start running Java during the trace, attached once per file: on `JVM_Sleep` (`JVM_SleepNanos` since JDK 21), for
 //! the time each `Thread.sleep` asked for, and on the monitor's contended
 //! entry and its `Object.wait`, for the monitor each such wait is in (the
 //! switch takes both where a futex wait is theirs; see the eBPF `what`).
@@ -26,43 +26,54 @@ pub struct Hooked {
     pub monitors: usize,
 }
 
-/// Hooks the libjvm.so files that `pids` map. A file that cannot be is a
-/// warning, and its waits are labelled without the time asked or the
-/// monitor; JVMs started later are too.
-pub fn attach(ebpf: &mut Ebpf, pids: &[u32]) -> Hooked {
-    let mut seen = HashSet::new();
-    let mut hooked = Hooked::default();
-    let mut jvms = Jvms::default();
-    let mut loaded = (false, false);
-    for &pid in pids {
-        // Most processes map no JVM: their maps are scanned, not parsed.
-        let Ok(text) = std::fs::read(format!("/proc/{pid}/maps")) else { continue };
-        if !text.windows(JVM.len()).any(|w| w == JVM) {
-            continue;
+/// The libjvm.so files hooked so far, and the programs loaded for them.
+#[derive(Default)]
+pub struct JvmHooks {
+    seen: HashSet<(u64, u64)>,
+    loaded: (bool, bool),
+    jvms: Jvms,
+    pub hooked: Hooked,
+}
+
+impl JvmHooks {
+    /// Hooks the libjvm.so files that `pids` map (a file once, for all the
+    /// processes that map it). A file that cannot be is a warning, and its
+    /// waits are labelled without the time asked or the monitor.
+    pub fn attach(&mut self, ebpf: &mut Ebpf, pids: &[u32]) {
+        for &pid in pids {
+            // Most processes map no JVM: their maps are scanned, not parsed.
+            let Ok(text) = std::fs::read(format!("/proc/{pid}/maps")) else { continue };
+            if text.windows(JVM.len()).any(|w| w == JVM) {
+                self.hook(ebpf, pid, &procfs::parse_maps(&text[..]));
+            }
         }
-        let maps = procfs::parse_maps(&text[..]);
-        let Some(m) = hotspot::jvm_mapping(&maps) else { continue };
-        if !seen.insert((m.dev, m.inode)) {
-            continue;
+    }
+
+    /// Hooks the libjvm.so of process `pid`, which maps `maps`, unless its
+    /// file is hooked already.
+    pub fn hook(&mut self, ebpf: &mut Ebpf, pid: u32, maps: &[procfs::Mapping]) {
+        let Some(m) = hotspot::jvm_mapping(maps) else { return };
+        if !self.seen.insert((m.dev, m.inode)) {
+            return;
         }
         let path = format!("/proc/{pid}/root{}", m.path);
-        match hook_sleep(ebpf, &path, &mut loaded.0) {
-            Ok(true) => hooked.sleeps += 1,
+        match hook_sleep(ebpf, &path, &mut self.loaded.0) {
+            Ok(true) => self.hooked.sleeps += 1,
             Ok(false) => {}
             Err(e) => log::warn!("Thread.sleep's asked time not read in {}: {e:#}", m.path),
         }
         // The fields that name a thread's monitor, from this JVM's vmStructs.
-        let Some(t) = jvms.thread_layout(pid, &maps) else {
+        let Some(t) = self.jvms.thread_layout(pid, maps) else {
             log::warn!("Java monitors not named in {}: its thread layout did not read", m.path);
-            continue;
+            return;
         };
-        match hook_monitors(ebpf, &path, (t.pending, t.waiting), &mut loaded.1) {
-            Ok(true) => hooked.monitors += 1,
+        self.jvms.forget(pid);
+        match hook_monitors(ebpf, &path, (t.pending, t.waiting), &mut self.loaded.1) {
+            Ok(true) => self.hooked.monitors += 1,
             Ok(false) => {}
             Err(e) => log::warn!("Java monitors not named in {}: {e:#}", m.path),
         }
     }
-    hooked
 }
 
 /// Probes `JVM_Sleep` in the libjvm.so at `path`; false where it has none.

@@ -79,6 +79,8 @@ pub struct Tracer {
     seeded_open: bool,
     /// The goroutine hooks, and the Go programs whose goroutines are traced.
     goroutines: goroutines::GoHooks,
+    /// The JVMs' uprobes, where waits are labelled.
+    jvm: Option<jvm::JvmHooks>,
     /// How full the aggregate map is, as user space knows it.
     aggregate: Aggregate,
 }
@@ -173,11 +175,11 @@ impl Tracer {
         } else {
             goroutines::GoHooks::default()
         };
-        let jvms = match config.labels {
-            true => jvm::attach(&mut ebpf, &goroutines::candidates(&config.threads)),
-            false => jvm::Hooked::default(),
-        };
-        log::debug!("HotSpot hooked: {jvms:?} libjvm.so");
+        let mut jvm = config.labels.then(jvm::JvmHooks::default);
+        if let Some(j) = jvm.as_mut() {
+            j.attach(&mut ebpf, &goroutines::candidates(&config.threads));
+            log::debug!("HotSpot hooked: {:?} libjvm.so", j.hooked);
+        }
         info!("attached with {}", attach.name());
         let mut tracer = Tracer {
             ebpf,
@@ -196,14 +198,10 @@ impl Tracer {
             aged: Default::default(),
             seeded_open: false,
             goroutines,
+            jvm,
             aggregate: Aggregate { size: sizes.waits.max(sizes.wake_waits), taken: 0 },
         };
-        if jvms.sleeps > 0 {
-            tracer.set_control(topwaits_common::control::JVM_SLEEPS, 1)?;
-        }
-        if jvms.monitors > 0 {
-            tracer.set_control(topwaits_common::control::JVM_MONITORS, 1)?;
-        }
+        tracer.jvm_control()?;
         Ok((tracer, prepared))
     }
 
@@ -217,6 +215,34 @@ impl Tracer {
     /// binary, where it is a Go program that cannot be hooked.
     pub fn exec(&mut self, pid: u32) -> Option<String> {
         self.goroutines.exec(&mut self.ebpf, pid)
+    }
+
+    /// JVM process `pid` started running Java during the trace: its
+    /// libjvm.so is hooked from now on, unless it was already.
+    pub fn hook_jvm(&mut self, pid: u32) {
+        let Some(j) = self.jvm.as_mut() else { return };
+        let before = j.hooked;
+        j.hook(&mut self.ebpf, pid, &crate::sys::procfs::maps_of(pid));
+        if j.hooked != before {
+            log::debug!("HotSpot of {pid} hooked: {:?} libjvm.so in all", j.hooked);
+            if let Err(e) = self.jvm_control() {
+                log::warn!("JVM hooks not switched on: {e:#}");
+            }
+        }
+    }
+
+    /// Tells the switch which JVM hooks there are, so that it reads what
+    /// they keep (and no futex wait pays for them before).
+    fn jvm_control(&mut self) -> Result<()> {
+        use topwaits_common::control;
+        let Some(hooked) = self.jvm.as_ref().map(|j| j.hooked) else { return Ok(()) };
+        if hooked.sleeps > 0 {
+            self.set_control(control::JVM_SLEEPS, 1)?;
+        }
+        if hooked.monitors > 0 {
+            self.set_control(control::JVM_MONITORS, 1)?;
+        }
+        Ok(())
     }
 
     /// Whether user stacks are walked from the unwind tables.
@@ -378,6 +404,7 @@ impl Tracer {
             wait_events: false,
             holds_rows: false,
             goroutines: Default::default(),
+            jvm: None,
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
             walks: cfi,

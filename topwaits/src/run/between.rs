@@ -1,5 +1,5 @@
 //! The wait between two reports while the tracer is attached: process events
-//! handed to the learners, Go execs hooked, a half-full aggregate spilled, and
+//! handed to the learners, Go execs and JVMs hooked, a half-full aggregate spilled, and
 //! the once-a-second upkeep that the trace loop and `serve` share.
 
 use std::cell::RefCell;
@@ -31,6 +31,14 @@ pub(super) fn hook_goroutines(tracer: &mut Tracer, e: Option<topwaits_common::Pr
     let Some(e) = e.filter(|e| e.kind == topwaits_common::proc_event::EXEC) else { return };
     if let Some(failed) = tracer.exec(e.tgid) {
         crate::util::stderr::say!("topwaits: warning: goroutines not traced in {failed}");
+    }
+}
+
+/// JVMs that started running Java during the trace: their libjvm.so is
+/// hooked from now on, for their sleeps' asked times and their monitors.
+fn hook_jvms(tracer: &mut Tracer, unwinder: &mut Unwinder) {
+    for pid in unwinder.take_jvms() {
+        tracer.hook_jvm(pid);
     }
 }
 
@@ -96,7 +104,9 @@ impl Waiting {
             long,
             &mut |e| {
                 hook_goroutines(&mut tracer.borrow_mut(), e);
-                on_event(symbolizer, unwinder, e)
+                let next = on_event(symbolizer, unwinder, e);
+                hook_jvms(&mut tracer.borrow_mut(), &mut unwinder.borrow_mut());
+                next
             },
             &mut || {
                 spill(&mut tracer.borrow_mut(), spilled);

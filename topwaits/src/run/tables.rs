@@ -115,6 +115,11 @@ impl Unwinder {
         sooner(sooner(tables.then_some(beat), interpreters), reopen)
     }
 
+    /// The JVM processes whose Java the walker met since last asked.
+    pub fn take_jvms(&mut self) -> Vec<u32> {
+        self.0.as_mut().map_or_else(Vec::new, |(_, runtimes, _)| runtimes.jit.take_jvms())
+    }
+
     /// Forgets the processes that have exited (asked once a second; done when
     /// enough have come or time has passed).
     pub fn sweep(&mut self) {

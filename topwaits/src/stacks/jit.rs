@@ -55,6 +55,8 @@ impl Procs {
 pub struct Tracker {
     files: Files,
     procs: HashMap<u32, (JitProc, Option<JvmCode>)>,
+    /// HotSpot processes met since [`Tracker::take_jvms`] last took them.
+    jvms: Vec<u32>,
 }
 
 impl Tracker {
@@ -67,10 +69,17 @@ impl Tracker {
         }
         match sink.put_jit(tgid, &p.0, p.1.as_ref()) {
             Ok(()) => {
-                self.procs.insert(tgid, p);
+                if self.procs.insert(tgid, p).is_none() && p.1.is_some() {
+                    self.jvms.push(tgid);
+                }
             }
             Err(e) => log::debug!("JIT layout of {tgid} not kept: {e:#}"),
         }
+    }
+
+    /// The HotSpot processes met since last asked (their JVM runs Java).
+    pub fn take_jvms(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.jvms)
     }
 
     /// A process forked: the walker gave the child its parent's entry, which

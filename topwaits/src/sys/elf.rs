@@ -207,8 +207,23 @@ pub fn symbols<R: Read + Seek>(
     wanted: &[&str],
     full: bool,
 ) -> io::Result<Vec<(String, u64, u64)>> {
+    symbols_where(f, full, &|name, _| wanted.contains(&name))
+}
+
+/// `STT_OBJECT`, a data symbol's type.
+pub const STT_OBJECT: u8 = 1;
+
+/// The name, address and size of each defined symbol that `keep` takes (given
+/// its name and type, `st_info & 0xf`) in the file's dynamic symbol table (and,
+/// with `full`, its full symbol table); the first definition of a name wins.
+pub fn symbols_where<R: Read + Seek>(
+    f: &mut R,
+    full: bool,
+    keep: &dyn Fn(&str, u8) -> bool,
+) -> io::Result<Vec<(String, u64, u64)>> {
     let all = sections(f)?;
     let mut out: Vec<(String, u64, u64)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let tables: &[(&str, &str)] = if full {
         &[(".dynsym", ".dynstr"), (".symtab", ".strtab")]
     } else {
@@ -230,8 +245,8 @@ pub fn symbols<R: Read + Seek>(
             // Defined (a section index other than SHN_UNDEF).
             if value != 0
                 && u16_at(sym, 6) != 0
-                && wanted.contains(&name)
-                && !out.iter().any(|(n, _, _)| n == name)
+                && keep(name, sym[4] & 0xf)
+                && seen.insert(name.to_string())
             {
                 out.push((name.to_string(), value, size));
             }

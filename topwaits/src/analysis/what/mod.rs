@@ -59,6 +59,11 @@ pub trait Resolve {
     fn java_monitor(&mut self, _tgid: u32, _monitor: u64) -> Option<String> {
         None
     }
+    /// The name of the JVM's own lock (`VMOperation_lock`) whose condition
+    /// variable holds the futex word at `addr` in process `tgid`.
+    fn jvm_lock(&mut self, _tgid: u32, _addr: u64) -> Option<String> {
+        None
+    }
 }
 
 /// Parts of the names of glibc's mutex lock path.
@@ -263,7 +268,7 @@ pub fn classify(
                 if w.flags & bits::JMONITOR != 0 {
                     return runtimes::in_monitor(runtime, w.obj, r.java_monitor(tgid, w.obj));
                 }
-                return runtime;
+                return runtimes::internal_named(runtime, |addr| r.jvm_lock(tgid, addr));
             }
             match futex_by_frames(user) {
                 Some(None) => WaitsOn::Mutex { addr: w.arg0, pi: false },

@@ -1,7 +1,8 @@
 //! [`Resolve`] from `/proc` and `/sys`: a descriptor's link and file type, the
 //! block device a file lives on, a process's sockets, a pipe's holders, an epoll
 //! set's descriptors, static kernel locks by their `/proc/kallsyms` symbol, and
-//! Java monitors by the object they lock, read from the JVM's memory.
+//! Java monitors by the object they lock and the JVM's own by their global,
+//! read from the JVM's memory.
 //! Each table is read once per report.
 
 use std::collections::{BTreeSet, HashMap};
@@ -22,9 +23,18 @@ pub struct ProcResolver {
     kallsyms: Option<HashMap<u64, String>>,
     /// Go programs' wait reasons, by tgid (read on first need).
     go_reasons: HashMap<u32, Vec<String>>,
-    /// The JVMs met, and their monitors' names by process and monitor.
+    /// The JVMs met, and the names read from them (see [`JvmName`]).
     jvms: crate::stacks::hotspot::Jvms,
-    monitors: HashMap<(u32, u64), Option<String>>,
+    jvm_names: HashMap<(JvmName, u32, u64), Option<String>>,
+}
+
+/// What a name read from a JVM's memory is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum JvmName {
+    /// A Java monitor, by its `ObjectMonitor*`: the object it locks.
+    Monitor,
+    /// One of HotSpot's own locks, by a futex word in it: its global.
+    Lock,
 }
 
 /// The block device named by `dev` (`st_dev`), from `/sys/dev/block`.
@@ -71,7 +81,20 @@ impl ProcResolver {
         self.holders = None;
         self.pipes.clear();
         // A monitor deflated since may be another object's now.
-        self.monitors.clear();
+        self.jvm_names.clear();
+    }
+
+    /// The name of `what` at `addr` in JVM process `tgid`, read once.
+    fn jvm_name(&mut self, what: JvmName, tgid: u32, addr: u64) -> Option<String> {
+        let jvms = &mut self.jvms;
+        let read = || {
+            let maps = crate::sys::procfs::maps_of(tgid);
+            match what {
+                JvmName::Monitor => jvms.monitor_name(tgid, &maps, addr),
+                JvmName::Lock => jvms.internal_lock(tgid, &maps, addr),
+            }
+        };
+        self.jvm_names.entry((what, tgid, addr)).or_insert_with(read).clone()
     }
 
     fn device_of(&mut self, dev: u64) -> Option<String> {
@@ -80,12 +103,12 @@ impl ProcResolver {
 }
 
 impl Resolve for ProcResolver {
+    fn jvm_lock(&mut self, tgid: u32, addr: u64) -> Option<String> {
+        self.jvm_name(JvmName::Lock, tgid, addr)
+    }
+
     fn java_monitor(&mut self, tgid: u32, monitor: u64) -> Option<String> {
-        let jvms = &mut self.jvms;
-        self.monitors
-            .entry((tgid, monitor))
-            .or_insert_with(|| jvms.monitor_name(tgid, &crate::sys::procfs::maps_of(tgid), monitor))
-            .clone()
+        self.jvm_name(JvmName::Monitor, tgid, monitor)
     }
 
     fn go_wait_reason(&mut self, tgid: u32, reason: u64) -> Option<String> {

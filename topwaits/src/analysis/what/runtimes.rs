@@ -108,6 +108,19 @@ pub fn in_monitor(label: WaitsOn, monitor: u64, object: Option<String>) -> Waits
     WaitsOn::Futex { lock, addr: 0 }
 }
 
+/// A wait on one of HotSpot's internal monitors (`label`), named by the
+/// global that holds it where `name` finds one for its address:
+/// `JVM internal monitor VMOperation_lock`.
+pub fn internal_named(label: WaitsOn, name: impl FnOnce(u64) -> Option<String>) -> WaitsOn {
+    match &label {
+        WaitsOn::Futex { lock, addr } if lock == JVM_INTERNAL_MONITOR => match name(*addr) {
+            Some(n) => WaitsOn::Futex { lock: format!("{JVM_INTERNAL_MONITOR} {n}"), addr: 0 },
+            None => label,
+        },
+        _ => label,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -61,6 +61,9 @@ impl Resolve for Fake {
     fn kernel_symbol(&mut self, addr: u64) -> Option<String> {
         (addr == 0xffff_ffff_8200_0000).then(|| "rtnl_mutex".into())
     }
+    fn jvm_lock(&mut self, tgid: u32, addr: u64) -> Option<String> {
+        (tgid == 10 && addr == 0x7f00_0000_3000).then(|| "VMOperation_lock".into())
+    }
     fn java_monitor(&mut self, tgid: u32, monitor: u64) -> Option<String> {
         (tgid == 10 && monitor == 0x7f00_0000_1000)
             .then(|| "<0x000000069ec19408> (a java.lang.Object)".into())
@@ -174,6 +177,21 @@ fn a_java_monitor_the_hooks_saw_is_named_by_the_object_it_locks() {
     let plain = classify(&futex(137), &k, &enter, 10, &mut r);
     assert_eq!(plain, WaitsOn::Futex { lock: "Java monitor (synchronized)".into(), addr: 0 });
     assert!(!plain.is_lock());
+    // HotSpot's own monitors, by the global that holds each, where one does.
+    let vm = [
+        "__futex_abstimed_wait_common",
+        "___pthread_cond_timedwait",
+        "Monitor::wait_without_safepoint_check(long)",
+        "VMThread::wait_for_operation()",
+    ];
+    let op = What { arg0: 0x7f00_0000_3004, ..futex(137) };
+    let named = classify(&op, &k, &vm, 10, &mut r);
+    assert_eq!(named.describe(0), "JVM internal monitor VMOperation_lock");
+    let other = What { arg0: 0x7f00_0000_5000, ..futex(137) };
+    assert_eq!(
+        classify(&other, &k, &vm, 10, &mut r).describe(0),
+        "JVM internal monitor 0x7f0000005000"
+    );
     // A monitor on frames that name no monitor wait changes nothing.
     let cond = ["__futex_abstimed_wait_common", "___pthread_cond_wait", "pool"];
     let c = classify(&in_monitor(0x7f00_0000_1000), &k, &cond, 10, &mut r);

@@ -361,6 +361,30 @@ pub struct Jvms {
     files: HashMap<(u64, u64), Option<JvmFile>>,
     /// By process and where its libjvm.so is mapped (an exec maps it anew).
     layouts: HashMap<(u32, u64), Layout>,
+    /// Each file's global locks (`VMOperation_lock`...): names and addresses.
+    lock_vars: HashMap<(u64, u64), Vec<(String, u64)>>,
+    /// Each process's global locks: where each lies, and its name, by address.
+    locks: HashMap<(u32, u64), Vec<(u64, String)>>,
+}
+
+/// How far into a HotSpot `Mutex` its condition variable's futex words lie:
+/// past its vtable pointer and its `pthread_mutex_t`, within its
+/// `pthread_cond_t`.
+const MUTEX_SPAN: u64 = 128;
+
+/// Whether a symbol of libjvm.so is one of HotSpot's global locks: a pointer
+/// (`Mutex* VMOperation_lock` and the like, unmangled globals of
+/// mutexLocker.cpp) whose name ends so.
+fn is_lock_var(name: &str, kind: u8) -> bool {
+    kind == elf::STT_OBJECT && name.ends_with("_lock") && !name.starts_with("_Z")
+}
+
+/// The name of the lock among `locks` (by address, sorted) whose condition
+/// variable holds the futex word at `addr`.
+pub fn lock_at(locks: &[(u64, String)], addr: u64) -> Option<&str> {
+    let i = locks.partition_point(|(base, _)| *base <= addr).checked_sub(1)?;
+    let (base, name) = &locks[i];
+    (addr - base < MUTEX_SPAN).then_some(name.as_str())
 }
 
 impl Jvms {
@@ -425,9 +449,45 @@ impl Jvms {
         object.map(|object| monitors::named(object, class.as_deref()))
     }
 
+    /// The name of HotSpot's global lock (`VMOperation_lock`) whose
+    /// condition variable holds the futex word at `addr` in JVM process
+    /// `tgid` (mapping `maps`); None where no global lock does.
+    pub fn internal_lock(&mut self, tgid: u32, maps: &[Mapping], addr: u64) -> Option<String> {
+        // Reads the file's tables in, if they were not.
+        let _ = self.layout(tgid, maps);
+        let m = jvm_mapping(maps)?;
+        let file = self.files.get(&(m.dev, m.inode))?.as_ref()?;
+        let vars = self.lock_vars.entry((m.dev, m.inode)).or_insert_with(|| {
+            let found = procfs::open_mapped(tgid, m).and_then(|f| {
+                let mut r = std::io::BufReader::new(f);
+                elf::symbols_where(&mut r, true, &is_lock_var).ok()
+            });
+            found
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(_, _, size)| *size == 8)
+                .map(|(name, vaddr, _)| (name, vaddr))
+                .collect()
+        });
+        let locks = self.locks.entry((tgid, m.start)).or_insert_with(|| {
+            let mem = ProcessMemory { pid: tgid };
+            let mut locks: Vec<(u64, String)> = vars
+                .iter()
+                .filter_map(|(name, vaddr)| {
+                    let at = placed(file, maps, m, *vaddr)?;
+                    Some((mem.word(at).filter(|&p| p != 0)?, name.clone()))
+                })
+                .collect();
+            locks.sort_unstable();
+            locks
+        });
+        lock_at(locks, addr).map(str::to_string)
+    }
+
     /// Forgets process `tgid`.
     pub fn forget(&mut self, tgid: u32) {
         self.layouts.retain(|&(t, _), _| t != tgid);
+        self.locks.retain(|&(t, _), _| t != tgid);
     }
 
     /// The walker's entries for a JVM process mapping `maps`, once its

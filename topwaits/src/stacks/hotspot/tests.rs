@@ -349,3 +349,17 @@ mod monitors {
         assert!(e.contains("ThreadsSMRSupport::_java_thread_list"), "{e}");
     }
 }
+
+#[test]
+fn an_internal_monitor_is_the_global_lock_whose_condition_variable_holds_the_word() {
+    use crate::stacks::hotspot::lock_at;
+    let locks = vec![(0x1000, "Heap_lock".to_string()), (0x1080, "VMOperation_lock".to_string())];
+    assert_eq!(lock_at(&locks, 0x1030), Some("Heap_lock"));
+    // The nearest lock below, not the first within reach.
+    assert_eq!(lock_at(&locks, 0x10b8), Some("VMOperation_lock"));
+    assert_eq!(lock_at(&locks, 0x1080), Some("VMOperation_lock"));
+    // Past a lock's span, or below every lock, no name is guessed.
+    assert_eq!(lock_at(&locks, 0x1100), None);
+    assert_eq!(lock_at(&locks, 0xfff), None);
+    assert_eq!(lock_at(&[], 0x1000), None);
+}

@@ -111,9 +111,18 @@ impl Resolver {
         self.names.retain(|&(t, _), _| t != tgid);
     }
 
+    /// Kept once read, and for a process that maps no JVM; a JVM that is
+    /// still starting (its tables not filled in yet) is read again.
     fn layout(&mut self, tgid: u32) -> Option<Layout> {
-        let jvms = &mut self.jvms;
-        *self.layouts.entry(tgid).or_insert_with(|| jvms.layout(tgid, &procfs::maps_of(tgid)))
+        if let Some(&l) = self.layouts.get(&tgid) {
+            return l;
+        }
+        let maps = procfs::maps_of(tgid);
+        let l = self.jvms.layout(tgid, &maps);
+        if l.is_some() || super::jvm_mapping(&maps).is_none() {
+            self.layouts.insert(tgid, l);
+        }
+        l
     }
 
     /// The frame for interpreted-frame word `word` of process `tgid`.

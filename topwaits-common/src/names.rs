@@ -74,3 +74,4 @@ pub const PROG_GO_READY: &str = "go_ready";
 pub const PROG_GO_EXECUTE: &str = "go_execute";
 pub const PROG_JVM_SLEEP: &str = "jvm_sleep";
 pub const PROG_JVM_MONITOR: &str = "jvm_monitor";
+pub const JVM_MONITORS: &str = "JVM_MONITORS";

@@ -95,7 +95,7 @@ pub fn seed_waits(ctx: *mut c_void) -> i32 {
     rec.state = state;
     rec.arrivals = task_u32(addr, t.pcount).unwrap_or(0);
     rec.comm = comm_of(addr);
-    crate::what::fill_other(&mut rec.what, regs, state);
+    crate::what::fill_other(&mut rec.what, tid, regs, state);
     rec.row = crate::switch::NO_ROW;
     rec.held = WaitVal::default();
     rec.woken = 0;

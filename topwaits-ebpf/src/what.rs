@@ -53,7 +53,8 @@ pub fn jvm_sleep(regs: &pt_regs) {
 }
 
 /// Each HotSpot thread's latest contended monitor entry or `Object.wait`, by
-/// tid (see [`jvm_monitor`]).
+/// tid (see [`jvm_monitor`]); and, written by user space as it hooks a JVM,
+/// the monitor each of its threads is in then.
 #[map]
 static JVM_MONITORS: LruHashMap<u32, JvmMonitor> = LruHashMap::with_max_entries(4096, 0);
 
@@ -170,18 +171,27 @@ fn syscall_of(w: &mut What, regs: &PtRegs) -> bool {
     true
 }
 
-/// Writes into `w` what another task, whose registers are `regs`, waits for in
-/// `state` (0: runnable): its syscall and first argument. A sleep's asked time
-/// lies in that task's memory, which only its own context reads.
+/// Writes into `w` what another task, `tid`, whose registers are `regs`, waits
+/// for in `state` (0: runnable): its syscall and first argument, and for a
+/// futex wait the Java monitor it is in (as user space found it when hooking
+/// its JVM, or a hook since). A sleep's asked time lies in that task's memory,
+/// which only its own context reads.
 #[inline(always)]
-pub fn fill_other(w: &mut What, regs: Option<PtRegs>, state: u32) {
+pub fn fill_other(w: &mut What, tid: u32, regs: Option<PtRegs>, state: u32) {
     *w = What { nr: 0, flags: 0, arg0: 0, obj: 0 };
     if state == 0 {
         w.flags = what::PREEMPTED;
         return;
     }
-    if let Some(regs) = regs {
-        syscall_of(w, &regs);
+    let Some(regs) = regs else { return };
+    if syscall_of(w, &regs) && is_futex(w.nr as u64 - 1) && crate::maps::jvm_monitors_hooked() {
+        // SAFETY: a copy out of a map value.
+        if let Some(m) = unsafe { JVM_MONITORS.get(&tid) } {
+            if m.monitor != 0 {
+                w.obj = m.monitor;
+                w.flags |= what::JMONITOR;
+            }
+        }
     }
 }
 

@@ -159,12 +159,11 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     assert!(vm_monitor * 10 >= vm_total * 9 && vm_total > 0, "{vm_monitor} of {vm_total} ns");
     assert!(slept > 500_000_000, "the workers slept only {slept} ns: {doc:#}");
     assert!(asked * 10 >= slept * 9, "only {asked} of {slept} ns of sleep with its 2 ms");
-    // Waits already in progress when the trace began keep the frames' label,
-    // and so, in some runs, do those of its first tens of milliseconds: one
-    // that a starved worker begins then can last a second.
+    // Those under way as the trace began too: a starved worker parks again
+    // and again in one entry, which its hook never saw begin.
     eprintln!("{in_monitor} of {entering} ns entering the monitor named by its object");
     assert!(entering > 200_000_000, "the workers entered the monitor for only {entering} ns");
-    assert!(in_monitor * 10 >= entering * 7, "only {in_monitor} of {entering} ns named");
+    assert!(in_monitor * 10 >= entering * 9, "only {in_monitor} of {entering} ns named");
     assert_eq!(monitors.len(), 1, "one monitor, one label: {monitors:?}");
     // `blocked` walks the threads as they wait now, through the same frames.
     let out = &blocked.stdout;
@@ -176,7 +175,8 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     // (A worker on its way between the two may be running, and not listed.)
     assert!(workers.len() >= 3, "{out}");
     let told = |t: &&str| t.contains("waits on Java monitor") || t.contains("sleeps for");
-    assert!(workers.iter().all(told), "{out}");
+    // (One may be caught between, as at a safepoint the JVM holds then.)
+    assert!(workers.iter().filter(|t| told(t)).count() + 1 >= workers.len(), "{out}");
     assert!(workers.iter().any(|t| t.contains("waits on Java monitor")), "{out}");
 }
 

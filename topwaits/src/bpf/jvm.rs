@@ -7,10 +7,11 @@
 use std::collections::HashSet;
 
 use anyhow::{Context as _, Result};
+use aya::maps::HashMap as AyaHashMap;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::programs::UProbe;
 use aya::Ebpf;
-use topwaits_common::{names, JVM_MONITOR_THREAD_IN_RCX};
+use topwaits_common::{names, JvmMonitor, JVM_MONITOR_THREAD_IN_RCX};
 
 use super::attach::{loaded, program};
 use crate::stacks::hotspot::{self, Jvms};
@@ -44,14 +45,50 @@ impl JvmHooks {
             // Most processes map no JVM: their maps are scanned, not parsed.
             let Ok(text) = std::fs::read(format!("/proc/{pid}/maps")) else { continue };
             if text.windows(JVM.len()).any(|w| w == JVM) {
-                self.hook(ebpf, pid, &procfs::parse_maps(&text[..]));
+                self.hook_process(ebpf, pid, &procfs::parse_maps(&text[..]));
+            }
+        }
+    }
+
+    /// Hooks the libjvm.so of process `pid`, which maps `maps` (unless its
+    /// file is hooked already), and tells the switch the monitors its threads
+    /// are in now.
+    pub fn hook_process(&mut self, ebpf: &mut Ebpf, pid: u32, maps: &[procfs::Mapping]) {
+        self.hook(ebpf, pid, maps);
+        if self.hooked.monitors > 0 {
+            self.seed(ebpf, pid, maps);
+        }
+        self.jvms.forget(pid);
+    }
+
+    /// Tells the switch which monitor each thread of JVM process `pid` is in
+    /// now: a thread inside `EnterI` when its hook came parks again and
+    /// again in that one call, unseen by the hook until it has the monitor.
+    fn seed(&mut self, ebpf: &mut Ebpf, pid: u32, maps: &[procfs::Mapping]) {
+        let Some(t) = self.jvms.thread_layout(pid, maps) else { return };
+        let Some(waits) = self.jvms.monitor_waits(pid, maps) else { return };
+        let map = ebpf.map_mut(names::JVM_MONITORS).map(AyaHashMap::<_, u32, JvmMonitor>::try_from);
+        let Some(Ok(mut map)) = map else {
+            log::warn!(
+                "the JVM monitors' map is missing: waits under way keep their frames' label"
+            );
+            return;
+        };
+        log::debug!("HotSpot of {pid}: {} threads in a monitor now", waits.len());
+        for (tid, w) in waits {
+            // The field a hook would name, so that the switch checks it as it
+            // checks theirs.
+            let field = if w.entering { t.pending } else { t.waiting };
+            let m = JvmMonitor { monitor: w.monitor, thread: w.thread, field };
+            if let Err(e) = map.insert(tid, m, 0) {
+                log::debug!("monitor of tid {tid} not kept: {e}");
             }
         }
     }
 
     /// Hooks the libjvm.so of process `pid`, which maps `maps`, unless its
     /// file is hooked already.
-    pub fn hook(&mut self, ebpf: &mut Ebpf, pid: u32, maps: &[procfs::Mapping]) {
+    fn hook(&mut self, ebpf: &mut Ebpf, pid: u32, maps: &[procfs::Mapping]) {
         let Some(m) = hotspot::jvm_mapping(maps) else { return };
         if !self.seen.insert((m.dev, m.inode)) {
             return;
@@ -67,7 +104,6 @@ impl JvmHooks {
             log::warn!("Java monitors not named in {}: its thread layout did not read", m.path);
             return;
         };
-        self.jvms.forget(pid);
         match hook_monitors(ebpf, &path, (t.pending, t.waiting), &mut self.loaded.1) {
             Ok(true) => self.hooked.monitors += 1,
             Ok(false) => {}

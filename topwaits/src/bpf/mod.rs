@@ -113,6 +113,9 @@ impl Tracer {
         let settings = trace_settings(config, have_btf)?;
         let sizes = Sizes::for_trace(config, cfi);
         let mut ebpf = load(loader, &settings, &sizes, &config.threads)?;
+        // Before the switch attaches: a wait it records before the JVMs'
+        // hooks are on would miss what they read.
+        let mut jvm = hook_jvms(&mut ebpf, config)?;
         let take_unwind =
             |ebpf: &mut aya::Ebpf| if cfi { UnwindMaps::take(ebpf).map(Some) } else { Ok(None) };
         let plan = trace_plan(config, &settings, cfi);
@@ -150,6 +153,7 @@ impl Tracer {
                     crate::util::stderr::error_line(&e)
                 );
                 ebpf = reload(ebpf, &settings, &sizes, &config.threads)?;
+                jvm = hook_jvms(&mut ebpf, config)?;
                 prepared = Some(prepare(take_unwind(&mut ebpf)?)?);
                 let kept = btf()?;
                 attach_tp_btf(&mut ebpf, &kept, &plan, &mut || {
@@ -175,13 +179,8 @@ impl Tracer {
         } else {
             goroutines::GoHooks::default()
         };
-        let mut jvm = config.labels.then(jvm::JvmHooks::default);
-        if let Some(j) = jvm.as_mut() {
-            j.attach(&mut ebpf, &goroutines::candidates(&config.threads));
-            log::debug!("HotSpot hooked: {:?} libjvm.so", j.hooked);
-        }
         info!("attached with {}", attach.name());
-        let mut tracer = Tracer {
+        let tracer = Tracer {
             ebpf,
             attach,
             waker: config.waker,
@@ -201,7 +200,6 @@ impl Tracer {
             jvm,
             aggregate: Aggregate { size: sizes.waits.max(sizes.wake_waits), taken: 0 },
         };
-        tracer.jvm_control()?;
         Ok((tracer, prepared))
     }
 
@@ -222,27 +220,13 @@ impl Tracer {
     pub fn hook_jvm(&mut self, pid: u32) {
         let Some(j) = self.jvm.as_mut() else { return };
         let before = j.hooked;
-        j.hook(&mut self.ebpf, pid, &crate::sys::procfs::maps_of(pid));
+        j.hook_process(&mut self.ebpf, pid, &crate::sys::procfs::maps_of(pid));
         if j.hooked != before {
             log::debug!("HotSpot of {pid} hooked: {:?} libjvm.so in all", j.hooked);
-            if let Err(e) = self.jvm_control() {
+            if let Err(e) = jvm_control(&mut self.ebpf, j.hooked) {
                 log::warn!("JVM hooks not switched on: {e:#}");
             }
         }
-    }
-
-    /// Tells the switch which JVM hooks there are, so that it reads what
-    /// they keep (and no futex wait pays for them before).
-    fn jvm_control(&mut self) -> Result<()> {
-        use topwaits_common::control;
-        let Some(hooked) = self.jvm.as_ref().map(|j| j.hooked) else { return Ok(()) };
-        if hooked.sleeps > 0 {
-            self.set_control(control::JVM_SLEEPS, 1)?;
-        }
-        if hooked.monitors > 0 {
-            self.set_control(control::JVM_MONITORS, 1)?;
-        }
-        Ok(())
     }
 
     /// Whether user stacks are walked from the unwind tables.
@@ -477,9 +461,7 @@ impl Tracer {
 
     /// Writes slot `slot` of the programs' `CONTROL` array.
     fn set_control(&mut self, slot: u32, value: u64) -> Result<()> {
-        let mut control: aya::maps::Array<&mut MapData, u64> =
-            aya::maps::Array::try_from(self.map_mut(names::CONTROL)?)?;
-        Ok(control.set(slot, value, 0)?)
+        set_control(&mut self.ebpf, slot, value)
     }
 
     /// Detaches and unloads the programs, so that what is drained next is final.
@@ -536,6 +518,39 @@ impl Tracer {
         }
         Ok(Counters::from_slots(&slots))
     }
+}
+
+/// Sets slot `slot` of the programs' `CONTROL` array.
+fn set_control(ebpf: &mut Ebpf, slot: u32, value: u64) -> Result<()> {
+    let map = ebpf.map_mut(names::CONTROL).ok_or_else(|| anyhow!("map CONTROL missing"))?;
+    let mut control: aya::maps::Array<&mut MapData, u64> = aya::maps::Array::try_from(map)?;
+    Ok(control.set(slot, value, 0)?)
+}
+
+/// Hooks the JVMs the trace selects now, where waits are labelled; None
+/// where they are not.
+fn hook_jvms(ebpf: &mut Ebpf, config: &Config) -> Result<Option<jvm::JvmHooks>> {
+    if !config.labels {
+        return Ok(None);
+    }
+    let mut j = jvm::JvmHooks::default();
+    j.attach(ebpf, &goroutines::candidates(&config.threads));
+    log::debug!("HotSpot hooked: {:?} libjvm.so", j.hooked);
+    jvm_control(ebpf, j.hooked)?;
+    Ok(Some(j))
+}
+
+/// Tells the switch which JVM hooks there are, so that it reads what they
+/// keep (and no futex wait pays for them before).
+fn jvm_control(ebpf: &mut Ebpf, hooked: jvm::Hooked) -> Result<()> {
+    use topwaits_common::control;
+    if hooked.sleeps > 0 {
+        set_control(ebpf, control::JVM_SLEEPS, 1)?;
+    }
+    if hooked.monitors > 0 {
+        set_control(ebpf, control::JVM_MONITORS, 1)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -408,6 +408,7 @@ mod tests {
         };
         let m = MonitorWait {
             monitor: 0x5000,
+            thread: 0x9000,
             object: Some(0x7_0000_0000),
             class: Some("Deadlock$First".into()),
             owner: Some(42),

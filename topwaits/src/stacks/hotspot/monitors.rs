@@ -47,8 +47,9 @@ pub struct ThreadLayout {
 /// What a thread waits on in a monitor, read while it waits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MonitorWait {
-    /// The `ObjectMonitor`.
+    /// The `ObjectMonitor`, and the waiting thread's `JavaThread`.
     pub monitor: u64,
+    pub thread: u64,
     /// The locked object and its class, where they read.
     pub object: Option<u64>,
     pub class: Option<String>,
@@ -250,7 +251,7 @@ pub fn monitor_waits(mem: &dyn Memory, t: &ThreadLayout, l: &Layout) -> HashMap<
         } else {
             None
         };
-        out.insert(j.tid, MonitorWait { monitor, object, class, owner, entering });
+        out.insert(j.tid, MonitorWait { monitor, thread: j.at, object, class, owner, entering });
     }
     out
 }

@@ -291,6 +291,7 @@ mod monitors {
             *entering,
             MonitorWait {
                 monitor: m1,
+                thread: a,
                 object: Some(0x7_0000_0000),
                 class: Some("java.lang.Object".into()),
                 owner: Some(12),

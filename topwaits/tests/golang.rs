@@ -104,10 +104,13 @@ fn debians_etcd_is_named_whole_and_its_wal_sync_agrees_with_its_own_metric() {
     assert!(go["parked"].as_u64().unwrap() >= 20, "{blocked:#}");
     let groups = blocked["goroutines"].as_array().unwrap();
     assert!(groups.iter().any(|g| g["waits_on"] == "select"), "{blocked:#}");
-    assert!(
-        groups.iter().all(|g| stack_names(&g["user_stack"])[0].starts_with("runtime.gopark")),
-        "{blocked:#}"
-    );
+    // (A goroutine assisting the GC parks from the system stack: its saved
+    // pc is the switch to it, not gopark.)
+    let parked = |g: &&Value| {
+        g["waits_on"].as_str().is_some_and(|w| w.starts_with("GC"))
+            || stack_names(&g["user_stack"])[0].starts_with("runtime.gopark")
+    };
+    assert!(groups.iter().all(|g| parked(&g)), "{blocked:#}");
     let _ = std::fs::remove_dir_all(&dir);
     let records = doc["records"].as_array().unwrap();
     // Named: every frame but the marks of stacks cut short.

@@ -1,8 +1,9 @@
 //! The uprobes on each libjvm.so the traced processes map, at the start and
-//! as JVMs start running Java during the trace, attached once per file: on `JVM_Sleep` (`JVM_SleepNanos` since JDK 21), for
-//! the time each `Thread.sleep` asked for, and on the monitor's contended
-//! entry and its `Object.wait`, for the monitor each such wait is in (the
-//! switch takes both where a futex wait is theirs; see the eBPF `what`).
+//! as JVMs start running Java during the trace, attached once per file: on
+//! `JVM_Sleep` (`JVM_SleepNanos` since JDK 21), for the time each
+//! `Thread.sleep` asked for, and on the monitor's contended entry and its
+//! `Object.wait`, for the monitor each such wait is in (the switch takes both
+//! where a futex wait is theirs; see the eBPF `what`).
 
 use std::collections::HashSet;
 

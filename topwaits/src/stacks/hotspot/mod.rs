@@ -361,6 +361,8 @@ pub struct Jvms {
     files: HashMap<(u64, u64), Option<JvmFile>>,
     /// By process and where its libjvm.so is mapped (an exec maps it anew).
     layouts: HashMap<(u32, u64), Layout>,
+    /// Where each process keeps its threads and monitors, keyed as `layouts`.
+    thread_layouts: HashMap<(u32, u64), monitors::ThreadLayout>,
     /// Each file's global locks (`VMOperation_lock`...): names and addresses.
     lock_vars: HashMap<(u64, u64), Vec<(String, u64)>>,
     /// Each process's global locks: where each lies, and its name, by address.
@@ -428,14 +430,21 @@ impl Jvms {
 
     /// Where HotSpot keeps the threads and monitors of JVM process `tgid`
     /// (mapping `maps`); None where it runs no HotSpot that reads.
+    /// Read once per process, as its layout is.
     pub fn thread_layout(&mut self, tgid: u32, maps: &[Mapping]) -> Option<monitors::ThreadLayout> {
         self.layout(tgid, maps)?;
         let m = jvm_mapping(maps)?;
+        let key = (tgid, m.start);
+        if let Some(&t) = self.thread_layouts.get(&key) {
+            return Some(t);
+        }
         let file = self.files.get(&(m.dev, m.inode))?.as_ref()?;
         let mem = ProcessMemory { pid: tgid };
-        monitors::thread_layout_of(&mem, &vars_in(file, tgid, m)?)
+        let t = monitors::thread_layout_of(&mem, &vars_in(file, tgid, m)?)
             .map_err(|e| log::debug!("HotSpot of {tgid}: its threads not read: {e:#}"))
-            .ok()
+            .ok()?;
+        self.thread_layouts.insert(key, t);
+        Some(t)
     }
 
     /// The object Java monitor `monitor` of process `tgid` (mapping `maps`)
@@ -487,6 +496,7 @@ impl Jvms {
     /// Forgets process `tgid`.
     pub fn forget(&mut self, tgid: u32) {
         self.layouts.retain(|&(t, _), _| t != tgid);
+        self.thread_layouts.retain(|&(t, _), _| t != tgid);
         self.locks.retain(|&(t, _), _| t != tgid);
     }
 

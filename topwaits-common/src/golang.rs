@@ -22,6 +22,9 @@ pub const MAX_GO_PROCS: u32 = 256;
 pub const MAX_GO_PARKED: u32 = 16384;
 /// Most threads of traced Go programs whose running goroutine is kept.
 pub const MAX_GO_THREADS: u32 = 4096;
+/// Most (goroutine, thread) pairs whose runs are counted at once; the pair
+/// least recently run goes first.
+pub const MAX_GO_RAN_ON: u32 = 16384;
 
 /// A Go process's layout, written by user space (by tgid) from its binary: the
 /// hooks do nothing in a process without one.
@@ -68,6 +71,16 @@ pub struct GoPark {
 pub struct GoRunning {
     pub g: u64,
     pub goid: u64,
+}
+
+/// A goroutine and a thread it ran on: the key of the count of the times the
+/// scheduler started it there (`runtime.execute`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GoRanOn {
+    pub goid: u64,
+    pub tgid: u32,
+    pub tid: u32,
 }
 
 /// A goroutine's tid in keys and hops.

@@ -671,6 +671,7 @@ mod pod {
     unsafe impl aya::Pod for super::jit::JitProc {}
     unsafe impl aya::Pod for super::jit::JvmCode {}
     unsafe impl aya::Pod for super::golang::GoProc {}
+    unsafe impl aya::Pod for super::golang::GoRanOn {}
     unsafe impl aya::Pod for super::JvmMonitor {}
 }
 

@@ -69,6 +69,7 @@ pub const PROG_SAMPLE: &str = "cpu_sample";
 pub const PROG_SAMPLE_QUICK: &str = "cpu_sample_quick";
 pub const PROG_SAMPLE_FULL: &str = "cpu_sample_full";
 pub const GO_PROCS: &str = "GO_PROCS";
+pub const GO_RAN_ON: &str = "GO_RAN_ON";
 pub const PROG_GO_SWITCH: &str = "go_switch";
 pub const PROG_GO_READY: &str = "go_ready";
 pub const PROG_GO_EXECUTE: &str = "go_execute";

@@ -21,8 +21,8 @@ use aya_ebpf::{
 use topwaits_common::{
     counter,
     golang::{
-        tid_of, GoKey, GoPark, GoProc, GoRunning, G_RUNNING, G_WAITING, MAX_GO_PARKED,
-        MAX_GO_PROCS, MAX_GO_THREADS,
+        tid_of, GoKey, GoPark, GoProc, GoRanOn, GoRunning, G_RUNNING, G_WAITING, MAX_GO_PARKED,
+        MAX_GO_PROCS, MAX_GO_RAN_ON, MAX_GO_THREADS,
     },
     what, Hop, WaitKey, What, STACK_NONE,
 };
@@ -45,6 +45,11 @@ static GO_PARKED: LruHashMap<GoKey, GoPark> = LruHashMap::with_max_entries(MAX_G
 /// once its park is taken.
 #[map]
 static GO_RUNNING: LruHashMap<u32, GoRunning> = LruHashMap::with_max_entries(MAX_GO_THREADS, 0);
+
+/// How many times the scheduler started each goroutine on each thread, read
+/// by user space at the end (and taken out at each of serve's intervals).
+#[map]
+static GO_RAN_ON: LruHashMap<GoRanOn, u64> = LruHashMap::with_max_entries(MAX_GO_RAN_ON, 0);
 
 /// A `sleep`-like state for a goroutine's wait: it blocked (it was not preempted).
 const PARKED_STATE: u32 = 1;
@@ -185,6 +190,19 @@ pub fn ready(regs: &pt_regs) {
     count(counter::GO_WAKEUPS, 1);
 }
 
+/// Counts one start of a goroutine on a thread.
+#[inline(always)]
+fn ran_on(key: GoRanOn) {
+    match GO_RAN_ON.get_ptr_mut(&key) {
+        // SAFETY: a pointer from a map lookup; the key names this thread, so
+        // only this thread's events touch it.
+        Some(n) => unsafe { *n += 1 },
+        None => {
+            let _ = GO_RAN_ON.insert(&key, &1, 0);
+        }
+    }
+}
+
 /// `runtime.execute(gp, ...)`: the scheduler runs `gp` on this thread. The
 /// goroutine the thread ran before has parked if it waits now; `gp`'s own
 /// wait, if it was parked, ends here and is added as a wait of the goroutine.
@@ -195,6 +213,7 @@ pub fn execute(regs: &pt_regs) {
     let now = now();
     let goid = g_word(g, &cur.proc, 0);
     let running = GoRunning { g, goid };
+    ran_on(GoRanOn { goid, tgid: cur.tgid, tid: cur.tid });
     match GO_RUNNING.get_ptr_mut(&cur.tid) {
         Some(r) => {
             // SAFETY: a pointer from a map lookup; only this thread's events touch it.

@@ -49,6 +49,19 @@ fn through(stack: &Value, f: &str) -> bool {
     stack_names(stack).iter().any(|n| n.split(" (").next() == Some(f))
 }
 
+/// Asserts that a goroutine's `ran_on_tids` name threads of process `pid`,
+/// at least one (a Go program's threads live as long as it does).
+fn ran_on_threads_of(pid: &str, goroutine: &Value) {
+    let tasks: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let ran_on = goroutine["ran_on_tids"].as_array().unwrap_or_else(|| panic!("{goroutine:#}"));
+    assert!(!ran_on.is_empty(), "{goroutine:#}");
+    let theirs = ran_on.iter().all(|t| t.as_u64().is_some_and(|t| tasks.contains(&t)));
+    assert!(theirs, "threads of {pid}: {tasks:?}; {goroutine:#}");
+}
+
 /// The milliseconds of `go tool pprof -top` on `file`'s header line
 /// ("... 100% of 41782.11ms total").
 fn pprof_total_ms(file: &str) -> f64 {
@@ -132,8 +145,14 @@ fn a_channel_wait_carries_its_sending_goroutines_stack() {
     assert!(recv["count"].as_u64().unwrap() >= 100, "{recv:#}");
     assert!(through(&recv["waker"]["user_stack"], "main.twProduce"), "{recv:#}");
     assert!(through(&recv["waker"]["user_stack"], "runtime.chansend"), "{recv:#}");
+    // Each goroutine's record names the threads it ran on.
+    ran_on_threads_of(&pid, recv);
+    let goroutines =
+        doc["records"].as_array().unwrap().iter().filter(|r| r["ran_on_tids"].is_array());
+    assert!(goroutines.count() >= 2, "consumer and producer: {doc:#}");
     let text = run(&["-p", &pid, "1"]);
     assert!(text.stdout.contains("goroutine "), "{}", text.stdout);
+    assert!(text.stdout.contains("  ran on tid "), "{}", text.stdout);
     drop(w);
 }
 

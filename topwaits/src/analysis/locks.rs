@@ -586,6 +586,7 @@ mod tests {
             open: None,
             threads: 1,
             ns_ids: None,
+            ran_on: Vec::new(),
             cgroup: None,
             waits_on: Some(on),
         };

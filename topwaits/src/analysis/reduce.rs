@@ -168,6 +168,11 @@ fn absorb(into: &mut Record, r: &Record) {
         a.max_blocked_ns = a.max_blocked_ns.max(b.max_blocked_ns);
         a.max_runq_ns = a.max_runq_ns.max(b.max_runq_ns);
     }
+    for &tid in &r.ran_on {
+        if !into.ran_on.contains(&tid) {
+            into.ran_on.push(tid);
+        }
+    }
 }
 
 /// The report as `--by` shows it: its records merged per `by`, or none when `by`

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use topwaits_common::golang::GoRanOn;
 use topwaits_common::{
     counter, names, DepKey, Hops, KernelStack, SwitchOut, ThreadStats, WaitKey, WaitVal, WakeKey,
     WakeVal,
@@ -302,7 +303,11 @@ impl Tracer {
             }
         }
         let stacks = self.stacks_named(&records, extra)?;
-        Ok(Capture { records, stacks, counters, switched, ..Default::default() })
+        let mut starts = Vec::new();
+        rows_of(self.map(names::GO_RAN_ON)?, take, |k: &GoRanOn, &n: &u64| starts.push((*k, n)))
+            .context("failed to read the threads goroutines ran on")?;
+        let ran_on = crate::model::ran_on::by_goroutine(starts);
+        Ok(Capture { records, stacks, counters, switched, ran_on, ..Default::default() })
     }
 
     /// The rows of a trace with wakers, each with its waker chain's hops (taken

@@ -5,6 +5,7 @@
 
 pub mod label;
 pub mod profile;
+pub mod ran_on;
 pub mod recording;
 
 use std::collections::HashMap;
@@ -478,6 +479,9 @@ pub struct Capture {
     pub counters: Counters,
     /// Threads seen switching out during the trace (with open waits).
     pub switched: std::collections::HashSet<u32>,
+    /// The threads each goroutine ran on, by (tgid, goid): see
+    /// [`ran_on::by_goroutine`].
+    pub ran_on: HashMap<(u32, u64), Vec<u32>>,
 }
 
 impl Capture {
@@ -488,6 +492,9 @@ impl Capture {
         self.records.extend(other.records);
         self.stacks.extend(other.stacks);
         self.named.extend(other.named);
+        for (goroutine, tids) in other.ran_on {
+            self.ran_on.entry(goroutine).or_insert(tids);
+        }
     }
 }
 
@@ -601,6 +608,10 @@ pub struct Record {
     /// root), where it could be read: at the end, or when last seen alive.
     #[serde(default)]
     pub cgroup: Option<Arc<str>>,
+    /// A goroutine's record: the threads the scheduler ran it on, the one it
+    /// ran on most first; empty for a thread's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ran_on: Vec<u32>,
 }
 
 impl Record {
@@ -721,7 +732,27 @@ pub fn comm_text(comm: &[u8]) -> String {
 /// Records for tests of the layers above.
 #[cfg(test)]
 pub mod fixtures {
-    use super::{Record, Stack};
+    use super::{RawRecord, Record, Stack, StackId};
+
+    /// A row of one 5 ns wait by thread `tid` of process `tgid` named `a`,
+    /// with no stacks, waker or label.
+    pub fn raw_record(tgid: u32, tid: u32) -> RawRecord {
+        RawRecord {
+            tgid,
+            tid,
+            comm: b"a".to_vec(),
+            kstack: StackId::None,
+            ustack: StackId::None,
+            total_ns: 5,
+            count: 1,
+            max_ns: 5,
+            max_end_mono: 9,
+            wake: None,
+            open: None,
+            what: Default::default(),
+            on_cpu: false,
+        }
+    }
 
     /// A record of `count` waits of `total_ns` by thread 1/2 named `comm`, with
     /// no stacks, waker or label.
@@ -741,6 +772,7 @@ pub mod fixtures {
             threads: 1,
             waits_on: None,
             ns_ids: None,
+            ran_on: Vec::new(),
             cgroup: None,
         }
     }

@@ -219,6 +219,10 @@ struct JRecord<'a> {
     cgroup: Option<&'a str>,
     /// Threads the record stands for (more than 1 only with `--by`).
     threads: u32,
+    /// A goroutine's record: the threads the scheduler ran it on, the one it
+    /// ran on most first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ran_on_tids: Option<&'a [u32]>,
     /// What the waits were for: `kind`, `description` and the kind's fields.
     #[serde(skip_serializing_if = "Option::is_none")]
     waits_on: Option<Value>,
@@ -284,6 +288,7 @@ fn record<'a>(report: &Report, r: &'a Record, texts: &'a FrameTexts) -> JRecord<
         cgroup: r.cgroup.as_deref(),
         waits_on: r.waits_on.as_ref().map(|w| waits_on(w, r.total_ns / r.count.max(1))),
         threads: r.threads,
+        ran_on_tids: (info.by == By::Thread && !r.ran_on.is_empty()).then_some(&r.ran_on[..]),
         samples: r.on_cpu().then_some(r.count),
         comm: comm_text(&r.comm),
         kernel_stack: Frames { stack: &r.kernel, texts },

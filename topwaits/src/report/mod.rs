@@ -92,6 +92,18 @@ pub fn named(comm: &str, tgid: u32, tid: u32, by: By) -> String {
     }
 }
 
+/// Most threads a goroutine's heading names.
+const RAN_ON_SHOWN: usize = 3;
+
+/// `ran on tid 12, 13 and 2 more`: the threads a goroutine ran on, the one it
+/// ran on most first.
+fn ran_on(tids: &[u32]) -> String {
+    let shown: Vec<String> = tids.iter().take(RAN_ON_SHOWN).map(u32::to_string).collect();
+    let more = tids.len().saturating_sub(RAN_ON_SHOWN);
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!("ran on tid {}{more}", shown.join(", "))
+}
+
 /// Who a record stands for, as the top view heads it: a thread, a process's
 /// threads (`--by process`) or every thread of a name (`--by comm`).
 pub fn who(r: &Record, by: By) -> String {
@@ -105,6 +117,7 @@ pub fn who(r: &Record, by: By) -> String {
         _ => {}
     }
     match by {
+        By::Thread if !r.ran_on.is_empty() => format!("{name}  {}", ran_on(&r.ran_on)),
         By::Thread => name,
         By::Process | By::Comm => {
             format!("{name}  {}", crate::util::text::plural(r.threads as usize, "thread"))
@@ -286,6 +299,7 @@ pub(crate) mod fixtures {
                     open: None,
                     threads: 1,
                     ns_ids: None,
+                    ran_on: Vec::new(),
                     cgroup: None,
                     waits_on: None,
                 },
@@ -303,6 +317,7 @@ pub(crate) mod fixtures {
                     open: None,
                     threads: 1,
                     ns_ids: None,
+                    ran_on: Vec::new(),
                     cgroup: None,
                     waits_on: None,
                 },
@@ -356,5 +371,31 @@ mod tests {
             (doc["records"][0]["ns_pid"].as_u64(), doc["records"][0]["ns_tid"].as_u64()),
             (Some(1), Some(3))
         );
+    }
+
+    #[test]
+    fn a_goroutine_is_headed_with_the_threads_it_ran_on() {
+        let mut r = fixtures::report().records.remove(0);
+        r.tid = topwaits_common::golang::tid_of(18);
+        assert_eq!(who(&r, By::Thread), "sleeper  pid 100  goroutine 18");
+        r.ran_on = vec![104, 101];
+        assert_eq!(who(&r, By::Thread), "sleeper  pid 100  goroutine 18  ran on tid 104, 101");
+        r.ran_on = vec![104, 101, 102, 103, 105];
+        assert_eq!(
+            who(&r, By::Thread),
+            "sleeper  pid 100  goroutine 18  ran on tid 104, 101, 102 and 2 more"
+        );
+        assert_eq!(who(&r, By::Process), "sleeper  pid 100  1 thread");
+        let doc = crate::report::json::document(
+            &Report { records: vec![r.clone()], ..fixtures::report() },
+            0,
+        );
+        assert_eq!(doc["records"][0]["ran_on_tids"], serde_json::json!([104, 101, 102, 103, 105]));
+        // Merged under another record, the threads join its own.
+        let mut other = r.clone();
+        other.ran_on = vec![101, 107];
+        let merged = crate::analysis::reduce::merge(vec![r, other], By::Thread);
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0].ran_on, vec![104, 101, 102, 103, 105, 107]);
     }
 }

@@ -230,6 +230,7 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             ns_ids: ns_ids.get(&(r.tgid, r.tid)).copied().flatten(),
             cgroup: cgroups.get(&r.tgid).cloned().flatten(),
             waits_on: r.on_cpu.then_some(crate::model::label::WaitsOn::Running),
+            ran_on: crate::model::ran_on::of(capture, r),
         });
     }
     Resolved { records: out, user_stacks_cut: b.user_stacks_cut }
@@ -577,21 +578,7 @@ pub(crate) mod tests {
 
     /// A record of process 10 with one 5 ns wait and these stacks.
     fn raw(tid: u32, kstack: StackId, ustack: StackId) -> RawRecord {
-        RawRecord {
-            tgid: 10,
-            tid,
-            comm: b"a".to_vec(),
-            kstack,
-            ustack,
-            total_ns: 5,
-            count: 1,
-            max_ns: 5,
-            max_end_mono: 9,
-            wake: None,
-            open: None,
-            what: Default::default(),
-            on_cpu: false,
-        }
+        RawRecord { kstack, ustack, ..crate::model::fixtures::raw_record(10, tid) }
     }
 
     fn names(list: &[(u64, &str)]) -> HashMap<u64, String> {

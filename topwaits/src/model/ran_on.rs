@@ -1,0 +1,72 @@
+//! The threads each goroutine ran on: counted in the kernel by goroutine and
+//! thread at each start, kept here by goroutine for its records.
+
+use std::collections::HashMap;
+
+use topwaits_common::golang::{is_goroutine, GoRanOn};
+
+use super::{Capture, RawRecord};
+
+/// The threads each goroutine ran on, by (tgid, goid), from how many times the
+/// scheduler started it on each: the one it ran on most first.
+pub fn by_goroutine(
+    starts: impl IntoIterator<Item = (GoRanOn, u64)>,
+) -> HashMap<(u32, u64), Vec<u32>> {
+    let mut counted: HashMap<(u32, u64), Vec<(u64, u32)>> = HashMap::new();
+    for (k, n) in starts {
+        counted.entry((k.tgid, k.goid)).or_default().push((n, k.tid));
+    }
+    counted
+        .into_iter()
+        .map(|(goroutine, mut tids)| {
+            tids.sort_unstable_by_key(|&(n, tid)| (std::cmp::Reverse(n), tid));
+            (goroutine, tids.into_iter().map(|(_, tid)| tid).collect())
+        })
+        .collect()
+}
+
+/// The threads the goroutine of `r` ran on; none for a thread's record, and
+/// none for goroutines kept by stack (goid 0), which stand for many.
+pub fn of(capture: &Capture, r: &RawRecord) -> Vec<u32> {
+    if !is_goroutine(r.tid) || r.what.obj == 0 {
+        return Vec::new();
+    }
+    capture.ran_on.get(&(r.tgid, r.what.obj)).cloned().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topwaits_common::golang::tid_of;
+
+    fn start(goid: u64, tid: u32) -> GoRanOn {
+        GoRanOn { goid, tgid: 100, tid }
+    }
+
+    #[test]
+    fn each_goroutine_lists_its_threads_most_runs_first_ties_by_tid() {
+        let got = by_goroutine([
+            (start(7, 101), 2),
+            (start(7, 103), 9),
+            (start(7, 102), 2),
+            (start(8, 101), 1),
+        ]);
+        assert_eq!(got[&(100, 7)], vec![103, 101, 102]);
+        assert_eq!(got[&(100, 8)], vec![101]);
+        assert_eq!(got.len(), 2);
+    }
+
+    #[test]
+    fn only_a_goroutine_of_its_own_gets_threads() {
+        let capture = Capture { ran_on: by_goroutine([(start(7, 101), 1)]), ..Default::default() };
+        let mut r = crate::model::fixtures::raw_record(100, tid_of(7));
+        r.what.obj = 7;
+        assert_eq!(of(&capture, &r), vec![101]);
+        // Goroutines kept by stack stand for many.
+        (r.tid, r.what.obj) = (tid_of(0), 0);
+        assert!(of(&capture, &r).is_empty());
+        // A thread's record whose label names an object.
+        (r.tid, r.what.obj) = (101, 7);
+        assert!(of(&capture, &r).is_empty());
+    }
+}

@@ -176,6 +176,41 @@ fn locks_names_the_sync_mutex_and_what_its_holders_did() {
     drop(w);
 }
 
+/// `threads` on the same program lists its goroutines after its threads:
+/// eight parked nearly all the time, most of it on the mutex in the handler,
+/// each on threads of the program.
+#[test]
+fn threads_lists_the_goroutines_and_what_they_waited_on() {
+    require_bpf!();
+    let Some(exe) = build() else { return };
+    let w = start_with(&exe, &["mutex", "8", "0", "-"]);
+    let pid = w.0.id().to_string();
+    let doc = json(&run(&["threads", "-p", &pid, "--json", "2"]));
+    let goroutines = doc["goroutines"].as_array().unwrap_or_else(|| panic!("{doc:#}"));
+    let on_mutex: Vec<&Value> =
+        goroutines.iter().filter(|g| g["waits_on"][0]["reason"] == "sync.Mutex").collect();
+    assert_eq!(on_mutex.len(), 8, "{doc:#}");
+    let window_us = doc["duration_s"].as_f64().unwrap() * 1e6;
+    for g in &on_mutex {
+        assert_eq!(g["site"], "main.twHandle", "{g:#}");
+        // Parked but for the moments it ran: the mutex and the sleep in it.
+        let parked = g["parked_us"].as_f64().unwrap();
+        assert!((0.8 * window_us..=1.02 * window_us).contains(&parked), "{window_us} us: {g:#}");
+        ran_on_threads_of(&pid, g);
+    }
+    // The program's threads are listed as always, before them.
+    assert!(doc["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["tgid"].as_u64() == pid.parse().ok()));
+    let text = run(&["threads", "-p", &pid, "1"]).stdout;
+    assert!(text.contains("Goroutines, by time parked"), "{text}");
+    let off = run(&["threads", "-p", &pid, "--no-goroutines", "--json", "1"]);
+    assert_eq!(json(&off)["goroutines"], serde_json::json!([]), "--no-goroutines");
+    drop(w);
+}
+
 /// `blocked` on the same program: its goroutines parked right now, read from
 /// the runtime's list of all goroutines, most of them on the mutex.
 #[test]

@@ -5,6 +5,7 @@
 pub mod blocked;
 pub mod deps;
 pub mod diff;
+pub mod goprofile;
 pub mod goroutines;
 pub mod increments;
 pub mod locks;

@@ -107,9 +107,14 @@ impl Sizes {
         sizes.threads = limits::START_ENTRIES;
         sizes.deps = limits::DEPS_ENTRIES;
         sizes.futex = limits::START_ENTRIES;
+        if config.goroutines {
+            // Each goroutine's waits, by what it waited on, and where.
+            sizes.waits = limits::THREADS_GOROUTINE_ROWS;
+            sizes.stacks = limits::THREADS_GOROUTINE_STACKS;
+        }
         if config.on_cpu.is_some() {
             sizes.samples = limits::DEFAULT_MAX_ENTRIES;
-            sizes.stacks = limits::DEFAULT_STACK_STORAGE;
+            sizes.stacks = limits::DEFAULT_STACK_STORAGE.max(sizes.stacks);
             if cfi {
                 sizes.unwind_nodes = limits::UNWIND_NODES;
                 sizes.unwind_procs = limits::UNWIND_PROCS;

@@ -376,6 +376,11 @@ impl Tracer {
             // Its body was loaded with the hooks'.
             sample::attach(&mut ebpf, hz, sample::Body::Loaded)?;
         }
+        let goroutines = if config.goroutines {
+            goroutines::attach(&mut ebpf, &config.threads, false)?
+        } else {
+            goroutines::GoHooks::default()
+        };
         info!("attached with {}", attach.name());
         let tracer = Tracer {
             ebpf,
@@ -387,7 +392,7 @@ impl Tracer {
             block_us: (0, u64::MAX),
             wait_events: false,
             holds_rows: false,
-            goroutines: Default::default(),
+            goroutines,
             jvm: None,
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
@@ -395,7 +400,7 @@ impl Tracer {
             capacity: (sizes.stacks, sizes.chains),
             aged: Default::default(),
             seeded_open: false,
-            aggregate: Aggregate::default(),
+            aggregate: Aggregate { size: sizes.waits, taken: 0 },
         };
         Ok((tracer, prepared))
     }

@@ -21,7 +21,8 @@ pub struct ThreadsArgs {
     pub target: TargetArgs,
 
     /// Print one JSON document: version, duration_s, target, warnings, threads,
-    /// dependencies and groups (schema in topwaits-threads(1) and docs/JSON.md).
+    /// dependencies, groups and goroutines (schema in topwaits-threads(1) and
+    /// docs/JSON.md).
     #[arg(long)]
     pub json: bool,
 
@@ -58,6 +59,12 @@ pub struct ThreadsArgs {
     #[arg(long, value_name = "HOW", value_enum, requires = "on_cpu")]
     pub unwind: Option<Unwind>,
 
+    /// Do not trace goroutines. By default, a traced Go program's goroutines
+    /// are listed after its threads: each one's time parked, what it waited
+    /// on and the threads it ran on, from uprobes on its runtime.
+    #[arg(long)]
+    pub no_goroutines: bool,
+
     #[command(flatten)]
     pub cache: super::CacheArgs,
 
@@ -87,6 +94,7 @@ impl ThreadsConfig {
             on_cpu: a.on_cpu,
             unwind: a.unwind.unwrap_or(Unwind::Cfi),
             cache: a.cache.dir(),
+            goroutines: !a.no_goroutines,
         })
     }
 }

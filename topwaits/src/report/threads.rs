@@ -1,6 +1,7 @@
 //! The `topwaits threads` report: a table sorted by run time, or JSON with the
-//! threads, their wake dependencies and the producer/consumer groups, and with
-//! `--on-cpu` each thread's hottest running stacks.
+//! threads, their wake dependencies and the producer/consumer groups, with
+//! `--on-cpu` each thread's hottest running stacks, and a Go program's
+//! goroutines.
 
 use std::io::{self, Write};
 
@@ -8,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::Format;
 use crate::analysis::deps::Group;
+use crate::analysis::goprofile::GoroutineProfile;
 use crate::analysis::timeshare::Hot;
 use crate::model::comm_text;
 use crate::model::profile::{Edge, ThreadProfile};
@@ -22,7 +24,15 @@ pub struct ThreadsReport<'a> {
     pub warnings: &'a [String],
     /// With `--on-cpu`: the sampling rate, and each thread's hottest stacks.
     pub hot: Option<(u32, &'a std::collections::HashMap<u32, Vec<Hot>>)>,
+    /// The goroutines of the Go programs traced, most time parked first, and
+    /// the time of goroutine waits kept by stack alone.
+    pub goroutines: (&'a [GoroutineProfile], u64),
 }
+
+/// Most goroutines the table lists; JSON has them all.
+const GOROUTINES_SHOWN: usize = 20;
+/// Most reasons and threads a goroutine's line names.
+const NAMED: usize = 2;
 
 /// How many of a hot stack's frames the table shows.
 const HOT_FRAMES: usize = 6;
@@ -152,6 +162,59 @@ fn write_table(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
         let c: Vec<String> = g.consumers.iter().map(u32::to_string).collect();
         writeln!(out, "Producer {} wakes consumers {}", g.producer, c.join(", "))?;
     }
+    write_goroutines(r, out)
+}
+
+/// The goroutines' table: each one's time parked (until the scheduler ran it
+/// again), what it waited on, where and on which threads it ran.
+fn write_goroutines(r: &ThreadsReport<'_>, out: &mut dyn Write) -> io::Result<()> {
+    let (goroutines, merged_ns) = r.goroutines;
+    if goroutines.is_empty() && merged_ns == 0 {
+        return Ok(());
+    }
+    writeln!(out, "\nGoroutines, by time parked until run again (times in ms):")?;
+    writeln!(
+        out,
+        "{:>7} {:>7} {:<16} {:>9} {:>7} {:<28} {:<24} RAN ON",
+        "GOID", "PID", "COMM", "PARKED", "WAITS", "ON", "IN"
+    )?;
+    for g in goroutines.iter().take(GOROUTINES_SHOWN) {
+        let on: Vec<String> =
+            g.on.iter()
+                .take(NAMED)
+                .map(|(reason, ns)| {
+                    format!("{reason} {:.0}%", 100.0 * *ns as f64 / g.parked_ns.max(1) as f64)
+                })
+                .collect();
+        let mut ran_on: Vec<String> =
+            g.ran_on.iter().take(NAMED).map(|t| format!("tid {t}")).collect();
+        if g.ran_on.len() > NAMED {
+            ran_on.push(format!("+{}", g.ran_on.len() - NAMED));
+        }
+        writeln!(
+            out,
+            "{:>7} {:>7} {:<16} {:>9.1} {:>7} {:<28} {:<24} {}",
+            g.goid,
+            g.tgid,
+            comm_text(&g.comm),
+            ms(g.parked_ns),
+            g.waits,
+            on.join(", "),
+            g.site.as_deref().unwrap_or("-"),
+            ran_on.join(", ")
+        )?;
+    }
+    if goroutines.len() > GOROUTINES_SHOWN {
+        let more = goroutines.len() - GOROUTINES_SHOWN;
+        writeln!(out, "  and {more} more goroutines (--json lists them all)")?;
+    }
+    if merged_ns > 0 {
+        writeln!(
+            out,
+            "  and {:.1} ms of goroutine waits kept by stack alone, once the table of waits was half full",
+            ms(merged_ns)
+        )?;
+    }
     Ok(())
 }
 
@@ -202,6 +265,26 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
         .iter()
         .map(|g| json!({ "producer": g.producer, "consumers": g.consumers }))
         .collect();
+    let (goroutines, merged_ns) = r.goroutines;
+    let goroutines: Vec<Value> = goroutines
+        .iter()
+        .map(|g| {
+            let on: Vec<Value> =
+                g.on.iter()
+                    .map(|(reason, ns)| json!({"reason": reason, "us": ns / 1000}))
+                    .collect();
+            json!({
+                "goid": g.goid,
+                "tgid": g.tgid,
+                "comm": comm_text(&g.comm),
+                "parked_us": g.parked_ns / 1000,
+                "waits": g.waits,
+                "waits_on": on,
+                "site": g.site,
+                "ran_on_tids": g.ran_on,
+            })
+        })
+        .collect();
     json!({
         "version": VERSION,
         "duration_s": (r.duration_s * 1000.0).round() / 1000.0,
@@ -211,6 +294,8 @@ pub fn document(r: &ThreadsReport<'_>) -> Value {
         "dependencies": deps,
         "groups": groups,
         "on_cpu_hz": r.hot.map(|(hz, _)| hz),
+        "goroutines": goroutines,
+        "goroutines_by_stack_us": merged_ns / 1000,
     })
 }
 
@@ -261,6 +346,7 @@ mod tests {
             target: "PID 10",
             warnings: &[],
             hot,
+            goroutines: (&[], 0),
         }
     }
 
@@ -365,5 +451,51 @@ mod tests {
         assert_eq!(v["threads"][0]["running_stacks"][0]["running_us"], 60_000);
         assert_eq!(v["threads"][0]["running_stacks"][1]["kernel"][0], "clear_page_erms");
         assert_eq!(v["threads"][1]["running_stacks"], json!([]), "sampled, but never seen running");
+    }
+
+    #[test]
+    fn a_go_programs_goroutines_follow_its_threads() {
+        let (threads, edges, groups) = fixture();
+        let g = |goid: u32, parked_ns: u64, ran_on: Vec<u32>| GoroutineProfile {
+            tgid: 10,
+            goid,
+            comm: b"server".to_vec(),
+            parked_ns,
+            waits: 4,
+            on: vec![("sync.Mutex".into(), parked_ns * 3 / 4), ("sleep".into(), parked_ns / 4)],
+            site: Some("main.handle".into()),
+            ran_on,
+        };
+        let mut many: Vec<GoroutineProfile> =
+            (0..22).map(|i| g(100 + i, 1_000_000, vec![11])).collect();
+        many.insert(0, g(18, 40_000_000, vec![10, 11, 12]));
+        let r = ThreadsReport {
+            goroutines: (&many, 5_000_000),
+            ..report(&threads, &edges, &groups, None)
+        };
+        let text = table(&r);
+        let at = text.find("Goroutines, by time parked").unwrap_or_else(|| panic!("{text}"));
+        let lines: Vec<&str> = text[at..].lines().collect();
+        assert!(lines[1].contains("GOID") && lines[1].contains("RAN ON"), "{text}");
+        assert!(lines[2].trim_start().starts_with("18      10 server"), "{text}");
+        assert!(lines[2].contains("40.0       4 sync.Mutex 75%, sleep 25%"), "{text}");
+        assert!(
+            lines[2].contains("main.handle") && lines[2].ends_with("tid 10, tid 11, +1"),
+            "{text}"
+        );
+        assert!(text.contains("  and 3 more goroutines (--json lists them all)"), "{text}");
+        assert!(text.contains("and 5.0 ms of goroutine waits kept by stack alone"), "{text}");
+        let v = document(&r);
+        assert_eq!(v["goroutines"].as_array().unwrap().len(), 23);
+        assert_eq!(
+            v["goroutines"][0],
+            json!({"goid": 18, "tgid": 10, "comm": "server", "parked_us": 40_000, "waits": 4,
+                   "waits_on": [{"reason": "sync.Mutex", "us": 30_000}, {"reason": "sleep", "us": 10_000}],
+                   "site": "main.handle", "ran_on_tids": [10, 11, 12]})
+        );
+        assert_eq!(v["goroutines_by_stack_us"], 5_000);
+        // No Go program, no table.
+        let plain = table(&report(&threads, &edges, &groups, None));
+        assert!(!plain.contains("Goroutines"), "{plain}");
     }
 }

@@ -24,13 +24,14 @@ pub fn window_end(now: u64, deadline: Option<u64>) -> u64 {
     deadline.map_or(now, |d| d.min(now))
 }
 
-/// What the report of the on-CPU samples says of the window.
+/// What the report of the on-CPU samples (at `hz`) and the goroutines' waits
+/// says of the window.
 fn sampled_info(
     config: &ThreadsConfig,
     clock: crate::util::clock::ClockPair,
     attach: crate::model::AttachKind,
     (start_mono, end_mono): (u64, u64),
-    hz: u32,
+    hz: Option<u32>,
 ) -> TraceInfo {
     TraceInfo {
         clock,
@@ -42,7 +43,7 @@ fn sampled_info(
         waker: false,
         by: By::Thread,
         state_filter: None,
-        on_cpu_hz: Some(hz),
+        on_cpu_hz: hz,
         cgroup_target: matches!(config.threads, crate::settings::Threads::Cgroup(..)),
         goroutines: None,
     }
@@ -146,15 +147,21 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
     tracer.end_threads_at(end_mono)?;
     tracer.stop(false);
     let mut capture = tracer.drain_threads(end_mono)?;
-    let sampled = match config.on_cpu {
-        Some(hz) => {
-            let info =
+    // The samples and the goroutines' waits share the aggregate.
+    let go = !tracer.goroutines().traced.is_empty();
+    let sampled = match (config.on_cpu, go) {
+        (None, false) => None,
+        (hz, _) => {
+            let mut info =
                 sampled_info(config, clock, tracer.attach_kind(), (start_mono, end_mono), hz);
-            let samples = tracer.drain(None, &[])?;
+            info.goroutines = tracer.goroutines().describe();
+            let drained = tracer.drain(None, &[])?;
             let none = Default::default();
-            Some(interval::report(samples, none, &Default::default(), info, &mut symbolizer, None))
+            let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
+            let labels = go.then_some(&mut resolver as &mut dyn crate::analysis::what::Resolve);
+            let before = Default::default();
+            Some(interval::report(drained, none, &before, info, &mut symbolizer, labels))
         }
-        None => None,
     };
     drop(tracer);
     capture.threads.retain(|t| t.observed_ns() > 0);
@@ -168,6 +175,10 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         .as_ref()
         .map(|r| crate::analysis::timeshare::hottest(r, HOT_STACKS))
         .unwrap_or_default();
+    let goroutines = sampled
+        .as_ref()
+        .map(|r| crate::analysis::goprofile::profiles(&r.records))
+        .unwrap_or_default();
     let report = crate::report::threads::ThreadsReport {
         threads: &capture.threads,
         edges: &capture.edges,
@@ -176,6 +187,7 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         target: &target,
         warnings: &warnings,
         hot: sampled.as_ref().zip(config.on_cpu).map(|(_, hz)| (hz, &hot)),
+        goroutines: (&goroutines.0, goroutines.1),
     };
     if let (Some(path), Some(file)) = (&config.rt_app, rt_app_file) {
         write_rt_app(config, path, file, &capture, &groups, duration_s)?;

@@ -110,6 +110,8 @@ pub struct ThreadsConfig {
     pub unwind: Unwind,
     /// Where built unwind tables are kept between runs (None: `--no-cache`).
     pub cache: Option<PathBuf>,
+    /// List the goroutines of Go programs (`--no-goroutines` turns it off).
+    pub goroutines: bool,
 }
 
 /// How rt-app turns `run` durations into busy-loop counts (its global `calibration`).
@@ -130,6 +132,9 @@ impl ThreadsConfig {
         s.threads = 1;
         s.stacks = 0;
         s.self_tgid = std::process::id();
+        if self.goroutines {
+            s.go_merge_rows = topwaits_common::limits::THREADS_GOROUTINE_ROWS / 2;
+        }
         if self.on_cpu.is_some() {
             // The sampler takes both stacks; the profile's hooks take none. The
             // process events keep the maps of processes that exit, and tell

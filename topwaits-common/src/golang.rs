@@ -58,7 +58,8 @@ pub struct GoPark {
     pub chain: u64,
     /// The runtime's `waitReason`.
     pub reason: u32,
-    pub _pad: u32,
+    /// The thread it parked from, where it last ran.
+    pub tid: u32,
     pub comm: [u8; super::TASK_COMM_LEN],
 }
 
@@ -74,7 +75,8 @@ pub struct GoRunning {
 }
 
 /// A goroutine and a thread it ran on: the key of the count of the times the
-/// scheduler started it there (`runtime.execute`).
+/// scheduler started it there (`runtime.execute`) other than right after it
+/// parked from that same thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GoRanOn {

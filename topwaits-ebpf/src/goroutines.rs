@@ -46,8 +46,10 @@ static GO_PARKED: LruHashMap<GoKey, GoPark> = LruHashMap::with_max_entries(MAX_G
 #[map]
 static GO_RUNNING: LruHashMap<u32, GoRunning> = LruHashMap::with_max_entries(MAX_GO_THREADS, 0);
 
-/// How many times the scheduler started each goroutine on each thread, read
-/// by user space at the end (and taken out at each of serve's intervals).
+/// How many times the scheduler started each goroutine on each thread, but
+/// for a start on the thread it parked from, counted already when it first
+/// started there: so a goroutine that stays on its thread costs no update.
+/// Read by user space at the end.
 #[map]
 static GO_RAN_ON: LruHashMap<GoRanOn, u64> = LruHashMap::with_max_entries(MAX_GO_RAN_ON, 0);
 
@@ -98,7 +100,7 @@ fn take_park(prev: &GoRunning, cur: &Current, now: u64) -> bool {
         // waitreason (a byte) is three words after the goid, past schedlink
         // and waitsince.
         reason: (g_word(prev.g, &cur.proc, 24) & 0xff) as u32,
-        _pad: 0,
+        tid: cur.tid,
         comm: bpf_get_current_comm().unwrap_or_default(),
     };
     let key = GoKey { g: prev.g, tgid: cur.tgid, _pad: 0 };
@@ -213,7 +215,12 @@ pub fn execute(regs: &pt_regs) {
     let now = now();
     let goid = g_word(g, &cur.proc, 0);
     let running = GoRunning { g, goid };
-    ran_on(GoRanOn { goid, tgid: cur.tgid, tid: cur.tid });
+    let key = GoKey { g, tgid: cur.tgid, _pad: 0 };
+    // SAFETY: a lookup of a plain value, copied out.
+    let parked = unsafe { GO_PARKED.get(&key).copied() };
+    if parked.is_none_or(|p| p.tid != cur.tid) {
+        ran_on(GoRanOn { goid, tgid: cur.tgid, tid: cur.tid });
+    }
     match GO_RUNNING.get_ptr_mut(&cur.tid) {
         Some(r) => {
             // SAFETY: a pointer from a map lookup; only this thread's events touch it.
@@ -227,9 +234,7 @@ pub fn execute(regs: &pt_regs) {
             let _ = GO_RUNNING.insert(&cur.tid, &running, 0);
         }
     }
-    let key = GoKey { g, tgid: cur.tgid, _pad: 0 };
-    // SAFETY: a lookup of a plain value, copied out.
-    let Some(p) = (unsafe { GO_PARKED.get(&key).copied() }) else { return };
+    let Some(p) = parked else { return };
     let _ = GO_PARKED.remove(&key);
     if p.ts == 0 || now < p.ts || ended(now) || !in_block_time(now - p.ts) {
         return;

@@ -303,8 +303,10 @@ impl Tracer {
             }
         }
         let stacks = self.stacks_named(&records, extra)?;
+        // Never taken out: a goroutine that stays on its thread is counted
+        // there once, when it first starts on it.
         let mut starts = Vec::new();
-        rows_of(self.map(names::GO_RAN_ON)?, take, |k: &GoRanOn, &n: &u64| starts.push((*k, n)))
+        batch::each(self.map(names::GO_RAN_ON)?, |k: &GoRanOn, &n: &u64| starts.push((*k, n)))
             .context("failed to read the threads goroutines ran on")?;
         let ran_on = crate::model::ran_on::by_goroutine(starts);
         Ok(Capture { records, stacks, counters, switched, ran_on, ..Default::default() })

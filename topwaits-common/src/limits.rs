@@ -5,10 +5,7 @@
 pub const DEFAULT_STACK_STORAGE: u32 = 16384;
 /// Default `--max-entries` of the aggregate map.
 pub const DEFAULT_MAX_ENTRIES: u32 = 32768;
-/// `topwaits threads`: the aggregate's rows for goroutine waits (one per
-/// goroutine, reason and stack; kept by stack alone once half full), and the
-/// user stacks they name.
-pub const THREADS_GOROUTINE_ROWS: u32 = 8192;
+/// `topwaits threads`: the user stacks its goroutine waits name.
 pub const THREADS_GOROUTINE_STACKS: u32 = 4096;
 /// Kernel stacks kept for reuse per task (each with its call site), newest
 /// first: a task that blocks at more sites than this unwinds again.

@@ -109,11 +109,11 @@ impl Sizes {
         sizes.futex = limits::START_ENTRIES;
         if config.goroutines {
             // Each goroutine's waits, by what it waited on, and where.
-            sizes.waits = limits::THREADS_GOROUTINE_ROWS;
+            sizes.waits = config.max_entries;
             sizes.stacks = limits::THREADS_GOROUTINE_STACKS;
         }
         if config.on_cpu.is_some() {
-            sizes.samples = limits::DEFAULT_MAX_ENTRIES;
+            sizes.samples = config.max_entries;
             sizes.stacks = limits::DEFAULT_STACK_STORAGE.max(sizes.stacks);
             if cfi {
                 sizes.unwind_nodes = limits::UNWIND_NODES;

@@ -65,6 +65,13 @@ pub struct ThreadsArgs {
     #[arg(long)]
     pub no_goroutines: bool,
 
+    /// Rows the kernel keeps for goroutine waits (one per goroutine, wait
+    /// reason and stack; once half full, later ones are kept by stack alone)
+    /// and, with --on-cpu, for distinct sampled stacks.
+    #[arg(long, value_name = "N", default_value_t = topwaits_common::limits::DEFAULT_MAX_ENTRIES,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_entries: u32,
+
     #[command(flatten)]
     pub cache: super::CacheArgs,
 
@@ -95,6 +102,7 @@ impl ThreadsConfig {
             unwind: a.unwind.unwrap_or(Unwind::Cfi),
             cache: a.cache.dir(),
             goroutines: !a.no_goroutines,
+            max_entries: a.max_entries,
         })
     }
 }
@@ -159,6 +167,15 @@ mod tests {
         assert_eq!(c.rt_app_calibration, Calibration::Cpu(0), "rt-app's own default");
         assert_eq!(c.duration, Some(Duration::from_secs(2)));
         assert_eq!(c.settings().threads, 1);
+        assert_eq!(c.settings().go_merge_rows, topwaits_common::limits::DEFAULT_MAX_ENTRIES / 2);
+        let a = Args::try_parse_from(["topwaits", "threads", "--max-entries", "100", "1"]).unwrap();
+        let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
+        let small = ThreadsConfig::from_args(t).unwrap();
+        assert_eq!((small.max_entries, small.settings().go_merge_rows), (100, 50));
+        let a = Args::try_parse_from(["topwaits", "threads", "--no-goroutines", "1"]).unwrap();
+        let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
+        assert_eq!(ThreadsConfig::from_args(t).unwrap().settings().go_merge_rows, 0);
+        assert!(Args::try_parse_from(["topwaits", "threads", "--max-entries", "0"]).is_err());
         assert_eq!(
             (c.settings().stacks, c.settings().on_cpu, c.settings().events),
             (0, 0, 0),

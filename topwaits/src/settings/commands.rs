@@ -112,6 +112,8 @@ pub struct ThreadsConfig {
     pub cache: Option<PathBuf>,
     /// List the goroutines of Go programs (`--no-goroutines` turns it off).
     pub goroutines: bool,
+    /// `--max-entries`: rows for goroutine waits, and for on-CPU samples.
+    pub max_entries: u32,
 }
 
 /// How rt-app turns `run` durations into busy-loop counts (its global `calibration`).
@@ -133,7 +135,7 @@ impl ThreadsConfig {
         s.stacks = 0;
         s.self_tgid = std::process::id();
         if self.goroutines {
-            s.go_merge_rows = topwaits_common::limits::THREADS_GOROUTINE_ROWS / 2;
+            s.go_merge_rows = (self.max_entries / 2).max(1);
         }
         if self.on_cpu.is_some() {
             // The sampler takes both stacks; the profile's hooks take none. The

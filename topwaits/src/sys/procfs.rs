@@ -220,7 +220,7 @@ fn own_namespace(kind: &str) -> Option<(u64, u64)> {
 }
 
 /// Process `pid`'s namespace of `kind`, as (`st_dev`, `st_ino`).
-fn namespace_id(pid: u32, kind: &str) -> Option<(u64, u64)> {
+pub fn namespace_id(pid: u32, kind: &str) -> Option<(u64, u64)> {
     namespace_id_of(&format!("/proc/{pid}/ns/{kind}"))
 }
 

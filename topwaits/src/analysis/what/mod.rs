@@ -8,6 +8,8 @@ mod runtimes;
 
 pub use runtimes::{kind_by_frames as runtime_by_frames, Runtime, JAVA_MONITOR, OBJECT_WAIT};
 
+use std::collections::{BTreeSet, HashMap};
+
 use topwaits_common::{what as bits, What};
 
 use crate::model::label::WaitsOn;
@@ -42,8 +44,10 @@ pub trait Resolve {
     fn fd(&mut self, tgid: u32, fd: u64) -> Option<Fd>;
     /// A socket of `tgid`'s network namespace by inode ("TCP a:p -> b:q, state").
     fn socket(&mut self, tgid: u32, inode: u64) -> Option<String>;
-    /// The processes holding a pipe open ("pid 12 cat (w)").
-    fn pipe_holders(&mut self, inode: u64) -> Vec<String>;
+    /// The processes holding each of the pipes `inodes` open ("pid 12 cat (w)"),
+    /// by inode: asked once for all of a report's pipes, since finding them
+    /// means reading every process's descriptors.
+    fn pipe_holders(&mut self, inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<String>>;
     /// The descriptors an epoll set watches, each with what it is.
     fn epoll_fds(&mut self, tgid: u32, epfd: u64) -> Vec<String>;
     /// A process by tgid ("pid 12 (cat)").
@@ -225,6 +229,41 @@ pub fn classify(
     tgid: u32,
     r: &mut dyn Resolve,
 ) -> WaitsOn {
+    let mut on = without_holders(w, kernel, user, tgid, r);
+    with_pipe_holders(std::iter::once(&mut on), r);
+    on
+}
+
+/// Fills in the holders of every pipe waited on in `waits`, asked of `r` at once.
+fn with_pipe_holders<'a>(waits: impl Iterator<Item = &'a mut WaitsOn>, r: &mut dyn Resolve) {
+    let mut pipes: Vec<&mut WaitsOn> =
+        waits.filter(|w| matches!(w, WaitsOn::Pipe { inode: Some(_), .. })).collect();
+    if pipes.is_empty() {
+        return;
+    }
+    let inodes: BTreeSet<u64> = pipes
+        .iter()
+        .filter_map(|w| match w {
+            WaitsOn::Pipe { inode, .. } => *inode,
+            _ => None,
+        })
+        .collect();
+    let holders = r.pipe_holders(&inodes);
+    for w in pipes.iter_mut() {
+        if let WaitsOn::Pipe { inode: Some(i), holders: h, .. } = w {
+            *h = holders.get(i).cloned().unwrap_or_default();
+        }
+    }
+}
+
+/// [`classify`], but a pipe's holders are left for [`with_pipe_holders`].
+fn without_holders(
+    w: &What,
+    kernel: &[&str],
+    user: &[&str],
+    tgid: u32,
+    r: &mut dyn Resolve,
+) -> WaitsOn {
     if w.flags & bits::GOROUTINE != 0 {
         let reason =
             r.go_wait_reason(tgid, w.arg0).unwrap_or_else(|| format!("wait reason {}", w.arg0));
@@ -310,7 +349,7 @@ fn by_fd(fd: u64, syscall: String, io: bool, tgid: u32, r: &mut dyn Resolve) -> 
     match resolved.kind {
         FdKind::Socket { inode } => WaitsOn::Socket { fd, socket: r.socket(tgid, inode), syscall },
         FdKind::Pipe { inode } => {
-            WaitsOn::Pipe { fd, inode: Some(inode), holders: r.pipe_holders(inode), syscall }
+            WaitsOn::Pipe { fd, inode: Some(inode), holders: Vec::new(), syscall }
         }
         FdKind::File { device } => {
             WaitsOn::Disk { device, file: Some(resolved.target), syscall: Some(syscall) }
@@ -320,7 +359,8 @@ fn by_fd(fd: u64, syscall: String, io: bool, tgid: u32, r: &mut dyn Resolve) -> 
     }
 }
 
-/// Labels `records`, each with the [`What`] of the same index.
+/// Labels `records`, each with the [`What`] of the same index. The holders of
+/// all their pipes are found in one pass over the processes' descriptors.
 pub fn label(records: &mut [Record], whats: &[What], r: &mut dyn Resolve) {
     for (rec, w) in records.iter_mut().zip(whats) {
         if rec.on_cpu() {
@@ -331,8 +371,9 @@ pub fn label(records: &mut [Record], whats: &[What], r: &mut dyn Resolve) {
         let user: Vec<_> = rec.user.frames().iter().map(|f| f.name()).collect();
         let (kernel, user): (Vec<&str>, Vec<&str>) =
             (kernel.iter().map(AsRef::as_ref).collect(), user.iter().map(AsRef::as_ref).collect());
-        rec.waits_on = Some(classify(w, &kernel, &user, rec.tgid, r));
+        rec.waits_on = Some(without_holders(w, &kernel, &user, rec.tgid, r));
     }
+    with_pipe_holders(records.iter_mut().filter_map(|rec| rec.waits_on.as_mut()), r);
 }
 
 #[cfg(test)]

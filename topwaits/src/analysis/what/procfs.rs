@@ -14,9 +14,21 @@ use crate::sys::{net, thread};
 /// The resolver a report uses; it caches what it read.
 #[derive(Default)]
 pub struct ProcResolver {
-    sockets: HashMap<u32, HashMap<u64, String>>,
+    /// The sockets of each network namespace met (the processes of one
+    /// namespace list the same), by its id; a process whose namespace could
+    /// not be read has its own.
+    sockets: HashMap<NetNs, HashMap<u64, String>>,
+    /// Each process's network namespace.
+    net_of: HashMap<u32, NetNs>,
+    /// The descriptors resolved this interval (a process's threads and
+    /// stacks wait on the same ones), by (tgid, fd).
+    fds: HashMap<(u32, u64), Option<Fd>>,
+    /// The processes named this interval, by tgid.
+    processes: HashMap<u32, Option<String>>,
+    /// The namespaces whose sockets were read again for one not found.
+    sockets_read_again: std::collections::HashSet<NetNs>,
     holders: Option<HashMap<u64, Vec<thread::Holder>>>,
-    /// Pipe inodes to look up holders for, gathered by [`ProcResolver::want_pipes`].
+    /// The pipe inodes `holders` was read for.
     pipes: BTreeSet<u64>,
     devices: HashMap<u64, Option<String>>,
     /// Data symbols of the kernel by address (read on first need).
@@ -26,6 +38,18 @@ pub struct ProcResolver {
     /// The JVMs met, and the names read from them (see [`JvmName`]).
     jvms: crate::stacks::hotspot::Jvms,
     jvm_names: HashMap<(JvmName, u32, u64), Option<String>>,
+    /// Only what a label's short form shows: no pipe's holders and no epoll
+    /// set's descriptors, which cost a read of every process's descriptors
+    /// and of each watched one (see [`ProcResolver::brief`]).
+    brief: bool,
+}
+
+/// A network namespace by (`st_dev`, `st_ino`), or a process whose
+/// namespace could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum NetNs {
+    Id(u64, u64),
+    OfProcess(u32),
 }
 
 /// What a name read from a JVM's memory is of.
@@ -73,11 +97,22 @@ pub fn parse_data_symbols(text: &str) -> HashMap<u64, String> {
 }
 
 impl ProcResolver {
+    /// A resolver for reports that show labels only in their short form
+    /// (`serve`'s metrics, pprof and OTLP): a pipe's holders and an epoll
+    /// set's descriptors are left out, as that form never names them.
+    pub fn brief() -> Self {
+        ProcResolver { brief: true, ..Default::default() }
+    }
+
     /// Ready for the next interval of a long trace: what processes' file
     /// descriptors said is read again, the kernel's symbols and the devices'
     /// names are kept (reading /proc/kallsyms costs tens of milliseconds).
     pub fn next_interval(&mut self) {
         self.sockets.clear();
+        self.net_of.clear();
+        self.fds.clear();
+        self.processes.clear();
+        self.sockets_read_again.clear();
         self.holders = None;
         self.pipes.clear();
         // A monitor deflated since may be another object's now.
@@ -95,6 +130,32 @@ impl ProcResolver {
             }
         };
         self.jvm_names.entry((what, tgid, addr)).or_insert_with(read).clone()
+    }
+
+    /// Descriptor `fd` of process `tgid`, read now.
+    fn fd_now(&mut self, tgid: u32, fd: u64) -> Option<Fd> {
+        let target = thread::fd_target(tgid, fd)?;
+        if let Some((kind, inode)) = thread::special_inode(&target) {
+            let kind =
+                if kind == "pipe" { FdKind::Pipe { inode } } else { FdKind::Socket { inode } };
+            return Some(Fd { target, kind });
+        }
+        if target == "anon_inode:[eventpoll]" {
+            return Some(Fd { target, kind: FdKind::Epoll });
+        }
+        // The file itself, through the descriptor (it may have been renamed since).
+        let meta = std::fs::metadata(format!("/proc/{tgid}/fd/{fd}")).ok();
+        let kind = match meta {
+            Some(m) if m.file_type().is_fifo() => FdKind::Pipe { inode: m.ino() },
+            Some(m) if m.file_type().is_file() || m.file_type().is_dir() => {
+                FdKind::File { device: self.device_of(m.dev()) }
+            }
+            Some(m) if m.file_type().is_block_device() => {
+                FdKind::File { device: self.device_of(m.rdev()) }
+            }
+            _ => FdKind::Other,
+        };
+        Some(Fd { target, kind })
     }
 
     fn device_of(&mut self, dev: u64) -> Option<String> {
@@ -120,48 +181,62 @@ impl Resolve for ProcResolver {
     }
 
     fn fd(&mut self, tgid: u32, fd: u64) -> Option<Fd> {
-        let target = thread::fd_target(tgid, fd)?;
-        if let Some((kind, inode)) = thread::special_inode(&target) {
-            let kind =
-                if kind == "pipe" { FdKind::Pipe { inode } } else { FdKind::Socket { inode } };
-            return Some(Fd { target, kind });
+        if let Some(known) = self.fds.get(&(tgid, fd)) {
+            return known.clone();
         }
-        if target == "anon_inode:[eventpoll]" {
-            return Some(Fd { target, kind: FdKind::Epoll });
-        }
-        // The file itself, through the descriptor (it may have been renamed since).
-        let meta = std::fs::metadata(format!("/proc/{tgid}/fd/{fd}")).ok();
-        let kind = match meta {
-            Some(m) if m.file_type().is_fifo() => FdKind::Pipe { inode: m.ino() },
-            Some(m) if m.file_type().is_file() || m.file_type().is_dir() => {
-                FdKind::File { device: self.device_of(m.dev()) }
-            }
-            Some(m) if m.file_type().is_block_device() => {
-                FdKind::File { device: self.device_of(m.rdev()) }
-            }
-            _ => FdKind::Other,
-        };
-        Some(Fd { target, kind })
+        let resolved = self.fd_now(tgid, fd);
+        self.fds.insert((tgid, fd), resolved.clone());
+        resolved
     }
 
     fn socket(&mut self, tgid: u32, inode: u64) -> Option<String> {
-        self.sockets.entry(tgid).or_insert_with(|| net::sockets_of(tgid)).get(&inode).cloned()
+        let ns =
+            *self.net_of.entry(tgid).or_insert_with(|| {
+                match crate::sys::procfs::namespace_id(tgid, "net") {
+                    Some((dev, ino)) => NetNs::Id(dev, ino),
+                    None => NetNs::OfProcess(tgid),
+                }
+            });
+        // Read through the process that asked first, and once again for a
+        // socket made since.
+        let known = self.sockets.entry(ns).or_insert_with(|| net::sockets_of(tgid));
+        if let Some(s) = known.get(&inode) {
+            return Some(s.clone());
+        }
+        if !self.sockets_read_again.insert(ns) {
+            return None;
+        }
+        let again = net::sockets_of(tgid);
+        let found = again.get(&inode).cloned();
+        self.sockets.insert(ns, again);
+        found
     }
 
-    fn pipe_holders(&mut self, inode: u64) -> Vec<String> {
-        if self.holders.is_none() || !self.pipes.contains(&inode) {
-            self.pipes.insert(inode);
+    fn pipe_holders(&mut self, inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<String>> {
+        if self.brief {
+            return HashMap::new();
+        }
+        // One pass over every process's descriptors finds all the pipes asked;
+        // it is made again only for a pipe not asked before in this interval.
+        if self.holders.is_none() || !inodes.is_subset(&self.pipes) {
+            self.pipes.extend(inodes);
             self.holders = Some(thread::holders_of(&self.pipes));
         }
-        let list = self.holders.as_ref().and_then(|h| h.get(&inode)).cloned().unwrap_or_default();
-        list.iter()
-            .map(|(pid, comm, access)| {
+        let holders = self.holders.as_ref();
+        let named = |inode: &u64| {
+            let list = holders.and_then(|h| h.get(inode)).map(Vec::as_slice).unwrap_or_default();
+            let names = list.iter().map(|(pid, comm, access)| {
                 format!("pid {pid} {} ({access})", crate::model::comm_text(comm))
-            })
-            .collect()
+            });
+            (*inode, names.collect())
+        };
+        inodes.iter().map(named).collect()
     }
 
     fn epoll_fds(&mut self, tgid: u32, epfd: u64) -> Vec<String> {
+        if self.brief {
+            return Vec::new();
+        }
         let info =
             std::fs::read_to_string(format!("/proc/{tgid}/fdinfo/{epfd}")).unwrap_or_default();
         let fds = thread::epoll_fds(&info);
@@ -180,8 +255,11 @@ impl Resolve for ProcResolver {
     }
 
     fn process(&mut self, tgid: u32) -> Option<String> {
-        let comm = thread::stat(tgid, tgid)?.comm;
-        Some(format!("pid {tgid} ({})", crate::model::comm_text(&comm)))
+        let name = |t: &u32| {
+            let comm = thread::stat(*t, *t)?.comm;
+            Some(format!("pid {t} ({})", crate::model::comm_text(&comm)))
+        };
+        self.processes.entry(tgid).or_insert_with_key(name).clone()
     }
 
     fn kernel_symbol(&mut self, addr: u64) -> Option<String> {
@@ -226,14 +304,30 @@ mod tests {
         let p = r.fd(me, rd.as_raw_fd() as u64).unwrap();
         assert!(matches!(p.kind, FdKind::Pipe { .. }) && p.target.starts_with("pipe:["), "{p:?}");
         let FdKind::Pipe { inode } = p.kind else { unreachable!() };
+        let holders = r.pipe_holders(&BTreeSet::from([inode]));
         assert!(
-            r.pipe_holders(inode)
+            holders[&inode]
                 .iter()
                 .any(|h| h.starts_with(&format!("pid {me} ")) && h.ends_with("(r)")),
-            "{:?}",
-            r.pipe_holders(inode)
+            "{holders:?}"
         );
         assert_eq!(r.fd(me, 999_999), None, "a closed descriptor is not resolved");
+        // Sockets by the namespace's table, read again for one made since.
+        let socket_inode = |r: &mut ProcResolver, l: &std::net::TcpListener| match r
+            .fd(me, l.as_raw_fd() as u64)
+        {
+            Some(Fd { kind: FdKind::Socket { inode }, .. }) => inode,
+            other => panic!("not a socket: {other:?}"),
+        };
+        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ino = socket_inode(&mut r, &first);
+        assert!(r.socket(me, ino).is_some_and(|s| s.ends_with("listening")));
+        let later = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ino = socket_inode(&mut r, &later);
+        let port = later.local_addr().unwrap().port();
+        assert!(r.socket(me, ino).is_some_and(|s| s.contains(&format!(":{port}"))), "made since");
+        let brief = ProcResolver::brief().pipe_holders(&BTreeSet::from([inode]));
+        assert!(brief.is_empty(), "brief labels find no holders: {brief:?}");
         assert!(r.process(me).unwrap().starts_with(&format!("pid {me} (")));
     }
 }

@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::*;
 use topwaits_common::what as bits;
@@ -13,8 +13,8 @@ impl Resolve for NoSystem {
     fn socket(&mut self, _: u32, _: u64) -> Option<String> {
         None
     }
-    fn pipe_holders(&mut self, _: u64) -> Vec<String> {
-        Vec::new()
+    fn pipe_holders(&mut self, _: &BTreeSet<u64>) -> HashMap<u64, Vec<String>> {
+        HashMap::new()
     }
     fn epoll_fds(&mut self, _: u32, _: u64) -> Vec<String> {
         Vec::new()
@@ -32,6 +32,8 @@ impl Resolve for NoSystem {
 struct Fake {
     fds: HashMap<u64, Fd>,
     sockets: HashMap<u64, String>,
+    /// How many times pipe holders were asked for.
+    holder_asks: usize,
 }
 
 impl Resolve for Fake {
@@ -41,12 +43,11 @@ impl Resolve for Fake {
     fn socket(&mut self, _: u32, inode: u64) -> Option<String> {
         self.sockets.get(&inode).cloned()
     }
-    fn pipe_holders(&mut self, inode: u64) -> Vec<String> {
-        if inode == 77 {
-            vec!["pid 11 writer (w)".into()]
-        } else {
-            Vec::new()
-        }
+    fn pipe_holders(&mut self, inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<String>> {
+        self.holder_asks += 1;
+        let holders =
+            |&i: &u64| (i, if i == 77 { vec!["pid 11 writer (w)".into()] } else { vec![] });
+        inodes.iter().map(holders).collect()
     }
     fn epoll_fds(&mut self, _: u32, epfd: u64) -> Vec<String> {
         if epfd == 4 {
@@ -74,6 +75,7 @@ fn fake() -> Fake {
     let mut f = Fake::default();
     f.fds.insert(3, Fd { target: "socket:[900]".into(), kind: FdKind::Socket { inode: 900 } });
     f.fds.insert(6, Fd { target: "pipe:[77]".into(), kind: FdKind::Pipe { inode: 77 } });
+    f.fds.insert(5, Fd { target: "pipe:[78]".into(), kind: FdKind::Pipe { inode: 78 } });
     f.fds.insert(
         7,
         Fd { target: "/var/lib/db/data".into(), kind: FdKind::File { device: Some("vda".into()) } },
@@ -360,4 +362,23 @@ fn kernel_locks_faults_and_preemption() {
     let kthread =
         classify(&What::default(), &["schedule", "worker_thread", "kthread"], &none, 2, &mut r);
     assert_eq!(kthread, WaitsOn::Other { what: "in worker_thread".into() });
+}
+
+#[test]
+fn a_report_asks_for_all_its_pipes_holders_at_once() {
+    let mut r = fake();
+    let mut records: Vec<Record> = (0..4)
+        .map(|_| Record { tgid: 10, ..crate::model::fixtures::bare_record("w", 5, 1) })
+        .collect();
+    let whats = [call("read", 6), call("write", 5), call("read", 3), call("read", 6)];
+    label(&mut records, &whats, &mut r);
+    assert_eq!(r.holder_asks, 1, "one pass over the descriptors finds every pipe");
+    let holders: Vec<_> = records
+        .iter()
+        .map(|rec| match &rec.waits_on {
+            Some(WaitsOn::Pipe { inode, holders, .. }) => (*inode, holders.len()),
+            other => (None, other.as_ref().map_or(0, |_| 99)),
+        })
+        .collect();
+    assert_eq!(holders, [(Some(77), 1), (Some(78), 0), (None, 99), (Some(77), 1)]);
 }

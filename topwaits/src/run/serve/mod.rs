@@ -159,8 +159,9 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     let t0 = Instant::now();
     let mut waiting = Waiting::new(targets, events, None);
     let mut last_sweep = Instant::now();
-    // Kept across steps: it reads the kernel's symbols once.
-    let mut resolver = crate::analysis::what::procfs::ProcResolver::default();
+    // Kept across steps: it reads the kernel's symbols once. Every output
+    // of serve shows labels in their short form.
+    let mut resolver = crate::analysis::what::procfs::ProcResolver::brief();
     let ended = 'serve: {
         for round in 1u64.. {
             let next = (t0 + c.step * round as u32).saturating_duration_since(Instant::now());

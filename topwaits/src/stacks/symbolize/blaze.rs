@@ -17,6 +17,7 @@ use crate::sys::elf;
 use crate::sys::procfs::{self, alive};
 use crate::util::fasthash::FastMap;
 
+use super::file_frames::FileFrames;
 use super::lineage::Lineage;
 use super::Symbolizer;
 
@@ -68,6 +69,10 @@ pub struct BlazeSymbolizer {
     go: HashMap<String, Option<std::sync::Arc<GoFile>>>,
     /// The processes found gone at the last [`BlazeSymbolizer::forget_gone`].
     gone_at_last_sweep: std::collections::HashSet<u32>,
+    /// Frames named already, by the file their code lies in.
+    file_frames: FileFrames,
+    /// The processes whose kept maps this report has read again.
+    refreshed: std::collections::HashSet<u32>,
 }
 
 /// A Go program's function table, and its loaded segments (to turn a file
@@ -163,6 +168,8 @@ impl Default for BlazeSymbolizer {
             kept_reads: 0,
             go: HashMap::new(),
             gone_at_last_sweep: Default::default(),
+            file_frames: FileFrames::default(),
+            refreshed: Default::default(),
         }
     }
 }
@@ -352,10 +359,36 @@ impl BlazeSymbolizer {
         // Thread ids of the processes gone (kept by host tid).
         if !forget.is_empty() {
             self.kept_ns_ids.retain(|&tid, _| alive(tid));
+            let mapped: std::collections::HashSet<(u64, u64)> =
+                self.maps.values().flatten().map(|m| (m.dev, m.inode)).collect();
+            self.file_frames.retain_files(&|dev, inode| mapped.contains(&(dev, inode)));
         }
         self.gone_at_last_sweep =
             gone.difference(&forget.iter().copied().collect()).copied().collect();
         forget.len()
+    }
+
+    /// The frames of a fork that maps what its parent was read mapping (see
+    /// [`Lineage`]), where each of its code addresses was named before by
+    /// that file and offset: no read of its own maps, as a fork-heavy server
+    /// would pay one each report for every fork. None: it goes the long way.
+    fn named_as_parent(&mut self, tgid: u32, addrs: &[u64]) -> Option<Vec<Frame>> {
+        let parent = self.lineage.source_of(tgid);
+        if parent == tgid {
+            return None;
+        }
+        let (maps, regions) = (self.maps.get(&parent)?, self.regions.get(&parent)?);
+        let frames = addrs
+            .iter()
+            .map(|&a| match frame_scan::region_of(regions, a) {
+                Some(r) if r.exec => self.file_frames.get(maps, a),
+                _ => Some(Frame::unknown(a)),
+            })
+            .collect::<Option<Vec<Frame>>>()?;
+        // [`Symbolizer::is_code`] is asked about the process itself.
+        let shared = regions.clone();
+        self.regions.insert(tgid, shared);
+        Some(frames)
     }
 
     /// Number of processes whose maps are kept.
@@ -590,13 +623,21 @@ impl Symbolizer for BlazeSymbolizer {
         symbolize_kernel(&self.inner, addrs)
     }
 
+    fn report_begins(&mut self) {
+        self.refreshed.clear();
+    }
+
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+        if let Some(frames) = self.named_as_parent(tgid, addrs) {
+            return frames;
+        }
         let asked = tgid;
         let tgid = self.source_of(tgid);
         let live = alive(tgid);
         let cached = self.maps.contains_key(&tgid);
-        if live && cached {
-            // Cached maps are not re-read by blazesym: refresh them (dlopen, ...).
+        if live && cached && self.refreshed.insert(tgid) {
+            // Cached maps are not re-read by blazesym: refresh them (dlopen, ...),
+            // once a report: every fork gone since names its frames by these.
             let _ = self.remember(tgid, None);
         }
         let foreign = live && procfs::foreign_root(tgid);
@@ -606,7 +647,14 @@ impl Symbolizer for BlazeSymbolizer {
         // process that sees the files this one does.
         let map_files = (!cached || foreign) && procfs::map_files_usable();
         let source = |debug_syms: bool| process_source(tgid, map_files, debug_syms);
-        self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
+        // A live process whose maps are not kept is read now, once for both
+        // its regions and the maps its names are kept by.
+        let text = if live && !cached { procfs::maps_text(tgid) } else { None };
+        let read_now = text.as_ref().map(|t| procfs::parse_maps(&t[..]));
+        match &text {
+            Some(t) => drop(self.regions.insert(tgid, procfs::parse_regions(&t[..]))),
+            None => drop(self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid))),
+        }
         if asked != tgid {
             // [`Symbolizer::is_code`] is asked about the process itself.
             let shared = self.regions.get(&tgid).cloned().unwrap_or_default();
@@ -615,24 +663,38 @@ impl Symbolizer for BlazeSymbolizer {
         // Only addresses in executable mappings are code; the rest (junk from a
         // frame-pointer walk through code without frame pointers) are never named.
         let code: Vec<u64> = addrs.iter().copied().filter(|&a| self.is_code(tgid, a)).collect();
+        // The maps the names are kept by: those kept (refreshed just now if it
+        // lives), else those read now; a process gone that kept none keeps no names.
+        let key_maps: &[procfs::Mapping] = match &read_now {
+            Some(m) => m,
+            None => self.maps.get(&tgid).map(Vec::as_slice).unwrap_or_default(),
+        };
+        let mut named: FastMap<u64, Frame> = FastMap::default();
+        let mut code_left = Vec::with_capacity(code.len());
+        for a in code {
+            match self.file_frames.get(key_maps, a) {
+                Some(f) => drop(named.insert(a, f)),
+                None => code_left.push(a),
+            }
+        }
+        let code = code_left;
         // Symbol tables first: DWARF parsing costs seconds and hundreds of MiB on
         // large binaries, and the frames need no line numbers.
         // A container's process that has exited: its paths name nothing here,
         // or other files; its code files were kept open while it lived.
         // (Or a zombie: it counts as alive, but its root cannot be read.)
         let dead_foreign = !foreign && self.foreign_roots.contains(&tgid);
-        let mut named: FastMap<u64, Frame> = match self.maps.get(&tgid).filter(|_| dead_foreign) {
+        let fresh = match self.maps.get(&tgid).filter(|_| dead_foreign) {
             Some(maps) => {
                 let files = &self.kept_files;
                 from_files(&self.inner, maps, &code, None, &mut |m| {
                     files.get(&(m.dev, m.inode)).map(|k| (k.path.clone(), k.segments.clone()))
                 })
             }
+            None if code.is_empty() => Vec::new(),
             None => symbolize_each(&self.inner, &source(false), &code),
-        }
-        .into_iter()
-        .map(|f| (f.addr, f))
-        .collect();
+        };
+        named.extend(fresh.into_iter().map(|f| (f.addr, f)));
         // What is left lies in stripped code (Debian's libc keeps only its exported
         // symbols): a second pass reads the separate debug files (build id or
         // debug link under /usr/lib/debug) for those addresses alone. On a Python
@@ -649,10 +711,10 @@ impl Symbolizer for BlazeSymbolizer {
         // (Taken out of the kept ones while in use, and put back.)
         let kept = if stripped.is_empty() { None } else { self.maps.remove(&tgid) };
         let read;
-        let maps: Option<&[procfs::Mapping]> = match (stripped.is_empty(), &kept) {
-            (true, _) => None,
-            (false, Some(m)) => Some(m),
-            (false, None) => {
+        let maps: Option<&[procfs::Mapping]> = match (stripped.is_empty(), &kept, &read_now) {
+            (true, _, _) => None,
+            (false, Some(m), _) | (false, None, Some(m)) => Some(m),
+            (false, None, None) => {
                 read = procfs::maps_of(tgid);
                 Some(&read)
             }
@@ -682,6 +744,11 @@ impl Symbolizer for BlazeSymbolizer {
         if let Some(k) = kept {
             self.maps.insert(tgid, k);
         }
+        let key_maps: &[procfs::Mapping] = match &read_now {
+            Some(m) => m,
+            None => self.maps.get(&tgid).map(Vec::as_slice).unwrap_or_default(),
+        };
+        self.file_frames.keep(key_maps, &frames);
         frames
     }
 
@@ -771,6 +838,35 @@ mod tests {
         }
         assert_eq!(s.kept_reads, 2);
         assert!(s.file_maps(pid).iter().any(|m| m.exec), "still kept once gone");
+    }
+
+    /// A fork that shares its parent's maps is named from the names its
+    /// parent's files were given, without a read of its own maps.
+    #[test]
+    fn a_fork_reuses_the_names_its_parents_files_were_given() {
+        use topwaits_common::{proc_event, ProcEvent};
+        let mut s = BlazeSymbolizer::default();
+        let mut sleeper = procfs::settled_sleeper();
+        let pid = sleeper.id();
+        const FORK: u32 = u32::MAX - 9;
+        let fork =
+            ProcEvent { kind: proc_event::FORK, tgid: FORK, parent: pid, ..Default::default() };
+        s.on_event(Some(fork));
+        let libc = s.file_maps(pid).into_iter().find(|m| m.exec && m.path.contains("libc"));
+        let libc = libc.expect("sleep maps libc's code");
+        let addrs = [libc.start + 0x40, libc.start + 0x1000, 0x10];
+        assert!(s.named_as_parent(FORK, &addrs).is_none(), "nothing named yet");
+        s.report_begins();
+        let parents = s.user(pid, &addrs);
+        assert!(parents[..2].iter().all(|f| f.module.is_some()), "{parents:?}");
+        let forks = s.named_as_parent(FORK, &addrs).expect("every address named before");
+        assert_eq!(forks, parents);
+        assert!(s.is_code(FORK, addrs[0]) && !s.is_code(FORK, addrs[2]));
+        assert!(s.named_as_parent(pid, &addrs).is_none(), "the parent shares no one's maps");
+        let elsewhere = [libc.start + 0x80];
+        assert!(s.named_as_parent(FORK, &elsewhere).is_none(), "an address not named before");
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! tested with a fake. The blazesym implementation is in `blaze`.
 
 mod blaze;
+mod file_frames;
 mod lineage;
 
 pub use blaze::{build_id_hex, BlazeSymbolizer};
@@ -25,6 +26,9 @@ type FrameKey = (Option<u32>, u64, bool);
 pub trait Symbolizer {
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame>;
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame>;
+    /// A report begins naming its frames: what was read for the last one (a
+    /// live process's maps) is read again when next needed.
+    fn report_begins(&mut self) {}
     /// Whether a user address of `tgid` lies in an executable mapping (true when
     /// the mappings are unknown). Asked after [`Symbolizer::user`] for that process.
     /// With `--leaf-callers`: for each of a process's user stacks, given as its
@@ -186,6 +190,7 @@ pub fn frame_at(i: usize, addr: u64, found: Option<&Frame>) -> Frame {
 
 /// Symbolizes every record of a capture, each unique address once.
 pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
+    sym.report_begins();
     let wanted = wanted_stacks(capture);
     let fixed = with_leaf_callers(capture, &wanted, sym);
     let names = Names::of(capture, &fixed, &wanted, sym);

@@ -35,6 +35,7 @@ pub fn report(
     capture.records.extend(events.samples);
     let mut resolved = resolve(&capture, sym);
     if let Some(res) = res {
+        res.take_kernel_objects(std::mem::take(&mut resolved.kernel_objects));
         let whats: Vec<_> = capture.records.iter().map(|r| r.what).collect();
         crate::analysis::what::label(&mut resolved.records, &whats, res);
     }

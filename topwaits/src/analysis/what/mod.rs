@@ -54,6 +54,9 @@ pub trait Resolve {
     fn process(&mut self, tgid: u32) -> Option<String>;
     /// The kernel symbol at exactly `addr` (a static lock), if any.
     fn kernel_symbol(&mut self, addr: u64) -> Option<String>;
+    /// Takes the kernel locks of the report to label that a kernel symbol
+    /// names exactly, by address (see `stacks::symbolize::Resolved`).
+    fn take_kernel_objects(&mut self, _named: crate::util::fasthash::FastMap<u64, String>) {}
     /// The name of the Go runtime's wait reason `reason` in process `tgid`.
     fn go_wait_reason(&mut self, _tgid: u32, _reason: u64) -> Option<String> {
         None

@@ -1,7 +1,7 @@
 //! [`Resolve`] from `/proc` and `/sys`: a descriptor's link and file type, the
 //! block device a file lives on, a process's sockets, a pipe's holders, an epoll
-//! set's descriptors, static kernel locks by their `/proc/kallsyms` symbol, and
-//! Java monitors by the object they lock and the JVM's own by their global,
+//! set's descriptors, static kernel locks by the symbols the report's kernel
+//! frames were named with, and Java monitors by the object they lock and the JVM's own by their global,
 //! read from the JVM's memory.
 //! Each table is read once per report.
 
@@ -31,8 +31,8 @@ pub struct ProcResolver {
     /// The pipe inodes `holders` was read for.
     pipes: BTreeSet<u64>,
     devices: HashMap<u64, Option<String>>,
-    /// Data symbols of the kernel by address (read on first need).
-    kallsyms: Option<HashMap<u64, String>>,
+    /// The report's kernel locks that a kernel symbol names exactly.
+    kernel_objects: crate::util::fasthash::FastMap<u64, String>,
     /// Go programs' wait reasons, by tgid (read on first need).
     go_reasons: HashMap<u32, Vec<String>>,
     /// The JVMs met, and the names read from them (see [`JvmName`]).
@@ -80,20 +80,6 @@ fn libc_major(dev: u64) -> u64 {
 
 fn libc_minor(dev: u64) -> u64 {
     ((dev >> 12) & 0xffff_ff00) | (dev & 0xff)
-}
-
-/// Static data symbols of `/proc/kallsyms` by address (`b`, `d` and their
-/// uppercase forms): where a static kernel lock's address is its symbol.
-pub fn parse_data_symbols(text: &str) -> HashMap<u64, String> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
-            let kind = f.next()?;
-            let name = f.next()?;
-            (addr != 0 && matches!(kind, "b" | "B" | "d" | "D")).then(|| (addr, name.to_string()))
-        })
-        .collect()
 }
 
 impl ProcResolver {
@@ -263,10 +249,11 @@ impl Resolve for ProcResolver {
     }
 
     fn kernel_symbol(&mut self, addr: u64) -> Option<String> {
-        let syms = self.kallsyms.get_or_insert_with(|| {
-            parse_data_symbols(&std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
-        });
-        syms.get(&addr).cloned()
+        self.kernel_objects.get(&addr).cloned()
+    }
+
+    fn take_kernel_objects(&mut self, named: crate::util::fasthash::FastMap<u64, String>) {
+        self.kernel_objects = named;
     }
 }
 
@@ -275,18 +262,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_device_names_and_static_lock_symbols() {
+    fn parses_device_names() {
         assert_eq!(
             devname("MAJOR=254\nMINOR=0\nDEVNAME=vda\nDEVTYPE=disk\n").as_deref(),
             Some("vda")
         );
         assert_eq!(devname("MAJOR=254\n"), None);
-        let syms = parse_data_symbols(
-            "ffffffff81000000 T _text\nffffffff82a0b3c0 D rtnl_mutex\nffffffff82b00000 b cgroup_mutex\n0000000000000000 D hidden\n",
-        );
-        assert_eq!(syms.get(&0xffff_ffff_82a0_b3c0).map(String::as_str), Some("rtnl_mutex"));
-        assert_eq!(syms.get(&0xffff_ffff_82b0_0000).map(String::as_str), Some("cgroup_mutex"));
-        assert_eq!(syms.len(), 2, "code and hidden addresses are no locks");
         // 254:0 as glibc packs it, and a large minor.
         assert_eq!((libc_major(0xfe00), libc_minor(0xfe00)), (254, 0));
         assert_eq!((libc_major(0x0010_0103), libc_minor(0x0010_0103)), (1, 0x103));

@@ -10,7 +10,7 @@ pub use blaze::{build_id_hex, BlazeSymbolizer};
 
 use std::sync::Arc;
 
-use topwaits_common::{is_runtime_frame, walker::CUT_MARK, LEAF_WORD};
+use topwaits_common::{is_runtime_frame, walker::CUT_MARK, what, LEAF_WORD};
 
 use crate::model::{Capture, Frame, Hop, RawHop, Record, Stack, StackId};
 use crate::util::fasthash::{FastMap, FastSet};
@@ -107,6 +107,10 @@ pub struct Resolved {
     /// Unique user stacks cut at their first address outside executable code: a
     /// frame-pointer walk that went on into junk.
     pub user_stacks_cut: u64,
+    /// The kernel locks waited on that a kernel symbol names exactly (a
+    /// static lock), by address: named with the kernel's frames, so that
+    /// labelling them reads the kernel's symbols no second time.
+    pub kernel_objects: FastMap<u64, String>,
 }
 
 /// Cuts a user stack at its first address outside executable code, keeping one
@@ -238,7 +242,18 @@ pub fn resolve(capture: &Capture, sym: &mut dyn Symbolizer) -> Resolved {
             ran_on: crate::model::ran_on::of(capture, r),
         });
     }
-    Resolved { records: out, user_stacks_cut: b.user_stacks_cut }
+    let kernel_objects = kernel_objects(capture, &b.names.kernel);
+    Resolved { records: out, user_stacks_cut: b.user_stacks_cut, kernel_objects }
+}
+
+/// The kernel locks of `capture` that a kernel symbol names exactly.
+fn kernel_objects(capture: &Capture, kernel: &FastMap<u64, Frame>) -> FastMap<u64, String> {
+    let locks = capture.records.iter().filter(|r| r.what.flags & what::KLOCK != 0);
+    let named = |obj: u64| {
+        let f = kernel.get(&obj).filter(|f| f.offset == Some(0))?;
+        Some((obj, f.symbol.as_deref()?.to_string()))
+    };
+    locks.filter_map(|r| named(r.what.obj)).collect()
 }
 
 /// Every (space, stack id) the records use, targets and hops alike.
@@ -342,6 +357,9 @@ impl Names {
                 }
             }
         }
+        // Kernel locks waited on, by their own address (a static one is a symbol).
+        let locks = capture.records.iter().filter(|r| r.what.flags & what::KLOCK != 0);
+        kset.extend(locks.map(|r| r.what.obj).filter(|&a| a != 0));
         let mut kaddrs: Vec<u64> = kset.into_iter().collect();
         kaddrs.sort_unstable();
         let kernel = if kaddrs.is_empty() {
@@ -532,6 +550,8 @@ pub(crate) mod tests {
         /// and counts its batches.
         pub callers: Vec<u64>,
         pub leaf_batches: usize,
+        /// Kernel addresses that lie inside a symbol, not at its start.
+        pub kernel_inside: Vec<u64>,
     }
 
     impl Symbolizer for FakeSymbolizer {
@@ -543,7 +563,7 @@ pub(crate) mod tests {
                     addr: a,
                     symbol: Some(self.names.get(&a).cloned().unwrap_or(format!("k_{a:x}")).into()),
                     module: None,
-                    offset: Some(0),
+                    offset: Some(if self.kernel_inside.contains(&a) { 0x10 } else { 0 }),
                 })
                 .collect()
         }
@@ -781,5 +801,32 @@ pub(crate) mod tests {
         assert_eq!(addrs(&recs[0]), [0x10, 0x21, 0x30]);
         assert_eq!(addrs(&recs[1]), [0x10, 0x30], "no word checked out: the walk as it was");
         assert_eq!(sym.leaf_batches, 1);
+    }
+
+    /// A kernel lock waited on is named where a kernel symbol starts at its
+    /// address (a static lock), by the report's one kernel batch.
+    #[test]
+    fn static_kernel_locks_are_named_with_the_kernel_frames() {
+        use topwaits_common::{what, What};
+        let lock = |tid, obj| RawRecord {
+            what: What { flags: what::KLOCK, obj, ..Default::default() },
+            ..raw(tid, StackId::None, StackId::None)
+        };
+        let not_a_lock = RawRecord {
+            what: What { obj: 0xc0, ..Default::default() },
+            ..raw(3, StackId::None, StackId::None)
+        };
+        let capture = Capture {
+            records: vec![lock(1, 0xa0), lock(2, 0xb0), not_a_lock],
+            ..Default::default()
+        };
+        let mut sym = FakeSymbolizer {
+            names: names(&[(0xa0, "rtnl_mutex"), (0xb0, "some_struct")]),
+            kernel_inside: vec![0xb0],
+            ..Default::default()
+        };
+        let objects = resolve(&capture, &mut sym).kernel_objects;
+        assert_eq!(objects.into_iter().collect::<Vec<_>>(), [(0xa0, "rtnl_mutex".to_string())]);
+        assert_eq!(sym.kernel_calls, 1, "one batch with the stacks' frames");
     }
 }

@@ -66,11 +66,7 @@ pub fn profiles(records: &[Record]) -> (Vec<GoroutineProfile>, u64) {
             *heaviest = r.total_ns;
             p.site = site(r).or(p.site.take());
         }
-        for &tid in &r.ran_on {
-            if !p.ran_on.contains(&tid) {
-                p.ran_on.push(tid);
-            }
-        }
+        crate::model::ran_on::join(&mut p.ran_on, &r.ran_on);
     }
     let mut out: Vec<GoroutineProfile> = by
         .into_values()

@@ -168,11 +168,7 @@ fn absorb(into: &mut Record, r: &Record) {
         a.max_blocked_ns = a.max_blocked_ns.max(b.max_blocked_ns);
         a.max_runq_ns = a.max_runq_ns.max(b.max_runq_ns);
     }
-    for &tid in &r.ran_on {
-        if !into.ran_on.contains(&tid) {
-            into.ran_on.push(tid);
-        }
-    }
+    crate::model::ran_on::join(&mut into.ran_on, &r.ran_on);
 }
 
 /// The report as `--by` shows it: its records merged per `by`, or none when `by`

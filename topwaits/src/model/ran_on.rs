@@ -34,6 +34,16 @@ pub fn of(capture: &Capture, r: &RawRecord) -> Vec<u32> {
     capture.ran_on.get(&(r.tgid, r.what.obj)).cloned().unwrap_or_default()
 }
 
+/// Adds to `into` the threads of `more` it lacks, in their order: records of
+/// one goroutine merged keep each thread it ran on once.
+pub fn join(into: &mut Vec<u32>, more: &[u32]) {
+    for &tid in more {
+        if !into.contains(&tid) {
+            into.push(tid);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +78,12 @@ mod tests {
         // A thread's record whose label names an object.
         (r.tid, r.what.obj) = (101, 7);
         assert!(of(&capture, &r).is_empty());
+    }
+
+    #[test]
+    fn joined_threads_keep_their_order_once_each() {
+        let mut into = vec![3, 1];
+        join(&mut into, &[1, 4, 3, 2]);
+        assert_eq!(into, [3, 1, 4, 2]);
     }
 }

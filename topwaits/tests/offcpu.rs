@@ -134,7 +134,11 @@ fn many_short_sleeps_are_counted_exactly() {
     // (ended at the time the thread's run time gives; README Limitations).
     assert_eq!(doc["lost"]["unended_waits"], 0, "{doc:#}");
     check_counted(count, slept, "tw_known_short_sleeps", &doc);
-    for r in recs {
+    // A preemption inside the nanosleep call (before its timer is armed, or
+    // on the way out) has its frames too, and is as short as it was: counted
+    // above among the involuntary switches, but no sleep.
+    let sleeps = recs.iter().filter(|r| r["waits_on"]["kind"] != "run_queue");
+    for r in sleeps {
         assert!(r["max_us"].as_u64().unwrap() >= 3000, "a 3 ms sleep recorded shorter: {r:#}");
     }
 }

@@ -1,8 +1,8 @@
 //! [`Resolve`] from `/proc` and `/sys`: a descriptor's link and file type, the
 //! block device a file lives on, a process's sockets, a pipe's holders, an epoll
 //! set's descriptors, static kernel locks by the symbols the report's kernel
-//! frames were named with, and Java monitors by the object they lock and the JVM's own by their global,
-//! read from the JVM's memory.
+//! frames were named with, and Java monitors by the object they lock and the
+//! JVM's own by their global, read from the JVM's memory.
 //! Each table is read once per report.
 
 use std::collections::{BTreeSet, HashMap};
@@ -91,8 +91,8 @@ impl ProcResolver {
     }
 
     /// Ready for the next interval of a long trace: what processes' file
-    /// descriptors said is read again, the kernel's symbols and the devices'
-    /// names are kept (reading /proc/kallsyms costs tens of milliseconds).
+    /// descriptors, sockets and names said is read again; the devices' names
+    /// are kept.
     pub fn next_interval(&mut self) {
         self.sockets.clear();
         self.net_of.clear();

@@ -397,6 +397,19 @@ impl BlazeSymbolizer {
     }
 }
 
+/// The maps `tgid`'s names are kept by: those read now, else those kept
+/// (refreshed this report if it lives); a process gone that kept none has none.
+fn names_kept_by<'a>(
+    read_now: &'a Option<Vec<procfs::Mapping>>,
+    kept: &'a HashMap<u32, Vec<procfs::Mapping>>,
+    tgid: u32,
+) -> &'a [procfs::Mapping] {
+    match read_now {
+        Some(m) => m,
+        None => kept.get(&tgid).map(Vec::as_slice).unwrap_or_default(),
+    }
+}
+
 fn module_name(path: &std::ffi::OsStr) -> String {
     Path::new(path).file_name().unwrap_or(path).to_string_lossy().into_owned()
 }
@@ -663,12 +676,7 @@ impl Symbolizer for BlazeSymbolizer {
         // Only addresses in executable mappings are code; the rest (junk from a
         // frame-pointer walk through code without frame pointers) are never named.
         let code: Vec<u64> = addrs.iter().copied().filter(|&a| self.is_code(tgid, a)).collect();
-        // The maps the names are kept by: those kept (refreshed just now if it
-        // lives), else those read now; a process gone that kept none keeps no names.
-        let key_maps: &[procfs::Mapping] = match &read_now {
-            Some(m) => m,
-            None => self.maps.get(&tgid).map(Vec::as_slice).unwrap_or_default(),
-        };
+        let key_maps = names_kept_by(&read_now, &self.maps, tgid);
         let mut named: FastMap<u64, Frame> = FastMap::default();
         let mut code_left = Vec::with_capacity(code.len());
         for a in code {
@@ -744,11 +752,7 @@ impl Symbolizer for BlazeSymbolizer {
         if let Some(k) = kept {
             self.maps.insert(tgid, k);
         }
-        let key_maps: &[procfs::Mapping] = match &read_now {
-            Some(m) => m,
-            None => self.maps.get(&tgid).map(Vec::as_slice).unwrap_or_default(),
-        };
-        self.file_frames.keep(key_maps, &frames);
+        self.file_frames.keep(names_kept_by(&read_now, &self.maps, tgid), &frames);
         frames
     }
 

@@ -62,6 +62,23 @@ fn ran_on_threads_of(pid: &str, goroutine: &Value) {
     assert!(theirs, "threads of {pid}: {tasks:?}; {goroutine:#}");
 }
 
+/// The eight goroutines of `turns mutex 8` in a `threads --json` report: each
+/// first waits on the sync.Mutex in `main.twHandle`, parked for a share of the
+/// window within `parked`.
+fn turns_goroutines(doc: &Value, parked: std::ops::RangeInclusive<f64>) -> Vec<&Value> {
+    let goroutines = doc["goroutines"].as_array().unwrap_or_else(|| panic!("{doc:#}"));
+    let on_mutex: Vec<&Value> =
+        goroutines.iter().filter(|g| g["waits_on"][0]["reason"] == "sync.Mutex").collect();
+    assert_eq!(on_mutex.len(), 8, "{doc:#}");
+    let window_us = doc["duration_s"].as_f64().unwrap() * 1e6;
+    for g in &on_mutex {
+        assert_eq!(g["site"], "main.twHandle", "{g:#}");
+        let share = g["parked_us"].as_f64().unwrap() / window_us;
+        assert!(parked.contains(&share), "{share:.3} of {window_us} us parked: {g:#}");
+    }
+    on_mutex
+}
+
 /// The milliseconds of `go tool pprof -top` on `file`'s header line
 /// ("... 100% of 41782.11ms total").
 fn pprof_total_ms(file: &str) -> f64 {
@@ -186,16 +203,8 @@ fn threads_lists_the_goroutines_and_what_they_waited_on() {
     let w = start_with(&exe, &["mutex", "8", "0", "-"]);
     let pid = w.0.id().to_string();
     let doc = json(&run(&["threads", "-p", &pid, "--json", "2"]));
-    let goroutines = doc["goroutines"].as_array().unwrap_or_else(|| panic!("{doc:#}"));
-    let on_mutex: Vec<&Value> =
-        goroutines.iter().filter(|g| g["waits_on"][0]["reason"] == "sync.Mutex").collect();
-    assert_eq!(on_mutex.len(), 8, "{doc:#}");
-    let window_us = doc["duration_s"].as_f64().unwrap() * 1e6;
-    for g in &on_mutex {
-        assert_eq!(g["site"], "main.twHandle", "{g:#}");
-        // Parked but for the moments it ran: the mutex and the sleep in it.
-        let parked = g["parked_us"].as_f64().unwrap();
-        assert!((0.8 * window_us..=1.02 * window_us).contains(&parked), "{window_us} us: {g:#}");
+    // Parked but for the moments it ran: the mutex and the sleep in it.
+    for g in turns_goroutines(&doc, 0.8..=1.02) {
         ran_on_threads_of(&pid, g);
     }
     // The program's threads are listed as always, before them.
@@ -286,6 +295,22 @@ fn a_selected_process_that_execs_a_go_program_has_its_goroutines_traced() {
     // within the trace.
     assert!(on_mutex > 3_000_000_000, "{on_mutex} ns on the mutex: {doc:#}");
     assert!(doc["goroutines"].as_str().is_some_and(|g| g.contains("Go program")), "{doc:#}");
+}
+
+/// `threads` on a wrapper that execs a Go program within the window: the
+/// goroutines of the program it became are hooked at the exec and listed.
+#[test]
+fn threads_hooks_a_go_program_exec_d_within_its_window() {
+    require_bpf!();
+    let Some(exe) = build() else { return };
+    let script = format!("echo ready; sleep 1; exec {exe} mutex 8 6 -");
+    let w = start_with("sh", &["-c", &script]);
+    let pid = w.0.id().to_string();
+    let doc = json(&run(&["threads", "-p", &pid, "--json", "3"]));
+    drop(w);
+    // Parked from soon after the exec, under a second into the window, to
+    // its end.
+    turns_goroutines(&doc, 0.4..=0.9);
 }
 
 /// A server's way: a goroutine per request, each with a new id. With a small

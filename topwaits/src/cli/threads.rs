@@ -174,13 +174,13 @@ mod tests {
         assert_eq!((small.max_entries, small.settings().go_merge_rows), (100, 50));
         let a = Args::try_parse_from(["topwaits", "threads", "--no-goroutines", "1"]).unwrap();
         let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
-        assert_eq!(ThreadsConfig::from_args(t).unwrap().settings().go_merge_rows, 0);
+        let bare = ThreadsConfig::from_args(t).unwrap().settings();
+        assert_eq!(bare.go_merge_rows, 0);
         assert!(Args::try_parse_from(["topwaits", "threads", "--max-entries", "0"]).is_err());
-        assert_eq!(
-            (c.settings().stacks, c.settings().on_cpu, c.settings().events),
-            (0, 0, 0),
-            "no samples unless asked"
-        );
+        assert_eq!((bare.stacks, bare.on_cpu, bare.events), (0, 0, 0), "no samples unless asked");
+        // Goroutines want the process events: a Go program exec'd during the
+        // window is hooked at its exec.
+        assert_eq!((c.settings().stacks, c.settings().on_cpu, c.settings().events), (0, 0, 1));
         let a = Args::try_parse_from(["topwaits", "threads", "-p", "5", "--on-cpu", "2"]).unwrap();
         let Some(Command::Threads(t)) = a.command else { panic!("no subcommand") };
         let c = ThreadsConfig::from_args(t).unwrap();

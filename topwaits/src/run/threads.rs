@@ -137,7 +137,10 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         &mut pidfds(&config.threads),
         &mut events,
         &mut None,
-        &mut |e| super::between::on_event(&mut symbolizer, &unwinder, e),
+        &mut |e| {
+            super::between::hook_goroutines(&mut tracer, e);
+            super::between::on_event(&mut symbolizer, &unwinder, e)
+        },
         &mut || unwinder.borrow_mut().sweep(),
         std::time::Duration::from_secs(1),
     )?;

@@ -329,18 +329,6 @@ fn report_refuses_what_is_not_a_record_in_one_line() {
     let _ = std::fs::remove_file(&file);
 }
 
-/// Whether Perfetto's Python package (its trace schema) can be imported.
-fn perfetto_reader() -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "from perfetto.protos.perfetto.trace import perfetto_trace_pb2"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let missing = (!ok).then(|| {
-        "pip's perfetto package (and protobuf) is not installed: run cargo xtask setup".to_string()
-    });
-    present(module_path!(), "the Perfetto reader", missing)
-}
-
 /// One byte from `fd`. Its own frame: a frame-pointer walk from libc's frameless
 /// `read` skips the caller of `read`, so the function to name is one level up.
 #[inline(never)]
@@ -361,7 +349,7 @@ fn tw_pf_read(fd: i32) {
 #[test]
 fn perfetto_slices_and_flows_agree_with_the_json_events() {
     require_bpf!();
-    if !perfetto_reader() {
+    if !perfetto_reader(module_path!()) {
         return;
     }
     let path = std::env::temp_dir().join(format!("tw-perfetto-{}.pftrace", std::process::id()));
@@ -395,14 +383,8 @@ fn perfetto_slices_and_flows_agree_with_the_json_events() {
     let doc = json(&tracer.finish());
     unsafe { libc::close(rfd) };
     unsafe { libc::close(wfd) };
-    let out = std::process::Command::new("python3")
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tools/perfetto_decode.py"))
-        .arg(&path)
-        .output()
-        .unwrap();
+    let t = decode_perfetto(&path);
     let _ = std::fs::remove_file(&path);
-    assert!(out.status.success(), "the reader failed: {}", String::from_utf8_lossy(&out.stderr));
-    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["lost"]["wait_events"], 0);
     // The reader's three reads, each ended by the writer, as JSON events (its
     // wait for the go, begun before the trace, may last past the threshold

@@ -313,6 +313,70 @@ fn threads_hooks_a_go_program_exec_d_within_its_window() {
     turns_goroutines(&doc, 0.4..=0.9);
 }
 
+/// The exports carry goroutines as Go's and Perfetto's own readers show them:
+/// pprof samples labelled with the goroutine and the threads it ran on (read
+/// back by `go tool pprof`), and Perfetto slices on a track per goroutine,
+/// under its process, named by where it waited, with the threads it ran on.
+#[test]
+fn pprof_and_perfetto_carry_each_goroutine_and_the_threads_it_ran_on() {
+    require_bpf!();
+    let Some(exe) = build() else { return };
+    let w = start_with(&exe, &["mutex", "8", "0", "-"]);
+    let pid = w.0.id().to_string();
+    let dir = format!("{}/turns-go", env!("CARGO_TARGET_TMPDIR"));
+    let (pprof, perfetto) = (format!("{dir}/g.pb.gz"), format!("{dir}/g.pftrace"));
+    let done = run(&[
+        "-p",
+        &pid,
+        "--pprof",
+        &pprof,
+        "--perfetto",
+        &perfetto,
+        "--events-over",
+        "1000",
+        "2",
+    ]);
+    assert!(done.status.success(), "{}", done.stderr);
+    let raw = Command::new("go").args(["tool", "pprof", "-raw", &pprof]).output().unwrap();
+    let raw = String::from_utf8_lossy(&raw.stdout);
+    // A sample's labels: "goroutine:[9] max_wait:[...] pid:[...] ran_on_tid:[6191 6193]".
+    let ran_on: Vec<&str> = raw
+        .lines()
+        .filter(|l| l.contains("goroutine:["))
+        .filter_map(|l| l.split("ran_on_tid:[").nth(1)?.split(']').next())
+        .collect();
+    assert!(ran_on.len() >= 8, "eight goroutines on the mutex, with their threads: {raw}");
+    for tids in &ran_on {
+        let g = serde_json::json!({"ran_on_tids": tids.split(' ').map(|t| t.parse::<u64>().unwrap()).collect::<Vec<_>>()});
+        ran_on_threads_of(&pid, &g);
+    }
+    if !perfetto_reader(module_path!()) {
+        return;
+    }
+    let t = decode_perfetto(std::path::Path::new(&perfetto));
+    let tracks = t["tracks"].as_object().unwrap();
+    let goroutine_tracks: Vec<&String> = tracks
+        .iter()
+        .filter(|(_, d)| d["name"].as_str().is_some_and(|n| n.starts_with("goroutine ")))
+        .map(|(uuid, _)| uuid)
+        .collect();
+    assert!(goroutine_tracks.len() >= 8, "a track per goroutine: {tracks:?}");
+    let in_handler: Vec<&Value> = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "TYPE_SLICE_BEGIN" && e["name"] == "main.twHandle")
+        .filter(|e| goroutine_tracks.iter().any(|u| e["track"].as_str() == Some(u.as_str())))
+        .collect();
+    assert!(in_handler.len() >= 8, "slices named past the runtime's parking: {t:#}");
+    for e in in_handler {
+        let tids = e["notes"]["ran_on_tids"].as_str().unwrap_or_else(|| panic!("{e:#}"));
+        let tids: Vec<u64> = tids.split(", ").map(|t| t.parse().unwrap()).collect();
+        ran_on_threads_of(&pid, &serde_json::json!({ "ran_on_tids": tids }));
+    }
+    drop(w);
+}
+
 /// A server's way: a goroutine per request, each with a new id. With a small
 /// aggregate (`--max-entries 256`), rows one per goroutine would overflow it
 /// within the trace; past half of it, goroutine waits are kept by stack

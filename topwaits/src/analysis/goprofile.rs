@@ -85,7 +85,7 @@ const PARKING: &[&str] = &["runtime.", "sync.", "time.", "internal/"];
 /// The first frame of a record's user stack, leaf first, past the runtime's
 /// parking and the packages that park: `main.handle` for a sync.Mutex taken
 /// there, `main.nap` for its `time.Sleep`.
-fn site(r: &Record) -> Option<String> {
+pub fn site(r: &Record) -> Option<String> {
     r.user
         .frames()
         .iter()

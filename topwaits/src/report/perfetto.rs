@@ -146,6 +146,14 @@ fn thread_uuid(tid: u32) -> u64 {
     2 << 32 | tid as u64
 }
 
+/// A goroutine's track: by its goid, or the one of those kept by stack alone.
+fn goroutine_track_name(tid: u32) -> String {
+    match tid & topwaits_common::golang::GOID_MASK {
+        0 => "goroutines kept by stack".into(),
+        goid => format!("goroutine {goid}"),
+    }
+}
+
 /// A stack as one frame per line, leaf first.
 fn stack_text(s: &Stack) -> String {
     s.frames().iter().map(|f| f.describe()).collect::<Vec<_>>().join("\n")
@@ -174,10 +182,13 @@ fn packet(ts: Option<u64>, event: TrackEvent) -> TracePacket {
     }
 }
 
-/// The thread (tgid, tid, comm) behind each track, for the descriptors.
+/// The thread (tgid, tid, comm) behind each track, for the descriptors; a
+/// goroutine's (its tid marked, see `golang::GOROUTINE_TID`) is a track of its
+/// own under its process, named by its goid, not a thread.
 #[derive(Default)]
 struct Tracks {
     threads: BTreeMap<u32, (u32, String)>,
+    goroutines: BTreeMap<u32, u32>,
     processes: BTreeMap<u32, String>,
 }
 
@@ -185,6 +196,10 @@ impl Tracks {
     fn add(&mut self, tgid: u32, tid: u32, comm: &[u8]) -> u64 {
         let name = comm_text(comm);
         self.processes.entry(tgid).or_insert_with(|| name.clone());
+        if topwaits_common::golang::is_goroutine(tid) {
+            self.goroutines.insert(tid, tgid);
+            return thread_uuid(tid);
+        }
         if tgid == tid {
             // The main thread names its process.
             self.processes.insert(tgid, name.clone());
@@ -213,8 +228,15 @@ impl Tracks {
             }),
             ..Default::default()
         });
+        let goroutines = self.goroutines.iter().map(|(&tid, &pid)| TrackDescriptor {
+            uuid: Some(thread_uuid(tid)),
+            parent_uuid: Some(process_uuid(pid)),
+            name: Some(goroutine_track_name(tid)),
+            ..Default::default()
+        });
         processes
             .chain(threads)
+            .chain(goroutines)
             .map(|d| TracePacket {
                 trusted_packet_sequence_id: Some(1),
                 track_descriptor: Some(d),
@@ -238,6 +260,11 @@ fn wait_packets(e: &Event, flow: u64, tracks: &mut Tracks, out: &mut Vec<TracePa
         text("kernel_stack", stack_text(&r.kernel)),
         text("user_stack", stack_text(&r.user)),
     ];
+    if !r.ran_on.is_empty() {
+        // A goroutine's: the threads the scheduler ran it on, most often first.
+        let tids: Vec<String> = r.ran_on.iter().map(u32::to_string).collect();
+        notes.push(text("ran_on_tids", tids.join(", ")));
+    }
     let mut end =
         TrackEvent { r#type: Some(SLICE_END), track_uuid: Some(track), ..Default::default() };
     if let Some(w) = &r.wake {
@@ -452,6 +479,54 @@ mod tests {
             .filter_map(|p| p.track_descriptor.as_ref())
             .find(|d| d.thread.as_ref().and_then(|t| t.tid) == Some(101));
         assert_eq!(on[0].1.track_uuid, sleeper.unwrap().uuid, "on the thread's own track");
+    }
+
+    #[test]
+    fn a_goroutines_wait_is_on_a_track_named_by_its_goid_with_the_threads_it_ran_on() {
+        let mut r = with_events();
+        let g = &mut r.events[0].record;
+        g.tid = topwaits_common::golang::tid_of(42);
+        g.ran_on = vec![104, 101];
+        g.user = crate::report::fixtures::frames(&[
+            "runtime.gopark",
+            "sync.(*Mutex).Lock",
+            "main.handle",
+        ]);
+        let t = Trace::decode(&encoded(&r)[..]).unwrap();
+        let tracks: Vec<&TrackDescriptor> =
+            t.packet.iter().filter_map(|p| p.track_descriptor.as_ref()).collect();
+        let track = tracks
+            .iter()
+            .find(|d| d.name.as_deref() == Some("goroutine 42"))
+            .unwrap_or_else(|| panic!("{tracks:#?}"));
+        assert!(track.thread.is_none(), "a goroutine is not a thread");
+        let process = tracks.iter().find(|d| d.uuid == track.parent_uuid).unwrap();
+        assert_eq!(process.process.as_ref().unwrap().pid, Some(r.events[0].record.tgid as i32));
+        let begin = t
+            .packet
+            .iter()
+            .filter_map(|p| p.track_event.as_ref())
+            .find(|e| e.r#type == Some(SLICE_BEGIN) && e.track_uuid == track.uuid)
+            .unwrap();
+        let ran_on =
+            begin.debug_annotations.iter().find(|a| a.name.as_deref() == Some("ran_on_tids"));
+        assert_eq!(ran_on.unwrap().string_value.as_deref(), Some("104, 101"));
+        assert_eq!(begin.name.as_deref(), Some("main.handle"), "named past the parking");
+        assert_eq!(
+            goroutine_track_name(topwaits_common::golang::GOROUTINE_TID),
+            "goroutines kept by stack"
+        );
+        // A thread's wait names no threads it ran on.
+        let thread_slice = t
+            .packet
+            .iter()
+            .filter_map(|p| p.track_event.as_ref())
+            .find(|e| e.r#type == Some(SLICE_BEGIN) && e.track_uuid != track.uuid)
+            .unwrap();
+        assert!(thread_slice
+            .debug_annotations
+            .iter()
+            .all(|a| a.name.as_deref() != Some("ran_on_tids")));
     }
 
     fn encoded(r: &Report) -> Vec<u8> {

@@ -396,6 +396,8 @@ pub fn profile(report: &Report, cgroup: bool) -> proto::Profile {
             (true, false) => label.push(b.num_label("tid", r.tid.into())),
             (false, _) => {}
         }
+        // A goroutine's threads, one label each, most often ran on first.
+        label.extend(r.ran_on.iter().map(|&tid| b.num_label("ran_on_tid", tid.into())));
         if let Some(state) = state_of(report, r) {
             label.push(b.label("state", state));
         }
@@ -500,10 +502,16 @@ mod tests {
     fn a_goroutines_sample_is_labelled_with_its_goroutine_not_a_tid() {
         let mut r = report();
         r.records[0].tid = topwaits_common::golang::tid_of(42);
+        r.records[0].ran_on = vec![104, 101];
         let p = decoded(&r);
         let smp = &p.sample[0];
         assert_eq!(label(&p, smp, "goroutine").map(|l| l.1), Some(42));
         assert_eq!(label(&p, smp, "tid"), None);
+        let ran_on: Vec<i64> =
+            smp.label.iter().filter(|l| s(&p, l.key) == "ran_on_tid").map(|l| l.num).collect();
+        assert_eq!(ran_on, [104, 101], "the threads it ran on, most often first");
+        let others = p.sample[1..].iter().flat_map(|x| &x.label);
+        assert!(others.clone().all(|l| s(&p, l.key) != "ran_on_tid"), "threads ran on themselves");
     }
 
     #[test]

@@ -42,9 +42,16 @@ fn is_runtime_lib(f: &Frame) -> bool {
     })
 }
 
-/// The most telling frame: the first user frame outside libc, else the first user
-/// frame, else the first kernel frame past the scheduler.
+/// The most telling frame: a goroutine's site past the Go runtime's parking,
+/// else the first user frame outside libc, else the first user frame, else the
+/// first kernel frame past the scheduler.
 pub fn telling_frame(r: &Record) -> String {
+    let site = topwaits_common::golang::is_goroutine(r.tid)
+        .then(|| crate::analysis::goprofile::site(r))
+        .flatten();
+    if let Some(site) = site {
+        return site;
+    }
     let user = r.user.frames();
     if let Some(f) =
         user.iter().find(|f| f.symbol.is_some() && !is_runtime_lib(f)).or_else(|| user.first())

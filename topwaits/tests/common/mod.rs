@@ -468,3 +468,29 @@ pub fn programs_left_after_exit() -> Vec<String> {
         thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Whether Perfetto's own reader (pip's perfetto package) is here; the test
+/// skips, with the reason printed, where it is not.
+pub fn perfetto_reader(test: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "from perfetto.protos.perfetto.trace import perfetto_trace_pb2"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let missing = (!ok).then(|| {
+        "pip's perfetto package (and protobuf) is not installed: run cargo xtask setup".to_string()
+    });
+    present(test, "the Perfetto reader", missing)
+}
+
+/// A Perfetto trace file read back by Perfetto's own schema
+/// (tests/tools/perfetto_decode.py): its thread tracks, other named tracks and
+/// track events.
+pub fn decode_perfetto(path: &std::path::Path) -> Value {
+    let out = Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/perfetto_decode.py"))
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the reader failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -155,6 +155,22 @@ fn in_page_fault(kernel: &[&str]) -> bool {
         && !any_frame(kernel, &["do_syscall_64", "entry_SYSCALL"])
 }
 
+/// What every wait's label asks of its kernel frames, found by substring: worked
+/// out once per distinct kernel stack of a report (records share their stacks).
+#[derive(Clone, Copy)]
+struct KernelFacts {
+    /// Waiting on block I/O ([`IO_FRAMES`]).
+    io: bool,
+    /// In a user page fault ([`in_page_fault`]).
+    fault: bool,
+}
+
+impl KernelFacts {
+    fn of(kernel: &[&str]) -> Self {
+        KernelFacts { io: any_frame(kernel, IO_FRAMES), fault: in_page_fault(kernel) }
+    }
+}
+
 /// The kernel lock in `w`, named by its address or by the functions that took it.
 fn kernel_lock(w: &What, kernel: &[&str], r: &mut dyn Resolve) -> WaitsOn {
     let f = w.flags & bits::LOCK_FLAGS;
@@ -232,7 +248,7 @@ pub fn classify(
     tgid: u32,
     r: &mut dyn Resolve,
 ) -> WaitsOn {
-    let mut on = without_holders(w, kernel, user, tgid, r);
+    let mut on = without_holders(w, kernel, KernelFacts::of(kernel), user, tgid, r);
     with_pipe_holders(std::iter::once(&mut on), r);
     on
 }
@@ -263,6 +279,7 @@ fn with_pipe_holders<'a>(waits: impl Iterator<Item = &'a mut WaitsOn>, r: &mut d
 fn without_holders(
     w: &What,
     kernel: &[&str],
+    facts: KernelFacts,
     user: &[&str],
     tgid: u32,
     r: &mut dyn Resolve,
@@ -280,8 +297,8 @@ fn without_holders(
     if w.flags & bits::KLOCK != 0 {
         return kernel_lock(w, kernel, r);
     }
-    let io = any_frame(kernel, IO_FRAMES);
-    if in_page_fault(kernel) {
+    let io = facts.io;
+    if facts.fault {
         return WaitsOn::PageFault { major: io };
     }
     let Some(nr) = w.nr.checked_sub(1) else {
@@ -365,6 +382,8 @@ fn by_fd(fd: u64, syscall: String, io: bool, tgid: u32, r: &mut dyn Resolve) -> 
 /// Labels `records`, each with the [`What`] of the same index. The holders of
 /// all their pipes are found in one pass over the processes' descriptors.
 pub fn label(records: &mut [Record], whats: &[What], r: &mut dyn Resolve) {
+    // By the address of the kernel stack's shared frames.
+    let mut facts: HashMap<usize, KernelFacts> = HashMap::new();
     for (rec, w) in records.iter_mut().zip(whats) {
         if rec.on_cpu() {
             // Samples of a running thread: no wait to classify.
@@ -374,7 +393,9 @@ pub fn label(records: &mut [Record], whats: &[What], r: &mut dyn Resolve) {
         let user: Vec<_> = rec.user.frames().iter().map(|f| f.name()).collect();
         let (kernel, user): (Vec<&str>, Vec<&str>) =
             (kernel.iter().map(AsRef::as_ref).collect(), user.iter().map(AsRef::as_ref).collect());
-        rec.waits_on = Some(without_holders(w, &kernel, &user, rec.tgid, r));
+        let shared = rec.kernel.frames().as_ptr() as usize;
+        let facts = *facts.entry(shared).or_insert_with(|| KernelFacts::of(&kernel));
+        rec.waits_on = Some(without_holders(w, &kernel, facts, &user, rec.tgid, r));
     }
     with_pipe_holders(records.iter_mut().filter_map(|rec| rec.waits_on.as_mut()), r);
 }

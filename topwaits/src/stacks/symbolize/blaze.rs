@@ -792,6 +792,10 @@ impl Symbolizer for BlazeSymbolizer {
     }
 
     fn python(&mut self, tgid: u32, words: &[u64]) -> Vec<Frame> {
+        if words.is_empty() {
+            // Most records: no interpreter frames, and no need to look at the process.
+            return Vec::new();
+        }
         // A fork that has not exec'd runs its parent's code objects; but its own
         // memory is read first, as it may have loaded more since.
         let tgid = if procfs::alive(tgid) { tgid } else { self.source_of(tgid) };

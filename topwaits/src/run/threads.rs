@@ -139,7 +139,10 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
         &mut None,
         &mut |e| {
             super::between::hook_goroutines(&mut tracer, e);
-            super::between::on_event(&mut symbolizer, &unwinder, e)
+            // The samples' stacks want every process's maps kept and tables
+            // built; goroutines alone want only the Go execs hooked.
+            let sampled = config.on_cpu.is_some();
+            sampled.then(|| super::between::on_event(&mut symbolizer, &unwinder, e)).flatten()
         },
         &mut || unwinder.borrow_mut().sweep(),
         std::time::Duration::from_secs(1),

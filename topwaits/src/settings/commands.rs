@@ -136,8 +136,7 @@ impl ThreadsConfig {
         s.self_tgid = std::process::id();
         if self.goroutines {
             s.go_merge_rows = (self.max_entries / 2).max(1);
-            // A Go program exec'd during the window is hooked at its exec,
-            // and named from its maps should it exit before the window ends.
+            // A Go program exec'd during the window is hooked at its exec.
             s.events = 1;
         }
         if self.on_cpu.is_some() {

@@ -11,6 +11,7 @@ use prost::Message;
 
 use super::Format;
 use crate::model::{comm_text, Event, Record, Report, Stack, WakeKind};
+use crate::util::text::tid_text;
 
 /// The messages of Perfetto's trace schema (protos/perfetto/trace) that topwaits
 /// writes, with the schema's field numbers; prost does the encoding.
@@ -146,12 +147,13 @@ fn thread_uuid(tid: u32) -> u64 {
     2 << 32 | tid as u64
 }
 
-/// A goroutine's track: by its goid, or the one of those kept by stack alone.
-fn goroutine_track_name(tid: u32) -> String {
-    match tid & topwaits_common::golang::GOID_MASK {
-        0 => "goroutines kept by stack".into(),
-        goid => format!("goroutine {goid}"),
+/// The name of the instant on a waker's track: `wakes comm/tid` for a
+/// thread, `wakes goroutine N` for a goroutine.
+fn wakes(r: &Record) -> String {
+    if topwaits_common::golang::is_goroutine(r.tid) {
+        return format!("wakes {}", tid_text(r.tid));
     }
+    format!("wakes {}/{}", comm_text(&r.comm), r.tid)
 }
 
 /// A stack as one frame per line, leaf first.
@@ -231,7 +233,7 @@ impl Tracks {
         let goroutines = self.goroutines.iter().map(|(&tid, &pid)| TrackDescriptor {
             uuid: Some(thread_uuid(tid)),
             parent_uuid: Some(process_uuid(pid)),
-            name: Some(goroutine_track_name(tid)),
+            name: Some(tid_text(tid)),
             ..Default::default()
         });
         processes
@@ -273,7 +275,7 @@ fn wait_packets(e: &Event, flow: u64, tracks: &mut Tracks, out: &mut Vec<TracePa
             (WakeKind::Woken, Some(h)) if !h.interrupt => {
                 notes.push(text(
                     "waker",
-                    format!("{} (pid {}, tid {})", comm_text(&h.comm), h.tgid, h.tid),
+                    format!("{} (pid {}, {})", comm_text(&h.comm), h.tgid, tid_text(h.tid)),
                 ));
                 notes.push(text("waker_kernel_stack", stack_text(&h.kernel)));
                 notes.push(text("waker_user_stack", stack_text(&h.user)));
@@ -283,7 +285,7 @@ fn wait_packets(e: &Event, flow: u64, tracks: &mut Tracks, out: &mut Vec<TracePa
                     TrackEvent {
                         r#type: Some(INSTANT),
                         track_uuid: Some(waker_track),
-                        name: Some(format!("wakes {}/{}", comm_text(&r.comm), r.tid)),
+                        name: Some(wakes(r)),
                         categories: vec!["wakeup".into()],
                         flow_ids: vec![flow],
                         ..Default::default()
@@ -512,10 +514,9 @@ mod tests {
             begin.debug_annotations.iter().find(|a| a.name.as_deref() == Some("ran_on_tids"));
         assert_eq!(ran_on.unwrap().string_value.as_deref(), Some("104, 101"));
         assert_eq!(begin.name.as_deref(), Some("main.handle"), "named past the parking");
-        assert_eq!(
-            goroutine_track_name(topwaits_common::golang::GOROUTINE_TID),
-            "goroutines kept by stack"
-        );
+        assert_eq!(wakes(&r.events[0].record), "wakes goroutine 42");
+        let thread = &r.events[1].record;
+        assert_eq!(wakes(thread), format!("wakes {}/{}", comm_text(&thread.comm), thread.tid));
         // A thread's wait names no threads it ran on.
         let thread_slice = t
             .packet

@@ -75,5 +75,9 @@ pub const GO_WAKEUPS: u32 = 31;
 /// Goroutine waits kept by stack rather than by goroutine (see
 /// `Settings::go_merge_rows`).
 pub const GO_MERGED: u32 = 32;
+/// Starts of a goroutine on a thread that did not fit into the full
+/// [`super::names::GO_RAN_ON`] map (that thread is missing from the
+/// goroutine's `ran on` list).
+pub const GO_RAN_ON_FULL: u32 = 33;
 /// Number of counters (the size of the COUNTERS map).
-pub const COUNT: u32 = 33;
+pub const COUNT: u32 = 34;

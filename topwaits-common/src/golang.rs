@@ -22,9 +22,6 @@ pub const MAX_GO_PROCS: u32 = 256;
 pub const MAX_GO_PARKED: u32 = 16384;
 /// Most threads of traced Go programs whose running goroutine is kept.
 pub const MAX_GO_THREADS: u32 = 4096;
-/// Most (goroutine, thread) pairs whose runs are counted at once; the pair
-/// least recently run goes first.
-pub const MAX_GO_RAN_ON: u32 = 16384;
 
 /// A Go process's layout, written by user space (by tgid) from its binary: the
 /// hooks do nothing in a process without one.

@@ -22,13 +22,15 @@ use topwaits_common::{
     counter,
     golang::{
         tid_of, GoKey, GoPark, GoProc, GoRanOn, GoRunning, G_RUNNING, G_WAITING, MAX_GO_PARKED,
-        MAX_GO_PROCS, MAX_GO_RAN_ON, MAX_GO_THREADS,
+        MAX_GO_PROCS, MAX_GO_THREADS,
     },
-    what, Hop, WaitKey, What, STACK_NONE,
+    limits, what, Hop, WaitKey, What, STACK_NONE,
 };
 
 use crate::gostack;
-use crate::maps::{aggregate_rows, count, ended, settings, thread_wanted, CHAINS, SCRATCH_HOPS};
+use crate::maps::{
+    aggregate_rows, count, ended, settings, thread_wanted, CHAINS, GROWS, SCRATCH_HOPS,
+};
 use crate::stackref;
 use crate::switch::{finish, in_block_time, Ended};
 use crate::uread::user_word;
@@ -49,9 +51,13 @@ static GO_RUNNING: LruHashMap<u32, GoRunning> = LruHashMap::with_max_entries(MAX
 /// How many times the scheduler started each goroutine on each thread, but
 /// for a start on the thread it parked from, counted already when it first
 /// started there: so a goroutine that stays on its thread costs no update.
-/// Read by user space at the end.
+/// Not counted while goroutines are kept by stack ([`by_stack`]).
+/// Read by user space at the end. Sized at load time (`--max-entries`) and
+/// allocated as pairs arrive; a pair that finds it full is counted
+/// (`GO_RAN_ON_FULL`), and `serve` deletes the pairs of goroutines gone quiet.
 #[map]
-static GO_RAN_ON: LruHashMap<GoRanOn, u64> = LruHashMap::with_max_entries(MAX_GO_RAN_ON, 0);
+static GO_RAN_ON: HashMap<GoRanOn, u64> =
+    HashMap::with_max_entries(limits::DEFAULT_MAX_ENTRIES, GROWS);
 
 /// A `sleep`-like state for a goroutine's wait: it blocked (it was not preempted).
 const PARKED_STATE: u32 = 1;
@@ -200,7 +206,9 @@ fn ran_on(key: GoRanOn) {
         // only this thread's events touch it.
         Some(n) => unsafe { *n += 1 },
         None => {
-            let _ = GO_RAN_ON.insert(&key, &1, 0);
+            if GO_RAN_ON.insert(&key, &1, 0).is_err() {
+                count(counter::GO_RAN_ON_FULL, 1);
+            }
         }
     }
 }
@@ -218,7 +226,8 @@ pub fn execute(regs: &pt_regs) {
     let key = GoKey { g, tgid: cur.tgid, _pad: 0 };
     // SAFETY: a lookup of a plain value, copied out.
     let parked = unsafe { GO_PARKED.get(&key).copied() };
-    if parked.is_none_or(|p| p.tid != cur.tid) {
+    // Once goroutines are kept by stack, no row to come names one.
+    if parked.is_none_or(|p| p.tid != cur.tid) && !by_stack() {
         ran_on(GoRanOn { goid, tgid: cur.tgid, tid: cur.tid });
     }
     match GO_RUNNING.get_ptr_mut(&cur.tid) {

@@ -381,7 +381,8 @@ fn pprof_and_perfetto_carry_each_goroutine_and_the_threads_it_ran_on() {
 /// aggregate (`--max-entries 256`), rows one per goroutine would overflow it
 /// within the trace; past half of it, goroutine waits are kept by stack
 /// ("goroutines"), so that nothing is lost, the request's sleep keeps its
-/// stack, and the consumer's channel wait keeps its waker's.
+/// stack, and the consumer's channel wait keeps its waker's. The goroutines
+/// kept one by one name the threads they ran on.
 #[test]
 fn goroutines_by_the_thousand_are_kept_by_stack_once_the_aggregate_is_half_full() {
     require_bpf!();
@@ -390,7 +391,6 @@ fn goroutines_by_the_thousand_are_kept_by_stack_once_the_aggregate_is_half_full(
     let pid = w.0.id().to_string();
     let done = run(&["-w", "-p", &pid, "--max-entries", "256", "--json", "2"]);
     let doc = json(&done);
-    drop(w);
     assert_eq!(doc["lost"]["aggregate_full"], 0, "{:#}", doc["lost"]);
     assert_eq!(doc["lost"]["chain_map_full"], 0, "{:#}", doc["lost"]);
     let counters = &doc["counters"];
@@ -415,4 +415,15 @@ fn goroutines_by_the_thousand_are_kept_by_stack_once_the_aggregate_is_half_full(
     let woken = received.iter().find(|r| through(&r["waker"]["user_stack"], "main.twRequest"));
     assert!(woken.is_some_and(|r| r["count"].as_u64().unwrap() >= 500), "{doc:#}");
     assert!(records.len() <= 256, "{} records", records.len());
+    // The threads goroutines ran on are counted only while rows name one
+    // goroutine: the table of pairs, as small as the aggregate, never fills,
+    // and every goroutine of its own names the threads it ran on.
+    assert_eq!(doc["lost"]["goroutine_threads"], 0, "{:#}", doc["lost"]);
+    let own: Vec<&Value> =
+        records.iter().filter(|r| r["tid"].as_u64().is_some_and(|t| t > 1 << 30)).collect();
+    assert!(!own.is_empty(), "no goroutine of its own: {doc:#}");
+    for g in own {
+        ran_on_threads_of(&pid, g);
+    }
+    drop(w);
 }

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 
 use anyhow::{Context as _, Result};
 use aya::maps::Map;
-use topwaits_common::{names, Chain, Hops, KernelStack, Rewalk, SwitchOut};
+use topwaits_common::{golang::GoRanOn, names, Chain, Hops, KernelStack, Rewalk, SwitchOut};
 
 use super::{batch, Tracer};
 
@@ -29,6 +29,20 @@ pub struct Aging {
     /// Entries deleted from the stack maps and the chain map.
     pub stacks: u64,
     pub chains: u64,
+}
+
+/// Entries the maps aged here hold at most.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Capacity {
+    pub stacks: u32,
+    pub chains: u32,
+    pub ran_on: u32,
+}
+
+impl Capacity {
+    pub(super) fn of(sizes: &super::load::Sizes) -> Self {
+        Capacity { stacks: sizes.stacks, chains: sizes.chains, ran_on: sizes.go_ran_on }
+    }
 }
 
 /// The share of a map past which it is aged.
@@ -49,7 +63,7 @@ impl Tracer {
     /// Ages the stack and chain maps that are over half full (see the module
     /// notes). Call it right after a drain, whose rows named what they needed.
     pub fn age_stacks(&mut self) -> Result<Aging> {
-        let (stack_cap, chain_cap) = self.capacity;
+        let Capacity { stacks: stack_cap, chains: chain_cap, .. } = self.capacity;
         let full = |n: usize, cap: u32| n as u64 * HALF as u64 > cap as u64;
         let counts = |t: &Tracer, name| -> Result<usize> {
             Ok(entries::<KernelStack>(t.map(name)?, |_, _| {})?.len())
@@ -116,6 +130,25 @@ impl Tracer {
         }
         self.aged = aged;
         Ok(done)
+    }
+
+    /// Deletes from the kernel's map of the threads goroutines ran on, when it is
+    /// over half full, the pairs of the goroutines no row of `capture` (just
+    /// drained) names: goroutines that ended or sleep long. One that runs again
+    /// is counted again at its next start on a thread other than the one it
+    /// parked from.
+    pub fn age_ran_on(&mut self, capture: &crate::model::Capture) -> Result<u64> {
+        let quiet = crate::model::ran_on::quiet(capture, self.capacity.ran_on / HALF);
+        if quiet.is_empty() {
+            return Ok(0);
+        }
+        let mut m: aya::maps::HashMap<&mut aya::maps::MapData, GoRanOn, u64> =
+            aya::maps::HashMap::try_from(self.map_mut(names::GO_RAN_ON)?)?;
+        let mut deleted = 0;
+        for k in &quiet {
+            deleted += u64::from(m.remove(k).is_ok());
+        }
+        Ok(deleted)
     }
 
     /// Deletes `keys` from map `name`; how many were there.

@@ -163,6 +163,11 @@ impl Tracer {
         }
         // Goroutines get rows of their own again (see `Settings::go_merge_rows`).
         self.set_control(topwaits_common::control::ROWS, 0)?;
+        match self.age_ran_on(&capture) {
+            Ok(0) => {}
+            Ok(n) => log::debug!("forgot the threads of quiet goroutines: {n} pairs"),
+            Err(e) => log::warn!("the threads goroutines ran on could not be aged: {e:#}"),
+        }
         self.aggregate.taken = 0;
         Ok(capture)
     }
@@ -303,8 +308,9 @@ impl Tracer {
             }
         }
         let stacks = self.stacks_named(&records, extra)?;
-        // Never taken out: a goroutine that stays on its thread is counted
-        // there once, when it first starts on it.
+        // Not taken out: a goroutine that stays on its thread is counted there
+        // once, when it first starts on it (a continuous trace forgets only
+        // the goroutines gone quiet, see `age_ran_on`).
         let mut starts = Vec::new();
         batch::each(self.map(names::GO_RAN_ON)?, |k: &GoRanOn, &n: &u64| starts.push((*k, n)))
             .context("failed to read the threads goroutines ran on")?;

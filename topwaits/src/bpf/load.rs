@@ -65,6 +65,9 @@ pub(super) struct Sizes {
     pub(super) unwind_procs: u32,
     /// Rows of on-CPU samples (with `--on-cpu`).
     pub(super) samples: u32,
+    /// (goroutine, thread) pairs whose starts are counted (with goroutines;
+    /// allocated as they come).
+    pub(super) go_ran_on: u32,
 }
 
 impl Sizes {
@@ -83,6 +86,9 @@ impl Sizes {
         }
         if config.on_cpu.is_some() {
             sizes.samples = config.max_entries;
+        }
+        if config.goroutines {
+            sizes.go_ran_on = config.max_entries;
         }
         if config.waker {
             sizes.wake_waits = config.max_entries;
@@ -111,6 +117,7 @@ impl Sizes {
             // Each goroutine's waits, by what it waited on, and where.
             sizes.waits = config.max_entries;
             sizes.stacks = limits::THREADS_GOROUTINE_STACKS;
+            sizes.go_ran_on = config.max_entries;
         }
         if config.on_cpu.is_some() {
             sizes.samples = config.max_entries;
@@ -139,6 +146,7 @@ impl Sizes {
             unwind_nodes: 1,
             unwind_procs: 1,
             samples: 1,
+            go_ran_on: 1,
         }
     }
 }
@@ -196,6 +204,7 @@ pub(super) fn load(
         .map_max_entries(names::UNWIND_NODES, sizes.unwind_nodes)
         .map_max_entries(names::UNWIND_PROCS, sizes.unwind_procs)
         .map_max_entries(names::SAMPLES, sizes.samples)
+        .map_max_entries(names::GO_RAN_ON, sizes.go_ran_on)
         // TASKS is task storage, which aya 0.14 cannot wrap in
         // user space; only the programs use them.
         .allow_unsupported_maps()

@@ -70,8 +70,9 @@ pub struct Tracer {
     walks: bool,
     /// `--on-cpu`: the sampling period (ns).
     sample_period: Option<u64>,
-    /// Entries the stack maps and the chain map hold at most.
-    capacity: (u32, u32),
+    /// Entries the stack maps, the chain map and the map of the threads
+    /// goroutines ran on hold at most.
+    capacity: age::Capacity,
     /// What the last aging deleted (see [`age`]).
     aged: age::Aged,
     /// Drains report the waits in progress since the start too, under the
@@ -193,7 +194,7 @@ impl Tracer {
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
             walks: cfi,
-            capacity: (sizes.stacks, sizes.chains),
+            capacity: age::Capacity::of(&sizes),
             aged: Default::default(),
             seeded_open: false,
             goroutines,
@@ -397,7 +398,7 @@ impl Tracer {
             arrived_at_stop: None,
             sample_period: config.on_cpu.map(sample::period_ns),
             walks: cfi,
-            capacity: (sizes.stacks, sizes.chains),
+            capacity: age::Capacity::of(&sizes),
             aged: Default::default(),
             seeded_open: false,
             aggregate: Aggregate { size: sizes.waits, taken: 0 },

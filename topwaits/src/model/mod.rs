@@ -239,6 +239,10 @@ pub struct Counters {
     /// after the aggregate was half full (see `Settings::go_merge_rows`).
     #[serde(default)]
     pub goroutine_waits_by_stack: u64,
+    /// Starts of a goroutine on a thread not counted, the map of the threads
+    /// goroutines ran on being full: that thread is missing from its list.
+    #[serde(default)]
+    pub goroutine_threads_lost: u64,
     /// Time the threads of Go programs whose goroutines are traced spent idle
     /// in the Go scheduler, left out (set per report; not a kernel counter).
     #[serde(default)]
@@ -284,6 +288,7 @@ impl Counters {
             goroutine_waits: at(c::GO_WAITS),
             goroutine_wakeups: at(c::GO_WAKEUPS),
             goroutine_waits_by_stack: at(c::GO_MERGED),
+            goroutine_threads_lost: at(c::GO_RAN_ON_FULL),
             go_scheduler_idle_ns: 0,
         }
     }
@@ -326,6 +331,9 @@ impl Counters {
             goroutine_waits_by_stack: self
                 .goroutine_waits_by_stack
                 .saturating_sub(earlier.goroutine_waits_by_stack),
+            goroutine_threads_lost: self
+                .goroutine_threads_lost
+                .saturating_sub(earlier.goroutine_threads_lost),
             go_scheduler_idle_ns: self.go_scheduler_idle_ns,
         }
     }
@@ -432,6 +440,15 @@ impl Counters {
                  stack rather than by goroutine (their rows say \"goroutines\"); raise --max-entries to \
                  keep every goroutine's own rows",
                 self.goroutine_waits_by_stack, self.goroutine_waits
+            ));
+        }
+        // Not a loss of time either: a label of the goroutine's rows.
+        if self.goroutine_threads_lost > 0 {
+            w.push(format!(
+                "{} starts of a goroutine on a thread did not fit into the full map of the threads \
+                 goroutines ran on, so some goroutines name fewer threads than they ran on; raise \
+                 --max-entries",
+                self.goroutine_threads_lost
             ));
         }
         // Each such wait lasted into the trace no longer than the walks at its
@@ -836,6 +853,11 @@ mod tests {
         let w = merged.warnings();
         assert!(w.len() == 1 && w[0].starts_with("4 of the 9 goroutine waits"), "{w:?}");
         assert!(w[0].contains("--max-entries") && !merged.any_loss(), "{w:?}");
+        // Threads missing from goroutines' lists: a label lost, not a wait.
+        let threads = Counters { goroutine_threads_lost: 5, ..Default::default() };
+        let w = threads.warnings();
+        assert!(w.len() == 1 && w[0].starts_with("5 starts of a goroutine"), "{w:?}");
+        assert!(w[0].contains("--max-entries") && !threads.any_loss(), "{w:?}");
     }
 
     #[test]

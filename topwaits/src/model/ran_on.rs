@@ -1,7 +1,7 @@
 //! The threads each goroutine ran on: counted in the kernel by goroutine and
 //! thread at each start, kept here by goroutine for its records.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use topwaits_common::golang::{is_goroutine, GoRanOn};
 
@@ -44,6 +44,30 @@ pub fn join(into: &mut Vec<u32>, more: &[u32]) {
     }
 }
 
+/// The (goroutine, thread) pairs of `capture` to forget once it holds more
+/// than `keep`: those of the goroutines none of its records names. None
+/// below that.
+pub fn quiet(capture: &Capture, keep: u32) -> Vec<GoRanOn> {
+    let pairs: usize = capture.ran_on.values().map(Vec::len).sum();
+    if pairs <= keep as usize {
+        return Vec::new();
+    }
+    let named: HashSet<(u32, u64)> = capture
+        .records
+        .iter()
+        .filter(|r| is_goroutine(r.tid) && r.what.obj != 0)
+        .map(|r| (r.tgid, r.what.obj))
+        .collect();
+    let mut out: Vec<GoRanOn> = capture
+        .ran_on
+        .iter()
+        .filter(|(g, _)| !named.contains(g))
+        .flat_map(|(&(tgid, goid), tids)| tids.iter().map(move |&tid| GoRanOn { goid, tgid, tid }))
+        .collect();
+    out.sort_unstable_by_key(|k| (k.tgid, k.goid, k.tid));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +102,25 @@ mod tests {
         // A thread's record whose label names an object.
         (r.tid, r.what.obj) = (101, 7);
         assert!(of(&capture, &r).is_empty());
+    }
+
+    #[test]
+    fn over_half_full_the_goroutines_no_record_names_are_forgotten() {
+        let ran_on = by_goroutine([
+            (start(7, 101), 3),
+            (start(7, 102), 1),
+            (start(8, 101), 1),
+            (start(9, 103), 1),
+        ]);
+        let mut r = crate::model::fixtures::raw_record(100, tid_of(7));
+        r.what.obj = 7;
+        // A thread's record naming object 9 keeps nothing of goroutine 9.
+        let mut thread = crate::model::fixtures::raw_record(100, 101);
+        thread.what.obj = 9;
+        let capture = Capture { ran_on, records: vec![r, thread], ..Default::default() };
+        assert_eq!(quiet(&capture, 3), [start(8, 101), start(9, 103)]);
+        // At or under the mark, nothing goes.
+        assert!(quiet(&capture, 4).is_empty());
     }
 
     #[test]

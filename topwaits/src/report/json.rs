@@ -130,6 +130,7 @@ pub fn lost(c: &Counters) -> Value {
         "wait_events": c.lost_wait_events,
         "unended_waits": c.unended,
         "proc_events": c.lost_proc_events,
+        "goroutine_threads": c.goroutine_threads_lost,
     })
 }
 

@@ -130,6 +130,7 @@ fn tracer_counters(out: &mut String, m: &Metrics, own: &Own) {
         ("process_events", c.lost_proc_events),
         ("unended_waits", c.unended),
         ("clock_went_back", c.negative_deltas),
+        ("goroutine_thread_map_full", c.goroutine_threads_lost),
     ] {
         let _ = writeln!(out, "topwaits_lost_total{{reason=\"{reason}\"}} {n}");
     }

@@ -5,6 +5,7 @@
 //! (`names::Resolver`); and what monitor each Java thread waits for
 //! (`monitors`).
 
+pub mod debug;
 pub mod monitors;
 pub mod names;
 
@@ -131,6 +132,9 @@ pub struct Layout {
     /// `&StubRoutines::_call_stub_return_address`, where the JVM's calls from
     /// C++ into Java return; 0 where vmStructs does not give it.
     pub call_stub_return: u64,
+    /// Where compiled code keeps its inlined methods and lines; None where
+    /// vmStructs describes another layout than the one read.
+    pub debug: Option<debug::DebugLayout>,
 }
 
 /// The static field [`Layout::call_stub_return`] is read from, if there.
@@ -242,6 +246,7 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
         .iter()
         .chain(MOVED.iter().map(|m| &m.1))
         .chain([&CALL_STUB_RETURN])
+        .chain(&debug::FIELDS)
         .map(|f| f.0)
         .collect();
     kinds.dedup();
@@ -259,8 +264,9 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
             .with_context(|| format!("HotSpot without {ty}::{field} in its vmStructs"))?;
         values[i] = *v;
     }
-    let sizes =
-        entries(mem, (types, t_stride, t_name), None, &[t_size], &["ConstantPool", "HeapBlock"])?;
+    let mut sized = vec!["ConstantPool", "HeapBlock"];
+    sized.extend(debug::SIZES);
+    let sizes = entries(mem, (types, t_stride, t_name), None, &[t_size], &sized)?;
     let size_of = |ty: &str| {
         sizes
             .iter()
@@ -300,6 +306,10 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
             .map_or(0, |(_, _, v)| *v),
         cp_size: size_of("ConstantPool")?,
         block_size: size_of("HeapBlock")?,
+        debug: debug::DebugLayout::of(
+            |ty, field| found.iter().find(|(t, f, _)| t == ty && f == field).map(|(_, _, v)| *v),
+            |ty| size_of(ty).ok(),
+        ),
     })
 }
 

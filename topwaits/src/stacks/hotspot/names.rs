@@ -52,16 +52,20 @@ pub(super) fn class_name(internal: &str) -> String {
     name.replace('/', ".")
 }
 
-/// What the code cache holds at a pc: the method compiled there, or the name
-/// of the stub (`Interpreter`, `StubRoutines (1)`, ...).
+/// What the code cache holds at a pc: the Java frames of compiled code, or
+/// the name of the stub (`Interpreter`, `StubRoutines (1)`, ...).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Code {
-    Method(String),
+    /// Innermost first: at a call whose scopes read (see `debug`), the methods
+    /// inlined there and last the one compiled, each with its source line;
+    /// else the compiled method alone.
+    Method(Vec<String>),
     Stub(String),
 }
 
-/// The code blob in the cache that holds `pc`, named: found as the walker
-/// finds it, with more hops allowed (user space has no verifier to please).
+/// The code blob in the cache that holds `pc` (a return address less one),
+/// named: found as the walker finds it, with more hops allowed (user space
+/// has no verifier to please).
 pub fn code_at(mem: &dyn Memory, l: &Layout, pc: u64) -> Option<Code> {
     let code = super::code_of(mem, l)?;
     let blob = code.blob_at(pc, jvm_block_start(|a| mem.byte(a), MAX_HOPS))?;
@@ -77,8 +81,13 @@ pub fn code_at(mem: &dyn Memory, l: &Layout, pc: u64) -> Option<Code> {
         return Some(Code::Stub("StubRoutines::call_stub".into()));
     }
     if name.contains("nmethod") {
+        // A call's return address is the byte after `pc`.
+        let ret = pc.checked_add(1)?;
+        if let Some(frames) = l.debug.and_then(|d| super::debug::frames_at(mem, l, &d, blob, ret)) {
+            return Some(Code::Method(frames));
+        }
         let method = mem.word(blob + l.compiled_method)?;
-        return method_name(mem, l, method).map(Code::Method);
+        return method_name(mem, l, method).map(|m| Code::Method(vec![m]));
     }
     Some(Code::Stub(name))
 }
@@ -101,6 +110,8 @@ pub struct Resolver {
     /// Each process's layout, None where it is no JVM.
     layouts: HashMap<u32, Option<Layout>>,
     names: HashMap<(u32, u64), Option<String>>,
+    /// The frames of each code cache address, innermost first.
+    code: HashMap<(u32, u64), Option<Vec<String>>>,
 }
 
 impl Resolver {
@@ -109,6 +120,7 @@ impl Resolver {
         self.layouts.remove(&tgid);
         self.jvms.forget(tgid);
         self.names.retain(|&(t, _), _| t != tgid);
+        self.code.retain(|&(t, _), _| t != tgid);
     }
 
     /// Kept once read, and for a process that maps no JVM; a JVM that is
@@ -135,16 +147,18 @@ impl Resolver {
         frame_of(word, name.clone())
     }
 
-    /// The frame for address `pc` of process `tgid`, in no file, if the
-    /// process is a JVM and its code cache holds the address.
-    pub fn code(&mut self, tgid: u32, pc: u64) -> Option<Frame> {
+    /// The frames for return address `ret` of process `tgid`, in no file, if
+    /// the process is a JVM and its code cache holds the address: innermost
+    /// first, the methods inlined at the call before the one compiled.
+    pub fn code(&mut self, tgid: u32, ret: u64) -> Option<Vec<Frame>> {
         let l = self.layout(tgid)?;
-        let name = self.names.entry((tgid, pc)).or_insert_with(|| {
-            code_at(&ProcessMemory { pid: tgid }, &l, pc).map(|c| match c {
-                Code::Method(m) => m,
-                Code::Stub(s) => format!("[jvm:{s}]"),
+        let names = self.code.entry((tgid, ret)).or_insert_with(|| {
+            code_at(&ProcessMemory { pid: tgid }, &l, ret.wrapping_sub(1)).map(|c| match c {
+                Code::Method(frames) => frames,
+                Code::Stub(s) => vec![format!("[jvm:{s}]")],
             })
         });
-        name.clone().map(|n| frame_of(pc, Some(n)))
+        let names = names.as_ref()?;
+        Some(names.iter().map(|n| frame_of(ret, Some(n.clone()))).collect())
     }
 }

@@ -163,7 +163,7 @@ fn code_is_found_through_the_segment_map_and_named() {
     assert_eq!(code_at(&m, &l, low + 148), call_stub, "the call's own address");
     assert_eq!(code_at(&m, &l, low + 151), Some(Code::Stub("StubRoutines (1)".into())));
     assert_eq!(code_at(&m, &l, low + 140), Some(Code::Stub("StubRoutines (1)".into())));
-    assert_eq!(code_at(&m, &l, low + 5 * 128 + 3), Some(Code::Method("Turns.handle".into())));
+    assert_eq!(code_at(&m, &l, low + 5 * 128 + 3), Some(Code::Method(vec!["Turns.handle".into()])));
     assert_eq!(code_at(&m, &l, low + 6 * 128), None, "a free segment");
     assert_eq!(code_at(&m, &l, low + 0x1_0000), None, "past the heap");
     // The walker's view: the heap and its map, and the nmethod's frame size.
@@ -363,4 +363,109 @@ fn an_internal_monitor_is_the_global_lock_whose_condition_variable_holds_the_wor
     assert_eq!(lock_at(&locks, 0x1100), None);
     assert_eq!(lock_at(&locks, 0xfff), None);
     assert_eq!(lock_at(&[], 0x1000), None);
+}
+
+/// JDK 17's offsets for `debug`, as its vmStructs give them.
+fn jdk17_debug() -> debug::DebugLayout {
+    debug::DebugLayout {
+        code_begin: 32,
+        scopes_data_begin: 120,
+        scopes_pcs_offset: 268,
+        dependencies_offset: 272,
+        metadata_offset: 260,
+        pc_desc_size: 16,
+        pc_offset: 0,
+        scope_decode_offset: 4,
+        const_size: 48,
+        const_flags: 28,
+        const_code_size: 32,
+        const_method_size: 24,
+        cp_source_file: 54,
+    }
+}
+
+/// Gives the method at `at` (see [`method`]) the source file Turns.java and
+/// ten bytes of code whose line table says: bci 0 is line 12, bci 4 line 13.
+fn with_lines(m: &mut Bytes, at: u64) {
+    let (cm, cp) = (at + 0x100, at + 0x200);
+    m.put(cp + 54, &5u16.to_le_bytes());
+    let file = symbol(m, at + 0x700, "Turns.java");
+    m.put_word(cp + 72 + 8 * 5, file);
+    m.put(cm + 28, &1u16.to_le_bytes());
+    m.put(cm + 32, &10u16.to_le_bytes());
+    m.put(cm + 24, &16u32.to_le_bytes());
+    // (0, 12) by the escape, as a delta of 12 lines needs; (4, 13) in a byte.
+    m.put(cm + 48 + 10, &[0xff, 0, 24, 4 << 3 | 1, 0]);
+}
+
+#[test]
+fn a_call_in_compiled_code_names_the_methods_inlined_there_with_lines() {
+    let mut m = Bytes::default();
+    let vars = tables(&mut m);
+    let l = layout_of(&m, &vars).unwrap();
+    assert_eq!(l.debug, None, "a table without PcDesc describes no scopes");
+    let d = jdk17_debug();
+    let inner = method(&mut m, 0x5_0000, "Turns", "sleepHoldingTheLock");
+    let outer = method(&mut m, 0x6_0000, "Turns", "handle");
+    with_lines(&mut m, inner);
+    with_lines(&mut m, outer);
+    let (nm, code) = (0x8_0000u64, 0x8_1000u64);
+    m.put_word(nm + 32, code);
+    m.put(nm + 260, &0x200u32.to_le_bytes());
+    m.put_word(nm + 120, nm + 0x300);
+    m.put(nm + 268, &0x400u32.to_le_bytes());
+    m.put(nm + 272, &(0x400u32 + 3 * 16).to_le_bytes());
+    m.put_word(nm + 0x200, outer);
+    m.put_word(nm + 0x208, inner);
+    // Scopes: at 1 the compiled method at bci 4 (stored plus one); at 4 the
+    // method inlined into it, at bci 0, whose sender is the scope at 1.
+    m.put(nm + 0x300, &[0, 0, 1, 5, 1, 2, 1]);
+    for (i, (pc, scope)) in [(-1i32, 0u32), (0x40, 4), (0x80, 0)].iter().enumerate() {
+        let at = nm + 0x400 + 16 * i as u64;
+        m.put(at, &[0; 16]);
+        m.put(at, &pc.to_le_bytes());
+        m.put(at + 4, &scope.to_le_bytes());
+    }
+    assert_eq!(debug::scopes_at(&m, &d, nm, code + 0x40), Some(vec![(inner, 0), (outer, 4)]));
+    let frames = debug::frames_at(&m, &l, &d, nm, code + 0x40).unwrap();
+    assert_eq!(
+        frames,
+        ["Turns.sleepHoldingTheLock (Turns.java:12)", "Turns.handle (Turns.java:13)"]
+    );
+    // No PcDesc at that return address, or one without a scope: nothing.
+    assert_eq!(debug::scopes_at(&m, &d, nm, code + 0x50), None);
+    assert_eq!(debug::scopes_at(&m, &d, nm, code + 0x80), None);
+    assert_eq!(debug::scopes_at(&m, &d, nm, code - 8), None);
+    // Between two entries of the table, the line of the one before.
+    assert_eq!(debug::line_of(&m, &l, &d, outer, 2), Some(12));
+    assert_eq!(debug::line_of(&m, &l, &d, outer, 9), Some(13));
+    assert_eq!(debug::line_of(&m, &l, &d, outer, -1), Some(12), "the method's entry");
+    // A method without a line table: its file alone.
+    m.put(0x6_0000 + 0x100 + 28, &0u16.to_le_bytes());
+    assert_eq!(
+        debug::placed_name(&m, &l, &d, outer, 4).as_deref(),
+        Some("Turns.handle (Turns.java)")
+    );
+    // A scope naming metadata past its end: nothing, not a guess.
+    m.put(nm + 0x300 + 5, &[9]);
+    assert_eq!(debug::scopes_at(&m, &d, nm, code + 0x40), None);
+}
+
+#[test]
+fn the_debug_layout_needs_every_field_and_size() {
+    let d = jdk17_debug();
+    let field = |ty: &str, f: &str| {
+        let i = debug::FIELDS.iter().position(|&(t, n)| (t, n) == (ty, f))?;
+        Some([32u64, 120, 268, 272, 260, 0, 4, 28, 32, 24, 54][i])
+    };
+    let size = |ty: &str| match ty {
+        "PcDesc" => Some(16),
+        "ConstMethod" => Some(48),
+        _ => None,
+    };
+    assert_eq!(debug::DebugLayout::of(field, size), Some(d));
+    // JDK 23 and later keep no CompiledMethod: their layout is not read.
+    let later = |ty: &str, f: &str| if ty == "CompiledMethod" { None } else { field(ty, f) };
+    assert_eq!(debug::DebugLayout::of(later, size), None);
+    assert_eq!(debug::DebugLayout::of(field, |_| None), None);
 }

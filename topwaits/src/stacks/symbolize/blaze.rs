@@ -739,14 +739,24 @@ impl Symbolizer for BlazeSymbolizer {
             addrs.iter().map(|&a| named.remove(&a).unwrap_or_else(|| Frame::unknown(a))).collect();
         if let Some(maps) = maps {
             self.name_by_module(tgid, &root, maps, &mut frames);
-            // Code in no file: a JVM's code cache names what it compiled.
-            for f in frames.iter_mut().filter(|f| f.symbol.is_none()) {
-                if procfs::mapping_of(maps, f.addr).is_none() && live {
-                    // A return address: the call is the byte before.
-                    if let Some(named) = self.java.code(tgid, f.addr.wrapping_sub(1)) {
-                        *f = Frame { addr: f.addr, ..named };
+            // Code in no file: a JVM's code cache names what it compiled, and
+            // the methods inlined at the call, as frames of the same address
+            // before it (innermost first).
+            let in_jit =
+                |f: &Frame| f.symbol.is_none() && procfs::mapping_of(maps, f.addr).is_none();
+            if live && frames.iter().any(in_jit) {
+                let mut out = Vec::with_capacity(frames.len());
+                for f in frames {
+                    // The return address, the byte after the lookup address.
+                    match in_jit(&f).then(|| self.java.code(tgid, f.addr.wrapping_add(1))).flatten()
+                    {
+                        Some(named) => {
+                            out.extend(named.into_iter().map(|n| Frame { addr: f.addr, ..n }))
+                        }
+                        None => out.push(f),
                     }
                 }
+                frames = out;
             }
         }
         if let Some(k) = kept {

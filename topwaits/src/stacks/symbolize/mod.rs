@@ -25,6 +25,9 @@ type FrameKey = (Option<u32>, u64, bool);
 /// Resolves addresses to frames, one batch at a time, in the order given.
 pub trait Symbolizer {
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Frame>;
+    /// One frame per address; but where a JVM compiled methods inline into
+    /// the one at an address, their frames come first, with the same
+    /// address, innermost first.
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame>;
     /// A report begins naming its frames: what was read for the last one (a
     /// live process's maps) is read again when next needed.
@@ -328,6 +331,9 @@ fn stack_of<'a>(
 struct Names {
     kernel: FastMap<u64, Frame>,
     user: FastMap<(u32, u64), Frame>,
+    /// The frames inlined at a user address, innermost first (see
+    /// [`Symbolizer::user`]).
+    inlined: FastMap<(u32, u64), Vec<Frame>>,
     python: FastMap<(u32, u64), Frame>,
 }
 
@@ -368,13 +374,23 @@ impl Names {
             sym.kernel(&kaddrs).into_iter().map(|f| (f.addr, f)).collect()
         };
         let mut user: FastMap<(u32, u64), Frame> = FastMap::default();
+        let mut inlined: FastMap<(u32, u64), Vec<Frame>> = FastMap::default();
         let mut tgids: Vec<_> = per_proc.keys().copied().collect();
         tgids.sort_unstable();
         for tgid in tgids {
             let mut addrs: Vec<u64> =
                 per_proc.remove(&tgid).unwrap_or_default().into_iter().collect();
             addrs.sort_unstable();
-            for f in sym.user(tgid, &addrs) {
+            let mut before: Vec<Frame> = Vec::new();
+            let mut got = sym.user(tgid, &addrs).into_iter().peekable();
+            while let Some(f) = got.next() {
+                if got.peek().is_some_and(|next| next.addr == f.addr) {
+                    before.push(f);
+                    continue;
+                }
+                if !before.is_empty() {
+                    inlined.insert((tgid, f.addr), std::mem::take(&mut before));
+                }
                 user.insert((tgid, f.addr), f);
             }
         }
@@ -386,7 +402,7 @@ impl Names {
                 pyframes.insert((tgid, f.addr), f);
             }
         }
-        Names { kernel, user, python: pyframes }
+        Names { kernel, user, inlined, python: pyframes }
     }
 }
 
@@ -495,15 +511,18 @@ fn frames(
         // anywhere else is junk a frame-pointer walk read (shown as "[cut]"
         // mid-stack, once).
         if i + 1 < addrs.len() && cut_frame(a).is_some() {
-            junk.get_or_insert(i);
+            junk.get_or_insert(frames.len());
             frames.push(Arc::new(Frame::unknown(a)));
             continue;
+        }
+        if let Some(inlined) = owner.and_then(|t| names.inlined.get(&(t, lookup_addr(i, a)))) {
+            frames.extend(inlined.iter().map(|f| Arc::new(frame_at(i, a, Some(f)))));
         }
         let (frame, code) = shared_frames
             .entry((owner, a, i == 0))
             .or_insert_with(|| frame_named(names, sym, space, i, a));
         if !*code && junk.is_none() {
-            junk = Some(i);
+            junk = Some(frames.len());
         }
         frames.push(frame.clone());
     }
@@ -552,6 +571,8 @@ pub(crate) mod tests {
         pub leaf_batches: usize,
         /// Kernel addresses that lie inside a symbol, not at its start.
         pub kernel_inside: Vec<u64>,
+        /// Names of frames inlined at a user address, given before its own.
+        pub inlined: HashMap<u64, Vec<String>>,
     }
 
     impl Symbolizer for FakeSymbolizer {
@@ -569,24 +590,16 @@ pub(crate) mod tests {
         }
         fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
             self.user_calls += 1;
-            addrs
-                .iter()
-                .map(|&a| match self.names.get(&a) {
-                    Some(n) if n == "?" => Frame::unknown(a),
-                    Some(n) => Frame {
-                        addr: a,
-                        symbol: Some(n.as_str().into()),
-                        module: Some("app".into()),
-                        offset: Some(4),
-                    },
-                    None => Frame {
-                        addr: a,
-                        symbol: Some(format!("u{tgid}_{a:x}").into()),
-                        module: Some("app".into()),
-                        offset: Some(4),
-                    },
+            let inlined = |a: u64| {
+                let names = self.inlined.get(&a).cloned().unwrap_or_default();
+                names.into_iter().map(move |n| Frame {
+                    addr: a,
+                    symbol: Some(n.into()),
+                    module: None,
+                    offset: None,
                 })
-                .collect()
+            };
+            addrs.iter().flat_map(|&a| inlined(a).chain([self.own(tgid, a)])).collect()
         }
         fn leaf_callers(
             &mut self,
@@ -598,6 +611,27 @@ pub(crate) mod tests {
                 .iter()
                 .map(|(_, words)| words.iter().copied().find(|w| self.callers.contains(w)))
                 .collect()
+        }
+    }
+
+    impl FakeSymbolizer {
+        /// The frame of user address `a` itself.
+        fn own(&self, tgid: u32, a: u64) -> Frame {
+            match self.names.get(&a) {
+                Some(n) if n == "?" => Frame::unknown(a),
+                Some(n) => Frame {
+                    addr: a,
+                    symbol: Some(n.as_str().into()),
+                    module: Some("app".into()),
+                    offset: Some(4),
+                },
+                None => Frame {
+                    addr: a,
+                    symbol: Some(format!("u{tgid}_{a:x}").into()),
+                    module: Some("app".into()),
+                    offset: Some(4),
+                },
+            }
         }
     }
 
@@ -684,6 +718,48 @@ pub(crate) mod tests {
         deep.push(frame(Some("bpf_trace_run4")));
         trim_machinery(&mut deep);
         assert_eq!(deep.len(), 10, "only the leaf end is trimmed");
+    }
+
+    /// A JVM's compiled frame comes with the methods inlined at its call:
+    /// they go before it, innermost first, in every stack that has it, and the
+    /// stack's own frames keep their order around them.
+    #[test]
+    fn frames_inlined_at_an_address_go_before_its_own() {
+        let capture = Capture {
+            records: vec![
+                raw(11, StackId::None, StackId::Id(1)),
+                raw(12, StackId::None, StackId::Id(2)),
+            ],
+            stacks: [(1, vec![0x10, 0x41, 0x61]), (2, vec![0x41])].into_iter().collect(),
+            ..Default::default()
+        };
+        let mut sym = FakeSymbolizer {
+            names: names(&[(0x40, "Turns.lambda (Turns.java:21)")]),
+            inlined: [(
+                0x40,
+                vec!["Turns.sleep (Turns.java:8)".into(), "Turns.handle (Turns.java:13)".into()],
+            )]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        let recs = resolve(&capture, &mut sym).records;
+        let u = |i: usize| -> Vec<String> {
+            recs[i].user.frames().iter().map(|f| f.name().to_string()).collect()
+        };
+        assert_eq!(
+            u(0),
+            [
+                "u10_10",
+                "Turns.sleep (Turns.java:8)",
+                "Turns.handle (Turns.java:13)",
+                "Turns.lambda (Turns.java:21)",
+                "u10_60"
+            ]
+        );
+        // As a leaf the address is looked up as itself, where nothing is inlined.
+        assert_eq!(u(1), ["u10_41"]);
+        assert!(recs[0].user.frames()[1..4].iter().all(|f| f.addr == 0x41), "the call's address");
     }
 
     #[test]

@@ -1,0 +1,315 @@
+//! Where in its Java methods compiled code was: a return address into an
+//! nmethod is found among the nmethod's `PcDesc`s, whose scope, decoded, gives
+//! the methods the compiler inlined at that call with their bytecode indexes;
+//! each index is turned into a source line through its method's line number
+//! table. The layout is JDK 17's, as its vmStructs describe it; a HotSpot that
+//! describes another (JDK 23 moved this data out of the nmethod) gets the
+//! compiled method alone, as before.
+
+use super::names::{method_name, symbol};
+use super::Layout;
+use crate::sys::memory::Memory;
+
+/// The offsets this module reads by, from vmStructs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DebugLayout {
+    /// `CodeBlob::_code_begin`: where the nmethod's instructions start.
+    pub code_begin: u64,
+    /// `CompiledMethod::_scopes_data_begin`, a pointer.
+    pub scopes_data_begin: u64,
+    /// `nmethod::_scopes_pcs_offset`, `_dependencies_offset` (where the
+    /// `PcDesc`s end) and `_metadata_offset`: ints, from the nmethod's start.
+    pub scopes_pcs_offset: u64,
+    pub dependencies_offset: u64,
+    pub metadata_offset: u64,
+    /// `sizeof(PcDesc)`, its `_pc_offset` and `_scope_decode_offset`.
+    pub pc_desc_size: u64,
+    pub pc_offset: u64,
+    pub scope_decode_offset: u64,
+    /// `sizeof(ConstMethod)` (its bytecodes follow it, and the line number
+    /// table them), its `_flags`, `_code_size` and `_constMethod_size` (in
+    /// words).
+    pub const_size: u64,
+    pub const_flags: u64,
+    pub const_code_size: u64,
+    pub const_method_size: u64,
+    /// `ConstantPool::_source_file_name_index`.
+    pub cp_source_file: u64,
+}
+
+/// The (type, field) of each [`DebugLayout`] offset read from the struct
+/// table, in the order [`DebugLayout::of`] takes them.
+pub const FIELDS: [(&str, &str); 11] = [
+    ("CodeBlob", "_code_begin"),
+    ("CompiledMethod", "_scopes_data_begin"),
+    ("nmethod", "_scopes_pcs_offset"),
+    ("nmethod", "_dependencies_offset"),
+    ("nmethod", "_metadata_offset"),
+    ("PcDesc", "_pc_offset"),
+    ("PcDesc", "_scope_decode_offset"),
+    ("ConstMethod", "_flags"),
+    ("ConstMethod", "_code_size"),
+    ("ConstMethod", "_constMethod_size"),
+    ("ConstantPool", "_source_file_name_index"),
+];
+
+/// The types whose sizes it needs.
+pub const SIZES: [&str; 2] = ["PcDesc", "ConstMethod"];
+
+/// `ConstMethod::_has_linenumber_table`, bit 0 of its flags from JDK 8 to 25.
+const HAS_LINE_NUMBERS: u16 = 1;
+
+/// The little-endian `u2` at `addr`.
+fn u16_at(mem: &dyn Memory, addr: u64) -> Option<u16> {
+    let b = mem.bytes(addr, 2)?;
+    Some(u16::from_le_bytes([b[0], b[1]]))
+}
+
+/// Most `PcDesc`s read from one nmethod, and most scopes followed out of one
+/// call (HotSpot's inlining depth is 15 by default).
+const MAX_PC_DESCS: u64 = 1 << 16;
+const MAX_SCOPES: usize = 64;
+/// Most bytes of a line number table read.
+const MAX_LINE_TABLE: u64 = 1 << 16;
+
+impl DebugLayout {
+    /// From the fields found (`field`: a field's offset, None where the table
+    /// lacks it) and the sizes; None where any is missing.
+    pub fn of(
+        field: impl Fn(&str, &str) -> Option<u64>,
+        size: impl Fn(&str) -> Option<u64>,
+    ) -> Option<Self> {
+        let mut v = [0u64; FIELDS.len()];
+        for (slot, (ty, f)) in v.iter_mut().zip(FIELDS) {
+            *slot = field(ty, f)?;
+        }
+        Some(DebugLayout {
+            code_begin: v[0],
+            scopes_data_begin: v[1],
+            scopes_pcs_offset: v[2],
+            dependencies_offset: v[3],
+            metadata_offset: v[4],
+            pc_offset: v[5],
+            scope_decode_offset: v[6],
+            const_flags: v[7],
+            const_code_size: v[8],
+            const_method_size: v[9],
+            cp_source_file: v[10],
+            pc_desc_size: size("PcDesc").filter(|&s| s >= 8)?,
+            const_size: size("ConstMethod")?,
+        })
+    }
+}
+
+/// One int of HotSpot's `CompressedReadStream` (JDK 17): a byte under 192
+/// is the value; a byte from 192 up is followed by more, each adding 64
+/// times more, up to five bytes, the last of any value.
+fn read_int(bytes: &[u8], pos: &mut usize) -> Option<u32> {
+    const L: u32 = 192;
+    let b0 = *bytes.get(*pos)? as u32;
+    *pos += 1;
+    if b0 < L {
+        return Some(b0);
+    }
+    let mut sum = b0;
+    let mut shift = 6;
+    for i in 1..=4 {
+        let b = *bytes.get(*pos)? as u32;
+        *pos += 1;
+        sum = sum.wrapping_add(b << shift);
+        if b < L || i == 4 {
+            return Some(sum);
+        }
+        shift += 6;
+    }
+    None
+}
+
+/// A signed int of the same stream (zigzag: the sign in the low bit).
+fn read_signed(bytes: &[u8], pos: &mut usize) -> Option<i32> {
+    let v = read_int(bytes, pos)?;
+    Some((v >> 1) as i32 ^ -((v & 1) as i32))
+}
+
+/// The `Method*` and bytecode index of each scope of the call in nmethod
+/// `nm` that returns to `ret`, innermost (the method inlined deepest) first;
+/// None where no `PcDesc` is at that return address or what it names does
+/// not read.
+pub fn scopes_at(mem: &dyn Memory, d: &DebugLayout, nm: u64, ret: u64) -> Option<Vec<(u64, i32)>> {
+    let code = mem.word(nm + d.code_begin)?;
+    let offset = i32::try_from(ret.checked_sub(code)?).ok()?;
+    let pcs = nm + mem.u32(nm + d.scopes_pcs_offset)? as u64;
+    let pcs_end = nm + mem.u32(nm + d.dependencies_offset)? as u64;
+    let n = (pcs_end.checked_sub(pcs)? / d.pc_desc_size).min(MAX_PC_DESCS);
+    let descs = mem.bytes(pcs, (n * d.pc_desc_size) as usize)?;
+    let field = |i: u64, at: u64| {
+        let o = (i * d.pc_desc_size + at) as usize;
+        i32::from_le_bytes(descs[o..o + 4].try_into().unwrap())
+    };
+    // Sorted by pc offset (the first, at -1, a sentinel).
+    let (mut lo, mut hi) = (0u64, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if field(mid, d.pc_offset) < offset {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo >= n || field(lo, d.pc_offset) != offset {
+        return None;
+    }
+    let mut decode = field(lo, d.scope_decode_offset) as u32;
+    let data = mem.word(nm + d.scopes_data_begin)?;
+    let metadata = nm + mem.u32(nm + d.metadata_offset)? as u64;
+    // The scopes data ends where the PcDescs begin; the metadata where the
+    // scopes data begins.
+    let data_len = pcs.checked_sub(data)?;
+    let mut out = Vec::new();
+    while decode != 0 && out.len() < MAX_SCOPES {
+        if decode as u64 >= data_len {
+            return None;
+        }
+        let at = data + decode as u64;
+        // Three ints of at most five bytes each, as far as they read.
+        let mut head = [0u8; 15];
+        let want = head.len().min((data_len - decode as u64) as usize);
+        let got = mem.read(at, &mut head[..want]);
+        let head = &head[..got];
+        let mut pos = 0;
+        let sender = read_int(head, &mut pos)?;
+        let index = read_int(head, &mut pos)? as u64;
+        let bci = read_int(head, &mut pos)? as i32 - 1;
+        let slot = metadata + 8 * index.checked_sub(1)?;
+        if slot + 8 > data {
+            return None;
+        }
+        out.push((mem.word(slot).filter(|&m| m != 0)?, bci));
+        decode = sender;
+    }
+    (!out.is_empty() && decode == 0).then_some(out)
+}
+
+/// The source line of bytecode index `bci` of `Method*` `method`, as HotSpot
+/// finds it: the table's entry at that index, else the last one before it.
+pub fn line_of(
+    mem: &dyn Memory,
+    l: &Layout,
+    d: &DebugLayout,
+    method: u64,
+    bci: i32,
+) -> Option<u32> {
+    let cm = mem.word(method + l.method_const).filter(|&p| p != 0)?;
+    if u16_at(mem, cm + d.const_flags)? & HAS_LINE_NUMBERS == 0 {
+        return None;
+    }
+    let code_size = u16_at(mem, cm + d.const_code_size)?;
+    let size = 8 * mem.u32(cm + d.const_method_size)? as u64;
+    let table = d.const_size + code_size as u64;
+    let mut bytes = vec![0u8; size.checked_sub(table)?.min(MAX_LINE_TABLE) as usize];
+    let got = mem.read(cm + table, &mut bytes);
+    bytes.truncate(got);
+    let target = bci.max(0);
+    let (mut at_bci, mut line) = (0i32, 0i32);
+    let mut best: Option<(i32, i32)> = None;
+    let mut pos = 0;
+    loop {
+        let b = *bytes.get(pos)?;
+        pos += 1;
+        match b {
+            0 => break,
+            0xff => {
+                at_bci = at_bci.wrapping_add(read_signed(&bytes, &mut pos)?);
+                line = line.wrapping_add(read_signed(&bytes, &mut pos)?);
+            }
+            b => {
+                at_bci += (b >> 3) as i32;
+                line += (b & 7) as i32;
+            }
+        }
+        if at_bci == target {
+            return u32::try_from(line).ok();
+        }
+        if at_bci < target && best.is_none_or(|(b, _)| at_bci >= b) {
+            best = Some((at_bci, line));
+        }
+    }
+    best.and_then(|(_, line)| u32::try_from(line).ok())
+}
+
+/// The source file `Method*` `method`'s class was compiled from.
+pub fn source_file(mem: &dyn Memory, l: &Layout, d: &DebugLayout, method: u64) -> Option<String> {
+    let cm = mem.word(method + l.method_const).filter(|&p| p != 0)?;
+    let cp = mem.word(cm + l.const_constants).filter(|&p| p != 0)?;
+    let index = u16_at(mem, cp + d.cp_source_file)? as u64;
+    if index == 0 {
+        return None;
+    }
+    symbol(mem, l, mem.word(cp + l.cp_size + 8 * index)?)
+}
+
+/// `Class.method (File.java:LINE)`, with as much of the place as reads.
+pub fn placed_name(
+    mem: &dyn Memory,
+    l: &Layout,
+    d: &DebugLayout,
+    method: u64,
+    bci: i32,
+) -> Option<String> {
+    let name = method_name(mem, l, method)?;
+    Some(match (source_file(mem, l, d, method), line_of(mem, l, d, method, bci)) {
+        (Some(file), Some(line)) => format!("{name} ({file}:{line})"),
+        (Some(file), None) => format!("{name} ({file})"),
+        _ => name,
+    })
+}
+
+/// The Java frames of the call in nmethod `nm` that returns to `ret`,
+/// innermost first, each named with its place; None where its scopes do not
+/// read (the caller then names the compiled method alone).
+pub fn frames_at(
+    mem: &dyn Memory,
+    l: &Layout,
+    d: &DebugLayout,
+    nm: u64,
+    ret: u64,
+) -> Option<Vec<String>> {
+    let scopes = scopes_at(mem, d, nm, ret)?;
+    scopes.iter().map(|&(m, bci)| placed_name(mem, l, d, m, bci)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// HotSpot's writer for [`read_int`], as `CompressedWriteStream` codes.
+    pub(crate) fn write_int(out: &mut Vec<u8>, mut v: u32) {
+        for i in 0..5 {
+            if v < 192 || i == 4 {
+                out.push(v as u8);
+                return;
+            }
+            v -= 192;
+            out.push(192 + (v % 64) as u8);
+            v /= 64;
+        }
+    }
+
+    #[test]
+    fn compressed_ints_read_back_as_hotspot_writes_them() {
+        for v in [0u32, 1, 191, 192, 255, 256, 12_345, 1 << 20, 123_456_789, 1 << 30] {
+            let mut b = Vec::new();
+            write_int(&mut b, v);
+            let mut pos = 0;
+            assert_eq!(read_int(&b, &mut pos), Some(v), "{v} as {b:?}");
+            assert_eq!(pos, b.len());
+        }
+        // A stream that ends inside an int.
+        assert_eq!(read_int(&[200], &mut 0), None);
+        for v in [0i32, 1, -1, 63, -64, 1000, -1000] {
+            let mut b = Vec::new();
+            write_int(&mut b, ((v << 1) ^ (v >> 31)) as u32);
+            assert_eq!(read_signed(&b, &mut 0), Some(v));
+        }
+    }
+}

@@ -32,11 +32,29 @@ pub const fn v8_shared(word: u64) -> u64 {
 /// The tag of an interpreted Java frame's word: bit 60 alone of the top four.
 pub const JVM_FRAME: u64 = 1 << 60;
 
+/// Where an interpreted Java frame's word keeps the low bits of its
+/// bytecode pointer (bits 47-58), and the bit that says they are there.
+const JVM_BCP_SHIFT: u32 = 47;
+pub const JVM_BCP_BITS: u64 = (1 << 12) - 1;
+const JVM_BCP_HERE: u64 = 1 << 59;
+
 /// The word for an interpreted Java frame running the method at `method` (a
-/// HotSpot `Method*`).
+/// HotSpot `Method*`), at the bytecode at `bcp` (0: not known). Of the
+/// pointer only its low 12 bits are kept, which give the bytecode's index in
+/// a method of up to 4,096 bytes of code: [`jvm_bcp_low`].
 #[inline(always)]
-pub const fn jvm_word(method: u64) -> u64 {
-    JVM_FRAME | (method & V8_PTR_BITS)
+pub const fn jvm_word(method: u64, bcp: u64) -> u64 {
+    let at = if bcp == 0 { 0 } else { JVM_BCP_HERE | (bcp & JVM_BCP_BITS) << JVM_BCP_SHIFT };
+    JVM_FRAME | at | (method & V8_PTR_BITS)
+}
+
+/// The low 12 bits of an interpreted Java frame's bytecode pointer, if its
+/// word keeps them.
+pub const fn jvm_bcp_low(word: u64) -> Option<u64> {
+    if word & JVM_BCP_HERE == 0 {
+        return None;
+    }
+    Some(word >> JVM_BCP_SHIFT & JVM_BCP_BITS)
 }
 
 /// Whether a user stack's word is an interpreted Java frame.
@@ -66,7 +84,8 @@ pub struct JitProc {
     /// runs a Java method.
     pub blob: [u64; 4],
     /// Slots of a frame, from its frame pointer: V8's function (HotSpot's
-    /// `Method*`) and V8's context (a typed frame keeps a Smi marker there).
+    /// `Method*`) and V8's context (a typed frame keeps a Smi marker there;
+    /// HotSpot's slot here is the interpreter's bytecode pointer).
     pub fp_function: i32,
     pub fp_context: i32,
     /// Where a `JSFunction` keeps its `SharedFunctionInfo`.
@@ -110,10 +129,14 @@ impl JitProc {
     pub fn frame_word(&self, bp: u64, read: impl Fn(u64) -> Option<u64>) -> Option<u64> {
         if self.kind == KIND_HOTSPOT {
             // An interpreted frame keeps its Method*, an aligned pointer into
-            // the metaspace.
+            // the metaspace, and the pointer to the bytecode it runs (where
+            // it calls from, in a caller's frame).
             let method = read(bp.wrapping_add_signed(self.fp_function as i64))?;
-            return (method != 0 && method & 7 == 0 && method <= V8_PTR_BITS)
-                .then(|| jvm_word(method));
+            if method == 0 || method & 7 != 0 || method > V8_PTR_BITS {
+                return None;
+            }
+            let bcp = read(bp.wrapping_add_signed(self.fp_context as i64)).unwrap_or(0);
+            return Some(jvm_word(method, bcp));
         }
         let context = read(bp.wrapping_add_signed(self.fp_context as i64))?;
         let function = read(bp.wrapping_add_signed(self.fp_function as i64))?;
@@ -245,8 +268,10 @@ mod tests {
         assert!(!is_v8_frame(crate::python::py_word(shared, 8191)));
         assert!(!is_v8_frame(shared) && !is_v8_frame(crate::walker::CUT_MARK | 3));
         assert!(!is_v8_frame(u64::MAX) && !is_v8_frame(crate::LEAF_WORD | shared));
-        let j = jvm_word(0x7f3a_2c01_0400);
+        let j = jvm_word(0x7f3a_2c01_0400, 0x7f3a_2c02_1234);
         assert!(is_jvm_frame(j) && jvm_method(j) == 0x7f3a_2c01_0400 && !is_v8_frame(j));
+        assert_eq!(jvm_bcp_low(j), Some(0x234));
+        assert_eq!(jvm_bcp_low(jvm_word(0x7f3a_2c01_0400, 0)), None, "no bytecode pointer read");
         assert!(!is_jvm_frame(w) && !is_jvm_frame(crate::python::py_word(shared, 1)));
         assert!(!crate::python::is_py_frame(j) && !crate::walker::is_cut_mark(j));
         assert!(!is_jvm_frame(shared) && !is_jvm_frame(crate::LEAF_WORD | j));
@@ -341,7 +366,19 @@ mod tests {
         // Compiled code and stubs keep no Method*: they are not looked at.
         assert!(!p.may_run_function(0x3000, false) && !p.may_run_function(0x2000, false));
         let words = |m: u64| move |a: u64| (a == 0x8fe8).then_some(m);
-        assert_eq!(p.frame_word(0x9000, words(0x7f00_1234_5678)), Some(jvm_word(0x7f00_1234_5678)));
+        assert_eq!(
+            p.frame_word(0x9000, words(0x7f00_1234_5678)),
+            Some(jvm_word(0x7f00_1234_5678, 0)),
+            "a bytecode pointer that does not read"
+        );
+        let p = JitProc { fp_context: -64, ..p };
+        let both = |a: u64| match a {
+            0x8fe8 => Some(0x7f00_1234_5678),
+            0x8fc0 => Some(0x7f00_2000_0abc),
+            _ => None,
+        };
+        let w = p.frame_word(0x9000, both).unwrap();
+        assert_eq!((jvm_method(w), jvm_bcp_low(w)), (0x7f00_1234_5678, Some(0xabc)));
         // Null, misaligned or kernel-range words are no Method*.
         assert_eq!(p.frame_word(0x9000, words(0)), None);
         assert_eq!(p.frame_word(0x9000, words(0x7f00_1234_5679)), None);

@@ -264,6 +264,26 @@ pub fn placed_name(
     })
 }
 
+/// The bytecode index of an interpreted frame of `Method*` `method` whose
+/// bytecode pointer ends in `low` (its low 12 bits, see `jvm_bcp_low`):
+/// where the method's code is short enough that those bits tell.
+pub fn interpreted_bci(
+    mem: &dyn Memory,
+    l: &Layout,
+    d: &DebugLayout,
+    method: u64,
+    low: u64,
+) -> Option<i32> {
+    use topwaits_common::jit::JVM_BCP_BITS;
+    let cm = mem.word(method + l.method_const).filter(|&p| p != 0)?;
+    let code_size = u16_at(mem, cm + d.const_code_size)? as u64;
+    if code_size == 0 || code_size > JVM_BCP_BITS + 1 {
+        return None;
+    }
+    let bci = low.wrapping_sub(cm + d.const_size) & JVM_BCP_BITS;
+    (bci < code_size).then_some(bci as i32)
+}
+
 /// The Java frames of the call in nmethod `nm` that returns to `ret`,
 /// innermost first, each named with its place; None where its scopes do not
 /// read (the caller then names the compiled method alone).

@@ -22,6 +22,9 @@ use crate::sys::procfs::{self, Mapping};
 /// The slot of an interpreted frame that holds its `Method*`, from its frame
 /// pointer (x86-64's `interpreter_frame_method_offset`, -3 words).
 const FP_METHOD: i32 = -24;
+/// The slot that holds its bytecode pointer (`interpreter_frame_bcp_offset`,
+/// -8 words), saved there before each call.
+const FP_BCP: i32 = -64;
 
 /// The exported variables that describe the vmStructs tables, in the order of
 /// [`Tables`]' fields.
@@ -522,6 +525,7 @@ impl Jvms {
         let p = JitProc {
             blob: [start, end, 0, 0],
             fp_function: FP_METHOD,
+            fp_context: FP_BCP,
             kind: KIND_HOTSPOT,
             ..Default::default()
         };

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use topwaits_common::jit::{jvm_block_start, jvm_method};
+use topwaits_common::jit::{jvm_bcp_low, jvm_block_start, jvm_method};
 
 use super::{Jvms, Layout};
 use crate::model::Frame;
@@ -92,6 +92,17 @@ pub fn code_at(mem: &dyn Memory, l: &Layout, pc: u64) -> Option<Code> {
     Some(Code::Stub(name))
 }
 
+/// The name of the interpreted frame of word `word`: its method, placed at
+/// its line where the layout and its bytecode pointer tell it.
+pub fn interpreted_name(mem: &dyn Memory, l: &Layout, word: u64) -> Option<String> {
+    let method = jvm_method(word);
+    let placed = l.debug.zip(jvm_bcp_low(word)).and_then(|(d, low)| {
+        let bci = super::debug::interpreted_bci(mem, l, &d, method, low)?;
+        super::debug::placed_name(mem, l, &d, method, bci)
+    });
+    placed.or_else(|| method_name(mem, l, method))
+}
+
 /// The frame shown for a Java method or stub, or for a word that did not read.
 fn frame_of(addr: u64, name: Option<String>) -> Frame {
     Frame {
@@ -137,12 +148,12 @@ impl Resolver {
         l
     }
 
-    /// The frame for interpreted-frame word `word` of process `tgid`.
+    /// The frame for interpreted-frame word `word` of process `tgid`, with
+    /// its line where its bytecode tells it.
     pub fn frame(&mut self, tgid: u32, word: u64) -> Frame {
-        let method = jvm_method(word);
         let layout = self.layout(tgid);
         let name = self.names.entry((tgid, word)).or_insert_with(|| {
-            layout.and_then(|l| method_name(&ProcessMemory { pid: tgid }, &l, method))
+            layout.and_then(|l| interpreted_name(&ProcessMemory { pid: tgid }, &l, word))
         });
         frame_of(word, name.clone())
     }

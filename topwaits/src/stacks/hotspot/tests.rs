@@ -469,3 +469,27 @@ fn the_debug_layout_needs_every_field_and_size() {
     assert_eq!(debug::DebugLayout::of(later, size), None);
     assert_eq!(debug::DebugLayout::of(field, |_| None), None);
 }
+
+#[test]
+fn an_interpreted_frame_is_placed_at_the_line_of_its_bytecode() {
+    use topwaits_common::jit::jvm_word;
+    let mut m = Bytes::default();
+    let vars = tables(&mut m);
+    let l = Layout { debug: Some(jdk17_debug()), ..layout_of(&m, &vars).unwrap() };
+    let at = method(&mut m, 0x6_0000, "Turns", "handle");
+    with_lines(&mut m, at);
+    // Its ten bytes of code follow the 48 of its ConstMethod.
+    let code = 0x6_0000 + 0x100 + 48;
+    let name = |bcp: u64| names::interpreted_name(&m, &l, jvm_word(at, bcp));
+    assert_eq!(name(code + 4).as_deref(), Some("Turns.handle (Turns.java:13)"));
+    assert_eq!(name(code + 1).as_deref(), Some("Turns.handle (Turns.java:12)"));
+    // No bytecode pointer (a native method's frame), or one past the code.
+    assert_eq!(name(0).as_deref(), Some("Turns.handle"));
+    assert_eq!(name(code + 10).as_deref(), Some("Turns.handle"));
+    // Without the layout of lines, the method alone.
+    let bare = Layout { debug: None, ..l };
+    assert_eq!(
+        names::interpreted_name(&m, &bare, jvm_word(at, code + 4)).as_deref(),
+        Some("Turns.handle")
+    );
+}

@@ -10,9 +10,12 @@ use super::names::{method_name, symbol};
 use super::Layout;
 use crate::sys::memory::Memory;
 
-/// The offsets this module reads by, from vmStructs.
+/// The offsets this module reads by, from vmStructs: the line number tables'
+/// always, the scopes of compiled code where HotSpot keeps them as JDK 17 does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DebugLayout {
+    /// Whether the scope fields below were found (not since JDK 23).
+    pub scopes: bool,
     /// `CodeBlob::_code_begin`: where the nmethod's instructions start.
     pub code_begin: u64,
     /// `CompiledMethod::_scopes_data_begin`, a pointer.
@@ -35,11 +38,15 @@ pub struct DebugLayout {
     pub const_method_size: u64,
     /// `ConstantPool::_source_file_name_index`.
     pub cp_source_file: u64,
+    /// The byte value HotSpot's compressed ints never use (1 since JDK 21,
+    /// which keeps them free of zero bytes: their digits are stored plus
+    /// one), told by the flags' field (`_flags._flags` since then).
+    pub excluded: u32,
 }
 
-/// The (type, field) of each [`DebugLayout`] offset read from the struct
-/// table, in the order [`DebugLayout::of`] takes them.
-pub const FIELDS: [(&str, &str); 11] = [
+/// The (type, field) of each scope offset of [`DebugLayout`] read from the
+/// struct table, in the order [`DebugLayout::of`] takes them.
+pub const FIELDS: [(&str, &str); 7] = [
     ("CodeBlob", "_code_begin"),
     ("CompiledMethod", "_scopes_data_begin"),
     ("nmethod", "_scopes_pcs_offset"),
@@ -47,10 +54,16 @@ pub const FIELDS: [(&str, &str); 11] = [
     ("nmethod", "_metadata_offset"),
     ("PcDesc", "_pc_offset"),
     ("PcDesc", "_scope_decode_offset"),
-    ("ConstMethod", "_flags"),
+];
+
+/// The line offsets, in the order [`DebugLayout::of`] takes them; the flags
+/// by their name up to JDK 20, and since.
+pub const LINE_FIELDS: [(&str, &str); 5] = [
     ("ConstMethod", "_code_size"),
     ("ConstMethod", "_constMethod_size"),
     ("ConstantPool", "_source_file_name_index"),
+    ("ConstMethod", "_flags"),
+    ("ConstMethod", "_flags._flags"),
 ];
 
 /// The types whose sizes it needs.
@@ -74,50 +87,69 @@ const MAX_LINE_TABLE: u64 = 1 << 16;
 
 impl DebugLayout {
     /// From the fields found (`field`: a field's offset, None where the table
-    /// lacks it) and the sizes; None where any is missing.
+    /// lacks it) and the sizes; None where a line field is missing, and
+    /// without scopes where one of theirs is.
     pub fn of(
         field: impl Fn(&str, &str) -> Option<u64>,
         size: impl Fn(&str) -> Option<u64>,
     ) -> Option<Self> {
-        let mut v = [0u64; FIELDS.len()];
-        for (slot, (ty, f)) in v.iter_mut().zip(FIELDS) {
-            *slot = field(ty, f)?;
-        }
-        Some(DebugLayout {
-            code_begin: v[0],
-            scopes_data_begin: v[1],
-            scopes_pcs_offset: v[2],
-            dependencies_offset: v[3],
-            metadata_offset: v[4],
-            pc_offset: v[5],
-            scope_decode_offset: v[6],
-            const_flags: v[7],
-            const_code_size: v[8],
-            const_method_size: v[9],
-            cp_source_file: v[10],
-            pc_desc_size: size("PcDesc").filter(|&s| s >= 8)?,
+        let [code_size, method_size, source, old_flags, new_flags] =
+            LINE_FIELDS.map(|(ty, f)| field(ty, f));
+        let (const_flags, excluded) = match (old_flags, new_flags) {
+            (Some(f), _) => (f, 0),
+            (None, Some(f)) => (f, 1),
+            (None, None) => return None,
+        };
+        let mut d = DebugLayout {
+            const_flags,
+            excluded,
+            const_code_size: code_size?,
+            const_method_size: method_size?,
+            cp_source_file: source?,
             const_size: size("ConstMethod")?,
-        })
+            ..Default::default()
+        };
+        let scope: Option<Vec<u64>> = FIELDS.iter().map(|&(ty, f)| field(ty, f)).collect();
+        if let (Some(v), Some(pc_desc_size)) = (scope, size("PcDesc").filter(|&s| s >= 8)) {
+            d = DebugLayout {
+                scopes: true,
+                code_begin: v[0],
+                scopes_data_begin: v[1],
+                scopes_pcs_offset: v[2],
+                dependencies_offset: v[3],
+                metadata_offset: v[4],
+                pc_offset: v[5],
+                scope_decode_offset: v[6],
+                pc_desc_size,
+                ..d
+            };
+        }
+        Some(d)
     }
 }
 
-/// One int of HotSpot's `CompressedReadStream` (JDK 17): a byte under 192
-/// is the value; a byte from 192 up is followed by more, each adding 64
-/// times more, up to five bytes, the last of any value.
-fn read_int(bytes: &[u8], pos: &mut usize) -> Option<u32> {
-    const L: u32 = 192;
-    let b0 = *bytes.get(*pos)? as u32;
-    *pos += 1;
-    if b0 < L {
+/// One int of HotSpot's `CompressedReadStream` (UNSIGNED5): a digit under
+/// `L` is the value; one from `L` up is followed by more, each adding 64
+/// times more, up to five, the last of any value. Each digit is stored plus
+/// `x` (see [`DebugLayout::excluded`]), and `L` leaves 64 high digits under
+/// 256: 192 - `x`.
+fn read_int(bytes: &[u8], pos: &mut usize, x: u32) -> Option<u32> {
+    let l = 192 - x;
+    let mut digit = || {
+        let b = (*bytes.get(*pos)? as u32).checked_sub(x)?;
+        *pos += 1;
+        Some(b)
+    };
+    let b0 = digit()?;
+    if b0 < l {
         return Some(b0);
     }
     let mut sum = b0;
     let mut shift = 6;
     for i in 1..=4 {
-        let b = *bytes.get(*pos)? as u32;
-        *pos += 1;
+        let b = digit()?;
         sum = sum.wrapping_add(b << shift);
-        if b < L || i == 4 {
+        if b < l || i == 4 {
             return Some(sum);
         }
         shift += 6;
@@ -126,8 +158,8 @@ fn read_int(bytes: &[u8], pos: &mut usize) -> Option<u32> {
 }
 
 /// A signed int of the same stream (zigzag: the sign in the low bit).
-fn read_signed(bytes: &[u8], pos: &mut usize) -> Option<i32> {
-    let v = read_int(bytes, pos)?;
+fn read_signed(bytes: &[u8], pos: &mut usize, x: u32) -> Option<i32> {
+    let v = read_int(bytes, pos, x)?;
     Some((v >> 1) as i32 ^ -((v & 1) as i32))
 }
 
@@ -136,6 +168,9 @@ fn read_signed(bytes: &[u8], pos: &mut usize) -> Option<i32> {
 /// None where no `PcDesc` is at that return address or what it names does
 /// not read.
 pub fn scopes_at(mem: &dyn Memory, d: &DebugLayout, nm: u64, ret: u64) -> Option<Vec<(u64, i32)>> {
+    if !d.scopes {
+        return None;
+    }
     let code = mem.word(nm + d.code_begin)?;
     let offset = i32::try_from(ret.checked_sub(code)?).ok()?;
     let pcs = nm + mem.u32(nm + d.scopes_pcs_offset)? as u64;
@@ -177,9 +212,9 @@ pub fn scopes_at(mem: &dyn Memory, d: &DebugLayout, nm: u64, ret: u64) -> Option
         let got = mem.read(at, &mut head[..want]);
         let head = &head[..got];
         let mut pos = 0;
-        let sender = read_int(head, &mut pos)?;
-        let index = read_int(head, &mut pos)? as u64;
-        let bci = read_int(head, &mut pos)? as i32 - 1;
+        let sender = read_int(head, &mut pos, d.excluded)?;
+        let index = read_int(head, &mut pos, d.excluded)? as u64;
+        let bci = read_int(head, &mut pos, d.excluded)? as i32 - 1;
         let slot = metadata + 8 * index.checked_sub(1)?;
         if slot + 8 > data {
             return None;
@@ -219,8 +254,8 @@ pub fn line_of(
         match b {
             0 => break,
             0xff => {
-                at_bci = at_bci.wrapping_add(read_signed(&bytes, &mut pos)?);
-                line = line.wrapping_add(read_signed(&bytes, &mut pos)?);
+                at_bci = at_bci.wrapping_add(read_signed(&bytes, &mut pos, d.excluded)?);
+                line = line.wrapping_add(read_signed(&bytes, &mut pos, d.excluded)?);
             }
             b => {
                 at_bci += (b >> 3) as i32;
@@ -302,15 +337,17 @@ pub fn frames_at(
 mod tests {
     use super::*;
 
-    /// HotSpot's writer for [`read_int`], as `CompressedWriteStream` codes.
-    pub(crate) fn write_int(out: &mut Vec<u8>, mut v: u32) {
+    /// HotSpot's writer for [`read_int`], as `CompressedWriteStream` codes
+    /// with `x` excluded.
+    pub(crate) fn write_int(out: &mut Vec<u8>, mut v: u32, x: u32) {
+        let l = 192 - x;
         for i in 0..5 {
-            if v < 192 || i == 4 {
-                out.push(v as u8);
+            if v < l || i == 4 {
+                out.push((x + v) as u8);
                 return;
             }
-            v -= 192;
-            out.push(192 + (v % 64) as u8);
+            v -= l;
+            out.push((x + l + v % 64) as u8);
             v /= 64;
         }
     }
@@ -318,18 +355,23 @@ mod tests {
     #[test]
     fn compressed_ints_read_back_as_hotspot_writes_them() {
         for v in [0u32, 1, 191, 192, 255, 256, 12_345, 1 << 20, 123_456_789, 1 << 30] {
-            let mut b = Vec::new();
-            write_int(&mut b, v);
-            let mut pos = 0;
-            assert_eq!(read_int(&b, &mut pos), Some(v), "{v} as {b:?}");
-            assert_eq!(pos, b.len());
+            // Up to JDK 20, and since JDK 21 with the zero byte excluded.
+            for x in [0, 1] {
+                let mut b = Vec::new();
+                write_int(&mut b, v, x);
+                let mut pos = 0;
+                assert_eq!(read_int(&b, &mut pos, x), Some(v), "{v} as {b:?}");
+                assert_eq!(pos, b.len());
+                assert!(x == 0 || !b.contains(&0), "{b:?}");
+            }
         }
-        // A stream that ends inside an int.
-        assert_eq!(read_int(&[200], &mut 0), None);
+        // A stream that ends inside an int, or holds the excluded byte.
+        assert_eq!(read_int(&[200], &mut 0, 0), None);
+        assert_eq!(read_int(&[0], &mut 0, 1), None);
         for v in [0i32, 1, -1, 63, -64, 1000, -1000] {
             let mut b = Vec::new();
-            write_int(&mut b, ((v << 1) ^ (v >> 31)) as u32);
-            assert_eq!(read_signed(&b, &mut 0), Some(v));
+            write_int(&mut b, ((v << 1) ^ (v >> 31)) as u32, 0);
+            assert_eq!(read_signed(&b, &mut 0, 0), Some(v));
         }
     }
 }

@@ -250,6 +250,7 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
         .chain(MOVED.iter().map(|m| &m.1))
         .chain([&CALL_STUB_RETURN])
         .chain(&debug::FIELDS)
+        .chain(&debug::LINE_FIELDS)
         .map(|f| f.0)
         .collect();
     kinds.dedup();

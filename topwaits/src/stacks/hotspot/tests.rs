@@ -368,6 +368,8 @@ fn an_internal_monitor_is_the_global_lock_whose_condition_variable_holds_the_wor
 /// JDK 17's offsets for `debug`, as its vmStructs give them.
 fn jdk17_debug() -> debug::DebugLayout {
     debug::DebugLayout {
+        scopes: true,
+        excluded: 0,
         code_begin: 32,
         scopes_data_begin: 120,
         scopes_pcs_offset: 268,
@@ -452,22 +454,38 @@ fn a_call_in_compiled_code_names_the_methods_inlined_there_with_lines() {
 }
 
 #[test]
-fn the_debug_layout_needs_every_field_and_size() {
+fn the_debug_layout_takes_lines_and_scopes_where_described() {
     let d = jdk17_debug();
-    let field = |ty: &str, f: &str| {
-        let i = debug::FIELDS.iter().position(|&(t, n)| (t, n) == (ty, f))?;
-        Some([32u64, 120, 268, 272, 260, 0, 4, 28, 32, 24, 54][i])
+    let jdk17 = |ty: &str, f: &str| {
+        let scope = debug::FIELDS.iter().position(|&(t, n)| (t, n) == (ty, f));
+        let line = debug::LINE_FIELDS.iter().position(|&(t, n)| (t, n) == (ty, f));
+        match (scope, line) {
+            (Some(i), _) => Some([32u64, 120, 268, 272, 260, 0, 4][i]),
+            (_, Some(i)) => [Some(32), Some(24), Some(54), Some(28), None][i],
+            _ => None,
+        }
     };
     let size = |ty: &str| match ty {
         "PcDesc" => Some(16),
         "ConstMethod" => Some(48),
         _ => None,
     };
-    assert_eq!(debug::DebugLayout::of(field, size), Some(d));
-    // JDK 23 and later keep no CompiledMethod: their layout is not read.
-    let later = |ty: &str, f: &str| if ty == "CompiledMethod" { None } else { field(ty, f) };
-    assert_eq!(debug::DebugLayout::of(later, size), None);
-    assert_eq!(debug::DebugLayout::of(field, |_| None), None);
+    assert_eq!(debug::DebugLayout::of(jdk17, size), Some(d));
+    // JDK 25: no CompiledMethod, so no scopes; flags by their new name, and
+    // compressed ints' digits stored plus one.
+    let jdk25 = |ty: &str, f: &str| match (ty, f) {
+        ("CompiledMethod", _) => None,
+        ("ConstMethod", "_flags") => None,
+        ("ConstMethod", "_flags._flags") => Some(28),
+        _ => jdk17(ty, f),
+    };
+    let later = debug::DebugLayout::of(jdk25, size).unwrap();
+    assert!(!later.scopes && later.excluded == 1 && later.const_flags == 28, "{later:?}");
+    assert_eq!(debug::scopes_at(&Bytes::default(), &later, 0x1000, 0x2000), None);
+    // Without a line field or ConstMethod's size, nothing.
+    let no_lines = |ty: &str, f: &str| if f == "_code_size" { None } else { jdk17(ty, f) };
+    assert_eq!(debug::DebugLayout::of(no_lines, size), None);
+    assert_eq!(debug::DebugLayout::of(jdk17, |_| None), None);
 }
 
 #[test]

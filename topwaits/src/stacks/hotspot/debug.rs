@@ -1,12 +1,13 @@
-//! Where in its Java methods compiled code was: a return address into an
-//! nmethod is found among the nmethod's `PcDesc`s, whose scope, decoded, gives
-//! the methods the compiler inlined at that call with their bytecode indexes;
-//! each index is turned into a source line through its method's line number
-//! table. The layout is JDK 17's, as its vmStructs describe it; a HotSpot that
-//! describes another (JDK 23 moved this data out of the nmethod) gets the
-//! compiled method alone, as before.
+//! Where in its Java methods a frame was: a return address into an nmethod
+//! is found among the nmethod's `PcDesc`s, whose scope, decoded, gives the
+//! methods the compiler inlined at that call with their bytecode indexes; an
+//! interpreted frame's index comes from its bytecode pointer. Each index is
+//! turned into a source line through its method's line number table. Scopes
+//! are read in JDK 17's layout, as its vmStructs describe it (JDK 23 moved
+//! them out of the nmethod, and a compiled frame there is its method alone);
+//! line tables from JDK 17 to 25.
 
-use super::names::{method_name, symbol};
+use super::names::{const_method, method_name, symbol};
 use super::Layout;
 use crate::sys::memory::Memory;
 
@@ -234,7 +235,7 @@ pub fn line_of(
     method: u64,
     bci: i32,
 ) -> Option<u32> {
-    let cm = mem.word(method + l.method_const).filter(|&p| p != 0)?;
+    let cm = const_method(mem, l, method)?;
     if u16_at(mem, cm + d.const_flags)? & HAS_LINE_NUMBERS == 0 {
         return None;
     }
@@ -274,7 +275,7 @@ pub fn line_of(
 
 /// The source file `Method*` `method`'s class was compiled from.
 pub fn source_file(mem: &dyn Memory, l: &Layout, d: &DebugLayout, method: u64) -> Option<String> {
-    let cm = mem.word(method + l.method_const).filter(|&p| p != 0)?;
+    let cm = const_method(mem, l, method)?;
     let cp = mem.word(cm + l.const_constants).filter(|&p| p != 0)?;
     let index = u16_at(mem, cp + d.cp_source_file)? as u64;
     if index == 0 {
@@ -310,7 +311,7 @@ pub fn interpreted_bci(
     low: u64,
 ) -> Option<i32> {
     use topwaits_common::jit::JVM_BCP_BITS;
-    let cm = mem.word(method + l.method_const).filter(|&p| p != 0)?;
+    let cm = const_method(mem, l, method)?;
     let code_size = u16_at(mem, cm + d.const_code_size)? as u64;
     if code_size == 0 || code_size > JVM_BCP_BITS + 1 {
         return None;

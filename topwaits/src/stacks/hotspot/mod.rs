@@ -135,8 +135,8 @@ pub struct Layout {
     /// `&StubRoutines::_call_stub_return_address`, where the JVM's calls from
     /// C++ into Java return; 0 where vmStructs does not give it.
     pub call_stub_return: u64,
-    /// Where compiled code keeps its inlined methods and lines; None where
-    /// vmStructs describes another layout than the one read.
+    /// Where methods keep their line tables, and compiled code its inlined
+    /// methods; None where vmStructs lacks the line fields.
     pub debug: Option<debug::DebugLayout>,
 }
 

@@ -28,10 +28,15 @@ pub(super) fn symbol(mem: &dyn Memory, l: &Layout, sym: u64) -> Option<String> {
     s.chars().all(|c| !c.is_control()).then_some(s)
 }
 
+/// The `ConstMethod*` of the `Method*` at `method`, if it reads and is set.
+pub(super) fn const_method(mem: &dyn Memory, l: &Layout, method: u64) -> Option<u64> {
+    mem.word(method.checked_add(l.method_const)?).filter(|&p| p != 0)
+}
+
 /// `Class.method` of the `Method*` at `method`, the class with dots for its
 /// package's slashes.
 pub fn method_name(mem: &dyn Memory, l: &Layout, method: u64) -> Option<String> {
-    let cm = mem.word(method.checked_add(l.method_const)?).filter(|&p| p != 0)?;
+    let cm = const_method(mem, l, method)?;
     let cp = mem.word(cm + l.const_constants).filter(|&p| p != 0)?;
     let index = mem.bytes(cm + l.const_name_index, 2)?;
     let index = u16::from_le_bytes([index[0], index[1]]) as u64;

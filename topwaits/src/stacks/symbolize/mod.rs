@@ -440,8 +440,7 @@ struct Builder<'a> {
     names: Names,
     sym: &'a dyn Symbolizer,
     built: FastMap<(Option<u32>, u64), Stack>,
-    /// With each user frame, whether it lies in executable code.
-    shared_frames: FastMap<FrameKey, (Arc<Frame>, bool)>,
+    shared_frames: FastMap<FrameKey, SharedFrame>,
     user_stacks_cut: u64,
 }
 
@@ -499,7 +498,7 @@ impl Builder<'_> {
 fn frames(
     names: &Names,
     sym: &dyn Symbolizer,
-    shared_frames: &mut FastMap<FrameKey, (Arc<Frame>, bool)>,
+    shared_frames: &mut FastMap<FrameKey, SharedFrame>,
     space: Space,
     owner: Option<u32>,
     addrs: &[u64],
@@ -515,41 +514,54 @@ fn frames(
             frames.push(Arc::new(Frame::unknown(a)));
             continue;
         }
-        if let Some(inlined) = owner.and_then(|t| names.inlined.get(&(t, lookup_addr(i, a)))) {
-            frames.extend(inlined.iter().map(|f| Arc::new(frame_at(i, a, Some(f)))));
-        }
-        let (frame, code) = shared_frames
+        let shared = shared_frames
             .entry((owner, a, i == 0))
             .or_insert_with(|| frame_named(names, sym, space, i, a));
-        if !*code && junk.is_none() {
+        frames.extend(shared.inlined.iter().cloned());
+        if !shared.code && junk.is_none() {
             junk = Some(frames.len());
         }
-        frames.push(frame.clone());
+        frames.push(shared.frame.clone());
     }
     (frames, junk)
 }
 
-/// Frame `i` of a stack, word `a`, named; with whether it lies in code.
-fn frame_named(
-    names: &Names,
-    sym: &dyn Symbolizer,
-    space: Space,
-    i: usize,
-    a: u64,
-) -> (Arc<Frame>, bool) {
+/// A frame named once per report, shared by every stack that has it.
+struct SharedFrame {
+    frame: Arc<Frame>,
+    /// Whether it lies in executable code (user frames; kernel ones always).
+    code: bool,
+    /// The frames inlined at its address, which go before it (see
+    /// [`Symbolizer::user`]).
+    inlined: Vec<Arc<Frame>>,
+}
+
+impl SharedFrame {
+    fn of(frame: Frame, code: bool) -> Self {
+        SharedFrame { frame: Arc::new(frame), code, inlined: Vec::new() }
+    }
+}
+
+/// Frame `i` of a stack, word `a`, named.
+fn frame_named(names: &Names, sym: &dyn Symbolizer, space: Space, i: usize, a: u64) -> SharedFrame {
     if let (Space::User(_), Some(cut)) = (&space, cut_frame(a)) {
-        return (Arc::new(cut), true);
+        return SharedFrame::of(cut, true);
     }
     if let (Space::User(t), true) = (&space, is_runtime_frame(a)) {
         let f = names.python.get(&(*t, a)).cloned().unwrap_or_else(|| Frame::unknown(a));
-        return (Arc::new(f), true);
+        return SharedFrame::of(f, true);
     }
     let l = lookup_addr(i, a);
-    let (f, code) = match space {
-        Space::Kernel => (names.kernel.get(&l), true),
-        Space::User(t) => (names.user.get(&(t, l)), sym.is_code(t, a)),
-    };
-    (Arc::new(frame_at(i, a, f)), code)
+    match space {
+        Space::Kernel => SharedFrame::of(frame_at(i, a, names.kernel.get(&l)), true),
+        Space::User(t) => {
+            let inlined = names.inlined.get(&(t, l)).map_or_else(Vec::new, |fs| {
+                fs.iter().map(|f| Arc::new(frame_at(i, a, Some(f)))).collect()
+            });
+            let frame = frame_at(i, a, names.user.get(&(t, l)));
+            SharedFrame { inlined, ..SharedFrame::of(frame, sym.is_code(t, a)) }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -97,9 +97,11 @@ impl Sizes {
             if config.chain > 1 {
                 sizes.last_wake = limits::START_ENTRIES;
             }
-            // A chain per distinct waker and stacks: no more than the rows that
-            // name them, except with --chain > 1, where every wakeup keeps one.
-            sizes.chains = config.max_entries;
+            // A chain per distinct waker and stacks, named by the rows and by
+            // the waits woken and not yet ended, whose chains no row names yet
+            // (under goroutine churn, hundreds): room for both, twice the
+            // rows' bound. The map grows as chains come.
+            sizes.chains = config.max_entries.saturating_mul(2);
         } else {
             sizes.waits = config.max_entries;
         }

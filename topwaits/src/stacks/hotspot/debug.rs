@@ -85,6 +85,8 @@ const MAX_PC_DESCS: u64 = 1 << 16;
 const MAX_SCOPES: usize = 64;
 /// Most bytes of a line number table read.
 const MAX_LINE_TABLE: u64 = 1 << 16;
+/// Largest `PcDesc` believed (JDK 17 to 25: 16 bytes).
+const MAX_PC_DESC_SIZE: u64 = 64;
 
 impl DebugLayout {
     /// From the fields found (`field`: a field's offset, None where the table
@@ -111,7 +113,14 @@ impl DebugLayout {
             ..Default::default()
         };
         let scope: Option<Vec<u64>> = FIELDS.iter().map(|&(ty, f)| field(ty, f)).collect();
-        if let (Some(v), Some(pc_desc_size)) = (scope, size("PcDesc").filter(|&s| s >= 8)) {
+        // Scopes are read by slicing each PcDesc's two ints out of it: where
+        // the table says they do not fit (no JDK's does), none are read.
+        let fits = |v: &[u64], size: u64| v[5].max(v[6]).checked_add(4).is_some_and(|e| e <= size);
+        let pc_desc_size = size("PcDesc").filter(|&s| (8..=MAX_PC_DESC_SIZE).contains(&s));
+        if let (Some(v), Some(pc_desc_size)) = (scope, pc_desc_size) {
+            if !fits(&v, pc_desc_size) {
+                return Some(d);
+            }
             d = DebugLayout {
                 scopes: true,
                 code_begin: v[0],
@@ -215,7 +224,7 @@ pub fn scopes_at(mem: &dyn Memory, d: &DebugLayout, nm: u64, ret: u64) -> Option
         let mut pos = 0;
         let sender = read_int(head, &mut pos, d.excluded)?;
         let index = read_int(head, &mut pos, d.excluded)? as u64;
-        let bci = read_int(head, &mut pos, d.excluded)? as i32 - 1;
+        let bci = (read_int(head, &mut pos, d.excluded)? as i32).wrapping_sub(1);
         let slot = metadata + 8 * index.checked_sub(1)?;
         if slot + 8 > data {
             return None;
@@ -259,8 +268,8 @@ pub fn line_of(
                 line = line.wrapping_add(read_signed(&bytes, &mut pos, d.excluded)?);
             }
             b => {
-                at_bci += (b >> 3) as i32;
-                line += (b & 7) as i32;
+                at_bci = at_bci.wrapping_add((b >> 3) as i32);
+                line = line.wrapping_add((b & 7) as i32);
             }
         }
         if at_bci == target {
@@ -284,40 +293,44 @@ pub fn source_file(mem: &dyn Memory, l: &Layout, d: &DebugLayout, method: u64) -
     symbol(mem, l, mem.word(cp + l.cp_size + 8 * index)?)
 }
 
-/// `Class.method (File.java:LINE)`, with as much of the place as reads.
+/// `Class.method (File.java:LINE)`, with as much of the place as reads: the
+/// line where each of `bcis` (the indexes the frame may be at) has the same.
 pub fn placed_name(
     mem: &dyn Memory,
     l: &Layout,
     d: &DebugLayout,
     method: u64,
-    bci: i32,
+    bcis: &[i32],
 ) -> Option<String> {
     let name = method_name(mem, l, method)?;
-    Some(match (source_file(mem, l, d, method), line_of(mem, l, d, method, bci)) {
+    let mut lines = bcis.iter().map(|&bci| line_of(mem, l, d, method, bci));
+    let first = lines.next().flatten();
+    let line = first.filter(|&f| lines.all(|other| other == Some(f)));
+    Some(match (source_file(mem, l, d, method), line) {
         (Some(file), Some(line)) => format!("{name} ({file}:{line})"),
         (Some(file), None) => format!("{name} ({file})"),
         _ => name,
     })
 }
 
-/// The bytecode index of an interpreted frame of `Method*` `method` whose
-/// bytecode pointer ends in `low` (its low 12 bits, see `jvm_bcp_low`):
-/// where the method's code is short enough that those bits tell.
-pub fn interpreted_bci(
+/// The bytecode indexes an interpreted frame of `Method*` `method` whose
+/// bytecode pointer ends in `low` (its low 12 bits, see `jvm_bcp_low`) may be
+/// at: one where the method's code is short enough that those bits tell,
+/// else one per 4 KiB of its code.
+pub fn interpreted_bcis(
     mem: &dyn Memory,
     l: &Layout,
     d: &DebugLayout,
     method: u64,
     low: u64,
-) -> Option<i32> {
+) -> Option<Vec<i32>> {
     use topwaits_common::jit::JVM_BCP_BITS;
     let cm = const_method(mem, l, method)?;
     let code_size = u16_at(mem, cm + d.const_code_size)? as u64;
-    if code_size == 0 || code_size > JVM_BCP_BITS + 1 {
-        return None;
-    }
-    let bci = low.wrapping_sub(cm + d.const_size) & JVM_BCP_BITS;
-    (bci < code_size).then_some(bci as i32)
+    let first = low.wrapping_sub(cm.wrapping_add(d.const_size)) & JVM_BCP_BITS;
+    let bcis: Vec<i32> =
+        (first..code_size).step_by(JVM_BCP_BITS as usize + 1).map(|b| b as i32).collect();
+    (!bcis.is_empty()).then_some(bcis)
 }
 
 /// The Java frames of the call in nmethod `nm` that returns to `ret`,
@@ -331,7 +344,7 @@ pub fn frames_at(
     ret: u64,
 ) -> Option<Vec<String>> {
     let scopes = scopes_at(mem, d, nm, ret)?;
-    scopes.iter().map(|&(m, bci)| placed_name(mem, l, d, m, bci)).collect()
+    scopes.iter().map(|&(m, bci)| placed_name(mem, l, d, m, &[bci])).collect()
 }
 
 #[cfg(test)]

@@ -102,8 +102,8 @@ pub fn code_at(mem: &dyn Memory, l: &Layout, pc: u64) -> Option<Code> {
 pub fn interpreted_name(mem: &dyn Memory, l: &Layout, word: u64) -> Option<String> {
     let method = jvm_method(word);
     let placed = l.debug.zip(jvm_bcp_low(word)).and_then(|(d, low)| {
-        let bci = super::debug::interpreted_bci(mem, l, &d, method, low)?;
-        super::debug::placed_name(mem, l, &d, method, bci)
+        let bcis = super::debug::interpreted_bcis(mem, l, &d, method, low)?;
+        super::debug::placed_name(mem, l, &d, method, &bcis)
     });
     placed.or_else(|| method_name(mem, l, method))
 }

@@ -445,7 +445,7 @@ fn a_call_in_compiled_code_names_the_methods_inlined_there_with_lines() {
     // A method without a line table: its file alone.
     m.put(0x6_0000 + 0x100 + 28, &0u16.to_le_bytes());
     assert_eq!(
-        debug::placed_name(&m, &l, &d, outer, 4).as_deref(),
+        debug::placed_name(&m, &l, &d, outer, &[4]).as_deref(),
         Some("Turns.handle (Turns.java)")
     );
     // A scope naming metadata past its end: nothing, not a guess.
@@ -486,6 +486,16 @@ fn the_debug_layout_takes_lines_and_scopes_where_described() {
     let no_lines = |ty: &str, f: &str| if f == "_code_size" { None } else { jdk17(ty, f) };
     assert_eq!(debug::DebugLayout::of(no_lines, size), None);
     assert_eq!(debug::DebugLayout::of(jdk17, |_| None), None);
+    // A PcDesc whose ints lie past its size, or a size no JDK has: lines,
+    // and no scopes read by it.
+    let past = |ty: &str, f: &str| match (ty, f) {
+        ("PcDesc", "_scope_decode_offset") => Some(14),
+        _ => jdk17(ty, f),
+    };
+    let lines_only = debug::DebugLayout::of(past, size).unwrap();
+    assert!(!lines_only.scopes && lines_only.const_code_size == 32, "{lines_only:?}");
+    let huge = |ty: &str| if ty == "PcDesc" { Some(1 << 40) } else { size(ty) };
+    assert!(!debug::DebugLayout::of(jdk17, huge).unwrap().scopes);
 }
 
 #[test]
@@ -504,6 +514,23 @@ fn an_interpreted_frame_is_placed_at_the_line_of_its_bytecode() {
     // No bytecode pointer (a native method's frame), or one past the code.
     assert_eq!(name(0).as_deref(), Some("Turns.handle"));
     assert_eq!(name(code + 10).as_deref(), Some("Turns.handle"));
+    // A method of 5,000 bytes of code: the low bits leave two indexes apart
+    // by 4 KiB, and its line is said where both have the same.
+    let long = method(&mut m, 0x7_0000, "Turns", "parse");
+    with_lines(&mut m, long);
+    let cm = long + 0x100;
+    m.put(cm + 32, &5000u16.to_le_bytes());
+    // (0, 12); 132 steps of 31 indexes on line 12 (to 4,092); then (4,100, 19).
+    let mut table = vec![0xff, 0, 24];
+    table.extend([31 << 3; 132]);
+    table.extend([8 << 3 | 7, 0]);
+    m.put(cm + 48 + 5000, &table);
+    m.put(cm + 24, &((48 + 5000 + table.len() as u32) / 8 + 1).to_le_bytes());
+    let code = cm + 48;
+    let name = |bcp: u64| names::interpreted_name(&m, &l, jvm_word(long, bcp));
+    assert_eq!(name(code + 2).as_deref(), Some("Turns.parse (Turns.java:12)"), "2 or 4,098");
+    assert_eq!(name(code + 4000).as_deref(), Some("Turns.parse (Turns.java:12)"), "4,000 only");
+    assert_eq!(name(code + 4100).as_deref(), Some("Turns.parse (Turns.java)"), "4 or 4,100");
     // Without the layout of lines, the method alone.
     let bare = Layout { debug: None, ..l };
     assert_eq!(

@@ -461,12 +461,21 @@ fn no_program_stays_loaded_after_runs() {
         let left = programs_left_after_exit();
         assert!(left.is_empty(), "{args:?} left programs: {left:?}");
     }
+    // Under nohup SIGHUP is ignored, and topwaits, which inherits that, keeps
+    // ignoring it as nohup asks: then a hangup must leave it tracing.
+    let hup_ignored = sighup_ignored();
     for (sig, name) in
         [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")]
     {
-        let tracer = Tracer::start(&["--json", "-w"]);
+        let mut tracer = Tracer::start(&["--json", "-w"]);
         assert!(!our_loaded_programs().is_empty(), "the tracer should be loaded while it runs");
         tracer.signal(sig);
+        if sig == libc::SIGHUP && hup_ignored {
+            eprintln!("SIGHUP is ignored here (nohup): topwaits must go on tracing");
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            assert!(tracer.child.try_wait().unwrap().is_none(), "a hangup ended it under nohup");
+            tracer.signal(libc::SIGINT);
+        }
         let out = tracer.finish();
         assert!(out.status.success(), "{name}: {}", out.stderr);
         let doc: serde_json::Value =
@@ -474,6 +483,17 @@ fn no_program_stays_loaded_after_runs() {
         assert!(doc["records"].is_array(), "{name} still prints what was gathered");
         let left = programs_left_after_exit();
         assert!(left.is_empty(), "{name} left programs: {left:?}");
+    }
+}
+
+/// Whether this process ignores SIGHUP (started under nohup), which the
+/// tracers it starts inherit.
+fn sighup_ignored() -> bool {
+    // SAFETY: a read of the disposition into a zeroed sigaction.
+    unsafe {
+        let mut hup: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut hup) == 0
+            && hup.sa_sigaction == libc::SIG_IGN
     }
 }
 

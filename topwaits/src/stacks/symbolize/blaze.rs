@@ -25,8 +25,9 @@ use super::Symbolizer;
 /// module and file offset from `/proc/PID/maps` when no symbol resolves.
 ///
 /// Processes can exit before the trace ends. [`BlazeSymbolizer::remember`], called
-/// while a process lives, keeps its memory maps (and perf map) so that its frames
-/// still resolve by the files' paths after it is gone.
+/// while a process lives, keeps its memory maps so that its frames still resolve
+/// by the files' paths after it is gone (blazesym keeps its own copy only of a
+/// process with a perf map, which it alone reads).
 pub struct BlazeSymbolizer {
     inner: Blaze,
     /// Memory maps read while each remembered process was alive.
@@ -73,6 +74,12 @@ pub struct BlazeSymbolizer {
     file_frames: FileFrames,
     /// The processes whose kept maps this report has read again.
     refreshed: std::collections::HashSet<u32>,
+    /// The remembered processes that blazesym keeps a copy of too: those
+    /// with a perf map (JIT code), which only its process source reads.
+    blaze_kept: std::collections::HashSet<u32>,
+    /// Code files opened by path for kept maps, by device and inode, with
+    /// their loaded segments (None: the path names another file now).
+    by_path: FastMap<(u64, u64), Option<ElfFile>>,
 }
 
 /// A Go program's function table, and its loaded segments (to turn a file
@@ -129,6 +136,19 @@ fn keep_file(tgid: u32, m: &procfs::Mapping) -> Option<KeptFile> {
     })
 }
 
+/// Code file `m` opened by its path, if that still names the file mapped
+/// (the same inode), with its loaded segments.
+fn file_by_path(m: &procfs::Mapping) -> Option<ElfFile> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut file = std::fs::File::open(&m.path).ok()?;
+    let meta = file.metadata().ok()?;
+    if meta.ino() != m.inode {
+        return None;
+    }
+    let segments = elf::load_segments(&mut file).ok()?;
+    Some((PathBuf::from(&m.path), segments))
+}
+
 /// The kernel symbolizing thread's channels: addresses out, frames back.
 type KernelThread = (std::sync::mpsc::Sender<Vec<u64>>, std::sync::mpsc::Receiver<Vec<Frame>>);
 
@@ -170,6 +190,8 @@ impl Default for BlazeSymbolizer {
             gone_at_last_sweep: Default::default(),
             file_frames: FileFrames::default(),
             refreshed: Default::default(),
+            blaze_kept: Default::default(),
+            by_path: FastMap::default(),
         }
     }
 }
@@ -257,14 +279,21 @@ impl BlazeSymbolizer {
         if foreign {
             self.keep_ns_ids(tgid);
         }
-        let mut cache = blazesym::symbolize::cache::Process::new(tgid.into());
-        cache.cache_vmas = true;
-        cache.cache_perf_map = true;
-        if let Err(e) = self.inner.cache(&blazesym::symbolize::cache::Cache::Process(cache)) {
-            log::debug!("could not cache the maps of {tgid}: {e}");
+        // The kept maps name its frames by file (see `user`). blazesym's own
+        // copy (its own read of the maps, and a stat of every mapped file)
+        // was most of the cost of a process's arrival; it is kept only for
+        // a perf map, which blazesym alone reads.
+        if procfs::has_perf_map(tgid) {
+            let mut cache = blazesym::symbolize::cache::Process::new(tgid.into());
+            cache.cache_vmas = true;
+            cache.cache_perf_map = true;
+            match self.inner.cache(&blazesym::symbolize::cache::Cache::Process(cache)) {
+                Ok(()) => drop(self.blaze_kept.insert(tgid)),
+                Err(e) => log::debug!("could not cache the maps of {tgid}: {e}"),
+            }
         }
         if shares.is_some() && procfs::exiting(tgid) {
-            // blazesym's own read came after the exit began.
+            // Its read came after the exit began.
             log::debug!(
                 "process {tgid} began to exit as it was read: it keeps sharing its parent's maps"
             );
@@ -348,6 +377,7 @@ impl BlazeSymbolizer {
             self.cgroups.remove(&t);
             self.pid_ns.remove(&t);
             self.foreign_roots.remove(&t);
+            self.blaze_kept.remove(&t);
             self.lineage.forget(t);
             self.python.forget(t);
             self.javascript.forget(t);
@@ -447,9 +477,9 @@ fn from_debug_files(
     found: &mut HashMap<String, Option<ElfFile>>,
     maps: &[procfs::Mapping],
     addrs: &[u64],
-    fallback: &Source<'_>,
+    fallback: Option<&Source<'_>>,
 ) -> Vec<Frame> {
-    from_files(blaze, maps, addrs, Some(fallback), &mut |m| {
+    from_files(blaze, maps, addrs, fallback, &mut |m| {
         found
             .entry(format!("{root}{}", m.path))
             .or_insert_with(|| debug_file(root, &m.path))
@@ -574,7 +604,7 @@ impl BlazeSymbolizer {
         root: &str,
         maps: &[procfs::Mapping],
         stripped: &[u64],
-        source: &Source,
+        source: Option<&Source>,
     ) -> Vec<Frame> {
         let symtab = &mut self.symtab;
         let debug: Vec<u64> = stripped
@@ -700,6 +730,22 @@ impl Symbolizer for BlazeSymbolizer {
                 })
             }
             None if code.is_empty() => Vec::new(),
+            // Kept maps name the frames by their files, found by path: the
+            // process may be gone (a live one's were just read again).
+            None if cached && !foreign && !self.blaze_kept.contains(&tgid) => {
+                let maps = self.maps.get(&tgid).map_or(&[][..], Vec::as_slice);
+                let by_path = &mut self.by_path;
+                if by_path.len() >= MAX_KEPT_FILES {
+                    by_path.clear();
+                }
+                // A file replaced since it was mapped is read through the
+                // process while it lives.
+                let fallback =
+                    live.then(|| process_source(tgid, procfs::map_files_usable(), false));
+                from_files(&self.inner, maps, &code, fallback.as_ref(), &mut |m| {
+                    by_path.entry((m.dev, m.inode)).or_insert_with(|| file_by_path(m)).clone()
+                })
+            }
             None => symbolize_each(&self.inner, &source(false), &code),
         };
         named.extend(fresh.into_iter().map(|f| (f.addr, f)));
@@ -729,7 +775,10 @@ impl Symbolizer for BlazeSymbolizer {
         };
         // (Not for a container's exited process: they are found by path.)
         if let Some(maps) = maps.filter(|_| !dead_foreign) {
-            for f in self.named_from_debug_files(&root, maps, &stripped, &source(true)) {
+            // A process gone is read no more: its modules without a debug
+            // file keep what their own symbols named.
+            let fallback = (live || self.blaze_kept.contains(&tgid)).then(|| source(true));
+            for f in self.named_from_debug_files(&root, maps, &stripped, fallback.as_ref()) {
                 if f.symbol.is_some() {
                     named.insert(f.addr, f);
                 }
@@ -856,6 +905,38 @@ mod tests {
         }
         assert_eq!(s.kept_reads, 2);
         assert!(s.file_maps(pid).iter().any(|m| m.exec), "still kept once gone");
+    }
+
+    /// A process that has exited is named from the maps kept while it lived,
+    /// by its files' paths, with no copy of them kept by blazesym.
+    #[test]
+    fn a_process_gone_is_named_from_its_kept_maps() {
+        let mut s = BlazeSymbolizer::default();
+        let mut sleeper = procfs::settled_sleeper();
+        let pid = sleeper.id();
+        assert!(s.remember(pid, None));
+        assert!(!s.blaze_kept.contains(&pid), "no perf map: blazesym keeps nothing");
+        // Where getpid lies in the sleeper: at its file offset in our own libc.
+        let here = libc::getpid as *const () as u64;
+        let own = procfs::maps_of(std::process::id());
+        let mine = procfs::mapping_of(&own, here).expect("getpid lies in a mapped file");
+        let file_off = here - mine.start + mine.offset;
+        let theirs = s.file_maps(pid).into_iter().find(|m| {
+            m.exec
+                && m.inode == mine.inode
+                && m.offset <= file_off
+                && file_off < m.offset + (m.end - m.start)
+        });
+        let theirs = theirs.expect("sleep maps the same libc's code");
+        let addr = theirs.start + (file_off - theirs.offset);
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        assert!(!alive(pid));
+        s.report_begins();
+        let frames = s.user(pid, &[addr]);
+        let name = frames[0].symbol.as_deref().unwrap_or("");
+        assert!(name.contains("getpid"), "{frames:?}");
+        assert!(frames[0].module.as_deref().is_some_and(|m| m.starts_with("libc")), "{frames:?}");
     }
 
     /// A fork that shares its parent's maps is named from the names its

@@ -26,10 +26,17 @@ pub struct Lineage {
     sharers: HashMap<u32, HashSet<u32>>,
     /// Processes read at their exec, when: read again once the loader is done.
     fresh: Vec<(u32, Instant)>,
+    /// Processes that exec'd less than [`LOADING`] ago, when.
+    loading: Vec<(u32, Instant)>,
 }
 
 /// How long after an exec a process's libraries are taken to be mapped.
 pub const SETTLE: Duration = Duration::from_millis(50);
+
+/// How long after an exec a fork's word that its walk met unknown code is
+/// taken to mean that it was forked before its parent's libraries were
+/// mapped (as the unwind loader takes it).
+pub const LOADING: Duration = Duration::from_millis(200);
 
 impl Lineage {
     fn known(&self, tgid: u32) -> bool {
@@ -74,6 +81,7 @@ impl Lineage {
         alive: &dyn Fn(u32) -> bool,
     ) {
         self.settle(now, read, alive);
+        self.loading.retain(|&(_, at)| now.saturating_duration_since(at) < LOADING);
         match ev.kind {
             proc_event::FORK => {
                 let parent_fresh = self.fresh.iter().position(|&(t, _)| t == ev.parent);
@@ -98,6 +106,8 @@ impl Lineage {
                 {
                     self.fresh.push((ev.tgid, now));
                 }
+                self.loading.retain(|&(t, _)| t != ev.tgid);
+                self.loading.push((ev.tgid, now));
             }
             proc_event::MAPS if alive(ev.tgid) => {
                 // The stack walker met code in none of the maps it has: the
@@ -105,7 +115,16 @@ impl Lineage {
                 // while the process runs: it may exit before it has settled. A
                 // process read at its exec is still read again once settled, as
                 // what the walker met may not be all the loader maps.
-                self.read_own(ev.tgid, read);
+                // A fork of a process still loading got a copy of its maps from
+                // before its libraries: the parent is read (as the unwind loader
+                // reads it, so the two share one read), not each such fork (3 of
+                // perf's first forks a run, each a read of a hundred mappings).
+                let source = self
+                    .shares
+                    .get(&ev.tgid)
+                    .copied()
+                    .filter(|s| self.loading.iter().any(|&(t, _)| t == *s) && alive(*s));
+                self.read_own(source.unwrap_or(ev.tgid), read);
             }
             _ => {
                 if !self.known(ev.tgid) {
@@ -190,6 +209,7 @@ impl Lineage {
             self.shares.remove(&t);
         }
         self.fresh.retain(|&(t, _)| t != tgid);
+        self.loading.retain(|&(t, _)| t != tgid);
     }
 
     /// Every process it knows of.
@@ -379,6 +399,26 @@ mod tests {
             "10 at its exec, at MAPS and once settled; 30 is gone by its MAPS"
         );
         assert!(!l.awaiting());
+    }
+
+    /// A fork of a program still loading its libraries met them unmapped in
+    /// the copy of its parent's maps it got: its parent is read, and it goes
+    /// on sharing; later, such a word means a library of its own.
+    #[test]
+    fn a_fork_of_a_loading_program_that_met_unknown_code_has_its_parent_read() {
+        const MAPS: u32 = proc_event::MAPS;
+        let mut l = Lineage::default();
+        let events = [
+            (ev(EXEC, 10, 0), 0),
+            (ev(FORK, 11, 10), 2),
+            (ev(FORK, 12, 10), 2),
+            (ev(MAPS, 11, 0), 3),
+            (ev(MAPS, 12, 0), 300),
+        ];
+        let reads = run_at(&mut l, &events, &[10, 11, 12], &[]);
+        assert_eq!(reads, [10, 10, 10, 12], "at the exec, the first fork, 11's word; then 12");
+        assert_eq!(l.source_of(11), 10);
+        assert_eq!(l.source_of(12), 12);
     }
 
     #[test]

@@ -713,7 +713,7 @@ mod tests {
         assert_eq!(size_of::<CgroupFilter>(), 8 + 4 * 12);
         assert_eq!(size_of::<walker::ExecMap>(), 8 * 4);
         assert_eq!(size_of::<walker::ProcMaps>(), 16 + 32 * walker::MAX_MAPS);
-        assert_eq!(size_of::<walker::FileInfo>(), 8);
+        assert_eq!(size_of::<walker::FileInfo>(), 8 + 4 * walker::MAX_LEVELS as usize);
         assert_eq!(size_of::<TaskOffsets>(), 4 * 16);
         assert_eq!(size_of::<SeededWait>(), 8 * 2 + 4 * 2 + 8 * 3);
         assert_eq!(size_of::<Rewalk>(), 8 * 2);

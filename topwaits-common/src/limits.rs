@@ -23,6 +23,10 @@ pub const MAX_FILTER_IDS: u32 = 4096;
 /// Unwind tree nodes (512 bytes each, allocated as tables load: 32 MiB at
 /// most) and processes (2 KiB each) the user stack walker keeps.
 pub const UNWIND_NODES: u32 = 65536;
+/// Unwind tree nodes kept in an array first (512 bytes each, allocated at
+/// once: 2 MiB): written without an allocation each, and found without
+/// hashing. Tables beyond go to the hash map above.
+pub const UNWIND_ARRAY_NODES: u32 = 4096;
 pub const UNWIND_PROCS: u32 = 16384;
 /// Capacity of the wake-dependency map of `topwaits threads`.
 pub const DEPS_ENTRIES: u32 = 16384;

@@ -2,6 +2,7 @@
 
 pub const SETTINGS: &str = "SETTINGS";
 pub const UNWIND_NODES: &str = "UNWIND_NODES";
+pub const UNWIND_NODE_ARRAY: &str = "UNWIND_NODE_ARRAY";
 pub const UNWIND_FILES: &str = "UNWIND_FILES";
 pub const UNWIND_PROCS: &str = "UNWIND_PROCS";
 pub const PY_PROCS: &str = "PY_PROCS";

@@ -1,6 +1,7 @@
 //! The in-kernel user stack walker's tables: where each process maps its code
 //! ([`ProcMaps`]), each file's unwind rows as a tree of fixed-size nodes
-//! ([`NODE_ROWS`] rows each, in [`crate::names::UNWIND_NODES`]), the encoding of a
+//! ([`NODE_ROWS`] rows each, in [`crate::names::UNWIND_NODE_ARRAY`] or, once that
+//! is full, [`crate::names::UNWIND_NODES`]), the encoding of a
 //! row, and the mark a stack cut short carries as its last frame.
 
 /// Rows (or child keys) in one node of a file's unwind tree.
@@ -102,6 +103,26 @@ pub struct FileInfo {
     pub state: u32,
     /// Levels of its tree (1..=[`MAX_LEVELS`]) when ready.
     pub levels: u32,
+    /// When ready: the index in the node array of each level's first node
+    /// (a level's nodes follow it in order), or [`IN_HASH`] throughout for
+    /// a tree kept in the node hash map under [`node_key`].
+    pub base: [u32; MAX_LEVELS as usize],
+}
+
+/// [`FileInfo::base`] of a tree whose nodes are in the node hash map.
+pub const IN_HASH: u32 = u32::MAX;
+
+impl FileInfo {
+    /// A file marked `state` (one of [`file_state`]), its table not in place.
+    pub const fn marked(state: u32) -> Self {
+        FileInfo { state, levels: 0, base: [IN_HASH; MAX_LEVELS as usize] }
+    }
+
+    /// A file whose tree of `levels` is in place, at `base` (see
+    /// [`FileInfo::base`]).
+    pub const fn ready(levels: u32, base: [u32; MAX_LEVELS as usize]) -> Self {
+        FileInfo { state: file_state::READY, levels, base }
+    }
 }
 
 /// Values of [`FileInfo::state`].

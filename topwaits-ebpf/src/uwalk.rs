@@ -15,8 +15,8 @@ use topwaits_common::{
     proc_event,
     python::PyProc,
     walker::{
-        cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, MAX_LEVELS, MAX_MAPS,
-        NODE_ROWS, REUSE_SLOTS, SIG_BP, SIG_IP, SIG_SP, WALK_DEPTH,
+        cut, file_state, node_key, rule, FileInfo, Node, ProcMaps, CUT_MARK, IN_HASH, MAX_LEVELS,
+        MAX_MAPS, NODE_ROWS, REUSE_SLOTS, SIG_BP, SIG_IP, SIG_SP, WALK_DEPTH,
     },
     KernelStack, ProcEvent, KSTACK_DEPTH, STACK_STORED,
 };
@@ -27,9 +27,15 @@ use crate::pyframes::{self, PY_PROCS};
 use crate::taskmap::{LastWalk, TaskState};
 use crate::uread::{user_byte, user_u32, user_word, StackWindow};
 
-/// Unwind tree nodes of every file, by `node_key`; sized at load time.
+/// Unwind tree nodes of the files that did not fit into
+/// [`UNWIND_NODE_ARRAY`], by `node_key`; sized at load time.
 #[map]
 pub static UNWIND_NODES: HashMap<u64, Node> = HashMap::with_max_entries(1, GROWS);
+
+/// Unwind tree nodes of the first files, each tree's levels in order from the
+/// index its `FileInfo::base` says; sized at load time.
+#[map]
+pub static UNWIND_NODE_ARRAY: Array<Node> = Array::with_max_entries(1, 0);
 
 /// What is known of each file's table, by file index.
 #[map]
@@ -298,7 +304,10 @@ fn mapping_of(maps: &ProcMaps, pc: u64) -> Option<(u64, u32)> {
 /// A file whose table was never asked for is asked for when `ask`.
 #[inline(always)]
 fn rule_of(file: u32, addr: u64, tgid: u64, running: u64, ask: bool) -> Result<u32, u64> {
-    let info = UNWIND_FILES.get(file).copied().unwrap_or_default();
+    // Read in place: a copy on the stack would cost 24 of its 512 bytes.
+    let Some(info) = UNWIND_FILES.get(file) else {
+        return Err(cut::LOADING);
+    };
     match info.state {
         file_state::READY => {}
         file_state::LOADING => return Err(cut::LOADING),
@@ -324,12 +333,17 @@ fn rule_of(file: u32, addr: u64, tgid: u64, running: u64, ask: bool) -> Result<u
             break;
         }
         level -= 1;
-        let Some(node) = UNWIND_NODES.get_ptr(&node_key(file, level, index)) else {
+        let base = info.base[(level & (MAX_LEVELS - 1)) as usize];
+        let node = if base != IN_HASH {
+            UNWIND_NODE_ARRAY.get(base.wrapping_add(index))
+        } else {
+            // SAFETY: a value of a map lookup; nodes are written once, before
+            // the file is marked ready, and never changed.
+            UNWIND_NODES.get_ptr(&node_key(file, level, index)).map(|p| unsafe { &*p })
+        };
+        let Some(node) = node else {
             return Err(cut::NO_INFO);
         };
-        // SAFETY: a value of a map lookup; nodes are written once, before the file
-        // is marked ready, and never changed.
-        let node = unsafe { &*node };
         let i = last_at_most(node, addr, 32);
         let entry = node[i];
         if entry >> 32 > addr {

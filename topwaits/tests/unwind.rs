@@ -184,6 +184,35 @@ fn a_program_without_frame_pointers_gets_whole_stacks_through_libc() {
     }
 }
 
+/// Tables beyond the node array go to the hash map, and are walked as well:
+/// with an array of one node, every tree but the smallest is there.
+#[test]
+fn tables_beyond_the_node_array_are_walked_from_the_hash_map() {
+    require_bpf!();
+    let exe = nofp_binary("deep");
+    let mut child = start_ready(&exe, &["6"]);
+    let pid = child.id().to_string();
+    let out = Command::new(BIN)
+        .args(with_attach(&["--json", "-U", "-p", &pid, "1"]))
+        .env("TOPWAITS_NODE_ARRAY", "1")
+        .output()
+        .expect("failed to run topwaits");
+    let _ = child.kill();
+    let _ = child.wait();
+    let doc = json(&Finished {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    });
+    let share = whole_share(&doc);
+    assert!(share >= 0.9, "{:.0}% of wait time in whole stacks: {doc:#}", share * 100.0);
+    let read = stack_names(&heaviest_with(&doc, "tw_read_leaf")["user_stack"]);
+    assert!(
+        read.iter().any(|n| n == "start_thread") && read.iter().any(|n| n == "tw_read_3"),
+        "through libc to the thread's entry: {read:?}"
+    );
+}
+
 /// The issue of the first moments: threads of a program built without frame
 /// pointers that are blocked when the trace begins (their waits are recorded
 /// from its start, with the stacks walked while they wait), then start 700 ms

@@ -62,12 +62,22 @@ pub(super) struct Sizes {
     pub(super) sites: u32,
     /// The user stack walker's tree nodes and processes (with `--unwind cfi`).
     pub(super) unwind_nodes: u32,
+    pub(super) unwind_array_nodes: u32,
     pub(super) unwind_procs: u32,
     /// Rows of on-CPU samples (with `--on-cpu`).
     pub(super) samples: u32,
     /// (goroutine, thread) pairs whose starts are counted (with goroutines;
     /// allocated as they come).
     pub(super) go_ran_on: u32,
+}
+
+/// Nodes of the unwind node array: `TOPWAITS_NODE_ARRAY` where set (tests
+/// size it down so that the hash map beyond it is walked), else the limit.
+fn array_nodes() -> u32 {
+    std::env::var("TOPWAITS_NODE_ARRAY")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(limits::UNWIND_ARRAY_NODES, |n| n.clamp(1, limits::UNWIND_ARRAY_NODES))
 }
 
 impl Sizes {
@@ -82,6 +92,7 @@ impl Sizes {
         }
         if cfi {
             sizes.unwind_nodes = limits::UNWIND_NODES;
+            sizes.unwind_array_nodes = array_nodes();
             sizes.unwind_procs = limits::UNWIND_PROCS;
         }
         if config.on_cpu.is_some() {
@@ -126,6 +137,7 @@ impl Sizes {
             sizes.stacks = limits::DEFAULT_STACK_STORAGE.max(sizes.stacks);
             if cfi {
                 sizes.unwind_nodes = limits::UNWIND_NODES;
+                sizes.unwind_array_nodes = array_nodes();
                 sizes.unwind_procs = limits::UNWIND_PROCS;
             }
         }
@@ -146,6 +158,7 @@ impl Sizes {
             layouts: 1,
             sites: 1,
             unwind_nodes: 1,
+            unwind_array_nodes: 1,
             unwind_procs: 1,
             samples: 1,
             go_ran_on: 1,
@@ -204,6 +217,7 @@ pub(super) fn load(
         .map_max_entries(names::LAYOUTS, sizes.layouts)
         .map_max_entries(names::SITES, sizes.sites)
         .map_max_entries(names::UNWIND_NODES, sizes.unwind_nodes)
+        .map_max_entries(names::UNWIND_NODE_ARRAY, sizes.unwind_array_nodes)
         .map_max_entries(names::UNWIND_PROCS, sizes.unwind_procs)
         .map_max_entries(names::SAMPLES, sizes.samples)
         .map_max_entries(names::GO_RAN_ON, sizes.go_ran_on)

@@ -11,7 +11,9 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use topwaits_common::walker::{file_state, ExecMap, FileInfo, Node, ProcMaps, MAX_FILES, MAX_MAPS};
+use topwaits_common::walker::{
+    file_state, ExecMap, FileInfo, Node, ProcMaps, IN_HASH, MAX_FILES, MAX_LEVELS, MAX_MAPS,
+};
 use topwaits_common::{proc_event, ProcEvent};
 
 use super::cache::{self, Cache, Source};
@@ -32,6 +34,12 @@ pub trait Sink {
     /// error (full) may leave part of them in.
     fn put_nodes(&mut self, keys: &[u64], nodes: &[Node]) -> Result<()> {
         keys.iter().zip(nodes).try_for_each(|(key, node)| self.put_node(*key, node))
+    }
+    /// Puts a tree's nodes, in order, into the node array if they fit
+    /// there: the index of the first (None: they go to the hash map).
+    fn place_nodes(&mut self, nodes: &[Node]) -> Option<u32> {
+        let _ = nodes;
+        None
     }
     fn put_file(&mut self, id: u32, info: FileInfo) -> Result<()>;
 }
@@ -229,7 +237,7 @@ impl Loader {
     /// tables asked for before the first [`Loader::settle`] are the start's,
     /// built at once; every later one when a CPU would otherwise idle.
     pub fn new(sink: &mut dyn Sink, cache: Option<Cache>) -> Result<Loader> {
-        sink.put_file(OVERFLOW_FILE, FileInfo { state: file_state::FULL, levels: 0 })?;
+        sink.put_file(OVERFLOW_FILE, FileInfo::marked(file_state::FULL))?;
         let (job_tx, job_rx) = mpsc::channel::<Job>();
         let (built_tx, built) = mpsc::channel();
         std::thread::Builder::new()
@@ -406,7 +414,9 @@ impl Loader {
     fn install(&mut self, b: Built, sink: &mut dyn Sink) {
         let info = match b.tree {
             Ok(Some(tree)) => {
-                let fits = sink.put_nodes(&tree.keys(b.id), &tree.nodes).is_ok();
+                let placed = sink.place_nodes(&tree.nodes).map(|first| tree.bases(first));
+                let fits =
+                    placed.is_some() || sink.put_nodes(&tree.keys(b.id), &tree.nodes).is_ok();
                 let how = if b.source == Source::Cache { "read from the cache" } else { "built" };
                 log::debug!(
                     "unwind table of {} {how} in {:?}, in place {:?} after the start: {} KiB",
@@ -422,20 +432,20 @@ impl Loader {
                     self.stats.files_ready += 1;
                     self.stats.table_bytes += tree.bytes() as u64;
                     self.stats.first_table_after.get_or_insert(self.started.elapsed());
-                    FileInfo { state: file_state::READY, levels: tree.levels }
+                    FileInfo::ready(tree.levels, placed.unwrap_or([IN_HASH; MAX_LEVELS as usize]))
                 } else {
                     self.stats.files_not_fitting += 1;
-                    FileInfo { state: file_state::FULL, levels: 0 }
+                    FileInfo::marked(file_state::FULL)
                 }
             }
             Ok(None) => {
                 self.stats.files_without_tables += 1;
-                FileInfo { state: file_state::NO_TABLE, levels: 0 }
+                FileInfo::marked(file_state::NO_TABLE)
             }
             Err(e) => {
                 log::debug!("no unwind table for {}: {e:#}", b.path);
                 self.stats.files_without_tables += 1;
-                FileInfo { state: file_state::NO_TABLE, levels: 0 }
+                FileInfo::marked(file_state::NO_TABLE)
             }
         };
         if let Err(e) = sink.put_file(b.id, info) {
@@ -465,12 +475,10 @@ impl Loader {
             // frame of a wait).
             match self.urgent {
                 true => self.build(id, opened, m.path.clone()),
-                false => {
-                    match sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 }) {
-                        Ok(()) => _ = self.unbuilt.insert(id, (tgid, m.clone())),
-                        Err(_) => self.build(id, opened, m.path.clone()),
-                    }
-                }
+                false => match sink.put_file(id, FileInfo::marked(file_state::UNBUILT)) {
+                    Ok(()) => _ = self.unbuilt.insert(id, (tgid, m.clone())),
+                    Err(_) => self.build(id, opened, m.path.clone()),
+                },
             }
             id
         } else {
@@ -547,18 +555,18 @@ impl Loader {
             // asked at once), and there is nothing to count.
             if self.unbuilt.contains_key(&id) {
                 self.unbuilt_met.insert(id, (1, now));
-                let _ = sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 });
+                let _ = sink.put_file(id, FileInfo::marked(file_state::UNBUILT));
             }
             return;
         };
         *met += 1;
         if *met < RUNNING_MEETINGS {
-            let _ = sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 });
+            let _ = sink.put_file(id, FileInfo::marked(file_state::UNBUILT));
             return;
         }
         if now.duration_since(*first) < self.running_spread {
             self.paused.insert(id, *first + self.running_spread);
-            let _ = sink.put_file(id, FileInfo { state: file_state::PAUSED, levels: 0 });
+            let _ = sink.put_file(id, FileInfo::marked(file_state::PAUSED));
             return;
         }
         self.unbuilt_met.remove(&id);
@@ -577,7 +585,7 @@ impl Loader {
         for id in due {
             self.paused.remove(&id);
             if unbuilt.contains_key(&id) {
-                let _ = sink.put_file(id, FileInfo { state: file_state::UNBUILT, levels: 0 });
+                let _ = sink.put_file(id, FileInfo::marked(file_state::UNBUILT));
             }
         }
     }
@@ -605,7 +613,7 @@ impl Loader {
             Some(f) => self.build(id, f, m.path),
             None => {
                 // Gone: its frames are followed by frame pointers.
-                let _ = sink.put_file(id, FileInfo { state: file_state::NO_TABLE, levels: 0 });
+                let _ = sink.put_file(id, FileInfo::marked(file_state::NO_TABLE));
                 self.stats.files_without_tables += 1;
             }
         }
@@ -756,6 +764,9 @@ mod tests {
         nodes: HashMap<u64, Node>,
         files: HashMap<u32, FileInfo>,
         node_room: usize,
+        /// The node array, and how many nodes it holds at most (0: none).
+        array: Vec<Node>,
+        array_room: usize,
         /// Mappings written, in order.
         puts: Vec<u32>,
     }
@@ -787,10 +798,63 @@ mod tests {
             self.nodes.insert(key, *node);
             Ok(())
         }
+        fn place_nodes(&mut self, nodes: &[Node]) -> Option<u32> {
+            if self.array.len() + nodes.len() > self.array_room {
+                return None;
+            }
+            let first = self.array.len() as u32;
+            self.array.extend_from_slice(nodes);
+            Some(first)
+        }
         fn put_file(&mut self, id: u32, info: FileInfo) -> Result<()> {
             self.files.insert(id, info);
             Ok(())
         }
+    }
+
+    /// Trees go into the node array while they fit, the rest into the hash
+    /// map, and the walker's search finds the same rule either way.
+    #[test]
+    fn trees_in_the_node_array_give_the_rules_the_hash_map_gives() {
+        let here =
+            trees_in_the_node_array_give_the_rules_the_hash_map_gives as fn() as usize as u64;
+        let rule_here = |array_room: usize| {
+            let mut mem = Mem { node_room: 1 << 20, array_room, ..Mem::default() };
+            let mut loader = Loader::new(&mut mem, None).unwrap();
+            loader.on_event(seen(std::process::id()), &mut mem);
+            loader.settle(Duration::from_secs(60), &mut mem);
+            let maps = mem.procs[&std::process::id()];
+            let m = *maps.maps[..maps.len as usize]
+                .iter()
+                .find(|m| m.start <= here && here < m.end)
+                .expect("a mapping of this function");
+            let info = mem.files[&m.file];
+            assert_eq!(info.state, file_state::READY);
+            let in_array = info.base[0] != IN_HASH;
+            assert_eq!(in_array, array_room > 0, "{info:?}");
+            let (array, nodes) = (&mem.array, &mem.nodes);
+            let get = |level: u32, index: u32| match in_array {
+                true => array.get((info.base[level as usize] + index) as usize).copied(),
+                false => {
+                    nodes.get(&topwaits_common::walker::node_key(m.file, level, index)).copied()
+                }
+            };
+            let word = tree::lookup(info.levels, get, here - m.bias).expect("a row here");
+            // Every ready file's tree is wholly in one place or the other.
+            for (&id, f) in mem.files.iter().filter(|(_, f)| f.state == file_state::READY) {
+                match f.base[0] {
+                    IN_HASH => {
+                        assert!(nodes.contains_key(&topwaits_common::walker::node_key(id, 0, 0)))
+                    }
+                    _ => assert!(f.base[..f.levels as usize]
+                        .iter()
+                        .all(|&b| (b as usize) < array.len())),
+                }
+            }
+            assert!(mem.array.len() <= array_room);
+            word
+        };
+        assert_eq!(rule_here(1 << 20), rule_here(0));
     }
 
     fn seen(tgid: u32) -> Option<ProcEvent> {
@@ -967,7 +1031,7 @@ mod tests {
         };
         // The walker marks it loading as it asks.
         let ask = |loader: &mut Loader, mem: &mut Mem| {
-            mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
+            mem.files.insert(mine, FileInfo::marked(file_state::LOADING));
             loader.on_event(running(), mem);
         };
         for _ in 1..RUNNING_MEETINGS {
@@ -1012,7 +1076,7 @@ mod tests {
         let (mut mem, mut loader, _, mine) = past_the_start_with_this_process(here);
         loader.running_spread = Duration::from_millis(800);
         for _ in 0..RUNNING_MEETINGS {
-            mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
+            mem.files.insert(mine, FileInfo::marked(file_state::LOADING));
             loader.on_event(
                 Some(ProcEvent {
                     tgid: u32::MAX,
@@ -1026,7 +1090,7 @@ mod tests {
         assert_eq!(mem.files[&mine].state, file_state::PAUSED);
         let reopen = loader.next_reopen().expect("paused");
         // The walker asks for a paused file only from a blocking walk.
-        mem.files.insert(mine, FileInfo { state: file_state::LOADING, levels: 0 });
+        mem.files.insert(mine, FileInfo::marked(file_state::LOADING));
         loader.on_event(
             Some(ProcEvent {
                 tgid: u32::MAX,

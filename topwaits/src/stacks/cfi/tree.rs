@@ -83,6 +83,18 @@ impl Tree {
         self.places.iter().map(|&(level, index)| node_key(file, level, index)).collect()
     }
 
+    /// Where each level's first node lies once the nodes are placed in order
+    /// from index `first` (see `FileInfo::base`).
+    pub fn bases(&self, first: u32) -> [u32; MAX_LEVELS as usize] {
+        let mut bases = [0; MAX_LEVELS as usize];
+        for (i, &(level, index)) in self.places.iter().enumerate() {
+            if index == 0 {
+                bases[level as usize] = first + i as u32;
+            }
+        }
+        bases
+    }
+
     /// The node at `level` and `index`.
     pub fn node(&self, level: u32, index: u32) -> Option<Node> {
         self.places.iter().position(|&p| p == (level, index)).map(|i| self.nodes[i])

@@ -57,7 +57,7 @@ const REREAD_MAX: Duration = Duration::from_secs(5);
 /// outside its mappings meanwhile, they are read at once, up to
 /// [`READS_WHILE_LOADING`] times (a JIT's code, never in a file, would be met
 /// at every walk).
-const LOADING_AFTER_EXEC: Duration = Duration::from_millis(200);
+pub const LOADING_AFTER_EXEC: Duration = Duration::from_millis(200);
 const READS_WHILE_LOADING: u32 = 4;
 
 /// The exited are forgotten once this many processes were added since the last

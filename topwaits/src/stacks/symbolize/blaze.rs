@@ -123,12 +123,8 @@ const MAX_KEPT_FILES: usize = 2048;
 /// file its maps name (the same inode).
 fn keep_file(tgid: u32, m: &procfs::Mapping) -> Option<KeptFile> {
     use std::os::fd::AsRawFd as _;
-    use std::os::unix::fs::MetadataExt as _;
     let mut file = procfs::open_mapped(tgid, m)?;
-    if file.metadata().ok()?.ino() != m.inode {
-        return None;
-    }
-    let segments = elf::load_segments(&mut file).ok()?;
+    let segments = segments_if_mapped(&mut file, m)?;
     Some(KeptFile {
         path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
         segments,
@@ -139,14 +135,18 @@ fn keep_file(tgid: u32, m: &procfs::Mapping) -> Option<KeptFile> {
 /// Code file `m` opened by its path, if that still names the file mapped
 /// (the same inode), with its loaded segments.
 fn file_by_path(m: &procfs::Mapping) -> Option<ElfFile> {
-    use std::os::unix::fs::MetadataExt as _;
     let mut file = std::fs::File::open(&m.path).ok()?;
-    let meta = file.metadata().ok()?;
-    if meta.ino() != m.inode {
+    Some((PathBuf::from(&m.path), segments_if_mapped(&mut file, m)?))
+}
+
+/// The loaded segments of `file`, if it is the file mapping `m` names (the
+/// same inode).
+fn segments_if_mapped(file: &mut std::fs::File, m: &procfs::Mapping) -> Option<Vec<elf::Segment>> {
+    use std::os::unix::fs::MetadataExt as _;
+    if file.metadata().ok()?.ino() != m.inode {
         return None;
     }
-    let segments = elf::load_segments(&mut file).ok()?;
-    Some((PathBuf::from(&m.path), segments))
+    elf::load_segments(file).ok()
 }
 
 /// The kernel symbolizing thread's channels: addresses out, frames back.

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use topwaits_common::{proc_event, ProcEvent};
 
+use crate::stacks::cfi::loader::LOADING_AFTER_EXEC;
+
 /// Which processes' maps were read, and which forked ones share another's.
 #[derive(Default, Debug)]
 pub struct Lineage {
@@ -26,17 +28,12 @@ pub struct Lineage {
     sharers: HashMap<u32, HashSet<u32>>,
     /// Processes read at their exec, when: read again once the loader is done.
     fresh: Vec<(u32, Instant)>,
-    /// Processes that exec'd less than [`LOADING`] ago, when.
+    /// Processes that exec'd less than [`LOADING_AFTER_EXEC`] ago, when.
     loading: Vec<(u32, Instant)>,
 }
 
 /// How long after an exec a process's libraries are taken to be mapped.
 pub const SETTLE: Duration = Duration::from_millis(50);
-
-/// How long after an exec a fork's word that its walk met unknown code is
-/// taken to mean that it was forked before its parent's libraries were
-/// mapped (as the unwind loader takes it).
-pub const LOADING: Duration = Duration::from_millis(200);
 
 impl Lineage {
     fn known(&self, tgid: u32) -> bool {
@@ -81,7 +78,10 @@ impl Lineage {
         alive: &dyn Fn(u32) -> bool,
     ) {
         self.settle(now, read, alive);
-        self.loading.retain(|&(_, at)| now.saturating_duration_since(at) < LOADING);
+        // Within the unwind loader's window after an exec, a fork's word that
+        // its walk met unknown code means it was forked before its parent's
+        // libraries were mapped, as the loader takes it.
+        self.loading.retain(|&(_, at)| now.saturating_duration_since(at) < LOADING_AFTER_EXEC);
         match ev.kind {
             proc_event::FORK => {
                 let parent_fresh = self.fresh.iter().position(|&(t, _)| t == ev.parent);

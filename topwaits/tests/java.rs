@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
@@ -39,12 +40,19 @@ fn start(name: &str) -> (Script, Dir) {
 /// Compiles and starts tests/programs/`program`.java, past its JVM's
 /// start-up; `name` tells the tests' directories apart.
 fn start_program(program: &str, name: &str) -> (Script, Dir) {
+    start_in(None, program, name)
+}
+
+/// [`start_program`] with the JDK whose commands are in `bin`, else the one
+/// on the PATH.
+fn start_in(bin: Option<&Path>, program: &str, name: &str) -> (Script, Dir) {
     let dir = Dir(std::env::temp_dir().join(format!("topwaits-{name}-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
     let source = format!("{}/tests/programs/{program}.java", env!("CARGO_MANIFEST_DIR"));
-    let javac = Command::new("javac").arg("-d").arg(&dir.0).arg(source).output().unwrap();
+    let command = |c: &str| bin.map_or(c.into(), |b| b.join(c).display().to_string());
+    let javac = Command::new(command("javac")).arg("-d").arg(&dir.0).arg(source).output().unwrap();
     assert!(javac.status.success(), "javac: {}", String::from_utf8_lossy(&javac.stderr));
-    let java = start_script("java", &["-cp", dir.0.to_str().unwrap()], program);
+    let java = start_script(&command("java"), &["-cp", dir.0.to_str().unwrap()], program);
     std::thread::sleep(std::time::Duration::from_millis(500));
     (java, dir)
 }
@@ -197,6 +205,73 @@ fn java_methods_are_named_in_whole_stacks_without_flags() {
     // (One may be caught between, as at a safepoint the JVM holds then.)
     assert!(workers.iter().filter(|t| told(t)).count() + 1 >= workers.len(), "{out}");
     assert!(workers.iter().any(|t| t.contains("waits on Java monitor")), "{out}");
+}
+
+/// The bin directory of a JDK of release 25 or later under /usr/lib/jvm, as
+/// its `release` file says (the machine image has Temurin 25; no package
+/// archive setup reaches has one).
+fn later_jdk() -> Option<PathBuf> {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/jvm")
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let release = std::fs::read_to_string(e.path().join("release")).ok()?;
+            let version = release.lines().find_map(|l| l.strip_prefix("JAVA_VERSION="))?;
+            let major = version.trim_matches('"').split('.').next()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            (major >= 25 && bin.join("javac").exists()).then_some((major, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin)
+}
+
+#[test]
+fn compiled_frames_on_jdk_25_name_their_inlined_methods_and_lines() {
+    require_bpf!();
+    // JDK 25 keeps compiled code's scopes apart from the code cache; JDK 17
+    // (the default) is checked by the test above.
+    let Some(bin) = later_jdk() else {
+        eprintln!("skipped {}: no JDK 25 or later under /usr/lib/jvm", module_path!());
+        return;
+    };
+    let (java, _dir) = start_in(Some(&bin), "Turns", "java-25");
+    // Past the JIT's first compilations, as a service in use is.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let pid = java.0.id().to_string();
+    let doc = json(&run(&["--json", "-p", &pid, "3"]));
+    drop(java);
+    let (mut slept, mut inlined, mut entering, mut placed) = (0u64, 0u64, 0u64, 0u64);
+    for r in doc["records"].as_array().unwrap() {
+        if !r["comm"].as_str().unwrap_or("").starts_with("worker-") {
+            continue;
+        }
+        let names = stack_names(&r["user_stack"]);
+        let ns = r["total_ns"].as_u64().unwrap();
+        // A sleep: Thread.sleep inlined into the compiled handle(), with
+        // the methods and lines jstack gives.
+        if r["waits_on"]["kind"] == "sleep" {
+            slept += ns;
+            if names.windows(3).any(|w| w.iter().eq(INLINED.iter())) {
+                inlined += ns;
+            }
+        }
+        // Entering the monitor from compiled code: handle() at the line of
+        // its synchronized block.
+        if r["waits_on"]["lock"].as_str().unwrap_or("").starts_with("Java monitor") {
+            entering += ns;
+            if names.iter().any(|n| n == "Turns.handle (Turns.java:12)") {
+                placed += ns;
+            }
+        }
+    }
+    eprintln!(
+        "JDK 25: {inlined} of {slept} ns of sleep, {placed} of {entering} ns entering placed"
+    );
+    assert!(slept > 500_000_000, "the workers slept only {slept} ns: {doc:#}");
+    assert!(inlined * 10 >= slept * 9, "only {inlined} of {slept} ns with {INLINED:?}: {doc:#}");
+    assert!(entering > 200_000_000, "the workers entered the monitor for only {entering} ns");
+    assert!(placed * 10 >= entering * 9, "only {placed} of {entering} ns at handle's line");
 }
 
 /// An ISO-8601 duration as Flight Recorder writes it (`PT0.002088421S`,

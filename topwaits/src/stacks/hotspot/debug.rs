@@ -3,29 +3,63 @@
 //! methods the compiler inlined at that call with their bytecode indexes; an
 //! interpreted frame's index comes from its bytecode pointer. Each index is
 //! turned into a source line through its method's line number table. Scopes
-//! are read in JDK 17's layout, as its vmStructs describe it (JDK 23 moved
-//! them out of the nmethod, and a compiled frame there is its method alone);
-//! line tables from JDK 17 to 25.
+//! are read where JDK 17 keeps them (in the nmethod) and where JDK 25 does
+//! (its immutable and mutable data, apart from the code cache), as each one's
+//! vmStructs describe them; line tables from JDK 17 to 25.
 
 use super::names::{const_method, method_name, symbol};
 use super::Layout;
 use crate::sys::memory::Memory;
 
+/// Where this JDK's nmethods keep what their scopes are read from, by the
+/// offsets of the fields that say so.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScopeHome {
+    /// Not described by this JDK's tables (JDK 23 and 24 keep the metadata
+    /// where they do not say): a compiled frame is its method alone.
+    #[default]
+    Unknown,
+    /// JDK 17 to 22, all in the nmethod.
+    InBlob(InBlob),
+    /// JDK 25 on, apart from the code cache.
+    Apart(Apart),
+}
+
+/// JDK 17's fields: `CodeBlob::_code_begin` and
+/// `CompiledMethod::_scopes_data_begin` (pointers), and the ints
+/// `nmethod::_scopes_pcs_offset`, `_dependencies_offset` (where the
+/// `PcDesc`s end) and `_metadata_offset`, from the nmethod's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InBlob {
+    pub code_begin: u64,
+    pub scopes_data: u64,
+    pub pcs: u64,
+    pub dependencies: u64,
+    pub metadata: u64,
+}
+
+/// JDK 25's: `CodeBlob::_code_offset`; the `PcDesc`s then the scopes data
+/// in `nmethod::_immutable_data` (of `_immutable_data_size` bytes) from
+/// `_scopes_pcs_offset` and `_scopes_data_offset`; the metadata in
+/// `CodeBlob::_mutable_data` (`_mutable_data_size` bytes) past its
+/// `_relocation_size` bytes of relocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Apart {
+    pub code_offset: u64,
+    pub immutable: u64,
+    pub immutable_size: u64,
+    pub pcs: u64,
+    pub scopes_data: u64,
+    pub mutable: u64,
+    pub mutable_size: u64,
+    pub relocation_size: u64,
+}
+
 /// The offsets this module reads by, from vmStructs: the line number tables'
-/// always, the scopes of compiled code where HotSpot keeps them as JDK 17 does.
+/// always, the scopes of compiled code where the tables say where they are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DebugLayout {
-    /// Whether the scope fields below were found (not since JDK 23).
-    pub scopes: bool,
-    /// `CodeBlob::_code_begin`: where the nmethod's instructions start.
-    pub code_begin: u64,
-    /// `CompiledMethod::_scopes_data_begin`, a pointer.
-    pub scopes_data_begin: u64,
-    /// `nmethod::_scopes_pcs_offset`, `_dependencies_offset` (where the
-    /// `PcDesc`s end) and `_metadata_offset`: ints, from the nmethod's start.
-    pub scopes_pcs_offset: u64,
-    pub dependencies_offset: u64,
-    pub metadata_offset: u64,
+    pub home: ScopeHome,
     /// `sizeof(PcDesc)`, its `_pc_offset` and `_scope_decode_offset`.
     pub pc_desc_size: u64,
     pub pc_offset: u64,
@@ -45,17 +79,30 @@ pub struct DebugLayout {
     pub excluded: u32,
 }
 
-/// The (type, field) of each scope offset of [`DebugLayout`] read from the
-/// struct table, in the order [`DebugLayout::of`] takes them.
-pub const FIELDS: [(&str, &str); 7] = [
+/// The fields either [`ScopeHome`] is read by, in the order it takes them,
+/// then the `PcDesc`'s two.
+const IN_BLOB: [(&str, &str); 5] = [
     ("CodeBlob", "_code_begin"),
     ("CompiledMethod", "_scopes_data_begin"),
     ("nmethod", "_scopes_pcs_offset"),
     ("nmethod", "_dependencies_offset"),
     ("nmethod", "_metadata_offset"),
-    ("PcDesc", "_pc_offset"),
-    ("PcDesc", "_scope_decode_offset"),
 ];
+const APART: [(&str, &str); 8] = [
+    ("CodeBlob", "_code_offset"),
+    ("nmethod", "_immutable_data"),
+    ("nmethod", "_immutable_data_size"),
+    ("nmethod", "_scopes_pcs_offset"),
+    ("nmethod", "_scopes_data_offset"),
+    ("CodeBlob", "_mutable_data"),
+    ("CodeBlob", "_mutable_data_size"),
+    ("CodeBlob", "_relocation_size"),
+];
+const PC_DESC: [(&str, &str); 2] = [("PcDesc", "_pc_offset"), ("PcDesc", "_scope_decode_offset")];
+
+/// The types whose fields the scopes are read by (the layout reads these
+/// types' rows of the struct table).
+pub const SCOPE_TYPES: [&str; 4] = ["CodeBlob", "CompiledMethod", "nmethod", "PcDesc"];
 
 /// The line offsets, in the order [`DebugLayout::of`] takes them; the flags
 /// by their name up to JDK 20, and since.
@@ -103,7 +150,7 @@ impl DebugLayout {
             (None, Some(f)) => (f, 1),
             (None, None) => return None,
         };
-        let mut d = DebugLayout {
+        let d = DebugLayout {
             const_flags,
             excluded,
             const_code_size: code_size?,
@@ -112,30 +159,83 @@ impl DebugLayout {
             const_size: size("ConstMethod")?,
             ..Default::default()
         };
-        let scope: Option<Vec<u64>> = FIELDS.iter().map(|&(ty, f)| field(ty, f)).collect();
         // Scopes are read by slicing each PcDesc's two ints out of it: where
         // the table says they do not fit (no JDK's does), none are read.
-        let fits = |v: &[u64], size: u64| v[5].max(v[6]).checked_add(4).is_some_and(|e| e <= size);
         let pc_desc_size = size("PcDesc").filter(|&s| (8..=MAX_PC_DESC_SIZE).contains(&s));
-        if let (Some(v), Some(pc_desc_size)) = (scope, pc_desc_size) {
-            if !fits(&v, pc_desc_size) {
-                return Some(d);
-            }
-            d = DebugLayout {
-                scopes: true,
-                code_begin: v[0],
-                scopes_data_begin: v[1],
-                scopes_pcs_offset: v[2],
-                dependencies_offset: v[3],
-                metadata_offset: v[4],
-                pc_offset: v[5],
-                scope_decode_offset: v[6],
-                pc_desc_size,
-                ..d
-            };
+        let [pc_offset, scope_decode_offset] = PC_DESC.map(|(ty, f)| field(ty, f));
+        let (Some(pc_desc_size), Some(pc_offset), Some(scope_decode_offset)) =
+            (pc_desc_size, pc_offset, scope_decode_offset)
+        else {
+            return Some(d);
+        };
+        if pc_offset.max(scope_decode_offset).checked_add(4).is_none_or(|e| e > pc_desc_size) {
+            return Some(d);
         }
-        Some(d)
+        let home = match (IN_BLOB.map(|(ty, f)| field(ty, f)), APART.map(|(ty, f)| field(ty, f))) {
+            (
+                [Some(code_begin), Some(scopes_data), Some(pcs), Some(dependencies), Some(metadata)],
+                _,
+            ) => ScopeHome::InBlob(InBlob { code_begin, scopes_data, pcs, dependencies, metadata }),
+            (_, [Some(c), Some(i), Some(is), Some(p), Some(sd), Some(m), Some(ms), Some(r)]) => {
+                ScopeHome::Apart(Apart {
+                    code_offset: c,
+                    immutable: i,
+                    immutable_size: is,
+                    pcs: p,
+                    scopes_data: sd,
+                    mutable: m,
+                    mutable_size: ms,
+                    relocation_size: r,
+                })
+            }
+            _ => return Some(d),
+        };
+        Some(DebugLayout { home, pc_desc_size, pc_offset, scope_decode_offset, ..d })
     }
+
+    /// Whether compiled frames' scopes are read.
+    pub fn scopes(&self) -> bool {
+        self.home != ScopeHome::Unknown
+    }
+}
+
+/// Where one nmethod's scopes are: its code's start, then its `PcDesc`s,
+/// scopes data and metadata, each as [start, end).
+#[derive(Debug, PartialEq, Eq)]
+struct Sections {
+    code: u64,
+    pcs: (u64, u64),
+    data: (u64, u64),
+    metadata: (u64, u64),
+}
+
+/// The sections of nmethod `nm`, None where they do not read or lie out of
+/// order.
+fn sections(mem: &dyn Memory, home: &ScopeHome, nm: u64) -> Option<Sections> {
+    let int = |at: u64| mem.u32(at).map(u64::from);
+    let s = match home {
+        ScopeHome::Unknown => return None,
+        ScopeHome::InBlob(b) => {
+            // The metadata, then the scopes data, then the PcDescs.
+            let pcs = (nm + int(nm + b.pcs)?, nm + int(nm + b.dependencies)?);
+            let data = (mem.word(nm + b.scopes_data)?, pcs.0);
+            let metadata = (nm + int(nm + b.metadata)?, data.0);
+            Sections { code: mem.word(nm + b.code_begin)?, pcs, data, metadata }
+        }
+        ScopeHome::Apart(a) => {
+            let imm = mem.word(nm + a.immutable)?;
+            let data_at = imm + int(nm + a.scopes_data)?;
+            let muts = mem.word(nm + a.mutable)?;
+            Sections {
+                code: nm + int(nm + a.code_offset)?,
+                pcs: (imm + int(nm + a.pcs)?, data_at),
+                data: (data_at, imm + int(nm + a.immutable_size)?),
+                metadata: (muts + int(nm + a.relocation_size)?, muts + int(nm + a.mutable_size)?),
+            }
+        }
+    };
+    let ordered = |(a, b): (u64, u64)| a != 0 && a <= b;
+    (ordered(s.pcs) && ordered(s.data) && ordered(s.metadata)).then_some(s)
 }
 
 /// One int of HotSpot's `CompressedReadStream` (UNSIGNED5): a digit under
@@ -175,18 +275,20 @@ fn read_signed(bytes: &[u8], pos: &mut usize, x: u32) -> Option<i32> {
 
 /// The `Method*` and bytecode index of each scope of the call in nmethod
 /// `nm` that returns to `ret`, innermost (the method inlined deepest) first;
-/// None where no `PcDesc` is at that return address or what it names does
-/// not read.
-pub fn scopes_at(mem: &dyn Memory, d: &DebugLayout, nm: u64, ret: u64) -> Option<Vec<(u64, i32)>> {
-    if !d.scopes {
-        return None;
-    }
-    let code = mem.word(nm + d.code_begin)?;
-    let offset = i32::try_from(ret.checked_sub(code)?).ok()?;
-    let pcs = nm + mem.u32(nm + d.scopes_pcs_offset)? as u64;
-    let pcs_end = nm + mem.u32(nm + d.dependencies_offset)? as u64;
-    let n = (pcs_end.checked_sub(pcs)? / d.pc_desc_size).min(MAX_PC_DESCS);
-    let descs = mem.bytes(pcs, (n * d.pc_desc_size) as usize)?;
+/// None where no `PcDesc` is at that return address, or what it names does
+/// not read or does not end in the nmethod's own method (the outermost scope
+/// is always the method compiled: a check of the layout read by).
+pub fn scopes_at(
+    mem: &dyn Memory,
+    l: &Layout,
+    d: &DebugLayout,
+    nm: u64,
+    ret: u64,
+) -> Option<Vec<(u64, i32)>> {
+    let s = sections(mem, &d.home, nm)?;
+    let offset = i32::try_from(ret.checked_sub(s.code)?).ok()?;
+    let n = ((s.pcs.1 - s.pcs.0) / d.pc_desc_size).min(MAX_PC_DESCS);
+    let descs = mem.bytes(s.pcs.0, (n * d.pc_desc_size) as usize)?;
     let field = |i: u64, at: u64| {
         let o = (i * d.pc_desc_size + at) as usize;
         i32::from_le_bytes(descs[o..o + 4].try_into().unwrap())
@@ -205,11 +307,7 @@ pub fn scopes_at(mem: &dyn Memory, d: &DebugLayout, nm: u64, ret: u64) -> Option
         return None;
     }
     let mut decode = field(lo, d.scope_decode_offset) as u32;
-    let data = mem.word(nm + d.scopes_data_begin)?;
-    let metadata = nm + mem.u32(nm + d.metadata_offset)? as u64;
-    // The scopes data ends where the PcDescs begin; the metadata where the
-    // scopes data begins.
-    let data_len = pcs.checked_sub(data)?;
+    let (data, data_len) = (s.data.0, s.data.1 - s.data.0);
     let mut out = Vec::new();
     while decode != 0 && out.len() < MAX_SCOPES {
         if decode as u64 >= data_len {
@@ -225,14 +323,15 @@ pub fn scopes_at(mem: &dyn Memory, d: &DebugLayout, nm: u64, ret: u64) -> Option
         let sender = read_int(head, &mut pos, d.excluded)?;
         let index = read_int(head, &mut pos, d.excluded)? as u64;
         let bci = (read_int(head, &mut pos, d.excluded)? as i32).wrapping_sub(1);
-        let slot = metadata + 8 * index.checked_sub(1)?;
-        if slot + 8 > data {
+        let slot = s.metadata.0 + 8 * index.checked_sub(1)?;
+        if slot + 8 > s.metadata.1 {
             return None;
         }
         out.push((mem.word(slot).filter(|&m| m != 0)?, bci));
         decode = sender;
     }
-    (!out.is_empty() && decode == 0).then_some(out)
+    let outermost = out.last()?.0;
+    (decode == 0 && mem.word(nm + l.compiled_method) == Some(outermost)).then_some(out)
 }
 
 /// The source line of bytecode index `bci` of `Method*` `method`, as HotSpot
@@ -343,7 +442,7 @@ pub fn frames_at(
     nm: u64,
     ret: u64,
 ) -> Option<Vec<String>> {
-    let scopes = scopes_at(mem, d, nm, ret)?;
+    let scopes = scopes_at(mem, l, d, nm, ret)?;
     scopes.iter().map(|&(m, bci)| placed_name(mem, l, d, m, &[bci])).collect()
 }
 

@@ -249,10 +249,11 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
         .iter()
         .chain(MOVED.iter().map(|m| &m.1))
         .chain([&CALL_STUB_RETURN])
-        .chain(&debug::FIELDS)
         .chain(&debug::LINE_FIELDS)
         .map(|f| f.0)
+        .chain(debug::SCOPE_TYPES)
         .collect();
+    kinds.sort_unstable();
     kinds.dedup();
     let found = fields_of(mem, vars, &kinds)?;
     let mut values = [0u64; 24];

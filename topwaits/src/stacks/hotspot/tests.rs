@@ -368,13 +368,14 @@ fn an_internal_monitor_is_the_global_lock_whose_condition_variable_holds_the_wor
 /// JDK 17's offsets for `debug`, as its vmStructs give them.
 fn jdk17_debug() -> debug::DebugLayout {
     debug::DebugLayout {
-        scopes: true,
+        home: debug::ScopeHome::InBlob(debug::InBlob {
+            code_begin: 32,
+            scopes_data: 120,
+            pcs: 268,
+            dependencies: 272,
+            metadata: 260,
+        }),
         excluded: 0,
-        code_begin: 32,
-        scopes_data_begin: 120,
-        scopes_pcs_offset: 268,
-        dependencies_offset: 272,
-        metadata_offset: 260,
         pc_desc_size: 16,
         pc_offset: 0,
         scope_decode_offset: 4,
@@ -384,6 +385,66 @@ fn jdk17_debug() -> debug::DebugLayout {
         const_method_size: 24,
         cp_source_file: 54,
     }
+}
+
+/// JDK 25's offsets of its scopes, as Temurin 25's vmStructs give them.
+const JDK25_HOME: debug::ScopeHome = debug::ScopeHome::Apart(debug::Apart {
+    code_offset: 36,
+    immutable: 96,
+    immutable_size: 160,
+    pcs: 196,
+    scopes_data: 200,
+    mutable: 16,
+    mutable_size: 48,
+    relocation_size: 28,
+});
+
+/// An nmethod at `nm`, its code at `code`, laid out as `home` says, with
+/// `metadata` and the scopes data `scopes`, and three PcDescs: the sentinel,
+/// one at 0x40 naming the scope at 4, one at 0x80 with none. Returns where
+/// its scopes data begins.
+fn nmethod(
+    m: &mut Bytes,
+    home: &debug::ScopeHome,
+    (nm, code): (u64, u64),
+    metadata: &[u64],
+    scopes: &[u8],
+) -> u64 {
+    let (pcs, data, meta) = match home {
+        debug::ScopeHome::InBlob(b) => {
+            m.put_word(nm + b.code_begin, code);
+            m.put(nm + b.metadata, &0x200u32.to_le_bytes());
+            m.put_word(nm + b.scopes_data, nm + 0x300);
+            m.put(nm + b.pcs, &0x400u32.to_le_bytes());
+            m.put(nm + b.dependencies, &(0x400u32 + 3 * 16).to_le_bytes());
+            (nm + 0x400, nm + 0x300, nm + 0x200)
+        }
+        debug::ScopeHome::Apart(a) => {
+            // Both data apart from the nmethod, as on the C heap.
+            let (imm, muts) = (0xa_0000u64, 0xb_0000u64);
+            m.put(nm + a.code_offset, &((code - nm) as u32).to_le_bytes());
+            m.put_word(nm + a.immutable, imm);
+            m.put(nm + a.immutable_size, &0x200u32.to_le_bytes());
+            m.put(nm + a.pcs, &0x100u32.to_le_bytes());
+            m.put(nm + a.scopes_data, &0x130u32.to_le_bytes());
+            m.put_word(nm + a.mutable, muts);
+            m.put(nm + a.relocation_size, &0x20u32.to_le_bytes());
+            m.put(nm + a.mutable_size, &(0x20 + 8 * metadata.len() as u32).to_le_bytes());
+            (imm + 0x100, imm + 0x130, muts + 0x20)
+        }
+        debug::ScopeHome::Unknown => unreachable!(),
+    };
+    for (i, &md) in metadata.iter().enumerate() {
+        m.put_word(meta + 8 * i as u64, md);
+    }
+    m.put(data, scopes);
+    for (i, (pc, scope)) in [(-1i32, 0u32), (0x40, 4), (0x80, 0)].iter().enumerate() {
+        let at = pcs + 16 * i as u64;
+        m.put(at, &[0; 16]);
+        m.put(at, &pc.to_le_bytes());
+        m.put(at + 4, &scope.to_le_bytes());
+    }
+    data
 }
 
 /// Gives the method at `at` (see [`method`]) the source file Turns.java and
@@ -402,43 +463,49 @@ fn with_lines(m: &mut Bytes, at: u64) {
 
 #[test]
 fn a_call_in_compiled_code_names_the_methods_inlined_there_with_lines() {
+    // Where JDK 17 keeps the scopes, and where JDK 25 does.
+    for home in [jdk17_debug().home, JDK25_HOME] {
+        let mut m = Bytes::default();
+        let vars = tables(&mut m);
+        let l = layout_of(&m, &vars).unwrap();
+        assert_eq!(l.debug, None, "a table without PcDesc describes no scopes");
+        let d = debug::DebugLayout { home, ..jdk17_debug() };
+        let inner = method(&mut m, 0x5_0000, "Turns", "sleepHoldingTheLock");
+        let outer = method(&mut m, 0x6_0000, "Turns", "handle");
+        with_lines(&mut m, inner);
+        with_lines(&mut m, outer);
+        let (nm, code) = (0x8_0000u64, 0x8_1000u64);
+        // Scopes: at 1 the compiled method at bci 4 (stored plus one); at 4
+        // the method inlined into it, at bci 0, whose sender is the scope at 1.
+        let data = nmethod(&mut m, &home, (nm, code), &[outer, inner], &[0, 0, 1, 5, 1, 2, 1]);
+        m.put_word(nm + l.compiled_method, outer);
+        let scopes = debug::scopes_at(&m, &l, &d, nm, code + 0x40);
+        assert_eq!(scopes, Some(vec![(inner, 0), (outer, 4)]), "{home:?}");
+        let frames = debug::frames_at(&m, &l, &d, nm, code + 0x40).unwrap();
+        assert_eq!(
+            frames,
+            ["Turns.sleepHoldingTheLock (Turns.java:12)", "Turns.handle (Turns.java:13)"]
+        );
+        // No PcDesc at that return address, or one without a scope: nothing.
+        assert_eq!(debug::scopes_at(&m, &l, &d, nm, code + 0x50), None);
+        assert_eq!(debug::scopes_at(&m, &l, &d, nm, code + 0x80), None);
+        assert_eq!(debug::scopes_at(&m, &l, &d, nm, code - 8), None);
+        // Scopes that do not end in the nmethod's own method were read by a
+        // wrong layout: nothing, not a guess.
+        m.put_word(nm + l.compiled_method, inner);
+        assert_eq!(debug::scopes_at(&m, &l, &d, nm, code + 0x40), None, "{home:?}");
+        m.put_word(nm + l.compiled_method, outer);
+        // A scope naming metadata past its end: nothing.
+        m.put(data + 5, &[9]);
+        assert_eq!(debug::scopes_at(&m, &l, &d, nm, code + 0x40), None);
+    }
+    // Between two entries of the line table, the line of the one before.
     let mut m = Bytes::default();
     let vars = tables(&mut m);
     let l = layout_of(&m, &vars).unwrap();
-    assert_eq!(l.debug, None, "a table without PcDesc describes no scopes");
     let d = jdk17_debug();
-    let inner = method(&mut m, 0x5_0000, "Turns", "sleepHoldingTheLock");
     let outer = method(&mut m, 0x6_0000, "Turns", "handle");
-    with_lines(&mut m, inner);
     with_lines(&mut m, outer);
-    let (nm, code) = (0x8_0000u64, 0x8_1000u64);
-    m.put_word(nm + 32, code);
-    m.put(nm + 260, &0x200u32.to_le_bytes());
-    m.put_word(nm + 120, nm + 0x300);
-    m.put(nm + 268, &0x400u32.to_le_bytes());
-    m.put(nm + 272, &(0x400u32 + 3 * 16).to_le_bytes());
-    m.put_word(nm + 0x200, outer);
-    m.put_word(nm + 0x208, inner);
-    // Scopes: at 1 the compiled method at bci 4 (stored plus one); at 4 the
-    // method inlined into it, at bci 0, whose sender is the scope at 1.
-    m.put(nm + 0x300, &[0, 0, 1, 5, 1, 2, 1]);
-    for (i, (pc, scope)) in [(-1i32, 0u32), (0x40, 4), (0x80, 0)].iter().enumerate() {
-        let at = nm + 0x400 + 16 * i as u64;
-        m.put(at, &[0; 16]);
-        m.put(at, &pc.to_le_bytes());
-        m.put(at + 4, &scope.to_le_bytes());
-    }
-    assert_eq!(debug::scopes_at(&m, &d, nm, code + 0x40), Some(vec![(inner, 0), (outer, 4)]));
-    let frames = debug::frames_at(&m, &l, &d, nm, code + 0x40).unwrap();
-    assert_eq!(
-        frames,
-        ["Turns.sleepHoldingTheLock (Turns.java:12)", "Turns.handle (Turns.java:13)"]
-    );
-    // No PcDesc at that return address, or one without a scope: nothing.
-    assert_eq!(debug::scopes_at(&m, &d, nm, code + 0x50), None);
-    assert_eq!(debug::scopes_at(&m, &d, nm, code + 0x80), None);
-    assert_eq!(debug::scopes_at(&m, &d, nm, code - 8), None);
-    // Between two entries of the table, the line of the one before.
     assert_eq!(debug::line_of(&m, &l, &d, outer, 2), Some(12));
     assert_eq!(debug::line_of(&m, &l, &d, outer, 9), Some(13));
     assert_eq!(debug::line_of(&m, &l, &d, outer, -1), Some(12), "the method's entry");
@@ -448,22 +515,24 @@ fn a_call_in_compiled_code_names_the_methods_inlined_there_with_lines() {
         debug::placed_name(&m, &l, &d, outer, &[4]).as_deref(),
         Some("Turns.handle (Turns.java)")
     );
-    // A scope naming metadata past its end: nothing, not a guess.
-    m.put(nm + 0x300 + 5, &[9]);
-    assert_eq!(debug::scopes_at(&m, &d, nm, code + 0x40), None);
 }
 
 #[test]
 fn the_debug_layout_takes_lines_and_scopes_where_described() {
     let d = jdk17_debug();
-    let jdk17 = |ty: &str, f: &str| {
-        let scope = debug::FIELDS.iter().position(|&(t, n)| (t, n) == (ty, f));
-        let line = debug::LINE_FIELDS.iter().position(|&(t, n)| (t, n) == (ty, f));
-        match (scope, line) {
-            (Some(i), _) => Some([32u64, 120, 268, 272, 260, 0, 4][i]),
-            (_, Some(i)) => [Some(32), Some(24), Some(54), Some(28), None][i],
-            _ => None,
-        }
+    let jdk17 = |ty: &str, f: &str| match (ty, f) {
+        ("CodeBlob", "_code_begin") => Some(32),
+        ("CompiledMethod", "_scopes_data_begin") => Some(120),
+        ("nmethod", "_scopes_pcs_offset") => Some(268),
+        ("nmethod", "_dependencies_offset") => Some(272),
+        ("nmethod", "_metadata_offset") => Some(260),
+        ("PcDesc", "_pc_offset") => Some(0),
+        ("PcDesc", "_scope_decode_offset") => Some(4),
+        ("ConstMethod", "_code_size") => Some(32),
+        ("ConstMethod", "_constMethod_size") => Some(24),
+        ("ConstantPool", "_source_file_name_index") => Some(54),
+        ("ConstMethod", "_flags") => Some(28),
+        _ => None,
     };
     let size = |ty: &str| match ty {
         "PcDesc" => Some(16),
@@ -471,17 +540,38 @@ fn the_debug_layout_takes_lines_and_scopes_where_described() {
         _ => None,
     };
     assert_eq!(debug::DebugLayout::of(jdk17, size), Some(d));
-    // JDK 25: no CompiledMethod, so no scopes; flags by their new name, and
-    // compressed ints' digits stored plus one.
+    // JDK 25: no CompiledMethod, the scopes apart from the nmethod; flags by
+    // their new name, and compressed ints' digits stored plus one.
     let jdk25 = |ty: &str, f: &str| match (ty, f) {
-        ("CompiledMethod", _) => None,
+        ("CompiledMethod", _) | ("CodeBlob", "_code_begin") => None,
+        ("nmethod", "_dependencies_offset" | "_metadata_offset") => None,
         ("ConstMethod", "_flags") => None,
         ("ConstMethod", "_flags._flags") => Some(28),
+        ("CodeBlob", "_code_offset") => Some(36),
+        ("nmethod", "_immutable_data") => Some(96),
+        ("nmethod", "_immutable_data_size") => Some(160),
+        ("nmethod", "_scopes_pcs_offset") => Some(196),
+        ("nmethod", "_scopes_data_offset") => Some(200),
+        ("CodeBlob", "_mutable_data") => Some(16),
+        ("CodeBlob", "_mutable_data_size") => Some(48),
+        ("CodeBlob", "_relocation_size") => Some(28),
         _ => jdk17(ty, f),
     };
     let later = debug::DebugLayout::of(jdk25, size).unwrap();
-    assert!(!later.scopes && later.excluded == 1 && later.const_flags == 28, "{later:?}");
-    assert_eq!(debug::scopes_at(&Bytes::default(), &later, 0x1000, 0x2000), None);
+    assert_eq!(later.home, JDK25_HOME);
+    assert!(later.excluded == 1 && later.const_flags == 28, "{later:?}");
+    // JDK 23 and 24: the scopes apart, but the metadata where the tables do
+    // not say: lines, and no scopes read.
+    let jdk23 = |ty: &str, f: &str| match (ty, f) {
+        ("CodeBlob", "_mutable_data" | "_mutable_data_size" | "_relocation_size") => None,
+        _ => jdk25(ty, f),
+    };
+    let between = debug::DebugLayout::of(jdk23, size).unwrap();
+    assert!(!between.scopes() && between.const_code_size == 32, "{between:?}");
+    let mut m = Bytes::default();
+    let vars = tables(&mut m);
+    let l = layout_of(&m, &vars).unwrap();
+    assert_eq!(debug::scopes_at(&m, &l, &between, 0x1000, 0x2000), None);
     // Without a line field or ConstMethod's size, nothing.
     let no_lines = |ty: &str, f: &str| if f == "_code_size" { None } else { jdk17(ty, f) };
     assert_eq!(debug::DebugLayout::of(no_lines, size), None);
@@ -493,9 +583,9 @@ fn the_debug_layout_takes_lines_and_scopes_where_described() {
         _ => jdk17(ty, f),
     };
     let lines_only = debug::DebugLayout::of(past, size).unwrap();
-    assert!(!lines_only.scopes && lines_only.const_code_size == 32, "{lines_only:?}");
+    assert!(!lines_only.scopes() && lines_only.const_code_size == 32, "{lines_only:?}");
     let huge = |ty: &str| if ty == "PcDesc" { Some(1 << 40) } else { size(ty) };
-    assert!(!debug::DebugLayout::of(jdk17, huge).unwrap().scopes);
+    assert!(!debug::DebugLayout::of(jdk17, huge).unwrap().scopes());
 }
 
 #[test]

@@ -276,17 +276,32 @@ pub fn ns_ids(tgid: u32, tid: u32) -> Option<(u32, u32)> {
 /// formatting of every mapping's path is what the read costs.
 const MAPS_SHARED_FOR: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// A read of `/proc/PID/maps`: the pid, when, and the text.
-type MapsRead = (u32, std::time::Instant, std::rc::Rc<Vec<u8>>);
+/// A read of `/proc/PID/maps`: its text, and its mappings parsed once, by
+/// the first reader that asks for them (the unwind loader and the
+/// symbolizer both parse what they share).
+pub struct MapsRead {
+    pub text: Vec<u8>,
+    parsed: std::cell::OnceCell<Vec<Mapping>>,
+}
+
+impl MapsRead {
+    /// Every mapping of the text, parsed at the first call.
+    pub fn mappings(&self) -> &[Mapping] {
+        self.parsed.get_or_init(|| parse_maps(&self.text[..]))
+    }
+}
+
+/// A read kept for the next reader: the pid, when, and what was read.
+type Kept = (u32, std::time::Instant, std::rc::Rc<MapsRead>);
 
 thread_local! {
     /// The last few reads of `/proc/PID/maps` on this thread.
-    static MAPS_READ: std::cell::RefCell<Vec<MapsRead>> = const { std::cell::RefCell::new(Vec::new()) };
+    static MAPS_READ: std::cell::RefCell<Vec<Kept>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The text of `/proc/PID/maps` (None: the process is gone), shared with a
-/// read of the same process on this thread less than [`MAPS_SHARED_FOR`] ago.
-pub fn maps_text(pid: u32) -> Option<std::rc::Rc<Vec<u8>>> {
+/// `/proc/PID/maps` (None: the process is gone), shared with a read of the
+/// same process on this thread less than [`MAPS_SHARED_FOR`] ago.
+pub fn maps_text(pid: u32) -> Option<std::rc::Rc<MapsRead>> {
     maps_text_at(pid, std::time::Instant::now(), &mut |pid| {
         std::fs::read(format!("/proc/{pid}/maps")).ok()
     })
@@ -296,20 +311,21 @@ fn maps_text_at(
     pid: u32,
     now: std::time::Instant,
     read: &mut dyn FnMut(u32) -> Option<Vec<u8>>,
-) -> Option<std::rc::Rc<Vec<u8>>> {
+) -> Option<std::rc::Rc<MapsRead>> {
     MAPS_READ.with_borrow_mut(|reads| {
         reads.retain(|(_, at, _)| now.saturating_duration_since(*at) < MAPS_SHARED_FOR);
-        if let Some((_, _, text)) = reads.iter().find(|(p, _, _)| *p == pid) {
+        if let Some((_, _, kept)) = reads.iter().find(|(p, _, _)| *p == pid) {
             log::trace!("maps of {pid}: the last read's");
-            return Some(text.clone());
+            return Some(kept.clone());
         }
         log::trace!("maps of {pid}: read");
-        let text = std::rc::Rc::new(read(pid)?);
+        let text = read(pid)?;
+        let kept = std::rc::Rc::new(MapsRead { text, parsed: std::cell::OnceCell::new() });
         if reads.len() >= 8 {
             reads.remove(0);
         }
-        reads.push((pid, now, text.clone()));
-        Some(text)
+        reads.push((pid, now, kept.clone()));
+        Some(kept)
     })
 }
 
@@ -453,6 +469,8 @@ garbage line
         let a = maps_text_at(7, t0, &mut read).unwrap();
         let b = maps_text_at(7, t0 + std::time::Duration::from_micros(300), &mut read).unwrap();
         assert!(std::rc::Rc::ptr_eq(&a, &b), "one read for both");
+        // ... and one parse: the second reader's mappings are the first's.
+        assert!(std::ptr::eq(a.mappings(), b.mappings()));
         let _other = maps_text_at(8, t0, &mut read).unwrap();
         let c = maps_text_at(7, t0 + MAPS_SHARED_FOR, &mut read).unwrap();
         assert!(!std::rc::Rc::ptr_eq(&a, &c), "read again once the moment has passed");

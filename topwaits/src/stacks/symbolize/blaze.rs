@@ -220,11 +220,11 @@ impl BlazeSymbolizer {
         if tgid == 0 {
             return false;
         }
-        let Some(text) = procfs::maps_text(tgid) else {
+        let Some(read) = procfs::maps_text(tgid) else {
             // Gone already: keep what we had.
             return self.maps.contains_key(&tgid);
         };
-        let maps = procfs::parse_maps(&text[..]);
+        let maps = read.mappings().to_vec();
         if maps.is_empty() {
             // A kernel thread: nothing to keep.
             return false;
@@ -246,7 +246,7 @@ impl BlazeSymbolizer {
                 return false;
             }
         }
-        self.regions.insert(tgid, procfs::parse_regions(&text[..]));
+        self.regions.insert(tgid, procfs::parse_regions(&read.text[..]));
         if self.maps.get(&tgid) == Some(&maps) && !procfs::has_perf_map(tgid) {
             // The same files where they were (read again at an exec and the
             // first fork handled together, or at a settle): blazesym's copy
@@ -693,9 +693,9 @@ impl Symbolizer for BlazeSymbolizer {
         // A live process whose maps are not kept is read now, once for both
         // its regions and the maps its names are kept by.
         let text = if live && !cached { procfs::maps_text(tgid) } else { None };
-        let read_now = text.as_ref().map(|t| procfs::parse_maps(&t[..]));
+        let read_now = text.as_ref().map(|t| t.mappings().to_vec());
         match &text {
-            Some(t) => drop(self.regions.insert(tgid, procfs::parse_regions(&t[..]))),
+            Some(t) => drop(self.regions.insert(tgid, procfs::parse_regions(&t.text[..]))),
             None => drop(self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid))),
         }
         if asked != tgid {

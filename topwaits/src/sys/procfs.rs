@@ -301,13 +301,13 @@ thread_local! {
 
 /// `/proc/PID/maps` (None: the process is gone), shared with a read of the
 /// same process on this thread less than [`MAPS_SHARED_FOR`] ago.
-pub fn maps_text(pid: u32) -> Option<std::rc::Rc<MapsRead>> {
-    maps_text_at(pid, std::time::Instant::now(), &mut |pid| {
+pub fn maps_read(pid: u32) -> Option<std::rc::Rc<MapsRead>> {
+    maps_read_at(pid, std::time::Instant::now(), &mut |pid| {
         std::fs::read(format!("/proc/{pid}/maps")).ok()
     })
 }
 
-fn maps_text_at(
+fn maps_read_at(
     pid: u32,
     now: std::time::Instant,
     read: &mut dyn FnMut(u32) -> Option<Vec<u8>>,
@@ -466,17 +466,17 @@ garbage line
             Some(b"text".to_vec())
         };
         let t0 = std::time::Instant::now();
-        let a = maps_text_at(7, t0, &mut read).unwrap();
-        let b = maps_text_at(7, t0 + std::time::Duration::from_micros(300), &mut read).unwrap();
+        let a = maps_read_at(7, t0, &mut read).unwrap();
+        let b = maps_read_at(7, t0 + std::time::Duration::from_micros(300), &mut read).unwrap();
         assert!(std::rc::Rc::ptr_eq(&a, &b), "one read for both");
         // ... and one parse: the second reader's mappings are the first's.
         assert!(std::ptr::eq(a.mappings(), b.mappings()));
-        let _other = maps_text_at(8, t0, &mut read).unwrap();
-        let c = maps_text_at(7, t0 + MAPS_SHARED_FOR, &mut read).unwrap();
+        let _other = maps_read_at(8, t0, &mut read).unwrap();
+        let c = maps_read_at(7, t0 + MAPS_SHARED_FOR, &mut read).unwrap();
         assert!(!std::rc::Rc::ptr_eq(&a, &c), "read again once the moment has passed");
         assert_eq!(reads, 3);
         assert!(
-            maps_text_at(9, t0, &mut |_| None).is_none(),
+            maps_read_at(9, t0, &mut |_| None).is_none(),
             "a process gone is not remembered as read"
         );
     }

@@ -643,7 +643,7 @@ impl Loader {
     /// Reads `tgid`'s mappings and hands them to the walker.
     fn read(&mut self, tgid: u32, now: Instant, sink: &mut dyn Sink) {
         self.execed.remove(&tgid);
-        let Some(read) = procfs::maps_text(tgid) else {
+        let Some(read) = procfs::maps_read(tgid) else {
             // Gone: forgotten now, not asked after again, and whatever the kernel
             // side holds for it goes too (a forked child may hold the copy of its
             // parent's maps that the fork hook made, and have exited before its

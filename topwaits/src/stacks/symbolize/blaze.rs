@@ -220,7 +220,7 @@ impl BlazeSymbolizer {
         if tgid == 0 {
             return false;
         }
-        let Some(read) = procfs::maps_text(tgid) else {
+        let Some(read) = procfs::maps_read(tgid) else {
             // Gone already: keep what we had.
             return self.maps.contains_key(&tgid);
         };
@@ -692,9 +692,9 @@ impl Symbolizer for BlazeSymbolizer {
         let source = |debug_syms: bool| process_source(tgid, map_files, debug_syms);
         // A live process whose maps are not kept is read now, once for both
         // its regions and the maps its names are kept by.
-        let text = if live && !cached { procfs::maps_text(tgid) } else { None };
-        let read_now = text.as_ref().map(|t| t.mappings().to_vec());
-        match &text {
+        let just_read = if live && !cached { procfs::maps_read(tgid) } else { None };
+        let read_now = just_read.as_ref().map(|t| t.mappings().to_vec());
+        match &just_read {
             Some(t) => drop(self.regions.insert(tgid, procfs::parse_regions(&t.text[..]))),
             None => drop(self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid))),
         }

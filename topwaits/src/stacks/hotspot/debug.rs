@@ -79,8 +79,7 @@ pub struct DebugLayout {
     pub excluded: u32,
 }
 
-/// The fields either [`ScopeHome`] is read by, in the order it takes them,
-/// then the `PcDesc`'s two.
+/// The fields [`ScopeHome::InBlob`] is read by, in its fields' order.
 const IN_BLOB: [(&str, &str); 5] = [
     ("CodeBlob", "_code_begin"),
     ("CompiledMethod", "_scopes_data_begin"),
@@ -88,6 +87,7 @@ const IN_BLOB: [(&str, &str); 5] = [
     ("nmethod", "_dependencies_offset"),
     ("nmethod", "_metadata_offset"),
 ];
+/// The fields [`ScopeHome::Apart`] is read by, in its fields' order.
 const APART: [(&str, &str); 8] = [
     ("CodeBlob", "_code_offset"),
     ("nmethod", "_immutable_data"),
@@ -98,11 +98,14 @@ const APART: [(&str, &str); 8] = [
     ("CodeBlob", "_mutable_data_size"),
     ("CodeBlob", "_relocation_size"),
 ];
+/// A `PcDesc`'s two ints, read in either home.
 const PC_DESC: [(&str, &str); 2] = [("PcDesc", "_pc_offset"), ("PcDesc", "_scope_decode_offset")];
 
-/// The types whose fields the scopes are read by (the layout reads these
-/// types' rows of the struct table).
-pub const SCOPE_TYPES: [&str; 4] = ["CodeBlob", "CompiledMethod", "nmethod", "PcDesc"];
+/// Every field the scopes may be read by (the layout reads their types' rows
+/// of the struct table).
+pub fn scope_fields() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    IN_BLOB.iter().chain(&APART).chain(&PC_DESC)
+}
 
 /// The line offsets, in the order [`DebugLayout::of`] takes them; the flags
 /// by their name up to JDK 20, and since.

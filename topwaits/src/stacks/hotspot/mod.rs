@@ -250,8 +250,8 @@ pub fn layout_of(mem: &dyn Memory, vars: &[u64; 11]) -> Result<Layout> {
         .chain(MOVED.iter().map(|m| &m.1))
         .chain([&CALL_STUB_RETURN])
         .chain(&debug::LINE_FIELDS)
+        .chain(debug::scope_fields())
         .map(|f| f.0)
-        .chain(debug::SCOPE_TYPES)
         .collect();
     kinds.sort_unstable();
     kinds.dedup();

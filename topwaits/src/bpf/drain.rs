@@ -55,6 +55,17 @@ fn add_held(
     }
 }
 
+/// How full the aggregate map is, as its programs and user space count it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fill {
+    /// Rows the programs inserted since user space last cleared the map.
+    pub inserted: u64,
+    /// Rows taken out of it since then.
+    pub taken: u64,
+    /// How many rows it holds.
+    pub size: u32,
+}
+
 /// The kernel has no batch lookup-and-delete for a map (before Linux 5.6).
 #[derive(Debug)]
 struct NoTake;
@@ -101,14 +112,14 @@ impl Tracer {
         Ok(out)
     }
 
-    /// Whether the aggregate is half full: rows inserted since it was last
-    /// cleared, less those [`Tracer::spill`] took out.
-    pub fn aggregate_half_full(&self) -> Result<bool> {
+    /// How full the aggregate is: rows inserted since it was last cleared, and
+    /// those [`Tracer::spill`] took out since.
+    pub fn aggregate_fill(&self) -> Result<Fill> {
         let super::Aggregate { size, taken } = self.aggregate;
         let control: aya::maps::Array<&MapData, u64> =
             aya::maps::Array::try_from(self.map(names::CONTROL)?)?;
-        let rows = control.get(&topwaits_common::control::ROWS, 0)?;
-        Ok(size > 1 && rows.saturating_sub(taken) >= u64::from(size / 2))
+        let inserted = control.get(&topwaits_common::control::ROWS, 0)?;
+        Ok(Fill { inserted, taken, size })
     }
 
     /// Takes every row out of the aggregate while the programs run, with the

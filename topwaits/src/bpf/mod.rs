@@ -16,6 +16,7 @@ mod sample;
 mod seed;
 mod walker_maps;
 
+pub use drain::Fill;
 pub use events::{ProcEvents, WaitEvents, MAX_HELD_EVENTS};
 pub use sample::{period_ns, record as sample_record};
 

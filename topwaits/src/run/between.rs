@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use super::spill::{SpillClock, LATEST};
 use super::tables::Unwinder;
 use super::wait::{wait, End};
 use crate::bpf::{ProcEvents, Tracer, WaitEvents};
@@ -42,23 +43,23 @@ fn hook_jvms(tracer: &mut Tracer, unwinder: &mut Unwinder) {
     }
 }
 
-/// How often the aggregate is checked for being half full: a busy trace adds
-/// thousands of rows a second (a thread per request, each a row), and the
-/// other half must hold what comes until the next check.
-const SPILL_CHECKS: Duration = Duration::from_millis(200);
-
-/// Takes the rows out of the aggregate into `spilled` once it is half full
-/// (see [`Tracer::spill`]); where that fails, the map fills and what does not
-/// fit is counted as before.
-fn spill(tracer: &mut Tracer, spilled: &mut Vec<Capture>) {
-    match tracer.aggregate_half_full().and_then(|half| match half {
-        true => tracer.spill(),
-        false => Ok(None),
-    }) {
-        Ok(Some(taken)) => spilled.push(taken),
-        Ok(None) => {}
+/// Looks at how full the aggregate is and takes its rows out into `spilled`
+/// once half is in use (see [`Tracer::spill`]); where that fails, the map fills
+/// and what does not fit is counted as before. Returns when to look next.
+fn spill(tracer: &mut Tracer, clock: &mut SpillClock, spilled: &mut Vec<Capture>) -> Duration {
+    let (half, next) = match tracer.aggregate_fill() {
+        Ok(fill) => clock.look(Instant::now(), fill),
+        Err(e) => {
+            log::warn!("{e:#}");
+            return LATEST;
+        }
+    };
+    match half.then(|| tracer.spill()).transpose() {
+        Ok(Some(Some(taken))) => spilled.push(taken),
+        Ok(_) => {}
         Err(e) => log::warn!("{e:#}"),
     }
+    next
 }
 
 /// What the waits of one trace read and keep from one to the next.
@@ -70,6 +71,8 @@ pub(super) struct Waiting {
     pub long: Option<WaitEvents>,
     /// Rows taken out of a half-full aggregate, for the next drain.
     spilled: Vec<Capture>,
+    /// When to look at the aggregate next.
+    clock: SpillClock,
     /// When the upkeep last ran: None runs it at the first check.
     last_upkeep: Option<Instant>,
 }
@@ -80,11 +83,19 @@ impl Waiting {
         events: Option<ProcEvents>,
         long: Option<WaitEvents>,
     ) -> Self {
-        Waiting { targets, events, long, spilled: Vec::new(), last_upkeep: None }
+        Waiting {
+            targets,
+            events,
+            long,
+            spilled: Vec::new(),
+            clock: SpillClock::default(),
+            last_upkeep: None,
+        }
     }
 
-    /// Waits for `slice` (None: until a signal or the targets' exit). Every
-    /// [`SPILL_CHECKS`] it spills a half-full aggregate; once a second, from
+    /// Waits for `slice` (None: until a signal or the targets' exit). It looks
+    /// at the aggregate as often as [`SpillClock`] says and spills it once half
+    /// full; once a second, from
     /// the first check on, it sweeps the unwind tables and calls `upkeep` (a
     /// status line, say) with the tracer.
     pub fn wait(
@@ -95,7 +106,7 @@ impl Waiting {
         unwinder: &RefCell<Unwinder>,
         upkeep: &mut dyn FnMut(&Tracer),
     ) -> Result<End> {
-        let Waiting { targets, events, long, spilled, last_upkeep } = self;
+        let Waiting { targets, events, long, spilled, clock, last_upkeep } = self;
         let tracer = RefCell::new(tracer);
         wait(
             slice,
@@ -109,15 +120,15 @@ impl Waiting {
                 next
             },
             &mut || {
-                spill(&mut tracer.borrow_mut(), spilled);
-                if last_upkeep.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
-                    return;
+                let next = spill(&mut tracer.borrow_mut(), clock, spilled);
+                if last_upkeep.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    *last_upkeep = Some(Instant::now());
+                    upkeep(&tracer.borrow());
+                    unwinder.borrow_mut().sweep();
                 }
-                *last_upkeep = Some(Instant::now());
-                upkeep(&tracer.borrow());
-                unwinder.borrow_mut().sweep();
+                next
             },
-            SPILL_CHECKS,
+            Duration::ZERO,
         )
     }
 

@@ -12,6 +12,7 @@ pub mod interval;
 pub mod locks;
 pub mod report;
 pub mod serve;
+mod spill;
 mod status;
 mod tables;
 pub mod threads;

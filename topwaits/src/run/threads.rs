@@ -144,8 +144,11 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
             let sampled = config.on_cpu.is_some();
             sampled.then(|| super::between::on_event(&mut symbolizer, &unwinder, e)).flatten()
         },
-        &mut || unwinder.borrow_mut().sweep(),
-        std::time::Duration::from_secs(1),
+        &mut || {
+            unwinder.borrow_mut().sweep();
+            std::time::Duration::from_secs(1)
+        },
+        std::time::Duration::ZERO,
     )?;
     second_interrupt_quits(&end);
     // The window ends when the programs stop recording, not when detaching ends.

@@ -43,9 +43,12 @@ impl SpillClock {
         if secs > 0.0 {
             self.rate = (added as f64 / secs).max(self.rate / 2.0);
         }
-        let eighth = f64::from(fill.size.max(8) / 8);
-        let next = match self.rate > 0.0 {
-            true => Duration::from_secs_f64(eighth / self.rate).clamp(SOONEST, LATEST),
+        // How long an eighth of the map takes to fill, compared as seconds
+        // first: a rate halved for minutes of quiet is far below a row a
+        // second, and its wait beyond any Duration.
+        let to_eighth = f64::from(fill.size.max(8) / 8) / self.rate;
+        let next = match to_eighth < LATEST.as_secs_f64() {
+            true => Duration::from_secs_f64(to_eighth).max(SOONEST),
             false => LATEST,
         };
         (half_full(&fill), next)
@@ -83,6 +86,27 @@ mod tests {
         // Faster than an eighth per 10 ms: looked at every 10 ms.
         let (_, next) = c.look(t + Duration::from_millis(110), fill(1060, 0));
         assert_eq!(next, SOONEST);
+    }
+
+    #[test]
+    fn minutes_of_quiet_after_a_busy_moment_wait_the_longest() {
+        let mut c = SpillClock::default();
+        let mut t = Instant::now();
+        c.look(t, fill(0, 0));
+        t += SOONEST;
+        c.look(t, fill(5_000, 0));
+        // An hour of looks finding nothing new: the rate halves at each, far
+        // below a row a second, and the wait stays the longest.
+        let mut waits = Vec::new();
+        for _ in 0..18_000 {
+            t += LATEST;
+            waits.push(c.look(t, fill(5_000, 0)).1);
+        }
+        assert_eq!(waits[0], SOONEST);
+        assert!(waits[20..].iter().all(|&w| w == LATEST), "{:?}", &waits[..30]);
+        // Rows coming again bring the looks closer at once.
+        t += LATEST;
+        assert_eq!(c.look(t, fill(7_000, 0)).1, Duration::from_secs_f64(256.0 / 10_000.0));
     }
 
     #[test]

@@ -95,9 +95,8 @@ impl Waiting {
 
     /// Waits for `slice` (None: until a signal or the targets' exit). It looks
     /// at the aggregate as often as [`SpillClock`] says and spills it once half
-    /// full; once a second, from
-    /// the first check on, it sweeps the unwind tables and calls `upkeep` (a
-    /// status line, say) with the tracer.
+    /// full; once a second, from the first look on, it sweeps the unwind tables
+    /// and calls `upkeep` (a status line, say) with the tracer.
     pub fn wait(
         &mut self,
         slice: Option<Duration>,
@@ -128,7 +127,6 @@ impl Waiting {
                 }
                 next
             },
-            Duration::ZERO,
         )
     }
 

@@ -148,7 +148,6 @@ pub fn run(config: &ThreadsConfig) -> Result<()> {
             unwinder.borrow_mut().sweep();
             std::time::Duration::from_secs(1)
         },
-        std::time::Duration::ZERO,
     )?;
     second_interrupt_quits(&end);
     // The window ends when the programs stop recording, not when detaching ends.

@@ -54,8 +54,8 @@ fn first_ready(
 
 /// Waits for the duration, or SIGINT, SIGTERM or SIGHUP, or (with `targets`, the
 /// pidfds of `-p`) until every target process has exited, handing process events
-/// to `on_event` as they arrive and calling `tick` `first_tick` after the start and
-/// then as soon after each call as it says. `on_event` says
+/// to `on_event` as they arrive and calling `tick` at once, then as soon after
+/// each call as it says. `on_event` says
 /// how soon it wants a beat (it is called with `None` then, until it says None):
 /// a process read at its exec is read again once its loader is done.
 pub fn wait(
@@ -65,7 +65,6 @@ pub fn wait(
     waits_slot: &mut Option<WaitEvents>,
     on_event: &mut dyn FnMut(Option<topwaits_common::ProcEvent>) -> Option<Duration>,
     tick: &mut dyn FnMut() -> Duration,
-    first_tick: Duration,
 ) -> Result<End> {
     use tokio::io::unix::AsyncFd;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -84,7 +83,7 @@ pub fn wait(
         let mut next_beat: Option<tokio::time::Instant> = Some(tokio::time::Instant::now());
         let mut reads = TimedReads::new(tokio::time::Instant::now());
         let after = |d: Option<Duration>| d.map(|d| tokio::time::Instant::now() + d);
-        let mut next_tick = tokio::time::Instant::now() + first_tick;
+        let mut next_tick = tokio::time::Instant::now();
         let sleep = async {
             match duration {
                 Some(d) => tokio::time::sleep(d).await,

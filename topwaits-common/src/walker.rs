@@ -180,6 +180,9 @@ pub mod cut {
     /// Taken by frame pointers in the trace's first moments, while the walker
     /// itself was being loaded.
     pub const STARTING: u64 = 9;
+    /// The thread ran while its stack was read from `/proc`: the words past
+    /// its pc may be of another moment, so they are left out (user space only).
+    pub const RAN: u64 = 10;
 }
 
 /// Most frames the walker follows.

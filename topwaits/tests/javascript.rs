@@ -78,14 +78,16 @@ fn blocked_names_the_functions_a_node_thread_waits_in() {
     }
     let node = start(&[]);
     let pid = node.0.id();
-    // A moment's view: the thread may be between two children, running.
-    // Its stack, once listed, must be whole.
+    // A moment's view: the thread may be between two children, running, or
+    // wake while its stack is read (said by a last frame `[cut:thread-ran]`).
+    // Its stack, once listed otherwise, must be whole.
     let thread = (0..10)
         .find_map(|_| {
             let doc: Value = json(&run(&["blocked", "--json", "-t", &pid.to_string()]));
             let t = doc["threads"].as_array()?.iter().find(|t| {
                 t["tid"].as_u64() == Some(pid as u64)
                     && t["user_stack"].as_array().is_some_and(|s| !s.is_empty())
+                    && !stack_names(&t["user_stack"]).contains(&"[cut:thread-ran]".to_string())
             });
             t.cloned().or_else(|| {
                 std::thread::sleep(std::time::Duration::from_millis(20));

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use topwaits_common::walker::{cut, CUT_MARK};
 use topwaits_common::TaskRegs;
 
 use crate::model::Frame;
@@ -66,11 +67,21 @@ impl Snapshot {
     }
 }
 
-/// Takes snapshots, keeping per-process mappings and the clock mapping.
 /// How many times a thread's stack is walked again when the thread was seen
 /// to move while it was read.
 const WALK_TRIES: usize = 3;
+/// How many times, 100 µs apart, a thread seen running after a read that is
+/// not sure is looked at again for it to block.
+const RUN_WAITS: usize = 10;
 
+/// Reads every thread's registers now (the task iterator).
+pub type RegsReader = Box<dyn FnMut() -> HashMap<u32, TaskRegs>>;
+
+/// Most times the registers are read again in one snapshot: a thread seen at
+/// other registers than the iterator's has moved since, and is blocked again.
+const MAX_REREADS: usize = 8;
+
+/// Takes snapshots, keeping per-process mappings and the clock mapping.
 #[derive(Default)]
 pub struct Snapshotter {
     clock: SchedClock,
@@ -78,10 +89,32 @@ pub struct Snapshotter {
     tables: Tables,
     /// Threads' registers as the task iterator read them, by thread id.
     regs: HashMap<u32, TaskRegs>,
+    /// Runs the task iterator again, for a thread that moved since it ran.
+    reread: Option<RegsReader>,
+    /// How many times it has.
+    rereads: usize,
     /// Python processes' interpreters, for their Python frames.
     python: Interpreters,
     /// V8 and HotSpot processes' layouts, for their JavaScript and Java frames.
     jit: crate::stacks::jit::Procs,
+}
+
+/// A look at a thread: how many times it has had a CPU (from schedstat, read
+/// first) and its syscall state.
+type Look = (Option<u64>, Result<SyscallState, String>);
+
+/// Whether a thread looked at as `before` and then as `after` stayed still in
+/// between, so that what was read of its stack in between is of one moment.
+/// A thread gone keeps what was read; one running now stayed still if it has
+/// had no CPU since (it took one after the read). Without schedstat, only the
+/// registers tell.
+fn still(before: &Look, after: &Look) -> bool {
+    let no_cpu_since = before.0 == after.0;
+    match &after.1 {
+        Err(_) => true,
+        Ok(SyscallState::Running) => no_cpu_since && after.0.is_some(),
+        now => no_cpu_since && *now == before.1,
+    }
 }
 
 /// Kernel frames from `/proc/TID/stack`, which names functions but hides addresses.
@@ -110,6 +143,28 @@ impl Snapshotter {
         self.regs = regs;
     }
 
+    /// Reads the registers with `read` now, and again (a few times at most)
+    /// for a thread that has moved since.
+    pub fn set_regs_reader(&mut self, mut read: RegsReader) {
+        self.regs = read();
+        self.reread = Some(read);
+    }
+
+    /// The frame pointer of thread `tid` blocked at `pc` and `sp`, where
+    /// the iterator read it there.
+    fn bp_of(&mut self, tid: u32, pc: u64, sp: u64) -> Option<u64> {
+        let at = |regs: &HashMap<u32, TaskRegs>| {
+            regs.get(&tid).filter(|r| (r.ip, r.sp) == (pc, sp)).map(|r| r.bp)
+        };
+        if let Some(bp) = at(&self.regs) {
+            return Some(bp);
+        }
+        let read = self.reread.as_mut().filter(|_| self.rereads < MAX_REREADS)?;
+        self.rereads += 1;
+        self.regs = read();
+        at(&self.regs)
+    }
+
     /// Reads unwind tables from `cache` where it holds them, and keeps there
     /// those it builds.
     pub fn set_cache(&mut self, cache: Option<crate::stacks::cfi::cache::Cache>) {
@@ -120,19 +175,7 @@ impl Snapshotter {
     pub fn take(&mut self, tgid: u32, tid: u32) -> Option<Snapshot> {
         let stat = thread::stat(tgid, tid)?;
         let since = thread::exec_start(tgid, tid).and_then(|t| self.clock.to_mono(t, stat.cpu));
-        let mut syscall = thread::syscall(tgid, tid).map_err(|e| e.to_string());
-        let mut user = self.walk_at(tgid, tid, &syscall);
-        // A thread that woke while its stack was read left other frames
-        // there: walked again while it is blocked where it was, or not at all.
-        for _ in 0..WALK_TRIES {
-            let again = thread::syscall(tgid, tid).map_err(|e| e.to_string());
-            // Running now: what was read is all there is.
-            if again == syscall || matches!(again, Ok(SyscallState::Running) | Err(_)) {
-                break;
-            }
-            user = self.walk_at(tgid, tid, &again);
-            syscall = again;
-        }
+        let (syscall, user) = self.stack_of(tgid, tid);
         Some(Snapshot {
             tgid,
             tid,
@@ -145,6 +188,48 @@ impl Snapshotter {
             user,
             syscall,
         })
+    }
+
+    /// The syscall thread `tid` is in and its user stack, read so that the
+    /// words are of one moment: a thread that ran while its stack was read
+    /// may be back in the same syscall at the same place with other words
+    /// in between (its caller's next call, for one). Such a stack is read
+    /// again until a read meets a thread that stayed still, or two reads at
+    /// the same place agree; failing that, only its pc is sure.
+    fn stack_of(&mut self, tgid: u32, tid: u32) -> (Result<SyscallState, String>, Vec<u64>) {
+        let look =
+            || (thread::arrivals(tgid, tid), thread::syscall(tgid, tid).map_err(|e| e.to_string()));
+        let mut before = look();
+        let mut last: Option<(Result<SyscallState, String>, Vec<u64>)> = None;
+        let mut waits = 0;
+        for _ in 0..=WALK_TRIES {
+            // Running after a read that is not sure: a moment for it to block
+            // again, where it most likely was.
+            while before.1 == Ok(SyscallState::Running) && last.is_some() && waits < RUN_WAITS {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                waits += 1;
+                before = look();
+            }
+            let user = self.walk_at(tgid, tid, &before.1);
+            let after = look();
+            let agrees =
+                || last.as_ref().is_some_and(|(at, prev)| *at == before.1 && *prev == user);
+            if still(&before, &after) || (!user.is_empty() && agrees()) {
+                return (before.1, user);
+            }
+            if !user.is_empty() {
+                last = Some((before.1, user));
+            }
+            before = after;
+        }
+        match last {
+            Some((at, mut user)) => {
+                user.truncate(1);
+                user.push(CUT_MARK | cut::RAN);
+                (at, user)
+            }
+            None => (before.1, Vec::new()),
+        }
     }
 
     /// The user stack of a thread in state `syscall`: walked from its
@@ -171,10 +256,10 @@ impl Snapshotter {
         if pc == 0 {
             return Vec::new();
         }
+        let bp = if cfg!(target_arch = "x86_64") { self.bp_of(tid, pc, sp) } else { None };
         let regions = self.regions.entry(tgid).or_insert_with(|| procfs::regions_of(tgid));
         let mem = ProcessMemory { pid: tgid };
         if cfg!(target_arch = "x86_64") {
-            let bp = self.regs.get(&tid).filter(|r| (r.ip, r.sp) == (pc, sp)).map(|r| r.bp);
             let py = self.python.of(tgid).map(|proc| {
                 let seen = crate::stacks::python::thread_id_seen(&proc, tgid, tid);
                 Python { groups: groups(&mem, &proc, seen), proc, next: 0 }
@@ -192,6 +277,28 @@ impl Snapshotter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_that_ran_while_its_stack_was_read_did_not_stay_still() {
+        use crate::sys::thread::Syscall;
+        let at = |pc| Ok(SyscallState::In(Syscall { nr: 232, args: [0; 6], sp: 0x7000, pc }));
+        let (here, there) = (at(0x1000), at(0x2000));
+        let running: Result<SyscallState, String> = Ok(SyscallState::Running);
+        let look = |cpus: Option<u64>, s: &Result<SyscallState, String>| (cpus, s.clone());
+        assert!(still(&look(Some(5), &here), &look(Some(5), &here)));
+        assert!(!still(&look(Some(5), &here), &look(Some(6), &there)));
+        // Woke, ran, and is blocked again at the same place: the words
+        // between may be of the moment it ran.
+        assert!(!still(&look(Some(5), &here), &look(Some(6), &here)));
+        // Running now: after the read if it has had no CPU since.
+        assert!(still(&look(Some(5), &here), &look(Some(5), &running)));
+        assert!(!still(&look(Some(5), &here), &look(Some(6), &running)));
+        assert!(still(&look(Some(5), &here), &look(None, &Err("gone".into()))));
+        // No schedstat: the registers alone, and running is not sure.
+        assert!(still(&look(None, &here), &look(None, &here)));
+        assert!(!still(&look(None, &here), &look(None, &there)));
+        assert!(!still(&look(None, &here), &look(None, &running)));
+    }
 
     #[test]
     fn a_sleeping_thread_of_ours_shows_its_wait() {

@@ -331,13 +331,25 @@ pub(super) fn id_bitmap(ids: &[u32]) -> Vec<u64> {
     words
 }
 
-/// Every user task's registers now, by thread id, without a trace: the object
-/// is loaded with its maps at their least for the iterator alone (`blocked`).
-pub fn task_regs_now() -> Result<HashMap<u32, topwaits_common::TaskRegs>> {
-    let mut settings = Settings::defaults();
-    offsets_into(&mut settings, &task_offsets("the registers of blocked threads")?);
-    let mut ebpf = load(loader_in_background(), &settings, &Sizes::unused(), &Threads::All)?;
-    regs::of_tasks(&mut ebpf, &Btf::from_sys_fs()?)
+/// The task registers iterator without a trace (`blocked`): the object is
+/// loaded once, with its maps at their least, and run as often as asked.
+pub struct TaskRegsNow {
+    ebpf: aya::Ebpf,
+    btf: Btf,
+}
+
+impl TaskRegsNow {
+    pub fn load() -> Result<Self> {
+        let mut settings = Settings::defaults();
+        offsets_into(&mut settings, &task_offsets("the registers of blocked threads")?);
+        let ebpf = load(loader_in_background(), &settings, &Sizes::unused(), &Threads::All)?;
+        Ok(TaskRegsNow { ebpf, btf: Btf::from_sys_fs()? })
+    }
+
+    /// Every user task's registers now, by thread id.
+    pub fn read(&mut self) -> Result<HashMap<u32, topwaits_common::TaskRegs>> {
+        regs::of_tasks(&mut self.ebpf, &self.btf)
+    }
 }
 
 /// The kernel's BTF, for attaching tp_btf and for the iterator of the waits in

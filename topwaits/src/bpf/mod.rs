@@ -20,7 +20,7 @@ pub use drain::Fill;
 pub use events::{ProcEvents, WaitEvents, MAX_HELD_EVENTS};
 pub use sample::{period_ns, record as sample_record};
 
-pub use load::task_regs_now;
+pub use load::TaskRegsNow;
 use load::*;
 pub use walker_maps::UnwindMaps;
 

@@ -19,13 +19,20 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
     // The threads' frame pointers, which /proc does not show: without them a
     // stack through code built with frame pointers is cut where it needs one.
     let regs = if crate::sys::caps::this_process_is_privileged() {
-        crate::bpf::task_regs_now().unwrap_or_else(|e| {
-            log::info!("no task registers: {}", crate::util::stderr::error_line(&e));
-            Default::default()
-        })
+        crate::bpf::TaskRegsNow::load()
+            .map_err(|e| log::info!("no task registers: {}", crate::util::stderr::error_line(&e)))
+            .ok()
     } else {
-        Default::default()
+        None
     };
+    let regs = regs.map(|mut iter| -> crate::analysis::snapshot::RegsReader {
+        Box::new(move || {
+            iter.read().unwrap_or_else(|e| {
+                log::info!("no task registers: {}", crate::util::stderr::error_line(&e));
+                Default::default()
+            })
+        })
+    });
     let report = collect(config, target, regs, super::tables::open_cache(config.cache.as_deref()))?;
     for w in &report.warnings {
         crate::util::stderr::say!("topwaits: warning: {w}");

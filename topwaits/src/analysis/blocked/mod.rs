@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use anyhow::Result;
 
-use crate::analysis::snapshot::{Snapshot, Snapshotter};
+use crate::analysis::snapshot::{RegsReader, Snapshot, Snapshotter};
 use crate::analysis::waitfor::{self, Edge, Graph};
 use crate::model::{Frame, Stack};
 use crate::settings::BlockedConfig;
@@ -308,18 +308,20 @@ fn unlisted_owners(edges: &[Edge], listed: &BTreeSet<u32>) -> BTreeMap<u32, Othe
     others
 }
 
-/// Takes the snapshot the options ask for; `regs` are the threads' registers
-/// as the task iterator read them (their frame pointers), where it could.
+/// Takes the snapshot the options ask for; `regs` reads the threads'
+/// registers (their frame pointers) with the task iterator, where it can.
 pub fn collect(
     config: &BlockedConfig,
     target: String,
-    regs: HashMap<u32, topwaits_common::TaskRegs>,
+    regs: Option<RegsReader>,
     cache: Option<crate::stacks::cfi::cache::Cache>,
 ) -> Result<Report> {
     let clock = ClockPair::sample();
     let me = std::process::id();
     let mut snapper = Snapshotter::default();
-    snapper.set_regs(regs);
+    if let Some(read) = regs {
+        snapper.set_regs_reader(read);
+    }
     snapper.set_cache(cache);
     let mut warnings = Vec::new();
     let mut snaps = Vec::new();

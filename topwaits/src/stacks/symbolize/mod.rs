@@ -163,6 +163,7 @@ pub fn cut_frame(word: u64) -> Option<Frame> {
         cut::BP_UNKNOWN => "[cut:frame-pointer-unknown]",
         cut::GUESSED => "[cut:scanned-guess]",
         cut::STARTING => "[cut:walker-starting]",
+        cut::RAN => "[cut:thread-ran]",
         _ => "[cut]",
     };
     Some(Frame { addr: word, symbol: Some(why.into()), module: None, offset: None })

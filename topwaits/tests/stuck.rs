@@ -2,7 +2,8 @@
 //! the `blocked` snapshot (mutex owners, wait-for chains, deadlocks, pipe writers),
 //! and a trace of `-p` that ends when its process exits; and the stack of a wait
 //! begun before the trace, unwound from the tables past stale return addresses.
-//! The workloads are C programs compiled here (tests/programs/stuck.c, stale.c).
+//! The workloads are C programs compiled here (tests/programs/stuck.c, stale.c,
+//! restless.c).
 
 mod common;
 
@@ -382,4 +383,54 @@ fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
             .unwrap_or_else(|| panic!("{snap:#}"));
         check(&t["user_stack"], &t["user_stack_status"], expected, &format!("{comm} in blocked"));
     }
+}
+
+/// A thread that sleeps 50 us at a time and runs as long in between, writing
+/// other words over its sleep's frames, beside a spinning thread per CPU
+/// (restless.c):
+/// `blocked` shows its stack whole, or its pc marked `[cut:thread-ran]` where
+/// it ran while the stack was read, and never a frame of the moment it ran.
+/// Before, a run of this test failed within its first few listings.
+#[test]
+fn blocked_shows_no_frame_of_a_moment_its_thread_ran_in() {
+    require_bpf!();
+    let exe = format!("{}/restless", env!("CARGO_TARGET_TMPDIR"));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/restless.c");
+    let built = Command::new("cc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o", &exe, src])
+        .status()
+        .unwrap();
+    assert!(built.success(), "compiling {src}");
+    let w = start(&exe);
+    let pid = w.0.id().to_string();
+    let naps = ["tw_nap3", "tw_nap2", "tw_nap1", "tw_restless_entry", "start_thread"];
+    let (mut whole, mut ran) = (0, 0);
+    for _ in 0..150 {
+        let snap = blocked_json(&["-p", &pid]);
+        let Some(t) =
+            snap["threads"].as_array().unwrap().iter().find(|t| t["comm"] == "tw_restless")
+        else {
+            continue;
+        };
+        let names = stack_names(&t["user_stack"]);
+        assert!(!names.iter().any(|n| n == "tw_scribble"), "a frame of another moment: {names:?}");
+        match names.last().map(String::as_str) {
+            None => {}
+            Some("[cut:thread-ran]") => {
+                assert_eq!(names.len(), 2, "its pc alone is sure: {names:?}");
+                ran += 1;
+            }
+            _ => {
+                let at: Vec<Option<usize>> =
+                    naps.iter().map(|f| names.iter().position(|n| n == f)).collect();
+                assert!(
+                    at.windows(2).all(|p| p[0].is_some() && p[1] == p[0].map(|i| i + 1)),
+                    "whole, in order: {names:?}"
+                );
+                whole += 1;
+            }
+        }
+    }
+    eprintln!("{whole} whole stacks, {ran} cut where the thread ran");
+    assert!(whole > 0, "no snapshot found the thread blocked with its stack read whole");
 }

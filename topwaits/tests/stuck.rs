@@ -36,6 +36,18 @@ fn blocked_json(args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// tests/programs/NAME.c compiled without frame pointers: its path.
+fn without_frame_pointers(name: &str) -> String {
+    let exe = format!("{}/{name}", env!("CARGO_TARGET_TMPDIR"));
+    let src = format!("{}/tests/programs/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let built = Command::new("cc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o", &exe, &src])
+        .status()
+        .unwrap();
+    assert!(built.success(), "compiling {src}");
+    exe
+}
+
 /// `|got - want| <= 5%` of `want`.
 fn within_5_percent(got: i128, want: i128, what: &str) {
     assert!((got - want).abs() * 20 <= want, "{what}: {got} vs {want} (more than 5% apart)");
@@ -328,14 +340,7 @@ fn topwaits_never_records_its_own_threads() {
 #[test]
 fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
     require_bpf!();
-    let exe = format!("{}/stale", env!("CARGO_TARGET_TMPDIR"));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/stale.c");
-    let built = Command::new("cc")
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o", &exe, src])
-        .status()
-        .unwrap();
-    assert!(built.success(), "compiling {src}");
-    let w = start(&exe);
+    let w = start(&without_frame_pointers("stale"));
     let pid = w.0.id().to_string();
     let stale = ["tw_level3", "tw_level2", "tw_level1", "tw_stale_entry", "start_thread"];
     // The other thread's frame with a frame pointer is reached only with the
@@ -387,21 +392,14 @@ fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
 
 /// A thread that sleeps 50 us at a time and runs as long in between, writing
 /// other words over its sleep's frames, beside a spinning thread per CPU
-/// (restless.c):
-/// `blocked` shows its stack whole, or its pc marked `[cut:thread-ran]` where
-/// it ran while the stack was read, and never a frame of the moment it ran.
+/// (restless.c): `blocked` shows its stack whole, or its pc marked
+/// `[cut:thread-ran]` where it ran while the stack was read, and never a frame
+/// of the moment it ran.
 /// Before, a run of this test failed within its first few listings.
 #[test]
 fn blocked_shows_no_frame_of_a_moment_its_thread_ran_in() {
     require_bpf!();
-    let exe = format!("{}/restless", env!("CARGO_TARGET_TMPDIR"));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/restless.c");
-    let built = Command::new("cc")
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o", &exe, src])
-        .status()
-        .unwrap();
-    assert!(built.success(), "compiling {src}");
-    let w = start(&exe);
+    let w = start(&without_frame_pointers("restless"));
     let pid = w.0.id().to_string();
     let naps = ["tw_nap3", "tw_nap2", "tw_nap1", "tw_restless_entry", "start_thread"];
     let (mut whole, mut ran) = (0, 0);

@@ -48,6 +48,14 @@ fn without_frame_pointers(name: &str) -> String {
     exe
 }
 
+/// Whether `names` holds each of `expected`, in that order, with nothing
+/// between (each where it first appears).
+fn in_a_row(names: &[String], expected: &[&str]) -> bool {
+    let at: Vec<Option<usize>> =
+        expected.iter().map(|f| names.iter().position(|n| n == f)).collect();
+    at.iter().all(Option::is_some) && at.windows(2).all(|p| p[1] == p[0].map(|i| i + 1))
+}
+
 /// `|got - want| <= 5%` of `want`.
 fn within_5_percent(got: i128, want: i128, what: &str) {
     assert!((got - want).abs() * 20 <= want, "{what}: {got} vs {want} (more than 5% apart)");
@@ -348,19 +356,7 @@ fn a_wait_begun_before_the_trace_is_unwound_past_stale_return_addresses() {
     let fp = ["tw_fp_level3", "tw_fp_level2", "tw_fp_entry", "start_thread"];
     let check = |stack: &Value, status: &Value, expected: &[&str], what: &str| {
         let names = stack_names(stack);
-        let at: Vec<usize> = expected
-            .iter()
-            .map(|f| {
-                names
-                    .iter()
-                    .position(|n| n == f)
-                    .unwrap_or_else(|| panic!("{what}: no {f} in {names:?}"))
-            })
-            .collect();
-        assert!(
-            at.windows(2).all(|p| p[0] + 1 == p[1]),
-            "{what}: in order, nothing between: {names:?}"
-        );
+        assert!(in_a_row(&names, expected), "{what}: each, in order, nothing between: {names:?}");
         assert!(!names.iter().any(|n| n.contains("garbage")), "{what}: a stale frame: {names:?}");
         assert_eq!(status, "ok", "{what}: unwound to the thread's entry: {names:?}");
     };
@@ -419,12 +415,7 @@ fn blocked_shows_no_frame_of_a_moment_its_thread_ran_in() {
                 ran += 1;
             }
             _ => {
-                let at: Vec<Option<usize>> =
-                    naps.iter().map(|f| names.iter().position(|n| n == f)).collect();
-                assert!(
-                    at.windows(2).all(|p| p[0].is_some() && p[1] == p[0].map(|i| i + 1)),
-                    "whole, in order: {names:?}"
-                );
+                assert!(in_a_row(&names, &naps), "whole, in order: {names:?}");
                 whole += 1;
             }
         }

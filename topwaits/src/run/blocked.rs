@@ -18,21 +18,17 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
     let target = config.threads.describe();
     // The threads' frame pointers, which /proc does not show: without them a
     // stack through code built with frame pointers is cut where it needs one.
-    let regs = if crate::sys::caps::this_process_is_privileged() {
-        crate::bpf::TaskRegsNow::load()
-            .map_err(|e| log::info!("no task registers: {}", crate::util::stderr::error_line(&e)))
-            .ok()
-    } else {
-        None
-    };
-    let regs = regs.map(|mut iter| -> crate::analysis::snapshot::RegsReader {
-        Box::new(move || {
-            iter.read().unwrap_or_else(|e| {
-                log::info!("no task registers: {}", crate::util::stderr::error_line(&e));
-                Default::default()
+    let regs = crate::sys::caps::this_process_is_privileged()
+        .then(crate::bpf::TaskRegsNow::load)
+        .and_then(|loaded| loaded.map_err(|e| no_regs(&e)).ok())
+        .map(|mut iter| -> crate::analysis::snapshot::RegsReader {
+            Box::new(move || {
+                iter.read().unwrap_or_else(|e| {
+                    no_regs(&e);
+                    Default::default()
+                })
             })
-        })
-    });
+        });
     let report = collect(config, target, regs, super::tables::open_cache(config.cache.as_deref()))?;
     for w in &report.warnings {
         crate::util::stderr::say!("topwaits: warning: {w}");
@@ -42,4 +38,10 @@ pub fn run(config: &BlockedConfig) -> Result<()> {
     }
     let format: &dyn Format<_> = if config.json { &blocked::Json } else { &blocked::Text };
     super::write_quietly(|out| format.write(&report, out))
+}
+
+/// Says in the log why the task iterator gave no registers: stacks through
+/// frame-pointer code are then cut where they need one.
+fn no_regs(e: &anyhow::Error) {
+    log::info!("no task registers: {}", crate::util::stderr::error_line(e));
 }

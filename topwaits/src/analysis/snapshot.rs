@@ -161,7 +161,9 @@ impl Snapshotter {
         }
         let read = self.reread.as_mut().filter(|_| self.rereads < MAX_REREADS)?;
         self.rereads += 1;
-        self.regs = read();
+        // Fresh registers replace those read before; a read that fails
+        // leaves them as they were.
+        self.regs.extend(read());
         at(&self.regs)
     }
 

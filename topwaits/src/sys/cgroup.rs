@@ -399,7 +399,7 @@ pub fn parse_proc_cgroup(text: &str) -> Option<String> {
 
 /// The cgroup process `tgid` is in now (see [`parse_proc_cgroup`]).
 pub fn of_process(tgid: u32) -> Option<String> {
-    parse_proc_cgroup(&std::fs::read_to_string(format!("/proc/{tgid}/cgroup")).ok()?)
+    parse_proc_cgroup(&crate::sys::procfs::read_text(format!("/proc/{tgid}/cgroup")).ok()?)
 }
 
 #[cfg(test)]

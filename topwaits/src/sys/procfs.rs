@@ -137,9 +137,50 @@ pub fn own_usage() -> (f64, u64) {
     (cpu, rss * page)
 }
 
-/// Whether process `pid` still runs (its memory maps can still be read).
+/// Whether process (or thread) `pid` still exists, zombies included, as its
+/// `/proc` directory does. Asked with signal 0: one call and no path walk,
+/// where a stat of `/proc/PID/maps` walked procfs and checked access. The
+/// tracer asks at every process event.
 pub fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}/maps")).exists()
+    // 0 and negative ids name process groups, not a process.
+    let Ok(id) = libc::pid_t::try_from(pid) else { return false };
+    if id <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; kill only checks that the id exists.
+    let sent = unsafe { libc::kill(id, 0) };
+    sent == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Reads a `/proc` file whole. Such a file says it is empty, so the
+/// standard reader stats it, probes it with 32 bytes and then doubles its
+/// buffer: six calls or more for a `stat` line, at every process event. This
+/// one starts with room for `room` bytes: an open, a read, and the read that
+/// finds the end.
+pub fn read_whole(path: impl AsRef<Path>, room: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; room.max(64)];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// [`read_whole`] of a small text file (a line or a few dozen), as text.
+pub fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
+    let bytes = read_whole(path, 4096)?;
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// The kernel's `PF_EXITING` task flag: the task has begun to exit.
@@ -156,7 +197,7 @@ pub fn stat_flags(stat: &str) -> Option<u32> {
 /// on may be torn: since Linux 6.17 `/proc/PID/maps` is read without the lock
 /// that exit takes, so a read races the unmapping of its files one by one.
 pub fn exiting(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    read_text(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| stat_flags(&s))
         .is_none_or(|f| f & PF_EXITING != 0)
@@ -267,7 +308,7 @@ pub fn foreign_pid_ns(pid: u32) -> bool {
 
 /// Thread `tid`'s ids in its own PID namespace (see [`parse_ns_ids`]).
 pub fn ns_ids(tgid: u32, tid: u32) -> Option<(u32, u32)> {
-    parse_ns_ids(&std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/status")).ok()?)
+    parse_ns_ids(&read_text(format!("/proc/{tgid}/task/{tid}/status")).ok()?)
 }
 
 /// How long a read of `/proc/PID/maps` serves the next reader of the same
@@ -291,19 +332,48 @@ impl MapsRead {
     }
 }
 
-/// A read kept for the next reader: the pid, when, and what was read.
-type Kept = (u32, std::time::Instant, std::rc::Rc<MapsRead>);
-
 thread_local! {
     /// The last few reads of `/proc/PID/maps` on this thread.
-    static MAPS_READ: std::cell::RefCell<Vec<Kept>> = const { std::cell::RefCell::new(Vec::new()) };
+    static MAPS_READ: std::cell::RefCell<Recent<Option<std::rc::Rc<MapsRead>>>> =
+        std::cell::RefCell::new(Recent::default());
+    /// The last few reads of `/proc/PID/exe` on this thread.
+    static EXE_READ: std::cell::RefCell<Recent<Option<std::rc::Rc<str>>>> =
+        std::cell::RefCell::new(Recent::default());
+}
+
+/// The last few reads of one kind of process file, each serving the readers
+/// that come within [`MAPS_SHARED_FOR`] of it; a process found gone too.
+struct Recent<T> {
+    kept: Vec<(u32, std::time::Instant, T)>,
+}
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Recent { kept: Vec::new() }
+    }
+}
+
+impl<T: Clone> Recent<T> {
+    /// What was read of `pid` a moment before `now`, else `read()`, kept.
+    fn get(&mut self, pid: u32, now: std::time::Instant, read: impl FnOnce() -> T) -> T {
+        self.kept.retain(|(_, at, _)| now.saturating_duration_since(*at) < MAPS_SHARED_FOR);
+        if let Some((_, _, kept)) = self.kept.iter().find(|(p, _, _)| *p == pid) {
+            return kept.clone();
+        }
+        let got = read();
+        if self.kept.len() >= 8 {
+            self.kept.remove(0);
+        }
+        self.kept.push((pid, now, got.clone()));
+        got
+    }
 }
 
 /// `/proc/PID/maps` (None: the process is gone), shared with a read of the
 /// same process on this thread less than [`MAPS_SHARED_FOR`] ago.
 pub fn maps_read(pid: u32) -> Option<std::rc::Rc<MapsRead>> {
     maps_read_at(pid, std::time::Instant::now(), &mut |pid| {
-        std::fs::read(format!("/proc/{pid}/maps")).ok()
+        read_whole(format!("/proc/{pid}/maps"), 16 * 1024).ok()
     })
 }
 
@@ -313,19 +383,23 @@ fn maps_read_at(
     read: &mut dyn FnMut(u32) -> Option<Vec<u8>>,
 ) -> Option<std::rc::Rc<MapsRead>> {
     MAPS_READ.with_borrow_mut(|reads| {
-        reads.retain(|(_, at, _)| now.saturating_duration_since(*at) < MAPS_SHARED_FOR);
-        if let Some((_, _, kept)) = reads.iter().find(|(p, _, _)| *p == pid) {
-            log::trace!("maps of {pid}: the last read's");
-            return Some(kept.clone());
-        }
-        log::trace!("maps of {pid}: read");
-        let text = read(pid)?;
-        let kept = std::rc::Rc::new(MapsRead { text, parsed: std::cell::OnceCell::new() });
-        if reads.len() >= 8 {
-            reads.remove(0);
-        }
-        reads.push((pid, now, kept.clone()));
-        Some(kept)
+        reads.get(pid, now, || {
+            log::trace!("maps of {pid}: read");
+            let text = read(pid)?;
+            Some(std::rc::Rc::new(MapsRead { text, parsed: std::cell::OnceCell::new() }))
+        })
+    })
+}
+
+/// The path of process `pid`'s executable (None: gone, or a kernel thread),
+/// shared as [`maps_read`] is: the unwind loader and the Python and V8
+/// trackers each ask at a process's exec.
+pub fn exe_path(pid: u32) -> Option<std::rc::Rc<str>> {
+    EXE_READ.with_borrow_mut(|reads| {
+        reads.get(pid, std::time::Instant::now(), || {
+            let link = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+            Some(link.to_str()?.into())
+        })
     })
 }
 
@@ -459,6 +533,36 @@ garbage line
     }
 
     #[test]
+    fn a_proc_file_is_read_whole_past_the_room_first_given() {
+        let maps = read_whole("/proc/self/maps", 64).unwrap();
+        assert!(maps.len() > 64, "one buffer's worth was not all");
+        assert_eq!(maps.last(), Some(&b'\n'), "the last line is whole");
+        let stat = read_text("/proc/self/stat").unwrap();
+        assert!(stat.starts_with(&format!("{} (", std::process::id())));
+        assert!(read_text("/proc/self/no-such-file").is_err());
+    }
+
+    #[test]
+    fn alive_knows_live_gone_and_impossible_ids() {
+        assert!(alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!alive(pid), "a reaped child is gone");
+        assert!(!alive(0), "0 names a process group");
+        assert!(!alive(u32::MAX), "-1 names every process");
+    }
+
+    #[test]
+    fn the_executable_is_read_once_for_its_readers() {
+        let me = std::process::id();
+        let exe = exe_path(me).unwrap();
+        assert_eq!(&*exe, std::env::current_exe().unwrap().to_str().unwrap());
+        assert!(std::rc::Rc::ptr_eq(&exe, &exe_path(me).unwrap()), "the second reader shares it");
+        assert_eq!(exe_path(u32::MAX - 1), None);
+    }
+
+    #[test]
     fn a_read_of_maps_serves_the_next_reader_for_a_moment() {
         let mut reads = 0;
         let mut read = |_pid: u32| {
@@ -475,9 +579,13 @@ garbage line
         let c = maps_read_at(7, t0 + MAPS_SHARED_FOR, &mut read).unwrap();
         assert!(!std::rc::Rc::ptr_eq(&a, &c), "read again once the moment has passed");
         assert_eq!(reads, 3);
-        assert!(
-            maps_read_at(9, t0, &mut |_| None).is_none(),
-            "a process gone is not remembered as read"
-        );
+        assert!(maps_read_at(9, t0, &mut |_| None).is_none());
+        let mut tries = 0;
+        let mut gone = |_pid: u32| {
+            tries += 1;
+            None
+        };
+        assert!(maps_read_at(9, t0 + std::time::Duration::from_micros(10), &mut gone).is_none());
+        assert_eq!(tries, 0, "a process found gone is not looked for again at once");
     }
 }

@@ -6,6 +6,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
+use crate::sys::procfs::{read_text, read_whole};
+
 /// The fields of `/proc/.../stat` that a snapshot needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stat {
@@ -127,12 +129,12 @@ pub fn dir(tgid: u32, tid: u32) -> PathBuf {
 
 /// Reads and parses `stat`; `None` when the thread is gone.
 pub fn stat(tgid: u32, tid: u32) -> Option<Stat> {
-    parse_stat(&std::fs::read(dir(tgid, tid).join("stat")).ok()?)
+    parse_stat(&read_whole(dir(tgid, tid).join("stat"), 1024).ok()?)
 }
 
 /// Reads and parses `syscall` (root only); the error says why not.
 pub fn syscall(tgid: u32, tid: u32) -> std::io::Result<SyscallState> {
-    let text = std::fs::read_to_string(dir(tgid, tid).join("syscall"))?;
+    let text = read_text(dir(tgid, tid).join("syscall"))?;
     parse_syscall(&text).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -143,17 +145,17 @@ pub fn syscall(tgid: u32, tid: u32) -> std::io::Result<SyscallState> {
 
 /// Reads `se.exec_start` from `sched`.
 pub fn exec_start(tgid: u32, tid: u32) -> Option<u64> {
-    parse_exec_start(&std::fs::read_to_string(dir(tgid, tid).join("sched")).ok()?)
+    parse_exec_start(&read_text(dir(tgid, tid).join("sched")).ok()?)
 }
 
 /// Reads how many times the thread has got a CPU, from `schedstat`.
 pub fn arrivals(tgid: u32, tid: u32) -> Option<u64> {
-    parse_arrivals(&std::fs::read_to_string(dir(tgid, tid).join("schedstat")).ok()?)
+    parse_arrivals(&read_text(dir(tgid, tid).join("schedstat")).ok()?)
 }
 
 /// Reads and parses `stack` (root only); the error says why not.
 pub fn kernel_stack(tgid: u32, tid: u32) -> std::io::Result<Vec<KernelFrame>> {
-    Ok(parse_kernel_stack(&std::fs::read_to_string(dir(tgid, tid).join("stack"))?))
+    Ok(parse_kernel_stack(&read_text(dir(tgid, tid).join("stack"))?))
 }
 
 /// What file descriptor `fd` of a process is: a path, `pipe:[123]`, `socket:[456]`,

@@ -520,8 +520,8 @@ impl Loader {
     /// while perf's own table was still loading (a tenth of their time).
     fn build_anchors(&mut self, tgid: u32, sink: &mut dyn Sink) {
         let Some(p) = self.procs.get(&tgid) else { return };
-        let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
-        let exe = exe.as_ref().and_then(|e| e.to_str());
+        let exe = crate::sys::procfs::exe_path(tgid);
+        let exe = exe.as_deref();
         let unbuilt = &self.unbuilt;
         let ids: Vec<u32> = p.maps.maps[..p.maps.len as usize]
             .iter()

@@ -33,8 +33,8 @@ fn interpreter_of(
     tgid: u32,
     maps: &[Mapping],
 ) -> Option<(PyFile, u64)> {
-    let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
-    let exe = exe.as_deref().and_then(|p| p.to_str());
+    let exe = procfs::exe_path(tgid);
+    let exe = exe.as_deref();
     for m in maps.iter().filter(|m| may_hold_interpreter(m, exe)) {
         let file = files
             .entry((m.dev, m.inode))

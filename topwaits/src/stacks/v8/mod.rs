@@ -183,8 +183,8 @@ fn v8_of<'a>(
     tgid: u32,
     maps: &'a [Mapping],
 ) -> Option<(V8File, Vec<&'a Mapping>)> {
-    let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
-    let exe = exe.as_deref().and_then(|p| p.to_str());
+    let exe = procfs::exe_path(tgid);
+    let exe = exe.as_deref();
     for m in maps.iter().filter(|m| may_hold_v8(m, exe)) {
         let file = files
             .entry((m.dev, m.inode))

@@ -147,6 +147,7 @@ pub fn run(c: &ServeConfig) -> Result<()> {
     tracer.count_seeded_open();
     seed_waits(&mut tracer, cache);
     let (mut symbolizer, events) = symbolizer_and_learners(config, &mut tracer, &unwinder)?;
+    symbolizer.refresh_every(super::trace::REFRESH_EVERY);
     let shared = Arc::new(Shared::new(c, clock));
     // Started while the signals are held, so that they block them too.
     let server = http::Server::start(listener, shared.clone())?;

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use blazesym::symbolize::{
     source::{Elf, Kernel, Process, Source},
@@ -72,8 +73,13 @@ pub struct BlazeSymbolizer {
     gone_at_last_sweep: std::collections::HashSet<u32>,
     /// Frames named already, by the file their code lies in.
     file_frames: FileFrames,
-    /// The processes whose kept maps this report has read again.
-    refreshed: std::collections::HashSet<u32>,
+    /// When each process's kept maps were last read again for a report.
+    refreshed: FastMap<u32, Instant>,
+    /// When each process's cgroup was last read for a report.
+    cgroup_read: FastMap<u32, Instant>,
+    /// How long a read of a live process's maps or cgroup serves later
+    /// reports (zero: each report reads them again).
+    refresh_every: Duration,
     /// The remembered processes that blazesym keeps a copy of too: those
     /// with a perf map (JIT code), which only its process source reads.
     blaze_kept: std::collections::HashSet<u32>,
@@ -189,7 +195,9 @@ impl Default for BlazeSymbolizer {
             go: HashMap::new(),
             gone_at_last_sweep: Default::default(),
             file_frames: FileFrames::default(),
-            refreshed: Default::default(),
+            refreshed: FastMap::default(),
+            cgroup_read: FastMap::default(),
+            refresh_every: Duration::ZERO,
             blaze_kept: Default::default(),
             by_path: FastMap::default(),
         }
@@ -375,6 +383,8 @@ impl BlazeSymbolizer {
             self.maps.remove(&t);
             self.regions.remove(&t);
             self.cgroups.remove(&t);
+            self.cgroup_read.remove(&t);
+            self.refreshed.remove(&t);
             self.pid_ns.remove(&t);
             self.foreign_roots.remove(&t);
             self.blaze_kept.remove(&t);
@@ -419,6 +429,21 @@ impl BlazeSymbolizer {
         let shared = regions.clone();
         self.regions.insert(tgid, shared);
         Some(frames)
+    }
+
+    /// Has a report of a live process read its maps and cgroup again only
+    /// once `every` (a continuous trace's reports, `serve`'s each step),
+    /// not at every report. An address outside every mapping known is read
+    /// again at once.
+    pub fn refresh_every(&mut self, every: Duration) {
+        self.refresh_every = every;
+    }
+
+    /// Whether some of `addrs` lies outside every mapping known of `tgid`
+    /// (a library loaded since its maps were read).
+    fn unmapped(&self, tgid: u32, addrs: &[u64]) -> bool {
+        let Some(regions) = self.regions.get(&tgid) else { return true };
+        addrs.iter().any(|&a| frame_scan::region_of(regions, a).is_none())
     }
 
     /// Number of processes whose maps are kept.
@@ -667,7 +692,9 @@ impl Symbolizer for BlazeSymbolizer {
     }
 
     fn report_begins(&mut self) {
-        self.refreshed.clear();
+        let every = self.refresh_every;
+        self.refreshed.retain(|_, at| at.elapsed() < every);
+        self.cgroup_read.retain(|_, at| at.elapsed() < every);
     }
 
     fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
@@ -677,11 +704,23 @@ impl Symbolizer for BlazeSymbolizer {
         let asked = tgid;
         let tgid = self.source_of(tgid);
         let live = alive(tgid);
-        let cached = self.maps.contains_key(&tgid);
-        if live && cached && self.refreshed.insert(tgid) {
-            // Cached maps are not re-read by blazesym: refresh them (dlopen, ...),
-            // once a report: every fork gone since names its frames by these.
-            let _ = self.remember(tgid, None);
+        let mut cached = self.maps.contains_key(&tgid);
+        // Cached maps are not re-read by blazesym: refresh them (dlopen, ...),
+        // once a report (every fork gone since names its frames by these), or
+        // once per `refresh_every`, and sooner for an address outside every
+        // mapping they know.
+        let repeating = self.refresh_every > Duration::ZERO;
+        let due = match self.refreshed.get(&tgid) {
+            None => true,
+            Some(_) => repeating && self.unmapped(tgid, addrs),
+        };
+        // Under repeated reports, a process first met in a report (it ran
+        // before the trace) keeps its maps too, as one that exec'd during it
+        // does: the next reports name its frames from them, and from the
+        // names found before, instead of blazesym reading it all again.
+        if live && due && (cached || repeating) {
+            self.refreshed.insert(tgid, Instant::now());
+            cached |= self.remember(tgid, None);
         }
         let foreign = live && procfs::foreign_root(tgid);
         let root = if foreign { format!("/proc/{tgid}/root") } else { String::new() };
@@ -845,9 +884,20 @@ impl Symbolizer for BlazeSymbolizer {
     }
 
     fn cgroup(&mut self, tgid: u32) -> Option<String> {
-        crate::sys::cgroup::of_process(tgid)
-            .or_else(|| self.cgroups.get(&tgid).cloned())
-            .or_else(|| self.cgroups.get(&self.source_of(tgid)).cloned())
+        let kept =
+            |s: &Self| s.cgroups.get(&tgid).or_else(|| s.cgroups.get(&s.source_of(tgid))).cloned();
+        if self.cgroup_read.contains_key(&tgid) {
+            return kept(self);
+        }
+        match crate::sys::cgroup::of_process(tgid) {
+            Some(now) if self.refresh_every > Duration::ZERO => {
+                self.cgroups.insert(tgid, now.clone());
+                self.cgroup_read.insert(tgid, Instant::now());
+                Some(now)
+            }
+            Some(now) => Some(now),
+            None => kept(self),
+        }
     }
 
     fn python(&mut self, tgid: u32, words: &[u64]) -> Vec<Frame> {
@@ -964,6 +1014,42 @@ mod tests {
         assert!(s.named_as_parent(pid, &addrs).is_none(), "the parent shares no one's maps");
         let elsewhere = [libc.start + 0x80];
         assert!(s.named_as_parent(FORK, &elsewhere).is_none(), "an address not named before");
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+    }
+
+    /// Under repeated reports (`serve`), a live process's maps and cgroup
+    /// are read once per `refresh_every`, or sooner for an address outside
+    /// every mapping known; a single report reads them as before.
+    #[test]
+    fn repeated_reports_read_a_live_process_again_only_when_due() {
+        let mut sleeper = procfs::settled_sleeper();
+        let pid = sleeper.id();
+        let maps = procfs::maps_of(pid);
+        let libc = maps.iter().find(|m| m.exec && m.path.contains("libc")).expect("libc code");
+        let addrs = [libc.start + 0x40];
+        let mut once = BlazeSymbolizer::default();
+        once.report_begins();
+        let named = once.user(pid, &addrs);
+        assert!(!once.maps.contains_key(&pid), "one report keeps no maps of its own");
+        let mut s = BlazeSymbolizer::default();
+        s.refresh_every(Duration::from_secs(3600));
+        s.report_begins();
+        assert_eq!(s.user(pid, &addrs), named);
+        assert!(s.maps.contains_key(&pid), "a process first met in a report keeps its maps");
+        let read_at = s.refreshed[&pid];
+        let cgroup = s.cgroup(pid);
+        assert!(cgroup.is_some() && s.cgroup_read.contains_key(&pid));
+        s.report_begins();
+        assert_eq!(s.user(pid, &addrs), named, "named from the kept maps");
+        assert_eq!(s.refreshed[&pid], read_at, "not read again before it is due");
+        assert_eq!(s.cgroup(pid), cgroup);
+        s.report_begins();
+        let _ = s.user(pid, &[0x10]);
+        assert!(s.refreshed[&pid] > read_at, "an address in no mapping reads them again");
+        s.refresh_every(Duration::ZERO);
+        s.report_begins();
+        assert!(s.refreshed.is_empty() && s.cgroup_read.is_empty(), "each report reads again");
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
     }

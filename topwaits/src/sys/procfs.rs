@@ -36,42 +36,64 @@ pub struct Mapping {
 
 /// The file-backed mappings in `/proc/PID/maps` text. Anonymous mappings and
 /// pseudo-files (`[stack]`, `[vdso]`, ...) are left out; junk lines are skipped.
-pub fn parse_maps<R: BufRead>(reader: R) -> Vec<Mapping> {
+/// Read in place, line by line: the tracer parses a process's maps at each
+/// of its execs, and a copy of every line was most of what that cost.
+pub fn parse_maps(text: &[u8]) -> Vec<Mapping> {
     let mut out = Vec::new();
-    for line in reader.split(b'\n').map_while(Result::ok) {
-        let line = String::from_utf8_lossy(&line);
-        let mut cols = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(offset), Some(dev), Some(inode)) =
-            (cols.next(), cols.next(), cols.next(), cols.next(), cols.next())
-        else {
+    for line in text.split(|&b| b == b'\n') {
+        let Some(([range, perms, offset, dev, inode], path)) = maps_fields(line) else {
             continue;
         };
-        let path = cols.next().unwrap_or("").trim_start();
-        if !path.starts_with('/') {
+        if path.first() != Some(&b'/') {
             continue;
         }
-        let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) = (
-            u64::from_str_radix(s, 16),
-            u64::from_str_radix(e, 16),
-            u64::from_str_radix(offset, 16),
-        ) else {
+        let (Some((start, end)), Some(offset)) = (hex_range(range), hex(offset)) else {
             continue;
         };
-        let dev = dev.split_once(':').and_then(|(a, b)| {
-            Some(u64::from_str_radix(a, 16).ok()? << 32 | u64::from_str_radix(b, 16).ok()?)
-        });
+        let dev = dev
+            .iter()
+            .position(|&b| b == b':')
+            .and_then(|at| Some(hex(&dev[..at])? << 32 | hex(&dev[at + 1..])?));
         out.push(Mapping {
             start,
             end,
             offset,
-            path: path.to_string(),
-            exec: perms.as_bytes().get(2) == Some(&b'x'),
+            path: String::from_utf8_lossy(path).into_owned(),
+            exec: perms.get(2) == Some(&b'x'),
             dev: dev.unwrap_or(0),
-            inode: inode.parse().unwrap_or(0),
+            inode: std::str::from_utf8(inode).ok().and_then(|i| i.parse().ok()).unwrap_or(0),
         });
     }
     out
+}
+
+/// One maps line's first five fields (range, permissions, offset, device,
+/// inode), each ended by one space, and what follows the padding: the path,
+/// if any.
+fn maps_fields(line: &[u8]) -> Option<([&[u8]; 5], &[u8])> {
+    let mut fields: [&[u8]; 5] = [&[]; 5];
+    let mut rest = line;
+    for (i, field) in fields.iter_mut().enumerate() {
+        match rest.iter().position(|&b| b == b' ') {
+            Some(at) => (*field, rest) = (&rest[..at], &rest[at + 1..]),
+            // The inode may end the line (no path).
+            None if i == 4 => (*field, rest) = (rest, &[]),
+            None => return None,
+        }
+    }
+    let path_at = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
+    Some((fields, &rest[path_at..]))
+}
+
+/// A hexadecimal number in maps text.
+fn hex(text: &[u8]) -> Option<u64> {
+    u64::from_str_radix(std::str::from_utf8(text).ok()?, 16).ok()
+}
+
+/// A maps range, `start-end`, in hexadecimal.
+fn hex_range(text: &[u8]) -> Option<(u64, u64)> {
+    let at = text.iter().position(|&b| b == b'-')?;
+    Some((hex(&text[..at])?, hex(&text[at + 1..])?))
 }
 
 /// One mapping of the process.
@@ -90,20 +112,13 @@ pub fn region_of(regions: &[Region], addr: u64) -> Option<&Region> {
 
 /// Every mapping in `/proc/PID/maps` text, file-backed or not, with whether it is
 /// executable, sorted by start; junk lines are skipped.
-pub fn parse_regions<R: BufRead>(reader: R) -> Vec<Region> {
-    let mut out: Vec<Region> = reader
-        .split(b'\n')
-        .map_while(Result::ok)
+pub fn parse_regions(text: &[u8]) -> Vec<Region> {
+    let mut out: Vec<Region> = text
+        .split(|&b| b == b'\n')
         .filter_map(|line| {
-            let line = String::from_utf8_lossy(&line).into_owned();
-            let mut cols = line.split_ascii_whitespace();
-            let (s, e) = cols.next()?.split_once('-')?;
-            let perms = cols.next()?;
-            Some(Region {
-                start: u64::from_str_radix(s, 16).ok()?,
-                end: u64::from_str_radix(e, 16).ok()?,
-                exec: perms.as_bytes().get(2) == Some(&b'x'),
-            })
+            let mut cols = line.split(|&b| b == b' ').filter(|c| !c.is_empty());
+            let (start, end) = hex_range(cols.next()?)?;
+            Some(Region { start, end, exec: cols.next()?.get(2) == Some(&b'x') })
         })
         .collect();
     out.sort_by_key(|r| r.start);
@@ -112,10 +127,8 @@ pub fn parse_regions<R: BufRead>(reader: R) -> Vec<Region> {
 
 /// Reads every mapping of a process; empty when it is gone.
 pub fn regions_of(pid: u32) -> Vec<Region> {
-    match std::fs::File::open(format!("/proc/{pid}/maps")) {
-        Ok(f) => parse_regions(std::io::BufReader::new(f)),
-        Err(_) => Vec::new(),
-    }
+    read_whole(format!("/proc/{pid}/maps"), 16 * 1024)
+        .map_or_else(|_| Vec::new(), |t| parse_regions(&t))
 }
 
 /// This process's own use of the machine: its user and system CPU time in
@@ -411,10 +424,8 @@ pub fn has_perf_map(pid: u32) -> bool {
 
 /// Reads `/proc/PID/maps`; empty when the process is gone.
 pub fn maps_of(pid: u32) -> Vec<Mapping> {
-    match std::fs::File::open(format!("/proc/{pid}/maps")) {
-        Ok(f) => parse_maps(std::io::BufReader::new(f)),
-        Err(_) => Vec::new(),
-    }
+    read_whole(format!("/proc/{pid}/maps"), 16 * 1024)
+        .map_or_else(|_| Vec::new(), |t| parse_maps(&t))
 }
 
 /// The file mapping `addr` lies in.
@@ -540,6 +551,26 @@ garbage line
         let stat = read_text("/proc/self/stat").unwrap();
         assert!(stat.starts_with(&format!("{} (", std::process::id())));
         assert!(read_text("/proc/self/no-such-file").is_err());
+    }
+
+    /// The in-place parse agrees with the files themselves: every path line
+    /// of this process's maps, each with its file's device and inode.
+    #[test]
+    fn this_processs_own_maps_parse_to_its_files() {
+        use std::os::unix::fs::MetadataExt as _;
+        let text = read_whole("/proc/self/maps", 64).unwrap();
+        let lines = String::from_utf8_lossy(&text);
+        let with_path = lines.lines().filter(|l| l.contains(" /")).count();
+        let maps = parse_maps(&text);
+        assert_eq!(maps.len(), with_path);
+        let regions = parse_regions(&text);
+        assert_eq!(regions.len(), lines.lines().count());
+        let exe = std::env::current_exe().unwrap();
+        let meta = std::fs::metadata(&exe).unwrap();
+        let mine = maps.iter().find(|m| std::path::Path::new(&m.path) == exe).unwrap();
+        let dev = u64::from(libc::major(meta.dev())) << 32 | u64::from(libc::minor(meta.dev()));
+        assert_eq!((mine.dev, mine.inode), (dev, meta.ino()));
+        assert!(maps.iter().any(|m| m.exec) && regions.iter().any(|r| r.exec));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Options {
     /// Run only the Go server measurement (goroutine tracing's cost).
     #[arg(long)]
     go_only: bool,
+    /// Run only the process churn measurement (each arriving process's cost).
+    #[arg(long)]
+    churn_only: bool,
 }
 
 const BPFTRACE_OFFCPU: &str = "tracepoint:sched:sched_switch { @start[args->prev_pid] = nsecs; \
@@ -481,6 +484,10 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
         out.push_str(&crate::go_server_bench::go_server(bin, opts.rounds)?);
         return Ok(());
     }
+    if opts.churn_only {
+        out.push_str(&crate::churn_bench::churn(bin, opts.rounds)?);
+        return Ok(());
+    }
     if opts.stacks_only {
         let (report_ms, rss_mib, records) = many_stacks(bin)?;
         out.push_str(&format!("Many stacks: {records} records; report {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"));
@@ -540,6 +547,7 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     out.push_str(&rounds);
     out.push_str(&startup);
     out.push_str(&busy_pipeline(bin)?);
+    out.push_str(&crate::churn_bench::churn(bin, opts.rounds)?);
     out.push_str(&format!(
         "\nMany stacks: 19,683 distinct call paths traced with `topwaits --json -p PID`: {records} records; report (drain, symbolize, write, from the workload's exit to topwaits' exit) {report_ms:.0} ms; peak RSS {rss_mib:.1} MiB.\n"
     ));

@@ -4,6 +4,7 @@
 mod bench;
 mod binary;
 mod blocked_bench;
+mod churn_bench;
 mod go_server_bench;
 mod layering;
 mod licenses;

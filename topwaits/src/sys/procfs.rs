@@ -576,6 +576,18 @@ garbage line
     #[test]
     fn alive_knows_live_gone_and_impossible_ids() {
         assert!(alive(std::process::id()));
+        // A thread's id counts too, as its /proc directory does.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = wait.recv();
+        });
+        let tid = rx.recv().unwrap();
+        assert!(tid != std::process::id() && alive(tid), "thread {tid}");
+        done.send(()).unwrap();
+        t.join().unwrap();
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();

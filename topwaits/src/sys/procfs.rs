@@ -191,9 +191,13 @@ pub fn read_whole(path: impl AsRef<Path>, room: usize) -> std::io::Result<Vec<u8
 }
 
 /// [`read_whole`] of a small text file (a line or a few dozen), as text.
+/// Bytes that are not UTF-8 (a thread may name itself with any) become
+/// U+FFFD: the fields read after a name stay readable, where a strict read
+/// failed the whole file, and `exiting` took such a process for gone.
 pub fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
     let bytes = read_whole(path, 4096)?;
-    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    Ok(String::from_utf8(bytes)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 /// The kernel's `PF_EXITING` task flag: the task has begun to exit.
@@ -571,6 +575,28 @@ garbage line
         let dev = u64::from(libc::major(meta.dev())) << 32 | u64::from(libc::minor(meta.dev()));
         assert_eq!((mine.dev, mine.inode), (dev, meta.ino()));
         assert!(maps.iter().any(|m| m.exec) && regions.iter().any(|r| r.exec));
+    }
+
+    /// A thread named with bytes that are not UTF-8 keeps its `stat`
+    /// readable: its flags are read, and it is not taken for exiting.
+    #[test]
+    fn a_thread_with_a_name_not_utf8_is_read() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: PR_SET_NAME copies at most 16 bytes of a NUL-ended string.
+            unsafe { libc::prctl(libc::PR_SET_NAME, c"tw\xff\xfe(odd)".as_ptr()) };
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = wait.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let stat = read_text(format!("/proc/self/task/{tid}/stat")).unwrap();
+        assert!(stat.contains("(tw\u{fffd}\u{fffd}(odd))"), "{stat}");
+        assert!(stat_flags(&stat).is_some_and(|f| f & PF_EXITING == 0), "{stat}");
+        assert!(!exiting(tid), "a live thread with an odd name is not exiting");
+        done.send(()).unwrap();
+        t.join().unwrap();
     }
 
     #[test]

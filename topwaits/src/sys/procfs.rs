@@ -110,6 +110,12 @@ pub fn region_of(regions: &[Region], addr: u64) -> Option<&Region> {
     regions.get(i.checked_sub(1)?).filter(|r| addr < r.end)
 }
 
+/// The text of `/proc/PID/maps` (None: the process is gone), read whole
+/// with room for a small process's at the first read.
+fn maps_text(pid: u32) -> Option<Vec<u8>> {
+    read_whole(format!("/proc/{pid}/maps"), 16 * 1024).ok()
+}
+
 /// Every mapping in `/proc/PID/maps` text, file-backed or not, with whether it is
 /// executable, sorted by start; junk lines are skipped.
 pub fn parse_regions(text: &[u8]) -> Vec<Region> {
@@ -127,8 +133,7 @@ pub fn parse_regions(text: &[u8]) -> Vec<Region> {
 
 /// Reads every mapping of a process; empty when it is gone.
 pub fn regions_of(pid: u32) -> Vec<Region> {
-    read_whole(format!("/proc/{pid}/maps"), 16 * 1024)
-        .map_or_else(|_| Vec::new(), |t| parse_regions(&t))
+    maps_text(pid).map_or_else(Vec::new, |t| parse_regions(&t))
 }
 
 /// This process's own use of the machine: its user and system CPU time in
@@ -389,9 +394,7 @@ impl<T: Clone> Recent<T> {
 /// `/proc/PID/maps` (None: the process is gone), shared with a read of the
 /// same process on this thread less than [`MAPS_SHARED_FOR`] ago.
 pub fn maps_read(pid: u32) -> Option<std::rc::Rc<MapsRead>> {
-    maps_read_at(pid, std::time::Instant::now(), &mut |pid| {
-        read_whole(format!("/proc/{pid}/maps"), 16 * 1024).ok()
-    })
+    maps_read_at(pid, std::time::Instant::now(), &mut maps_text)
 }
 
 fn maps_read_at(
@@ -428,8 +431,7 @@ pub fn has_perf_map(pid: u32) -> bool {
 
 /// Reads `/proc/PID/maps`; empty when the process is gone.
 pub fn maps_of(pid: u32) -> Vec<Mapping> {
-    read_whole(format!("/proc/{pid}/maps"), 16 * 1024)
-        .map_or_else(|_| Vec::new(), |t| parse_maps(&t))
+    maps_text(pid).map_or_else(Vec::new, |t| parse_maps(&t))
 }
 
 /// The file mapping `addr` lies in.

@@ -27,7 +27,7 @@ fn trace_long_sleep(extra: &[&str]) -> (serde_json::Value, i128, i128, u32) {
 }
 
 fn check_long_sleep(doc: &serde_json::Value, before: i128, after: i128, tid: u32) {
-    let recs = calls_in(doc, "tw_known_long_sleep");
+    let recs = sleeps_in(doc, "tw_known_long_sleep");
     assert_eq!(recs.len(), 1, "one record for the sleep: {doc:#}");
     let r = recs[0];
     assert_eq!(r["tid"].as_u64(), Some(tid as u64));
@@ -204,7 +204,7 @@ fn mixed_sleeps(args: &[&str]) -> serde_json::Value {
 fn min_block_time_drops_short_waits() {
     require_bpf!();
     let doc = mixed_sleeps(&["-m", "100000"]);
-    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(sleeps_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
     assert!(records_in(&doc, "tw_known_short_sleeps").is_empty(), "{doc:#}");
     for r in doc["records"].as_array().unwrap() {
         assert!(r["max_us"].as_u64().unwrap() >= 100_000);
@@ -234,7 +234,7 @@ fn state_filter_matches_the_switch_out_state() {
     require_bpf!();
     // nanosleep sleeps TASK_INTERRUPTIBLE (1).
     let doc = mixed_sleeps(&["--state", "1"]);
-    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(sleeps_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
     let doc = mixed_sleeps(&["--state", "2"]);
     assert!(calls_in(&doc, "tw_known_long_sleep").is_empty(), "{doc:#}");
     assert!(records_in(&doc, "tw_known_short_sleeps").is_empty(), "{doc:#}");
@@ -254,7 +254,7 @@ fn state_filter_matches_the_switch_out_state() {
 fn user_and_kernel_stack_only_modes() {
     require_bpf!();
     let doc = mixed_sleeps(&["-U"]);
-    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(sleeps_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
     for r in doc["records"].as_array().unwrap() {
         assert_eq!(r["kernel_stack_status"], "none");
     }
@@ -283,7 +283,7 @@ fn pid_filter_keeps_only_that_process() {
     let doc = json(&tracer.finish());
     let recs = doc["records"].as_array().unwrap();
     assert!(recs.iter().all(|r| r["tgid"].as_u64() == Some(std::process::id() as u64)), "{doc:#}");
-    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1);
+    assert_eq!(sleeps_in(&doc, "tw_known_long_sleep").len(), 1);
     assert!(recs.iter().all(|r| r["comm"] != "sleep"));
 }
 
@@ -309,17 +309,9 @@ fn by_process_makes_a_thread_per_request_server_one_record() {
     }
     workers.into_iter().for_each(Workload::join);
     let (threads, process) = (json(&by_thread.finish()), json(&by_process.finish()));
-    // The sleeps themselves: a worker may also be preempted on its way into or
-    // back from the syscall, a wait with the same user stack, labelled run queue.
+    // The sleeps themselves, not a preemption on the way into or back from one.
     let sleeps = |doc: &serde_json::Value| -> Vec<serde_json::Value> {
-        records_in(doc, "tw_handle_request")
-            .into_iter()
-            .filter(|r| {
-                stack_names(&r["kernel_stack"]).iter().any(|f| f == "do_nanosleep")
-                    && r["waits_on"]["kind"] == "sleep"
-            })
-            .cloned()
-            .collect()
+        sleeps_in(doc, "tw_handle_request").into_iter().cloned().collect()
     };
     let per_thread = sleeps(&threads);
     assert_eq!(per_thread.len(), 12, "{threads:#}");
@@ -407,7 +399,7 @@ fn sigint_ends_early_and_still_reports() {
     let out = tracer.finish();
     assert!(started.elapsed() < Duration::from_secs(15));
     let doc = json(&out);
-    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(sleeps_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
 }
 
 #[test]
@@ -420,7 +412,7 @@ fn sigterm_ends_early_and_still_reports() {
     w.join();
     tracer.signal(libc::SIGTERM);
     let doc = json(&tracer.finish());
-    assert_eq!(calls_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
+    assert_eq!(sleeps_in(&doc, "tw_known_long_sleep").len(), 1, "{doc:#}");
     assert!(doc["duration_s"].as_f64().unwrap() < 30.0);
 }
 

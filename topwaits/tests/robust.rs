@@ -420,7 +420,7 @@ fn two_instances_tracing_one_thread_both_get_complete_results() {
     w.go();
     w.join();
     for doc in [json(&a.finish()), json(&b.finish())] {
-        let recs = calls_in(&doc, "tw_known_long_sleep");
+        let recs = sleeps_in(&doc, "tw_known_long_sleep");
         assert_eq!(recs.len(), 1, "{doc:#}");
         assert_eq!(recs[0]["count"], 1);
         let max = recs[0]["max_us"].as_u64().unwrap();

@@ -142,7 +142,7 @@ fn waits_without_a_waker_stay_in_the_report() {
     w.go();
     w.join();
     let doc = json(&tracer.finish());
-    let recs = calls_in(&doc, "tw_known_long_sleep");
+    let recs = sleeps_in(&doc, "tw_known_long_sleep");
     assert_eq!(recs.len(), 1, "{doc:#}");
     // A nanosleep ends by a timer: an interrupt, not the task it happened to hit.
     let waker = &recs[0]["waker"];

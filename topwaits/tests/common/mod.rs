@@ -394,6 +394,13 @@ pub fn calls_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The records of `func`'s sleeps themselves: of its calls, those labelled a
+/// sleep. A thread woken from its sleep may also be preempted on its way back
+/// to user space, a wait with the same user stack that is labelled run queue.
+pub fn sleeps_in<'a>(doc: &'a Value, func: &str) -> Vec<&'a Value> {
+    calls_in(doc, func).into_iter().filter(|r| r["waits_on"]["kind"] == "sleep").collect()
+}
+
 pub fn stack_names(stack: &Value) -> Vec<String> {
     stack
         .as_array()

@@ -498,16 +498,21 @@ fn ninety_seconds_of_churn_keep_memory_flat() {
     }
     let page = get(&format!("http://127.0.0.1:{port}/metrics"));
     stop(t);
-    let floor = |from: u64| {
-        let window = Duration::from_secs(from)..Duration::from_secs(from + 10);
-        samples.iter().filter(|(at, _)| window.contains(at)).map(|s| s.1).min().unwrap_or(0)
+    // The least resident size over a span: right after one of the trims that
+    // each sweep (every 5 s) makes. Between them the heap swings by a third, so
+    // each span holds five sweeps, and a leak shows as a floor that rises.
+    let floor = |from: u64, to: u64| {
+        let span = Duration::from_secs(from)..Duration::from_secs(to);
+        samples.iter().filter(|(at, _)| span.contains(at)).map(|s| s.1).min().unwrap_or(0)
     };
     let most = samples.iter().map(|s| s.1).max().unwrap_or(0);
-    let (at_half, at_end) = (floor(35), floor(80));
+    let (at_half, at_end) = (floor(20, 45), floor(65, 90));
+    let floors: Vec<u64> = (0..9).map(|k| floor(k * 10, k * 10 + 10) >> 20).collect();
     assert!(most < 100 << 20, "at most {} MB resident", most >> 20);
     assert!(
         at_half > 0 && at_end <= at_half + at_half / 10,
-        "the floor of the resident size grew from {at_half} bytes (35-45 s) to {at_end} (80-90 s)"
+        "the floor of the resident size grew from {at_half} bytes (20-45 s) to {at_end} \
+         (65-90 s); MB by 10 s: {floors:?}"
     );
     assert!(
         sample(&page, "topwaits_aged_total", "kind=\"stack\"") > 0.0,
@@ -515,7 +520,8 @@ fn ninety_seconds_of_churn_keep_memory_flat() {
     );
     assert!(sample(&page, "topwaits_offcpu_seconds_total", "comm=\"tw-churn-") > 0.0, "{page}");
     eprintln!(
-        "serve churn: {n} rounds, {} MB at most, floor {at_half} → {at_end} bytes",
+        "serve churn: {n} rounds, {} MB at most, floor {at_half} → {at_end} bytes, \
+         MB by 10 s: {floors:?}",
         most >> 20
     );
 }

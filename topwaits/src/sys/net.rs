@@ -82,17 +82,54 @@ pub fn parse_unix(text: &str) -> HashMap<u64, String> {
         .collect()
 }
 
+/// A namespace's tables, in the order [`Sockets::find`] reads them: Unix first,
+/// as a process's own sockets often are and its table is the cheapest; the
+/// kernel walks every bucket of its TCP hash for each `tcp` read.
+const TABLES: [(&str, &str); 5] =
+    [("unix", "Unix"), ("tcp", "TCP"), ("tcp6", "TCP"), ("udp", "UDP"), ("udp6", "UDP")];
+
+fn table(tgid: u32, file: &str, proto: &str) -> HashMap<u64, String> {
+    let text = std::fs::read_to_string(format!("/proc/{tgid}/net/{file}")).unwrap_or_default();
+    if proto == "Unix" {
+        parse_unix(&text)
+    } else {
+        parse_inet(&text, proto)
+    }
+}
+
 /// Every socket the network namespace of process `tgid` lists, by inode.
 pub fn sockets_of(tgid: u32) -> HashMap<u64, String> {
-    let read = |name: &str| {
-        std::fs::read_to_string(format!("/proc/{tgid}/net/{name}")).unwrap_or_default()
-    };
-    let mut out = HashMap::new();
-    for (file, proto) in [("tcp", "TCP"), ("tcp6", "TCP"), ("udp", "UDP"), ("udp6", "UDP")] {
-        out.extend(parse_inet(&read(file), proto));
+    let mut all = Sockets::default();
+    while all.read_next(tgid) {}
+    all.known
+}
+
+/// One namespace's sockets, read a table at a time, as far as the inodes
+/// looked up need.
+#[derive(Default)]
+pub struct Sockets {
+    known: HashMap<u64, String>,
+    /// How many of [`TABLES`] were read.
+    read: usize,
+}
+
+impl Sockets {
+    /// What socket `inode` is, reading through process `tgid` the tables not
+    /// read yet until one lists it; None once all of them were read.
+    pub fn find(&mut self, tgid: u32, inode: u64) -> Option<&String> {
+        while !self.known.contains_key(&inode) && self.read_next(tgid) {}
+        self.known.get(&inode)
     }
-    out.extend(parse_unix(&read("unix")));
-    out
+
+    /// Reads the next table; false when all were read.
+    fn read_next(&mut self, tgid: u32) -> bool {
+        let Some((file, proto)) = TABLES.get(self.read) else { return false };
+        self.read += 1;
+        for (inode, desc) in table(tgid, file, proto) {
+            self.known.entry(inode).or_insert(desc);
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -126,5 +163,28 @@ mod tests {
         let m = parse_unix(text);
         assert_eq!(m[&21011], "Unix /run/systemd/notify");
         assert_eq!(m[&21500], "Unix");
+    }
+
+    /// A socket's inode, as its descriptor's `socket:[N]` link names it.
+    fn inode_of(fd: &impl std::os::fd::AsRawFd) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap().ino()
+    }
+
+    #[test]
+    fn tables_are_read_as_far_as_a_lookup_needs() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let me = std::process::id();
+        let mut s = Sockets::default();
+        assert_eq!(s.find(me, inode_of(&a)).map(String::as_str), Some("Unix"));
+        assert_eq!(s.read, 1, "a Unix socket is found in the first table");
+        let tcp = s.find(me, inode_of(&listener)).cloned();
+        assert_eq!(tcp, Some(format!("TCP 127.0.0.1:{port}, listening")));
+        assert_eq!(s.read, 2);
+        assert_eq!(s.find(me, u64::MAX), None);
+        assert_eq!(s.read, TABLES.len());
+        assert!(sockets_of(me).contains_key(&inode_of(&listener)));
     }
 }

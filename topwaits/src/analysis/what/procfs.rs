@@ -17,7 +17,7 @@ pub struct ProcResolver {
     /// The sockets of each network namespace met (the processes of one
     /// namespace list the same), by its id; a process whose namespace could
     /// not be read has its own.
-    sockets: HashMap<NetNs, HashMap<u64, String>>,
+    sockets: HashMap<NetNs, net::Sockets>,
     /// Each process's network namespace.
     net_of: HashMap<u32, NetNs>,
     /// The descriptors resolved this interval (a process's threads and
@@ -183,19 +183,17 @@ impl Resolve for ProcResolver {
                     None => NetNs::OfProcess(tgid),
                 }
             });
-        // Read through the process that asked first, and once again for a
-        // socket made since.
-        let known = self.sockets.entry(ns).or_insert_with(|| net::sockets_of(tgid));
-        if let Some(s) = known.get(&inode) {
+        // Read through the process that asked first, a table at a time, and
+        // all again once for a socket made since.
+        let known = self.sockets.entry(ns).or_default();
+        if let Some(s) = known.find(tgid, inode) {
             return Some(s.clone());
         }
         if !self.sockets_read_again.insert(ns) {
             return None;
         }
-        let again = net::sockets_of(tgid);
-        let found = again.get(&inode).cloned();
-        self.sockets.insert(ns, again);
-        found
+        *known = net::Sockets::default();
+        known.find(tgid, inode).cloned()
     }
 
     fn pipe_holders(&mut self, inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<String>> {

@@ -38,14 +38,14 @@ impl std::os::fd::AsRawFd for ProcEvents {
 pub struct WaitEvents {
     pub(super) ring: RingBuf<MapData>,
     /// The events read so far, in the order they ended.
-    pub got: Vec<WaitEvent>,
+    pub got: crate::util::chunked::Chunked<WaitEvent>,
     /// The on-CPU samples read so far (`--perfetto`), in the order they were taken.
     pub samples: Vec<SampleEvent>,
     /// Events read while `got` held [`MAX_HELD_EVENTS`]: dropped, counted.
     pub dropped: u64,
 }
 
-/// Most events held between two reports (128 bytes each: 128 MiB), so that a long
+/// Most events held between two reports (136 bytes each: 136 MiB), so that a long
 /// or busy trace (`topwaits why` sends every wait) stays bounded; the later ones
 /// are dropped first and counted.
 pub const MAX_HELD_EVENTS: usize = 1 << 20;

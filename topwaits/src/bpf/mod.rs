@@ -417,7 +417,7 @@ impl Tracer {
         };
         Ok(Some(events::WaitEvents {
             ring: RingBuf::try_from(map)?,
-            got: Vec::new(),
+            got: Default::default(),
             samples: Vec::new(),
             dropped: 0,
         }))

@@ -34,7 +34,8 @@ pub struct Options {
     /// Run only the Go server measurement (goroutine tracing's cost).
     #[arg(long)]
     go_only: bool,
-    /// Run only the process churn measurement (each arriving process's cost).
+    /// Run only the process churn measurements: each arriving process's cost,
+    /// and serve's soak.
     #[arg(long)]
     churn_only: bool,
 }
@@ -486,6 +487,8 @@ fn bench_inner(opts: &Options, bin: &str, out: &mut String) -> Result<()> {
     }
     if opts.churn_only {
         out.push_str(&crate::churn_bench::churn(bin, opts.rounds)?);
+        out.push('\n');
+        out.push_str(&crate::serve_bench::serve_soak(bin, opts.soak.unwrap_or(90))?);
         return Ok(());
     }
     if opts.stacks_only {

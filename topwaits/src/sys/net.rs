@@ -97,13 +97,6 @@ fn table(tgid: u32, file: &str, proto: &str) -> HashMap<u64, String> {
     }
 }
 
-/// Every socket the network namespace of process `tgid` lists, by inode.
-pub fn sockets_of(tgid: u32) -> HashMap<u64, String> {
-    let mut all = Sockets::default();
-    while all.read_next(tgid) {}
-    all.known
-}
-
 /// One namespace's sockets, read a table at a time, as far as the inodes
 /// looked up need.
 #[derive(Default)]
@@ -129,6 +122,48 @@ impl Sockets {
             self.known.entry(inode).or_insert(desc);
         }
         true
+    }
+}
+
+/// A network namespace by (`st_dev`, `st_ino`), or a process whose
+/// namespace could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum NetNs {
+    Id(u64, u64),
+    OfProcess(u32),
+}
+
+/// Sockets as processes name them, read once per network namespace (the
+/// processes of one namespace list the same tables), each through the process
+/// that asked first, a table at a time (see [`Sockets`]).
+#[derive(Default)]
+pub struct ByNamespace {
+    net_of: HashMap<u32, NetNs>,
+    sockets: HashMap<NetNs, Sockets>,
+    /// The namespaces whose tables were read again for a socket not found.
+    read_again: std::collections::HashSet<NetNs>,
+}
+
+impl ByNamespace {
+    /// What socket `inode` of process `tgid` is; its namespace's tables are
+    /// read all again once for a socket made since they were read.
+    pub fn describe(&mut self, tgid: u32, inode: u64) -> Option<String> {
+        let ns =
+            *self.net_of.entry(tgid).or_insert_with(|| {
+                match crate::sys::procfs::namespace_id(tgid, "net") {
+                    Some((dev, ino)) => NetNs::Id(dev, ino),
+                    None => NetNs::OfProcess(tgid),
+                }
+            });
+        let known = self.sockets.entry(ns).or_default();
+        if let Some(s) = known.find(tgid, inode) {
+            return Some(s.clone());
+        }
+        if !self.read_again.insert(ns) {
+            return None;
+        }
+        *known = Sockets::default();
+        known.find(tgid, inode).cloned()
     }
 }
 
@@ -185,6 +220,15 @@ mod tests {
         assert_eq!(s.read, 2);
         assert_eq!(s.find(me, u64::MAX), None);
         assert_eq!(s.read, TABLES.len());
-        assert!(sockets_of(me).contains_key(&inode_of(&listener)));
+        // Read again once for a socket made after its tables were read.
+        let mut by_ns = ByNamespace::default();
+        let first = by_ns.describe(me, inode_of(&listener));
+        assert_eq!(first, Some(format!("TCP 127.0.0.1:{port}, listening")));
+        let later = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = later.local_addr().unwrap().port();
+        let want = format!("TCP 127.0.0.1:{port}, listening");
+        assert_eq!(by_ns.describe(me, inode_of(&later)), Some(want));
+        assert_eq!(by_ns.describe(me, u64::MAX), None);
+        assert_eq!(by_ns.net_of.len(), 1);
     }
 }

@@ -148,9 +148,11 @@ fn user_stacks(snaps: &[Snapshot], sym: &mut dyn Symbolizer) -> Vec<Stack> {
 }
 
 /// Adds what each socket is (protocol, addresses, state, or path) to the fd targets
-/// of the waits, from each process's network namespace, read once per process.
+/// of the waits, from each network namespace's tables, read once per namespace
+/// and only as far as needed: each read of a TCP table walks the kernel's whole
+/// TCP hash, milliseconds on a machine with much memory.
 fn annotate_sockets(threads: &mut [Blocked]) {
-    let mut tables: HashMap<u32, HashMap<u64, String>> = HashMap::new();
+    let mut sockets = crate::sys::net::ByNamespace::default();
     for t in threads {
         let tgid = t.snap.tgid;
         let targets: Vec<&mut String> = match &mut t.wait {
@@ -160,8 +162,7 @@ fn annotate_sockets(threads: &mut [Blocked]) {
         };
         for target in targets {
             let Some(("socket", inode)) = thread::special_inode(target) else { continue };
-            let table = tables.entry(tgid).or_insert_with(|| crate::sys::net::sockets_of(tgid));
-            if let Some(what) = table.get(&inode) {
+            if let Some(what) = sockets.describe(tgid, inode) {
                 target.push_str(&format!(" {what}"));
             }
         }

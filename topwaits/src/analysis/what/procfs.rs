@@ -14,19 +14,13 @@ use crate::sys::{net, thread};
 /// The resolver a report uses; it caches what it read.
 #[derive(Default)]
 pub struct ProcResolver {
-    /// The sockets of each network namespace met (the processes of one
-    /// namespace list the same), by its id; a process whose namespace could
-    /// not be read has its own.
-    sockets: HashMap<NetNs, net::Sockets>,
-    /// Each process's network namespace.
-    net_of: HashMap<u32, NetNs>,
+    /// The sockets of each network namespace met.
+    sockets: net::ByNamespace,
     /// The descriptors resolved this interval (a process's threads and
     /// stacks wait on the same ones), by (tgid, fd).
     fds: HashMap<(u32, u64), Option<Fd>>,
     /// The processes named this interval, by tgid.
     processes: HashMap<u32, Option<String>>,
-    /// The namespaces whose sockets were read again for one not found.
-    sockets_read_again: std::collections::HashSet<NetNs>,
     holders: Option<HashMap<u64, Vec<thread::Holder>>>,
     /// The pipe inodes `holders` was read for.
     pipes: BTreeSet<u64>,
@@ -42,14 +36,6 @@ pub struct ProcResolver {
     /// set's descriptors, which cost a read of every process's descriptors
     /// and of each watched one (see [`ProcResolver::brief`]).
     brief: bool,
-}
-
-/// A network namespace by (`st_dev`, `st_ino`), or a process whose
-/// namespace could not be read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum NetNs {
-    Id(u64, u64),
-    OfProcess(u32),
 }
 
 /// What a name read from a JVM's memory is of.
@@ -94,11 +80,9 @@ impl ProcResolver {
     /// descriptors, sockets and names said is read again; the devices' names
     /// are kept.
     pub fn next_interval(&mut self) {
-        self.sockets.clear();
-        self.net_of.clear();
+        self.sockets = net::ByNamespace::default();
         self.fds.clear();
         self.processes.clear();
-        self.sockets_read_again.clear();
         self.holders = None;
         self.pipes.clear();
         // A monitor deflated since may be another object's now.
@@ -176,24 +160,7 @@ impl Resolve for ProcResolver {
     }
 
     fn socket(&mut self, tgid: u32, inode: u64) -> Option<String> {
-        let ns =
-            *self.net_of.entry(tgid).or_insert_with(|| {
-                match crate::sys::procfs::namespace_id(tgid, "net") {
-                    Some((dev, ino)) => NetNs::Id(dev, ino),
-                    None => NetNs::OfProcess(tgid),
-                }
-            });
-        // Read through the process that asked first, a table at a time, and
-        // all again once for a socket made since.
-        let known = self.sockets.entry(ns).or_default();
-        if let Some(s) = known.find(tgid, inode) {
-            return Some(s.clone());
-        }
-        if !self.sockets_read_again.insert(ns) {
-            return None;
-        }
-        *known = net::Sockets::default();
-        known.find(tgid, inode).cloned()
+        self.sockets.describe(tgid, inode)
     }
 
     fn pipe_holders(&mut self, inodes: &BTreeSet<u64>) -> HashMap<u64, Vec<String>> {

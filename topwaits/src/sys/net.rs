@@ -100,7 +100,7 @@ fn table(tgid: u32, file: &str, proto: &str) -> HashMap<u64, String> {
 /// One namespace's sockets, read a table at a time, as far as the inodes
 /// looked up need.
 #[derive(Default)]
-pub struct Sockets {
+struct Sockets {
     known: HashMap<u64, String>,
     /// How many of [`TABLES`] were read.
     read: usize,
@@ -109,7 +109,7 @@ pub struct Sockets {
 impl Sockets {
     /// What socket `inode` is, reading through process `tgid` the tables not
     /// read yet until one lists it; None once all of them were read.
-    pub fn find(&mut self, tgid: u32, inode: u64) -> Option<&String> {
+    fn find(&mut self, tgid: u32, inode: u64) -> Option<&String> {
         while !self.known.contains_key(&inode) && self.read_next(tgid) {}
         self.known.get(&inode)
     }
@@ -134,8 +134,8 @@ enum NetNs {
 }
 
 /// Sockets as processes name them, read once per network namespace (the
-/// processes of one namespace list the same tables), each through the process
-/// that asked first, a table at a time (see [`Sockets`]).
+/// processes of one namespace list the same tables), a table at a time, each
+/// through the process whose lookup needed it (see [`Sockets`]).
 #[derive(Default)]
 pub struct ByNamespace {
     net_of: HashMap<u32, NetNs>,

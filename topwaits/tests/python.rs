@@ -173,16 +173,32 @@ fn threads_blocked_now_show_their_python_frames() {
     let python = start("/usr/bin/python3", &[]);
     let pid = python.0.id().to_string();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let out = Command::new(BIN).args(["blocked", "--json", "-p", &pid]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let sleeper = doc["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| stack_names(&t["user_stack"]))
-        .find(|s| s.iter().any(|n| n.starts_with("sleeper_inner (waits.py:10)")))
-        .unwrap_or_else(|| panic!("no thread in sleeper_inner: {doc:#}"));
+    // The sleeper runs a moment between its 10 ms sleeps, and a snapshot that
+    // finds it then (on its way back to Python, or waiting for the GIL) rightly
+    // shows no sleep: up to five snapshots, for one that finds it asleep.
+    let snapshot = || {
+        let out = Command::new(BIN).args(["blocked", "--json", "-p", &pid]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let in_sleeper = |doc: &Value| {
+        doc["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| stack_names(&t["user_stack"]))
+            .find(|s| s.iter().any(|n| n.starts_with("sleeper_inner (waits.py:10)")))
+    };
+    let mut docs = Vec::new();
+    let sleeper = loop {
+        let doc = snapshot();
+        if let Some(s) = in_sleeper(&doc) {
+            break s;
+        }
+        docs.push(doc);
+        assert!(docs.len() < 5, "no thread in sleeper_inner in five snapshots: {docs:#?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(
         at(&sleeper, "sleeper_inner (waits.py:10)") < at(&sleeper, "sleeper (waits.py:14)"),
         "{sleeper:?}"
